@@ -1,0 +1,48 @@
+# The two commands a new user needs: `make demo` and `make test`.
+# Each sets up what it needs (.venv/, the Kafka jars) and is safe to re-run.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+PIP_STAMP  := $(VENV)/.installed
+JARS_DIR   := deploy/kafka/target/jars
+JARS_STAMP := $(JARS_DIR)/.resolved
+
+.PHONY: demo test setup jars lint typecheck bench clean broker-stop
+
+demo: setup
+	$(VENV)/bin/turnaudit demo
+
+test: setup
+	$(VENV)/bin/pytest
+
+setup: $(PIP_STAMP) $(JARS_STAMP)
+
+$(PIP_STAMP): pyproject.toml
+	@command -v python3 >/dev/null || { echo "python3 not found: install Python 3.11 or newer"; exit 1; }
+	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "python3 is older than 3.11: install Python 3.11 or newer"; exit 1; }
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+jars: $(JARS_STAMP)
+
+$(JARS_STAMP): deploy/kafka/pom.xml
+	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "mvn not found: install Apache Maven (apt-get install maven)"; exit 1; }
+	rm -rf $(JARS_DIR)
+	mvn -q -B -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=target/jars
+	touch $@
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy src producers consumers
+
+bench: setup
+	$(PY) benchmarks/bench_publish.py
+
+broker-stop: setup
+	$(VENV)/bin/turnaudit broker stop
+
+clean:
+	rm -rf $(VENV) deploy/kafka/target var

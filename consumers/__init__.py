@@ -1,0 +1,1 @@
+"""Consumer services reading the turn-events stream."""

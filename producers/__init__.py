@@ -1,0 +1,1 @@
+"""Producer side: the runtime adapter, the publisher, its spool and the simulator."""

@@ -1,0 +1,1 @@
+"""Versioned Avro schemas shipped with the package (``*.avsc``)."""

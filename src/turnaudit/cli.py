@@ -1,0 +1,57 @@
+"""``turnaudit``: the command line of the turn-audit pipeline.
+
+Each command group lives in its own module exposing ``register(subparsers)``;
+a handler takes the parsed arguments and returns the exit code. Errors of this
+package end the command with one line saying what is wrong, and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from turnaudit.errors import TurnAuditError
+
+# Command groups, in the order `turnaudit --help` lists them.
+COMMAND_MODULES = (
+    "turnaudit.commands.broker",
+    "turnaudit.commands.schemas",
+    "turnaudit.commands.simulate",
+    "turnaudit.commands.demo",
+    "turnaudit.evaluation.cli",
+)
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One line saying what is wrong, not the whole usage text.
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(
+        prog="turnaudit",
+        description="Event-streaming audit pipeline for conversational AI runtimes.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                       parser_class=_ArgumentParser)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except TurnAuditError as exc:
+        print(f"turnaudit {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

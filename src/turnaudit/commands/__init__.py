@@ -1,0 +1,1 @@
+"""Command groups of the ``turnaudit`` CLI."""

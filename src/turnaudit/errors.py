@@ -1,0 +1,51 @@
+"""The project's exceptions: one root, so callers can catch everything we raise."""
+
+from __future__ import annotations
+
+
+class TurnAuditError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class ConfigurationError(TurnAuditError):
+    """A setting, environment variable or CLI argument is wrong."""
+
+
+class SerializationError(TurnAuditError):
+    """A record could not be encoded, or a message could not be decoded."""
+
+
+class UnknownFramingError(SerializationError):
+    """The message is in neither the single-object nor the Confluent framing."""
+
+
+class SchemaNotFoundError(SerializationError):
+    """The message names a writer schema (fingerprint or registry id) no reader knows."""
+
+
+class SchemaCompatibilityError(TurnAuditError):
+    """Two shipped schema versions cannot read each other's data."""
+
+
+class ContractViolationError(TurnAuditError):
+    """An event breaks one of the pipeline's contracts (PIPELINE.md, contracts 1-5)."""
+
+    def __init__(self, breaches: list[str]) -> None:
+        super().__init__("; ".join(breaches))
+        self.breaches = breaches
+
+
+class BrokerError(TurnAuditError):
+    """The local broker could not be set up, started or stopped."""
+
+
+class MissingToolError(BrokerError):
+    """A program the local broker needs (java, mvn) is not installed."""
+
+
+class PublishError(TurnAuditError):
+    """Events could not be handed to Kafka nor kept in the spool."""
+
+
+class SpoolFullError(PublishError):
+    """The on-disk spool reached its bound; the event was not accepted."""

@@ -1,0 +1,1 @@
+"""Thin wrappers around confluent-kafka: topics, the local broker."""

@@ -1,0 +1,78 @@
+"""Topic creation with the AdminClient, under the configured prefix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from turnaudit.errors import BrokerError
+from turnaudit.settings import KafkaSettings
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+def topic_specs(settings: KafkaSettings) -> list[TopicSpec]:
+    t = settings.topics
+    keep_events = str(settings.turn_events_retention_ms)
+    return [
+        # Keyed by session: order per session; kept long enough to replay weeks.
+        TopicSpec(t.turn_events, settings.partitions,
+                  {"retention.ms": keep_events, "cleanup.policy": "delete"}),
+        # One record per writer schema, keyed by fingerprint: compaction keeps them all.
+        TopicSpec(t.schemas, 1, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}),
+        TopicSpec(t.dlq, settings.partitions,
+                  {"retention.ms": str(settings.dlq_retention_ms), "cleanup.policy": "delete"}),
+        TopicSpec(t.htir_traces, settings.partitions, {"retention.ms": keep_events}),
+        TopicSpec(t.auditor_observations, settings.partitions, {"retention.ms": keep_events}),
+    ]
+
+
+def ensure_topics(settings: KafkaSettings, timeout: float = 30.0) -> list[str]:
+    """Create the project's topics that do not exist yet; return the names created."""
+    admin = AdminClient(settings.client_config())
+    wanted = topic_specs(settings)
+    futures = admin.create_topics(
+        [
+            NewTopic(s.name, num_partitions=s.partitions,
+                     replication_factor=settings.replication_factor, config=s.config)
+            for s in wanted
+        ],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )
+    created: list[str] = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise BrokerError(f"could not create topic {name}: {exc.args[0].str()}") from exc
+    _wait_for_leaders(admin, [s.name for s in wanted], timeout)
+    return sorted(created)
+
+
+def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = admin.list_topics(timeout=timeout)
+        ready = all(
+            name in metadata.topics
+            and metadata.topics[name].error is None
+            and all(p.leader >= 0 for p in metadata.topics[name].partitions.values())
+            for name in names
+        )
+        if ready:
+            return
+        if time.monotonic() > deadline:
+            raise BrokerError(f"topics {names} have no leader after {timeout:.0f}s")
+        time.sleep(0.2)

@@ -1,0 +1,1 @@
+"""Avro schemas, wire formats and codecs for TurnEvents."""

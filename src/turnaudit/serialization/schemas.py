@@ -1,0 +1,90 @@
+"""The shipped TurnEvent schemas: parsed once, with versions and fingerprints."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import fastavro
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from turnaudit.errors import SchemaNotFoundError
+
+SCHEMA_PACKAGE = "turnaudit.schemas"
+
+
+@dataclass(frozen=True)
+class WriterSchema:
+    """One schema a writer can use: its text, parsed form and identities."""
+
+    name: str  # e.g. "turn_event"
+    version: int
+    schema_json: str  # the .avsc text as shipped
+    parsed: Any  # fastavro's parsed schema
+    fingerprint: bytes  # CRC-64-AVRO of the parsing canonical form, little-endian (8 bytes)
+
+    @property
+    def fingerprint_hex(self) -> str:
+        return self.fingerprint.hex()
+
+
+def schema_from_json(schema_json: str, *, name: str, version: int) -> WriterSchema:
+    raw = json.loads(schema_json)
+    # Named types are local to each version: keep fastavro's global name
+    # registry out of it so v1 and v2 may define the same names differently.
+    parsed = fastavro.parse_schema(raw, named_schemas={})
+    # fastavro prints the CRC-64-AVRO value as a big-endian number; the
+    # single-object header carries the same 64 bits little-endian.
+    fp_int = int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16)
+    return WriterSchema(
+        name=name,
+        version=version,
+        schema_json=schema_json,
+        parsed=parsed,
+        fingerprint=fp_int.to_bytes(8, "little"),
+    )
+
+
+@dataclass(frozen=True)
+class SchemaCatalog:
+    """All versions of one record schema the package ships, oldest first."""
+
+    name: str
+    versions: tuple[WriterSchema, ...]
+
+    @property
+    def latest(self) -> WriterSchema:
+        return self.versions[-1]
+
+    def version(self, version: int) -> WriterSchema:
+        for schema in self.versions:
+            if schema.version == version:
+                return schema
+        known = ", ".join(str(s.version) for s in self.versions)
+        raise SchemaNotFoundError(f"{self.name} has no schema version {version} (shipped: {known})")
+
+    def by_fingerprint(self) -> dict[bytes, WriterSchema]:
+        return {s.fingerprint: s for s in self.versions}
+
+
+@cache
+def shipped_catalog(name: str = "turn_event") -> SchemaCatalog:
+    """Load ``schemas/<name>.v<N>.avsc`` from the installed package."""
+    found: list[WriterSchema] = []
+    for entry in resources.files(SCHEMA_PACKAGE).iterdir():
+        stem = entry.name.removesuffix(".avsc")
+        if stem == entry.name or not stem.startswith(name + ".v"):
+            continue
+        version = int(stem.rsplit(".v", 1)[1])
+        found.append(schema_from_json(entry.read_text("utf-8"), name=name, version=version))
+    if not found:
+        raise SchemaNotFoundError(f"no schema files for {name!r} in {SCHEMA_PACKAGE}")
+    return SchemaCatalog(name, tuple(sorted(found, key=lambda s: s.version)))
+
+
+def schema_path(name: str, version: int) -> str:
+    """Filesystem path of a shipped .avsc (for independent readers and docs)."""
+    return str(resources.files(SCHEMA_PACKAGE).joinpath(f"{name}.v{version}.avsc"))

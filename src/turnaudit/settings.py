@@ -1,0 +1,142 @@
+"""Settings, built once at a service's entry point and passed down.
+
+Every name is read from the environment with the ``TURNAUDIT_`` prefix, except
+``KAFKA_BOOTSTRAP_SERVERS``, the name Kafka tooling already uses. librdkafka
+options pass through untouched in ``TURNAUDIT_KAFKA_OPTIONS`` (a JSON object).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+
+from turnaudit.errors import ConfigurationError
+
+ENV_PREFIX = "TURNAUDIT_"
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+DEFAULT_TOPIC_PREFIX = "turn-audit."
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """The project's topics, all under one prefix."""
+
+    prefix: str = DEFAULT_TOPIC_PREFIX
+
+    @property
+    def turn_events(self) -> str:
+        return f"{self.prefix}turn-events"
+
+    @property
+    def schemas(self) -> str:
+        return f"{self.prefix}schemas"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.prefix}dlq"
+
+    @property
+    def htir_traces(self) -> str:
+        return f"{self.prefix}htir-traces"
+
+    @property
+    def auditor_observations(self) -> str:
+        return f"{self.prefix}auditor-observations"
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Where the cluster is, how topics are named and laid out, client options."""
+
+    bootstrap_servers: str | None = None  # None: use the project's local broker
+    topics: TopicNames = field(default_factory=TopicNames)
+    schema_registry_url: str | None = None
+    client_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    partitions: int = 6
+    replication_factor: int = 1
+    # Turn events must outlive the longest replay window the users need.
+    turn_events_retention_ms: int = 30 * 24 * HOUR_MS
+    dlq_retention_ms: int = 30 * 24 * HOUR_MS
+
+    def with_bootstrap(self, bootstrap_servers: str) -> KafkaSettings:
+        return replace(self, bootstrap_servers=bootstrap_servers)
+
+    def client_config(self, **overrides: object) -> dict[str, object]:
+        """librdkafka configuration: bootstrap + passthrough options + the caller's."""
+        if not self.bootstrap_servers:
+            raise ConfigurationError(
+                f"no Kafka cluster: set {BOOTSTRAP_ENV} or start the local broker "
+                "(turnaudit broker start)"
+            )
+        return {"bootstrap.servers": self.bootstrap_servers, **self.client_options, **overrides}
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSettings:
+        env = os.environ if env is None else env
+        options_text = env.get(ENV_PREFIX + "KAFKA_OPTIONS", "").strip()
+        try:
+            options = json.loads(options_text) if options_text else {}
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}KAFKA_OPTIONS is not a JSON object of librdkafka options: {exc}"
+            ) from exc
+        if not isinstance(options, dict):
+            raise ConfigurationError(f"{ENV_PREFIX}KAFKA_OPTIONS must be a JSON object")
+        return cls(
+            bootstrap_servers=env.get(BOOTSTRAP_ENV) or None,
+            topics=TopicNames(env.get(ENV_PREFIX + "TOPIC_PREFIX", DEFAULT_TOPIC_PREFIX)),
+            schema_registry_url=env.get(ENV_PREFIX + "SCHEMA_REGISTRY_URL") or None,
+            client_options=MappingProxyType({str(k): str(v) for k, v in options.items()}),
+            partitions=_int(env, "TOPIC_PARTITIONS", 6, minimum=1),
+            replication_factor=_int(env, "TOPIC_REPLICATION_FACTOR", 1, minimum=1),
+            turn_events_retention_ms=_int(env, "TURN_EVENTS_RETENTION_HOURS", 30 * 24, minimum=1)
+            * HOUR_MS,
+            dlq_retention_ms=_int(env, "DLQ_RETENTION_HOURS", 30 * 24, minimum=1) * HOUR_MS,
+        )
+
+
+@dataclass(frozen=True)
+class LocalBrokerSettings:
+    """The project-local single-node KRaft broker used by the demo and the tests."""
+
+    home: Path = Path("var/kafka")  # data, config, logs and pid file
+    jars_dir: Path = Path("deploy/kafka/target/jars")
+    pom: Path = Path("deploy/kafka/pom.xml")
+    port: int = 9092
+    controller_port: int = 9093
+    heap: str = "768m"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LocalBrokerSettings:
+        env = os.environ if env is None else env
+        root = Path(env.get(ENV_PREFIX + "PROJECT_DIR", "."))
+        return cls(
+            home=Path(env.get(ENV_PREFIX + "BROKER_HOME", root / "var" / "kafka")),
+            jars_dir=Path(env.get(ENV_PREFIX + "BROKER_JARS", root / "deploy/kafka/target/jars")),
+            pom=root / "deploy/kafka/pom.xml",
+            port=_int(env, "BROKER_PORT", 9092, minimum=1),
+            controller_port=_int(env, "BROKER_CONTROLLER_PORT", 9093, minimum=1),
+            heap=env.get(ENV_PREFIX + "BROKER_HEAP", "768m"),
+        )
+
+
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
+    raw = env.get(ENV_PREFIX + name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{ENV_PREFIX}{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise ConfigurationError(f"{ENV_PREFIX}{name}={value} is below {minimum}")
+    return value
