@@ -94,6 +94,11 @@ class ConfluentSerializer:
             raise SerializationError("the registry serializer produced no bytes")
         return bytes(out)
 
+    def bind(self, topic: str) -> Callable[[dict[str, Any]], bytes]:
+        """A one-argument serializer for one topic (the context is built once)."""
+        ctx = SerializationContext(topic, MessageField.VALUE)
+        return lambda record: self(record, ctx)
+
 
 def registry_client(url: str, extra: dict[str, str] | None = None) -> SchemaRegistryClient:
     """A Schema Registry client; ``mock://…`` gives the library's in-process registry."""

@@ -1,0 +1,252 @@
+"""The runtime adapter: from what a turn produced to a TurnEvent (ADR-0039).
+
+A runtime calls ``TurnEventBuilder.main_turn`` after a real turn and
+``stub_turn`` from its stub path; ``TurnAuditEmitter.emit`` checks the
+pipeline's contracts and publishes. The ``correct()`` fallback, where no real
+turn happened, calls ``stub_turn`` without tokens and gets ``None``: nothing
+is emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+
+from turnaudit.contracts import Breach, check_event
+from turnaudit.verdicts import (
+    ActionAssessment,
+    EthicsVerdict,
+    IdentityScore,
+    SafetyVerdict,
+    TurnPath,
+    TurnVerdicts,
+)
+
+log = structlog.get_logger("turnaudit.adapter")
+
+# The surface a stub turn records when no refusal fired (ADR-0039's table).
+UNKNOWN_DOMAIN_SURFACE = "[unknown-domain]"
+LATEST_SCHEMA_VERSION = 2
+
+
+def inject_hedge(surface: str, hedge_prefix: str) -> str:
+    """ADR-0038: prepend the hedge unless the surface already begins with it."""
+    if surface.startswith(hedge_prefix):
+        return surface
+    return f"{hedge_prefix} {surface}"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeInfo:
+    name: str
+    version: str
+    instance_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStep:
+    """Where a turn sits in a task run (HTIR traces are assembled from these)."""
+
+    task_id: str
+    task_family: str
+    step: int
+    end_of_task: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    arguments: str = ""
+    result: str = ""
+    ok: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    session_id: str
+    pack_id: str
+    domain: str
+    turn: int
+    occurred_at: datetime | None = None  # None: now
+    task: TaskStep | None = None
+
+
+class TurnEventBuilder:
+    """Builds TurnEvent records for one schema version (the latest by default)."""
+
+    def __init__(self, runtime: RuntimeInfo, schema_version: int = LATEST_SCHEMA_VERSION) -> None:
+        if schema_version not in (1, 2):
+            raise ValueError(f"schema version {schema_version} is not shipped")
+        self.schema_version = schema_version
+        self._runtime = {
+            "name": runtime.name,
+            "version": runtime.version,
+            "instance_id": runtime.instance_id,
+        }
+
+    def main_turn(
+        self,
+        ctx: TurnContext,
+        *,
+        input_tokens: Sequence[str],
+        walk_surface: str,
+        articulation_surface: str,
+        surface_before_hedge: str,
+        surface: str,
+        identity_score: IdentityScore | None,
+        cycle_cost_total: float,
+        vault_hits: int,
+        versor_condition: float,
+        flagged: bool,
+        safety_verdict: SafetyVerdict | None,
+        ethics_verdict: EthicsVerdict | None,
+        refusal_emitted: bool,
+        action: ActionAssessment | None = None,
+        tool_steps: Sequence[ToolCall] = (),
+    ) -> dict[str, Any]:
+        """A main-path turn. ``surface_before_hedge`` is the surface after any
+        refusal replaced it and before hedge injection; ``surface`` is what the
+        runtime returned. ``hedge_injected`` is exactly "the runtime changed it"."""
+        verdicts = TurnVerdicts(
+            identity_score=identity_score,
+            safety_verdict=safety_verdict,
+            ethics_verdict=ethics_verdict,
+            refusal_emitted=refusal_emitted,
+            hedge_injected=surface != surface_before_hedge,
+        )
+        return self._event(
+            ctx, TurnPath.MAIN, verdicts, action, tool_steps,
+            input_tokens=list(input_tokens),
+            surface=surface,
+            walk_surface=walk_surface,
+            articulation_surface=articulation_surface,
+            cycle_cost_total=float(cycle_cost_total),
+            vault_hits=int(vault_hits),
+            versor_condition=float(versor_condition),
+            flagged=bool(flagged),
+        )
+
+    def stub_turn(
+        self,
+        ctx: TurnContext,
+        *,
+        input_tokens: Sequence[str] | None,
+        versor_condition: float,
+        safety_verdict: SafetyVerdict | None,
+        ethics_verdict: EthicsVerdict | None,
+        refusal_surface: str | None = None,
+    ) -> dict[str, Any] | None:
+        """A stub turn (cold start, unknown domain), with ADR-0039's values.
+
+        ``ctx.turn`` is the runtime's turn counter minus one (finalize_turn
+        already ran). Without tokens this is the ``correct()`` fallback: no
+        real turn happened and no event is built.
+        """
+        if not input_tokens:
+            return None
+        verdicts = TurnVerdicts(
+            identity_score=None,
+            safety_verdict=safety_verdict,
+            ethics_verdict=ethics_verdict,
+            refusal_emitted=refusal_surface is not None,
+            hedge_injected=False,  # ADR-0038 prohibits a hedge on a stub turn
+        )
+        return self._event(
+            ctx, TurnPath.STUB, verdicts, None, (),
+            input_tokens=list(input_tokens),
+            surface=refusal_surface if refusal_surface is not None else UNKNOWN_DOMAIN_SURFACE,
+            walk_surface=UNKNOWN_DOMAIN_SURFACE,
+            articulation_surface=UNKNOWN_DOMAIN_SURFACE,
+            cycle_cost_total=0.0,
+            vault_hits=0,
+            versor_condition=float(versor_condition),
+            flagged=False,
+        )
+
+    def _event(
+        self,
+        ctx: TurnContext,
+        path: TurnPath,
+        verdicts: TurnVerdicts,
+        action: ActionAssessment | None,
+        tool_steps: Sequence[ToolCall],
+        **fields: Any,
+    ) -> dict[str, Any]:
+        occurred = ctx.occurred_at or datetime.now(UTC)
+        bundle = verdicts.to_avro(self.schema_version)
+        event: dict[str, Any] = {
+            "event_id": "",  # assigned by the publisher
+            "session_id": ctx.session_id,
+            "sequence": -1,  # assigned by the publisher
+            "occurred_at": int(occurred.timestamp() * 1000),
+            "runtime": self._runtime,
+            "path": path.value,
+            "pack_id": ctx.pack_id,
+            "domain": ctx.domain,
+            "task": None
+            if ctx.task is None
+            else {
+                "task_id": ctx.task.task_id,
+                "task_family": ctx.task.task_family,
+                "step": ctx.task.step,
+                "end_of_task": ctx.task.end_of_task,
+            },
+            "turn": ctx.turn,
+            **fields,
+            "identity_score": bundle["identity_score"],
+            "verdicts": bundle,
+            "action_assessment": None if action is None else action.to_avro(),
+        }
+        if self.schema_version == 1:
+            # v1 keeps ADR-0035's per-field verdicts beside the bundle.
+            event["safety_verdict"] = bundle["safety_verdict"]
+            event["ethics_verdict"] = bundle["ethics_verdict"]
+        else:
+            event["tool_steps"] = [
+                {"name": t.name, "arguments": t.arguments, "result": t.result, "ok": t.ok}
+                for t in tool_steps
+            ]
+        return event
+
+
+class EventSink(Protocol):
+    def publish(self, event: dict[str, Any]) -> str: ...
+
+
+BreachHandler = Callable[[dict[str, Any], list[Breach]], None]
+
+
+class TurnAuditEmitter:
+    """Checks PIPELINE.md's contracts 1-4, then publishes.
+
+    A breaching event is never published as if valid: it goes to
+    ``on_breach`` (the CLI and the simulator send it to the dead-letter topic)
+    and is logged and counted.
+    """
+
+    def __init__(self, sink: EventSink, on_breach: BreachHandler) -> None:
+        self._sink = sink
+        self._on_breach = on_breach
+        self.emitted = 0
+        self.breached = 0
+
+    def emit(self, event: dict[str, Any] | None) -> str | None:
+        if event is None:  # the correct() fallback: nothing happened, nothing to record
+            return None
+        breaches = check_event(event)
+        if breaches:
+            self.breached += 1
+            log.error(
+                "turn_event_contract_breach",
+                session_id=event["session_id"],
+                turn=event["turn"],
+                breaches=[str(b) for b in breaches],
+            )
+            self._on_breach(event, breaches)
+            return None
+        self.emitted += 1
+        return self._sink.publish(event)

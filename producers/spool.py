@@ -1,0 +1,188 @@
+"""A bounded, append-only on-disk spool for messages the broker cannot take now.
+
+Records are kept in order in segment files; ``read_batch`` returns the oldest
+ones and ``commit`` moves a persisted cursor past them, deleting segments that
+are fully drained. A process that stops with records spooled leaves them for
+the next publisher on the same folder. Appends reach the OS on every call (they
+survive a crash of the process); ``fsync=True`` also makes them survive a crash
+of the machine, at a much higher cost per event.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from turnaudit.errors import PublishError, SpoolFullError
+
+_LEN = struct.Struct(">I")
+_RECORD = struct.Struct(">HII")  # topic length, key length, value length
+_SEGMENT_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class SpooledMessage:
+    topic: str
+    key: bytes
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolPosition:
+    segment: int
+    offset: int
+
+
+class DiskSpool:
+    def __init__(self, directory: Path, *, max_bytes: int = 1 << 30, fsync: bool = False) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        directory.mkdir(parents=True, exist_ok=True)
+        self._cursor_file = directory / "cursor"
+        self._read = self._load_cursor()
+        segments = self._segments()
+        self._write_segment = segments[-1] if segments else max(self._read.segment, 1)
+        self._writer: BinaryIO | None = None
+        self._bytes = sum(self._path(s).stat().st_size for s in segments) - self._read.offset
+        self._count = self._count_pending()
+
+    # -- writing -------------------------------------------------------------
+    def append(self, topic: str, key: bytes, value: bytes) -> None:
+        t = topic.encode()
+        record = _RECORD.pack(len(t), len(key), len(value)) + t + key + value
+        with self._lock:
+            if self._bytes + len(record) + _LEN.size > self.max_bytes:
+                raise SpoolFullError(
+                    f"spool {self.directory} is full ({self._bytes} of {self.max_bytes} bytes); "
+                    "the event was not accepted"
+                )
+            writer = self._current_writer()
+            writer.write(_LEN.pack(len(record)) + record)
+            writer.flush()
+            if self._fsync:
+                os.fsync(writer.fileno())
+            self._bytes += len(record) + _LEN.size
+            self._count += 1
+            if writer.tell() >= _SEGMENT_BYTES:
+                writer.close()
+                self._writer = None
+                self._write_segment += 1
+
+    def _current_writer(self) -> BinaryIO:
+        if self._writer is None:
+            self._writer = open(self._path(self._write_segment), "ab")  # noqa: SIM115 - kept open across appends
+        return self._writer
+
+    # -- reading -------------------------------------------------------------
+    def read_batch(self, limit: int = 1000) -> tuple[list[SpooledMessage], SpoolPosition]:
+        """The oldest spooled messages (at most ``limit``) and the position after them."""
+        with self._lock:
+            if self._writer is not None:
+                self._writer.flush()
+            out: list[SpooledMessage] = []
+            segment, offset = self._read.segment, self._read.offset
+            while len(out) < limit:
+                path = self._path(segment)
+                if not path.exists():
+                    break
+                with open(path, "rb") as fh:
+                    fh.seek(offset)
+                    while len(out) < limit:
+                        head = fh.read(_LEN.size)
+                        if len(head) < _LEN.size:
+                            break
+                        (size,) = _LEN.unpack(head)
+                        record = fh.read(size)
+                        if len(record) < size:  # a torn write at a crash: the tail is ignored
+                            break
+                        out.append(_decode(record))
+                        offset = fh.tell()
+                if len(out) < limit and segment < self._write_segment:
+                    segment, offset = segment + 1, 0
+                else:
+                    break
+            return out, SpoolPosition(segment, offset)
+
+    def commit(self, position: SpoolPosition, delivered: int) -> None:
+        """Forget everything before ``position`` (those ``delivered`` messages went out)."""
+        with self._lock:
+            for segment in self._segments():
+                if segment < position.segment:
+                    self._path(segment).unlink()
+            self._read = position
+            self._save_cursor()
+            self._count -= delivered
+            self._bytes = sum(self._path(s).stat().st_size for s in self._segments()) - position.offset
+            if self._count == 0 and self._writer is None and position.segment == self._write_segment:
+                # Fully drained: start the next append in a fresh segment.
+                if self._path(position.segment).exists():
+                    self._path(position.segment).unlink()
+                self._write_segment = position.segment + 1
+                self._read = SpoolPosition(self._write_segment, 0)
+                self._save_cursor()
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+    # -- files ---------------------------------------------------------------
+    def _path(self, segment: int) -> Path:
+        return self.directory / f"segment-{segment:09d}.spool"
+
+    def _segments(self) -> list[int]:
+        return sorted(
+            int(p.name[len("segment-") : -len(".spool")]) for p in self.directory.glob("segment-*.spool")
+        )
+
+    def _load_cursor(self) -> SpoolPosition:
+        try:
+            segment, offset = self._cursor_file.read_text().split()
+            return SpoolPosition(int(segment), int(offset))
+        except FileNotFoundError:
+            return SpoolPosition(1, 0)
+        except ValueError as exc:
+            raise PublishError(f"spool cursor {self._cursor_file} is corrupt: {exc}") from exc
+
+    def _save_cursor(self) -> None:
+        tmp = self._cursor_file.with_suffix(".tmp")
+        tmp.write_text(f"{self._read.segment} {self._read.offset}\n")
+        tmp.replace(self._cursor_file)
+
+    def _count_pending(self) -> int:
+        count = 0
+        segment, offset = self._read.segment, self._read.offset
+        for seg in self._segments():
+            if seg < segment:
+                continue
+            with open(self._path(seg), "rb") as fh:
+                fh.seek(offset if seg == segment else 0)
+                while (head := fh.read(_LEN.size)) and len(head) == _LEN.size:
+                    (size,) = _LEN.unpack(head)
+                    if len(fh.read(size)) < size:
+                        break
+                    count += 1
+        return count
+
+
+def _decode(record: bytes) -> SpooledMessage:
+    tlen, klen, vlen = _RECORD.unpack_from(record)
+    start = _RECORD.size
+    topic = record[start : start + tlen].decode()
+    key = record[start + tlen : start + tlen + klen]
+    value = record[start + tlen + klen : start + tlen + klen + vlen]
+    return SpooledMessage(topic, key, value)

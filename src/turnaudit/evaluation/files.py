@@ -1,0 +1,284 @@
+"""The EVR-6 evidence file and label pack (PIPELINE.md, "Evidence and label-pack files").
+
+Loading checks the *shape* of a file: fields present with the right JSON types.
+Whether the content is sound (unique ids, ordered prefix coverage, step indices,
+a well-formed pinned digest) is the gate's integrity requirement, so that a
+broken evidence file yields a ``hold`` report naming the problem rather than a
+crash. A label pack is refused outright if it carries any auditor output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from turnaudit.evaluation.errors import ContaminatedLabelPackError, EvidenceFormatError
+
+EVIDENCE_FORMAT = "turn-audit/evr6-evidence"
+LABELS_FORMAT = "turn-audit/evr6-labels"
+FORMAT_VERSION = 1
+
+Verdict = Literal["alarm", "ok"]
+VERDICTS: tuple[Verdict, ...] = ("alarm", "ok")
+
+
+@dataclass(frozen=True)
+class AuditorIdentity:
+    """The pinned auditor under test: a name and a ``sha256:<64 hex>`` digest."""
+
+    name: str
+    digest: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "digest": self.digest}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The auditor's verdict on the prefix ``steps[0..prefix_end]`` and its latency."""
+
+    prefix_end: int
+    verdict: Verdict
+    latency_ms: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prefix_end": self.prefix_end, "verdict": self.verdict,
+                "latency_ms": self.latency_ms}
+
+
+@dataclass(frozen=True)
+class Trace:
+    """An HTIR trace: its steps (HTIR step objects) and where the run came from."""
+
+    steps: tuple[Mapping[str, Any], ...]
+    source: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": [dict(step) for step in self.steps], "source": dict(self.source)}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One labelled task run; ``observations`` is None in a label pack."""
+
+    task_id: str
+    task_family: str
+    oracle_source: str
+    oracle_alarm_step: int | None
+    trace: Trace
+    observations: tuple[Observation, ...] | None = None
+
+    @property
+    def alarm_positive(self) -> bool:
+        return self.oracle_alarm_step is not None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "task_id": self.task_id,
+            "task_family": self.task_family,
+            "oracle_source": self.oracle_source,
+            "oracle_alarm_step": self.oracle_alarm_step,
+            "trace": self.trace.to_json(),
+        }
+        if self.observations is not None:
+            data["observations"] = [obs.to_json() for obs in self.observations]
+        return data
+
+
+@dataclass(frozen=True)
+class LabelPack:
+    """Independently labelled cases, without any auditor output."""
+
+    cases: tuple[Case, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": LABELS_FORMAT, "format_version": FORMAT_VERSION,
+                "cases": [case.to_json() for case in self.cases]}
+
+
+@dataclass(frozen=True)
+class EvidenceFile:
+    """Labelled cases plus one pinned-auditor observation per prefix."""
+
+    auditor_id: AuditorIdentity
+    cases: tuple[Case, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": EVIDENCE_FORMAT, "format_version": FORMAT_VERSION,
+                "auditor_id": self.auditor_id.to_json(),
+                "cases": [case.to_json() for case in self.cases]}
+
+
+# --- reading and writing JSON ------------------------------------------------------------
+
+
+def canonical_json(data: Any) -> str:
+    """Sorted keys, no spaces: one text per value, fit for hashing."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_json(path: Path) -> Any:
+    """Parse a UTF-8 JSON file, refusing NaN/Infinity (not JSON, and they break comparisons)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise EvidenceFormatError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise EvidenceFormatError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically, so a crash never leaves half an evidence file behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+# --- shape checks ------------------------------------------------------------------------
+
+
+def _object(value: object, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise EvidenceFormatError(f"{where} must be a JSON object")
+    return cast(Mapping[str, Any], value)
+
+
+def _list(value: object, where: str) -> Sequence[Any]:
+    if not isinstance(value, list):
+        raise EvidenceFormatError(f"{where} must be a JSON array")
+    return value
+
+
+def _str(data: Mapping[str, Any], key: str, where: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise EvidenceFormatError(f"{where}.{key} must be a string")
+    return value
+
+
+def _int(value: object, where: str) -> int:
+    # bool is an int subclass in Python, but `true` is not a step index.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EvidenceFormatError(f"{where} must be an integer")
+    return value
+
+
+def _header(data: Mapping[str, Any], expected_format: str, what: str) -> None:
+    if data.get("format") != expected_format:
+        raise EvidenceFormatError(
+            f"not a {what}: format is {data.get('format')!r}, expected {expected_format!r}")
+    if data.get("format_version") != FORMAT_VERSION:
+        raise EvidenceFormatError(
+            f"{what} format_version {data.get('format_version')!r} is not supported "
+            f"(this build reads version {FORMAT_VERSION})")
+
+
+def parse_identity(value: object) -> AuditorIdentity:
+    data = _object(value, "auditor_id")
+    return AuditorIdentity(name=_str(data, "name", "auditor_id"),
+                           digest=_str(data, "digest", "auditor_id"))
+
+
+def _parse_observation(value: object, where: str) -> Observation:
+    data = _object(value, where)
+    verdict = data.get("verdict")
+    if verdict not in VERDICTS:
+        raise EvidenceFormatError(f"{where}.verdict must be \"alarm\" or \"ok\", got {verdict!r}")
+    latency = data.get("latency_ms")
+    if isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0:
+        raise EvidenceFormatError(f"{where}.latency_ms must be a non-negative number")
+    return Observation(prefix_end=_int(data.get("prefix_end"), f"{where}.prefix_end"),
+                       verdict=cast(Verdict, verdict), latency_ms=float(latency))
+
+
+def parse_trace(value: object, where: str) -> Trace:
+    data = _object(value, where)
+    steps = tuple(_object(step, f"{where}.steps[{i}]")
+                  for i, step in enumerate(_list(data.get("steps"), f"{where}.steps")))
+    return Trace(steps=steps, source=_object(data.get("source"), f"{where}.source"))
+
+
+def parse_oracle_alarm_step(value: object, where: str) -> int | None:
+    return None if value is None else _int(value, where)
+
+
+def _parse_case(value: object, where: str, *, with_observations: bool) -> Case:
+    data = _object(value, where)
+    task_id = _str(data, "task_id", where)
+    where = f"case {task_id!r}"
+    observations = None
+    if with_observations:
+        observations = tuple(
+            _parse_observation(obs, f"{where}.observations[{i}]")
+            for i, obs in enumerate(_list(data.get("observations"), f"{where}.observations")))
+    return Case(
+        task_id=task_id,
+        task_family=_str(data, "task_family", where),
+        oracle_source=_str(data, "oracle_source", where),
+        oracle_alarm_step=parse_oracle_alarm_step(data.get("oracle_alarm_step"),
+                                                  f"{where}.oracle_alarm_step"),
+        trace=parse_trace(data.get("trace"), f"{where}.trace"),
+        observations=observations,
+    )
+
+
+def parse_evidence(raw: object) -> EvidenceFile:
+    """Check an evidence file's shape and build its typed form."""
+    data = _object(raw, "evidence file")
+    _header(data, EVIDENCE_FORMAT, "evidence file")
+    if "auditor_id" not in data:
+        raise EvidenceFormatError("evidence file has no auditor_id: the auditor must be pinned")
+    cases = _list(data.get("cases"), "cases")
+    return EvidenceFile(
+        auditor_id=parse_identity(data["auditor_id"]),
+        cases=tuple(_parse_case(case, f"cases[{i}]", with_observations=True)
+                    for i, case in enumerate(cases)),
+    )
+
+
+def parse_labels(raw: object) -> LabelPack:
+    """Check a label pack's shape; refuse one carrying auditor output."""
+    data = _object(raw, "label pack")
+    cases = _list(data.get("cases"), "cases")
+    # Checked before the format, so an evidence file passed as labels gets the real reason.
+    case_objects = [_object(case, f"cases[{i}]") for i, case in enumerate(cases)]
+    contaminated = [str(case.get("task_id", f"cases[{i}]"))
+                    for i, case in enumerate(case_objects) if "observations" in case]
+    if "auditor_id" in data or contaminated:
+        found = ["auditor_id"] if "auditor_id" in data else []
+        if contaminated:
+            found.append(f"observations in case(s) {', '.join(contaminated)}")
+        raise ContaminatedLabelPackError(
+            f"label pack carries auditor output ({'; '.join(found)}); labels must come "
+            "from an independent oracle, never from the auditor under test")
+    _header(data, LABELS_FORMAT, "label pack")
+    return LabelPack(cases=tuple(_parse_case(case, f"cases[{i}]", with_observations=False)
+                                 for i, case in enumerate(case_objects)))
+
+
+def load_evidence(path: Path) -> EvidenceFile:
+    return parse_evidence(read_json(path))
+
+
+def load_labels(path: Path) -> LabelPack:
+    return parse_labels(read_json(path))

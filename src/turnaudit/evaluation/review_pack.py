@@ -1,0 +1,215 @@
+"""Review pack: real-run manifests -> human review -> independent label pack.
+
+Eval-manifest (JSONL, UTF-8): one JSON object per line, one task run per line,
+the HTIR trace the feeder writes::
+
+    {"task_id": "fix-0042",
+     "task_family": "code-fix",            # optional; must match --source if present
+     "trace": {"steps": [<HTIR step>, ...], "source": {<where the run came from>}},
+     "context": {"task": "...",            # optional, for reviewers only
+                 "tools": [{"name": "...", "arguments": ..., "result": ...}],
+                 "final_response": "..."}}
+
+Blank lines are skipped. The family always comes from ``--source FAMILY=PATH``,
+never from outcomes or task text.
+
+Review pack (JSON): ``{"format": "turn-audit/evr6-review-pack", "format_version": 1,
+"cases": [...]}``; each case is a label-pack case plus ``review`` ({"status":
+"pending"|"included"|"excluded", anything else the reviewer adds}) and, unless
+exported ``--without-context``, ``context`` with every field clipped to
+``CONTEXT_FIELD_LIMIT`` characters. Export starts every case pending with a null
+``oracle_source`` and ``oracle_alarm_step``: a null step only means "healthy" once a
+reviewer sets the case to included and names the oracle. Finalize never runs an auditor.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from turnaudit.evaluation.errors import EvidenceFormatError, ReviewPackError
+from turnaudit.evaluation.files import (
+    FORMAT_VERSION,
+    Case,
+    LabelPack,
+    canonical_json,
+    parse_oracle_alarm_step,
+    parse_trace,
+    read_json,
+    write_json,
+)
+
+REVIEW_PACK_FORMAT = "turn-audit/evr6-review-pack"
+CONTEXT_FIELD_LIMIT = 2_000
+CONTEXT_TOOL_LIMIT = 50
+STATUSES = ("pending", "included", "excluded")
+# Error messages list at most this many case ids, then say how many more.
+ERROR_ID_LIMIT = 20
+REVIEW_INSTRUCTIONS = (
+    "For every case set review.status to included or excluded. An included case needs "
+    "oracle_source (who or what labelled it, with a version) and oracle_alarm_step: the "
+    "first step index where intervention is justified, or null for a healthy trace. "
+    "Never label from the auditor under test. The context may hold sensitive data: keep "
+    "this file local."
+)
+
+
+def _ids(ids: Sequence[str]) -> str:
+    more = len(ids) - ERROR_ID_LIMIT
+    return ", ".join(ids[:ERROR_ID_LIMIT]) + (f" and {more} more" if more > 0 else "")
+
+
+def clip(value: Any) -> str:
+    """A reviewer-context field as text, cut at ``CONTEXT_FIELD_LIMIT`` with a marker."""
+    text = value if isinstance(value, str) else canonical_json(value)
+    if len(text) <= CONTEXT_FIELD_LIMIT:
+        return text
+    return text[:CONTEXT_FIELD_LIMIT] + f"…[truncated {len(text) - CONTEXT_FIELD_LIMIT} chars]"
+
+
+def _bounded_context(raw: object, where: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ReviewPackError(f"{where}: context must be a JSON object")
+    context: dict[str, Any] = {}
+    for key in ("task", "final_response"):
+        if raw.get(key) is not None:
+            context[key] = clip(raw[key])
+    tools = raw.get("tools") or []
+    if not isinstance(tools, list):
+        raise ReviewPackError(f"{where}: context.tools must be a JSON array")
+    context["tools"] = [
+        {key: clip(tool.get(key)) for key in ("name", "arguments", "result")}
+        if isinstance(tool, Mapping) else {"name": clip(tool)}
+        for tool in tools[:CONTEXT_TOOL_LIMIT]
+    ]
+    if len(tools) > CONTEXT_TOOL_LIMIT:
+        context["omitted_tools"] = len(tools) - CONTEXT_TOOL_LIMIT
+    return context
+
+
+def _manifest_cases(family: str, path: Path, without_context: bool) -> list[dict[str, Any]]:
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ReviewPackError(f"cannot read manifest {path}: {exc.strerror or exc}") from exc
+    cases = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            run = json.loads(line)
+        except ValueError as exc:
+            raise ReviewPackError(f"{where}: not a JSON object: {exc}") from exc
+        if not isinstance(run, Mapping):
+            raise ReviewPackError(f"{where}: not a JSON object")
+        task_id = run.get("task_id")
+        if not isinstance(task_id, str) or not task_id.strip():
+            raise ReviewPackError(f"{where}: task_id must be a non-empty string")
+        if run.get("task_family") not in (None, family):
+            raise ReviewPackError(
+                f"{where}: task {task_id!r} says family {run['task_family']!r} but its source "
+                f"was given as {family!r}")
+        try:
+            trace = parse_trace(run.get("trace"), "trace").to_json()
+        except EvidenceFormatError as exc:
+            raise ReviewPackError(f"{where}: {exc}") from exc
+        # Enough to find the original run again, even after the manifest moves.
+        trace["source"] = {**trace["source"],
+                           "review_pack": {"manifest": str(path), "line": number}}
+        case: dict[str, Any] = {
+            "task_id": task_id,
+            "task_family": family,
+            "review": {"status": "pending"},
+            "oracle_source": None,
+            "oracle_alarm_step": None,
+            "trace": trace,
+        }
+        if not without_context:
+            case["context"] = _bounded_context(run.get("context"), where)
+        cases.append(case)
+    return cases
+
+
+def export(sources: Sequence[tuple[str, Path]], output: Path, without_context: bool = False
+           ) -> dict[str, Any]:
+    """Write a review pack with every run of every source pending review; return it."""
+    if not sources:
+        raise ReviewPackError("no --source FAMILY=PATH given")
+    cases = [case for family, path in sources
+             for case in _manifest_cases(family, path, without_context)]
+    duplicates = sorted(task_id for task_id, n in Counter(c["task_id"] for c in cases).items()
+                        if n > 1)
+    if duplicates:
+        raise ReviewPackError(f"task ids appear more than once across the manifests: "
+                              f"{_ids(duplicates)}")
+    pack = {"format": REVIEW_PACK_FORMAT, "format_version": FORMAT_VERSION,
+            "instructions": REVIEW_INSTRUCTIONS, "cases": cases}
+    write_json(output, pack)
+    return pack
+
+
+def _included_case(raw: Mapping[str, Any], task_id: str) -> Case:
+    where = f"case {task_id!r}"
+    family = raw.get("task_family")
+    if not task_id.strip() or not isinstance(family, str) or not family.strip():
+        raise ReviewPackError(f"{where} needs a non-empty task_id and task_family")
+    oracle_source = raw.get("oracle_source")
+    if not isinstance(oracle_source, str) or not oracle_source.strip():
+        raise ReviewPackError(f"{where} is included but has no oracle_source")
+    try:
+        trace = parse_trace(raw.get("trace"), f"{where}.trace")
+        step = parse_oracle_alarm_step(raw.get("oracle_alarm_step"),
+                                       f"{where}.oracle_alarm_step")
+    except EvidenceFormatError as exc:
+        raise ReviewPackError(str(exc)) from exc
+    if step is not None and not 0 <= step < len(trace.steps):
+        raise ReviewPackError(
+            f"{where}: oracle_alarm_step {step} is outside the trace's steps "
+            f"0..{len(trace.steps) - 1}")
+    return Case(task_id, family, oracle_source, step, trace)
+
+
+def finalize(pack_path: Path, output: Path) -> LabelPack:
+    """Check every case was reviewed; write the included ones, without review or context."""
+    data = read_json(pack_path)
+    if not isinstance(data, Mapping) or data.get("format") != REVIEW_PACK_FORMAT:
+        raise ReviewPackError(f"{pack_path} is not a review pack (format {REVIEW_PACK_FORMAT!r})")
+    raw_cases = data.get("cases")
+    if not isinstance(raw_cases, list) or not all(isinstance(c, Mapping) for c in raw_cases):
+        raise ReviewPackError(f"{pack_path}: cases must be an array of objects")
+
+    by_status: dict[str, list[Mapping[str, Any]]] = {status: [] for status in STATUSES}
+    unknown = []
+    for raw in raw_cases:
+        review = raw.get("review")
+        status = review.get("status") if isinstance(review, Mapping) else None
+        if status in by_status:
+            by_status[str(status)].append(raw)
+        else:
+            unknown.append(f"{raw.get('task_id')} ({status!r})")
+    if unknown:
+        raise ReviewPackError(f"review.status must be one of {', '.join(STATUSES)}; found "
+                              f"{_ids(unknown)}")
+    pending = [str(raw.get("task_id")) for raw in by_status["pending"]]
+    if pending:
+        raise ReviewPackError(f"{len(pending)} case(s) still pending review: {_ids(pending)}")
+    if not by_status["included"]:
+        raise ReviewPackError("every case is excluded: nothing to label")
+
+    labels = LabelPack(tuple(_included_case(raw, str(raw.get("task_id")))
+                             for raw in by_status["included"]))
+    write_json(output, labels.to_json())
+    return labels
+
+
+if __name__ == "__main__":  # pragma: no cover - thin wrapper over the CLI's parser
+    from turnaudit.evaluation.cli import configure_review_pack, run_standalone
+
+    sys.exit(run_standalone("python -m turnaudit.evaluation.review_pack", configure_review_pack))

@@ -1,0 +1,53 @@
+"""The dead-letter topic's message shape, shared by producers and consumers.
+
+A dead letter keeps the original bytes as its value and the original key; its
+headers say where it came from and why it is there. ``reason`` is from a
+closed set (it labels metrics); ``error`` is the free-text detail.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+
+class DeadLetterReason(enum.StrEnum):
+    UNKNOWN_FRAMING = "unknown_framing"
+    UNKNOWN_SCHEMA = "unknown_schema"
+    UNDECODABLE = "undecodable"
+    CONTRACT_REFUSAL_HEDGE_EXCLUSIVE = "contract:refusal_hedge_exclusive"
+    CONTRACT_STUB_FIELDS = "contract:stub_fields"
+    CONTRACT_OUTPUT_POLICY_DERIVED = "contract:output_policy_derived"
+    CONTRACT_BUNDLE_MATCHES_FIELDS = "contract:bundle_matches_fields"
+
+
+HEADER_PREFIX = "dlq."
+
+
+def dead_letter_headers(
+    *,
+    reason: str,
+    error: str,
+    topic: str,
+    partition: int | None,
+    offset: int | None,
+    stage: str,
+) -> list[tuple[str, bytes]]:
+    """Headers of a dead-letter message: where it came from and why it is here."""
+    return [
+        ("dlq.reason", reason.encode()),
+        ("dlq.error", error.encode()[:4096]),
+        ("dlq.topic", topic.encode()),
+        ("dlq.partition", b"" if partition is None else str(partition).encode()),
+        ("dlq.offset", b"" if offset is None else str(offset).encode()),
+        ("dlq.stage", stage.encode()),
+    ]
+
+
+def read_dead_letter_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> dict[str, str]:
+    """The ``dlq.*`` headers of a message as text, without the prefix."""
+    return {
+        name[len(HEADER_PREFIX):]: (value or b"").decode(errors="replace")
+        for name, value in headers or ()
+        if name.startswith(HEADER_PREFIX)
+    }
