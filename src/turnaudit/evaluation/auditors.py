@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import itertools
 import json
 import re
 import urllib.error
@@ -126,7 +127,7 @@ class RuleBasedAuditor:
         # Stub turns have no score; compare the turns that have one, in order.
         scores = [s["identity_score"] for s in turns if s.get("identity_score") is not None]
         return any(before - after > self.config.max_identity_drop
-                   for before, after in zip(scores, scores[1:], strict=False))
+                   for before, after in itertools.pairwise(scores))
 
     def _tool_failures_repeated(self, steps: Sequence[Step]) -> bool:
         failures = Counter(str(step.get("name")) for step in steps
@@ -250,7 +251,7 @@ class OllamaAuditor:
         return parse_verdict(text)
 
     def resolve_digest(self) -> str:
-        """The digest Ollama serves for exactly this tag (``name`` without a tag means ``:latest``)."""
+        """The digest Ollama serves for exactly this tag (a bare name means ``name:latest``)."""
         wanted = {self.model_tag}
         if ":" not in self.model_tag:
             wanted.add(f"{self.model_tag}:latest")
@@ -280,12 +281,14 @@ class OllamaAuditor:
                 payload = json.loads(response.read().decode("utf-8"))
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode("utf-8", "replace")[:200]
-            raise AuditorUnavailableError(f"Ollama {path} answered HTTP {exc.code}: {detail}") from exc
+            raise AuditorUnavailableError(
+                f"Ollama {path} answered HTTP {exc.code}: {detail}") from exc
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
             reason = getattr(exc, "reason", exc)
             raise AuditorUnavailableError(f"cannot reach Ollama at {url}: {reason}") from exc
         except ValueError as exc:
             raise AuditorResponseError(f"Ollama {path} did not answer JSON: {exc}") from exc
         if not isinstance(payload, Mapping):
-            raise AuditorResponseError(f"Ollama {path} answered {type(payload).__name__}, not an object")
+            raise AuditorResponseError(
+                f"Ollama {path} answered {type(payload).__name__}, not an object")
         return payload

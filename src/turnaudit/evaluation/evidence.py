@@ -48,7 +48,8 @@ def replay(labels: LabelPack, auditor: PrefixAuditor,
     auditor.end_battery()
     if auditor.identity != pinned:
         raise AuditorIdentityError(
-            f"auditor identity changed during the battery: {pinned} before, {auditor.identity} after")
+            f"auditor identity changed during the battery: {pinned} before, "
+            f"{auditor.identity} after")
     return EvidenceFile(auditor_id=pinned, cases=tuple(cases))
 
 

@@ -154,7 +154,7 @@ def _number(value: Number) -> int | float:
     return float(value) if isinstance(value, Fraction) else value
 
 
-def _failure(requirement: str, scope: str, comparison: str, threshold: Number,
+def _failure(requirement: str, scope: str, *, comparison: str, threshold: Number,
              actual: Number | None, detail: str) -> dict[str, Any]:
     missed_by: int | float | None = None
     if actual is not None:
@@ -174,14 +174,16 @@ def _at_least(requirement: str, scope: str, threshold: Number, actual: Number | 
               detail: str) -> list[dict[str, Any]]:
     if actual is not None and Fraction(actual) >= Fraction(threshold):
         return []
-    return [_failure(requirement, scope, ">=", threshold, actual, detail)]
+    return [_failure(requirement, scope, comparison=">=", threshold=threshold, actual=actual,
+                     detail=detail)]
 
 
 def _at_most(requirement: str, scope: str, threshold: Number, actual: Number | None,
              detail: str) -> list[dict[str, Any]]:
     if actual is not None and Fraction(actual) <= Fraction(threshold):
         return []
-    return [_failure(requirement, scope, "<=", threshold, actual, detail)]
+    return [_failure(requirement, scope, comparison="<=", threshold=threshold, actual=actual,
+                     detail=detail)]
 
 
 def _integrity(requirement: str, problems: dict[str, str]) -> list[dict[str, Any]]:
@@ -190,7 +192,8 @@ def _integrity(requirement: str, problems: dict[str, str]) -> list[dict[str, Any
     listed = [f"{task_id}: {problem}" for task_id, problem in problems.items()]
     more = len(listed) - DETAIL_CASE_LIMIT
     detail = "; ".join(listed[:DETAIL_CASE_LIMIT]) + (f"; and {more} more" if more > 0 else "")
-    failure = _failure(requirement, "overall", "==", 0, len(problems), detail)
+    failure = _failure(requirement, "overall", comparison="==", threshold=0,
+                       actual=len(problems), detail=detail)
     failure["cases"] = sorted(problems)
     return [failure]
 

@@ -155,10 +155,11 @@ def export(sources: Sequence[tuple[str, Path]], output: Path, without_context: b
     return pack
 
 
-def _included_case(raw: Mapping[str, Any], task_id: str) -> Case:
+def _included_case(raw: Mapping[str, Any]) -> Case:
+    task_id, family = raw.get("task_id"), raw.get("task_family")
     where = f"case {task_id!r}"
-    family = raw.get("task_family")
-    if not task_id.strip() or not isinstance(family, str) or not family.strip():
+    if not (isinstance(task_id, str) and task_id.strip()
+            and isinstance(family, str) and family.strip()):
         raise ReviewPackError(f"{where} needs a non-empty task_id and task_family")
     oracle_source = raw.get("oracle_source")
     if not isinstance(oracle_source, str) or not oracle_source.strip():
@@ -203,8 +204,11 @@ def finalize(pack_path: Path, output: Path) -> LabelPack:
     if not by_status["included"]:
         raise ReviewPackError("every case is excluded: nothing to label")
 
-    labels = LabelPack(tuple(_included_case(raw, str(raw.get("task_id")))
-                             for raw in by_status["included"]))
+    labels = LabelPack(tuple(_included_case(raw) for raw in by_status["included"]))
+    duplicates = sorted(task_id for task_id, n in Counter(c.task_id for c in labels.cases).items()
+                        if n > 1)
+    if duplicates:
+        raise ReviewPackError(f"included task ids appear more than once: {_ids(duplicates)}")
     write_json(output, labels.to_json())
     return labels
 

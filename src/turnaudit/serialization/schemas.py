@@ -36,15 +36,11 @@ def schema_from_json(schema_json: str, *, name: str, version: int) -> WriterSche
     # Named types are local to each version: keep fastavro's global name
     # registry out of it so v1 and v2 may define the same names differently.
     parsed = fastavro.parse_schema(raw, named_schemas={})
-    # fastavro prints the CRC-64-AVRO value as a big-endian number; the
-    # single-object header carries the same 64 bits little-endian.
-    fp_int = int(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"), 16)
+    # fastavro gives the CRC-64-AVRO bytes in little-endian order already: the
+    # order the single-object header carries them in.
+    fp = bytes.fromhex(fingerprint(to_parsing_canonical_form(parsed), "CRC-64-AVRO"))
     return WriterSchema(
-        name=name,
-        version=version,
-        schema_json=schema_json,
-        parsed=parsed,
-        fingerprint=fp_int.to_bytes(8, "little"),
+        name=name, version=version, schema_json=schema_json, parsed=parsed, fingerprint=fp
     )
 
 

@@ -1,0 +1,148 @@
+"""``turnaudit eval …``: the EVR-6 review pack, evidence producer and gate.
+
+The same parsers serve the ``python -m turnaudit.evaluation.<tool>`` forms through
+``run_standalone``, so both spellings accept exactly the same arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from turnaudit.errors import ConfigurationError, TurnAuditError
+from turnaudit.evaluation import review_pack
+from turnaudit.evaluation.auditors import OllamaAuditor, PrefixAuditor, RuleBasedAuditor, RuleConfig
+from turnaudit.evaluation.evidence import produce_evidence
+from turnaudit.evaluation.files import read_json
+from turnaudit.evaluation.gate import exit_code, run_gate
+
+DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
+Configure = Callable[[argparse.ArgumentParser], None]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "eval", help="EVR-6: review packs, auditor evidence and the pass/hold gate")
+    tools = parser.add_subparsers(dest="tool", metavar="TOOL", required=True)
+    configure_review_pack(tools.add_parser(
+        "review-pack", help="export manifests for independent labelling; finalize labels"))
+    configure_evidence(tools.add_parser(
+        "evidence", help="replay every prefix through the pinned auditor, then gate"))
+    configure_gate(tools.add_parser("gate", help="apply the pre-registered gate to evidence"))
+
+
+def configure_review_pack(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    export = actions.add_parser("export", help="manifests -> review pack, every case pending")
+    export.add_argument("--source", action="append", required=True, type=_family_source,
+                        metavar="FAMILY=PATH",
+                        help="an eval-manifest JSONL and the task family of all its runs")
+    export.add_argument("--output", type=Path, required=True, help="review pack to write")
+    export.add_argument("--without-context", action="store_true",
+                        help="omit task, tool and final-response context from the pack")
+    export.set_defaults(handler=_export)
+    finalize = actions.add_parser("finalize", help="reviewed pack -> label pack")
+    finalize.add_argument("pack", type=Path, help="the reviewed review pack")
+    finalize.add_argument("--output", type=Path, required=True, help="label pack to write")
+    finalize.set_defaults(handler=_finalize)
+
+
+def configure_evidence(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("labels", type=Path, help="label pack (no auditor output in it)")
+    parser.add_argument("--auditor", choices=("ollama", "rules"), default="ollama",
+                        help="auditor under test (default: ollama)")
+    parser.add_argument("--model", help="exact Ollama tag, e.g. qwen3.5:2b")
+    parser.add_argument("--expected-digest", help="the tag's pinned SHA-256 (sha256: optional)")
+    parser.add_argument("--ollama-url", default=DEFAULT_OLLAMA_URL,
+                        help=f"Ollama base URL (default {DEFAULT_OLLAMA_URL})")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds per Ollama request (default 120)")
+    parser.add_argument("--auditor-config", type=Path,
+                        help="JSON object of rule-auditor settings (rules only)")
+    parser.add_argument("--output", type=Path, required=True, help="evidence file to write")
+    parser.add_argument("--report", type=Path, required=True, help="gate report to write")
+    parser.set_defaults(handler=_evidence)
+
+
+def configure_gate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("evidence", type=Path, help="evidence file")
+    parser.add_argument("--output", type=Path, required=True, help="gate report to write")
+    parser.set_defaults(handler=_gate)
+
+
+def _family_source(text: str) -> tuple[str, Path]:
+    family, sep, path = text.partition("=")
+    if not sep or not family.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"expected FAMILY=PATH, got {text!r}")
+    return family.strip(), Path(path).expanduser()
+
+
+def _export(args: argparse.Namespace) -> int:
+    pack = review_pack.export(args.source, args.output, args.without_context)
+    print(f"review pack: {len(pack['cases'])} case(s) pending review -> {args.output}")
+    return 0
+
+
+def _finalize(args: argparse.Namespace) -> int:
+    labels = review_pack.finalize(args.pack, args.output)
+    healthy = sum(1 for case in labels.cases if not case.alarm_positive)
+    print(f"label pack: {len(labels.cases)} case(s) ({len(labels.cases) - healthy} "
+          f"alarm-positive, {healthy} healthy) -> {args.output}")
+    return 0
+
+
+def _build_auditor(args: argparse.Namespace) -> PrefixAuditor:
+    if args.auditor == "rules":
+        if args.model or args.expected_digest:
+            raise ConfigurationError("--model/--expected-digest apply to --auditor ollama only")
+        settings = read_json(args.auditor_config) if args.auditor_config else {}
+        if not isinstance(settings, dict):
+            raise ConfigurationError(f"{args.auditor_config} must hold a JSON object")
+        return RuleBasedAuditor(RuleConfig.from_mapping(settings))
+    if args.auditor_config:
+        raise ConfigurationError("--auditor-config applies to --auditor rules only")
+    if not args.model or not args.expected_digest:
+        raise ConfigurationError("--auditor ollama needs --model TAG and --expected-digest HEX")
+    return OllamaAuditor(args.ollama_url, args.model, args.expected_digest, timeout=args.timeout)
+
+
+def _evidence(args: argparse.Namespace) -> int:
+    report = produce_evidence(args.labels, _build_auditor(args),
+                              evidence_output=args.output, report_output=args.report)
+    print(f"evidence: {len(report['traces'])} case(s) -> {args.output}")
+    return _print_report(report, args.report)
+
+
+def _gate(args: argparse.Namespace) -> int:
+    return _print_report(run_gate(args.evidence, args.output), args.output)
+
+
+def _print_report(report: dict[str, Any], path: Path) -> int:
+    failed = report["failed_requirements"]
+    print(f"EVR-6 gate: {report['decision']} ({len(failed)} requirement(s) failed) -> {path}")
+    for failure in failed:
+        print(f"  {failure['requirement']} [{failure['scope']}]: {failure['actual']} "
+              f"vs {failure['comparison']} {failure['threshold']} "
+              f"(missed by {failure['missed_by']}): {failure['detail']}")
+    return exit_code(report)
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One line saying what is wrong, as the main `turnaudit` command does.
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def run_standalone(prog: str, configure: Configure, argv: Sequence[str] | None = None) -> int:
+    """The ``python -m`` form of one tool: same parser, same handlers, same exit codes."""
+    parser = _OneLineErrorParser(prog=prog)
+    configure(parser)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except TurnAuditError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2

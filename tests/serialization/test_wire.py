@@ -1,0 +1,220 @@
+"""Both wire formats, every shipped version, and clear errors for everything else."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from typing import Any
+
+import fastavro
+import pytest
+
+from turnaudit.errors import (
+    SchemaCompatibilityError,
+    SchemaNotFoundError,
+    SerializationError,
+    UnknownFramingError,
+)
+from turnaudit.producers.simulator import TurnRuntimeSimulator
+from turnaudit.serialization.compatibility import check_full_transitive
+from turnaudit.serialization.schemas import SchemaCatalog, schema_from_json, shipped_catalog
+from turnaudit.serialization.wire import (
+    ConfluentSerializer,
+    Framing,
+    SingleObjectSerializer,
+    TurnEventDeserializer,
+    registry_client,
+)
+
+CATALOG = shipped_catalog()
+
+
+def events(version: int, n: int = 50) -> list[dict[str, Any]]:
+    out = []
+    for i, e in enumerate(TurnRuntimeSimulator(5, schema_versions=(version,)).events(n)):
+        e["event_id"], e["sequence"] = f"e{i}", i
+        out.append(e)
+    return out
+
+
+def as_written(record: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(record)
+    out["occurred_at"] = record["occurred_at"]
+    return out
+
+
+def millis(decoded: dict[str, Any]) -> dict[str, Any]:
+    out = dict(decoded)
+    out["occurred_at"] = int(decoded["occurred_at"].timestamp() * 1000)
+    return out
+
+
+def test_shipped_versions_are_one_and_two_with_distinct_fingerprints() -> None:
+    assert [s.version for s in CATALOG.versions] == [1, 2]
+    assert CATALOG.versions[0].fingerprint != CATALOG.versions[1].fingerprint
+    assert all(len(s.fingerprint) == 8 for s in CATALOG.versions)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_single_object_round_trip(version: int) -> None:
+    schema = CATALOG.version(version)
+    serialize = SingleObjectSerializer(schema)
+    decode = TurnEventDeserializer(CATALOG)
+    for record in events(version):
+        payload = serialize(record)
+        assert payload[:2] == b"\xc3\x01"
+        assert payload[2:10] == schema.fingerprint
+        decoded = decode(payload)
+        assert decoded.framing is Framing.SINGLE_OBJECT
+        assert decoded.writer_version == version
+        got = millis(decoded.event)
+        for name, value in record.items():
+            assert got[name] == value, name
+
+
+def test_v1_data_is_read_into_the_current_shape_with_defaults() -> None:
+    record = events(1, 1)[0]
+    decoded = TurnEventDeserializer(CATALOG)(SingleObjectSerializer(CATALOG.version(1))(record))
+    assert decoded.event["tool_steps"] == []  # v2's new field at its default
+    # The writer's back-compat fields stay readable for contract 4.
+    assert decoded.event["safety_verdict"] == record["safety_verdict"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_confluent_framing_round_trip_with_the_mock_registry(version: int) -> None:
+    registry = registry_client("mock://turnaudit-test")
+    serialize = ConfluentSerializer(CATALOG.version(version), registry).bind("t.turn-events")
+    decode = TurnEventDeserializer(CATALOG, registry=registry)
+    for record in events(version, 20):
+        payload = serialize(record)
+        assert payload[0] == 0
+        decoded = decode(payload)
+        assert decoded.framing is Framing.CONFLUENT
+        assert decoded.writer_version == version
+        assert decoded.writer_fingerprint.startswith("registry:")
+        assert millis(decoded.event)["verdicts"] == record["verdicts"]
+        assert millis(decoded.event)["occurred_at"] == record["occurred_at"]
+
+
+def test_confluent_message_without_a_registry_is_a_clear_error() -> None:
+    with pytest.raises(SchemaNotFoundError, match="no Schema Registry is configured"):
+        TurnEventDeserializer(CATALOG)(b"\x00\x00\x00\x00\x07" + b"\x02")
+
+
+def test_unknown_registry_id_is_a_clear_error() -> None:
+    decode = TurnEventDeserializer(CATALOG, registry=registry_client("mock://empty"))
+    with pytest.raises(SchemaNotFoundError, match="schema id 4242"):
+        decode(b"\x00" + (4242).to_bytes(4, "big") + b"\x02")
+
+
+@pytest.mark.parametrize("payload", [b"", b"hello world", b"\xc3", b"\x7b\x22json\x22"])
+def test_messages_in_neither_framing_are_refused(payload: bytes) -> None:
+    with pytest.raises(UnknownFramingError):
+        TurnEventDeserializer(CATALOG)(payload)
+
+
+def test_unknown_fingerprint_is_refused_without_a_resolver() -> None:
+    payload = b"\xc3\x01" + b"\x01" * 8 + b"\x00"
+    with pytest.raises(SchemaNotFoundError, match="0101010101010101"):
+        TurnEventDeserializer(CATALOG)(payload)
+
+
+def test_truncated_body_is_a_serialization_error() -> None:
+    payload = SingleObjectSerializer(CATALOG.latest)(events(2, 1)[0])
+    with pytest.raises(SerializationError):
+        TurnEventDeserializer(CATALOG)(payload[: len(payload) // 2])
+
+
+def test_trailing_bytes_are_a_serialization_error() -> None:
+    payload = SingleObjectSerializer(CATALOG.latest)(events(2, 1)[0])
+    with pytest.raises(SerializationError, match="trailing"):
+        TurnEventDeserializer(CATALOG)(payload + b"\x00\x00")
+
+
+def test_a_record_that_does_not_fit_the_schema_is_a_serialization_error() -> None:
+    record = events(2, 1)[0]
+    record["path"] = "SIDEWAYS"
+    with pytest.raises(SerializationError, match="does not fit"):
+        SingleObjectSerializer(CATALOG.latest)(record)
+
+
+def future_v3() -> str:
+    """A newer writer (as a future producer would ship): one extra field."""
+    raw = json.loads(CATALOG.latest.schema_json)
+    raw["fields"].append({"name": "region", "type": "string", "default": "eu"})
+    return json.dumps(raw)
+
+
+def test_a_foreign_fingerprint_resolves_through_the_schemas_topic_resolver() -> None:
+    v3 = schema_from_json(future_v3(), name="turn_event", version=3)
+    record = events(2, 1)[0]
+    record["verdicts"]["schema_version"] = 3
+    record["region"] = "us"
+    payload = SingleObjectSerializer(v3)(record)
+    asked: list[bytes] = []
+
+    def resolver(fp: bytes) -> str | None:
+        asked.append(fp)
+        return future_v3() if fp == v3.fingerprint else None
+
+    decode = TurnEventDeserializer(CATALOG, resolver=resolver)
+    decoded = decode(payload)
+    decode(payload)
+    assert asked == [v3.fingerprint]  # resolved once, then cached
+    assert decoded.writer_version == 3
+    assert "region" not in decoded.event  # read into today's reader shape
+    assert decoded.event["session_id"] == record["session_id"]
+
+
+def test_schemas_check_passes_for_the_shipped_versions() -> None:
+    results = check_full_transitive(CATALOG, records_per_version=100)
+    assert {(r.writer, r.reader) for r in results} == {(1, 1), (1, 2), (2, 1), (2, 2)}
+    assert all(r.records == 100 for r in results)
+
+
+def test_schemas_check_fails_for_a_version_adding_a_field_without_default() -> None:
+    raw = json.loads(CATALOG.latest.schema_json)
+    raw["fields"].append({"name": "region", "type": "string"})
+    broken = schema_from_json(json.dumps(raw), name="turn_event", version=3)
+    with pytest.raises(SchemaCompatibilityError, match="region"):
+        check_full_transitive(SchemaCatalog("turn_event", (*CATALOG.versions, broken)), 20)
+
+
+def test_schemas_check_fails_for_a_changed_field_type() -> None:
+    raw = json.loads(CATALOG.latest.schema_json)
+    for field in raw["fields"]:
+        if field["name"] == "vault_hits":
+            field["type"] = "string"
+    broken = schema_from_json(json.dumps(raw), name="turn_event", version=3)
+    with pytest.raises(SchemaCompatibilityError):
+        check_full_transitive(SchemaCatalog("turn_event", (*CATALOG.versions, broken)), 20)
+
+
+def test_fingerprint_is_crc64_avro_of_the_canonical_form() -> None:
+    # Reference implementation from the Avro specification.
+    empty = 0xC15D213AA4D7A795
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (empty & -(fp & 1))
+        table.append(fp)
+
+    def rabin(data: bytes) -> int:
+        fp = empty
+        for byte in data:
+            fp = (fp >> 8) ^ table[(fp ^ byte) & 0xFF]
+        return fp
+
+    for schema in CATALOG.versions:
+        canonical = fastavro.schema.to_parsing_canonical_form(schema.parsed)
+        assert schema.fingerprint == rabin(canonical.encode()).to_bytes(8, "little")
+
+
+def test_encoded_body_is_plain_avro() -> None:
+    record = events(2, 1)[0]
+    payload = SingleObjectSerializer(CATALOG.latest)(record)
+    body = io.BytesIO(payload[10:])
+    got = fastavro.schemaless_reader(body, CATALOG.latest.parsed)
+    assert got["event_id"] == record["event_id"]
