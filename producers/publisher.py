@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -41,6 +42,9 @@ _GUARANTEES: dict[str, object] = {
     "enable.idempotence": True,
     "acks": "all",
     "message.timeout.ms": 0,  # retry until delivered or purged into the spool at close
+    # Successes are counted from the queue length; only failures need a
+    # callback, which keeps a Python call per event off the hot path.
+    "delivery.report.only.error": True,
 }
 _DEFAULTS: dict[str, object] = {
     "linger.ms": 5,
@@ -96,6 +100,8 @@ class TurnEventPublisher:
         config = settings.client_config(
             **{**_DEFAULTS, **(producer_options or {}), **_GUARANTEES},
             error_cb=self._on_error,
+            # One producer-wide callback: no per-message callback object to carry.
+            on_delivery=self._on_delivery,
         )
         self._producer = Producer(config)
         # One serializer per shipped version: an event is written with the
@@ -112,14 +118,14 @@ class TurnEventPublisher:
             else:
                 self._serializers[schema.version] = SingleObjectSerializer(schema)
                 self._announce_schema(settings.topics.schemas, schema)
-        self._new_id = id_factory or (lambda: uuid.uuid4().hex)
+        self._new_id = id_factory or _EventIds().next
         self._next_sequence: dict[str, int] = {}
         self._spool = DiskSpool(spool_dir, max_bytes=spool_max_bytes)
         # Route new events to the spool while it holds anything: order per session.
         self._spooling = len(self._spool) > 0
         self._broker_down = False
         self._lock = threading.Lock()
-        self._published = self._delivered = self._failed = 0
+        self._produced = self._failed = self._purged = 0
         self._probe_interval = probe_interval
         self._closing = threading.Event()
         self._worker = threading.Thread(target=self._run, name="turnaudit-publisher", daemon=True)
@@ -132,7 +138,6 @@ class TurnEventPublisher:
         with self._lock:
             sequence = self._next_sequence.get(session, 0)
             self._next_sequence[session] = sequence + 1
-            self._published += 1
         event_id = self._new_id()
         event["event_id"] = event_id
         event["sequence"] = sequence
@@ -140,7 +145,8 @@ class TurnEventPublisher:
         key = session.encode()
         if not self._spooling:
             try:
-                self._producer.produce(self.topic, value, key, on_delivery=self._on_delivery)
+                self._producer.produce(self.topic, value, key)
+                self._produced += 1
                 self._producer.poll(0)
                 return event_id
             except BufferError:
@@ -152,14 +158,12 @@ class TurnEventPublisher:
 
     # -- callbacks (run inside poll, on whichever thread polls) ---------------
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is None:
-            with self._lock:
-                self._delivered += 1
-                self._broker_down = False
+        if err is None:  # not reported with delivery.report.only.error; kept for safety
             return
         if err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
             # Purged at close(): keep it for the next publisher. An in-flight one
             # may also have reached the broker: a duplicate with the same event id.
+            self._purged += 1
             self._spool.append(msg.topic(), msg.key(), msg.value())
             return
         with self._lock:
@@ -202,9 +206,8 @@ class TurnEventPublisher:
         for message in batch:
             while True:
                 try:
-                    self._producer.produce(
-                        message.topic, message.value, message.key, on_delivery=self._on_delivery
-                    )
+                    self._producer.produce(message.topic, message.value, message.key)
+                    self._produced += 1
                     break
                 except BufferError:
                     self._producer.poll(0.05)
@@ -222,17 +225,24 @@ class TurnEventPublisher:
                 self._spooling = False
 
     # -- lifecycle -----------------------------------------------------------
+    @property
+    def _delivered(self) -> int:
+        # Everything produced that is neither still queued nor reported failed
+        # (purged ones are reported as failed-and-spooled, see _on_delivery).
+        return self._produced - len(self._producer) - self._failed - self._purged
+
     def stats(self) -> PublisherStats:
         with self._lock:
-            return PublisherStats(
-                self._published, self._delivered, self._failed, len(self._spool), len(self._producer)
-            )
+            published = sum(self._next_sequence.values())
+        return PublisherStats(
+            published, self._delivered, self._failed, len(self._spool), len(self._producer)
+        )
 
     def close(self, timeout: float = 30.0) -> CloseReport:
         """Flush; whatever the broker did not take stays in the spool, reported here."""
         deadline = time.monotonic() + timeout
-        while self._spooling and not self._broker_down and time.monotonic() < deadline:
-            time.sleep(0.05)  # let the worker drain a spool the broker can take now
+        while self._spooling and time.monotonic() < deadline:
+            time.sleep(0.05)  # let the worker drain the spool if the broker comes back
         self._closing.set()
         self._worker.join()
         remaining = self._producer.flush(max(0.0, deadline - time.monotonic()))
@@ -241,7 +251,9 @@ class TurnEventPublisher:
             self._producer.poll(0)
         self._producer.flush(0)
         self._spool.close()
-        report = CloseReport(self._delivered, len(self._spool), self._failed, str(self._spool.directory))
+        # Schema announcements are produced too but are not events.
+        delivered = self._delivered
+        report = CloseReport(delivered, len(self._spool), self._failed, str(self._spool.directory))
         if report.ok:
             log.info("publisher_closed", delivered=report.delivered)
         else:
@@ -284,6 +296,18 @@ class TurnEventPublisher:
     def _announce_schema(self, schemas_topic: str, schema: WriterSchema) -> None:
         """Put a writer schema on the compacted schemas topic, keyed by fingerprint."""
         self._producer.produce(schemas_topic, schema.schema_json.encode(), schema.fingerprint_hex.encode())
+
+
+class _EventIds:
+    """Unique event ids, cheaper than uuid4 per event: 80 random bits chosen
+    once per publisher, then a counter (32 hex digits, like a UUID)."""
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:20]
+        self._counter = itertools.count()
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._counter):012x}"
 
 
 def raise_if_undelivered(report: CloseReport) -> None:

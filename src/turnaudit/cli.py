@@ -20,7 +20,7 @@ COMMAND_MODULES = (
     "turnaudit.commands.schemas",
     "turnaudit.commands.simulate",
     "turnaudit.commands.demo",
-    # "turnaudit.evaluation.cli",  (wired in once the evaluation tools land)
+    "turnaudit.evaluation.cli",
 )
 
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-import turnaudit.cli
 from turnaudit.errors import ConfigurationError
 from turnaudit.evaluation.auditors import RuleBasedAuditor, RuleConfig
 from turnaudit.evaluation.evidence import produce_evidence
@@ -159,12 +158,6 @@ def test_rule_config_refuses_unknown_or_bad_settings() -> None:
 
 
 # --- command line ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def eval_cli(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setattr(turnaudit.cli, "COMMAND_MODULES", ("turnaudit.evaluation.cli",))
-    return turnaudit.cli.main
 
 
 def test_cli_evidence_with_rules_exits_0_on_pass_and_1_on_hold(eval_cli: Any,

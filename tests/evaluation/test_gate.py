@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-import turnaudit.cli
 from turnaudit.evaluation.errors import EvidenceFormatError
 from turnaudit.evaluation.files import parse_evidence
 from turnaudit.evaluation.gate import evaluate, p95_nearest_rank
@@ -351,13 +350,6 @@ def test_evidence_with_an_unknown_verdict_is_refused() -> None:
 # --- command line ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def eval_cli(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """`turnaudit.cli.main` with only the eval group, independent of other command groups."""
-    monkeypatch.setattr(turnaudit.cli, "COMMAND_MODULES", ("turnaudit.evaluation.cli",))
-    return turnaudit.cli.main
-
-
 def write(path: Path, data: Any) -> Path:
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
@@ -413,3 +405,4 @@ def test_python_m_gate_form_shares_the_parser(tmp_path: Path) -> None:
     assert no_output.returncode == 2
     assert no_output.stderr.count("\n") == 1
     assert "--output" in no_output.stderr
+

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-import turnaudit.cli
 from turnaudit.evaluation.errors import ContaminatedLabelPackError, ReviewPackError
 from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.files import Verdict, load_labels
@@ -24,7 +23,8 @@ def manifest_line(task_id: str, n_steps: int = 4, **extra: Any) -> dict[str, Any
         "task_id": task_id,
         "trace": {"steps": healthy_steps(n_steps), "source": {"runtime": "victor 1.2", "run": 7}},
         "context": {"task": f"fix bug in {task_id}",
-                    "tools": [{"name": "shell", "arguments": {"cmd": "pytest"}, "result": "1 failed"}],
+                    "tools": [{"name": "shell", "arguments": {"cmd": "pytest"},
+                               "result": "1 failed"}],
                     "final_response": "done"},
         **extra,
     }
@@ -98,7 +98,7 @@ def test_export_bounds_context_fields(tmp_path: Path) -> None:
 def test_export_refuses_a_family_that_contradicts_the_source(tmp_path: Path) -> None:
     manifest = write_manifest(tmp_path / "m.jsonl", [manifest_line("x", task_family="code-gen")])
 
-    with pytest.raises(ReviewPackError, match="says family 'code-gen'.*given as 'code-fix'"):
+    with pytest.raises(ReviewPackError, match=r"says family 'code-gen'.*given as 'code-fix'"):
         export([("code-fix", manifest)], tmp_path / "pack.json")
 
 
@@ -106,7 +106,7 @@ def test_export_refuses_duplicate_task_ids_across_manifests(tmp_path: Path) -> N
     first = write_manifest(tmp_path / "a.jsonl", [manifest_line("same")])
     second = write_manifest(tmp_path / "b.jsonl", [manifest_line("same")])
 
-    with pytest.raises(ReviewPackError, match="more than once.*same"):
+    with pytest.raises(ReviewPackError, match=r"more than once.*same"):
         export([("code-fix", first), ("code-gen", second)], tmp_path / "pack.json")
 
 
@@ -238,12 +238,6 @@ def test_labels_refuse_empty_observations_key_too(tmp_path: Path) -> None:
 
 
 # --- command line ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def eval_cli(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setattr(turnaudit.cli, "COMMAND_MODULES", ("turnaudit.evaluation.cli",))
-    return turnaudit.cli.main
 
 
 def test_cli_export_without_context_then_finalize(

@@ -173,7 +173,8 @@ def build_prompt(steps_prefix: Sequence[Step]) -> str:
         for key in ("arguments", "result", "surface"):
             if key in compact:
                 compact[key] = _clip(compact[key])
-        lines.append(canonical_json(compact))
+        # Not canonical_json: the keys keep the order above, index and kind first.
+        lines.append(json.dumps(compact, separators=(",", ":"), ensure_ascii=False))
     return PROMPT_HEADER + "\n".join(lines) + PROMPT_FOOTER
 
 
@@ -201,6 +202,8 @@ class OllamaAuditor:
                  timeout: float = 120.0, keep_alive: str = "10m") -> None:
         if not model_tag.strip():
             raise ConfigurationError("the Ollama model tag is empty")
+        if timeout <= 0:
+            raise ConfigurationError(f"Ollama timeout must be positive, got {timeout}")
         if not base_url.startswith(("http://", "https://")):
             raise ConfigurationError(f"Ollama URL {base_url!r} must start with http:// or https://")
         self.base_url = base_url.rstrip("/")

@@ -14,6 +14,8 @@ lower them. Definitions the report relies on:
   trace in two figures.
 - early-alarm recall = TP / alarm-positive traces; false-alarm rate = FP / healthy traces.
   A ratio with a zero denominator is undefined and fails its requirement.
+- Every family in the evidence is held to the per-family requirements (>= 4 traces,
+  both polarities, recall, false-alarm rate): a family too small to measure is not excused.
 - p95 latency is the nearest-rank percentile over every observation: the
   ceil(0.95 * n)-th smallest latency (1-based), always a latency actually measured.
 
@@ -291,19 +293,19 @@ def _family_failures(family: str, tally: Tally) -> list[dict[str, Any]]:
     ]
 
 
-def _tally(cases: Iterable[Case], outcomes: dict[int, TraceOutcome]) -> Tally:
-    chosen = list(cases)
-    return Tally(outcomes=tuple(outcomes[id(case)] for case in chosen),
-                 latencies=tuple(obs.latency_ms for case in chosen
+def _tally(scored: Iterable[tuple[Case, TraceOutcome]]) -> Tally:
+    chosen = list(scored)
+    return Tally(outcomes=tuple(outcome for _, outcome in chosen),
+                 latencies=tuple(obs.latency_ms for case, _ in chosen
                                  for obs in case.observations or ()))
 
 
 def evaluate(evidence: EvidenceFile) -> dict[str, Any]:
     """Apply the pre-registered gate; the report is JSON-serialisable."""
-    outcomes = {id(case): classify(case) for case in evidence.cases}
-    overall = _tally(evidence.cases, outcomes)
+    scored = [(case, classify(case)) for case in evidence.cases]
+    overall = _tally(scored)
     family_names = sorted({case.task_family for case in evidence.cases})
-    families = {name: _tally((c for c in evidence.cases if c.task_family == name), outcomes)
+    families = {name: _tally(pair for pair in scored if pair[0].task_family == name)
                 for name in family_names}
 
     tp, fp = overall.count("early"), overall.count("false_alarm")
@@ -348,7 +350,7 @@ def evaluate(evidence: EvidenceFile) -> dict[str, Any]:
         },
         "overall": overall.to_json(),
         "families": {name: tally.to_json() for name, tally in families.items()},
-        "traces": [outcomes[id(case)].to_json() for case in evidence.cases],
+        "traces": [outcome.to_json() for _, outcome in scored],
         "failed_requirements": failed,
     }
 
