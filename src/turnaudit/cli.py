@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from turnaudit.errors import TurnAuditError
+from turnaudit.logconfig import configure_cli_logging
 
 # Command groups, in the order `turnaudit --help` lists them.
 COMMAND_MODULES = (
@@ -35,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="turnaudit",
         description="Event-streaming audit pipeline for conversational AI runtimes.",
     )
+    parser.add_argument(
+        "--log-level", default=os.environ.get("TURNAUDIT_LOG_LEVEL", "WARNING"),
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="level of the JSON log lines on stderr (default WARNING, or TURNAUDIT_LOG_LEVEL)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                        parser_class=_ArgumentParser)
     for name in COMMAND_MODULES:
@@ -44,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_cli_logging(args.log_level)
     try:
         return int(args.handler(args))
     except TurnAuditError as exc:

@@ -1,0 +1,57 @@
+"""The command line: wrong arguments get one line saying what is wrong."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from turnaudit.cli import build_parser, main
+
+COMMANDS = ["broker", "schemas", "simulate", "demo", "eval"]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnaudit.cli", *args], capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["simulate", "--events", "many"], "'many' is not a whole number"),
+        (["simulate", "--schema-versions", "1,7"], "shipped are 1 and 2"),
+        (["broker", "restart"], "invalid choice: 'restart'"),
+        (["nonsense"], "invalid choice: 'nonsense'"),
+    ],
+)
+def test_a_wrong_argument_gets_one_line(args: list[str], says: str) -> None:
+    result = run(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert says in lines[0]
+
+
+def test_a_project_error_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PARTITIONS", "zero")
+    result = run("simulate", "--events", "1")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "turnaudit simulate: TURNAUDIT_TOPIC_PARTITIONS='zero' is not a whole number"
+    )
+
+
+def test_every_command_group_is_registered() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert set(COMMANDS) <= set(sub.choices)  # type: ignore[arg-type]
+
+
+def test_schemas_check_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schemas", "check", "--records", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "written with v1, read with v2: 50 records equal" in out
+    assert "FULL_TRANSITIVE" in out
