@@ -64,7 +64,10 @@ class SimulatedTask:
     task_family: str
     session_id: str
     steps: int
-    oracle_alarm_step: int | None  # None: a healthy run
+    # The task turn (0-based) where intervention is first justified; None: healthy.
+    # HTIR traces also hold tool steps: the trace's step index of that turn is
+    # HtirTrace.turn_index(oracle_alarm_turn).
+    oracle_alarm_turn: int | None
     failure_mode: str | None
 
     def as_json(self) -> dict[str, Any]:
@@ -73,7 +76,7 @@ class SimulatedTask:
             "task_family": self.task_family,
             "session_id": self.session_id,
             "steps": self.steps,
-            "oracle_alarm_step": self.oracle_alarm_step,
+            "oracle_alarm_turn": self.oracle_alarm_turn,
             "failure_mode": self.failure_mode,
             "oracle_source": "turnaudit-simulator/1 (scripted failure step)",
         }
@@ -214,7 +217,7 @@ class TurnRuntimeSimulator:
             task_family=family,
             session_id=session.session_id,
             steps=steps,
-            oracle_alarm_step=self._rng.randint(1, steps - 2) if failing else None,
+            oracle_alarm_turn=self._rng.randint(1, steps - 2) if failing else None,
             failure_mode=FAILURE_MODES[family] if failing else None,
         )
         session.task, session.task_step = task, 0
@@ -263,10 +266,12 @@ class TurnRuntimeSimulator:
         task = session.task
         at_or_after_failure = (
             task is not None
-            and task.oracle_alarm_step is not None
-            and session.task_step >= task.oracle_alarm_step
+            and task.oracle_alarm_turn is not None
+            and session.task_step >= task.oracle_alarm_turn
         )
-        failing_now = at_or_after_failure and task is not None and session.task_step == task.oracle_alarm_step
+        failing_now = (
+            at_or_after_failure and task is not None and session.task_step == task.oracle_alarm_turn
+        )
         mode = task.failure_mode if task is not None and at_or_after_failure else None
         healthy_task = task is not None and not at_or_after_failure
 
@@ -343,5 +348,7 @@ class TurnRuntimeSimulator:
         if task is None:
             return []
         if mode == "tool_failures":
-            return [ToolCall(rng.choice(TOOLS), "{}", "error: timeout", ok=False) for _ in range(3)]
+            # The agent keeps calling the same failing tool.
+            tool = TOOLS[len(task.task_id) % len(TOOLS)]
+            return [ToolCall(tool, "{}", "error: timeout", ok=False) for _ in range(3)]
         return [ToolCall(rng.choice(TOOLS), "{}", "ok") for _ in range(rng.randint(0, 2))]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,22 +29,27 @@ from turnaudit.evaluation.files import (
 from turnaudit.evaluation.gate import evaluate
 
 
+def observe_prefixes(steps: Sequence[Mapping[str, Any]], auditor: PrefixAuditor,
+                     clock: Callable[[], float] = time.perf_counter) -> tuple[Observation, ...]:
+    """One fresh auditor call per prefix ``steps[0..k]``, in order, with its latency."""
+    observations = []
+    for prefix_end in range(len(steps)):
+        started = clock()
+        verdict = auditor.assess(steps[: prefix_end + 1])
+        observations.append(Observation(prefix_end, verdict, (clock() - started) * 1000.0))
+    return tuple(observations)
+
+
 def replay(labels: LabelPack, auditor: PrefixAuditor,
            clock: Callable[[], float] = time.perf_counter) -> EvidenceFile:
     """Run the battery: one observation per prefix, in order, for every case."""
     auditor.begin_battery()
     pinned = auditor.identity
-    cases = []
-    for case in labels.cases:
-        observations = []
-        for prefix_end in range(len(case.trace.steps)):
-            prefix = case.trace.steps[: prefix_end + 1]
-            started = clock()
-            verdict = auditor.assess(prefix)
-            latency_ms = (clock() - started) * 1000.0
-            observations.append(Observation(prefix_end, verdict, latency_ms))
-        cases.append(Case(case.task_id, case.task_family, case.oracle_source,
-                          case.oracle_alarm_step, case.trace, tuple(observations)))
+    cases = [
+        Case(case.task_id, case.task_family, case.oracle_source, case.oracle_alarm_step,
+             case.trace, observe_prefixes(case.trace.steps, auditor, clock))
+        for case in labels.cases
+    ]
     auditor.end_battery()
     if auditor.identity != pinned:
         raise AuditorIdentityError(

@@ -1,0 +1,241 @@
+"""HTIR traces: one per task run, assembled from the turn-events stream.
+
+A trace's steps are, for every turn of the task in session order, the tool
+calls the runtime reported and then the turn itself, with sequential indices.
+The step dicts are the flat shape the auditors read (``None`` fields left
+out); ``HtirTrace.to_avro`` gives the record of ``schemas/htir_trace.v1.avsc``.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SURFACE_LIMIT = 500  # surfaces are sensitive and long; the auditors need the gist
+
+
+class TraceClose(enum.StrEnum):
+    END_OF_TASK = "END_OF_TASK"
+    IDLE_TIMEOUT = "IDLE_TIMEOUT"
+    SHUTDOWN = "SHUTDOWN"
+
+
+_STEP_FIELDS = (
+    "sequence", "turn", "path", "refusal_emitted", "hedge_injected", "identity_score",
+    "identity_threshold", "safety_passed", "ethics_passed", "action", "surface",
+    "name", "arguments", "result", "ok",
+)
+
+
+def turn_steps(
+    event: Mapping[str, Any], contract_breaches: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """The HTIR steps of one TurnEvent (without indices): its tool calls, then the turn."""
+    task = event["task"]
+    occurred = event["occurred_at"]
+    millis = occurred if isinstance(occurred, int) else int(occurred.timestamp() * 1000)
+    common = {"event_id": event["event_id"], "task_step": task["step"], "occurred_at": millis}
+    steps: list[dict[str, Any]] = [
+        {"kind": "tool", **common, "name": t["name"], "arguments": t["arguments"],
+         "result": t["result"], "ok": t["ok"]}
+        for t in event.get("tool_steps", ())
+    ]
+    bundle = event["verdicts"]
+    identity = bundle["identity_score"]
+    safety, ethics = bundle["safety_verdict"], bundle["ethics_verdict"]
+    action = event["action_assessment"]
+    steps.append({
+        "kind": "turn",
+        **common,
+        "sequence": event["sequence"],
+        "turn": event["turn"],
+        "path": event["path"],
+        "refusal_emitted": bundle["refusal_emitted"],
+        "hedge_injected": bundle["hedge_injected"],
+        "identity_score": None if identity is None else identity["score"],
+        "identity_threshold": None if identity is None else identity["threshold"],
+        "safety_passed": None if safety is None else safety["passed"],
+        "ethics_passed": None if ethics is None else ethics["passed"],
+        "violated_boundary_ids": [] if safety is None else list(safety["violated_boundary_ids"]),
+        "violated_predicate_ids": [] if ethics is None else list(ethics["violated_predicate_ids"]),
+        "action": None if action is None else {
+            k: action[k] for k in ("execution_verdict", "action_risk_verdict", "risk_tier",
+                                   "human_decision_required", "output_policy")
+        },
+        "contract_breaches": list(contract_breaches),
+        "surface": event["surface"][:SURFACE_LIMIT],
+    })
+    return [{k: v for k, v in s.items() if v is not None} for s in steps]
+
+
+@dataclass
+class HtirTrace:
+    task_id: str
+    task_family: str
+    session_id: str
+    topic: str
+    partition: int
+    runtime: Mapping[str, str]
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    sequences: list[int] = field(default_factory=list)
+    event_ids: list[str] = field(default_factory=list)
+    closed_by: TraceClose | None = None
+    last_seen: float = 0.0
+
+    def add(self, event: Mapping[str, Any], offset: int, breaches: Sequence[str]) -> None:
+        if event["event_id"] in self.event_ids:
+            return  # an at-least-once redelivery: the step is already in the trace
+        for step in turn_steps(event, breaches):
+            step["index"] = len(self.steps)
+            self.steps.append(step)
+        self.offsets.append(offset)
+        self.sequences.append(event["sequence"])
+        self.event_ids.append(event["event_id"])
+
+    @property
+    def source(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "first_offset": min(self.offsets),
+            "last_offset": max(self.offsets),
+            "first_sequence": min(self.sequences),
+            "last_sequence": max(self.sequences),
+            "runtime_name": self.runtime.get("name", ""),
+            "runtime_version": self.runtime.get("version", ""),
+            "event_ids": list(self.event_ids),
+        }
+
+    def to_avro(self) -> dict[str, Any]:
+        steps = [{name: s.get(name) for name in _STEP_FIELDS} | {
+            "index": s["index"], "kind": s["kind"], "event_id": s["event_id"],
+            "task_step": s["task_step"], "occurred_at": s["occurred_at"],
+            "violated_boundary_ids": s.get("violated_boundary_ids", []),
+            "violated_predicate_ids": s.get("violated_predicate_ids", []),
+            "contract_breaches": s.get("contract_breaches", []),
+        } for s in self.steps]
+        return {
+            "format_version": 1,
+            "task_id": self.task_id,
+            "task_family": self.task_family,
+            "session_id": self.session_id,
+            "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value,
+            "source": self.source,
+            "steps": steps,
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> HtirTrace:
+        source = record["source"]
+        trace = cls(
+            task_id=record["task_id"],
+            task_family=record["task_family"],
+            session_id=record["session_id"],
+            topic=source["topic"],
+            partition=source["partition"],
+            runtime={"name": source["runtime_name"], "version": source["runtime_version"]},
+            closed_by=TraceClose(record["closed_by"]),
+        )
+        trace.steps = [_from_avro_step(s) for s in record["steps"]]
+        trace.offsets = [source["first_offset"], source["last_offset"]]
+        trace.sequences = [source["first_sequence"], source["last_sequence"]]
+        trace.event_ids = list(source["event_ids"])
+        return trace
+
+    def manifest_line(self, *, with_context: bool = True) -> dict[str, Any]:
+        """The eval-manifest JSONL line the review-pack export reads."""
+        line: dict[str, Any] = {
+            "task_id": self.task_id,
+            "task_family": self.task_family,
+            "trace": {"steps": self.steps,
+                      "source": {**self.source, "session_id": self.session_id,
+                                 "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value}},
+        }
+        if with_context:
+            turns = [s for s in self.steps if s["kind"] == "turn"]
+            line["context"] = {
+                "task": f"{self.task_family} task {self.task_id} (session {self.session_id})",
+                "tools": [{"name": s["name"], "arguments": s.get("arguments", ""),
+                           "result": s.get("result", "")}
+                          for s in self.steps if s["kind"] == "tool"],
+                "final_response": turns[-1].get("surface", "") if turns else "",
+            }
+        return line
+
+    def turn_index(self, task_step: int) -> int | None:
+        """HTIR index of the turn step of the task's ``task_step``-th turn."""
+        for step in self.steps:
+            if step["kind"] == "turn" and step["task_step"] == task_step:
+                return int(step["index"])
+        return None
+
+
+_TURN_ONLY_LISTS = ("violated_boundary_ids", "violated_predicate_ids", "contract_breaches")
+
+
+def _from_avro_step(step: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in step.items() if v is not None}
+    if out["kind"] == "tool":  # Avro gave the turn-only lists their defaults
+        for name in _TURN_ONLY_LISTS:
+            out.pop(name, None)
+    return out
+
+
+class TraceAssembler:
+    """Collects task turns into traces; closes one on end-of-task or when idle."""
+
+    def __init__(self, idle_timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.idle_timeout = idle_timeout
+        self._clock = clock
+        self._open: dict[str, HtirTrace] = {}
+
+    @property
+    def open_traces(self) -> int:
+        return len(self._open)
+
+    def add(
+        self,
+        event: Mapping[str, Any],
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        breaches: Sequence[str] = (),
+    ) -> HtirTrace | None:
+        """Add a turn; returns the trace when this turn ended its task."""
+        task = event.get("task")
+        if task is None:
+            return None
+        trace = self._open.get(task["task_id"])
+        if trace is None:
+            trace = HtirTrace(task["task_id"], task["task_family"], event["session_id"],
+                              topic, partition, event["runtime"])
+            self._open[task["task_id"]] = trace
+        trace.add(event, offset, breaches)
+        trace.last_seen = self._clock()
+        if task["end_of_task"]:
+            trace.closed_by = TraceClose.END_OF_TASK
+            return self._open.pop(task["task_id"])
+        return None
+
+    def expire(self) -> list[HtirTrace]:
+        """Close the traces that saw no turn for ``idle_timeout`` seconds."""
+        cutoff = self._clock() - self.idle_timeout
+        idle = [tid for tid, t in self._open.items() if t.last_seen <= cutoff]
+        closed = []
+        for task_id in idle:
+            trace = self._open.pop(task_id)
+            trace.closed_by = TraceClose.IDLE_TIMEOUT
+            closed.append(trace)
+        return closed
+
+    def close_all(self) -> list[HtirTrace]:
+        closed = list(self._open.values())
+        for trace in closed:
+            trace.closed_by = TraceClose.SHUTDOWN
+        self._open.clear()
+        return closed

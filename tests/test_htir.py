@@ -1,0 +1,160 @@
+"""HTIR trace assembly: order, indices, closing, redeliveries, Avro and manifest shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from turnaudit.evaluation import review_pack
+from turnaudit.evaluation.auditors import RuleBasedAuditor
+from turnaudit.evaluation.files import load_labels
+from turnaudit.htir import HtirTrace, TraceAssembler, TraceClose, turn_steps
+from turnaudit.producers.simulator import TurnRuntimeSimulator
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def simulated(n: int = 3000, seed: int = 3) -> tuple[TurnRuntimeSimulator, list[dict[str, Any]]]:
+    sim = TurnRuntimeSimulator(seed)
+    events = []
+    for i, event in enumerate(sim.events(n)):
+        event["event_id"], event["sequence"] = f"e{i}", i
+        events.append(event)
+    return sim, events
+
+
+def assemble(events: list[dict[str, Any]]) -> tuple[list[HtirTrace], TraceAssembler]:
+    assembler = TraceAssembler(idle_timeout=60)
+    closed = []
+    for offset, event in enumerate(events):
+        trace = assembler.add(event, topic="t", partition=0, offset=offset)
+        if trace is not None:
+            closed.append(trace)
+    return closed, assembler
+
+
+def test_tool_steps_come_before_their_turn() -> None:
+    _, events = simulated()
+    event = next(e for e in events if e["task"] and len(e["tool_steps"]) == 2)
+    steps = turn_steps(event)
+    assert [s["kind"] for s in steps] == ["tool", "tool", "turn"]
+    assert steps[-1]["refusal_emitted"] is event["verdicts"]["refusal_emitted"]
+    assert all(s["event_id"] == event["event_id"] for s in steps)
+    assert "name" not in steps[-1]  # fields of the other kind are left out
+
+
+def test_traces_close_on_end_of_task_with_sequential_indices() -> None:
+    sim, events = simulated()
+    closed, assembler = assemble(events)
+    assert closed
+    truth = {t.task_id: t for t in sim.truth.tasks}
+    for trace in closed:
+        assert trace.closed_by is TraceClose.END_OF_TASK
+        assert [s["index"] for s in trace.steps] == list(range(len(trace.steps)))
+        turns = [s for s in trace.steps if s["kind"] == "turn"]
+        assert [s["task_step"] for s in turns] == list(range(truth[trace.task_id].steps))
+    assert len(closed) + assembler.open_traces == len(sim.truth.tasks)
+
+
+def test_idle_traces_close_after_the_timeout() -> None:
+    _, events = simulated(400)
+    clock = FakeClock()
+    assembler = TraceAssembler(idle_timeout=30, clock=clock)
+    for offset, event in enumerate(events):
+        if event["task"] and not event["task"]["end_of_task"]:
+            assembler.add(event, topic="t", partition=0, offset=offset)
+    still_open = assembler.open_traces
+    assert still_open > 0
+    clock.now = 29
+    assert assembler.expire() == []
+    clock.now = 31
+    expired = assembler.expire()
+    assert len(expired) == still_open
+    assert {t.closed_by for t in expired} == {TraceClose.IDLE_TIMEOUT}
+
+
+def test_a_redelivered_turn_is_not_a_second_step() -> None:
+    _, events = simulated()
+    task_events = [e for e in events if e["task"] and e["task"]["task_id"] == events_task(events)]
+    assembler = TraceAssembler(idle_timeout=60)
+    trace = None
+    for i, event in enumerate(task_events):
+        assembler.add(event, topic="t", partition=0, offset=i)
+        if i == 1:
+            assembler.add(task_events[0], topic="t", partition=0, offset=0)  # redelivery
+    trace = assembler.close_all()[0] if assembler.open_traces else None
+    closed = trace or assemble(task_events)[0][0]
+    turns = [s for s in closed.steps if s["kind"] == "turn"]
+    assert len(turns) == len(task_events)
+
+
+def events_task(events: list[dict[str, Any]]) -> str:
+    return str(next(e["task"]["task_id"] for e in events if e["task"] and e["task"]["step"] == 0))
+
+
+def test_avro_round_trip_through_the_shipped_htir_schema() -> None:
+    _, events = simulated()
+    closed, _ = assemble(events)
+    catalog = shipped_catalog("htir_trace")
+    serialize, decode = SingleObjectSerializer(catalog.latest), TurnEventDeserializer(catalog)
+    for trace in closed[:20]:
+        back = HtirTrace.from_avro(decode(serialize(trace.to_avro())).event)
+        assert back.steps == trace.steps
+        assert back.task_id == trace.task_id and back.closed_by == trace.closed_by
+        assert back.source == trace.source
+
+
+def test_manifest_lines_round_trip_through_review_pack_export_and_finalize(tmp_path: Path) -> None:
+    _, events = simulated()
+    closed, _ = assemble(events)
+    by_family: dict[str, list[HtirTrace]] = {}
+    for trace in closed:
+        by_family.setdefault(trace.task_family, []).append(trace)
+    sources = []
+    for family, traces in by_family.items():
+        path = tmp_path / f"{family}.jsonl"
+        path.write_text("".join(json.dumps(t.manifest_line()) + "\n" for t in traces))
+        sources.append((family, path))
+    pack_path = tmp_path / "pack.json"
+    review_pack.export(sources, pack_path)
+    pack = json.loads(pack_path.read_text())
+    assert len(pack["cases"]) == len(closed)
+    assert {c["review"]["status"] for c in pack["cases"]} == {"pending"}
+    for case in pack["cases"]:
+        case["review"]["status"] = "included"
+        case["oracle_source"] = "test-reviewer/1"
+    pack_path.write_text(json.dumps(pack))
+    labels = review_pack.finalize(pack_path, tmp_path / "labels.json")
+    assert len(labels.cases) == len(closed)
+    loaded = load_labels(tmp_path / "labels.json")
+    assert loaded.cases[0].trace.steps == tuple(by_family[loaded.cases[0].task_family][0].steps)
+
+
+def test_the_rule_auditor_warns_on_simulated_failures_no_later_than_the_oracle() -> None:
+    sim, events = simulated(6000, seed=5)
+    closed, _ = assemble(events)
+    truth = {t.task_id: t for t in sim.truth.tasks}
+    auditor = RuleBasedAuditor()
+    early = healthy_quiet = 0
+    for trace in closed:
+        label = truth[trace.task_id]
+        verdicts = [auditor.assess(trace.steps[: k + 1]) for k in range(len(trace.steps))]
+        first = next((k for k, v in enumerate(verdicts) if v == "alarm"), None)
+        if label.oracle_alarm_turn is None:
+            healthy_quiet += first is None
+        else:
+            oracle = trace.turn_index(label.oracle_alarm_turn)
+            assert oracle is not None
+            early += first is not None and first <= oracle
+    positives = sum(1 for t in closed if truth[t.task_id].oracle_alarm_turn is not None)
+    assert early == positives
+    assert healthy_quiet == len(closed) - positives
