@@ -22,6 +22,9 @@ COMMAND_MODULES = (
     "turnaudit.commands.schemas",
     "turnaudit.commands.simulate",
     "turnaudit.commands.demo",
+    "turnaudit.commands.topics",
+    "turnaudit.commands.sink",
+    "turnaudit.commands.tail",
     "turnaudit.evaluation.cli",
 )
 
