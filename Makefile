@@ -7,13 +7,19 @@ PIP_STAMP  := $(VENV)/.installed
 JARS_DIR   := deploy/kafka/target/jars
 JARS_STAMP := $(JARS_DIR)/.resolved
 
-.PHONY: demo test setup jars lint typecheck bench clean broker-stop
+.PHONY: demo test setup jars lint typecheck bench clean broker-stop promtool
 
 demo: setup
 	$(VENV)/bin/turnaudit demo
 
-test: setup
+test: setup promtool
 	$(VENV)/bin/pytest
+
+# promtool checks and unit-tests the alert rules (Debian's prometheus package).
+promtool:
+	@command -v promtool >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update && $$SUDO apt-get install -y --no-install-recommends prometheus; }
 
 setup: $(PIP_STAMP) $(JARS_STAMP)
 
@@ -36,7 +42,7 @@ $(JARS_STAMP): deploy/kafka/pom.xml
 
 lint: setup
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy src producers consumers
+	$(MAKE) typecheck
 
 bench: setup
 	$(PY) benchmarks/bench_publish.py
@@ -46,3 +52,12 @@ broker-stop: setup
 
 clean:
 	rm -rf $(VENV) deploy/kafka/target var
+
+# mypy cannot follow the package-dir mapping: type-check a symlinked view of
+# the one `turnaudit` namespace instead.
+TYPECHECK_DIR := build/typecheck/turnaudit
+typecheck: setup
+	rm -rf build/typecheck && mkdir -p $(TYPECHECK_DIR)
+	for f in src/turnaudit/*; do ln -s "$$PWD/$$f" $(TYPECHECK_DIR)/; done
+	for d in producers consumers schemas; do ln -s "$$PWD/$$d" $(TYPECHECK_DIR)/$$d; done
+	cd build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml -p turnaudit

@@ -17,7 +17,9 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 @contextmanager
-def benchmark_cluster(partitions: int = 6) -> Iterator[tuple[KafkaSettings, LocalKafkaBroker | None]]:
+def benchmark_cluster(
+    partitions: int = 6,
+) -> Iterator[tuple[KafkaSettings, LocalKafkaBroker | None]]:
     """Settings with fresh topics; the local broker is started and stopped here."""
     external = os.environ.get(BOOTSTRAP_ENV)
     broker = None

@@ -27,12 +27,12 @@ import fastavro
 from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _broker import benchmark_cluster  # noqa: E402
+from _broker import benchmark_cluster
 
-from turnaudit.producers.publisher import _DEFAULTS, _GUARANTEES, TurnEventPublisher  # noqa: E402
-from turnaudit.producers.simulator import TurnRuntimeSimulator  # noqa: E402
-from turnaudit.serialization.schemas import shipped_catalog  # noqa: E402
-from turnaudit.settings import KafkaSettings  # noqa: E402
+from turnaudit.producers.publisher import _DEFAULTS, _GUARANTEES, TurnEventPublisher
+from turnaudit.producers.simulator import TurnRuntimeSimulator
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.settings import KafkaSettings
 
 
 def records(n: int) -> list[dict[str, Any]]:
@@ -94,7 +94,7 @@ def main() -> None:
         print(f"  ratio publish/baseline:          {p / b:8.3f}x   (goal <= 1.15x)")
 
         if broker is None:
-            print("broker-down figures need the local broker (KAFKA_BOOTSTRAP_SERVERS is set): skipped")
+            print("broker-down figures need the local broker; KAFKA_BOOTSTRAP_SERVERS is set")
             return
         publisher = TurnEventPublisher(settings, spool_dir=Path(tmp) / "down", probe_interval=0.5)
         for record in copy.deepcopy(source[:500]):
@@ -104,7 +104,9 @@ def main() -> None:
         while not publisher._spooling and time.monotonic() < deadline:
             time.sleep(0.05)  # until the publisher has noticed the broker is gone
         timings = []
-        for record in copy.deepcopy((source * (1 + args.down_events // len(source)))[: args.down_events]):
+        for record in copy.deepcopy(
+            (source * (1 + args.down_events // len(source)))[: args.down_events]
+        ):
             started = time.perf_counter()
             publisher.publish(record)
             timings.append(time.perf_counter() - started)
@@ -115,8 +117,10 @@ def main() -> None:
 
         spooled = publisher.stats().spooled
         print(f"broker down: {len(timings)} publish() calls, {spooled} events in the spool")
-        print(f"  p50 {pct(0.5):.3f} ms   p99 {pct(0.99):.3f} ms   p99.9 {pct(0.999):.3f} ms   "
-              f"max {timings[-1] * 1e3:.3f} ms   (goal p99.9 < 1 ms)")
+        print(
+            f"  p50 {pct(0.5):.3f} ms   p99 {pct(0.99):.3f} ms   p99.9 {pct(0.999):.3f} ms   "
+            f"max {timings[-1] * 1e3:.3f} ms   (goal p99.9 < 1 ms)"
+        )
         broker.start()
         report = publisher.close(timeout=120)
         print(f"broker back: {report.delivered} delivered, {report.undelivered} left in the spool")

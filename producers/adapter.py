@@ -119,7 +119,11 @@ class TurnEventBuilder:
             hedge_injected=surface != surface_before_hedge,
         )
         return self._event(
-            ctx, TurnPath.MAIN, verdicts, action, tool_steps,
+            ctx,
+            TurnPath.MAIN,
+            verdicts,
+            action,
+            tool_steps,
             input_tokens=list(input_tokens),
             surface=surface,
             walk_surface=walk_surface,
@@ -156,7 +160,11 @@ class TurnEventBuilder:
             hedge_injected=False,  # ADR-0038 prohibits a hedge on a stub turn
         )
         return self._event(
-            ctx, TurnPath.STUB, verdicts, None, (),
+            ctx,
+            TurnPath.STUB,
+            verdicts,
+            None,
+            (),
             input_tokens=list(input_tokens),
             surface=refusal_surface if refusal_surface is not None else UNKNOWN_DOMAIN_SURFACE,
             walk_surface=UNKNOWN_DOMAIN_SURFACE,

@@ -32,7 +32,11 @@ from turnaudit.errors import ConfigurationError, PublishError, SerializationErro
 from turnaudit.kafka.dead_letters import dead_letter_headers
 from turnaudit.producers.spool import DiskSpool
 from turnaudit.serialization.schemas import SchemaCatalog, WriterSchema, shipped_catalog
-from turnaudit.serialization.wire import ConfluentSerializer, SingleObjectSerializer, registry_client
+from turnaudit.serialization.wire import (
+    ConfluentSerializer,
+    SingleObjectSerializer,
+    registry_client,
+)
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.publisher")
@@ -164,12 +168,16 @@ class TurnEventPublisher:
             # Purged at close(): keep it for the next publisher. An in-flight one
             # may also have reached the broker: a duplicate with the same event id.
             self._purged += 1
-            self._spool.append(msg.topic(), msg.key(), msg.value())
+            self._keep(msg)
             return
         with self._lock:
             self._failed += 1
         log.error("delivery_failed", error=err.str(), code=err.name(), topic=msg.topic())
-        self._spool.append(msg.topic(), msg.key(), msg.value())
+        self._keep(msg)
+
+    def _keep(self, msg: Message) -> None:
+        """Back into the spool: delivered by this or the next publisher."""
+        self._spool.append(msg.topic() or self.topic, msg.key() or b"", msg.value() or b"")
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
@@ -279,7 +287,11 @@ class TurnEventPublisher:
             self._serialize(event),
             event["session_id"].encode(),
             headers=dead_letter_headers(
-                reason=reason, error=error, topic=self.topic, partition=None, offset=None,
+                reason=reason,
+                error=error,
+                topic=self.topic,
+                partition=None,
+                offset=None,
                 stage="producer",
             ),
         )
@@ -295,7 +307,9 @@ class TurnEventPublisher:
 
     def _announce_schema(self, schemas_topic: str, schema: WriterSchema) -> None:
         """Put a writer schema on the compacted schemas topic, keyed by fingerprint."""
-        self._producer.produce(schemas_topic, schema.schema_json.encode(), schema.fingerprint_hex.encode())
+        self._producer.produce(
+            schemas_topic, schema.schema_json.encode(), schema.fingerprint_hex.encode()
+        )
 
 
 class _EventIds:

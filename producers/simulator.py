@@ -231,17 +231,27 @@ class TurnRuntimeSimulator:
         task = session.task
         step = None
         if task is not None:
-            step = TaskStep(task.task_id, task.task_family, session.task_step,
-                            end_of_task=session.task_step == task.steps - 1)
-        ctx = TurnContext(session.session_id, session.pack_id, session.domain,
-                          session.turn - 1, self._clock, step)
+            step = TaskStep(
+                task.task_id,
+                task.task_family,
+                session.task_step,
+                end_of_task=session.task_step == task.steps - 1,
+            )
+        ctx = TurnContext(
+            session.session_id, session.pack_id, session.domain, session.turn - 1, self._clock, step
+        )
         tokens = [f"tok{rng.randrange(5000)}" for _ in range(rng.randint(1, 24))]
-        if task is None and (session.turn == 1 and rng.random() < 0.08 or rng.random() < 0.03):
+        if task is None and ((session.turn == 1 and rng.random() < 0.08) or rng.random() < 0.03):
             return self._stub_turn(session, ctx, tokens)
         if task is None and rng.random() < 0.005:
             # The correct() fallback calls the stub path without tokens.
-            return session.builder.stub_turn(ctx, input_tokens=None, versor_condition=1.0,
-                                             safety_verdict=None, ethics_verdict=None)
+            return session.builder.stub_turn(
+                ctx,
+                input_tokens=None,
+                versor_condition=1.0,
+                safety_verdict=None,
+                ethics_verdict=None,
+            )
         event = self._main_turn(session, ctx, tokens)
         if task is not None:
             session.task_step += 1
@@ -249,7 +259,9 @@ class TurnRuntimeSimulator:
                 session.task = None
         return event
 
-    def _stub_turn(self, session: _Session, ctx: TurnContext, tokens: list[str]) -> dict[str, Any] | None:
+    def _stub_turn(
+        self, session: _Session, ctx: TurnContext, tokens: list[str]
+    ) -> dict[str, Any] | None:
         refused = self._rng.random() < 0.1
         safety = SafetyVerdict(not refused, (self._rng.choice(BOUNDARIES),) if refused else ())
         return session.builder.stub_turn(
@@ -329,7 +341,9 @@ class TurnRuntimeSimulator:
             )
         if rng.random() > 0.3:
             return None
-        target = rng.choice(("send email", "delete logs", "deploy to prod", "open file", "pay invoice"))
+        target = rng.choice(
+            ("send email", "delete logs", "deploy to prod", "open file", "pay invoice")
+        )
         if healthy_task:
             tier = rng.choice((RiskTier.LOW, RiskTier.MEDIUM))
             verdict = Verdict.SEAL if rng.random() < 0.8 else Verdict.HOLD

@@ -118,8 +118,14 @@ class DiskSpool:
             self._read = position
             self._save_cursor()
             self._count -= delivered
-            self._bytes = sum(self._path(s).stat().st_size for s in self._segments()) - position.offset
-            if self._count == 0 and self._writer is None and position.segment == self._write_segment:
+            self._bytes = (
+                sum(self._path(s).stat().st_size for s in self._segments()) - position.offset
+            )
+            if (
+                self._count == 0
+                and self._writer is None
+                and position.segment == self._write_segment
+            ):
                 # Fully drained: start the next append in a fresh segment.
                 if self._path(position.segment).exists():
                     self._path(position.segment).unlink()
@@ -146,7 +152,8 @@ class DiskSpool:
 
     def _segments(self) -> list[int]:
         return sorted(
-            int(p.name[len("segment-") : -len(".spool")]) for p in self.directory.glob("segment-*.spool")
+            int(p.name[len("segment-") : -len(".spool")])
+            for p in self.directory.glob("segment-*.spool")
         )
 
     def _load_cursor(self) -> SpoolPosition:

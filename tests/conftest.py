@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from turnaudit.kafka.local_broker import LocalKafkaBroker, free_port
 from turnaudit.kafka.topics import ensure_topics
@@ -56,3 +57,10 @@ def kafka_settings(kafka_bootstrap: str) -> KafkaSettings:
     )
     ensure_topics(settings)
     return settings
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Iterator[None]:
+    """A test that ran the CLI configured structlog for its own captured stderr."""
+    yield
+    structlog.reset_defaults()

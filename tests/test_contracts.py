@@ -64,8 +64,12 @@ def test_contract_5_sequence_gaps_and_redeliveries() -> None:
     tracker = SessionSequenceTracker()
     outcomes = [tracker.observe("a", n).outcome for n in (0, 1, 2, 2, 1, 3, 6)]
     assert outcomes == [
-        SequenceOutcome.IN_ORDER, SequenceOutcome.IN_ORDER, SequenceOutcome.IN_ORDER,
-        SequenceOutcome.DUPLICATE, SequenceOutcome.DUPLICATE, SequenceOutcome.IN_ORDER,
+        SequenceOutcome.IN_ORDER,
+        SequenceOutcome.IN_ORDER,
+        SequenceOutcome.IN_ORDER,
+        SequenceOutcome.DUPLICATE,
+        SequenceOutcome.DUPLICATE,
+        SequenceOutcome.IN_ORDER,
         SequenceOutcome.GAP,
     ]
     assert tracker.observe("b", 0).outcome is SequenceOutcome.IN_ORDER

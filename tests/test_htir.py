@@ -92,7 +92,8 @@ def test_a_redelivered_turn_is_not_a_second_step() -> None:
         closed = assembler.add(event, topic="t", partition=0, offset=offset)
         if offset == 1:  # an at-least-once redelivery of the first turn
             assembler.add(task_events[0], topic="t", partition=0, offset=0)
-    assert closed is not None and closed.closed_by is TraceClose.END_OF_TASK
+    assert closed is not None
+    assert closed.closed_by is TraceClose.END_OF_TASK
     turns = [s for s in closed.steps if s["kind"] == "turn"]
     assert [s["event_id"] for s in turns] == [e["event_id"] for e in task_events]
 
@@ -105,7 +106,8 @@ def test_avro_round_trip_through_the_shipped_htir_schema() -> None:
     for trace in closed[:20]:
         back = HtirTrace.from_avro(decode(serialize(trace.to_avro())).event)
         assert back.steps == trace.steps
-        assert back.task_id == trace.task_id and back.closed_by == trace.closed_by
+        assert back.task_id == trace.task_id
+        assert back.closed_by == trace.closed_by
         assert back.source == trace.source
 
 

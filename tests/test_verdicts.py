@@ -19,14 +19,16 @@ def test_injection_detected_is_void_void_and_domain_void() -> None:
     a = ActionAssessment.injection_detected_for("delete logs")
     assert (a.execution_verdict, a.action_risk_verdict) == (Verdict.VOID, Verdict.VOID)
     assert a.output_policy is OutputPolicy.DOMAIN_VOID
-    assert a.injection_detected and not a.approved
+    assert a.injection_detected
+    assert not a.approved
 
 
 def test_critic_unavailable_is_hold_hold_and_domain_hold() -> None:
     a = ActionAssessment.critic_unavailable_for("delete logs")
     assert (a.execution_verdict, a.action_risk_verdict) == (Verdict.HOLD, Verdict.HOLD)
     assert a.output_policy is OutputPolicy.DOMAIN_HOLD
-    assert not a.critic_available and not a.approved
+    assert not a.critic_available
+    assert not a.approved
 
 
 def test_critic_success_executes_seal_and_takes_risk_from_the_critic() -> None:
@@ -63,7 +65,9 @@ def test_the_seed_example_is_not_approved_although_the_critique_ran() -> None:
         (RiskTier.UNKNOWN, Verdict.SEAL, False, OutputPolicy.DOMAIN_SEAL),
     ],
 )
-def test_output_policy_rule(tier: RiskTier, action: Verdict, human: bool, expected: OutputPolicy) -> None:
+def test_output_policy_rule(
+    tier: RiskTier, action: Verdict, human: bool, expected: OutputPolicy
+) -> None:
     assert derive_output_policy(tier, action, human) is expected
     assessed = ActionAssessment.from_critic("x", action, tier, human)
     assert assessed.output_policy is expected
@@ -71,8 +75,14 @@ def test_output_policy_rule(tier: RiskTier, action: Verdict, human: bool, expect
 
 def test_output_policy_cannot_be_set_by_hand() -> None:
     with pytest.raises(TypeError):
-        ActionAssessment("x", Verdict.SEAL, Verdict.SEAL, RiskTier.CRITICAL, False,
-                         output_policy=OutputPolicy.DOMAIN_SEAL)  # type: ignore[call-arg]
+        ActionAssessment(
+            "x",
+            Verdict.SEAL,
+            Verdict.SEAL,
+            RiskTier.CRITICAL,
+            False,
+            output_policy=OutputPolicy.DOMAIN_SEAL,
+        )  # type: ignore[call-arg]
     a = ActionAssessment.from_critic("x", Verdict.SEAL, RiskTier.LOW, False)
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.output_policy = OutputPolicy.DOMAIN_VOID  # type: ignore[misc]

@@ -41,12 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Event-streaming audit pipeline for conversational AI runtimes.",
     )
     parser.add_argument(
-        "--log-level", default=os.environ.get("TURNAUDIT_LOG_LEVEL", "WARNING"),
+        "--log-level",
+        default=os.environ.get("TURNAUDIT_LOG_LEVEL", "WARNING"),
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="level of the JSON log lines on stderr (default WARNING, or TURNAUDIT_LOG_LEVEL)",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
-                                       parser_class=_ArgumentParser)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_ArgumentParser
+    )
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser

@@ -24,9 +24,21 @@ class TraceClose(enum.StrEnum):
 
 
 _STEP_FIELDS = (
-    "sequence", "turn", "path", "refusal_emitted", "hedge_injected", "identity_score",
-    "identity_threshold", "safety_passed", "ethics_passed", "action", "surface",
-    "name", "arguments", "result", "ok",
+    "sequence",
+    "turn",
+    "path",
+    "refusal_emitted",
+    "hedge_injected",
+    "identity_score",
+    "identity_threshold",
+    "safety_passed",
+    "ethics_passed",
+    "action",
+    "surface",
+    "name",
+    "arguments",
+    "result",
+    "ok",
 )
 
 
@@ -39,35 +51,55 @@ def turn_steps(
     millis = occurred if isinstance(occurred, int) else int(occurred.timestamp() * 1000)
     common = {"event_id": event["event_id"], "task_step": task["step"], "occurred_at": millis}
     steps: list[dict[str, Any]] = [
-        {"kind": "tool", **common, "name": t["name"], "arguments": t["arguments"],
-         "result": t["result"], "ok": t["ok"]}
+        {
+            "kind": "tool",
+            **common,
+            "name": t["name"],
+            "arguments": t["arguments"],
+            "result": t["result"],
+            "ok": t["ok"],
+        }
         for t in event.get("tool_steps", ())
     ]
     bundle = event["verdicts"]
     identity = bundle["identity_score"]
     safety, ethics = bundle["safety_verdict"], bundle["ethics_verdict"]
     action = event["action_assessment"]
-    steps.append({
-        "kind": "turn",
-        **common,
-        "sequence": event["sequence"],
-        "turn": event["turn"],
-        "path": event["path"],
-        "refusal_emitted": bundle["refusal_emitted"],
-        "hedge_injected": bundle["hedge_injected"],
-        "identity_score": None if identity is None else identity["score"],
-        "identity_threshold": None if identity is None else identity["threshold"],
-        "safety_passed": None if safety is None else safety["passed"],
-        "ethics_passed": None if ethics is None else ethics["passed"],
-        "violated_boundary_ids": [] if safety is None else list(safety["violated_boundary_ids"]),
-        "violated_predicate_ids": [] if ethics is None else list(ethics["violated_predicate_ids"]),
-        "action": None if action is None else {
-            k: action[k] for k in ("execution_verdict", "action_risk_verdict", "risk_tier",
-                                   "human_decision_required", "output_policy")
-        },
-        "contract_breaches": list(contract_breaches),
-        "surface": event["surface"][:SURFACE_LIMIT],
-    })
+    steps.append(
+        {
+            "kind": "turn",
+            **common,
+            "sequence": event["sequence"],
+            "turn": event["turn"],
+            "path": event["path"],
+            "refusal_emitted": bundle["refusal_emitted"],
+            "hedge_injected": bundle["hedge_injected"],
+            "identity_score": None if identity is None else identity["score"],
+            "identity_threshold": None if identity is None else identity["threshold"],
+            "safety_passed": None if safety is None else safety["passed"],
+            "ethics_passed": None if ethics is None else ethics["passed"],
+            "violated_boundary_ids": []
+            if safety is None
+            else list(safety["violated_boundary_ids"]),
+            "violated_predicate_ids": []
+            if ethics is None
+            else list(ethics["violated_predicate_ids"]),
+            "action": None
+            if action is None
+            else {
+                k: action[k]
+                for k in (
+                    "execution_verdict",
+                    "action_risk_verdict",
+                    "risk_tier",
+                    "human_decision_required",
+                    "output_policy",
+                )
+            },
+            "contract_breaches": list(contract_breaches),
+            "surface": event["surface"][:SURFACE_LIMIT],
+        }
+    )
     return [{k: v for k, v in s.items() if v is not None} for s in steps]
 
 
@@ -111,13 +143,20 @@ class HtirTrace:
         }
 
     def to_avro(self) -> dict[str, Any]:
-        steps = [{name: s.get(name) for name in _STEP_FIELDS} | {
-            "index": s["index"], "kind": s["kind"], "event_id": s["event_id"],
-            "task_step": s["task_step"], "occurred_at": s["occurred_at"],
-            "violated_boundary_ids": s.get("violated_boundary_ids", []),
-            "violated_predicate_ids": s.get("violated_predicate_ids", []),
-            "contract_breaches": s.get("contract_breaches", []),
-        } for s in self.steps]
+        steps = [
+            {name: s.get(name) for name in _STEP_FIELDS}
+            | {
+                "index": s["index"],
+                "kind": s["kind"],
+                "event_id": s["event_id"],
+                "task_step": s["task_step"],
+                "occurred_at": s["occurred_at"],
+                "violated_boundary_ids": s.get("violated_boundary_ids", []),
+                "violated_predicate_ids": s.get("violated_predicate_ids", []),
+                "contract_breaches": s.get("contract_breaches", []),
+            }
+            for s in self.steps
+        ]
         return {
             "format_version": 1,
             "task_id": self.task_id,
@@ -151,17 +190,28 @@ class HtirTrace:
         line: dict[str, Any] = {
             "task_id": self.task_id,
             "task_family": self.task_family,
-            "trace": {"steps": self.steps,
-                      "source": {**self.source, "session_id": self.session_id,
-                                 "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value}},
+            "trace": {
+                "steps": self.steps,
+                "source": {
+                    **self.source,
+                    "session_id": self.session_id,
+                    "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value,
+                },
+            },
         }
         if with_context:
             turns = [s for s in self.steps if s["kind"] == "turn"]
             line["context"] = {
                 "task": f"{self.task_family} task {self.task_id} (session {self.session_id})",
-                "tools": [{"name": s["name"], "arguments": s.get("arguments", ""),
-                           "result": s.get("result", "")}
-                          for s in self.steps if s["kind"] == "tool"],
+                "tools": [
+                    {
+                        "name": s["name"],
+                        "arguments": s.get("arguments", ""),
+                        "result": s.get("result", ""),
+                    }
+                    for s in self.steps
+                    if s["kind"] == "tool"
+                ],
                 "final_response": turns[-1].get("surface", "") if turns else "",
             }
         return line
@@ -212,8 +262,14 @@ class TraceAssembler:
             return None
         trace = self._open.get(task["task_id"])
         if trace is None:
-            trace = HtirTrace(task["task_id"], task["task_family"], event["session_id"],
-                              topic, partition, event["runtime"])
+            trace = HtirTrace(
+                task["task_id"],
+                task["task_family"],
+                event["session_id"],
+                topic,
+                partition,
+                event["runtime"],
+            )
             self._open[task["task_id"]] = trace
         trace.add(event, offset, breaches)
         trace.last_seen = self._clock()

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from turnaudit.errors import ConfigurationError
 
@@ -66,7 +67,7 @@ class KafkaSettings:
     def with_bootstrap(self, bootstrap_servers: str) -> KafkaSettings:
         return replace(self, bootstrap_servers=bootstrap_servers)
 
-    def client_config(self, **overrides: object) -> dict[str, object]:
+    def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: bootstrap + passthrough options + the caller's."""
         if not self.bootstrap_servers:
             raise ConfigurationError(

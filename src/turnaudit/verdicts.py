@@ -143,7 +143,9 @@ class ActionAssessment:
     @classmethod
     def critic_unavailable_for(cls, target: str) -> ActionAssessment:
         """The critic module could not run: hold both, a human decides."""
-        return cls(target, Verdict.HOLD, Verdict.HOLD, RiskTier.UNKNOWN, True, critic_available=False)
+        return cls(
+            target, Verdict.HOLD, Verdict.HOLD, RiskTier.UNKNOWN, True, critic_available=False
+        )
 
     @classmethod
     def from_critic(
@@ -167,7 +169,6 @@ class ActionAssessment:
             "injection_detected": self.injection_detected,
             "critic_available": self.critic_available,
         }
-
 
 
 def _opt(value: IdentityScore | SafetyVerdict | EthicsVerdict | None) -> dict[str, Any] | None:

@@ -66,13 +66,18 @@ class RecordingSink:
 
 # -- bundle shape -------------------------------------------------------------
 
+
 def test_bundle_is_frozen_and_slotted() -> None:
     bundle = TurnVerdicts(None, None, None, refusal_emitted=False, hedge_injected=False)
     with pytest.raises(dataclasses.FrozenInstanceError):
         bundle.hedge_injected = True  # type: ignore[misc]
     assert not hasattr(bundle, "__dict__")
     assert [f.name for f in dataclasses.fields(TurnVerdicts)] == [
-        "identity_score", "safety_verdict", "ethics_verdict", "refusal_emitted", "hedge_injected",
+        "identity_score",
+        "safety_verdict",
+        "ethics_verdict",
+        "refusal_emitted",
+        "hedge_injected",
     ]
 
 
@@ -83,7 +88,8 @@ def test_every_event_carries_the_bundle_with_its_schema_version(version: int) ->
     assert bundle["schema_version"] == version
     assert bundle["safety_verdict"] == {"passed": True, "violated_boundary_ids": []}
     assert bundle["identity_score"] == {"score": 0.8, "threshold": 0.5}
-    assert bundle["refusal_emitted"] is False and bundle["hedge_injected"] is False
+    assert bundle["refusal_emitted"] is False
+    assert bundle["hedge_injected"] is False
 
 
 def test_v1_per_field_verdicts_agree_with_the_bundle() -> None:
@@ -96,16 +102,21 @@ def test_v1_per_field_verdicts_agree_with_the_bundle() -> None:
 
 def test_v2_has_no_per_field_verdicts() -> None:
     event = main_turn(builder(2))
-    assert "safety_verdict" not in event and "ethics_verdict" not in event
+    assert "safety_verdict" not in event
+    assert "ethics_verdict" not in event
     assert event["tool_steps"] == []
 
 
 # -- stub path ----------------------------------------------------------------
 
+
 def test_stub_turn_records_adr_0039_table_values() -> None:
     event = builder().stub_turn(
-        CTX, input_tokens=["bonjour"], versor_condition=2.25,
-        safety_verdict=SafetyVerdict(True), ethics_verdict=EthicsVerdict(True),
+        CTX,
+        input_tokens=["bonjour"],
+        versor_condition=2.25,
+        safety_verdict=SafetyVerdict(True),
+        ethics_verdict=EthicsVerdict(True),
     )
     assert event is not None
     assert event["path"] == "STUB"
@@ -113,7 +124,8 @@ def test_stub_turn_records_adr_0039_table_values() -> None:
     assert event["input_tokens"] == ["bonjour"]
     assert event["surface"] == UNKNOWN_DOMAIN_SURFACE
     assert event["walk_surface"] == event["articulation_surface"] == UNKNOWN_DOMAIN_SURFACE
-    assert event["identity_score"] is None and event["verdicts"]["identity_score"] is None
+    assert event["identity_score"] is None
+    assert event["verdicts"]["identity_score"] is None
     assert event["cycle_cost_total"] == 0.0
     assert event["vault_hits"] == 0
     assert event["versor_condition"] == 2.25
@@ -124,8 +136,11 @@ def test_stub_turn_records_adr_0039_table_values() -> None:
 
 def test_stub_turn_with_refusal_records_the_refusal_surface() -> None:
     event = builder().stub_turn(
-        CTX, input_tokens=["x"], versor_condition=1.0,
-        safety_verdict=SafetyVerdict(False, ("weapons",)), ethics_verdict=None,
+        CTX,
+        input_tokens=["x"],
+        versor_condition=1.0,
+        safety_verdict=SafetyVerdict(False, ("weapons",)),
+        ethics_verdict=None,
         refusal_surface="[refusal] no.",
     )
     assert event is not None
@@ -148,6 +163,7 @@ def test_correct_fallback_without_tokens_emits_nothing() -> None:
 
 
 # -- refusal and hedge ----------------------------------------------------------
+
 
 def test_refusal_flag_toggles_on_a_forced_safety_violation() -> None:
     calm = main_turn(builder())
@@ -183,7 +199,10 @@ def test_hedge_injected_defaults_false() -> None:
 
 def test_stub_turn_never_hedges_even_when_the_ethics_verdict_asks() -> None:
     event = builder().stub_turn(
-        CTX, input_tokens=["x"], versor_condition=1.0, safety_verdict=SafetyVerdict(True),
+        CTX,
+        input_tokens=["x"],
+        versor_condition=1.0,
+        safety_verdict=SafetyVerdict(True),
         ethics_verdict=EthicsVerdict(False, ("honesty",), hedge_recommended=True),
     )
     assert event is not None
@@ -205,7 +224,8 @@ def test_refusal_with_hedge_is_reported_and_not_published() -> None:
         assert emitter.emit(event) is None
     assert sink.events == []
     assert [b.contract for b in breached[0][1]] == [Contract.REFUSAL_HEDGE_EXCLUSIVE]
-    assert emitter.breached == 1 and emitter.emitted == 0
+    assert emitter.breached == 1
+    assert emitter.emitted == 0
     assert logs[0]["event"] == "turn_event_contract_breach"
     assert logs[0]["log_level"] == "error"
 
@@ -219,13 +239,22 @@ def test_a_valid_turn_is_published() -> None:
 
 # -- action assessments --------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("assessment", "policy", "execution"),
     [
         (ActionAssessment.injection_detected_for("t"), "DOMAIN_VOID", "VOID"),
         (ActionAssessment.critic_unavailable_for("t"), "DOMAIN_HOLD", "HOLD"),
-        (ActionAssessment.from_critic("t", Verdict.SEAL, RiskTier.CRITICAL, True), "DOMAIN_VOID", "SEAL"),
-        (ActionAssessment.from_critic("t", Verdict.SEAL, RiskTier.LOW, False), "DOMAIN_SEAL", "SEAL"),
+        (
+            ActionAssessment.from_critic("t", Verdict.SEAL, RiskTier.CRITICAL, True),
+            "DOMAIN_VOID",
+            "SEAL",
+        ),
+        (
+            ActionAssessment.from_critic("t", Verdict.SEAL, RiskTier.LOW, False),
+            "DOMAIN_SEAL",
+            "SEAL",
+        ),
     ],
 )
 def test_action_assessment_is_recorded_with_its_derived_policy(

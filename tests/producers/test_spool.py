@@ -26,13 +26,14 @@ def test_reads_back_in_append_order_and_commit_forgets(tmp_path: Path) -> None:
     assert [m.key for m in batch] == [f"k{i}".encode() for i in range(4, 10)]
     assert batch[0].topic == "topic"
     spool.commit(pos, len(batch))
-    assert len(spool) == 0 and spool.size_bytes == 0
+    assert len(spool) == 0
+    assert spool.size_bytes == 0
 
 
 def test_survives_reopen_with_cursor(tmp_path: Path) -> None:
     spool = DiskSpool(tmp_path)
     fill(spool, 5)
-    batch, pos = spool.read_batch(limit=2)
+    _batch, pos = spool.read_batch(limit=2)
     spool.commit(pos, 2)
     spool.close()
     reopened = DiskSpool(tmp_path)

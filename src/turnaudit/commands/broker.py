@@ -13,9 +13,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("broker", help="start, stop or inspect the local Kafka broker")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     start = actions.add_parser("start", help="format storage once, start, wait until it serves")
-    start.add_argument("--no-topics", action="store_true", help="do not create the project's topics")
+    start.add_argument(
+        "--no-topics", action="store_true", help="do not create the project's topics"
+    )
     start.set_defaults(handler=_start)
-    actions.add_parser("stop", help="stop the broker started from this folder").set_defaults(handler=_stop)
+    actions.add_parser("stop", help="stop the broker started from this folder").set_defaults(
+        handler=_stop
+    )
     actions.add_parser("status", help="is it running and serving?").set_defaults(handler=_status)
 
 

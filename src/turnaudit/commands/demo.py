@@ -41,8 +41,10 @@ def _demo(args: argparse.Namespace) -> int:
 
     sim, report, emitter, elapsed = publish_simulation(settings, args)
     truth = sim.truth
-    print(f"published {emitter.emitted} simulated turns in {elapsed:.1f}s "
-          f"(seed {args.seed}, schema versions {','.join(map(str, args.schema_versions))})")
+    print(
+        f"published {emitter.emitted} simulated turns in {elapsed:.1f}s "
+        f"(seed {args.seed}, schema versions {','.join(map(str, args.schema_versions))})"
+    )
 
     after = end_offsets(settings, topic)
     decode = TurnEventDeserializer(shipped_catalog())
@@ -85,13 +87,28 @@ def _demo(args: argparse.Namespace) -> int:
     for (path, version), n in sorted(by_path_version.items()):
         expected = None
         print(_row(f"  {path.lower()} turns, schema v{version}", n, expected))
-    print(_row("main turns", sum(n for (p, _), n in by_path_version.items() if p == "MAIN"),
-               truth.by_path["MAIN"]))
-    print(_row("stub turns", sum(n for (p, _), n in by_path_version.items() if p == "STUB"),
-               truth.by_path["STUB"]))
+    print(
+        _row(
+            "main turns",
+            sum(n for (p, _), n in by_path_version.items() if p == "MAIN"),
+            truth.by_path["MAIN"],
+        )
+    )
+    print(
+        _row(
+            "stub turns",
+            sum(n for (p, _), n in by_path_version.items() if p == "STUB"),
+            truth.by_path["STUB"],
+        )
+    )
     for version in sorted(truth.by_schema_version):
-        print(_row(f"schema v{version}", sum(n for (_, v), n in by_path_version.items() if v == version),
-                   truth.by_schema_version[version]))
+        print(
+            _row(
+                f"schema v{version}",
+                sum(n for (_, v), n in by_path_version.items() if v == version),
+                truth.by_schema_version[version],
+            )
+        )
     print(_row("refused turns", refused, truth.refused))
     print(_row("hedged turns (hedge_injected)", hedged, truth.hedged))
     for policy in ("DOMAIN_SEAL", "DOMAIN_HOLD", "DOMAIN_VOID"):

@@ -29,14 +29,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7, help="same seed, same turns (default 7)")
-    parser.add_argument("--events", type=_positive, default=3000, help="how many turns (default 3000)")
-    parser.add_argument("--rate", type=_positive, default=0,
-                        help="events per second; 0 = as fast as possible (default)")
+    parser.add_argument(
+        "--events", type=_positive, default=3000, help="how many turns (default 3000)"
+    )
+    parser.add_argument(
+        "--rate",
+        type=_positive,
+        default=0,
+        help="events per second; 0 = as fast as possible (default)",
+    )
     parser.add_argument("--sessions", type=_positive, default=60, help="concurrent sessions")
-    parser.add_argument("--schema-versions", type=_versions, default=(1, 2),
-                        help="writer schema versions to mix, e.g. 1,2 (default) or 2")
-    parser.add_argument("--spool-dir", type=Path, default=Path("var/spool"),
-                        help="where undeliverable events wait for the broker")
+    parser.add_argument(
+        "--schema-versions",
+        type=_versions,
+        default=(1, 2),
+        help="writer schema versions to mix, e.g. 1,2 (default) or 2",
+    )
+    parser.add_argument(
+        "--spool-dir",
+        type=Path,
+        default=Path("var/spool"),
+        help="where undeliverable events wait for the broker",
+    )
 
 
 def _positive(text: str) -> int:

@@ -60,11 +60,19 @@ def load_task_labels(path: Path) -> dict[str, TaskLabel]:
 
 def _from_case(case: Mapping[str, Any]) -> TaskLabel:
     step = case["oracle_alarm_step"]
-    return TaskLabel(case["task_family"], case["oracle_source"], oracle_alarm_step=step,
-                     alarm_positive=step is not None)
+    return TaskLabel(
+        case["task_family"],
+        case["oracle_source"],
+        oracle_alarm_step=step,
+        alarm_positive=step is not None,
+    )
 
 
 def _from_truth(task: Mapping[str, Any]) -> TaskLabel:
     turn = task["oracle_alarm_turn"]
-    return TaskLabel(task["task_family"], task["oracle_source"], oracle_alarm_turn=turn,
-                     alarm_positive=turn is not None)
+    return TaskLabel(
+        task["task_family"],
+        task["oracle_source"],
+        oracle_alarm_turn=turn,
+        alarm_positive=turn is not None,
+    )

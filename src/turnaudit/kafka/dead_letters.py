@@ -32,7 +32,7 @@ def dead_letter_headers(
     partition: int | None,
     offset: int | None,
     stage: str,
-) -> list[tuple[str, bytes]]:
+) -> list[tuple[str, str | bytes | None]]:
     """Headers of a dead-letter message: where it came from and why it is here."""
     return [
         ("dlq.reason", reason.encode()),
@@ -47,7 +47,7 @@ def dead_letter_headers(
 def read_dead_letter_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> dict[str, str]:
     """The ``dlq.*`` headers of a message as text, without the prefix."""
     return {
-        name[len(HEADER_PREFIX):]: (value or b"").decode(errors="replace")
+        name[len(HEADER_PREFIX) :]: (value or b"").decode(errors="replace")
         for name, value in headers or ()
         if name.startswith(HEADER_PREFIX)
     }

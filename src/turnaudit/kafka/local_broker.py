@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
+
 from turnaudit.errors import BrokerError, MissingToolError
 from turnaudit.settings import LocalBrokerSettings
 
@@ -108,12 +110,23 @@ class LocalKafkaBroker:
         if not pom.exists():
             raise BrokerError(f"no {pom}: run from the project folder or set TURNAUDIT_PROJECT_DIR")
         result = subprocess.run(
-            [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-             "-DincludeScope=runtime", f"-DoutputDirectory={jars}"],
-            capture_output=True, text=True, check=False,
+            [
+                mvn,
+                "-q",
+                "-B",
+                "-f",
+                str(pom),
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={jars}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if result.returncode != 0:
-            raise BrokerError(f"mvn could not resolve the Kafka jars: {result.stdout[-2000:]}{result.stderr[-2000:]}")
+            output = result.stdout[-2000:] + result.stderr[-2000:]
+            raise BrokerError(f"mvn could not resolve the Kafka jars: {output}")
         (jars / ".resolved").touch()
         return jars
 
@@ -139,10 +152,21 @@ class LocalKafkaBroker:
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         result = subprocess.run(
-            [self._java(), "-cp", self._classpath(),
-             f"-Dlog4j2.configurationFile={self.log_config}",
-             "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config_file)],
-            capture_output=True, text=True, check=False,
+            [
+                self._java(),
+                "-cp",
+                self._classpath(),
+                f"-Dlog4j2.configurationFile={self.log_config}",
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(self.config_file),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if result.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed: {result.stdout}{result.stderr}")
@@ -161,11 +185,21 @@ class LocalKafkaBroker:
         self._format_storage_once()
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
-                [self._java(), f"-Xmx{self.settings.heap}", f"-Xms{self.settings.heap}",
-                 "-XX:+UseG1GC", "-Djava.awt.headless=true",
-                 f"-Dlog4j2.configurationFile={self.log_config}",
-                 "-cp", self._classpath(), "kafka.Kafka", str(self.config_file)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    self._java(),
+                    f"-Xmx{self.settings.heap}",
+                    f"-Xms{self.settings.heap}",
+                    "-XX:+UseG1GC",
+                    "-Djava.awt.headless=true",
+                    f"-Dlog4j2.configurationFile={self.log_config}",
+                    "-cp",
+                    self._classpath(),
+                    "kafka.Kafka",
+                    str(self.config_file),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,  # outlives the CLI that started it
             )
         self.pid_file.write_text(str(proc.pid))
@@ -214,8 +248,6 @@ class LocalKafkaBroker:
             return None
 
     def _serves(self) -> bool:
-        from confluent_kafka.admin import AdminClient
-
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         try:
             metadata = admin.list_topics(timeout=2)

@@ -18,7 +18,9 @@ from turnaudit.settings import KafkaSettings
 
 def end_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[int, int]:
     """The high watermark of every partition of ``topic``."""
-    consumer = Consumer(settings.client_config(**{"group.id": f"turnaudit-probe-{uuid.uuid4().hex}"}))
+    consumer = Consumer(
+        settings.client_config(**{"group.id": f"turnaudit-probe-{uuid.uuid4().hex}"})
+    )
     try:
         metadata = consumer.list_topics(topic, timeout=timeout)
         if topic not in metadata.topics or metadata.topics[topic].error is not None:
@@ -50,7 +52,8 @@ def read_range(
     timeout: float = 60.0,
 ) -> Iterator[Message]:
     """Every message from ``start`` (default: the beginning) up to ``end`` (exclusive)."""
-    todo = {p: e for p, e in end.items() if e > (start or {}).get(p, 0)}
+    begin: Mapping[int, int] = start or {}
+    todo = {p: e for p, e in end.items() if e > begin.get(p, 0)}
     if not todo:
         return
     consumer = Consumer(
@@ -63,17 +66,19 @@ def read_range(
         )
     )
     try:
-        consumer.assign(
-            [TopicPartition(topic, p, (start or {}).get(p, OFFSET_BEGINNING)) for p in todo]
-        )
+        consumer.assign([TopicPartition(topic, p, begin.get(p, OFFSET_BEGINNING)) for p in todo])
         deadline = time.monotonic() + timeout
         while todo:
             if time.monotonic() > deadline:
-                raise BrokerError(f"timed out reading {topic}: partitions {sorted(todo)} unfinished")
+                raise BrokerError(
+                    f"timed out reading {topic}: partitions {sorted(todo)} unfinished"
+                )
             for msg in consumer.consume(num_messages=1000, timeout=0.5):
                 if msg.error() is not None:
                     raise BrokerError(f"reading {topic}: {msg.error()}")
                 partition, offset = msg.partition(), msg.offset()
+                if partition is None or offset is None:
+                    continue
                 if partition not in todo or offset >= todo[partition]:
                     continue
                 yield msg

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from turnaudit.errors import BrokerError
 from turnaudit.settings import KafkaSettings
@@ -23,12 +25,18 @@ def topic_specs(settings: KafkaSettings) -> list[TopicSpec]:
     keep_events = str(settings.turn_events_retention_ms)
     return [
         # Keyed by session: order per session; kept long enough to replay weeks.
-        TopicSpec(t.turn_events, settings.partitions,
-                  {"retention.ms": keep_events, "cleanup.policy": "delete"}),
+        TopicSpec(
+            t.turn_events,
+            settings.partitions,
+            {"retention.ms": keep_events, "cleanup.policy": "delete"},
+        ),
         # One record per writer schema, keyed by fingerprint: compaction keeps them all.
         TopicSpec(t.schemas, 1, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}),
-        TopicSpec(t.dlq, settings.partitions,
-                  {"retention.ms": str(settings.dlq_retention_ms), "cleanup.policy": "delete"}),
+        TopicSpec(
+            t.dlq,
+            settings.partitions,
+            {"retention.ms": str(settings.dlq_retention_ms), "cleanup.policy": "delete"},
+        ),
         TopicSpec(t.htir_traces, settings.partitions, {"retention.ms": keep_events}),
         TopicSpec(t.auditor_observations, settings.partitions, {"retention.ms": keep_events}),
     ]
@@ -40,8 +48,12 @@ def ensure_topics(settings: KafkaSettings, timeout: float = 30.0) -> list[str]:
     wanted = topic_specs(settings)
     futures = admin.create_topics(
         [
-            NewTopic(s.name, num_partitions=s.partitions,
-                     replication_factor=settings.replication_factor, config=s.config)
+            NewTopic(
+                s.name,
+                num_partitions=s.partitions,
+                replication_factor=settings.replication_factor,
+                config=s.config,
+            )
             for s in wanted
         ],
         operation_timeout=timeout,
@@ -60,8 +72,6 @@ def ensure_topics(settings: KafkaSettings, timeout: float = 30.0) -> list[str]:
 
 
 def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         metadata = admin.list_topics(timeout=timeout)

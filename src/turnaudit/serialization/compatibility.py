@@ -11,11 +11,12 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 
 from turnaudit.errors import SchemaCompatibilityError
+from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import SchemaCatalog
 
 
@@ -26,10 +27,10 @@ class PairResult:
     records: int
 
 
-def check_full_transitive(catalog: SchemaCatalog, records_per_version: int = 300) -> list[PairResult]:
+def check_full_transitive(
+    catalog: SchemaCatalog, records_per_version: int = 300
+) -> list[PairResult]:
     """Raise ``SchemaCompatibilityError`` unless every version reads every other's data."""
-    from turnaudit.producers.simulator import TurnRuntimeSimulator
-
     results: list[PairResult] = []
     for writer in catalog.versions:
         sim = TurnRuntimeSimulator(seed=writer.version, schema_versions=(writer.version,))
@@ -45,17 +46,28 @@ def check_full_transitive(catalog: SchemaCatalog, records_per_version: int = 300
                 fastavro.schemaless_writer(buf, writer.parsed, record)
                 buf.seek(0)
                 try:
-                    got = fastavro.schemaless_reader(buf, writer.parsed, reader.parsed)
+                    got = cast(
+                        dict[str, Any],
+                        fastavro.schemaless_reader(buf, writer.parsed, reader.parsed),
+                    )
                 except Exception as exc:  # fastavro raises several types on resolution failure
                     raise SchemaCompatibilityError(
                         f"v{reader.version} cannot read data written with v{writer.version}: {exc}"
                     ) from exc
-                _compare(record, got, reader_fields, writer_fields, writer.version, reader.version)
+                _compare(
+                    written=record,
+                    read=got,
+                    reader_fields=reader_fields,
+                    writer_fields=writer_fields,
+                    wv=writer.version,
+                    rv=reader.version,
+                )
             results.append(PairResult(writer.version, reader.version, len(samples)))
     return results
 
 
 def _compare(
+    *,
     written: dict[str, Any],
     read: dict[str, Any],
     reader_fields: list[dict[str, Any]],

@@ -20,7 +20,7 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -129,7 +129,7 @@ class _ReadPlan:
         self.fill = fill
 
     def read(self, body: io.BytesIO) -> dict[str, Any]:
-        record: dict[str, Any] = fastavro.schemaless_reader(body, self.writer, self.reader)
+        record = cast(dict[str, Any], fastavro.schemaless_reader(body, self.writer, self.reader))
         for name, default in self.fill:
             record[name] = copy.copy(default)
         return record
@@ -167,7 +167,9 @@ class TurnEventDeserializer:
     def _plan_for_shipped(self, schema: WriterSchema) -> _ReadPlan:
         writer_fields = {f["name"] for f in json.loads(schema.schema_json)["fields"]}
         added = [
-            f for f in json.loads(self._current.schema_json)["fields"] if f["name"] not in writer_fields
+            f
+            for f in json.loads(self._current.schema_json)["fields"]
+            if f["name"] not in writer_fields
         ]
         no_default = [f["name"] for f in added if "default" not in f]
         if no_default:
@@ -182,7 +184,9 @@ class TurnEventDeserializer:
         foreign = schema_from_json(schema_json, name=self._catalog.name, version=-1)
         return _ReadPlan(foreign.parsed, self._current.parsed, None, [])
 
-    def __call__(self, payload: bytes | None, ctx: SerializationContext | None = None) -> DecodedTurnEvent:
+    def __call__(
+        self, payload: bytes | None, ctx: SerializationContext | None = None
+    ) -> DecodedTurnEvent:
         if not payload:
             raise UnknownFramingError("empty message: no Avro framing")
         if payload[:2] == SINGLE_OBJECT_MAGIC and len(payload) >= SINGLE_OBJECT_HEADER_LEN:
@@ -203,13 +207,17 @@ class TurnEventDeserializer:
         try:
             record = plan.read(body)
         except (EOFError, ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError) as exc:
-            raise SerializationError(f"Avro body does not decode with schema {origin}: {exc!r}") from exc
+            raise SerializationError(
+                f"Avro body does not decode with schema {origin}: {exc!r}"
+            ) from exc
         if body.tell() != len(body.getbuffer()):
             raise SerializationError(
                 f"Avro body has {len(body.getbuffer()) - body.tell()} trailing bytes "
                 f"after a record of schema {origin}"
             )
-        version = plan.version if plan.version is not None else int(record["verdicts"]["schema_version"])
+        version = (
+            plan.version if plan.version is not None else int(record["verdicts"]["schema_version"])
+        )
         return DecodedTurnEvent(record, version, framing, origin)
 
     def _resolve_fingerprint(self, fp: bytes) -> _ReadPlan:
@@ -229,12 +237,15 @@ class TurnEventDeserializer:
     def _resolve_registry_id(self, schema_id: int) -> _ReadPlan:
         if self._registry is None:
             raise SchemaNotFoundError(
-                f"Confluent-framed message (schema id {schema_id}) but no Schema Registry is configured"
+                f"Confluent-framed message (schema id {schema_id}) "
+                "but no Schema Registry is configured"
             )
         try:
-            schema_json = self._registry.get_schema(schema_id).schema_str
+            schema_json = self._registry.get_schema(schema_id).schema_str or ""
         except Exception as exc:  # the registry client raises many unrelated types
-            raise SchemaNotFoundError(f"schema id {schema_id} not found in the registry: {exc}") from exc
+            raise SchemaNotFoundError(
+                f"schema id {schema_id} not found in the registry: {exc}"
+            ) from exc
         with self._lock:
             plan = self._by_registry_id.get(schema_id)
             if plan is None:

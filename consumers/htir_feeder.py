@@ -1,0 +1,138 @@
+"""The HTIR feeder: a consumer-runtime sink that assembles per-task HTIR traces.
+
+Turns of a task arrive in session order (the session is the Kafka key). A
+trace closes on the runtime's end-of-task signal or after ``idle_timeout``
+seconds without a turn, and is published to ``<prefix>htir-traces`` (Avro
+single-object, ``schemas/htir_trace.v1.avsc``, key = task id) and, when
+configured, appended to an eval-manifest JSONL file for review.
+
+At-least-once across restarts: the offsets of turns that sit in a still-open
+trace are held back (``held_offsets``), so a restarted feeder re-reads them and
+rebuilds the trace; a trace already published may then be published again
+with the same task id, which the auditor worker ignores.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+import structlog
+from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from turnaudit.consumers.runtime import ConsumedTurn
+from turnaudit.contracts import check_event
+from turnaudit.htir import HtirTrace, TraceAssembler
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import SingleObjectSerializer
+from turnaudit.settings import KafkaSettings
+
+log = structlog.get_logger("turnaudit.htir_feeder")
+
+
+class HtirFeederSink:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        *,
+        registry: CollectorRegistry,
+        idle_timeout: float = 300.0,
+        manifest: Path | None = None,
+    ) -> None:
+        self._topic = kafka.topics.htir_traces
+        self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
+        self._producer = Producer(
+            kafka.client_config(
+                **{
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                    "log_level": 3,
+                }
+            )
+        )
+        self._assembler = TraceAssembler(idle_timeout)
+        self._manifest: IO[str] | None = open(manifest, "a", encoding="utf-8") if manifest else None  # noqa: SIM115 - kept open for the service's life
+        self._first_offsets: dict[str, tuple[int, int]] = {}  # task id -> (partition, offset)
+        self.published = 0
+        self._unacked: list[HtirTrace] = []
+        self._traces = Counter(
+            "turnaudit_htir_traces_total", "HTIR traces published", ["closed_by"], registry=registry
+        )
+        self._open = Gauge(
+            "turnaudit_htir_open_traces", "Traces still being assembled", registry=registry
+        )
+
+    def write(self, turns: Sequence[ConsumedTurn]) -> None:
+        closed: list[HtirTrace] = []
+        for turn in turns:
+            event = turn.event
+            if event.get("task") is None:
+                continue
+            task_id = event["task"]["task_id"]
+            self._first_offsets.setdefault(task_id, (turn.partition, turn.offset))
+            trace = self._assembler.add(
+                event,
+                topic=turn.topic,
+                partition=turn.partition,
+                offset=turn.offset,
+                breaches=[str(b) for b in check_event(event)],
+            )
+            if trace is not None:
+                closed.append(trace)
+        closed.extend(self._assembler.expire())
+        self._publish(closed)
+
+    def tick(self) -> None:
+        """Called by the runtime on every poll, so idle traces close on a quiet stream."""
+        self._publish(self._assembler.expire())
+
+    def held_offsets(self) -> dict[int, int]:
+        """Per partition, the first offset a still-open trace needs re-read after a crash."""
+        held: dict[int, int] = {}
+        for partition, offset in self._first_offsets.values():
+            held[partition] = min(offset, held.get(partition, offset))
+        return held
+
+    def close(self) -> None:
+        # Open traces are not published on shutdown: their offsets were held
+        # back, so the next feeder rebuilds them whole.
+        if self._assembler.open_traces:
+            log.info("htir_open_traces_left_for_restart", open=self._assembler.open_traces)
+        self._producer.flush(30)
+        if self._manifest is not None:
+            self._manifest.close()
+
+    def _publish(self, traces: list[HtirTrace]) -> None:
+        for trace in traces:
+            self._producer.produce(
+                self._topic, self._serialize(trace.to_avro()), trace.task_id.encode()
+            )
+            self._producer.poll(0)
+        self._unacked.extend(traces)
+        # A trace counts as published once acknowledged; until then its turns'
+        # offsets stay held back (a slow broker delays them, loses nothing).
+        if self._unacked and self._producer.flush(10) == 0:
+            self._acknowledged(self._unacked)
+            self._unacked = []
+        self._open.set(self._assembler.open_traces)
+
+    def _acknowledged(self, traces: list[HtirTrace]) -> None:
+        for trace in traces:
+            self._first_offsets.pop(trace.task_id, None)
+            self._traces.labels(trace.closed_by.value if trace.closed_by else "unknown").inc()
+            log.info(
+                "htir_trace_published",
+                task_id=trace.task_id,
+                family=trace.task_family,
+                steps=len(trace.steps),
+                closed_by=trace.closed_by,
+            )
+            if self._manifest is not None:
+                self._manifest.write(json.dumps(trace.manifest_line()) + "\n")
+        if self._manifest is not None:
+            self._manifest.flush()
+        self.published += len(traces)
