@@ -104,8 +104,8 @@ class LocalKafkaBroker:
         jars = self.settings.jars_dir.resolve()
         if (jars / ".resolved").exists():
             return jars
+        self._java()
         mvn = require_tool("mvn", "Apache Maven (apt-get install maven)")
-        require_tool("java", "a Java 17+ runtime (apt-get install openjdk-17-jre-headless)")
         pom = self.settings.pom.resolve()
         if not pom.exists():
             raise BrokerError(f"no {pom}: run from the project folder or set TURNAUDIT_PROJECT_DIR")
