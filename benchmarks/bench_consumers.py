@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry
@@ -59,8 +60,11 @@ TURNAUDIT = str(Path(sys.executable).parent / "turnaudit")
 
 
 def fresh_settings(bootstrap: str) -> KafkaSettings:
-    settings = KafkaSettings(bootstrap_servers=bootstrap,
-                             topics=TopicNames(f"bench-{uuid.uuid4().hex[:8]}."), partitions=3)
+    settings = KafkaSettings(
+        bootstrap_servers=bootstrap,
+        topics=TopicNames(f"bench-{uuid.uuid4().hex[:8]}."),
+        partitions=3,
+    )
     ensure_topics(settings)
     time.sleep(1.0)  # leaders settle before offsets are asked for
     return settings
@@ -76,11 +80,20 @@ def bare_loop(settings: KafkaSettings, end: dict[int, int]) -> float:
     """Events/s of consume + decode alone, from assignment to the last message."""
     decode = TurnEventDeserializer(shipped_catalog())
     assigned_at: list[float] = []
-    consumer = Consumer(settings.client_config(**{
-        "group.id": f"bench-bare-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "fetch.wait.max.ms": 50, "log_level": 3}))
-    consumer.subscribe([settings.topics.turn_events],
-                       on_assign=lambda *_: assigned_at.append(time.perf_counter()))
+    consumer = Consumer(
+        settings.client_config(
+            **{
+                "group.id": f"bench-bare-{uuid.uuid4().hex}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 50,
+                "log_level": 3,
+            }
+        )
+    )
+    consumer.subscribe(
+        [settings.topics.turn_events], on_assign=lambda *_: assigned_at.append(time.perf_counter())
+    )
     positions: dict[int, int] = {}
     total = sum(end.values())
     seen = 0
@@ -88,7 +101,8 @@ def bare_loop(settings: KafkaSettings, end: dict[int, int]) -> float:
         for msg in consumer.consume(500, 0.05):
             if msg.error() is None:
                 decode(msg.value())
-                positions[msg.partition()] = msg.offset() + 1
+                # The bookkeeping the runtime does too (next offset per partition).
+                positions[msg.partition() or 0] = (msg.offset() or 0) + 1
                 seen += 1
     elapsed = time.perf_counter() - assigned_at[0]
     consumer.close()
@@ -108,36 +122,57 @@ def service_rate(service: ConsumerService, end: dict[int, int]) -> float:
     return sum(end.values()) / elapsed
 
 
-def service_settings(settings: KafkaSettings, service: ServiceName, **over: object) -> ServiceSettings:
-    return ServiceSettings(service=service, kafka=settings,
-                           group_id=f"bench-{service.value}-{uuid.uuid4().hex}", **over)  # type: ignore[arg-type]
+def service_settings(settings: KafkaSettings, service: ServiceName, **over: Any) -> ServiceSettings:
+    return ServiceSettings(
+        service=service,
+        kafka=settings,
+        group_id=f"bench-{service.value}-{uuid.uuid4().hex}",
+        **over,
+    )
 
 
 def throughput(bootstrap: str, events: int, rounds: int, workdir: Path) -> None:
     settings = fresh_settings(bootstrap)
-    args = argparse.Namespace(events=events, seed=1, schema_versions=(1, 2), sessions=200, rate=0,
-                              spool_dir=workdir / "spool-throughput")
+    args = argparse.Namespace(
+        events=events,
+        seed=1,
+        schema_versions=(1, 2),
+        sessions=200,
+        rate=0,
+        spool_dir=workdir / "spool-throughput",
+    )
     publish_simulation(settings, args)
     end = end_offsets(settings, settings.topics.turn_events)
     print(f"\n1. throughput: {sum(end.values())} messages, {rounds} rounds, best of each")
-    results: dict[str, list[float]] = {"bare loop (consume+decode)": [], "log sink": [],
-                                       "verdict metrics": []}
+    results: dict[str, list[float]] = {
+        "bare loop (consume+decode)": [],
+        "log sink": [],
+        "verdict metrics": [],
+    }
     log_settings = LogSinkSettings(file=workdir / "throughput-turns.jsonl")
     for _ in range(rounds):
         results["bare loop (consume+decode)"].append(bare_loop(settings, end))
-        with service_logging(log_settings, "WARNING") as handler:
-            logs = LogSinkService(service_settings(settings, ServiceName.LOG_SINK),
-                                  registry=CollectorRegistry(), handler=handler, serve_http=False)
+        with service_logging("WARNING"):
+            logs = LogSinkService(
+                service_settings(settings, ServiceName.LOG_SINK, log=log_settings),
+                registry=CollectorRegistry(),
+                serve_http=False,
+            )
             results["log sink"].append(service_rate(logs, end))
+            metrics = VerdictMetricsService(
+                service_settings(settings, ServiceName.VERDICT_METRICS),
+                registry=CollectorRegistry(),
+                serve_http=False,
+            )
+            results["verdict metrics"].append(service_rate(metrics, end))
         (workdir / "throughput-turns.jsonl").unlink()
-        metrics = VerdictMetricsService(service_settings(settings, ServiceName.VERDICT_METRICS),
-                                        registry=CollectorRegistry(), serve_http=False)
-        results["verdict metrics"].append(service_rate(metrics, end))
     bare = max(results["bare loop (consume+decode)"])
     for name, rates in results.items():
         best = max(rates)
-        print(f"  {name:<28} {best:>9,.0f} events/s  ratio {best / bare:.2f}x  "
-              f"(rounds: {', '.join(f'{r:,.0f}' for r in rates)})")
+        print(
+            f"  {name:<28} {best:>9,.0f} events/s  ratio {best / bare:.2f}x  "
+            f"(rounds: {', '.join(f'{r:,.0f}' for r in rates)})"
+        )
 
 
 # -- 2. and 3. load at a steady rate ---------------------------------------------------
@@ -176,13 +211,17 @@ def latency(bootstrap: str, rate: int, seconds: float, workdir: Path) -> None:
     timed.delays_ms = []
     service = ConsumerService(
         service_settings(settings, ServiceName.VERDICT_METRICS, auto_offset_reset="latest"),
-        timed, registry=registry, serve_http=False)
+        timed,
+        registry=registry,
+        serve_http=False,
+    )
     thread = threading.Thread(target=service.run)
     thread.start()
     service.assigned_once.wait()
     child = multiprocessing.get_context("spawn").Process(
         target=publish_steadily,
-        args=(bootstrap, settings.topics.prefix, rate, seconds, str(workdir / "spool-latency")))
+        args=(bootstrap, settings.topics.prefix, rate, seconds, str(workdir / "spool-latency")),
+    )
     child.start()
     child.join()
     end = end_offsets(settings, settings.topics.turn_events)
@@ -193,8 +232,10 @@ def latency(bootstrap: str, rate: int, seconds: float, workdir: Path) -> None:
     warm = int(rate * 2)  # the first 2 s include connection set-up
     delays = sorted(timed.delays_ms[warm:])
     q = statistics.quantiles(delays, n=100)
-    print(f"\n2. delay publish() -> counted at {rate:,}/s for {seconds:.0f} s "
-          f"({len(timed.delays_ms):,} events, first {warm:,} skipped):")
+    print(
+        f"\n2. delay publish() -> counted at {rate:,}/s for {seconds:.0f} s "
+        f"({len(timed.delays_ms):,} events, first {warm:,} skipped):"
+    )
     print(f"  p50 {q[49]:.1f} ms   p99 {q[98]:.1f} ms   max {delays[-1]:.1f} ms")
 
 
@@ -217,16 +258,20 @@ def memory(bootstrap: str, rate: int, minutes: float, workdir: Path) -> None:
         "TURNAUDIT_LOG_FILE_BACKUPS": "2",
     }
     procs = {
-        name: subprocess.Popen([TURNAUDIT, "sink", name],
-                               env={**env, "TURNAUDIT_HTTP_PORT": str(free_port())},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        name: subprocess.Popen(
+            [TURNAUDIT, "sink", name],
+            env={**env, "TURNAUDIT_HTTP_PORT": str(free_port())},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for name in ("logs", "metrics")
     }
     time.sleep(3)
     seconds = minutes * 60
     child = multiprocessing.get_context("spawn").Process(
         target=publish_steadily,
-        args=(bootstrap, settings.topics.prefix, rate, seconds, str(workdir / "spool-memory")))
+        args=(bootstrap, settings.topics.prefix, rate, seconds, str(workdir / "spool-memory")),
+    )
     child.start()
     print(f"\n3. resident memory under {rate:,}/s for {minutes:g} min (MiB):")
     print(f"  {'t (s)':>6}  {'log sink':>9}  {'metrics':>9}")
@@ -237,16 +282,21 @@ def memory(bootstrap: str, rate: int, minutes: float, workdir: Path) -> None:
         child.join(interval)
         for name, proc in procs.items():
             samples[name].append(rss_kib(proc.pid))
-        print(f"  {time.monotonic() - started:>6.0f}  "
-              + "  ".join(f"{samples[n][-1] / 1024:>9.1f}" for n in procs), flush=True)
+        print(
+            f"  {time.monotonic() - started:>6.0f}  "
+            + "  ".join(f"{samples[n][-1] / 1024:>9.1f}" for n in procs),
+            flush=True,
+        )
     for proc in procs.values():
         proc.terminate()
         proc.wait(60)
     for name, values in samples.items():
         # From the first minute on: start-up allocations are not growth.
-        settled = values[min(len(values) - 1, int(60 / interval)):]
-        print(f"  {name}: {settled[0] / 1024:.1f} -> {settled[-1] / 1024:.1f} MiB after warm-up "
-              f"(max {max(settled) / 1024:.1f})")
+        settled = values[min(len(values) - 1, int(60 / interval)) :]
+        print(
+            f"  {name}: {settled[0] / 1024:.1f} -> {settled[-1] / 1024:.1f} MiB after warm-up "
+            f"(max {max(settled) / 1024:.1f})"
+        )
 
 
 def main() -> None:
@@ -262,15 +312,22 @@ def main() -> None:
     events = args.events or (30_000 if args.quick else 100_000)
     latency_seconds = args.latency_seconds or (10.0 if args.quick else 30.0)
     memory_minutes = args.memory_minutes or (1.0 if args.quick else 10.0)
-    with tempfile.TemporaryDirectory(prefix="bench-consumers-") as tmp:
+    # The services' own diagnostics as JSON on stderr, warnings only: stdout keeps the figures.
+    with tempfile.TemporaryDirectory(prefix="bench-consumers-") as tmp, service_logging("WARNING"):
         workdir = Path(tmp)
         bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
         broker = None
         if not bootstrap:
-            broker = LocalKafkaBroker(LocalBrokerSettings(
-                home=workdir / "kafka", jars_dir=PROJECT / "deploy/kafka/target/jars",
-                pom=PROJECT / "deploy/kafka/pom.xml", port=free_port(),
-                controller_port=free_port(), heap="768m"))
+            broker = LocalKafkaBroker(
+                LocalBrokerSettings(
+                    home=workdir / "kafka",
+                    jars_dir=PROJECT / "deploy/kafka/target/jars",
+                    pom=PROJECT / "deploy/kafka/pom.xml",
+                    port=free_port(),
+                    controller_port=free_port(),
+                    heap="768m",
+                )
+            )
             bootstrap = broker.start().bootstrap_servers
         print(f"broker {bootstrap}; {os.cpu_count()} CPUs")
         try:

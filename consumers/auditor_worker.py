@@ -55,6 +55,7 @@ class AuditorEvaluationWorker:
         *,
         group_id: str,
         registry: CollectorRegistry,
+        start_offsets: Mapping[int, int] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._kafka = kafka
@@ -84,6 +85,8 @@ class AuditorEvaluationWorker:
                 }
             )
         )
+        # Where a fresh group starts per partition (the demo reads its own run).
+        self._start_offsets = dict(start_offsets or {})
         self._cases: dict[str, Case] = {}
         self._seen: set[str] = set()
         self.tally = WorkerTally()
@@ -102,7 +105,7 @@ class AuditorEvaluationWorker:
         """Consume until ``stop()`` or until ``until(tally)`` is true."""
         self._auditor.begin_battery()
         self._pinned = self._auditor.identity
-        self._consumer.subscribe([self._topic])
+        self._consumer.subscribe([self._topic], on_assign=self._on_assign)
         try:
             while not self._stopping.is_set() and not (until and until(self.tally)):
                 messages = self._consumer.consume(100, 0.2)
@@ -117,6 +120,13 @@ class AuditorEvaluationWorker:
             self._producer.flush(30)
             self._consumer.close()
             self._auditor.end_battery()
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            start = self._start_offsets.pop(tp.partition, None)
+            if start is not None:
+                tp.offset = start
+        consumer.assign(partitions)
 
     def evidence(self) -> EvidenceFile:
         """The labelled cases so far, with their observations."""

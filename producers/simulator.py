@@ -204,6 +204,8 @@ class TurnRuntimeSimulator:
             identity=self._rng.uniform(0.75, 0.95),
         )
         if self._rng.random() < self._task_share:
+            # Agent runtimes that run tasks report tool steps, which only v2 carries.
+            session.builder = self._builders[max(self._versions)]
             self._start_task(session)
         return session
 
@@ -221,7 +223,6 @@ class TurnRuntimeSimulator:
             failure_mode=FAILURE_MODES[family] if failing else None,
         )
         session.task, session.task_step = task, 0
-        self.truth.tasks.append(task)
 
     # -- one turn --------------------------------------------------------------
     def _turn(self, session: _Session) -> dict[str, Any] | None:
@@ -254,6 +255,8 @@ class TurnRuntimeSimulator:
             )
         event = self._main_turn(session, ctx, tokens)
         if task is not None:
+            if session.task_step == 0:  # a task counts once it has a turn in the stream
+                self.truth.tasks.append(task)
             session.task_step += 1
             if session.task_step >= task.steps:
                 session.task = None

@@ -25,6 +25,8 @@ COMMAND_MODULES = (
     "turnaudit.commands.topics",
     "turnaudit.commands.sink",
     "turnaudit.commands.tail",
+    "turnaudit.commands.htir",
+    "turnaudit.commands.auditor",
     "turnaudit.evaluation.cli",
 )
 

@@ -1,20 +1,34 @@
-"""``turnaudit demo``: the pipeline end to end on the local broker, summarised."""
+"""``turnaudit demo``: the pipeline end to end on the local broker, summarised.
+
+Stages: simulate and publish; read the stream back; run the log sink and the
+verdict metrics over it; assemble HTIR traces, replay them through the
+rule-based auditor and apply the EVR-6 gate. Every figure is reconciled
+against the simulator's ground truth; the exit code is 0 only when all match
+(the gate's own decision is reported, and a hold is a result, not a failure).
+"""
 
 from __future__ import annotations
 
 import argparse
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from turnaudit.cluster import connect
 from turnaudit.commands.simulate import add_simulation_arguments, publish_simulation
+from turnaudit.consumers.demo_stage import ReconciliationRow, run_consumer_stage
+from turnaudit.consumers.htir_demo_stage import run_evaluation_stage
 from turnaudit.contracts import SequenceOutcome, SessionSequenceTracker, check_event
 from turnaudit.errors import SerializationError
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.kafka.topics import ensure_topics
+from turnaudit.producers.publisher import CloseReport
+from turnaudit.producers.simulator import GroundTruth
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
+
+OUTPUT_DIR = Path("var/demo")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,113 +36,134 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "demo", help="run the pipeline end to end on the local broker and print a summary"
     )
     add_simulation_arguments(parser)
-    parser.set_defaults(handler=_demo, spool_dir=Path("var/spool/demo"))
+    parser.add_argument(
+        "--timeout", type=float, default=180.0, help="seconds each consumer stage may take"
+    )
+    parser.set_defaults(handler=_demo, spool_dir=OUTPUT_DIR / "spool")
 
 
-def _row(label: str, value: object, expected: object | None = None) -> str:
-    check = ""
-    if expected is not None:
-        check = "  ok" if value == expected else f"  MISMATCH (simulator: {expected})"
-    return f"  {label:<38} {value!s:>10}{check}"
+def _print_section(title: str, rows: list[ReconciliationRow]) -> None:
+    print(f"\n{title}")
+    print(f"  {'':<44} {'observed':>9} {'expected':>9}")
+    for row in rows:
+        mark = "ok" if row.ok else "MISMATCH"
+        print(f"  {row.label:<44} {row.observed:>9} {row.expected:>9}  {mark}")
+
+
+def _stream_rows(
+    settings: KafkaSettings,
+    before: dict[int, int],
+    truth: GroundTruth,
+    emitted: int,
+    breached: int,
+    report: CloseReport,
+) -> list[ReconciliationRow]:
+    """Read this run back with a plain reader and count it like the simulator did."""
+    decode = TurnEventDeserializer(shipped_catalog())
+    topic = settings.topics.turn_events
+    seen: set[str] = set()
+    counts: Counter[str] = Counter()
+    sequences = SessionSequenceTracker()
+    for msg in read_range(settings, topic, before, end_offsets(settings, topic)):
+        counts["messages"] += 1
+        try:
+            decoded = decode(msg.value())
+        except SerializationError:
+            counts["undecodable"] += 1
+            continue
+        event = decoded.event
+        if event["event_id"] in seen:
+            counts["duplicates"] += 1
+            continue
+        seen.add(event["event_id"])
+        counts[f"path {event['path']}"] += 1
+        counts[f"v{decoded.writer_version}"] += 1
+        counts["breaches"] += bool(check_event(event))
+        outcome = sequences.observe(event["session_id"], event["sequence"]).outcome
+        counts["gaps"] += outcome is SequenceOutcome.GAP
+    rows = [
+        ReconciliationRow("turns published", emitted, truth.events),
+        ReconciliationRow("distinct event ids read back", len(seen), truth.events),
+        ReconciliationRow("main turns", counts["path MAIN"], truth.by_path["MAIN"]),
+        ReconciliationRow("stub turns", counts["path STUB"], truth.by_path["STUB"]),
+    ]
+    rows += [
+        ReconciliationRow(f"written with schema v{v}", counts[f"v{v}"], n)
+        for v, n in sorted(truth.by_schema_version.items())
+    ]
+    rows += [
+        ReconciliationRow("contract breaches at the producer", breached, 0),
+        ReconciliationRow("contract breaches read back", counts["breaches"], 0),
+        ReconciliationRow("sequence gaps", counts["gaps"], 0),
+        ReconciliationRow("undecodable messages", counts["undecodable"], 0),
+        ReconciliationRow("events left in the spool", report.undelivered, 0),
+        ReconciliationRow("events lost", emitted - len(seen), 0),
+    ]
+    return rows
+
+
+def _gate_lines(report: dict[str, Any]) -> list[str]:
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
+
+    overall = report["overall"]
+    lines = [
+        f"  decision: {report['decision'].upper()}   auditor {report['auditor_id']['name']} "
+        f"{report['auditor_id']['digest'][:19]}…",
+        f"  overall: {overall['traces']} traces ({overall['alarm_positive']} alarm-positive, "
+        f"{overall['healthy']} healthy), precision {pct(overall['precision'])}, early-alarm "
+        f"recall {pct(overall['early_alarm_recall'])}, false-alarm rate "
+        f"{pct(overall['false_alarm_rate'])}, late {overall['late_alarms']}, "
+        f"p95 latency {overall['p95_latency_ms']:.3f} ms",
+    ]
+    for name, fam in sorted(report["families"].items()):
+        lines.append(
+            f"  {name:<14} {fam['traces']:>3} traces ({fam['alarm_positive']}+/{fam['healthy']}-)"
+            f"  recall {pct(fam['early_alarm_recall'])}  false alarms "
+            f"{pct(fam['false_alarm_rate'])}"
+        )
+    lines += [
+        f"  failed: {f['requirement']} [{f['scope']}] {f.get('detail', '')}"
+        for f in report["failed_requirements"]
+    ]
+    return lines
 
 
 def _demo(args: argparse.Namespace) -> int:
     settings, where = connect(KafkaSettings.from_env(), start_local=True)
     print(f"turn-audit demo: {where}")
     ensure_topics(settings)
-    topic = settings.topics.turn_events
-    before = end_offsets(settings, topic)
+    before = end_offsets(settings, settings.topics.turn_events)
 
     sim, report, emitter, elapsed = publish_simulation(settings, args)
     truth = sim.truth
     print(
-        f"published {emitter.emitted} simulated turns in {elapsed:.1f}s "
-        f"(seed {args.seed}, schema versions {','.join(map(str, args.schema_versions))})"
+        f"published {emitter.emitted} simulated turns in {elapsed:.1f}s from "
+        f"{len(truth.sessions)} sessions (seed {args.seed}, schema versions "
+        f"{','.join(map(str, args.schema_versions))}), {len(truth.tasks)} tasks"
     )
-
-    after = end_offsets(settings, topic)
-    decode = TurnEventDeserializer(shipped_catalog())
-    ids: set[str] = set()
-    by_path_version: Counter[tuple[str, int]] = Counter()
-    by_policy: Counter[str] = Counter()
-    breaches: Counter[str] = Counter()
-    undecodable = refused = hedged = duplicates = gaps = 0
-    sequences = SessionSequenceTracker()
-    read = 0
-    for msg in read_range(settings, topic, before, after):
-        read += 1
-        try:
-            decoded = decode(msg.value())
-        except SerializationError:
-            undecodable += 1
-            continue
-        event = decoded.event
-        if event["event_id"] in ids:
-            duplicates += 1
-            continue
-        ids.add(event["event_id"])
-        by_path_version[(event["path"], decoded.writer_version)] += 1
-        refused += event["verdicts"]["refusal_emitted"]
-        hedged += event["verdicts"]["hedge_injected"]
-        if event["action_assessment"] is not None:
-            by_policy[event["action_assessment"]["output_policy"]] += 1
-        for breach in check_event(event):
-            breaches[breach.contract.value] += 1
-        if sequences.observe(event["session_id"], event["sequence"]).outcome is SequenceOutcome.GAP:
-            gaps += 1
-
-    lost = emitter.emitted - len(ids)
-    print()
-    print("stream (read back from " + topic + ")")
-    print(_row("events published", emitter.emitted, truth.events))
-    print(_row("messages read back", read))
-    print(_row("distinct event ids", len(ids), truth.events))
-    print(_row("sessions", len({e for e in truth.sessions}), len(truth.sessions)))
-    for (path, version), n in sorted(by_path_version.items()):
-        expected = None
-        print(_row(f"  {path.lower()} turns, schema v{version}", n, expected))
+    sections = [
+        ("the stream, read back", _stream_rows(
+            settings, before, truth, emitter.emitted, emitter.breached, report)),
+        ("consumer services: log sink and verdict metrics", run_consumer_stage(
+            settings, truth, emitter.emitted, args.timeout, start_offsets=before,
+            log_file=OUTPUT_DIR / "turns.jsonl")),
+    ]
+    evaluation = run_evaluation_stage(
+        settings, truth, args.timeout, start_offsets=before, output_dir=OUTPUT_DIR
+    )
+    sections.append(("HTIR traces and the auditor-evaluation worker", evaluation.rows))
+    for title, rows in sections:
+        _print_section(title, rows)
+    print("\nEVR-6 gate (labels: the simulator's scripted failure turns; auditor: rule-based)")
+    print("\n".join(_gate_lines(evaluation.report)))
     print(
-        _row(
-            "main turns",
-            sum(n for (p, _), n in by_path_version.items() if p == "MAIN"),
-            truth.by_path["MAIN"],
-        )
+        f"\nfiles: {OUTPUT_DIR / 'turns.jsonl'} (log lines), {evaluation.manifest_path}, "
+        f"{evaluation.evidence_path}, {evaluation.report_path}"
     )
-    print(
-        _row(
-            "stub turns",
-            sum(n for (p, _), n in by_path_version.items() if p == "STUB"),
-            truth.by_path["STUB"],
-        )
-    )
-    for version in sorted(truth.by_schema_version):
-        print(
-            _row(
-                f"schema v{version}",
-                sum(n for (_, v), n in by_path_version.items() if v == version),
-                truth.by_schema_version[version],
-            )
-        )
-    print(_row("refused turns", refused, truth.refused))
-    print(_row("hedged turns (hedge_injected)", hedged, truth.hedged))
-    for policy in ("DOMAIN_SEAL", "DOMAIN_HOLD", "DOMAIN_VOID"):
-        print(_row(f"action risk {policy}", by_policy[policy], truth.by_output_policy[policy]))
-    print(_row("contract breaches (producer side, to DLQ)", emitter.breached, 0))
-    print(_row("contract breaches (read back)", sum(breaches.values()), 0))
-    print(_row("sequence gaps", gaps, 0))
-    print(_row("undecodable messages", undecodable, 0))
-    print(_row("redelivered duplicates (same event id)", duplicates))
-    print(_row("events waiting in the spool", report.undelivered, 0))
-    print(_row("events lost", lost, 0))
-    ok = (
-        lost == 0
-        and report.ok
-        and undecodable == 0
-        and not breaches
-        and gaps == 0
-        and refused == truth.refused
-        and hedged == truth.hedged
-    )
-    print()
-    print("demo: " + ("every event accounted for" if ok else "MISMATCH: see the rows above"))
-    return 0 if ok else 1
+    mismatches = [row.label for _, rows in sections for row in rows if not row.ok]
+    if mismatches:
+        print(f"\ndemo: MISMATCH in {len(mismatches)} row(s): {', '.join(mismatches)}")
+        return 1
+    print("\ndemo: every event accounted for; gate decision: " + evaluation.report["decision"])
+    return 0

@@ -52,8 +52,16 @@ def configure_review_pack(parser: argparse.ArgumentParser) -> None:
 
 def configure_evidence(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("labels", type=Path, help="label pack (no auditor output in it)")
-    parser.add_argument("--auditor", choices=("ollama", "rules"), default="ollama",
-                        help="auditor under test (default: ollama)")
+    add_auditor_arguments(parser, default="ollama")
+    parser.add_argument("--output", type=Path, required=True, help="evidence file to write")
+    parser.add_argument("--report", type=Path, required=True, help="gate report to write")
+    parser.set_defaults(handler=_evidence)
+
+
+def add_auditor_arguments(parser: argparse.ArgumentParser, *, default: str) -> None:
+    """The pinned auditor's options, shared with ``turnaudit auditor run``."""
+    parser.add_argument("--auditor", choices=("ollama", "rules"), default=default,
+                        help=f"auditor under test (default: {default})")
     parser.add_argument("--model", help="exact Ollama tag, e.g. qwen3.5:2b")
     parser.add_argument("--expected-digest", help="the tag's pinned SHA-256 (sha256: optional)")
     parser.add_argument("--ollama-url", default=DEFAULT_OLLAMA_URL,
@@ -62,9 +70,6 @@ def configure_evidence(parser: argparse.ArgumentParser) -> None:
                         help="seconds per Ollama request (default 120)")
     parser.add_argument("--auditor-config", type=Path,
                         help="JSON object of rule-auditor settings (rules only)")
-    parser.add_argument("--output", type=Path, required=True, help="evidence file to write")
-    parser.add_argument("--report", type=Path, required=True, help="gate report to write")
-    parser.set_defaults(handler=_evidence)
 
 
 def configure_gate(parser: argparse.ArgumentParser) -> None:
@@ -94,7 +99,7 @@ def _finalize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_auditor(args: argparse.Namespace) -> PrefixAuditor:
+def build_auditor(args: argparse.Namespace) -> PrefixAuditor:
     if args.auditor == "rules":
         if args.model or args.expected_digest:
             raise ConfigurationError("--model/--expected-digest apply to --auditor ollama only")
@@ -110,7 +115,7 @@ def _build_auditor(args: argparse.Namespace) -> PrefixAuditor:
 
 
 def _evidence(args: argparse.Namespace) -> int:
-    report = produce_evidence(args.labels, _build_auditor(args),
+    report = produce_evidence(args.labels, build_auditor(args),
                               evidence_output=args.output, report_output=args.report)
     print(f"evidence: {len(report['traces'])} case(s) -> {args.output}")
     return _print_report(report, args.report)

@@ -10,10 +10,25 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from turnaudit.errors import BrokerError
 from turnaudit.settings import KafkaSettings
+
+_LEADERSHIP_ERRORS = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+})
 
 
 def end_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[int, int]:
@@ -33,8 +48,11 @@ def end_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> d
                     for p in metadata.topics[topic].partitions
                 }
             except KafkaException as exc:
-                # Right after topic creation a leader may not be known yet.
-                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                # Right after topic creation a leader may not be known yet;
+                # librdkafka does not flag every such error as retriable.
+                error = exc.args[0]
+                transient = error.retriable() or error.code() in _LEADERSHIP_ERRORS
+                if not transient or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
     except KafkaException as exc:

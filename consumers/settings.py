@@ -1,0 +1,134 @@
+"""Settings of the consumer services, read once from ``TURNAUDIT_*`` variables.
+
+Kafka itself (bootstrap servers, topic prefix, librdkafka passthrough) comes
+from ``KafkaSettings.from_env``; this adds what the services need on top.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from turnaudit.errors import ConfigurationError
+
+# _int: the project's one parser of whole-number variables, same messages everywhere.
+from turnaudit.settings import ENV_PREFIX, KafkaSettings, _int
+
+
+class SurfaceRedaction(enum.StrEnum):
+    """What the log sink writes for surface texts (they may hold user content)."""
+
+    DROP = "drop"  # not written at all (the default)
+    HASH = "hash"  # HMAC-SHA256 with a key from the settings: equal texts stay comparable
+    FULL = "full"  # the text itself
+
+
+class ServiceName(enum.StrEnum):
+    """Closed set of services; also their default group ids and DLQ stage names."""
+
+    LOG_SINK = "log-sink"
+    VERDICT_METRICS = "verdict-metrics"
+    HTIR_FEEDER = "htir-feeder"
+
+
+DEFAULT_HTTP_PORTS = {
+    ServiceName.LOG_SINK: 9309,
+    ServiceName.VERDICT_METRICS: 9308,
+    ServiceName.HTIR_FEEDER: 9310,
+}
+
+
+@dataclass(frozen=True)
+class LogSinkSettings:
+    redaction: SurfaceRedaction = SurfaceRedaction.DROP
+    hash_key: bytes = b""
+    file: Path | None = None  # None: stdout
+    file_max_bytes: int = 100 * 1024 * 1024
+    file_backups: int = 10
+
+    def __post_init__(self) -> None:
+        if self.redaction is SurfaceRedaction.HASH and not self.hash_key:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}LOG_SURFACES=hash needs a key in {ENV_PREFIX}LOG_HASH_KEY"
+            )
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    # Label values outside these lists are counted as "other": a flood of new
+    # pack or domain ids cannot create new series.
+    packs: frozenset[str] = frozenset()
+    domains: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    service: ServiceName
+    kafka: KafkaSettings
+    group_id: str
+    group_instance_id: str | None = None  # static membership: a restart needs no rebalance
+    http_host: str = "0.0.0.0"  # noqa: S104 - a service in a container is scraped from outside
+    http_port: int = 9308  # 0: any free port (tests)
+    batch_size: int = 500
+    batch_timeout_s: float = 0.01  # a batch waits at most this long to fill: the latency floor
+    auto_offset_reset: str = "earliest"
+    drain_timeout_s: float = 30.0
+    max_sessions: int = 100_000  # sequence tracker bound
+    log: LogSinkSettings = field(default_factory=LogSinkSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+
+    def with_kafka(self, kafka: KafkaSettings) -> ServiceSettings:
+        return replace(self, kafka=kafka)
+
+    @classmethod
+    def from_env(
+        cls, service: ServiceName, env: Mapping[str, str] | None = None
+    ) -> ServiceSettings:
+        env = os.environ if env is None else env
+        reset = _text(env, "AUTO_OFFSET_RESET", "earliest")
+        if reset not in ("earliest", "latest"):
+            raise ConfigurationError(f"{ENV_PREFIX}AUTO_OFFSET_RESET must be earliest or latest")
+        surfaces = _text(env, "LOG_SURFACES", SurfaceRedaction.DROP.value)
+        try:
+            redaction = SurfaceRedaction(surfaces)
+        except ValueError:
+            choices = "|".join(r.value for r in SurfaceRedaction)
+            raise ConfigurationError(
+                f"{ENV_PREFIX}LOG_SURFACES={surfaces!r}: choose {choices}"
+            ) from None
+        log_file = _text(env, "LOG_FILE", "")
+        return cls(
+            service=service,
+            kafka=KafkaSettings.from_env(env),
+            group_id=_text(env, "GROUP_ID", f"turnaudit-{service.value}"),
+            group_instance_id=_text(env, "GROUP_INSTANCE_ID", "") or None,
+            http_host=_text(env, "HTTP_HOST", "0.0.0.0"),  # noqa: S104
+            http_port=_int(env, "HTTP_PORT", DEFAULT_HTTP_PORTS[service], minimum=0),
+            batch_size=_int(env, "BATCH_SIZE", 500, minimum=1),
+            batch_timeout_s=_int(env, "BATCH_TIMEOUT_MS", 10, minimum=1) / 1000,
+            auto_offset_reset=reset,
+            drain_timeout_s=_int(env, "DRAIN_TIMEOUT_S", 30, minimum=1),
+            max_sessions=_int(env, "MAX_SESSIONS", 100_000, minimum=1),
+            log=LogSinkSettings(
+                redaction=redaction,
+                hash_key=_text(env, "LOG_HASH_KEY", "").encode(),
+                file=Path(log_file) if log_file else None,
+                file_max_bytes=_int(env, "LOG_FILE_MAX_BYTES", 100 * 1024 * 1024, minimum=1024),
+                file_backups=_int(env, "LOG_FILE_BACKUPS", 10, minimum=1),
+            ),
+            metrics=MetricsSettings(
+                packs=_names(env, "METRICS_PACKS"), domains=_names(env, "METRICS_DOMAINS")
+            ),
+        )
+
+
+def _text(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(ENV_PREFIX + name)
+    return default if value is None else value.strip()
+
+
+def _names(env: Mapping[str, str], name: str) -> frozenset[str]:
+    return frozenset(n.strip() for n in _text(env, name, "").split(",") if n.strip())

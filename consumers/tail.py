@@ -1,0 +1,180 @@
+"""``turnaudit tail``: a live, one-line-per-turn view of the stream (ADR-0039 open question 2).
+
+A viewer, not a service: it assigns every partition itself (no group, nothing
+committed, no dead letters written) from now or from a given time, and prints
+each turn as one human-readable line, filtered by pack or session. A message
+it cannot decode still gets a line, so nothing on the topic is invisible.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
+
+from turnaudit.contracts import check_event
+from turnaudit.errors import BrokerError, SerializationError
+from turnaudit.serialization.schema_topic import SchemaTopicResolver
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
+from turnaudit.settings import KafkaSettings
+
+
+@dataclass(frozen=True, slots=True)
+class TailFilter:
+    pack: str | None = None
+    session: str | None = None
+
+    def accepts(self, event: dict[str, Any]) -> bool:
+        return (self.pack is None or event["pack_id"] == self.pack) and (
+            self.session is None or event["session_id"] == self.session
+        )
+
+
+def _when(occurred: Any) -> str:
+    moment = (
+        occurred if isinstance(occurred, datetime) else datetime.fromtimestamp(occurred / 1000, UTC)
+    )
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _verdict_text(event: dict[str, Any]) -> str:
+    bundle = event["verdicts"]
+    safety, ethics, identity = (
+        bundle["safety_verdict"],
+        bundle["ethics_verdict"],
+        bundle["identity_score"],
+    )
+    if bundle["refusal_emitted"]:
+        remedy = "REFUSED"
+    elif bundle["hedge_injected"]:
+        remedy = "HEDGED"
+    else:
+        remedy = "plain"
+    parts = [remedy]
+    parts.append("safety=" + ("-" if safety is None else "pass" if safety["passed"] else "FAIL"))
+    if safety is not None and safety["violated_boundary_ids"]:
+        parts.append("boundaries=" + ",".join(safety["violated_boundary_ids"]))
+    parts.append("ethics=" + ("-" if ethics is None else "pass" if ethics["passed"] else "FAIL"))
+    if ethics is not None and ethics["violated_predicate_ids"]:
+        parts.append("predicates=" + ",".join(ethics["violated_predicate_ids"]))
+    parts.append("identity=" + ("-" if identity is None else f"{identity['score']:.2f}"))
+    action = event["action_assessment"]
+    if action is not None:
+        human = ", human decision" if action["human_decision_required"] else ""
+        parts.append(
+            f"action {action['output_policy']} (risk {action['action_risk_verdict']}, "
+            f"tier {action['risk_tier']}, execution {action['execution_verdict']}{human})"
+        )
+    breaches = check_event(event)
+    if breaches:
+        parts.append("BREACH " + "; ".join(map(str, breaches)))
+    return " ".join(parts)
+
+
+def format_turn(
+    decoded: DecodedTurnEvent, partition: int, offset: int, *, show_verdicts: bool
+) -> str:
+    """One line: when, which turn, where it ran, and (optionally) its verdict bundle."""
+    event = decoded.event
+    head = (
+        f"{_when(event['occurred_at'])} {event['session_id']}#{event['turn']} "
+        f"seq={event['sequence']} {event['path']} {event['pack_id']}/{event['domain']} "
+        f"v{decoded.writer_version}"
+    )
+    where = f"[p{partition}@{offset}]"
+    if not show_verdicts:
+        return f"{head} {where}"
+    return f"{head} | {_verdict_text(event)} {where}"
+
+
+def start_positions(
+    consumer: Consumer, topic: str, since: datetime | None, timeout: float = 10.0
+) -> list[TopicPartition]:
+    """Every partition of ``topic`` at its end, or at the first message at/after ``since``."""
+    metadata = consumer.list_topics(topic, timeout=timeout)
+    if topic not in metadata.topics or metadata.topics[topic].error is not None:
+        raise BrokerError(f"topic {topic} does not exist")
+    partitions = sorted(metadata.topics[topic].partitions)
+    if since is None:
+        return [TopicPartition(topic, p, OFFSET_END) for p in partitions]
+    millis = int(since.timestamp() * 1000)
+    found = consumer.offsets_for_times(
+        [TopicPartition(topic, p, millis) for p in partitions], timeout=timeout
+    )
+    # -1: nothing at or after that time in this partition yet; start at its end.
+    return [
+        TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END)
+        for tp in found
+    ]
+
+
+def tail_turns(
+    settings: KafkaSettings,
+    out: TextIO,
+    *,
+    since: datetime | None = None,
+    filters: TailFilter = TailFilter(),
+    show_verdicts: bool = True,
+    limit: int | None = None,
+    stop: threading.Event | None = None,
+    on_ready: Callable[[], None] | None = None,
+) -> int:
+    """Print turns until ``stop`` is set or ``limit`` lines were printed; return the count."""
+    topic = settings.topics.turn_events
+    decode = TurnEventDeserializer(shipped_catalog(), resolver=SchemaTopicResolver(settings))
+    consumer = Consumer(
+        settings.client_config(
+            **{
+                "group.id": f"turnaudit-tail-{uuid.uuid4().hex}",  # never commits: a viewer
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "fetch.wait.max.ms": 100,
+                "log_level": 3,
+            }
+        )
+    )
+    stop = stop or threading.Event()
+    printed = 0
+    try:
+        consumer.assign(start_positions(consumer, topic, since))
+        if on_ready is not None:
+            on_ready()
+        while not stop.is_set() and (limit is None or printed < limit):
+            for msg in consumer.consume(500, 0.2):
+                line = _line_for(msg, decode, filters, show_verdicts)
+                if line is None:
+                    continue
+                out.write(line + "\n")
+                printed += 1
+                if limit is not None and printed >= limit:
+                    break
+            out.flush()
+    finally:
+        consumer.close()
+    return printed
+
+
+def _line_for(
+    msg: Message, decode: TurnEventDeserializer, filters: TailFilter, show_verdicts: bool
+) -> str | None:
+    error = msg.error()
+    if error is not None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            return None
+        return f"! consumer error: {error.str()}"
+    try:
+        decoded = decode(msg.value())
+    except SerializationError as exc:
+        # Filters cannot apply to what does not decode: show it, or it would be invisible.
+        return f"! undecodable message [p{msg.partition()}@{msg.offset()}]: {exc}"
+    if not filters.accepts(decoded.event):
+        return None
+    return format_turn(
+        decoded, msg.partition() or 0, msg.offset() or 0, show_verdicts=show_verdicts
+    )

@@ -1,0 +1,65 @@
+"""``turnaudit tail --show-verdicts``: one line per turn, live (ADR-0039 open question 2)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from datetime import UTC, datetime
+from types import FrameType
+
+from turnaudit.cluster import connect
+from turnaudit.consumers.tail import TailFilter, tail_turns
+from turnaudit.settings import KafkaSettings
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "tail", help="print the turns on the topic as they arrive, one line each"
+    )
+    parser.add_argument(
+        "--show-verdicts",
+        action="store_true",
+        help="add the verdict bundle and the action-risk split to each line",
+    )
+    parser.add_argument(
+        "--from",
+        dest="since",
+        type=_iso_time,
+        metavar="ISO-TIME",
+        help="start at this time (e.g. 2026-11-01T12:00:00Z; no zone = UTC) instead of now",
+    )
+    parser.add_argument("--pack", help="only turns of this pack id")
+    parser.add_argument("--session", help="only turns of this session id")
+    parser.add_argument("--limit", type=int, help="stop after this many lines")
+    parser.set_defaults(handler=_tail)
+
+
+def _iso_time(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    settings, _ = connect(KafkaSettings.from_env(), start_local=False)
+    stop = threading.Event()
+
+    def handle(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    tail_turns(
+        settings,
+        sys.stdout,
+        since=args.since,
+        filters=TailFilter(pack=args.pack, session=args.session),
+        show_verdicts=args.show_verdicts,
+        limit=args.limit,
+        stop=stop,
+    )
+    return 0

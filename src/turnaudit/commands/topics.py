@@ -1,0 +1,49 @@
+"""``turnaudit topics create``: the project's topics, without the local broker.
+
+For a cluster that is still starting (docker compose), ``--wait`` retries
+until it answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from confluent_kafka import KafkaException
+
+from turnaudit.cluster import connect
+from turnaudit.errors import BrokerError
+from turnaudit.kafka.topics import ensure_topics
+from turnaudit.settings import KafkaSettings
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("topics", help="create the project's topics on a cluster")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="create the topics that do not exist yet")
+    create.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="retry this long while the cluster does not answer (default 0)",
+    )
+    create.set_defaults(handler=_create)
+
+
+def _create(args: argparse.Namespace) -> int:
+    settings, where = connect(KafkaSettings.from_env(), start_local=False)
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            created = ensure_topics(settings)
+            break
+        except (BrokerError, KafkaException) as exc:
+            if time.monotonic() >= deadline:
+                raise BrokerError(f"{where}: {exc}") from exc
+            time.sleep(2.0)
+    print(
+        f"topics: {len(created)} created under prefix {settings.topics.prefix!r}"
+        + (f": {', '.join(created)}" if created else "")
+    )
+    return 0

@@ -1,0 +1,109 @@
+"""Helpers for the consumer tests: publish a simulated run, run a service, scrape it."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
+
+from turnaudit.commands.simulate import publish_simulation
+from turnaudit.consumers.runtime import ConsumerService
+from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.producers.simulator import GroundTruth
+from turnaudit.settings import KafkaSettings
+
+
+def publish_simulated(
+    settings: KafkaSettings, events: int, spool: Path, seed: int = 7
+) -> GroundTruth:
+    args = argparse.Namespace(
+        events=events, seed=seed, schema_versions=(1, 2), sessions=60, rate=0, spool_dir=spool
+    )
+    sim, report, _, _ = publish_simulation(settings, args)
+    assert report.ok, report
+    return sim.truth
+
+
+def produce_raw(settings: KafkaSettings, messages: list[tuple[bytes, bytes]]) -> None:
+    """(key, value) pairs onto the turn-events topic, as they are."""
+    producer = Producer(settings.client_config())
+    for key, value in messages:
+        producer.produce(settings.topics.turn_events, value, key)
+    assert producer.flush(30) == 0
+
+
+def service_settings(
+    settings: KafkaSettings, service: ServiceName, group_id: str, **over: Any
+) -> ServiceSettings:
+    return ServiceSettings(
+        service=service,
+        kafka=settings,
+        group_id=group_id,
+        http_port=0,
+        http_host="127.0.0.1",
+        **over,
+    )
+
+
+@contextmanager
+def running(service: ConsumerService) -> Iterator[ConsumerService]:
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    try:
+        yield service
+    finally:
+        service.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "the service did not stop"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    """Poll until ``condition`` holds or time runs out; the caller asserts the state."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def consumed_everything(service: ConsumerService, end: dict[int, int]) -> Callable[[], bool]:
+    return lambda: all(service.positions().get(p, 0) >= e for p, e in end.items() if e > 0)
+
+
+def http_get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Samples of a /metrics page: (name, sorted labels) -> value."""
+    _, text = http_get(port, "/metrics")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def total(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> int:
+    return int(
+        sum(
+            v
+            for (n, ls), v in samples.items()
+            if n == name and all((k, val) in ls for k, val in labels.items())
+        )
+    )

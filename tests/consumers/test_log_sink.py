@@ -1,0 +1,144 @@
+"""The log sink: one canonical JSON line per turn, redaction, outputs."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from pathlib import Path
+
+import pytest
+import structlog
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
+
+from tests.consumers.events import encode, turn
+from tests.consumers.streams import (
+    consumed_everything,
+    publish_simulated,
+    running,
+    service_settings,
+    wait_for,
+)
+from turnaudit.consumers.log_sink import LogSink, LogSinkService, service_logging, turn_fields
+from turnaudit.consumers.runtime import ConsumedTurn
+from turnaudit.consumers.settings import LogSinkSettings, ServiceName, SurfaceRedaction
+from turnaudit.contracts import SequenceCheck, SequenceOutcome
+from turnaudit.kafka.reading import end_offsets
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.settings import KafkaSettings
+from turnaudit.verdicts import ActionAssessment, RiskTier, SafetyVerdict, Verdict
+
+KEY = b"test-key"
+
+
+def consumed(
+    event: dict[str, object], offset: int = 7, outcome: SequenceOutcome = SequenceOutcome.IN_ORDER
+) -> ConsumedTurn:
+    decoded = TurnEventDeserializer(shipped_catalog())(encode(dict(event)))
+    return ConsumedTurn(decoded, SequenceCheck(outcome), "t.turn-events", 2, offset)
+
+
+REFUSED = turn(
+    "s-1",
+    4,
+    refusal_emitted=True,
+    surface="[refusal] no",
+    surface_before_hedge="[refusal] no",
+    safety_verdict=SafetyVerdict(False, ("weapons",)),
+    action=ActionAssessment.from_critic("deploy", Verdict.HOLD, RiskTier.HIGH, False),
+)
+
+
+def test_one_line_per_turn_with_the_verdicts_and_where_it_was_read() -> None:
+    registry = CollectorRegistry()
+    sink = LogSink(LogSinkSettings(), registry)
+    with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        sink.write([consumed(REFUSED, offset=7), consumed(turn("s-2", 0), offset=8)])
+    assert [line["event"] for line in logs] == ["turn", "turn"]
+    line = logs[0]
+    assert line["event_id"] == "s-1-4"
+    assert (line["session_id"], line["turn"], line["sequence"]) == ("s-1", 4, 4)
+    assert (line["path"], line["pack_id"], line["domain"], line["schema_version"]) == (
+        "MAIN",
+        "medical",
+        "triage",
+        2,
+    )
+    assert line["refusal_emitted"] is True
+    assert line["hedge_injected"] is False
+    assert line["violated_boundary_ids"] == ["weapons"]
+    assert line["safety_passed"] is False
+    assert line["ethics_passed"] is True
+    assert (
+        line["execution_verdict"],
+        line["action_risk_verdict"],
+        line["risk_tier"],
+        line["output_policy"],
+    ) == ("SEAL", "HOLD", "HIGH", "DOMAIN_HOLD")
+    assert (line["topic"], line["partition"], line["offset"]) == ("t.turn-events", 2, 7)
+    assert logs[1]["offset"] == 8
+    assert logs[1]["output_policy"] is None
+    assert registry.get_sample_value("turnaudit_log_lines_total") == 2
+
+
+def test_surface_texts_are_not_written_by_default() -> None:
+    fields = turn_fields(consumed(REFUSED), None)
+    assert not {k for k in fields if "surface" in k or "input_tokens" in k}
+    assert "[refusal] no" not in json.dumps(fields)
+
+
+def test_hash_redaction_is_a_keyed_hmac_and_full_keeps_the_text() -> None:
+    hashed = LogSink(LogSinkSettings(SurfaceRedaction.HASH, KEY), CollectorRegistry())
+    full = LogSink(LogSinkSettings(SurfaceRedaction.FULL), CollectorRegistry())
+    with capture_logs() as logs:
+        hashed.write([consumed(REFUSED)])
+        full.write([consumed(REFUSED)])
+    expected = "hmac-sha256:" + hmac.new(KEY, b"[refusal] no", hashlib.sha256).hexdigest()
+    assert logs[0]["surface_hmac"] == expected
+    assert "surface" not in logs[0]
+    assert "[refusal] no" not in json.dumps(logs[0])
+    assert logs[1]["surface"] == "[refusal] no"
+    assert logs[1]["input_tokens"] == "how\x1fmuch\x1fibuprofen"
+
+
+def test_a_recognised_redelivery_is_marked() -> None:
+    fields = turn_fields(consumed(REFUSED, outcome=SequenceOutcome.DUPLICATE), None)
+    assert fields["redelivered"] is True
+
+
+def test_file_output_rotates_by_size_and_every_line_is_json(tmp_path: Path) -> None:
+    settings = LogSinkSettings(file=tmp_path / "turns.jsonl", file_max_bytes=4096, file_backups=50)
+    with service_logging():
+        sink = LogSink(settings, CollectorRegistry())
+        sink.write([consumed(turn(f"s-{n}", 0), offset=n) for n in range(40)])
+        sink.close()
+    files = sorted(tmp_path.glob("turns.jsonl*"))
+    lines = [json.loads(t) for f in files for t in f.read_text().splitlines()]
+    assert len(files) > 1
+    assert all(f.stat().st_size <= 4096 for f in files)
+    assert sorted(line["offset"] for line in lines) == list(range(40))
+    assert {line["event"] for line in lines} == {"turn"}
+
+
+@pytest.mark.broker
+def test_n_simulated_events_give_exactly_n_distinct_event_ids(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    truth = publish_simulated(kafka_settings, 2000, tmp_path / "spool")
+    log_settings = LogSinkSettings(file=tmp_path / "turns.jsonl")
+    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    with service_logging():
+        service = LogSinkService(
+            service_settings(kafka_settings, ServiceName.LOG_SINK, "g-logs", log=log_settings),
+            registry=CollectorRegistry(),
+            serve_http=False,
+        )
+        with running(service):
+            assert wait_for(consumed_everything(service, end))
+    lines = [json.loads(t) for t in (tmp_path / "turns.jsonl").read_text().splitlines()]
+    assert len(lines) == truth.events
+    assert len({line["event_id"] for line in lines}) == truth.events
+    assert sum(line["refusal_emitted"] for line in lines) == truth.refused
+    assert sum(line["hedge_injected"] for line in lines) == truth.hedged

@@ -1,0 +1,196 @@
+"""The shared consumer runtime on the real broker: dead letters, contracts, delivery, HTTP."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.consumers.events import breaking_events, encode, turn
+from tests.consumers.streams import (
+    consumed_everything,
+    http_get,
+    produce_raw,
+    publish_simulated,
+    running,
+    scrape,
+    service_settings,
+    total,
+    wait_for,
+)
+from turnaudit.consumers.metrics import VerdictMetricsService
+from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, message_headers
+from turnaudit.consumers.settings import MetricsSettings, ServiceName
+from turnaudit.kafka.dead_letters import DeadLetterReason, read_dead_letter_headers
+from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.producers.simulator import PACKS
+from turnaudit.settings import KafkaSettings
+
+pytestmark = pytest.mark.broker
+
+
+def poison_messages() -> dict[bytes, tuple[bytes, str]]:
+    """key -> (value, the DLQ reason it must get)."""
+    rng = random.Random(3)
+    good = encode(turn("poison-ok", 0))
+    poison = {
+        b"random-bytes": (b"\xff" + rng.randbytes(200), DeadLetterReason.UNKNOWN_FRAMING.value),
+        b"truncated": (good[: len(good) // 2], DeadLetterReason.UNDECODABLE.value),
+        b"unknown-fingerprint": (
+            b"\xc3\x01" + rng.randbytes(8) + good[10:],
+            DeadLetterReason.UNKNOWN_SCHEMA.value,
+        ),
+    }
+    for reason, event in breaking_events().items():
+        poison[event["session_id"].encode()] = (encode(event), reason)
+    return poison
+
+
+def test_poison_messages_go_to_the_dlq_with_their_reason_and_the_service_keeps_consuming(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    poison = poison_messages()
+    settings = service_settings(
+        kafka_settings,
+        ServiceName.VERDICT_METRICS,
+        "g-poison",
+        metrics=MetricsSettings(packs=frozenset(PACKS)),
+    )
+    service = VerdictMetricsService(settings, registry=CollectorRegistry())
+    assert service.http_port is not None
+    with running(service):
+        produce_raw(kafka_settings, [(k, v) for k, (v, _) in poison.items()])
+        truth = publish_simulated(kafka_settings, 2000, tmp_path / "spool")
+        end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+        assert wait_for(consumed_everything(service, end))
+        samples = scrape(service.http_port)
+        health_code, health = http_get(service.http_port, "/healthz")
+
+    # The good messages after the poison were all counted, per pack.
+    assert total(samples, "turnaudit_turns_total") == truth.events
+    for pack, n in truth.by_pack.items():
+        assert total(samples, "turnaudit_turns_total", pack=pack) == n
+    # Each poison message: in the DLQ once, original bytes and key, where it came from, why.
+    dlq_end = end_offsets(kafka_settings, kafka_settings.topics.dlq)
+    letters = list(read_range(kafka_settings, kafka_settings.topics.dlq, None, dlq_end))
+    assert sorted(m.key() or b"" for m in letters) == sorted(poison)
+    originals = {
+        (m.partition(), m.offset()): m.value()
+        for m in read_range(kafka_settings, kafka_settings.topics.turn_events, None, end)
+    }
+    for letter in letters:
+        headers = read_dead_letter_headers(message_headers(letter))
+        value, reason = poison[letter.key() or b""]
+        assert letter.value() == value
+        assert headers["reason"] == reason
+        assert headers["topic"] == kafka_settings.topics.turn_events
+        assert originals[(int(headers["partition"]), int(headers["offset"]))] == value
+        assert headers["error"]
+        assert headers["stage"] == "verdict-metrics/g-poison"
+        assert total(samples, "turnaudit_dead_letters_total", reason=reason) == 1
+    for contract in (
+        "refusal_hedge_exclusive",
+        "stub_fields",
+        "output_policy_derived",
+        "bundle_matches_fields",
+    ):
+        assert total(samples, "turnaudit_contract_breaches_total", contract=contract) == 1
+    assert total(samples, "turnaudit_consumer_messages_total", outcome="dead_lettered") == len(
+        poison
+    )
+    assert health_code == 200
+    assert json.loads(health)["status"] == "ok"
+
+
+def test_sequence_gaps_and_redeliveries_are_counted_not_dead_lettered(
+    kafka_settings: KafkaSettings,
+) -> None:
+    # Sequences 0, 1, 3, 3: one gap of one turn, one redelivery.
+    events = [turn("s-gap", n) for n in (0, 1, 3, 3)]
+    produce_raw(kafka_settings, [(b"s-gap", encode(e)) for e in events])
+    service = VerdictMetricsService(
+        service_settings(kafka_settings, ServiceName.VERDICT_METRICS, "g-gaps"),
+        registry=CollectorRegistry(),
+    )
+    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    with running(service):
+        assert wait_for(consumed_everything(service, end))
+    registry_value = service._registry.get_sample_value
+    assert registry_value("turnaudit_sequence_gaps_total") == 1
+    assert registry_value("turnaudit_sequence_missing_turns_total") == 1
+    assert registry_value("turnaudit_redelivered_turns_total") == 1
+    assert registry_value("turnaudit_contract_breaches_total", {"contract": "sequence"}) == 1
+    assert service.sink.counted == 3
+    assert sum(end_offsets(kafka_settings, kafka_settings.topics.dlq).values()) == 0
+
+
+class FlakySink:
+    """Fails its first ``failures`` writes, then records every event id it gets."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.ids: list[str] = []
+
+    def write(self, turns: Sequence[ConsumedTurn]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("disk full")
+        self.ids += [t.event["event_id"] for t in turns]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_failing_sink_gets_the_same_batch_again_and_nothing_is_lost(
+    kafka_settings: KafkaSettings,
+) -> None:
+    events = [turn(f"s-flaky-{n % 7}", n // 7) for n in range(300)]
+    produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events])
+    sink = FlakySink(failures=2)
+    registry = CollectorRegistry()
+    service = ConsumerService(
+        service_settings(kafka_settings, ServiceName.LOG_SINK, "g-flaky"),
+        sink,
+        registry=registry,
+        serve_http=False,
+    )
+    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    with running(service):
+        assert wait_for(consumed_everything(service, end))
+    assert sorted(sink.ids) == sorted(e["event_id"] for e in events)
+    assert registry.get_sample_value("turnaudit_sink_failures_total") == 2
+
+
+def test_metrics_and_healthz_over_http_and_lag_per_partition(kafka_settings: KafkaSettings) -> None:
+    service = VerdictMetricsService(
+        service_settings(kafka_settings, ServiceName.VERDICT_METRICS, "g-http"),
+        registry=CollectorRegistry(),
+    )
+    port = service.http_port
+    assert port is not None
+    events = [turn(f"s-http-{n}", 0) for n in range(30)]
+    produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events])
+    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    with running(service):
+        assert wait_for(consumed_everything(service, end))
+        # librdkafka reports lag with its statistics (every 2 s).
+        assert wait_for(
+            lambda: len([k for k in scrape(port) if k[0] == "turnaudit_consumer_lag"]) == 3
+        )
+        lag = {
+            dict(ls)["partition"]: v
+            for (n, ls), v in scrape(port).items()
+            if n == "turnaudit_consumer_lag"
+        }
+        code, body = http_get(port, "/healthz")
+        missing, _ = http_get(port, "/nothing")
+    assert sorted(lag) == ["0", "1", "2"]
+    assert all(v >= 0 for v in lag.values())
+    assert code == 200
+    assert json.loads(body)["assigned_partitions"] == [0, 1, 2]
+    assert missing == 404
+    assert service.health()["status"] == "unhealthy"  # stopped

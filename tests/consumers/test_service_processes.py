@@ -1,0 +1,183 @@
+"""The services as real processes: SIGKILL and restart, SIGTERM drain, two in one group."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.consumers.streams import http_get, publish_simulated, scrape, total, wait_for
+from turnaudit.kafka.local_broker import free_port
+from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.producers.simulator import PACKS
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.settings import KafkaSettings
+
+pytestmark = pytest.mark.broker
+
+TURNAUDIT = str(Path(sys.executable).parent / "turnaudit")
+
+
+def service_env(settings: KafkaSettings, group: str, **extra: str) -> dict[str, str]:
+    assert settings.bootstrap_servers is not None
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TURNAUDIT_TOPIC_PREFIX": settings.topics.prefix,
+        "TURNAUDIT_GROUP_ID": group,
+        "TURNAUDIT_HTTP_HOST": "127.0.0.1",
+        "TURNAUDIT_HTTP_PORT": str(free_port()),
+        **extra,
+    }
+
+
+@contextmanager
+def service_process(
+    service: str, env: dict[str, str], log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("ab") as stderr:
+        proc = subprocess.Popen(
+            [TURNAUDIT, "sink", service], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+
+
+def assigned(env: dict[str, str]) -> list[int]:
+    try:
+        code, body = http_get(int(env["TURNAUDIT_HTTP_PORT"]), "/healthz")
+    except OSError:
+        return []  # not listening yet
+    return list(json.loads(body)["assigned_partitions"]) if code == 200 else []
+
+
+def event_ids_on_topic(settings: KafkaSettings) -> set[str]:
+    decode = TurnEventDeserializer(shipped_catalog())
+    end = end_offsets(settings, settings.topics.turn_events)
+    return {
+        decode(m.value()).event["event_id"]
+        for m in read_range(settings, settings.topics.turn_events, None, end)
+    }
+
+
+def log_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(t) for t in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_sigkill_mid_stream_then_restart_loses_nothing(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    turns_file = tmp_path / "turns.jsonl"
+    # Static membership: the restarted instance takes the partitions back at once.
+    env = service_env(
+        kafka_settings,
+        "g-kill",
+        TURNAUDIT_LOG_FILE=str(turns_file),
+        TURNAUDIT_BATCH_SIZE="20",
+        TURNAUDIT_GROUP_INSTANCE_ID="logs-1",
+    )
+    publisher = threading.Thread(
+        target=publish_simulated,
+        args=(kafka_settings, 4000, tmp_path / "spool"),
+    )
+    with service_process("logs", env, tmp_path / "first.log") as first:
+        assert wait_for(lambda: bool(assigned(env)))
+        publisher.start()
+        assert wait_for(lambda: len(log_lines(turns_file)) >= 300)
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    killed_at = len(log_lines(turns_file))
+    publisher.join()
+    expected = event_ids_on_topic(kafka_settings)
+    assert len(expected) == 4000
+    with service_process("logs", env, tmp_path / "second.log") as second:
+        assert wait_for(lambda: {line["event_id"] for line in log_lines(turns_file)} >= expected)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0
+    lines = log_lines(turns_file)
+    assert killed_at < 4000  # it really was killed mid-stream
+    assert {line["event_id"] for line in lines} == expected
+    # A duplicate is a redelivery of the same message: same id, same offset, same content.
+    by_id: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for line in lines:
+        by_id[line["event_id"]].append(
+            {k: v for k, v in line.items() if k not in ("timestamp", "redelivered")}
+        )
+    for copies in by_id.values():
+        assert all(copy == copies[0] for copy in copies)
+
+
+def test_sigterm_drains_and_commits_what_the_sink_has(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    env = service_env(kafka_settings, "g-term")
+    port = int(env["TURNAUDIT_HTTP_PORT"])
+    truth = publish_simulated(kafka_settings, 1500, tmp_path / "spool")
+    with service_process("metrics", env, tmp_path / "metrics.log") as proc:
+        assert wait_for(
+            lambda: (
+                bool(assigned(env)) and total(scrape(port), "turnaudit_turns_total") == truth.events
+            )
+        )
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    consumer = Consumer(kafka_settings.client_config(**{"group.id": "g-term"}))
+    committed = consumer.committed(
+        [TopicPartition(kafka_settings.topics.turn_events, p) for p in end], timeout=10
+    )
+    consumer.close()
+    assert {tp.partition: max(tp.offset, 0) for tp in committed} == end
+
+
+def test_two_instances_in_one_group_split_the_partitions_and_count_every_event_once(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    extra = {"TURNAUDIT_METRICS_PACKS": ",".join(PACKS)}
+    envs = [service_env(kafka_settings, "g-pair", **extra) for _ in range(2)]
+    with (
+        service_process("metrics", envs[0], tmp_path / "a.log"),
+        service_process("metrics", envs[1], tmp_path / "b.log"),
+    ):
+        # Both members settled: the partitions split between them, none twice.
+        assert wait_for(
+            lambda: (
+                sorted(assigned(envs[0]) + assigned(envs[1])) == [0, 1, 2]
+                and all(assigned(e) for e in envs)
+            )
+        )
+        split = [assigned(e) for e in envs]
+        truth = publish_simulated(kafka_settings, 3000, tmp_path / "spool", seed=5)
+        ports = [int(e["TURNAUDIT_HTTP_PORT"]) for e in envs]
+        assert wait_for(
+            lambda: sum(total(scrape(p), "turnaudit_turns_total") for p in ports) >= truth.events
+        )
+        samples = [scrape(p) for p in ports]
+    assert set(split[0]).isdisjoint(split[1])
+    assert all(total(s, "turnaudit_turns_total") > 0 for s in samples)
+    assert sum(total(s, "turnaudit_turns_total") for s in samples) == truth.events
+    for pack in PACKS:
+        assert (
+            sum(total(s, "turnaudit_turns_total", pack=pack) for s in samples)
+            == truth.by_pack[pack]
+        )
+        assert (
+            sum(total(s, "turnaudit_refused_turns_total", pack=pack) for s in samples)
+            == truth.refused_by_pack[pack]
+        )

@@ -1,0 +1,63 @@
+"""Service settings from TURNAUDIT_* variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from turnaudit.consumers.settings import ServiceName, ServiceSettings, SurfaceRedaction
+from turnaudit.errors import ConfigurationError
+
+
+def test_defaults_are_safe_surfaces_dropped_group_per_service() -> None:
+    logs = ServiceSettings.from_env(ServiceName.LOG_SINK, {})
+    metrics = ServiceSettings.from_env(ServiceName.VERDICT_METRICS, {})
+    assert logs.log.redaction is SurfaceRedaction.DROP
+    assert logs.log.file is None
+    assert (logs.group_id, metrics.group_id) == ("turnaudit-log-sink", "turnaudit-verdict-metrics")
+    assert logs.http_port != metrics.http_port
+    assert metrics.metrics.packs == frozenset()
+
+
+def test_every_setting_is_read_with_the_prefix() -> None:
+    settings = ServiceSettings.from_env(
+        ServiceName.LOG_SINK,
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": "k:9092",
+            "TURNAUDIT_TOPIC_PREFIX": "p.",
+            "TURNAUDIT_GROUP_ID": "g",
+            "TURNAUDIT_GROUP_INSTANCE_ID": "i-1",
+            "TURNAUDIT_HTTP_PORT": "0",
+            "TURNAUDIT_BATCH_SIZE": "7",
+            "TURNAUDIT_BATCH_TIMEOUT_MS": "20",
+            "TURNAUDIT_AUTO_OFFSET_RESET": "latest",
+            "TURNAUDIT_LOG_SURFACES": "hash",
+            "TURNAUDIT_LOG_HASH_KEY": "k",
+            "TURNAUDIT_LOG_FILE": "/var/log/t.jsonl",
+            "TURNAUDIT_METRICS_PACKS": "medical, finance,",
+        },
+    )
+    assert settings.kafka.bootstrap_servers == "k:9092"
+    assert settings.kafka.topics.turn_events == "p.turn-events"
+    assert (settings.group_id, settings.group_instance_id, settings.http_port) == ("g", "i-1", 0)
+    assert (settings.batch_size, settings.batch_timeout_s) == (7, 0.02)
+    assert settings.auto_offset_reset == "latest"
+    assert settings.log.redaction is SurfaceRedaction.HASH
+    assert settings.log.hash_key == b"k"
+    assert settings.log.file == Path("/var/log/t.jsonl")
+    assert settings.metrics.packs == {"medical", "finance"}
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"TURNAUDIT_LOG_SURFACES": "hash"}, "LOG_HASH_KEY"),
+        ({"TURNAUDIT_LOG_SURFACES": "some"}, "drop|hash|full"),
+        ({"TURNAUDIT_BATCH_SIZE": "0"}, "BATCH_SIZE"),
+        ({"TURNAUDIT_AUTO_OFFSET_RESET": "middle"}, "AUTO_OFFSET_RESET"),
+    ],
+)
+def test_a_wrong_setting_says_which(env: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigurationError, match=says):
+        ServiceSettings.from_env(ServiceName.LOG_SINK, env)

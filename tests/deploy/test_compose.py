@@ -1,0 +1,84 @@
+"""docker-compose.yml: every command it runs exists, every variable it sets is read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from turnaudit.cli import build_parser
+from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.settings import BOOTSTRAP_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+class RecordingEnv(dict[str, str]):
+    """An environment that remembers every name looked up in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def names_the_settings_read() -> set[str]:
+    env = RecordingEnv()
+    for service in ServiceName:
+        ServiceSettings.from_env(service, env)
+    return env.read
+
+
+def our_services() -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, service in COMPOSE["services"].items():
+        if service.get("build") == ".":
+            yield name, service
+
+
+def test_the_system_has_every_part() -> None:
+    services = COMPOSE["services"]
+    assert services["kafka"]["image"].startswith("apache/kafka:")
+    assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert services["prometheus"]["image"].startswith("prom/prometheus")
+    assert services["grafana"]["image"].startswith("grafana/grafana")
+    commands = {tuple(s["command"][-2:]) for _, s in our_services()}
+    assert {("sink", "logs"), ("sink", "metrics")} <= commands
+    assert (ROOT / "Dockerfile").exists()
+    assert 'ENTRYPOINT ["turnaudit"]' in (ROOT / "Dockerfile").read_text()
+
+
+@pytest.mark.parametrize(("name", "service"), list(our_services()))
+def test_every_command_exists_in_the_cli(name: str, service: dict[str, Any]) -> None:
+    args = build_parser().parse_args(service["command"])
+    assert callable(args.handler), name
+
+
+@pytest.mark.parametrize(("name", "service"), list(our_services()))
+def test_every_environment_name_is_one_the_settings_read(
+    name: str, service: dict[str, Any]
+) -> None:
+    read = names_the_settings_read()
+    assert BOOTSTRAP_ENV in read
+    assert set(service["environment"]) <= read, (name, set(service["environment"]) - read)
+
+
+def test_prometheus_scrapes_the_ports_the_services_listen_on() -> None:
+    config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    targets = {
+        target
+        for job in config["scrape_configs"]
+        for static in job["static_configs"]
+        for target in static["targets"]
+    }
+    for name, service in our_services():
+        port = service["environment"].get("TURNAUDIT_HTTP_PORT")
+        if port is not None:
+            assert f"{name}:{port}" in targets
+    assert "./deploy/prometheus:/etc/prometheus:ro" in COMPOSE["services"]["prometheus"]["volumes"]
