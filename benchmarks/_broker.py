@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from turnaudit.kafka.local_broker import LocalKafkaBroker, free_port
+from turnaudit.kafka.local_broker import LocalKafkaBroker, free_ports
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, LocalBrokerSettings, TopicNames
 
@@ -25,13 +25,14 @@ def benchmark_cluster(
     broker = None
     with tempfile.TemporaryDirectory(prefix="turnaudit-bench-") as home:
         if not external:
+            ports = free_ports(2)
             broker = LocalKafkaBroker(
                 LocalBrokerSettings(
                     home=Path(home),
                     jars_dir=PROJECT_DIR / "deploy/kafka/target/jars",
                     pom=PROJECT_DIR / "deploy/kafka/pom.xml",
-                    port=free_port(),
-                    controller_port=free_port(),
+                    port=ports[0],
+                    controller_port=ports[1],
                 )
             )
             broker.start()

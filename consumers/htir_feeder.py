@@ -65,6 +65,12 @@ class HtirFeederSink:
         self._open = Gauge(
             "turnaudit_htir_open_traces", "Traces still being assembled", registry=registry
         )
+        self._skipped = Gauge(
+            "turnaudit_htir_partial_turns_skipped",
+            "Turns of tasks whose trace was already published (re-read after a restart, "
+            "or arriving after an idle close)",
+            registry=registry,
+        )
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
         closed: list[HtirTrace] = []
@@ -73,7 +79,6 @@ class HtirFeederSink:
             if event.get("task") is None:
                 continue
             task_id = event["task"]["task_id"]
-            self._first_offsets.setdefault(task_id, (turn.partition, turn.offset))
             trace = self._assembler.add(
                 event,
                 topic=turn.topic,
@@ -81,9 +86,13 @@ class HtirFeederSink:
                 offset=turn.offset,
                 breaches=[str(b) for b in check_event(event)],
             )
+            if trace is not None or self._assembler.is_open(task_id):
+                # Held until the trace is acknowledged on the traces topic.
+                self._first_offsets.setdefault(task_id, (turn.partition, turn.offset))
             if trace is not None:
                 closed.append(trace)
         closed.extend(self._assembler.expire())
+        self._skipped.set(self._assembler.partial_turns_skipped)
         self._publish(closed)
 
     def tick(self) -> None:

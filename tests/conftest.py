@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from turnaudit.kafka.local_broker import LocalKafkaBroker, free_port
+from turnaudit.kafka.local_broker import LocalKafkaBroker, free_ports
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, LocalBrokerSettings, TopicNames
 
@@ -23,12 +23,13 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 def local_broker_settings(home: Path) -> LocalBrokerSettings:
+    port, controller_port = free_ports(2)
     return LocalBrokerSettings(
         home=home,
         jars_dir=PROJECT_DIR / "deploy/kafka/target/jars",
         pom=PROJECT_DIR / "deploy/kafka/pom.xml",
-        port=free_port(),
-        controller_port=free_port(),
+        port=port,
+        controller_port=controller_port,
         heap="512m",
     )
 

@@ -156,3 +156,14 @@ def test_the_rule_auditor_warns_on_simulated_failures_no_later_than_the_oracle()
     positives = sum(1 for t in closed if truth[t.task_id].oracle_alarm_turn is not None)
     assert early == positives
     assert healthy_quiet == len(closed) - positives
+
+
+def test_a_task_first_seen_after_its_first_turn_is_not_assembled() -> None:
+    _, events = simulated()
+    first_task = next(e["task"]["task_id"] for e in events if e["task"] and e["task"]["step"] == 0)
+    task_events = [e for e in events if e["task"] and e["task"]["task_id"] == first_task]
+    assembler = TraceAssembler(idle_timeout=60)
+    for offset, event in enumerate(task_events[1:]):  # its step 0 was consumed before
+        assert assembler.add(event, topic="t", partition=0, offset=offset) is None
+    assert assembler.open_traces == 0
+    assert assembler.partial_turns_skipped == len(task_events) - 1

@@ -236,16 +236,25 @@ def _from_avro_step(step: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class TraceAssembler:
-    """Collects task turns into traces; closes one on end-of-task or when idle."""
+    """Collects task turns into traces; closes one on end-of-task or when idle.
+
+    A trace starts at the task's step 0, so it is never published in part.
+    """
 
     def __init__(self, idle_timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.idle_timeout = idle_timeout
         self._clock = clock
         self._open: dict[str, HtirTrace] = {}
+        # Turns of tasks first seen after their step 0: their trace was already
+        # published (before a restart re-read them, or closed when idle).
+        self.partial_turns_skipped = 0
 
     @property
     def open_traces(self) -> int:
         return len(self._open)
+
+    def is_open(self, task_id: str) -> bool:
+        return task_id in self._open
 
     def add(
         self,
@@ -261,6 +270,9 @@ class TraceAssembler:
         if task is None:
             return None
         trace = self._open.get(task["task_id"])
+        if trace is None and task["step"] != 0:
+            self.partial_turns_skipped += 1
+            return None
         if trace is None:
             trace = HtirTrace(
                 task["task_id"],

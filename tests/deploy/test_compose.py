@@ -49,7 +49,7 @@ def test_the_system_has_every_part() -> None:
     assert services["prometheus"]["image"].startswith("prom/prometheus")
     assert services["grafana"]["image"].startswith("grafana/grafana")
     commands = {tuple(s["command"][-2:]) for _, s in our_services()}
-    assert {("sink", "logs"), ("sink", "metrics")} <= commands
+    assert {("sink", "logs"), ("sink", "metrics"), ("--idle-timeout", "300")} <= commands
     assert (ROOT / "Dockerfile").exists()
     assert 'ENTRYPOINT ["turnaudit"]' in (ROOT / "Dockerfile").read_text()
 
@@ -67,6 +67,12 @@ def test_every_environment_name_is_one_the_settings_read(
     read = names_the_settings_read()
     assert BOOTSTRAP_ENV in read
     assert set(service["environment"]) <= read, (name, set(service["environment"]) - read)
+
+
+def test_compose_runs_the_kafka_version_the_local_broker_uses() -> None:
+    pom = (ROOT / "deploy/kafka/pom.xml").read_text()
+    version = pom.split("<kafka.version>")[1].split("</kafka.version>")[0]
+    assert COMPOSE["services"]["kafka"]["image"] == f"apache/kafka:{version}"
 
 
 def test_prometheus_scrapes_the_ports_the_services_listen_on() -> None:

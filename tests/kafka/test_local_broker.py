@@ -11,11 +11,16 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from turnaudit.kafka.local_broker import free_port
+from turnaudit.kafka.local_broker import free_port, free_ports
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.settings import KafkaSettings
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+
+def broker_ports() -> dict[str, str]:
+    port, controller = free_ports(2)
+    return {"TURNAUDIT_BROKER_PORT": str(port), "TURNAUDIT_BROKER_CONTROLLER_PORT": str(controller)}
 
 
 def turnaudit(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -36,8 +41,7 @@ def broker_env(tmp_path: Path, path: str) -> dict[str, str]:
         "PATH": path,
         "TURNAUDIT_BROKER_HOME": str(tmp_path / "home"),
         "TURNAUDIT_BROKER_JARS": str(tmp_path / "no-jars"),
-        "TURNAUDIT_BROKER_PORT": str(free_port()),
-        "TURNAUDIT_BROKER_CONTROLLER_PORT": str(free_port()),
+        **broker_ports(),
     }
 
 
@@ -72,8 +76,7 @@ def test_broker_start_status_stop(tmp_path: Path) -> None:
         **os.environ,
         "TURNAUDIT_BROKER_HOME": str(tmp_path / "home"),
         "TURNAUDIT_BROKER_JARS": str(PROJECT_DIR / "deploy/kafka/target/jars"),
-        "TURNAUDIT_BROKER_PORT": str(free_port()),
-        "TURNAUDIT_BROKER_CONTROLLER_PORT": str(free_port()),
+        **broker_ports(),
         "TURNAUDIT_TOPIC_PREFIX": "cli-test.",
     }
     env.pop("KAFKA_BOOTSTRAP_SERVERS", None)

@@ -1,0 +1,200 @@
+"""The HTIR feeder and the auditor-evaluation worker on the real broker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
+from turnaudit.consumers.htir_demo_stage import run_evaluation_stage
+from turnaudit.consumers.htir_feeder import HtirFeederSink
+from turnaudit.consumers.runtime import ConsumerService
+from turnaudit.consumers.settings import ServiceName
+from turnaudit.evaluation import review_pack
+from turnaudit.evaluation.auditors import RuleBasedAuditor
+from turnaudit.evaluation.errors import ContaminatedLabelPackError, ReviewPackError
+from turnaudit.evaluation.evidence import produce_evidence
+from turnaudit.evaluation.labels import TaskLabel
+from turnaudit.htir import HtirTrace
+from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.settings import KafkaSettings
+
+from .streams import consumed_everything, publish_simulated, running, service_settings, wait_for
+
+pytestmark = pytest.mark.broker
+
+
+def feeder(
+    settings: KafkaSettings, group: str, manifest: Path | None = None, idle: float = 1.0
+) -> tuple[ConsumerService, HtirFeederSink]:
+    registry = CollectorRegistry()
+    sink = HtirFeederSink(settings, registry=registry, idle_timeout=idle, manifest=manifest)
+    service = ConsumerService(
+        service_settings(settings, ServiceName.HTIR_FEEDER, group), sink, registry=registry
+    )
+    return service, sink
+
+
+def published_traces(settings: KafkaSettings) -> list[HtirTrace]:
+    topic = settings.topics.htir_traces
+    decode = TurnEventDeserializer(shipped_catalog("htir_trace"))
+    return [
+        HtirTrace.from_avro(decode(msg.value()).event)
+        for msg in read_range(settings, topic, None, end_offsets(settings, topic))
+    ]
+
+
+def test_one_complete_trace_per_task_and_a_reviewable_manifest(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    truth = publish_simulated(kafka_settings, 2500, tmp_path / "spool", seed=31)
+    manifest = tmp_path / "manifest.jsonl"
+    service, sink = feeder(kafka_settings, "feeder-a", manifest)
+    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    with running(service):
+        assert wait_for(consumed_everything(service, end), timeout=90)
+    traces = published_traces(kafka_settings)
+    tasks = {t.task_id: t for t in truth.tasks}
+    assert sorted(t.task_id for t in traces) == sorted(tasks)
+    for trace in traces:
+        turns = [s for s in trace.steps if s["kind"] == "turn"]
+        assert [s["index"] for s in trace.steps] == list(range(len(trace.steps)))
+        assert len(turns) <= tasks[trace.task_id].steps
+        if trace.closed_by is not None and trace.closed_by.value == "END_OF_TASK":
+            assert [s["task_step"] for s in turns] == list(range(tasks[trace.task_id].steps))
+        assert trace.source["topic"] == kafka_settings.topics.turn_events
+        assert len(set(trace.event_ids)) == len(turns)
+
+    # The manifest the feeder wrote goes through review-pack export and finalize.
+    lines = [json.loads(line) for line in manifest.read_text().splitlines()]
+    assert len(lines) == len(traces) == sink.published
+    sources = []
+    for family in sorted({line["task_family"] for line in lines}):
+        path = tmp_path / f"{family}.jsonl"
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines if x["task_family"] == family))
+        sources.append((family, path))
+    pack_path = tmp_path / "review-pack.json"
+    review_pack.export(sources, pack_path)
+    pack = json.loads(pack_path.read_text())
+    with pytest.raises(ReviewPackError, match="pending"):
+        review_pack.finalize(pack_path, tmp_path / "labels.json")
+    for case in pack["cases"]:
+        task = tasks[case["task_id"]]
+        trace = next(t for t in traces if t.task_id == case["task_id"])
+        if task.oracle_alarm_turn is not None and trace.turn_index(task.oracle_alarm_turn) is None:
+            case["review"]["status"] = "excluded"  # ended before the failure: not labelable
+            continue
+        case["review"]["status"] = "included"
+        case["oracle_source"] = "simulator ground truth v1"
+        case["oracle_alarm_step"] = (
+            None if task.oracle_alarm_turn is None else trace.turn_index(task.oracle_alarm_turn)
+        )
+    pack_path.write_text(json.dumps(pack))
+    labels = review_pack.finalize(pack_path, tmp_path / "labels.json")
+    assert labels.cases
+    assert all("context" not in json.dumps(c.to_json()) for c in labels.cases[:1])
+    report = produce_evidence(
+        tmp_path / "labels.json", RuleBasedAuditor(),
+        evidence_output=tmp_path / "evidence.json", report_output=tmp_path / "report.json",
+    )
+    assert report["overall"]["traces"] == len(labels.cases)
+    # Evidence is not a label pack: feeding it back is refused.
+    with pytest.raises(ContaminatedLabelPackError):
+        produce_evidence(
+            tmp_path / "evidence.json", RuleBasedAuditor(),
+            evidence_output=tmp_path / "e2.json", report_output=tmp_path / "r2.json",
+        )
+
+
+def test_a_restarted_feeder_rebuilds_open_traces_whole(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    truth = publish_simulated(kafka_settings, 1500, tmp_path / "spool", seed=32)
+    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    first, first_sink = feeder(kafka_settings, "feeder-restart", idle=3600)
+    with running(first):
+        assert wait_for(lambda: first_sink.published > 0, timeout=60)
+    # Stopped with traces still open (a long idle timeout): their turns'
+    # offsets were held back, so the next feeder in the group reads them again.
+    second, _ = feeder(kafka_settings, "feeder-restart", idle=1.0)
+    with running(second):
+        assert wait_for(consumed_everything(second, end), timeout=90)
+    traces = published_traces(kafka_settings)
+    assert {t.task_id for t in traces} == {t.task_id for t in truth.tasks}
+    by_task: dict[str, list[HtirTrace]] = {}
+    for trace in traces:
+        by_task.setdefault(trace.task_id, []).append(trace)
+    tasks = {t.task_id: t for t in truth.tasks}
+    for task_id, copies in by_task.items():
+        # A trace published twice is the same trace (same task id, same steps).
+        assert all(c.steps == copies[0].steps for c in copies)
+        turns = [s["task_step"] for s in copies[0].steps if s["kind"] == "turn"]
+        assert turns == list(range(len(turns)))
+        assert len(turns) <= tasks[task_id].steps
+
+
+def test_simulated_tasks_flow_to_a_gate_decision(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    before = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    truth = publish_simulated(kafka_settings, 3000, tmp_path / "spool", seed=7)
+    outcome = run_evaluation_stage(
+        kafka_settings, truth, 120, start_offsets=before, output_dir=tmp_path / "out"
+    )
+    assert all(row.ok for row in outcome.rows), outcome.rows
+    report = json.loads(outcome.report_path.read_text())
+    assert report == outcome.report
+    assert report["decision"] == "pass", report["failed_requirements"]
+    assert report["overall"]["traces"] >= 24
+    assert report["overall"]["alarm_positive"] >= 8 and report["overall"]["healthy"] >= 8
+    assert len(report["families"]) >= 4
+    for family in report["families"].values():
+        assert family["traces"] >= 4 and family["alarm_positive"] and family["healthy"]
+    evidence = json.loads(outcome.evidence_path.read_text())
+    assert evidence["format"] == "turn-audit/evr6-evidence"
+    for case in evidence["cases"]:
+        assert [o["prefix_end"] for o in case["observations"]] == list(
+            range(len(case["trace"]["steps"]))
+        )
+
+
+def test_the_worker_replays_each_trace_once_and_publishes_observations(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    truth = publish_simulated(kafka_settings, 1200, tmp_path / "spool", seed=33)
+    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    service, sink = feeder(kafka_settings, "feeder-w")
+    with running(service):
+        assert wait_for(consumed_everything(service, end), timeout=90)
+    labels = {
+        t.task_id: TaskLabel(t.task_family, "sim", oracle_alarm_turn=t.oracle_alarm_turn,
+                             alarm_positive=t.oracle_alarm_turn is not None)
+        for t in truth.tasks
+    }
+    calls = {"n": 0}
+
+    class CountingAuditor(RuleBasedAuditor):
+        def assess(self, steps_prefix):  # type: ignore[no-untyped-def]
+            calls["n"] += 1
+            return super().assess(steps_prefix)
+
+    auditor = CountingAuditor()
+    worker = AuditorEvaluationWorker(
+        kafka_settings, auditor, labels, group_id="auditor-w", registry=CollectorRegistry()
+    )
+    worker.run(until=lambda tally: tally.traces >= sink.published)
+    traces = published_traces(kafka_settings)
+    assert worker.tally.traces == len({t.task_id for t in traces})
+    assert calls["n"] == sum(len(t.steps) for t in {t.task_id: t for t in traces}.values())
+    topic = kafka_settings.topics.auditor_observations
+    observed = [
+        json.loads(msg.value())
+        for msg in read_range(kafka_settings, topic, None, end_offsets(kafka_settings, topic))
+    ]
+    assert {o["task_id"] for o in observed} == {t.task_id for t in traces}
+    assert all(o["auditor_id"] == auditor.identity.to_json() for o in observed)
