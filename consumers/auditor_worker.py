@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.errors import SerializationError, TurnAuditError

@@ -52,6 +52,7 @@ def _print_section(title: str, rows: list[ReconciliationRow]) -> None:
 
 def _stream_rows(
     settings: KafkaSettings,
+    *,
     before: dict[int, int],
     truth: GroundTruth,
     emitted: int,
@@ -143,8 +144,17 @@ def _demo(args: argparse.Namespace) -> int:
         f"{','.join(map(str, args.schema_versions))}), {len(truth.tasks)} tasks"
     )
     sections = [
-        ("the stream, read back", _stream_rows(
-            settings, before, truth, emitter.emitted, emitter.breached, report)),
+        (
+            "the stream, read back",
+            _stream_rows(
+                settings,
+                before=before,
+                truth=truth,
+                emitted=emitter.emitted,
+                breached=emitter.breached,
+                report=report,
+            ),
+        ),
         ("consumer services: log sink and verdict metrics", run_consumer_stage(
             settings, truth, emitter.emitted, args.timeout, start_offsets=before,
             log_file=OUTPUT_DIR / "turns.jsonl")),
