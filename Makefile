@@ -19,7 +19,7 @@ test: setup promtool
 promtool:
 	@command -v promtool >/dev/null || { \
 	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
-	  $$SUDO apt-get update && $$SUDO apt-get install -y --no-install-recommends prometheus; }
+	  $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
 
 setup: $(PIP_STAMP) $(JARS_STAMP)
 

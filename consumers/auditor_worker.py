@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.errors import SerializationError, TurnAuditError
@@ -27,6 +27,7 @@ from turnaudit.evaluation.evidence import observe_prefixes
 from turnaudit.evaluation.files import Case, EvidenceFile, Trace
 from turnaudit.evaluation.labels import TaskLabel
 from turnaudit.htir import HtirTrace
+from turnaudit.kafka.clients import reliable_producer
 from turnaudit.kafka.dead_letters import DeadLetterReason, dead_letter_headers
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
@@ -75,16 +76,7 @@ class AuditorEvaluationWorker:
                 }
             )
         )
-        self._producer = Producer(
-            kafka.client_config(
-                **{
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 5,
-                    "log_level": 3,
-                }
-            )
-        )
+        self._producer = reliable_producer(kafka)
         # Where a fresh group starts per partition (the demo reads its own run).
         self._start_offsets = dict(start_offsets or {})
         self._cases: dict[str, Case] = {}

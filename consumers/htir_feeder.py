@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import IO
 
 import structlog
-from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.contracts import check_event
 from turnaudit.htir import HtirTrace, TraceAssembler
+from turnaudit.kafka.clients import reliable_producer
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
@@ -44,16 +44,7 @@ class HtirFeederSink:
     ) -> None:
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
-        self._producer = Producer(
-            kafka.client_config(
-                **{
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 5,
-                    "log_level": 3,
-                }
-            )
-        )
+        self._producer = reliable_producer(kafka)
         self._assembler = TraceAssembler(idle_timeout)
         self._manifest: IO[str] | None = open(manifest, "a", encoding="utf-8") if manifest else None  # noqa: SIM115 - kept open for the service's life
         self._first_offsets: dict[str, tuple[int, int]] = {}  # task id -> (partition, offset)
