@@ -20,7 +20,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,9 @@ class TurnEventPublisher:
             on_delivery=self._on_delivery,
         )
         self._producer = Producer(config)
+        # Schema announcements are not events: their own producer keeps them out
+        # of the delivery counts and the spool (every publisher re-announces).
+        self._schema_producer = Producer(settings.client_config(**{"log_level": 3}))
         # One serializer per shipped version: an event is written with the
         # version its bundle names, so a runtime can move from v1 to v2 gradually.
         self._serializers: dict[int, Callable[[dict[str, Any]], bytes]] = {}
@@ -177,7 +180,10 @@ class TurnEventPublisher:
 
     def _keep(self, msg: Message) -> None:
         """Back into the spool: delivered by this or the next publisher."""
-        self._spool.append(msg.topic() or self.topic, msg.key() or b"", msg.value() or b"")
+        self._spool.append(
+            msg.topic() or self.topic, msg.key() or b"", msg.value() or b"",
+            _bytes_headers(msg.headers()),
+        )
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
@@ -214,7 +220,9 @@ class TurnEventPublisher:
         for message in batch:
             while True:
                 try:
-                    self._producer.produce(message.topic, message.value, message.key)
+                    self._producer.produce(
+                        message.topic, message.value, message.key, headers=message.headers
+                    )
                     self._produced += 1
                     break
                 except BufferError:
@@ -258,8 +266,8 @@ class TurnEventPublisher:
             self._producer.purge(in_queue=True, in_flight=True, blocking=True)
             self._producer.poll(0)
         self._producer.flush(0)
+        self._schema_producer.flush(min(5.0, max(0.0, deadline - time.monotonic())))
         self._spool.close()
-        # Schema announcements are produced too but are not events.
         delivered = self._delivered
         report = CloseReport(delivered, len(self._spool), self._failed, str(self._spool.directory))
         if report.ok:
@@ -282,19 +290,17 @@ class TurnEventPublisher:
         """
         event["event_id"] = self._new_id()
         event["sequence"] = -1
-        self._producer.produce(
-            self._dlq_topic,
-            self._serialize(event),
-            event["session_id"].encode(),
-            headers=dead_letter_headers(
-                reason=reason,
-                error=error,
-                topic=self.topic,
-                partition=None,
-                offset=None,
-                stage="producer",
-            ),
+        headers = dead_letter_headers(
+            reason=reason, error=error, topic=self.topic, partition=None, offset=None,
+            stage="producer",
         )
+        value, key = self._serialize(event), event["session_id"].encode()
+        try:
+            self._producer.produce(self._dlq_topic, value, key, headers=headers)
+            self._produced += 1
+        except BufferError:
+            self._spool.append(self._dlq_topic, key, value, _bytes_headers(headers))
+            self._spooling = True
         self._producer.poll(0)
 
     def _serialize(self, event: dict[str, Any]) -> bytes:
@@ -307,9 +313,16 @@ class TurnEventPublisher:
 
     def _announce_schema(self, schemas_topic: str, schema: WriterSchema) -> None:
         """Put a writer schema on the compacted schemas topic, keyed by fingerprint."""
-        self._producer.produce(
+        self._schema_producer.produce(
             schemas_topic, schema.schema_json.encode(), schema.fingerprint_hex.encode()
         )
+        self._schema_producer.poll(0)
+
+
+def _bytes_headers(headers: Sequence[tuple[str, Any]] | None) -> list[tuple[str, bytes]] | None:
+    if not headers:
+        return None
+    return [(k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in headers]
 
 
 class _EventIds:

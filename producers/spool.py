@@ -10,6 +10,7 @@ of the machine, at a much higher cost per event.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import threading
@@ -20,7 +21,8 @@ from typing import BinaryIO
 from turnaudit.errors import PublishError, SpoolFullError
 
 _LEN = struct.Struct(">I")
-_RECORD = struct.Struct(">HII")  # topic length, key length, value length
+_RECORD = struct.Struct(">HIII")  # topic, key, value, headers lengths
+Headers = list[tuple[str, bytes]]
 _SEGMENT_BYTES = 16 * 1024 * 1024
 
 
@@ -29,6 +31,7 @@ class SpooledMessage:
     topic: str
     key: bytes
     value: bytes
+    headers: Headers | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +56,12 @@ class DiskSpool:
         self._count = self._count_pending()
 
     # -- writing -------------------------------------------------------------
-    def append(self, topic: str, key: bytes, value: bytes) -> None:
+    def append(
+        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
+    ) -> None:
         t = topic.encode()
-        record = _RECORD.pack(len(t), len(key), len(value)) + t + key + value
+        h = json.dumps([[k, v.hex()] for k, v in headers]).encode() if headers else b""
+        record = _RECORD.pack(len(t), len(key), len(value), len(h)) + t + key + value + h
         with self._lock:
             if self._bytes + len(record) + _LEN.size > self.max_bytes:
                 raise SpoolFullError(
@@ -187,9 +193,12 @@ class DiskSpool:
 
 
 def _decode(record: bytes) -> SpooledMessage:
-    tlen, klen, vlen = _RECORD.unpack_from(record)
-    start = _RECORD.size
-    topic = record[start : start + tlen].decode()
-    key = record[start + tlen : start + tlen + klen]
-    value = record[start + tlen + klen : start + tlen + klen + vlen]
-    return SpooledMessage(topic, key, value)
+    tlen, klen, vlen, hlen = _RECORD.unpack_from(record)
+    at = _RECORD.size
+    topic = record[at : at + tlen].decode()
+    at += tlen
+    key, value = record[at : at + klen], record[at + klen : at + klen + vlen]
+    at += klen + vlen
+    raw = record[at : at + hlen]
+    headers = [(k, bytes.fromhex(v)) for k, v in json.loads(raw)] if raw else None
+    return SpooledMessage(topic, key, value, headers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import threading
@@ -14,13 +15,15 @@ import avro.io
 import avro.schema
 import pytest
 
-from turnaudit.kafka.local_broker import LocalKafkaBroker
+from turnaudit.kafka.dead_letters import read_dead_letter_headers
+from turnaudit.kafka.local_broker import LocalKafkaBroker, free_port
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.kafka.topics import ensure_topics
+from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import schema_path, shipped_catalog
-from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.serialization.wire import TurnEventDeserializer, registry_client
 from turnaudit.settings import KafkaSettings, TopicNames
 
 from ..conftest import local_broker_settings
@@ -190,3 +193,99 @@ def test_broker_stopped_mid_stream_loses_nothing(tmp_path: Path) -> None:
         assert duplicates == sum(len(v) for v in sequences.values()) - len(published)
     finally:
         broker.stop()
+
+
+def test_confluent_wire_format_through_the_broker_with_a_registry(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    settings = dataclasses.replace(
+        kafka_settings, schema_registry_url=f"mock://registry-{tmp_path.name}"
+    )
+    publisher = TurnEventPublisher(settings, spool_dir=tmp_path / "spool")
+    sent = {}
+    for event in TurnRuntimeSimulator(12, schema_versions=(1, 2)).events(300):
+        sent[publisher.publish(event)] = event
+    assert publisher.close().ok
+    decode = TurnEventDeserializer(
+        shipped_catalog(), registry=registry_client(settings.schema_registry_url or "")
+    )
+    versions = Counter()
+    for msg in read_all(settings, settings.topics.turn_events):
+        assert msg.value()[0] == 0  # Confluent framing: magic byte, then the schema id
+        decoded = decode(msg.value())
+        versions[decoded.writer_version] += 1
+        got = comparable(decoded.event)
+        for name, value in sent[got["event_id"]].items():
+            assert got[name] == value, name
+    assert sum(versions.values()) == 300
+    assert set(versions) == {1, 2}
+
+
+def test_a_full_client_queue_spills_to_the_spool_in_order(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    publisher = TurnEventPublisher(
+        kafka_settings,
+        spool_dir=tmp_path / "spool",
+        producer_options={"queue.buffering.max.messages": 20, "linger.ms": 50},
+    )
+    spilled = 0
+    for event in TurnRuntimeSimulator(13).events(3000):
+        publisher.publish(event)
+        spilled = max(spilled, publisher.stats().spooled)
+    report = publisher.close(timeout=120)
+    assert spilled > 0  # the tiny queue overflowed: publish() did not wait for it
+    assert report.ok
+    assert report.delivered == 3000
+    per_session: dict[str, list[int]] = defaultdict(list)
+    for event in decoded_events(kafka_settings):
+        per_session[event["session_id"]].append(event["sequence"])
+    assert sum(len(v) for v in per_session.values()) == 3000
+    for session, numbers in per_session.items():
+        assert numbers == list(range(len(numbers))), session
+
+
+def test_events_a_closed_publisher_could_not_deliver_go_out_with_the_next_one(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    nowhere = dataclasses.replace(kafka_settings, bootstrap_servers=f"127.0.0.1:{free_port()}")
+    stranded = TurnEventPublisher(nowhere, spool_dir=tmp_path / "spool", probe_interval=0.2)
+    ids = [stranded.publish(e) for e in TurnRuntimeSimulator(14).events(200)]
+    report = stranded.close(timeout=3)
+    assert not report.ok
+    assert report.undelivered == 200  # reported, and kept on disk
+    assert report.delivered == 0
+
+    successor = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
+    handed_over = successor.close(timeout=60)
+    assert handed_over.ok
+    assert sorted(e["event_id"] for e in decoded_events(kafka_settings)) == sorted(ids)
+
+
+def test_a_breaching_turn_goes_to_the_dead_letter_topic_with_its_reason(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    publisher = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
+    emitter = TurnAuditEmitter(
+        publisher,
+        lambda event, breaches: publisher.dead_letter(
+            event, f"contract:{breaches[0].contract.value}", "; ".join(map(str, breaches))
+        ),
+    )
+    events = list(TurnRuntimeSimulator(15).events(50))
+    broken = events[10]
+    broken["verdicts"]["refusal_emitted"] = broken["verdicts"]["hedge_injected"] = True
+    for event in events:
+        emitter.emit(event)
+    assert publisher.close().ok
+    assert emitter.breached == 1
+    assert len(decoded_events(kafka_settings)) == 49  # never published as if valid
+    (letter,) = read_all(kafka_settings, kafka_settings.topics.dlq)
+    headers = read_dead_letter_headers(letter.headers())
+    assert headers["reason"] == "contract:refusal_hedge_exclusive"
+    assert "refusal_emitted and hedge_injected both true" in headers["error"]
+    assert headers["stage"] == "producer"
+    assert headers["topic"] == kafka_settings.topics.turn_events
+    dead = TurnEventDeserializer(shipped_catalog())(letter.value()).event
+    assert dead["session_id"] == broken["session_id"]
+    assert dead["sequence"] == -1  # no sequence number taken: the session shows no gap

@@ -75,3 +75,12 @@ def test_a_torn_tail_from_a_crash_is_ignored(tmp_path: Path) -> None:
     reopened = DiskSpool(tmp_path)
     assert len(reopened) == 3
     assert [m.value for m in reopened.read_batch()[0]] == [b"v0", b"v1", b"v2"]
+
+
+def test_headers_survive_the_spool(tmp_path: Path) -> None:
+    spool = DiskSpool(tmp_path)
+    spool.append("dlq", b"k", b"v", [("dlq.reason", b"contract:stub_fields"), ("empty", b"")])
+    spool.append("events", b"k2", b"v2")
+    first, second = spool.read_batch()[0]
+    assert first.headers == [("dlq.reason", b"contract:stub_fields"), ("empty", b"")]
+    assert second.headers is None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import enum
+import functools
 import io
 import json
 import threading
@@ -101,8 +102,14 @@ class ConfluentSerializer:
 
 
 def registry_client(url: str, extra: dict[str, str] | None = None) -> SchemaRegistryClient:
-    """A Schema Registry client; ``mock://…`` gives the library's in-process registry."""
-    return SchemaRegistryClient.new_client({"url": url, **(extra or {})})
+    """The process's Schema Registry client for ``url`` (one per URL, so its
+    schema caches are shared); ``mock://…`` gives the library's in-process registry."""
+    return _registry_client(url, tuple(sorted((extra or {}).items())))
+
+
+@functools.cache
+def _registry_client(url: str, extra: tuple[tuple[str, str], ...]) -> SchemaRegistryClient:
+    return SchemaRegistryClient.new_client({"url": url, **dict(extra)})
 
 
 @dataclass(frozen=True, slots=True)
