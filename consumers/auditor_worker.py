@@ -27,7 +27,7 @@ from turnaudit.evaluation.evidence import observe_prefixes
 from turnaudit.evaluation.files import Case, EvidenceFile, Trace
 from turnaudit.evaluation.labels import TaskLabel
 from turnaudit.htir import HtirTrace
-from turnaudit.kafka.clients import reliable_producer
+from turnaudit.kafka.clients import ReliableProducer
 from turnaudit.kafka.dead_letters import DeadLetterReason, dead_letter_headers
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
@@ -76,7 +76,7 @@ class AuditorEvaluationWorker:
                 }
             )
         )
-        self._producer = reliable_producer(kafka)
+        self._producer = ReliableProducer(kafka)
         # Where a fresh group starts per partition (the demo reads its own run).
         self._start_offsets = dict(start_offsets or {})
         self._cases: dict[str, Case] = {}
@@ -169,7 +169,6 @@ class AuditorEvaluationWorker:
             ).encode(),
             trace.task_id.encode(),
         )
-        self._producer.poll(0)
         label = self._labels.get(trace.task_id)
         if label is None:
             self.tally.unlabelled += 1

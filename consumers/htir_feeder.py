@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.contracts import check_event
 from turnaudit.htir import HtirTrace, TraceAssembler
-from turnaudit.kafka.clients import reliable_producer
+from turnaudit.kafka.clients import ReliableProducer
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
@@ -44,7 +44,7 @@ class HtirFeederSink:
     ) -> None:
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
-        self._producer = reliable_producer(kafka)
+        self._producer = ReliableProducer(kafka)
         self._assembler = TraceAssembler(idle_timeout)
         self._manifest: IO[str] | None = open(manifest, "a", encoding="utf-8") if manifest else None  # noqa: SIM115 - kept open for the service's life
         self._first_offsets: dict[str, tuple[int, int]] = {}  # task id -> (partition, offset)
@@ -111,7 +111,6 @@ class HtirFeederSink:
             self._producer.produce(
                 self._topic, self._serialize(trace.to_avro()), trace.task_id.encode()
             )
-            self._producer.poll(0)
         self._unacked.extend(traces)
         # A trace counts as published once acknowledged; until then its turns'
         # offsets stay held back (a slow broker delays them, loses nothing).

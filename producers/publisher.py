@@ -28,9 +28,9 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from turnaudit.errors import ConfigurationError, PublishError, SerializationError
+from turnaudit.errors import ConfigurationError, PublishError, SerializationError, SpoolFullError
 from turnaudit.kafka.dead_letters import dead_letter_headers
-from turnaudit.producers.spool import DiskSpool
+from turnaudit.producers.spool import DiskSpool, SpooledMessage
 from turnaudit.serialization.schemas import SchemaCatalog, WriterSchema, shipped_catalog
 from turnaudit.serialization.wire import (
     ConfluentSerializer,
@@ -73,12 +73,13 @@ class PublisherStats:
 class CloseReport:
     delivered: int
     undelivered: int  # left in the spool for the next publisher
-    failed: int
+    failed: int  # refused by the broker for good; kept in <spool_dir>/rejected
     spool_dir: str
+    refused: int = 0  # not accepted by publish(): the spool was full
 
     @property
     def ok(self) -> bool:
-        return self.undelivered == 0 and self.failed == 0
+        return self.undelivered == 0 and self.failed == 0 and self.refused == 0
 
 
 class TurnEventPublisher:
@@ -102,7 +103,8 @@ class TurnEventPublisher:
         if clash:
             raise ConfigurationError(f"producer options {sorted(clash)} are fixed by the publisher")
         config = settings.client_config(
-            **{**_DEFAULTS, **(producer_options or {}), **_GUARANTEES},
+            defaults=_DEFAULTS,
+            **{**(producer_options or {}), **_GUARANTEES},
             error_cb=self._on_error,
             # One producer-wide callback: no per-message callback object to carry.
             on_delivery=self._on_delivery,
@@ -128,11 +130,14 @@ class TurnEventPublisher:
         self._new_id = id_factory or _EventIds().next
         self._next_sequence: dict[str, int] = {}
         self._spool = DiskSpool(spool_dir, max_bytes=spool_max_bytes)
+        # Messages the broker refused for good, for an operator to inspect.
+        self._rejected = DiskSpool(spool_dir / "rejected", max_bytes=spool_max_bytes)
+        self._handback: list[SpooledMessage] = []
         # Route new events to the spool while it holds anything: order per session.
         self._spooling = len(self._spool) > 0
         self._broker_down = False
         self._lock = threading.Lock()
-        self._produced = self._failed = self._purged = 0
+        self._produced = self._failed = self._purged = self._refused = 0
         self._probe_interval = probe_interval
         self._closing = threading.Event()
         self._worker = threading.Thread(target=self._run, name="turnaudit-publisher", daemon=True)
@@ -142,48 +147,57 @@ class TurnEventPublisher:
     def publish(self, event: dict[str, Any]) -> str:
         """Assign id and sequence, encode, hand to Kafka or the spool; return the event id."""
         session = event["session_id"]
+        key = session.encode()
+        # One lock from sequence number to hand-over: two threads publishing for
+        # one session cannot swap their events' order.
         with self._lock:
             sequence = self._next_sequence.get(session, 0)
+            event["event_id"] = event_id = self._new_id()
+            event["sequence"] = sequence
+            value = self._serialize(event)  # raises before a number is used up
             self._next_sequence[session] = sequence + 1
-        event_id = self._new_id()
-        event["event_id"] = event_id
-        event["sequence"] = sequence
-        value = self._serialize(event)
-        key = session.encode()
-        if not self._spooling:
-            try:
-                self._producer.produce(self.topic, value, key)
-                self._produced += 1
-                self._producer.poll(0)
-                return event_id
-            except BufferError:
-                pass  # librdkafka's queue is full: the spool takes it
-        with self._lock:
-            self._spooling = True
-            self._spool.append(self.topic, key, value)
+            if not self._spooling:
+                try:
+                    self._producer.produce(self.topic, value, key)
+                    self._produced += 1
+                except BufferError:
+                    self._spooling = True  # librdkafka's queue is full: the spool takes it
+            if self._spooling:
+                try:
+                    self._spool.append(self.topic, key, value)
+                except SpoolFullError:
+                    # Refused loudly: the caller hears it, close() reports it, and
+                    # consumers see the used-up sequence number as a gap.
+                    self._refused += 1
+                    raise
+        self._producer.poll(0)
         return event_id
 
     # -- callbacks (run inside poll, on whichever thread polls) ---------------
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is None:  # not reported with delivery.report.only.error; kept for safety
             return
-        if err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
-            # Purged at close(): keep it for the next publisher. An in-flight one
-            # may also have reached the broker: a duplicate with the same event id.
-            self._purged += 1
-            self._keep(msg)
-            return
-        with self._lock:
-            self._failed += 1
-        log.error("delivery_failed", error=err.str(), code=err.name(), topic=msg.topic())
-        self._keep(msg)
-
-    def _keep(self, msg: Message) -> None:
-        """Back into the spool: delivered by this or the next publisher."""
-        self._spool.append(
+        kept = SpooledMessage(
             msg.topic() or self.topic, msg.key() or b"", msg.value() or b"",
             _bytes_headers(msg.headers()),
         )
+        if err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
+            # Purged at close(): handed back to the spool ahead of what it holds.
+            # An in-flight one may also have reached the broker: a duplicate
+            # with the same event id.
+            self._purged += 1
+            self._handback.append(kept)
+            return
+        # With message.timeout.ms=0 only a permanent error gets here (too large,
+        # not authorized, ...): retrying cannot help, so it is set aside, kept
+        # on disk and reported, never dropped.
+        with self._lock:
+            self._failed += 1
+        log.error("delivery_failed", error=err.str(), code=err.name(), topic=msg.topic())
+        try:
+            self._rejected.append(kept.topic, kept.key, kept.value, kept.headers)
+        except SpoolFullError:
+            log.critical("rejected_event_not_kept", spool_dir=str(self._rejected.directory))
 
     def _on_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
@@ -266,10 +280,16 @@ class TurnEventPublisher:
             self._producer.purge(in_queue=True, in_flight=True, blocking=True)
             self._producer.poll(0)
         self._producer.flush(0)
+        # The client's queue is older than anything spooled: it goes in front.
+        self._spool.requeue_front(self._handback)
+        self._handback = []
         self._schema_producer.flush(min(5.0, max(0.0, deadline - time.monotonic())))
         self._spool.close()
         delivered = self._delivered
-        report = CloseReport(delivered, len(self._spool), self._failed, str(self._spool.directory))
+        self._rejected.close()
+        report = CloseReport(
+            delivered, len(self._spool), self._failed, str(self._spool.directory), self._refused
+        )
         if report.ok:
             log.info("publisher_closed", delivered=report.delivered)
         else:
@@ -278,6 +298,7 @@ class TurnEventPublisher:
                 delivered=report.delivered,
                 undelivered=report.undelivered,
                 failed=report.failed,
+                refused=report.refused,
                 spool_dir=report.spool_dir,
             )
         return report
@@ -295,12 +316,15 @@ class TurnEventPublisher:
             stage="producer",
         )
         value, key = self._serialize(event), event["session_id"].encode()
-        try:
-            self._producer.produce(self._dlq_topic, value, key, headers=headers)
-            self._produced += 1
-        except BufferError:
-            self._spool.append(self._dlq_topic, key, value, _bytes_headers(headers))
-            self._spooling = True
+        with self._lock:
+            if not self._spooling:
+                try:
+                    self._producer.produce(self._dlq_topic, value, key, headers=headers)
+                    self._produced += 1
+                except BufferError:
+                    self._spooling = True
+            if self._spooling:
+                self._spool.append(self._dlq_topic, key, value, _bytes_headers(headers))
         self._producer.poll(0)
 
     def _serialize(self, event: dict[str, Any]) -> bytes:

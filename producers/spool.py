@@ -50,6 +50,8 @@ class DiskSpool:
         self._cursor_file = directory / "cursor"
         self._read = self._load_cursor()
         segments = self._segments()
+        if segments:
+            self._cut_torn_tail(self._path(segments[-1]))
         self._write_segment = segments[-1] if segments else max(self._read.segment, 1)
         self._writer: BinaryIO | None = None
         self._bytes = sum(self._path(s).stat().st_size for s in segments) - self._read.offset
@@ -59,21 +61,19 @@ class DiskSpool:
     def append(
         self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
     ) -> None:
-        t = topic.encode()
-        h = json.dumps([[k, v.hex()] for k, v in headers]).encode() if headers else b""
-        record = _RECORD.pack(len(t), len(key), len(value), len(h)) + t + key + value + h
+        record = _frame(SpooledMessage(topic, key, value, headers))
         with self._lock:
-            if self._bytes + len(record) + _LEN.size > self.max_bytes:
+            if self._bytes + len(record) > self.max_bytes:
                 raise SpoolFullError(
                     f"spool {self.directory} is full ({self._bytes} of {self.max_bytes} bytes); "
                     "the event was not accepted"
                 )
             writer = self._current_writer()
-            writer.write(_LEN.pack(len(record)) + record)
+            writer.write(record)
             writer.flush()
             if self._fsync:
                 os.fsync(writer.fileno())
-            self._bytes += len(record) + _LEN.size
+            self._bytes += len(record)
             self._count += 1
             if writer.tell() >= _SEGMENT_BYTES:
                 writer.close()
@@ -89,31 +89,61 @@ class DiskSpool:
     def read_batch(self, limit: int = 1000) -> tuple[list[SpooledMessage], SpoolPosition]:
         """The oldest spooled messages (at most ``limit``) and the position after them."""
         with self._lock:
+            return self._read_unlocked(limit)
+
+    def requeue_front(self, messages: list[SpooledMessage]) -> None:
+        """Put ``messages`` before everything spooled: they are older (a closing
+        publisher hands back its client queue). The rewritten spool is synced to
+        disk before the cursor moves to it; a crash in between repeats messages
+        (same event ids), never loses them."""
+        if not messages:
+            return
+        with self._lock:
+            pending, _ = self._read_unlocked(limit=1 << 62)
             if self._writer is not None:
-                self._writer.flush()
-            out: list[SpooledMessage] = []
-            segment, offset = self._read.segment, self._read.offset
-            while len(out) < limit:
-                path = self._path(segment)
-                if not path.exists():
-                    break
-                with open(path, "rb") as fh:
-                    fh.seek(offset)
-                    while len(out) < limit:
-                        head = fh.read(_LEN.size)
-                        if len(head) < _LEN.size:
-                            break
-                        (size,) = _LEN.unpack(head)
-                        record = fh.read(size)
-                        if len(record) < size:  # a torn write at a crash: the tail is ignored
-                            break
-                        out.append(_decode(record))
-                        offset = fh.tell()
-                if len(out) < limit and segment < self._write_segment:
-                    segment, offset = segment + 1, 0
-                else:
-                    break
-            return out, SpoolPosition(segment, offset)
+                self._writer.close()
+                self._writer = None
+            segment = self._write_segment + 1
+            with open(self._path(segment), "wb") as fh:
+                for message in [*messages, *pending]:
+                    fh.write(_frame(message))
+                fh.flush()
+                os.fsync(fh.fileno())
+            self._read = SpoolPosition(segment, 0)
+            self._save_cursor()
+            for old in self._segments():
+                if old < segment:
+                    self._path(old).unlink()
+            self._write_segment = segment
+            self._count = len(messages) + len(pending)
+            self._bytes = self._path(segment).stat().st_size
+
+    def _read_unlocked(self, limit: int) -> tuple[list[SpooledMessage], SpoolPosition]:
+        if self._writer is not None:
+            self._writer.flush()
+        out: list[SpooledMessage] = []
+        segment, offset = self._read.segment, self._read.offset
+        while len(out) < limit:
+            path = self._path(segment)
+            if not path.exists():
+                break
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                while len(out) < limit:
+                    head = fh.read(_LEN.size)
+                    if len(head) < _LEN.size:
+                        break
+                    (size,) = _LEN.unpack(head)
+                    record = fh.read(size)
+                    if len(record) < size:  # a torn write at a crash: the tail is ignored
+                        break
+                    out.append(_decode(record))
+                    offset = fh.tell()
+            if len(out) < limit and segment < self._write_segment:
+                segment, offset = segment + 1, 0
+            else:
+                break
+        return out, SpoolPosition(segment, offset)
 
     def commit(self, position: SpoolPosition, delivered: int) -> None:
         """Forget everything before ``position`` (those ``delivered`` messages went out)."""
@@ -176,6 +206,20 @@ class DiskSpool:
         tmp.write_text(f"{self._read.segment} {self._read.offset}\n")
         tmp.replace(self._cursor_file)
 
+    @staticmethod
+    def _cut_torn_tail(path: Path) -> None:
+        """A crash mid-append leaves a partial record at the end: cut it off, so
+        the next append is readable after the last whole record."""
+        good = 0
+        with open(path, "rb") as fh:
+            while (head := fh.read(_LEN.size)) and len(head) == _LEN.size:
+                (size,) = _LEN.unpack(head)
+                if len(fh.read(size)) < size:
+                    break
+                good = fh.tell()
+        if good < path.stat().st_size:
+            os.truncate(path, good)
+
     def _count_pending(self) -> int:
         count = 0
         segment, offset = self._read.segment, self._read.offset
@@ -190,6 +234,19 @@ class DiskSpool:
                         break
                     count += 1
         return count
+
+
+def _frame(message: SpooledMessage) -> bytes:
+    """Length-prefixed record: lengths of topic, key, value, headers, then the bytes."""
+    t = message.topic.encode()
+    h = (
+        json.dumps([[k, v.hex()] for k, v in message.headers]).encode()
+        if message.headers
+        else b""
+    )
+    body = _RECORD.pack(len(t), len(message.key), len(message.value), len(h))
+    body += t + message.key + message.value + h
+    return _LEN.pack(len(body)) + body
 
 
 def _decode(record: bytes) -> SpooledMessage:

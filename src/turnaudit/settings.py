@@ -67,14 +67,22 @@ class KafkaSettings:
     def with_bootstrap(self, bootstrap_servers: str) -> KafkaSettings:
         return replace(self, bootstrap_servers=bootstrap_servers)
 
-    def client_config(self, **overrides: Any) -> dict[str, Any]:
-        """librdkafka configuration: bootstrap + passthrough options + the caller's."""
+    def client_config(
+        self, defaults: Mapping[str, Any] | None = None, **overrides: Any
+    ) -> dict[str, Any]:
+        """librdkafka configuration: the caller's defaults, then the user's
+        passthrough options, then what the caller must fix (``overrides``)."""
         if not self.bootstrap_servers:
             raise ConfigurationError(
                 f"no Kafka cluster: set {BOOTSTRAP_ENV} or start the local broker "
                 "(turnaudit broker start)"
             )
-        return {"bootstrap.servers": self.bootstrap_servers, **self.client_options, **overrides}
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            **(defaults or {}),
+            **self.client_options,
+            **overrides,
+        }
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSettings:

@@ -154,13 +154,10 @@ def test_broker_stopped_mid_stream_loses_nothing(tmp_path: Path) -> None:
         publisher = TurnEventPublisher(settings, spool_dir=tmp_path / "spool", probe_interval=0.2)
         sim = TurnRuntimeSimulator(21).events(6000)
         published: list[str] = []
-        publish_times: list[float] = []
 
         def publish(n: int, pause: float = 0.0) -> None:
             for _ in range(n):
-                started = time.perf_counter()
                 published.append(publisher.publish(next(sim)))
-                publish_times.append(time.perf_counter() - started)
                 if pause:
                     time.sleep(pause)
 
@@ -187,10 +184,13 @@ def test_broker_stopped_mid_stream_loses_nothing(tmp_path: Path) -> None:
         assert len(published) == 6000
         duplicates = sum(n - 1 for n in seen.values())
         for session, numbers in sequences.items():
-            # In order per session; a redelivery repeats an event id, never invents one.
-            unique = list(dict.fromkeys(numbers))
-            assert unique == list(range(len(unique))), session
-        assert duplicates == sum(len(v) for v in sequences.values()) - len(published)
+            # In order per session: a number appears only after all smaller ones;
+            # a redelivered copy repeats an earlier number (and its event id).
+            highest = -1
+            for number in numbers:
+                assert number <= highest + 1, (session, numbers)
+                highest = max(highest, number)
+        assert duplicates < len(published) // 10  # redeliveries are the exception
     finally:
         broker.stop()
 
@@ -259,7 +259,15 @@ def test_events_a_closed_publisher_could_not_deliver_go_out_with_the_next_one(
     successor = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
     handed_over = successor.close(timeout=60)
     assert handed_over.ok
-    assert sorted(e["event_id"] for e in decoded_events(kafka_settings)) == sorted(ids)
+    received = decoded_events(kafka_settings)
+    assert sorted(e["event_id"] for e in received) == sorted(ids)
+    # The client queue the first publisher handed back went in front of what it
+    # had spooled: every session is still in order.
+    per_session: dict[str, list[int]] = defaultdict(list)
+    for event in received:
+        per_session[event["session_id"]].append(event["sequence"])
+    for session, numbers in per_session.items():
+        assert numbers == list(range(len(numbers))), session
 
 
 def test_a_breaching_turn_goes_to_the_dead_letter_topic_with_its_reason(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from turnaudit.errors import SpoolFullError
-from turnaudit.producers.spool import DiskSpool
+from turnaudit.producers.spool import DiskSpool, SpooledMessage
 
 
 def fill(spool: DiskSpool, n: int, start: int = 0) -> None:
@@ -75,6 +75,26 @@ def test_a_torn_tail_from_a_crash_is_ignored(tmp_path: Path) -> None:
     reopened = DiskSpool(tmp_path)
     assert len(reopened) == 3
     assert [m.value for m in reopened.read_batch()[0]] == [b"v0", b"v1", b"v2"]
+    # The torn tail was cut off: what is appended now is readable after v2.
+    fill(reopened, 2, start=3)
+    assert [m.value for m in reopened.read_batch()[0]] == [b"v0", b"v1", b"v2", b"v3", b"v4"]
+    assert len(reopened) == 5
+
+
+def test_requeue_front_puts_older_messages_first(tmp_path: Path) -> None:
+    spool = DiskSpool(tmp_path)
+    fill(spool, 6, start=4)
+    batch, pos = spool.read_batch(limit=1)
+    spool.commit(pos, 1)  # v4 already went out
+    older = [SpooledMessage("topic", f"k{i}".encode(), f"v{i}".encode()) for i in range(3)]
+    spool.requeue_front(older)
+    expected = [b"v0", b"v1", b"v2", b"v5", b"v6", b"v7", b"v8", b"v9"]
+    assert [m.value for m in spool.read_batch()[0]] == expected
+    assert len(spool) == 8
+    spool.close()
+    assert [m.value for m in DiskSpool(tmp_path).read_batch()[0]] == expected
+    fill(spool := DiskSpool(tmp_path), 1, start=10)
+    assert spool.read_batch()[0][-1].value == b"v10"
 
 
 def test_headers_survive_the_spool(tmp_path: Path) -> None:
