@@ -18,6 +18,7 @@ import structlog
 
 from turnaudit.contracts import Breach, check_event
 from turnaudit.verdicts import (
+    UNKNOWN_DOMAIN_SURFACE,
     ActionAssessment,
     EthicsVerdict,
     IdentityScore,
@@ -28,8 +29,6 @@ from turnaudit.verdicts import (
 
 log = structlog.get_logger("turnaudit.adapter")
 
-# The surface a stub turn records when no refusal fired (ADR-0039's table).
-UNKNOWN_DOMAIN_SURFACE = "[unknown-domain]"
 LATEST_SCHEMA_VERSION = 2
 
 

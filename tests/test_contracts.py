@@ -62,7 +62,7 @@ def test_contract_4_bundle_and_back_compat_fields_disagree() -> None:
 
 def test_contract_5_sequence_gaps_and_redeliveries() -> None:
     tracker = SessionSequenceTracker()
-    outcomes = [tracker.observe("a", n).outcome for n in (0, 1, 2, 2, 1, 3, 6)]
+    outcomes = [tracker.observe("a", n).outcome for n in (0, 1, 2, 2, 1, 3, 6, 4, 4, 7, 5)]
     assert outcomes == [
         SequenceOutcome.IN_ORDER,
         SequenceOutcome.IN_ORDER,
@@ -71,6 +71,10 @@ def test_contract_5_sequence_gaps_and_redeliveries() -> None:
         SequenceOutcome.DUPLICATE,
         SequenceOutcome.IN_ORDER,
         SequenceOutcome.GAP,
+        SequenceOutcome.LATE,  # 4 was skipped by the gap: it arrives late, not twice
+        SequenceOutcome.DUPLICATE,  # and now it has been seen
+        SequenceOutcome.IN_ORDER,
+        SequenceOutcome.LATE,
     ]
     assert tracker.observe("b", 0).outcome is SequenceOutcome.IN_ORDER
     gap = SessionSequenceTracker()
@@ -82,4 +86,52 @@ def test_sequence_tracker_memory_is_bounded() -> None:
     tracker = SessionSequenceTracker(max_sessions=10)
     for i in range(100):
         tracker.observe(f"s{i}", 0)
-    assert len(tracker._next) <= 10
+    assert len(tracker) == 10
+    assert tracker.observe("s99", 1).outcome is SequenceOutcome.IN_ORDER  # recent ones kept
+
+
+def test_sessions_of_a_revoked_partition_are_forgotten() -> None:
+    tracker = SessionSequenceTracker()
+    tracker.observe("a", 0, partition=1)
+    tracker.observe("b", 0, partition=2)
+    tracker.forget_partitions({1})
+    # Another consumer handled a's turns 1..9 meanwhile: no false gap on return.
+    assert tracker.observe("a", 10, partition=1).outcome is SequenceOutcome.IN_ORDER
+    assert tracker.observe("b", 5, partition=2).outcome is SequenceOutcome.GAP
+
+
+def test_contract_2_every_row_of_the_stub_table() -> None:
+    for field, value in [
+        ("walk_surface", "walk:triage"),
+        ("articulation_surface", "Take 200mg."),
+        ("surface", "Take 200mg."),
+        ("input_tokens", []),
+    ]:
+        event = sample(2, stub=True)
+        event[field] = value
+        breaches = check_event(event)
+        assert [b.contract for b in breaches] == [Contract.STUB_FIELDS], field
+        assert field in breaches[0].detail
+
+
+def test_verdict_split_paths_injection_and_critic_unavailable() -> None:
+    event = sample(2, action=True)
+    event["action_assessment"].update(
+        injection_detected=True,
+        execution_verdict="SEAL",
+        action_risk_verdict="VOID",
+        risk_tier="LOW",
+        human_decision_required=False,
+        output_policy="DOMAIN_VOID",
+    )
+    assert contracts(event) == [Contract.VERDICT_SPLIT_PATHS]
+    event = sample(2, action=True)
+    event["action_assessment"].update(
+        critic_available=False,
+        execution_verdict="SEAL",
+        action_risk_verdict="HOLD",
+        risk_tier="LOW",
+        human_decision_required=False,
+        output_policy="DOMAIN_HOLD",
+    )
+    assert contracts(event) == [Contract.VERDICT_SPLIT_PATHS]

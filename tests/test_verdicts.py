@@ -94,3 +94,14 @@ def test_approval_never_reads_the_execution_verdict() -> None:
     failed = ActionAssessment("x", Verdict.VOID, Verdict.HOLD, RiskTier.LOW, False)
     assert ran.output_policy is failed.output_policy is OutputPolicy.DOMAIN_HOLD
     assert ran.approved is failed.approved is False
+
+
+def test_an_assessment_cannot_contradict_its_return_path() -> None:
+    with pytest.raises(ValueError, match="not VOID/VOID"):
+        ActionAssessment(
+            "x", Verdict.SEAL, Verdict.VOID, RiskTier.LOW, False, injection_detected=True
+        )
+    with pytest.raises(ValueError, match="not HOLD/HOLD"):
+        ActionAssessment(
+            "x", Verdict.SEAL, Verdict.SEAL, RiskTier.LOW, False, critic_available=False
+        )

@@ -11,7 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from turnaudit.verdicts import derive_output_policy
+from turnaudit.verdicts import (
+    UNKNOWN_DOMAIN_SURFACE,
+    derive_output_policy,
+    verdict_split_problem,
+)
 
 
 class Contract(enum.StrEnum):
@@ -21,6 +25,7 @@ class Contract(enum.StrEnum):
     STUB_FIELDS = "stub_fields"
     OUTPUT_POLICY_DERIVED = "output_policy_derived"
     BUNDLE_MATCHES_FIELDS = "bundle_matches_fields"
+    VERDICT_SPLIT_PATHS = "verdict_split_paths"
     SEQUENCE = "sequence"
 
 
@@ -51,6 +56,13 @@ def check_event(event: Mapping[str, Any]) -> list[Breach]:
                 ("cycle_cost_total", event["cycle_cost_total"] == 0.0),
                 ("vault_hits", event["vault_hits"] == 0),
                 ("flagged", event["flagged"] is False),
+                ("input_tokens", bool(event["input_tokens"])),
+                ("walk_surface", event["walk_surface"] == UNKNOWN_DOMAIN_SURFACE),
+                ("articulation_surface", event["articulation_surface"] == UNKNOWN_DOMAIN_SURFACE),
+                (
+                    "surface",
+                    bundle["refusal_emitted"] or event["surface"] == UNKNOWN_DOMAIN_SURFACE,
+                ),
             )
             if not ok
         ]
@@ -61,6 +73,12 @@ def check_event(event: Mapping[str, Any]) -> list[Breach]:
         expected = derive_output_policy(
             action["risk_tier"], action["action_risk_verdict"], action["human_decision_required"]
         )
+        problem = verdict_split_problem(
+            action["execution_verdict"], action["action_risk_verdict"],
+            action.get("injection_detected", False), action.get("critic_available", True),
+        )
+        if problem:
+            breaches.append(Breach(Contract.VERDICT_SPLIT_PATHS, problem))
         if action["output_policy"] != expected:
             breaches.append(
                 Breach(
@@ -84,10 +102,11 @@ def check_event(event: Mapping[str, Any]) -> list[Breach]:
 
 class SequenceOutcome(enum.StrEnum):
     IN_ORDER = "in_order"
-    # A number at or below the last one seen. Kafka keeps order per partition
-    # and the key is the session, so this is an at-least-once redelivery.
+    # A number seen before: an at-least-once redelivery. Not counted twice.
     DUPLICATE = "duplicate"
-    GAP = "gap"  # numbers were skipped: turns are missing
+    GAP = "gap"  # numbers were skipped: turns are missing (so far)
+    # A number a gap had skipped, arriving after all: it fills the gap.
+    LATE = "late"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,34 +115,61 @@ class SequenceCheck:
     missing: int = 0  # how many sequence numbers a gap skipped
 
 
+@dataclass
+class _SessionState:
+    next: int
+    partition: int | None
+    missing: set[int]
+
+
 class SessionSequenceTracker:
     """Contract 5: per session, sequence numbers come without gaps or reordering.
 
-    Redeliveries of an already seen number are explained (at-least-once) and
-    reported as duplicates, not as breaches; a gap is a breach. Memory is bounded by evicting the
-    least recently seen sessions beyond ``max_sessions``.
+    A number below the next expected one is a redelivery (DUPLICATE) unless a
+    gap had skipped it, in which case it is LATE and fills the gap. Memory is
+    bounded: at most ``max_sessions`` sessions (least recently seen evicted)
+    and ``max_missing`` remembered holes per session.
     """
 
-    def __init__(self, max_sessions: int = 100_000) -> None:
-        self._next: dict[str, int] = {}
+    def __init__(self, max_sessions: int = 100_000, max_missing: int = 1_000) -> None:
+        self._sessions: dict[str, _SessionState] = {}
         self._max_sessions = max_sessions
+        self._max_missing = max_missing
 
-    def observe(self, session_id: str, sequence: int) -> SequenceCheck:
-        expected = self._next.pop(session_id, None)
-        if expected is None:
+    def observe(
+        self, session_id: str, sequence: int, partition: int | None = None
+    ) -> SequenceCheck:
+        state = self._sessions.pop(session_id, None)
+        if state is None:
             # First sight of the session in this consumer: a stream read from
             # the start begins at 0; one joined mid-way starts where it is.
+            state = _SessionState(sequence + 1, partition, set())
             outcome = SequenceCheck(SequenceOutcome.IN_ORDER)
-            self._next[session_id] = sequence + 1
-        elif sequence == expected:
+        elif sequence == state.next:
+            state.next += 1
             outcome = SequenceCheck(SequenceOutcome.IN_ORDER)
-            self._next[session_id] = sequence + 1
-        elif sequence > expected:
-            outcome = SequenceCheck(SequenceOutcome.GAP, missing=sequence - expected)
-            self._next[session_id] = sequence + 1
+        elif sequence > state.next:
+            skipped = range(state.next, sequence)
+            if len(state.missing) + len(skipped) <= self._max_missing:
+                state.missing.update(skipped)
+            state.next = sequence + 1
+            outcome = SequenceCheck(SequenceOutcome.GAP, missing=len(skipped))
+        elif sequence in state.missing:
+            state.missing.discard(sequence)
+            outcome = SequenceCheck(SequenceOutcome.LATE)
         else:
             outcome = SequenceCheck(SequenceOutcome.DUPLICATE)
-            self._next[session_id] = expected
-        if len(self._next) > self._max_sessions:
-            del self._next[next(iter(self._next))]
+        self._sessions[session_id] = state  # re-inserted: most recently seen last
+        if len(self._sessions) > self._max_sessions:
+            del self._sessions[next(iter(self._sessions))]
         return outcome
+
+    def forget_partitions(self, partitions: set[int]) -> None:
+        """Drop sessions read from these partitions (they moved to another
+        consumer; what it processed meanwhile is unknown here)."""
+        self._sessions = {
+            s: st for s, st in self._sessions.items() if st.partition not in partitions
+        }
+
+    def __len__(self) -> int:
+        return len(self._sessions)

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+# The surface a stub turn records when no refusal fired (ADR-0039's table).
+UNKNOWN_DOMAIN_SURFACE = "[unknown-domain]"
+
+
 class Verdict(enum.StrEnum):
     SEAL = "SEAL"
     HOLD = "HOLD"
@@ -47,6 +51,18 @@ def derive_output_policy(
     if human_decision_required or action_risk_verdict == Verdict.HOLD:
         return OutputPolicy.DOMAIN_HOLD
     return OutputPolicy.DOMAIN_SEAL
+
+
+def verdict_split_problem(
+    execution: str, action_risk: str, injection_detected: bool, critic_available: bool
+) -> str | None:
+    """The verdict split's fixed return paths: injection -> VOID/VOID, critic
+    unavailable -> HOLD/HOLD. None when the pair fits the path it claims."""
+    if injection_detected and (execution, action_risk) != (Verdict.VOID, Verdict.VOID):
+        return f"injection detected but verdicts are {execution}/{action_risk}, not VOID/VOID"
+    if not critic_available and (execution, action_risk) != (Verdict.HOLD, Verdict.HOLD):
+        return f"critic unavailable but verdicts are {execution}/{action_risk}, not HOLD/HOLD"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +136,12 @@ class ActionAssessment:
     output_policy: OutputPolicy = field(init=False)
 
     def __post_init__(self) -> None:
+        problem = verdict_split_problem(
+            self.execution_verdict, self.action_risk_verdict,
+            self.injection_detected, self.critic_available,
+        )
+        if problem:
+            raise ValueError(problem)
         object.__setattr__(
             self,
             "output_policy",

@@ -19,6 +19,7 @@ class DeadLetterReason(enum.StrEnum):
     CONTRACT_STUB_FIELDS = "contract:stub_fields"
     CONTRACT_OUTPUT_POLICY_DERIVED = "contract:output_policy_derived"
     CONTRACT_BUNDLE_MATCHES_FIELDS = "contract:bundle_matches_fields"
+    CONTRACT_VERDICT_SPLIT_PATHS = "contract:verdict_split_paths"
 
 
 HEADER_PREFIX = "dlq."
