@@ -46,7 +46,13 @@ class HtirFeederSink:
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         self._producer = ReliableProducer(kafka)
         self._assembler = TraceAssembler(idle_timeout)
-        self._manifest: IO[str] | None = open(manifest, "a", encoding="utf-8") if manifest else None  # noqa: SIM115 - kept open for the service's life
+        # A trace republished after a restart is written to the manifest once.
+        self._in_manifest = _manifest_task_ids(manifest) if manifest else set()
+        self._manifest: IO[str] | None = (
+            open(manifest, "a", encoding="utf-8")  # noqa: SIM115 - open for the service's life
+            if manifest
+            else None
+        )
         self._first_offsets: dict[str, tuple[int, int]] = {}  # task id -> (partition, offset)
         self.published = 0
         self._unacked: list[HtirTrace] = []
@@ -130,8 +136,16 @@ class HtirFeederSink:
                 steps=len(trace.steps),
                 closed_by=trace.closed_by,
             )
-            if self._manifest is not None:
+            if self._manifest is not None and trace.task_id not in self._in_manifest:
+                self._in_manifest.add(trace.task_id)
                 self._manifest.write(json.dumps(trace.manifest_line()) + "\n")
         if self._manifest is not None:
             self._manifest.flush()
         self.published += len(traces)
+
+
+def _manifest_task_ids(path: Path) -> set[str]:
+    if not path.exists():
+        return set()
+    with path.open(encoding="utf-8") as lines:
+        return {json.loads(line)["task_id"] for line in lines if line.strip()}

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from turnaudit.argparsing import OneLineErrorParser
 from turnaudit.errors import TurnAuditError
 from turnaudit.logconfig import configure_cli_logging
 
@@ -31,14 +32,8 @@ COMMAND_MODULES = (
 )
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # One line saying what is wrong, not the whole usage text.
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _ArgumentParser(
+    parser = OneLineErrorParser(
         prog="turnaudit",
         description="Event-streaming audit pipeline for conversational AI runtimes.",
     )
@@ -49,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="level of the JSON log lines on stderr (default WARNING, or TURNAUDIT_LOG_LEVEL)",
     )
     subparsers = parser.add_subparsers(
-        dest="command", metavar="COMMAND", required=True, parser_class=_ArgumentParser
+        dest="command", metavar="COMMAND", required=True, parser_class=OneLineErrorParser
     )
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

@@ -116,12 +116,13 @@ def test_a_restarted_feeder_rebuilds_open_traces_whole(
 ) -> None:
     truth = publish_simulated(kafka_settings, 1500, tmp_path / "spool", seed=32)
     end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
-    first, first_sink = feeder(kafka_settings, "feeder-restart", idle=3600)
+    manifest = tmp_path / "manifest.jsonl"
+    first, first_sink = feeder(kafka_settings, "feeder-restart", manifest, idle=3600)
     with running(first):
         assert wait_for(lambda: first_sink.published > 0, timeout=60)
     # Stopped with traces still open (a long idle timeout): their turns'
     # offsets were held back, so the next feeder in the group reads them again.
-    second, _ = feeder(kafka_settings, "feeder-restart", idle=1.0)
+    second, _ = feeder(kafka_settings, "feeder-restart", manifest, idle=1.0)
     with running(second):
         assert wait_for(consumed_everything(second, end), timeout=90)
     traces = published_traces(kafka_settings)
@@ -136,6 +137,9 @@ def test_a_restarted_feeder_rebuilds_open_traces_whole(
         turns = [s["task_step"] for s in copies[0].steps if s["kind"] == "turn"]
         assert turns == list(range(len(turns)))
         assert len(turns) <= tasks[task_id].steps
+    # The manifest holds every task once, even the ones published twice.
+    written = [json.loads(line)["task_id"] for line in manifest.read_text().splitlines()]
+    assert sorted(written) == sorted(by_task)
 
 
 def test_simulated_tasks_flow_to_a_gate_decision(

@@ -30,6 +30,8 @@ from ..conftest import local_broker_settings
 
 pytestmark = pytest.mark.broker
 
+PINNED_FINGERPRINTS = {1: "877148bd22bee4a2", 2: "2be42553fbf66611"}
+
 
 def read_all(settings: KafkaSettings, topic: str) -> list[Any]:
     return list(read_range(settings, topic, None, end_offsets(settings, topic)))
@@ -118,7 +120,11 @@ def test_apache_avro_reads_a_published_message_from_the_avsc_files_alone(
     for version in (1, 2):
         with open(schema_path("turn_event", version)) as fh:
             schemas[version] = avro.schema.parse(fh.read())
-    fingerprints = {s.fingerprint: s.version for s in shipped_catalog().versions}
+    # CRC-64-AVRO of each schema's parsing canonical form, pinned here (and
+    # checked against the specification's reference algorithm in test_wire).
+    # Apache's Python `avro` 1.12 keeps logical types in its canonical form, so
+    # its own fingerprint() differs: do not use it for single-object headers.
+    fingerprints = {bytes.fromhex(PINNED_FINGERPRINTS[v]): v for v in (1, 2)}
     seen_versions = set()
     for msg in read_all(kafka_settings, kafka_settings.topics.turn_events):
         value = msg.value()

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from turnaudit.argparsing import OneLineErrorParser
 from turnaudit.errors import ConfigurationError, TurnAuditError
 from turnaudit.evaluation import review_pack
 from turnaudit.evaluation.auditors import OllamaAuditor, PrefixAuditor, RuleBasedAuditor, RuleConfig
@@ -135,15 +136,9 @@ def _print_report(report: dict[str, Any], path: Path) -> int:
     return exit_code(report)
 
 
-class _OneLineErrorParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # One line saying what is wrong, as the main `turnaudit` command does.
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def run_standalone(prog: str, configure: Configure, argv: Sequence[str] | None = None) -> int:
     """The ``python -m`` form of one tool: same parser, same handlers, same exit codes."""
-    parser = _OneLineErrorParser(prog=prog)
+    parser = OneLineErrorParser(prog=prog)
     configure(parser)
     args = parser.parse_args(argv)
     try:

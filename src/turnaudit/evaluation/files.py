@@ -218,6 +218,13 @@ def parse_trace(value: object, where: str) -> Trace:
     return Trace(steps=steps, source=_object(data.get("source"), f"{where}.source"))
 
 
+def _required(data: Mapping[str, Any], key: str, where: str) -> object:
+    # A missing key is not a healthy label: only an explicit null is.
+    if key not in data:
+        raise EvidenceFormatError(f"{where}: missing {key!r} (null marks a healthy trace)")
+    return data[key]
+
+
 def parse_oracle_alarm_step(value: object, where: str) -> int | None:
     return None if value is None else _int(value, where)
 
@@ -235,7 +242,7 @@ def _parse_case(value: object, where: str, *, with_observations: bool) -> Case:
         task_id=task_id,
         task_family=_str(data, "task_family", where),
         oracle_source=_str(data, "oracle_source", where),
-        oracle_alarm_step=parse_oracle_alarm_step(data.get("oracle_alarm_step"),
+        oracle_alarm_step=parse_oracle_alarm_step(_required(data, "oracle_alarm_step", where),
                                                   f"{where}.oracle_alarm_step"),
         trace=parse_trace(data.get("trace"), f"{where}.trace"),
         observations=observations,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from turnaudit.evaluation.errors import EvidenceFormatError
-from turnaudit.evaluation.files import LABELS_FORMAT, read_json
+from turnaudit.evaluation.files import LABELS_FORMAT, parse_labels, read_json
 from turnaudit.htir import HtirTrace
 
 
@@ -50,21 +50,20 @@ def load_task_labels(path: Path) -> dict[str, TaskLabel]:
     if not isinstance(raw, Mapping):
         raise EvidenceFormatError(f"{path}: expected a JSON object")
     if raw.get("format") == LABELS_FORMAT:
-        return {c["task_id"]: _from_case(c) for c in raw["cases"]}
+        pack = parse_labels(raw)  # refuses a pack carrying auditor output
+        return {
+            c.task_id: TaskLabel(c.task_family, c.oracle_source,
+                                 oracle_alarm_step=c.oracle_alarm_step,
+                                 alarm_positive=c.oracle_alarm_step is not None)
+            for c in pack.cases
+        }
     if "tasks" in raw and "seed" in raw:
-        return {t["task_id"]: _from_truth(t) for t in raw["tasks"]}
+        try:
+            return {t["task_id"]: _from_truth(t) for t in raw["tasks"]}
+        except (KeyError, TypeError) as exc:
+            raise EvidenceFormatError(f"{path}: simulator ground truth without {exc}") from exc
     raise EvidenceFormatError(
         f"{path}: neither a label pack ({LABELS_FORMAT}) nor simulator ground truth"
-    )
-
-
-def _from_case(case: Mapping[str, Any]) -> TaskLabel:
-    step = case["oracle_alarm_step"]
-    return TaskLabel(
-        case["task_family"],
-        case["oracle_source"],
-        oracle_alarm_step=step,
-        alarm_positive=step is not None,
     )
 
 

@@ -219,6 +219,7 @@ class LocalKafkaBroker:
     def stop(self, timeout: float = 30.0) -> None:
         pid = self._pid()
         if pid is None:
+            self.pid_file.unlink(missing_ok=True)  # none, or stale
             return
         try:
             os.kill(pid, signal.SIGTERM)
@@ -242,10 +243,15 @@ class LocalKafkaBroker:
 
     # -- helpers -------------------------------------------------------------
     def _pid(self) -> int | None:
+        """The broker's pid, if the pid file names a live broker of this folder
+        (a stale file whose pid was reused by another program is ignored)."""
         try:
-            return int(self.pid_file.read_text().strip())
+            pid = int(self.pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (FileNotFoundError, ValueError):
             return None
+        ours = b"kafka.Kafka" in cmdline and str(self.config_file).encode() in cmdline
+        return pid if ours else None
 
     def _serves(self) -> bool:
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
