@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -24,7 +25,14 @@ from prometheus_client import CollectorRegistry, Counter
 from turnaudit.errors import SerializationError, TurnAuditError
 from turnaudit.evaluation.auditors import PrefixAuditor
 from turnaudit.evaluation.evidence import observe_prefixes
-from turnaudit.evaluation.files import Case, EvidenceFile, Trace
+from turnaudit.evaluation.files import (
+    Case,
+    EvidenceFile,
+    Trace,
+    parse_evidence,
+    read_json,
+    write_json,
+)
 from turnaudit.evaluation.labels import TaskLabel
 from turnaudit.htir import HtirTrace
 from turnaudit.kafka.clients import ReliableProducer
@@ -57,6 +65,7 @@ class AuditorEvaluationWorker:
         group_id: str,
         registry: CollectorRegistry,
         start_offsets: Mapping[int, int] | None = None,
+        evidence_path: Path | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._kafka = kafka
@@ -79,6 +88,7 @@ class AuditorEvaluationWorker:
         self._producer = ReliableProducer(kafka)
         # Where a fresh group starts per partition (the demo reads its own run).
         self._start_offsets = dict(start_offsets or {})
+        self._evidence_path = evidence_path
         self._cases: dict[str, Case] = {}
         self._seen: set[str] = set()
         self.tally = WorkerTally()
@@ -97,13 +107,18 @@ class AuditorEvaluationWorker:
         """Consume until ``stop()`` or until ``until(tally)`` is true."""
         self._auditor.begin_battery()
         self._pinned = self._auditor.identity
+        self._resume_evidence()
         self._consumer.subscribe([self._topic], on_assign=self._on_assign)
         try:
             while not self._stopping.is_set() and not (until and until(self.tally)):
                 messages = self._consumer.consume(100, 0.2)
+                labelled = len(self._cases)
                 for msg in messages:
                     if msg.error() is None:
                         self._handle(msg)
+                if self._evidence_path is not None and len(self._cases) != labelled:
+                    # On disk before the offsets move: a crash loses no case.
+                    write_json(self._evidence_path, self.evidence().to_json())
                 if messages and self._producer.flush(30) == 0:
                     for msg in messages:
                         if msg.error() is None:
@@ -112,6 +127,21 @@ class AuditorEvaluationWorker:
             self._producer.flush(30)
             self._consumer.close()
             self._auditor.end_battery()
+
+    def _resume_evidence(self) -> None:
+        """Continue the evidence file a previous run of this worker wrote."""
+        if self._evidence_path is None or not self._evidence_path.exists():
+            return
+        previous = parse_evidence(read_json(self._evidence_path))
+        if previous.auditor_id != self._pinned:
+            raise TurnAuditError(
+                f"{self._evidence_path} holds evidence for {previous.auditor_id}, "
+                f"not for the pinned {self._pinned}: write to a new file"
+            )
+        for case in previous.cases:
+            self._cases[case.task_id] = case
+            self._seen.add(case.task_id)
+        self.tally.labelled += len(previous.cases)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:

@@ -205,3 +205,37 @@ def test_the_worker_replays_each_trace_once_and_publishes_observations(
     ]
     assert {o["task_id"] for o in observed} == {t.task_id for t in traces}
     assert all(o["auditor_id"] == auditor.identity.to_json() for o in observed)
+
+
+def test_a_restarted_worker_continues_its_evidence_file(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    truth = publish_simulated(kafka_settings, 1500, tmp_path / "spool", seed=34)
+    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    service, sink = feeder(kafka_settings, "feeder-r")
+    with running(service):
+        assert wait_for(consumed_everything(service, end), timeout=90)
+    labels = {
+        t.task_id: TaskLabel(t.task_family, "sim", oracle_alarm_turn=t.oracle_alarm_turn,
+                             alarm_positive=t.oracle_alarm_turn is not None)
+        for t in truth.tasks
+    }
+    evidence_path = tmp_path / "evidence.json"
+
+    def worker() -> AuditorEvaluationWorker:
+        return AuditorEvaluationWorker(
+            kafka_settings, RuleBasedAuditor(), labels, group_id="auditor-r",
+            registry=CollectorRegistry(), evidence_path=evidence_path,
+        )
+
+    first = worker()
+    first.run(until=lambda tally: tally.traces >= sink.published // 2)
+    on_disk = json.loads(evidence_path.read_text())
+    assert 0 < len(on_disk["cases"]) < sink.published
+    second = worker()
+    second.run(until=lambda tally: first.tally.traces + tally.traces >= sink.published)
+    final = json.loads(evidence_path.read_text())
+    ids = [c["task_id"] for c in final["cases"]]
+    assert len(ids) == len(set(ids))  # no case twice
+    usable = first.tally.labelled + second.tally.labelled - len(on_disk["cases"])
+    assert len(ids) == usable

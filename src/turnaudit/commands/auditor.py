@@ -47,6 +47,7 @@ def _run(args: argparse.Namespace) -> int:
         kafka, build_auditor(args), labels,
         group_id=args.group_id or f"turnaudit-auditor-{uuid.uuid4().hex[:8]}",
         registry=CollectorRegistry(),
+        evidence_path=args.evidence,
     )
 
     def stop(_signum: int, _frame: FrameType | None) -> None:
