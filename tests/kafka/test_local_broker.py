@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from turnaudit.kafka.local_broker import free_port, free_ports
+from turnaudit.errors import BrokerError
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.settings import KafkaSettings
 
@@ -124,3 +125,27 @@ def test_topics_carry_the_configured_layout(kafka_bootstrap: str) -> None:
     described = {r.name: f.result(timeout=10) for r, f in admin.describe_configs(resources).items()}
     assert described[settings.topics.turn_events]["retention.ms"].value == str(1000 * 3_600_000)
     assert described[settings.topics.schemas]["cleanup.policy"].value == "compact"
+
+
+@pytest.mark.broker
+def test_an_existing_schemas_topic_that_deletes_records_is_refused(kafka_bootstrap: str) -> None:
+    settings = KafkaSettings.from_env(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+            "TURNAUDIT_TOPIC_PREFIX": f"wrong-{free_port()}.",
+        }
+    )
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    future = admin.create_topics(
+        [
+            NewTopic(
+                settings.topics.schemas,
+                num_partitions=1,
+                replication_factor=1,
+                config={"cleanup.policy": "delete"},
+            )
+        ]
+    )[settings.topics.schemas]
+    future.result(timeout=30)
+    with pytest.raises(BrokerError, match="cleanup.policy=delete, the pipeline needs compact"):
+        ensure_topics(settings)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import structlog
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from confluent_kafka.cimpl import NewTopic
 
 from turnaudit.errors import BrokerError
 from turnaudit.settings import KafkaSettings
+
+log = structlog.get_logger("turnaudit.topics")
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,35 @@ def ensure_topics(settings: KafkaSettings, timeout: float = 30.0) -> list[str]:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise BrokerError(f"could not create topic {name}: {exc.args[0].str()}") from exc
     _wait_for_leaders(admin, [s.name for s in wanted], timeout)
+    existing = [s for s in wanted if s.name not in created]
+    if existing:
+        _check_existing(admin, existing, timeout)
     return sorted(created)
+
+
+# Settings a topic that already existed must have: a schemas topic that deletes
+# old records would make weeks-old events unreadable for replays.
+_REQUIRED = {"cleanup.policy"}
+
+
+def _check_existing(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
+    resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in specs]
+    described = {
+        r.name: f.result(timeout=timeout) for r, f in admin.describe_configs(resources).items()
+    }
+    for spec in specs:
+        actual = described[spec.name]
+        for key, wanted in spec.config.items():
+            have = actual[key].value if key in actual else None
+            if have == wanted:
+                continue
+            if key in _REQUIRED:
+                raise BrokerError(
+                    f"topic {spec.name} exists with {key}={have}, the pipeline needs {wanted}"
+                )
+            log.warning(
+                "topic_config_differs", topic=spec.name, key=key, actual=have, configured=wanted
+            )
 
 
 def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
