@@ -163,8 +163,8 @@ class AuditorEvaluationWorker:
             self.tally.dead_letters += 1
             self._producer.produce(
                 self._kafka.topics.dlq,
-                msg.value(),
-                msg.key(),
+                msg.value() or b"",
+                msg.key() or b"",
                 headers=dead_letter_headers(
                     reason=DeadLetterReason.UNDECODABLE,
                     error=str(exc),

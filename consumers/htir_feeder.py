@@ -23,7 +23,6 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from turnaudit.consumers.runtime import ConsumedTurn
-from turnaudit.contracts import check_event
 from turnaudit.htir import HtirTrace, TraceAssembler
 from turnaudit.kafka.clients import ReliableProducer
 from turnaudit.serialization.schemas import shipped_catalog
@@ -34,6 +33,10 @@ log = structlog.get_logger("turnaudit.htir_feeder")
 
 
 class HtirFeederSink:
+    # A turn that broke a contract is part of its task's trace (with its
+    # breaches): it is often the step that most warrants an alarm.
+    wants_breaching_turns = True
+
     def __init__(
         self,
         kafka: KafkaSettings,
@@ -81,7 +84,7 @@ class HtirFeederSink:
                 topic=turn.topic,
                 partition=turn.partition,
                 offset=turn.offset,
-                breaches=[str(b) for b in check_event(event)],
+                breaches=turn.breaches,
             )
             if trace is not None or self._assembler.is_open(task_id):
                 # Held until the trace is acknowledged on the traces topic.

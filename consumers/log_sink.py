@@ -4,7 +4,14 @@ Each line names the turn (event id, session, turn, sequence, path, pack,
 domain, schema version), its verdict bundle (refusal, hedge, violated
 boundary and predicate ids, safety and ethics verdicts, identity), the
 verdict split (execution vs action risk, tier, output policy) and where it was
-read (topic, partition, offset, bound as structlog context per message).
+read (topic, partition, offset), then structlog's ``event``, ``logger``,
+``level`` and ``timestamp`` and any structlog context-local values.
+
+Under ``service_logging`` the sink builds each line's dict itself, with the
+keys and values that configuration's processor chain gives, renders it with
+orjson, and writes a batch's lines in one call: structlog's per-call chain
+cost more than the JSON encoding. Under any other structlog configuration (``capture_logs``,
+say) the lines go through the configured chain, one call per turn.
 
 Surface texts and input tokens may hold user content: by default they are not
 written; ``TURNAUDIT_LOG_SURFACES`` chooses ``drop``, ``hash`` (HMAC-SHA256
@@ -21,8 +28,9 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import IO, Any
 
+import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
@@ -36,6 +44,11 @@ SURFACE_FIELDS = ("surface", "walk_surface", "articulation_surface")
 
 Redactor = Callable[[str], str]
 
+# service_logging's renderer: the sink recognises its own configuration by it.
+_RENDERER = structlog.processors.JSONRenderer()
+# The only datetime in a line is its timestamp (occurred_at is text already).
+_ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_APPEND_NEWLINE
+
 
 def surface_redactor(settings: LogSinkSettings) -> Redactor | None:
     """How a surface text is written; None: it is not written at all."""
@@ -48,8 +61,8 @@ def surface_redactor(settings: LogSinkSettings) -> Redactor | None:
 
 
 def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
-    """The canonical line's fields (topic, partition, offset come from the context)."""
-    event = turn.event
+    """The canonical line's own fields (without where it was read)."""
+    event = turn.decoded.event
     bundle = event["verdicts"]
     safety = bundle["safety_verdict"]
     ethics = bundle["ethics_verdict"]
@@ -92,24 +105,28 @@ def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
 
 
 def _iso(millis: Any) -> str:
-    # fastavro gives timestamp-millis as an aware datetime; raw ints come from tests.
+    # fastavro gives timestamp-millis as an aware datetime in UTC; raw ints come from tests.
     moment = millis if isinstance(millis, datetime) else datetime.fromtimestamp(millis / 1000, UTC)
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if moment.tzinfo is not UTC:
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class TurnLineWriter:
-    """The structlog logger the turn lines end in: stdout, or size-rotated files.
+    """Where the turn lines end: stdout, or size-rotated files.
 
     Rotation is ``RotatingFileHandler``'s, but lines are written to its stream
-    directly and flushed once per batch: the per-record overhead of stdlib
-    logging would cost more than decoding the message.
+    directly (a batch in one call per file) and flushed once per batch: the
+    per-record overhead of stdlib logging would cost more than decoding the
+    message. Also a structlog logger (``msg``), for lines rendered by a
+    configured processor chain.
     """
 
     name = TURN_LOGGER  # for structlog's add_logger_name
 
     def __init__(self, settings: LogSinkSettings) -> None:
         self._rotating: logging.handlers.RotatingFileHandler | None = None
-        self._stream: TextIO = sys.stdout
+        self._text: IO[str] = sys.stdout
         self._size = 0  # bytes in the current file (rotation without a stat per line)
         if settings.file is not None:
             settings.file.parent.mkdir(parents=True, exist_ok=True)
@@ -119,23 +136,49 @@ class TurnLineWriter:
                 backupCount=settings.file_backups,
                 encoding="utf-8",
             )
-            self._stream = self._rotating.stream  # type: ignore[assignment]  # open after init
-            self._size = self._stream.seek(0, 2)
+            self._text = self._rotating.stream  # type: ignore[assignment]  # open after init
+            self._size = self._text.seek(0, 2)
+        # Lines are UTF-8 bytes; a text stream without a binary buffer (a
+        # StringIO in place of stdout) gets them decoded.
+        self._binary: IO[bytes] | None = getattr(self._text, "buffer", None)
 
     def msg(self, line: str) -> None:
-        if self._rotating is not None:
-            size = len(line.encode()) + 1
-            if self._size and self._size + size > self._rotating.maxBytes:
-                self._rotating.doRollover()
-                self._stream = self._rotating.stream  # type: ignore[assignment]  # reopened
-                self._size = 0
-            self._size += size
-        self._stream.write(line + "\n")
+        self.write_lines([line.encode() + b"\n"])
 
     info = warning = error = critical = debug = msg
 
+    def write_lines(self, lines: Sequence[bytes]) -> None:
+        """Lines that each end in a newline, in order; a file rotates between lines."""
+        if self._rotating is None:
+            self._write(b"".join(lines))
+            return
+        limit = self._rotating.maxBytes
+        start = 0
+        for i, line in enumerate(lines):
+            size = len(line)
+            if self._size and self._size + size > limit:
+                self._write(b"".join(lines[start:i]))
+                self._rotating.doRollover()
+                self._text = self._rotating.stream  # type: ignore[assignment]  # reopened
+                self._binary = self._text.buffer  # type: ignore[attr-defined]  # a file's
+                self._size = 0
+                start = i
+            self._size += size
+        self._write(b"".join(lines[start:]))
+
+    def _write(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._binary is None:
+            self._text.write(data.decode())
+        else:
+            self._text.flush()  # anything written as text before stays before
+            self._binary.write(data)
+
     def flush(self) -> None:
-        self._stream.flush()
+        self._text.flush()
+        if self._binary is not None:
+            self._binary.flush()
 
     def close(self) -> None:
         self.flush()
@@ -148,10 +191,9 @@ class LogSink:
 
     def __init__(self, settings: LogSinkSettings, registry: CollectorRegistry) -> None:
         self._writer = TurnLineWriter(settings)
-        # Processors and wrapper come from structlog's configuration (see
-        # ``service_logging``), so ``capture_logs`` sees the lines too; bound
-        # once, so the configuration is resolved now, not per line.
-        self._log = structlog.wrap_logger(self._writer).bind()
+        # Resolved against structlog's configuration once per batch (see
+        # ``write``), so ``capture_logs`` sees the lines too.
+        self._log = structlog.wrap_logger(self._writer)
         self._redact = surface_redactor(settings)
         self.lines = Counter(
             "turnaudit_log_lines",
@@ -160,19 +202,75 @@ class LogSink:
         )
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        try:
+        processors = structlog.get_config()["processors"]
+        if processors and processors[-1] is _RENDERER:
+            self._writer.write_lines(turn_lines(turns, self._redact))
+        else:
+            log = self._log.bind()
             for turn in turns:
-                structlog.contextvars.bind_contextvars(
-                    topic=turn.topic, partition=turn.partition, offset=turn.offset
+                log.info(
+                    TURN_EVENT,
+                    **turn_fields(turn, self._redact),
+                    topic=turn.topic,
+                    partition=turn.partition,
+                    offset=turn.offset,
                 )
-                self._log.info(TURN_EVENT, **turn_fields(turn, self._redact))
-        finally:
-            structlog.contextvars.unbind_contextvars("topic", "partition", "offset")
         self._writer.flush()  # the runtime stores offsets once this returns
         self.lines.inc(len(turns))
 
     def close(self) -> None:
         self._writer.close()
+
+
+def turn_lines(turns: Sequence[ConsumedTurn], redact: Redactor | None) -> list[bytes]:
+    """The batch's lines as ``service_logging``'s processor chain would render them.
+
+    Same keys in the same order, same values: the fields, where the turn was
+    read, ``event``, structlog's context-local values (merged once per batch,
+    not per line), logger name, level and timestamp; each line ends in a
+    newline.
+    """
+    context = structlog.contextvars.get_contextvars()
+    lines = []
+    for turn in turns:
+        line = turn_fields(turn, redact)
+        line["topic"] = turn.topic
+        line["partition"] = turn.partition
+        line["offset"] = turn.offset
+        line["event"] = TURN_EVENT
+        for key, value in context.items():  # merge_contextvars: the line's own keys win
+            line.setdefault(key, value)
+        line["logger"] = TURN_LOGGER
+        line["level"] = "info"
+        # Rendered by orjson as TimeStamper(fmt="iso", utc=True) writes it,
+        # "2026-11-01T12:00:00.123456Z", without a Python-side isoformat.
+        line["timestamp"] = datetime.now(UTC)
+        rendered = orjson.dumps(line, default=repr, option=_ORJSON_OPTIONS)
+        if not rendered.isascii():
+            rendered = _escape_line_breaks(rendered)
+        lines.append(rendered)
+    return lines
+
+
+# Characters outside ASCII that Python's str.splitlines() (and some log
+# shippers) take for line ends; orjson writes them as they are, json.dumps
+# escaped them with everything else outside ASCII.
+_UNICODE_LINE_BREAKS = (
+    ("\u2028".encode(), b"\\u2028"),
+    ("\u2029".encode(), b"\\u2029"),
+    ("\x85".encode(), b"\\u0085"),
+)
+
+
+def _escape_line_breaks(rendered: bytes) -> bytes:
+    """The line with its Unicode line separators as JSON escapes: one line stays one line.
+
+    In UTF-8 their byte sequences cannot occur inside another character, and
+    outside strings JSON is ASCII, so replacing the bytes is exact.
+    """
+    for raw, escaped in _UNICODE_LINE_BREAKS:
+        rendered = rendered.replace(raw, escaped)
+    return rendered
 
 
 class LogSinkService(ConsumerService):
@@ -206,7 +304,7 @@ def service_logging(diagnostics_level: str = "INFO") -> Iterator[None]:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            _RENDERER,
         ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),

@@ -107,49 +107,85 @@ class VerdictMetricsSink:
             registry=registry,
         )
         self.counted = 0  # turns counted by this process (the demo and tests read it)
-        # Label children by label values: .labels() takes a lock and builds a
-        # key on every call, which costs as much as the rest of the counting.
+        # Label children by (metric, *label values): .labels() takes a lock and
+        # builds a key on every call, which costs as much as the rest of the counting.
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
+        # The batch's turns tallied by their raw label values first (one tuple
+        # and one dict update per turn), then closed and added with one
+        # ``inc(n)`` per series: a counter's ``inc`` takes a lock, and most
+        # turns of a batch share a handful of label sets.
+        tally: dict[tuple[Any, ...], int] = {}
+        occurred: list[Any] = []
+        duplicate = SequenceOutcome.DUPLICATE
         for turn in turns:
-            if turn.sequence.outcome is SequenceOutcome.DUPLICATE:
+            if turn.sequence.outcome is duplicate:
                 continue  # already counted; the runtime counts the redelivery itself
-            self._count(turn.event, turn.decoded.writer_version)
-            self.counted += 1
+            decoded = turn.decoded
+            event = decoded.event
+            bundle = event["verdicts"]
+            action = event["action_assessment"]
+            key = (
+                event["pack_id"],
+                event["domain"],
+                event["path"],
+                decoded.writer_version,
+                bundle["refusal_emitted"],
+                bundle["hedge_injected"],
+                None
+                if action is None
+                else (action["output_policy"], action["risk_tier"], action["action_risk_verdict"]),
+            )
+            tally[key] = tally.get(key, 0) + 1
+            occurred.append(event["occurred_at"])
+        if not occurred:
+            return
+        self._count(tally)
+        # Observed once the batch is counted: the delay to the moment it shows.
+        now = self._clock()
+        observe = self.delay.observe
+        for moment in occurred:
+            seconds = moment.timestamp() if isinstance(moment, datetime) else moment / 1000
+            # A runtime clock ahead of ours would give a negative delay: count it as none.
+            observe(max(0.0, now - seconds))
+        self.counted += len(occurred)
 
-    def _count(self, event: dict[str, Any], writer_version: int) -> None:
-        pack = closed(event["pack_id"], self._packs)
-        domain = closed(event["domain"], self._domains)
-        version = closed(str(writer_version), self._versions)
-        path = closed(event["path"], _PATHS)
-        bundle = event["verdicts"]
-        self._child(self.turns, pack, domain, path, version).inc()
-        if bundle["refusal_emitted"]:
-            self._child(self.refused, pack, domain).inc()
-        if bundle["hedge_injected"]:
-            self._child(self.hedged, pack, domain).inc()
-        if path == TurnPath.STUB.value:
-            self._child(self.stub, pack, domain).inc()
-        action = event["action_assessment"]
-        if action is not None:
-            self._child(
-                self.action_risk,
-                closed(action["output_policy"], _POLICIES),
-                closed(action["risk_tier"], _TIERS),
-                closed(action["action_risk_verdict"], _VERDICTS),
-            ).inc()
-        occurred = event["occurred_at"]
-        seconds = occurred.timestamp() if isinstance(occurred, datetime) else occurred / 1000
-        # A runtime clock ahead of ours would give a negative delay: count it as none.
-        self.delay.observe(max(0.0, self._clock() - seconds))
-
-    def _child(self, metric: Counter, *values: str) -> Any:
-        key = (metric, *values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*values)
-        return child
+    def _count(self, tally: dict[tuple[Any, ...], int]) -> None:
+        """Each series' increase for the batch, added once."""
+        per_series: dict[tuple[Any, ...], int] = {}
+        for (pack_id, domain_id, path_id, writer_version, refused, hedged, action), n in (
+            tally.items()
+        ):
+            pack = closed(pack_id, self._packs)
+            domain = closed(domain_id, self._domains)
+            path = closed(path_id, _PATHS)
+            version = closed(str(writer_version), self._versions)
+            keys: list[tuple[Any, ...]] = [(self.turns, pack, domain, path, version)]
+            if refused:
+                keys.append((self.refused, pack, domain))
+            if hedged:
+                keys.append((self.hedged, pack, domain))
+            if path == TurnPath.STUB.value:
+                keys.append((self.stub, pack, domain))
+            if action is not None:
+                policy, tier, verdict = action
+                keys.append(
+                    (
+                        self.action_risk,
+                        closed(policy, _POLICIES),
+                        closed(tier, _TIERS),
+                        closed(verdict, _VERDICTS),
+                    )
+                )
+            for key in keys:
+                per_series[key] = per_series.get(key, 0) + n
+        for key, n in per_series.items():  # key: (metric, *label values)
+            child = self._children.get(key)
+            if child is None:
+                metric, *values = key
+                child = self._children[key] = metric.labels(*values)
+            child.inc(n)
 
     def close(self) -> None:
         """Counters live in the registry; nothing to flush."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import gc
 import json
 import signal
 import threading
@@ -44,7 +45,12 @@ from turnaudit.contracts import (
     check_event,
 )
 from turnaudit.errors import SchemaNotFoundError, SerializationError, UnknownFramingError
-from turnaudit.kafka.dead_letters import HEADER_PREFIX, DeadLetterReason, dead_letter_headers
+from turnaudit.kafka.dead_letters import (
+    HEADER_PREFIX,
+    DeadLetterReason,
+    dead_letter_headers,
+    read_dead_letter_headers,
+)
 from turnaudit.serialization.schema_topic import SchemaTopicResolver
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer, registry_client
@@ -52,17 +58,17 @@ from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
 log = structlog.get_logger("turnaudit.consumer")
 
 # Options the delivery guarantee rests on; TURNAUDIT_KAFKA_OPTIONS cannot change them.
-_CONSUMER_GUARANTEES: dict[str, object] = {
+_CONSUMER_GUARANTEES: dict[str, Any] = {
     "enable.auto.offset.store": False,
     "enable.auto.commit": True,
 }
-_CONSUMER_DEFAULTS: dict[str, object] = {
+_CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto.commit.interval.ms": 1000,
     "statistics.interval.ms": 2000,  # feeds the lag gauge
     "fetch.wait.max.ms": 50,  # a quiet stream still arrives within the latency budget
     "log_level": 3,
 }
-_DLQ_PRODUCER: dict[str, object] = {
+_DLQ_PRODUCER: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",
     "message.timeout.ms": 0,  # retried until delivered: a dead letter is never lost
@@ -70,6 +76,10 @@ _DLQ_PRODUCER: dict[str, object] = {
     "log_level": 3,
 }
 _HEALTHY_LOOP_AGE_S = 30.0  # a loop silent for longer than this is stuck
+# Container objects a consumed message keeps alive until its batch is done
+# (decoded record, its nested dicts and lists, the turn, a sink's own per-turn
+# objects), with room to spare; see ``_BatchSizedGC``.
+_GC_OBJECTS_PER_MESSAGE = 50
 _SINK_RETRY_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -87,6 +97,9 @@ class ConsumedTurn:
     topic: str
     partition: int
     offset: int
+    # Contract breaches; non-empty only for sinks that ask for breaching turns
+    # (the turn also went to the dead-letter topic).
+    breaches: tuple[str, ...] = ()
 
     @property
     def event(self) -> dict[str, Any]:
@@ -111,7 +124,9 @@ class Sink(Protocol):
 #                                     (a sink that closes work on a quiet stream);
 #   held_offsets() -> dict[int, int]  per partition, the first offset the sink
 #                                     still needs after a restart: stored
-#                                     offsets never pass it.
+#                                     offsets never pass it;
+#   wants_breaching_turns = True      also hand over turns that broke a contract
+#                                     (with their breaches), besides the DLQ.
 Tick = Callable[[], None]
 HeldOffsets = Callable[[], dict[int, int]]
 
@@ -151,6 +166,11 @@ class ConsumerMetrics:
         self.redelivered = Counter(
             "turnaudit_redelivered_turns",
             "Events whose sequence number was already seen (at-least-once redelivery).",
+            registry=registry,
+        )
+        self.dead_letter_failures = Counter(
+            "turnaudit_dead_letter_failures",
+            "Dead letters the broker refused for good (the original message is named in the log).",
             registry=registry,
         )
         self.sink_failures = Counter(
@@ -205,6 +225,7 @@ class ConsumerService:
         self._sink = sink
         self._tick: Tick | None = getattr(sink, "tick", None)
         self._held_offsets: HeldOffsets | None = getattr(sink, "held_offsets", None)
+        self._wants_breaching = bool(getattr(sink, "wants_breaching_turns", False))
         self.metrics = ConsumerMetrics(registry)
         self._registry = registry
         self._decode = deserializer or default_deserializer(settings)
@@ -309,6 +330,7 @@ class ConsumerService:
             group_id=self.settings.group_id,
             http_port=self.http_port,
         )
+        _batch_sized_gc.enter(self.settings.batch_size)
         try:
             while not self._stopping.is_set():
                 self._last_loop = time.monotonic()
@@ -323,6 +345,7 @@ class ConsumerService:
                     self._store(self._delivered_to)
         finally:
             self._running = False
+            _batch_sized_gc.exit()
             self._shutdown()
 
     def _tick_safely(self, tick: Tick) -> None:
@@ -378,7 +401,9 @@ class ConsumerService:
             return None
         event = decoded.event
         try:
-            sequence = self._sequences.observe(event["session_id"], int(event["sequence"]))
+            sequence = self._sequences.observe(
+                event["session_id"], int(event["sequence"]), where[1]
+            )
             breaches = check_event(event)
         except (KeyError, TypeError, ValueError) as exc:
             # Decodable but not shaped like a TurnEvent (a foreign schema gone wrong).
@@ -409,7 +434,9 @@ class ConsumerService:
                 "; ".join(map(str, breaches)),
                 event_id=event.get("event_id"),
             )
-            return None
+            if not self._wants_breaching:
+                return None
+            return ConsumedTurn(decoded, sequence, *where, tuple(map(str, breaches)))
         return ConsumedTurn(decoded, sequence, *where)
 
     def _dead_letter(
@@ -482,14 +509,19 @@ class ConsumerService:
             attempt += 1
 
     # -- callbacks -----------------------------------------------------------------
-    def _on_dlq_delivery(self, err: KafkaError | None, _msg: Message) -> None:
+    def _on_dlq_delivery(self, err: KafkaError | None, msg: Message) -> None:
         # message.timeout.ms=0: librdkafka retries until the broker takes it,
         # so the only reports are success or a fatal/purge error.
-        if err is None:
-            with self._lock:
-                self._dlq_undelivered -= 1
-        else:
-            log.error("dead_letter_delivery_failed", error=err.str())
+        with self._lock:
+            self._dlq_undelivered -= 1  # either way: a batch must not wait forever
+        if err is not None:
+            # A permanent refusal (e.g. too large with the headers): the original
+            # stays where it was; say loudly which message could not be parked.
+            self.metrics.dead_letter_failures.inc()
+            log.critical(
+                "dead_letter_delivery_failed", error=err.str(), code=err.name(),
+                dlq_headers=read_dead_letter_headers(msg.headers()),
+            )
 
     def _on_message_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
@@ -531,6 +563,8 @@ class ConsumerService:
                 self._assigned.discard(tp.partition)
                 self._positions.pop(tp.partition, None)
                 self._delivered_to.pop(tp.partition, None)
+        # Sessions of a partition that moves on are tracked afresh on return.
+        self._sequences.forget_partitions({tp.partition for tp in partitions})
         for tp in partitions:
             with contextlib.suppress(KeyError):  # no statistics arrived for it yet
                 self.metrics.lag.remove(self.topic, str(tp.partition))
@@ -574,6 +608,40 @@ class ConsumerService:
                 self._http.shutdown()
                 self._http.server_close()
         log.info("consumer_stopped", group_id=self.settings.group_id)
+
+
+class _BatchSizedGC:
+    """The cyclic collector's first generation sized to hold a batch.
+
+    A batch keeps its decoded records alive until the sink has them: with the
+    default threshold (700 container objects) the collector runs a dozen
+    times per batch, traversing and promoting records that reference counting
+    frees a moment later, which costs several microseconds per message. Sized
+    to a batch, it runs about once every few batches. The process's own
+    threshold comes back when the last service in it stops.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._saved: tuple[int, int, int] = gc.get_threshold()
+
+    def enter(self, batch_size: int) -> None:
+        with self._lock:
+            if self._users == 0:
+                self._saved = gc.get_threshold()
+            gen0, gen1, gen2 = gc.get_threshold()
+            gc.set_threshold(max(gen0, batch_size * _GC_OBJECTS_PER_MESSAGE), gen1, gen2)
+            self._users += 1
+
+    def exit(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                gc.set_threshold(*self._saved)
+
+
+_batch_sized_gc = _BatchSizedGC()
 
 
 def message_headers(msg: Message) -> list[tuple[str, bytes | None]]:

@@ -103,7 +103,7 @@ class TurnEventPublisher:
         if clash:
             raise ConfigurationError(f"producer options {sorted(clash)} are fixed by the publisher")
         config = settings.client_config(
-            defaults=_DEFAULTS,
+            _DEFAULTS,
             **{**(producer_options or {}), **_GUARANTEES},
             error_cb=self._on_error,
             # One producer-wide callback: no per-message callback object to carry.
@@ -235,7 +235,8 @@ class TurnEventPublisher:
             while True:
                 try:
                     self._producer.produce(
-                        message.topic, message.value, message.key, headers=message.headers
+                        message.topic, message.value, message.key,
+                        headers=list(message.headers or ()),
                     )
                     self._produced += 1
                     break
@@ -343,10 +344,13 @@ class TurnEventPublisher:
         self._schema_producer.poll(0)
 
 
-def _bytes_headers(headers: Sequence[tuple[str, Any]] | None) -> list[tuple[str, bytes]] | None:
+def _bytes_headers(
+    headers: Sequence[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None,
+) -> list[tuple[str, bytes]] | None:
     if not headers:
         return None
-    return [(k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in headers]
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return [(k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in pairs]
 
 
 class _EventIds:

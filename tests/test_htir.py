@@ -164,7 +164,8 @@ def test_the_rule_auditor_against_the_simulated_ground_truth() -> None:
             # from then on (a refusal, a void action) can raise an alarm.
             assert first is None or first >= oracle, trace.task_id
         else:
-            assert first is not None and first <= oracle, (trace.task_id, label.failure_mode)
+            assert first is not None, (trace.task_id, label.failure_mode)
+            assert first <= oracle, (trace.task_id, label.failure_mode)
     assert {"silent", "action_void", "identity_collapse", "refusal", "tool_failures"} <= seen_modes
 
 

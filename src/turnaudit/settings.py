@@ -67,22 +67,18 @@ class KafkaSettings:
     def with_bootstrap(self, bootstrap_servers: str) -> KafkaSettings:
         return replace(self, bootstrap_servers=bootstrap_servers)
 
-    def client_config(
-        self, defaults: Mapping[str, Any] | None = None, **overrides: Any
-    ) -> dict[str, Any]:
-        """librdkafka configuration: the caller's defaults, then the user's
+    def client_config(self, *defaults: Mapping[str, Any], **overrides: Any) -> dict[str, Any]:
+        """librdkafka configuration: the caller's ``defaults``, then the user's
         passthrough options, then what the caller must fix (``overrides``)."""
         if not self.bootstrap_servers:
             raise ConfigurationError(
                 f"no Kafka cluster: set {BOOTSTRAP_ENV} or start the local broker "
                 "(turnaudit broker start)"
             )
-        return {
-            "bootstrap.servers": self.bootstrap_servers,
-            **(defaults or {}),
-            **self.client_options,
-            **overrides,
-        }
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}
+        for layer in defaults:
+            config.update(layer)
+        return {**config, **self.client_options, **overrides}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSettings:

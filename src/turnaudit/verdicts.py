@@ -11,7 +11,6 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-
 # The surface a stub turn records when no refusal fired (ADR-0039's table).
 UNKNOWN_DOMAIN_SURFACE = "[unknown-domain]"
 

@@ -24,7 +24,15 @@ from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
-from .streams import consumed_everything, publish_simulated, running, service_settings, wait_for
+from .events import encode, turn
+from .streams import (
+    consumed_everything,
+    produce_raw,
+    publish_simulated,
+    running,
+    service_settings,
+    wait_for,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -248,3 +256,36 @@ def test_a_restarted_worker_continues_its_evidence_file(
     assert len(ids) == len(set(ids))  # no case twice
     usable = first.tally.labelled + second.tally.labelled - len(on_disk["cases"])
     assert len(ids) == usable
+
+
+def test_a_contract_breaking_turn_stays_in_its_trace_and_raises_the_alarm(
+    kafka_settings: KafkaSettings,
+) -> None:
+    # A three-turn task whose middle turn breaks contract 1 (refusal and hedge).
+    events = []
+    for step in range(3):
+        over = {}
+        if step == 1:
+            over = {"refusal_emitted": True, "surface_before_hedge": "[refusal] no.",
+                    "surface": "I may be wrong, but [refusal] no."}
+        event = turn("task-session", step, **over)
+        event["task"] = {"task_id": "t-breach", "task_family": "code-fix", "step": step,
+                         "end_of_task": step == 2}
+        events.append(event)
+    produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events])
+    service, sink = feeder(kafka_settings, "feeder-breach")
+    with running(service):
+        assert wait_for(lambda: sink.published == 1, timeout=60)
+    (trace,) = published_traces(kafka_settings)
+    turns = [s for s in trace.steps if s["kind"] == "turn"]
+    assert [s["task_step"] for s in turns] == [0, 1, 2]
+    assert turns[1]["contract_breaches"][0].startswith("refusal_hedge_exclusive")
+    assert turns[0]["contract_breaches"] == []
+    auditor = RuleBasedAuditor()
+    first_alarm = next(
+        k for k in range(len(trace.steps)) if auditor.assess(trace.steps[: k + 1]) == "alarm"
+    )
+    assert trace.steps[first_alarm]["task_step"] == 1
+    # It still went to the dead-letter topic too.
+    dlq = kafka_settings.topics.dlq
+    assert len(list(read_range(kafka_settings, dlq, None, end_offsets(kafka_settings, dlq)))) == 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,11 +22,19 @@ from tests.consumers.streams import (
     service_settings,
     wait_for,
 )
-from turnaudit.consumers.log_sink import LogSink, LogSinkService, service_logging, turn_fields
+from turnaudit.consumers.log_sink import (
+    TURN_EVENT,
+    LogSink,
+    LogSinkService,
+    TurnLineWriter,
+    service_logging,
+    turn_fields,
+)
 from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.consumers.settings import LogSinkSettings, ServiceName, SurfaceRedaction
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.kafka.reading import end_offsets
+from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -142,3 +152,88 @@ def test_n_simulated_events_give_exactly_n_distinct_event_ids(
     assert len({line["event_id"] for line in lines}) == truth.events
     assert sum(line["refusal_emitted"] for line in lines) == truth.refused
     assert sum(line["hedge_injected"] for line in lines) == truth.hedged
+
+
+def simulated_turns(count: int) -> list[ConsumedTurn]:
+    """Simulated turns of both schema versions, every kind, some redelivered, some non-ASCII."""
+    sim = TurnRuntimeSimulator(5, schema_versions=(1, 2), concurrent_sessions=20)
+    turns = []
+    for n, event in enumerate(sim.events(count)):
+        event["event_id"] = f"e-{n}"
+        if n % 7 == 0:
+            event["surface"] = event["surface"] + " — naïve 日本 \u2028 \u2029 \x85 \"quoted\" \\"
+        outcome = SequenceOutcome.DUPLICATE if n % 11 == 0 else SequenceOutcome.IN_ORDER
+        turns.append(consumed(event, offset=n, outcome=outcome))
+    return turns
+
+
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z$")
+
+
+@pytest.mark.parametrize("redaction", list(SurfaceRedaction))
+def test_lines_rendered_by_the_sink_are_the_lines_the_structlog_chain_renders(
+    tmp_path: Path, redaction: SurfaceRedaction
+) -> None:
+    """Under service_logging the sink renders lines itself: same keys, order and values."""
+    settings = LogSinkSettings(redaction, KEY, file=tmp_path / "sink.jsonl")
+    turns = simulated_turns(300)
+    with service_logging(), structlog.contextvars.bound_contextvars(deployment="eu-1"):
+        sink = LogSink(settings, CollectorRegistry())
+        sink.write(turns[:120])
+        sink.write(turns[120:])
+        sink.close()
+        # The same turns, one structlog call each through the configured chain.
+        writer = TurnLineWriter(LogSinkSettings(file=tmp_path / "chain.jsonl"))
+        chain = structlog.wrap_logger(writer).bind()
+        redact = LogSink(settings, CollectorRegistry())._redact
+        for turn in turns:
+            chain.info(
+                TURN_EVENT,
+                **turn_fields(turn, redact),
+                topic=turn.topic,
+                partition=turn.partition,
+                offset=turn.offset,
+            )
+        writer.close()
+    rendered = (tmp_path / "sink.jsonl").read_text(encoding="utf-8").splitlines()
+    expected = (tmp_path / "chain.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(rendered) == len(expected) == len(turns)
+    for line, chain_line in zip(rendered, expected, strict=True):
+        got, want = json.loads(line), json.loads(chain_line)
+        assert list(got) == list(want)
+        assert TIMESTAMP.match(got.pop("timestamp"))
+        assert TIMESTAMP.match(want.pop("timestamp"))
+        assert got == want
+        assert {type(v) for v in got.values()} == {type(v) for v in want.values()}
+    first = json.loads(rendered[0])
+    assert first["deployment"] == "eu-1"
+    assert (first["event"], first["logger"], first["level"]) == ("turn", "turnaudit.turns", "info")
+    if redaction is SurfaceRedaction.FULL:
+        assert "naïve 日本" in (tmp_path / "sink.jsonl").read_text(encoding="utf-8")
+
+
+def test_lines_to_stdout_follow_what_was_printed_before(capsys: pytest.CaptureFixture[str]) -> None:
+    with service_logging():
+        sink = LogSink(LogSinkSettings(), CollectorRegistry())
+        sys.stdout.write("before\n")
+        sink.write([consumed(REFUSED, offset=7), consumed(turn("s-2", 0), offset=8)])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "before"
+    lines = [json.loads(text) for text in out[1:]]
+    assert [(line["event"], line["offset"]) for line in lines] == [("turn", 7), ("turn", 8)]
+    assert lines[0]["event_id"] == "s-1-4"
+
+
+def test_a_batch_spanning_rotations_keeps_every_line_once_in_order(tmp_path: Path) -> None:
+    settings = LogSinkSettings(file=tmp_path / "turns.jsonl", file_max_bytes=2048, file_backups=50)
+    with service_logging():
+        sink = LogSink(settings, CollectorRegistry())
+        sink.write([consumed(turn(f"s-{n}", 0), offset=n) for n in range(25)])
+        sink.write([consumed(turn(f"s-{n}", 0), offset=n) for n in range(25, 30)])
+        sink.close()
+    # Oldest backup first: turns.jsonl.N ... turns.jsonl.1, then turns.jsonl.
+    backups = sorted(tmp_path.glob("turns.jsonl.*"), key=lambda f: -int(f.suffix.lstrip(".")))
+    files = [*backups, tmp_path / "turns.jsonl"]
+    offsets = [json.loads(t)["offset"] for f in files for t in f.read_text().splitlines()]
+    assert offsets == list(range(30))
+    assert all(0 < f.stat().st_size <= 2048 for f in files)

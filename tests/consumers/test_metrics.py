@@ -22,11 +22,11 @@ from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.consumers.settings import MetricsSettings, ServiceName
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.kafka.reading import end_offsets
-from turnaudit.producers.simulator import PACKS
+from turnaudit.producers.simulator import PACKS, TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
-from turnaudit.verdicts import OutputPolicy
+from turnaudit.verdicts import OutputPolicy, TurnPath
 
 DECODE = TurnEventDeserializer(shipped_catalog())
 
@@ -140,3 +140,100 @@ def test_counters_equal_the_simulators_truth_per_pack_and_output_policy(
         assert sample_total(registry, "turnaudit_action_risk_total", risk_tier=tier) == n
     for version, n in truth.by_schema_version.items():
         assert sample_total(registry, "turnaudit_turns_total", schema_version=str(version)) == n
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def counter_samples(registry: CollectorRegistry) -> Samples:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name.endswith("_total")
+    }
+
+
+def test_a_batch_counts_exactly_what_its_turns_say_per_label_set() -> None:
+    """Counted a batch at a time: each series equals a per-turn tally of the same turns."""
+    sim = TurnRuntimeSimulator(21, schema_versions=(1, 2), concurrent_sessions=40)
+    turns = [
+        consumed(
+            event,
+            SequenceOutcome.DUPLICATE if n % 13 == 0 else SequenceOutcome.IN_ORDER,
+        )
+        for n, event in enumerate(sim.events(1500))
+    ]
+    # Some packs and domains outside the allow-lists: they are counted as "other".
+    settings = MetricsSettings(
+        packs=frozenset({"medical", "finance"}), domains=frozenset({"triage", "tax", "ci"})
+    )
+    batched, one_by_one = CollectorRegistry(), CollectorRegistry()
+    sink = VerdictMetricsSink(settings, batched, clock=lambda: 4e9)
+    for start in range(0, len(turns), 500):
+        sink.write(turns[start : start + 500])
+    single = VerdictMetricsSink(settings, one_by_one, clock=lambda: 4e9)
+    for t in turns:
+        single.write([t])
+
+    # The expected series, tallied turn by turn from the events themselves.
+    expected: Samples = {}
+
+    def add(name: str, **labels: str) -> None:
+        key = (name, tuple(sorted(labels.items())))
+        expected[key] = expected.get(key, 0) + 1
+
+    counted = [t for t in turns if t.sequence.outcome is not SequenceOutcome.DUPLICATE]
+    for t in counted:
+        event, bundle = t.event, t.event["verdicts"]
+        pack = event["pack_id"] if event["pack_id"] in settings.packs else OTHER
+        domain = event["domain"] if event["domain"] in settings.domains else OTHER
+        add(
+            "turnaudit_turns_total",
+            pack=pack,
+            domain=domain,
+            path=event["path"],
+            schema_version=str(t.decoded.writer_version),
+        )
+        if bundle["refusal_emitted"]:
+            add("turnaudit_refused_turns_total", pack=pack, domain=domain)
+        if bundle["hedge_injected"]:
+            add("turnaudit_hedged_turns_total", pack=pack, domain=domain)
+        if event["path"] == TurnPath.STUB.value:
+            add("turnaudit_stub_turns_total", pack=pack, domain=domain)
+        action = event["action_assessment"]
+        if action is not None:
+            add(
+                "turnaudit_action_risk_total",
+                output_policy=action["output_policy"],
+                risk_tier=action["risk_tier"],
+                action_risk_verdict=action["action_risk_verdict"],
+            )
+    # Every kind of series is exercised, and the redeliveries were left out.
+    assert {name for name, _ in expected} == {
+        "turnaudit_turns_total",
+        "turnaudit_refused_turns_total",
+        "turnaudit_hedged_turns_total",
+        "turnaudit_stub_turns_total",
+        "turnaudit_action_risk_total",
+    }
+    assert len(counted) < len(turns)
+    # Series pre-created at 0 only where the sink makes them so (none of these).
+    assert {k: v for k, v in counter_samples(batched).items() if v} == expected
+    assert counter_samples(batched) == expected
+    assert counter_samples(one_by_one) == expected
+    assert OTHER in {dict(labels)["pack"] for name, labels in expected if "pack" in dict(labels)}
+    assert sink.counted == single.counted == len(counted)
+    assert batched.get_sample_value("turnaudit_turn_count_delay_seconds_count") == len(counted)
+    assert batched.get_sample_value("turnaudit_turn_count_delay_seconds_sum") == (
+        one_by_one.get_sample_value("turnaudit_turn_count_delay_seconds_sum")
+    )
+
+
+def test_a_batch_of_redeliveries_only_counts_nothing() -> None:
+    registry = CollectorRegistry()
+    sink = VerdictMetricsSink(MetricsSettings(), registry)
+    sink.write([consumed(turn("s-r", n), SequenceOutcome.DUPLICATE) for n in range(3)])
+    assert sink.counted == 0
+    assert sample_total(registry, "turnaudit_turns_total") == 0
+    assert registry.get_sample_value("turnaudit_turn_count_delay_seconds_count") == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 from collections.abc import Sequence
@@ -23,7 +24,13 @@ from tests.consumers.streams import (
     wait_for,
 )
 from turnaudit.consumers.metrics import VerdictMetricsService
-from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, message_headers
+from turnaudit.consumers.runtime import (
+    _GC_OBJECTS_PER_MESSAGE,
+    ConsumedTurn,
+    ConsumerService,
+    _BatchSizedGC,
+    message_headers,
+)
 from turnaudit.consumers.settings import MetricsSettings, ServiceName
 from turnaudit.kafka.dead_letters import DeadLetterReason, read_dead_letter_headers
 from turnaudit.kafka.reading import end_offsets, read_range
@@ -134,8 +141,10 @@ class FlakySink:
     def __init__(self, failures: int) -> None:
         self.failures = failures
         self.ids: list[str] = []
+        self.gc_gen0: set[int] = set()  # the collector's threshold while the service runs
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
+        self.gc_gen0.add(gc.get_threshold()[0])
         if self.failures:
             self.failures -= 1
             raise OSError("disk full")
@@ -152,17 +161,17 @@ def test_a_failing_sink_gets_the_same_batch_again_and_nothing_is_lost(
     produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events])
     sink = FlakySink(failures=2)
     registry = CollectorRegistry()
-    service = ConsumerService(
-        service_settings(kafka_settings, ServiceName.LOG_SINK, "g-flaky"),
-        sink,
-        registry=registry,
-        serve_http=False,
-    )
+    settings = service_settings(kafka_settings, ServiceName.LOG_SINK, "g-flaky")
+    service = ConsumerService(settings, sink, registry=registry, serve_http=False)
     end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    threshold = gc.get_threshold()
     with running(service):
         assert wait_for(consumed_everything(service, end))
     assert sorted(sink.ids) == sorted(e["event_id"] for e in events)
     assert registry.get_sample_value("turnaudit_sink_failures_total") == 2
+    # The collector was sized to a batch while the service ran, and is back after.
+    assert sink.gc_gen0 == {max(threshold[0], settings.batch_size * _GC_OBJECTS_PER_MESSAGE)}
+    assert gc.get_threshold() == threshold
 
 
 def test_metrics_and_healthz_over_http_and_lag_per_partition(kafka_settings: KafkaSettings) -> None:
@@ -194,3 +203,25 @@ def test_metrics_and_healthz_over_http_and_lag_per_partition(kafka_settings: Kaf
     assert json.loads(body)["assigned_partitions"] == [0, 1, 2]
     assert missing == 404
     assert service.health()["status"] == "unhealthy"  # stopped
+
+
+def test_the_collector_sizing_holds_while_any_service_runs_and_is_undone_after() -> None:
+    saved = gc.get_threshold()
+    sizing = _BatchSizedGC()
+    try:
+        gc.set_threshold(700, 10, 10)
+        sizing.enter(500)
+        assert gc.get_threshold() == (500 * _GC_OBJECTS_PER_MESSAGE, 10, 10)
+        sizing.enter(100)  # a second service in the process never shrinks it
+        assert gc.get_threshold() == (500 * _GC_OBJECTS_PER_MESSAGE, 10, 10)
+        sizing.exit()
+        assert gc.get_threshold() == (500 * _GC_OBJECTS_PER_MESSAGE, 10, 10)
+        sizing.exit()
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(50_000, 5, 5)  # a process that chose a larger one keeps it
+        sizing.enter(500)
+        assert gc.get_threshold() == (50_000, 5, 5)
+        sizing.exit()
+        assert gc.get_threshold() == (50_000, 5, 5)
+    finally:
+        gc.set_threshold(*saved)

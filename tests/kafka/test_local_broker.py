@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from turnaudit.kafka.local_broker import free_port, free_ports
 from turnaudit.errors import BrokerError
+from turnaudit.kafka.local_broker import free_port, free_ports
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.settings import KafkaSettings
 
@@ -147,5 +147,5 @@ def test_an_existing_schemas_topic_that_deletes_records_is_refused(kafka_bootstr
         ]
     )[settings.topics.schemas]
     future.result(timeout=30)
-    with pytest.raises(BrokerError, match="cleanup.policy=delete, the pipeline needs compact"):
+    with pytest.raises(BrokerError, match=r"cleanup\.policy=delete, the pipeline needs compact"):
         ensure_topics(settings)

@@ -84,7 +84,7 @@ def test_a_torn_tail_from_a_crash_is_ignored(tmp_path: Path) -> None:
 def test_requeue_front_puts_older_messages_first(tmp_path: Path) -> None:
     spool = DiskSpool(tmp_path)
     fill(spool, 6, start=4)
-    batch, pos = spool.read_batch(limit=1)
+    _, pos = spool.read_batch(limit=1)
     spool.commit(pos, 1)  # v4 already went out
     older = [SpooledMessage("topic", f"k{i}".encode(), f"v{i}".encode()) for i in range(3)]
     spool.requeue_front(older)

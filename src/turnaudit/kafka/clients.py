@@ -28,7 +28,7 @@ class ReliableProducer:
     def __init__(self, kafka: KafkaSettings) -> None:
         self._producer = Producer(
             kafka.client_config(
-                defaults=PRODUCER_DEFAULTS, **RELIABLE_PRODUCER, on_delivery=self._on_delivery
+                PRODUCER_DEFAULTS, **RELIABLE_PRODUCER, on_delivery=self._on_delivery
             )
         )
         self.failed = 0  # permanent delivery failures since the last flush

@@ -8,7 +8,7 @@ closed set (it labels metrics); ``error`` is the free-text detail.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 class DeadLetterReason(enum.StrEnum):
@@ -45,10 +45,15 @@ def dead_letter_headers(
     ]
 
 
-def read_dead_letter_headers(headers: Sequence[tuple[str, bytes | None]] | None) -> dict[str, str]:
+def read_dead_letter_headers(
+    headers: Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None] | None,
+) -> dict[str, str]:
     """The ``dlq.*`` headers of a message as text, without the prefix."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     return {
-        name[len(HEADER_PREFIX) :]: (value or b"").decode(errors="replace")
-        for name, value in headers or ()
+        name[len(HEADER_PREFIX) :]: value.decode(errors="replace")
+        if isinstance(value, bytes)
+        else value or ""
+        for name, value in pairs
         if name.startswith(HEADER_PREFIX)
     }

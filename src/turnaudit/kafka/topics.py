@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from turnaudit.errors import BrokerError
 from turnaudit.settings import KafkaSettings
