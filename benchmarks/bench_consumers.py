@@ -49,7 +49,7 @@ from turnaudit.consumers.settings import (
     ServiceName,
     ServiceSettings,
 )
-from turnaudit.kafka.local_broker import LocalKafkaBroker, free_port
+from turnaudit.kafka.local_broker import LocalKafkaBroker, free_port, free_ports
 from turnaudit.kafka.reading import end_offsets
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import TurnEventPublisher
@@ -339,13 +339,14 @@ def main() -> None:
         bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
         broker = None
         if not bootstrap:
+            ports = free_ports(2)
             broker = LocalKafkaBroker(
                 LocalBrokerSettings(
                     home=workdir / "kafka",
                     jars_dir=PROJECT / "deploy/kafka/target/jars",
                     pom=PROJECT / "deploy/kafka/pom.xml",
-                    port=free_port(),
-                    controller_port=free_port(),
+                    port=ports[0],
+                    controller_port=ports[1],
                     heap="768m",
                 )
             )

@@ -170,7 +170,8 @@ class TurnEventPublisher:
                     # consumers see the used-up sequence number as a gap.
                     self._refused += 1
                     raise
-        self._producer.poll(0)
+        # No poll(0) here: the publisher's own thread polls continuously and
+        # serves the delivery callbacks, so the turn does not pay for it.
         return event_id
 
     # -- callbacks (run inside poll, on whichever thread polls) ---------------
