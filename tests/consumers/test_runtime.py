@@ -186,19 +186,21 @@ def test_metrics_and_healthz_over_http_and_lag_per_partition(kafka_settings: Kaf
     end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
     with running(service):
         assert wait_for(consumed_everything(service, end))
-        # librdkafka reports lag with its statistics (every 2 s).
-        assert wait_for(
-            lambda: len([k for k in scrape(port) if k[0] == "turnaudit_consumer_lag"]) == 3
-        )
-        lag = {
-            dict(ls)["partition"]: v
-            for (n, ls), v in scrape(port).items()
-            if n == "turnaudit_consumer_lag"
-        }
+        # librdkafka reports lag with its statistics (every 2 s); once the
+        # service has caught up, every partition's lag comes down to 0.
+        def lag() -> dict[str, float]:
+            return {
+                dict(ls)["partition"]: v
+                for (n, ls), v in scrape(port).items()
+                if n == "turnaudit_consumer_lag"
+            }
+
+        assert wait_for(lambda: len(lag()) == 3 and set(lag().values()) == {0.0})
+        lags = lag()
         code, body = http_get(port, "/healthz")
         missing, _ = http_get(port, "/nothing")
-    assert sorted(lag) == ["0", "1", "2"]
-    assert all(v >= 0 for v in lag.values())
+    assert sorted(lags) == ["0", "1", "2"]
+    assert set(lags.values()) == {0.0}
     assert code == 200
     assert json.loads(body)["assigned_partitions"] == [0, 1, 2]
     assert missing == 404
