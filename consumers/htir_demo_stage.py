@@ -28,7 +28,7 @@ from turnaudit.consumers.settings import ServiceName, ServiceSettings
 from turnaudit.evaluation.auditors import RuleBasedAuditor
 from turnaudit.evaluation.files import write_json
 from turnaudit.evaluation.gate import evaluate
-from turnaudit.evaluation.labels import TaskLabel
+from turnaudit.evaluation.labels import labels_from_ground_truth
 from turnaudit.kafka.reading import end_offsets
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.settings import KafkaSettings
@@ -85,12 +85,7 @@ def run_evaluation_stage(
             feeder.stop()
             thread.join()
 
-    labels = {
-        t.task_id: TaskLabel(t.task_family, "turnaudit-simulator/1 (scripted failure turn)",
-                             oracle_alarm_turn=t.oracle_alarm_turn,
-                             alarm_positive=t.oracle_alarm_turn is not None)
-        for t in truth.tasks
-    }
+    labels = labels_from_ground_truth(truth.as_json())
     worker = AuditorEvaluationWorker(
         settings, RuleBasedAuditor(), labels,
         group_id=f"turnaudit-demo-auditor-{run_id}", registry=CollectorRegistry(),

@@ -17,7 +17,7 @@ from turnaudit.evaluation import review_pack
 from turnaudit.evaluation.auditors import RuleBasedAuditor
 from turnaudit.evaluation.errors import ContaminatedLabelPackError, ReviewPackError
 from turnaudit.evaluation.evidence import produce_evidence
-from turnaudit.evaluation.labels import TaskLabel
+from turnaudit.evaluation.labels import TaskLabel, labels_from_ground_truth
 from turnaudit.htir import HtirTrace
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.serialization.schemas import shipped_catalog
@@ -46,6 +46,18 @@ def feeder(
         service_settings(settings, ServiceName.HTIR_FEEDER, group), sink, registry=registry
     )
     return service, sink
+
+
+def fed_traces(
+    settings: KafkaSettings, tmp_path: Path, *, events: int, seed: int
+) -> tuple[HtirFeederSink, dict[str, TaskLabel]]:
+    """Publish a simulated run, feed it into traces; the sink and the run's labels."""
+    truth = publish_simulated(settings, events, tmp_path / "spool", seed=seed)
+    end = end_offsets(settings, settings.topics.turn_events)
+    service, sink = feeder(settings, f"feeder-{seed}")
+    with running(service):
+        assert wait_for(consumed_everything(service, end), timeout=90)
+    return sink, labels_from_ground_truth(truth.as_json())
 
 
 def published_traces(settings: KafkaSettings) -> list[HtirTrace]:
@@ -190,16 +202,7 @@ def test_simulated_tasks_flow_to_a_gate_decision(
 def test_the_worker_replays_each_trace_once_and_publishes_observations(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
-    truth = publish_simulated(kafka_settings, 1200, tmp_path / "spool", seed=33)
-    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
-    service, sink = feeder(kafka_settings, "feeder-w")
-    with running(service):
-        assert wait_for(consumed_everything(service, end), timeout=90)
-    labels = {
-        t.task_id: TaskLabel(t.task_family, "sim", oracle_alarm_turn=t.oracle_alarm_turn,
-                             alarm_positive=t.oracle_alarm_turn is not None)
-        for t in truth.tasks
-    }
+    sink, labels = fed_traces(kafka_settings, tmp_path, events=1200, seed=33)
     calls = {"n": 0}
 
     class CountingAuditor(RuleBasedAuditor):
@@ -227,16 +230,7 @@ def test_the_worker_replays_each_trace_once_and_publishes_observations(
 def test_a_restarted_worker_continues_its_evidence_file(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
-    truth = publish_simulated(kafka_settings, 1500, tmp_path / "spool", seed=34)
-    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
-    service, sink = feeder(kafka_settings, "feeder-r")
-    with running(service):
-        assert wait_for(consumed_everything(service, end), timeout=90)
-    labels = {
-        t.task_id: TaskLabel(t.task_family, "sim", oracle_alarm_turn=t.oracle_alarm_turn,
-                             alarm_positive=t.oracle_alarm_turn is not None)
-        for t in truth.tasks
-    }
+    sink, labels = fed_traces(kafka_settings, tmp_path, events=1500, seed=34)
     evidence_path = tmp_path / "evidence.json"
 
     def worker() -> AuditorEvaluationWorker:

@@ -59,7 +59,7 @@ def load_task_labels(path: Path) -> dict[str, TaskLabel]:
         }
     if "tasks" in raw and "seed" in raw:
         try:
-            return {t["task_id"]: _from_truth(t) for t in raw["tasks"]}
+            return labels_from_ground_truth(raw)
         except (KeyError, TypeError) as exc:
             raise EvidenceFormatError(f"{path}: simulator ground truth without {exc}") from exc
     raise EvidenceFormatError(
@@ -75,3 +75,8 @@ def _from_truth(task: Mapping[str, Any]) -> TaskLabel:
         oracle_alarm_turn=turn,
         alarm_positive=turn is not None,
     )
+
+
+def labels_from_ground_truth(truth: Mapping[str, Any]) -> dict[str, TaskLabel]:
+    """Labels from the simulator's ground truth (``GroundTruth.as_json()``)."""
+    return {t["task_id"]: _from_truth(t) for t in truth["tasks"]}
