@@ -25,6 +25,8 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
         (["simulate", "--schema-versions", "1,7"], "shipped are 1 and 2"),
         (["broker", "restart"], "invalid choice: 'restart'"),
         (["nonsense"], "invalid choice: 'nonsense'"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        ([], "the following arguments are required: COMMAND"),
     ],
 )
 def test_a_wrong_argument_gets_one_line(args: list[str], says: str) -> None:
