@@ -43,6 +43,9 @@ class EvaluationOutcome:
     evidence_path: Path
     report_path: Path
     manifest_path: Path
+    # Failing runs whose trace ended before the labelled failure turn: they
+    # cannot be scored honestly, so they are not in the evidence.
+    left_out: int
 
 
 def run_evaluation_stage(
@@ -106,4 +109,6 @@ def run_evaluation_stage(
         ReconciliationRow("evidence cases (labelled, usable)", len(evidence.cases),
                           tally.traces - tally.unusable_labels),
     ]
-    return EvaluationOutcome(rows, report, evidence_path, report_path, manifest)
+    return EvaluationOutcome(
+        rows, report, evidence_path, report_path, manifest, tally.unusable_labels
+    )

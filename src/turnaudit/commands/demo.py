@@ -167,6 +167,11 @@ def _demo(args: argparse.Namespace) -> int:
         _print_section(title, rows)
     print("\nEVR-6 gate (labels: the simulator's scripted failure turns; auditor: rule-based)")
     print("\n".join(_gate_lines(evaluation.report)))
+    if evaluation.left_out:
+        print(
+            f"  left out: {evaluation.left_out} failing run(s) whose trace ended before the "
+            "labelled failure turn (not scorable)"
+        )
     print(
         f"\nfiles: {OUTPUT_DIR / 'turns.jsonl'} (log lines), {evaluation.manifest_path}, "
         f"{evaluation.evidence_path}, {evaluation.report_path}"
