@@ -45,6 +45,7 @@ from turnaudit.contracts import (
     check_event,
 )
 from turnaudit.errors import SchemaNotFoundError, SerializationError, UnknownFramingError
+from turnaudit.kafka.clients import PRODUCER_DEFAULTS, RELIABLE_PRODUCER
 from turnaudit.kafka.dead_letters import (
     HEADER_PREFIX,
     DeadLetterReason,
@@ -66,13 +67,6 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto.commit.interval.ms": 1000,
     "statistics.interval.ms": 2000,  # feeds the lag gauge
     "fetch.wait.max.ms": 50,  # a quiet stream still arrives within the latency budget
-    "log_level": 3,
-}
-_DLQ_PRODUCER: dict[str, Any] = {
-    "enable.idempotence": True,
-    "acks": "all",
-    "message.timeout.ms": 0,  # retried until delivered: a dead letter is never lost
-    "linger.ms": 5,
     "log_level": 3,
 }
 _HEALTHY_LOOP_AGE_S = 30.0  # a loop silent for longer than this is stuck
@@ -243,12 +237,11 @@ class ConsumerService:
         self._running = False
         self.assigned_once = threading.Event()
         self._consumer = Consumer(
+            # The user's librdkafka options win over the defaults, never over
+            # the guarantees (client_config layers them).
             settings.kafka.client_config(
+                _CONSUMER_DEFAULTS,
                 **{
-                    # The user's librdkafka options win over the defaults, never
-                    # over the guarantees.
-                    **_CONSUMER_DEFAULTS,
-                    **settings.kafka.client_options,
                     "group.id": settings.group_id,
                     "auto.offset.reset": settings.auto_offset_reset,
                     **(
@@ -263,8 +256,9 @@ class ConsumerService:
             )
         )
         self._dlq = Producer(
+            # Retried until delivered: a dead letter is never lost.
             settings.kafka.client_config(
-                **{**settings.kafka.client_options, **_DLQ_PRODUCER}, error_cb=self._on_error
+                PRODUCER_DEFAULTS, **RELIABLE_PRODUCER, error_cb=self._on_error
             )
         )
         self._http: ThreadingHTTPServer | None = None

@@ -9,13 +9,13 @@ from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.verdicts import (
     ActionAssessment,
-    EthicsVerdict,
-    IdentityScore,
     OutputPolicy,
     RiskTier,
     SafetyVerdict,
     Verdict,
 )
+
+from ..turns import main_turn_kwargs
 
 
 def builder(version: int = 2) -> TurnEventBuilder:
@@ -31,22 +31,7 @@ def turn(
     **over: Any,
 ) -> dict[str, Any]:
     """A valid main-path turn, sequenced as the publisher would."""
-    kwargs: dict[str, Any] = {
-        "input_tokens": ["how", "much", "ibuprofen"],
-        "walk_surface": "walk:triage",
-        "articulation_surface": "Take 200mg.",
-        "surface_before_hedge": "Take 200mg.",
-        "surface": "Take 200mg.",
-        "identity_score": IdentityScore(0.8, 0.5),
-        "cycle_cost_total": 12.5,
-        "vault_hits": 3,
-        "versor_condition": 1.7,
-        "flagged": False,
-        "safety_verdict": SafetyVerdict(True),
-        "ethics_verdict": EthicsVerdict(True),
-        "refusal_emitted": False,
-    }
-    kwargs.update(over)
+    kwargs = main_turn_kwargs(**over)
     event: dict[str, Any] = builder(version).main_turn(
         TurnContext(session, pack, "triage", sequence), **kwargs
     )

@@ -20,12 +20,13 @@ from turnaudit.producers.adapter import (
 from turnaudit.verdicts import (
     ActionAssessment,
     EthicsVerdict,
-    IdentityScore,
     RiskTier,
     SafetyVerdict,
     TurnVerdicts,
     Verdict,
 )
+
+from ..turns import main_turn_kwargs
 
 HEDGE = "I may be wrong, but"
 CTX = TurnContext("sess-1", "medical", "triage", turn=3)
@@ -36,22 +37,7 @@ def builder(version: int = 2) -> TurnEventBuilder:
 
 
 def main_turn(b: TurnEventBuilder, **over: Any) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "input_tokens": ["how", "much", "ibuprofen"],
-        "walk_surface": "walk",
-        "articulation_surface": "Take 200mg.",
-        "surface_before_hedge": "Take 200mg.",
-        "surface": "Take 200mg.",
-        "identity_score": IdentityScore(0.8, 0.5),
-        "cycle_cost_total": 12.5,
-        "vault_hits": 3,
-        "versor_condition": 1.7,
-        "flagged": False,
-        "safety_verdict": SafetyVerdict(True),
-        "ethics_verdict": EthicsVerdict(True),
-        "refusal_emitted": False,
-    }
-    kwargs.update(over)
+    kwargs = main_turn_kwargs(**over)
     return b.main_turn(CTX, **kwargs)
 
 
