@@ -29,7 +29,8 @@ from turnaudit.verdicts import (
 
 log = structlog.get_logger("turnaudit.adapter")
 
-LATEST_SCHEMA_VERSION = 2
+LATEST_SCHEMA_VERSION = 3
+SHIPPED_SCHEMA_VERSIONS = (1, 2, 3)
 
 
 def inject_hedge(surface: str, hedge_prefix: str) -> str:
@@ -78,7 +79,7 @@ class TurnEventBuilder:
     """Builds TurnEvent records for one schema version (the latest by default)."""
 
     def __init__(self, runtime: RuntimeInfo, schema_version: int = LATEST_SCHEMA_VERSION) -> None:
-        if schema_version not in (1, 2):
+        if schema_version not in SHIPPED_SCHEMA_VERSIONS:
             raise ValueError(f"schema version {schema_version} is not shipped")
         self.schema_version = schema_version
         self._runtime = {
@@ -189,6 +190,9 @@ class TurnEventBuilder:
             "event_id": "",  # assigned by the publisher
             "session_id": ctx.session_id,
             "sequence": -1,  # assigned by the publisher
+            # Turn identity (v3), assigned by the publisher: its stream and chain.
+            "producer_id": "",
+            "prev_hash": "",
             "occurred_at": int(occurred.timestamp() * 1000),
             "runtime": self._runtime,
             "path": path.value,
@@ -208,11 +212,12 @@ class TurnEventBuilder:
             "verdicts": bundle,
             "action_assessment": None if action is None else action.to_avro(),
         }
-        if self.schema_version == 1:
-            # v1 keeps ADR-0035's per-field verdicts beside the bundle.
+        if self.schema_version != 2:
+            # v1 keeps ADR-0035's per-field verdicts beside the bundle; v3 writes
+            # them again (deprecated) so that readers pinned to v1 keep their meaning.
             event["safety_verdict"] = bundle["safety_verdict"]
             event["ethics_verdict"] = bundle["ethics_verdict"]
-        else:
+        if self.schema_version >= 2:
             event["tool_steps"] = [
                 {"name": t.name, "arguments": t.arguments, "result": t.result, "ok": t.ok}
                 for t in tool_steps

@@ -2,9 +2,10 @@
 
 * Idempotent producer with ``acks=all``; key = session id, so a session's
   events stay in order on one partition.
-* ``publish()`` assigns the event id (the dedupe key) and the per-session
-  sequence number, encodes, and calls ``produce`` + ``poll(0)``: it never waits
-  for the broker.
+* ``publish()`` stamps the turn's identity (``turnaudit.identity.TurnStamper``:
+  event id, this publisher's producer id, the position in the ordered stream
+  (session, producer) and its predecessor's chain hash), encodes, and calls
+  ``produce`` + ``poll(0)``: it never waits for the broker.
 * librdkafka retries forever (``message.timeout.ms=0``) while its bounded
   in-memory queue has room. When every broker is down, or that queue is full,
   events go to a bounded on-disk spool instead. A background thread notices the
@@ -16,10 +17,8 @@
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from turnaudit.errors import ConfigurationError, PublishError, SerializationError, SpoolFullError
+from turnaudit.identity import TurnStamper
 from turnaudit.kafka.dead_letters import dead_letter_headers
 from turnaudit.producers.spool import DiskSpool, SpooledMessage
 from turnaudit.serialization.schemas import SchemaCatalog, WriterSchema, shipped_catalog
@@ -95,6 +95,7 @@ class TurnEventPublisher:
         producer_options: dict[str, object] | None = None,
         id_factory: Callable[[], str] | None = None,
         probe_interval: float = 1.0,
+        producer_id: str | None = None,
     ) -> None:
         catalog = catalog or shipped_catalog()
         self.topic = settings.topics.turn_events
@@ -127,8 +128,10 @@ class TurnEventPublisher:
             else:
                 self._serializers[schema.version] = SingleObjectSerializer(schema)
                 self._announce_schema(settings.topics.schemas, schema)
-        self._new_id = id_factory or _EventIds().next
-        self._next_sequence: dict[str, int] = {}
+        # Turn identity, assigned before encoding: spooled bytes are stamped already,
+        # so the process that drains a spool never renumbers them.
+        self._stamper = TurnStamper(producer_id=producer_id, id_factory=id_factory)
+        self.producer_id = self._stamper.producer_id
         self._spool = DiskSpool(spool_dir, max_bytes=spool_max_bytes)
         # Messages the broker refused for good, for an operator to inspect.
         self._rejected = DiskSpool(spool_dir / "rejected", max_bytes=spool_max_bytes)
@@ -145,17 +148,14 @@ class TurnEventPublisher:
 
     # -- the runtime's call --------------------------------------------------
     def publish(self, event: dict[str, Any]) -> str:
-        """Assign id and sequence, encode, hand to Kafka or the spool; return the event id."""
-        session = event["session_id"]
-        key = session.encode()
-        # One lock from sequence number to hand-over: two threads publishing for
+        """Stamp the turn's identity, encode, hand to Kafka or the spool; return the event id."""
+        key = event["session_id"].encode()
+        # One lock from stream position to hand-over: two threads publishing for
         # one session cannot swap their events' order.
         with self._lock:
-            sequence = self._next_sequence.get(session, 0)
-            event["event_id"] = event_id = self._new_id()
-            event["sequence"] = sequence
-            value = self._serialize(event)  # raises before a number is used up
-            self._next_sequence[session] = sequence + 1
+            event_id = self._stamper.stamp(event)
+            value = self._serialize(event)  # raises before a position is used up
+            self._stamper.commit(event, value)
             if not self._spooling:
                 try:
                     self._producer.produce(self.topic, value, key)
@@ -265,7 +265,7 @@ class TurnEventPublisher:
 
     def stats(self) -> PublisherStats:
         with self._lock:
-            published = sum(self._next_sequence.values())
+            published = self._stamper.published
         return PublisherStats(
             published, self._delivered, self._failed, len(self._spool), len(self._producer)
         )
@@ -311,7 +311,7 @@ class TurnEventPublisher:
         It keeps an event id but takes no sequence number, so the session's
         sequence shows no gap for it.
         """
-        event["event_id"] = self._new_id()
+        event["event_id"] = self._stamper.new_event_id()
         event["sequence"] = -1
         headers = dead_letter_headers(
             reason=reason, error=error, topic=self.topic, partition=None, offset=None,
@@ -352,18 +352,6 @@ def _bytes_headers(
         return None
     pairs = headers.items() if isinstance(headers, dict) else headers
     return [(k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in pairs]
-
-
-class _EventIds:
-    """Unique event ids, cheaper than uuid4 per event: 80 random bits chosen
-    once per publisher, then a counter (32 hex digits, like a UUID)."""
-
-    def __init__(self) -> None:
-        self._prefix = uuid.uuid4().hex[:20]
-        self._counter = itertools.count()
-
-    def next(self) -> str:
-        return f"{self._prefix}{next(self._counter):012x}"
 
 
 def raise_if_undelivered(report: CloseReport) -> None:

@@ -206,7 +206,7 @@ class TurnRuntimeSimulator:
             identity=self._rng.uniform(0.75, 0.95),
         )
         if self._rng.random() < self._task_share:
-            # Agent runtimes that run tasks report tool steps, which only v2 carries.
+            # Agent runtimes that run tasks report tool steps, which v2 and later carry.
             session.builder = self._builders[max(self._versions)]
             self._start_task(session)
         return session

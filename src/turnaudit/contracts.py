@@ -1,7 +1,11 @@
-"""The contracts the pipeline checks on every event (PIPELINE.md, contracts 1-5).
+"""The contracts the pipeline checks on every event (PIPELINE.md, contracts 1-7).
 
 Checks 1-4 look at one event (a decoded Avro record, any shipped version);
-check 5 needs the history of a session and lives in ``SessionSequenceTracker``.
+6 (``check_key``) at the event and its Kafka key; 5 and 7 need the history of
+an ordered stream and live in ``turnaudit.identity.StreamTracker`` (its
+result becomes a breach through ``identity_breach``). ``SessionSequenceTracker``
+is the earlier per-session check, which cannot tell a restarted publisher
+from a redelivery.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from turnaudit.identity import TrackResult, TurnOutcome
 from turnaudit.verdicts import (
     UNKNOWN_DOMAIN_SURFACE,
     derive_output_policy,
@@ -27,6 +32,8 @@ class Contract(enum.StrEnum):
     BUNDLE_MATCHES_FIELDS = "bundle_matches_fields"
     VERDICT_SPLIT_PATHS = "verdict_split_paths"
     SEQUENCE = "sequence"
+    KEY_IS_SESSION_ID = "key_is_session_id"  # contract 6
+    CHAIN = "chain"  # contract 7: identity and hash chain of an ordered stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +95,9 @@ def check_event(event: Mapping[str, Any]) -> list[Breach]:
             )
     mismatched = [
         name
-        for name in ("identity_score", "safety_verdict", "ethics_verdict")
-        # v2 events carry verdicts only in the bundle; v1 and the event's own
-        # identity_score field must agree with it.
+        for name in _per_field_verdicts(bundle)
+        # v2 events carry verdicts only in the bundle (a later reader sees its
+        # defaults there); v1, v3 and the event's own identity_score must agree.
         if name in event and event[name] != bundle[name]
     ]
     if mismatched:
@@ -98,6 +105,35 @@ def check_event(event: Mapping[str, Any]) -> list[Breach]:
             Breach(Contract.BUNDLE_MATCHES_FIELDS, "bundle differs from " + ", ".join(mismatched))
         )
     return breaches
+
+
+def check_key(key: bytes | None, event: Mapping[str, Any]) -> Breach | None:
+    """Contract 6: the Kafka key is the event's session id (per-session order rests on it)."""
+    session = event["session_id"]
+    if key is None:
+        return Breach(Contract.KEY_IS_SESSION_ID, f"message has no key; session id is {session!r}")
+    if key != session.encode():
+        shown = key[:80].decode(errors="replace")
+        return Breach(
+            Contract.KEY_IS_SESSION_ID, f"key {shown!r} is not the session id {session!r}"
+        )
+    return None
+
+
+def identity_breach(result: TrackResult) -> Breach | None:
+    """Contract 7: an event id with other content, a taken position, a broken chain."""
+    if result.outcome is TurnOutcome.CONTENT_CHANGED:
+        return Breach(Contract.CHAIN, f"event id seen before with other content (position "
+                      f"{result.sequence} of session {result.stream[0]})")
+    if result.outcome is TurnOutcome.POSITION_REUSED or result.chain_break:
+        return Breach(Contract.CHAIN, result.chain_break or "position reused")
+    return None
+
+
+def _per_field_verdicts(bundle: Mapping[str, Any]) -> tuple[str, ...]:
+    if bundle.get("schema_version") == 2:
+        return ("identity_score",)
+    return ("identity_score", "safety_verdict", "ethics_verdict")
 
 
 class SequenceOutcome(enum.StrEnum):

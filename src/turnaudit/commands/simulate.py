@@ -42,8 +42,8 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schema-versions",
         type=_versions,
-        default=(1, 2),
-        help="writer schema versions to mix, e.g. 1,2 (default) or 2",
+        default=(1, 2, 3),
+        help="writer schema versions to mix, e.g. 1,2,3 (default) or 3",
     )
     parser.add_argument(
         "--spool-dir",
@@ -67,9 +67,9 @@ def _versions(text: str) -> tuple[int, ...]:
     try:
         versions = tuple(sorted({int(v) for v in text.split(",") if v.strip()}))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 1,2") from None
-    if not versions or not set(versions) <= {1, 2}:
-        raise argparse.ArgumentTypeError(f"schema versions {text!r}: shipped are 1 and 2")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 1,2,3") from None
+    if not versions or not set(versions) <= {1, 2, 3}:
+        raise argparse.ArgumentTypeError(f"schema versions {text!r}: shipped are 1, 2 and 3")
     return versions
 
 

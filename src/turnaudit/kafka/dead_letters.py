@@ -20,6 +20,7 @@ class DeadLetterReason(enum.StrEnum):
     CONTRACT_OUTPUT_POLICY_DERIVED = "contract:output_policy_derived"
     CONTRACT_BUNDLE_MATCHES_FIELDS = "contract:bundle_matches_fields"
     CONTRACT_VERDICT_SPLIT_PATHS = "contract:verdict_split_paths"
+    CONTRACT_KEY_IS_SESSION_ID = "contract:key_is_session_id"
 
 
 HEADER_PREFIX = "dlq."

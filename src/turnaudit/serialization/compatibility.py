@@ -3,7 +3,9 @@
 Every version writes real records (built by the simulator, so every path,
 verdict and tier appears); every version reads them back by Avro schema
 resolution. A reader must get every field both versions share unchanged and
-every field only it has at its declared default.
+every field only it has at its declared default, and the per-field verdicts
+a v1 reader relies on (ADR-0035) must mean what the bundle says, except for
+the one loss the schemas document: v2 does not write them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ import fastavro
 from turnaudit.errors import SchemaCompatibilityError
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import SchemaCatalog
+
+# (writer, reader) pairs where a reader's top-level safety/ethics verdicts are
+# its defaults (null) although the bundle has them: v2 did not write them, v3
+# writes them again (documented in the .avsc files and the README).
+DOCUMENTED_LOSSES: dict[tuple[int, int], tuple[str, ...]] = {
+    (2, 1): ("safety_verdict", "ethics_verdict"),
+    (2, 3): ("safety_verdict", "ethics_verdict"),
+}
+BACK_COMPAT_VERDICTS = ("safety_verdict", "ethics_verdict")
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,7 @@ def check_full_transitive(
         samples = []
         for i, event in enumerate(sim.events(records_per_version)):
             event["event_id"], event["sequence"] = f"compat-{i}", i
+            event["producer_id"], event["prev_hash"] = "compat", f"{i:064x}"
             samples.append(event)
         writer_fields = {f["name"] for f in json.loads(writer.schema_json)["fields"]}
         for reader in catalog.versions:
@@ -54,6 +66,7 @@ def check_full_transitive(
                     raise SchemaCompatibilityError(
                         f"v{reader.version} cannot read data written with v{writer.version}: {exc}"
                     ) from exc
+                _check_meaning(got, writer.version, reader.version)
                 _compare(
                     written=record,
                     read=got,
@@ -89,6 +102,21 @@ def _compare(
         if actual != expected:
             raise SchemaCompatibilityError(
                 f"v{rv} reading v{wv} data: field {name!r} is {actual!r}, expected {expected!r}"
+            )
+
+
+def _check_meaning(read: dict[str, Any], wv: int, rv: int) -> None:
+    """The back-compat verdicts a reader gets equal the bundle, or are a documented loss."""
+    lost = DOCUMENTED_LOSSES.get((wv, rv), ())
+    for name in BACK_COMPAT_VERDICTS:
+        if name not in read:
+            continue
+        expected = None if name in lost else read["verdicts"][name]
+        if read[name] != expected:
+            raise SchemaCompatibilityError(
+                f"v{rv} reading v{wv} data: {name} is {read[name]!r} but the bundle says "
+                f"{read['verdicts'][name]!r}"
+                + (" (a documented loss expects null)" if name in lost else "")
             )
 
 

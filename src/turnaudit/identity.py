@@ -1,0 +1,399 @@
+"""Durable turn identity and the per-stream hash chain (PIPELINE.md contracts 5-7).
+
+Modelled on Kafka's idempotent producer, which names a record by a producer
+id plus a sequence number per partition:
+
+* **A turn** is identified by its ``event_id`` (globally unique: 80 random
+  bits per publisher process plus a counter). It is the dedupe key.
+* **An ordered stream** of a session's turns is ``(session_id, producer_id)``.
+  ``producer_id`` is a random UUID per publisher instance, so a restarted
+  runtime, a failover, a second replica serving the same session or the next
+  process draining a spool (whose bytes were stamped before spooling) each
+  write their own stream and never reuse a position of another.
+* **Position and chain**: ``sequence`` counts from 0 within the stream, and
+  ``prev_hash`` is the chain hash of the stream's previous event (64 zeros at
+  0). An event's chain hash is SHA-256 over ``CHAIN_DOMAIN`` and the Avro
+  binary body as written (``prev_hash`` included), so removing, inserting,
+  reordering or editing a stored event breaks the chain at its successor,
+  detectable by anyone holding the stream, without the producer.
+
+``TurnStamper`` is the producer side, ``StreamTracker`` the consumer side
+(dedupe, gaps, late arrivals, chain checks), shared by the services and
+``turnaudit verify``.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import itertools
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+CHAIN_DOMAIN = b"turnaudit.chain.v1\x00"
+GENESIS_HASH = "0" * 64
+# The Avro body follows a 10-byte single-object header (C3 01 + fingerprint)
+# or a 5-byte Confluent header (00 + schema id): the chain covers the body,
+# so a stream copied between registries keeps its chain.
+_SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+_SINGLE_OBJECT_HEADER = 10
+_CONFLUENT_HEADER = 5
+
+# The legacy stream of v1/v2 events, which carry no producer identity.
+LEGACY_PRODUCER = ""
+
+StreamId = tuple[str, str]  # (session_id, producer_id)
+
+
+def avro_body(value: bytes) -> bytes:
+    """The Avro body of a framed TurnEvent message (the whole value if unframed)."""
+    if value[:2] == _SINGLE_OBJECT_MAGIC:
+        return value[_SINGLE_OBJECT_HEADER:]
+    if value[:1] == b"\x00":
+        return value[_CONFLUENT_HEADER:]
+    return value
+
+
+def chain_hash(value: bytes) -> str:
+    """The chain hash of a framed message: hex SHA-256 of the domain tag and its Avro body."""
+    digest = hashlib.sha256(CHAIN_DOMAIN)
+    digest.update(avro_body(value))
+    return digest.hexdigest()
+
+
+def stream_of(event: Mapping[str, Any]) -> StreamId:
+    return (event["session_id"], event.get("producer_id") or LEGACY_PRODUCER)
+
+
+def describe_stream(stream: StreamId) -> str:
+    session, producer = stream
+    return f"session {session} / producer {producer or '(none: v1/v2)'}"
+
+
+# -- producer side ------------------------------------------------------------------
+
+
+class EventIds:
+    """Unique event ids, cheaper than uuid4 per event: 80 random bits chosen
+    once per instance, then a counter (32 hex digits, like a UUID)."""
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:20]
+        self._counter = itertools.count()
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._counter):012x}"
+
+
+@dataclass(slots=True)
+class _ProducerStream:
+    producer_id: str
+    next_sequence: int = 0
+    last_hash: str = GENESIS_HASH
+
+
+class TurnStamper:
+    """Assigns event id, producer id, stream position and predecessor hash.
+
+    Call ``stamp`` before encoding and ``commit`` with the encoded bytes once
+    they are handed on (Kafka or the spool); an event whose encoding failed
+    never used up a position. Not thread-safe: the publisher calls it under
+    its lock, which also keeps a stream's positions in hand-over order.
+
+    Memory: one entry per session, at most ``max_sessions`` (least recently
+    stamped evicted). A session stamped again after its eviction continues in
+    a new ordered stream (a producer id with a generation suffix), so no
+    position is ever reused.
+    """
+
+    def __init__(
+        self,
+        *,
+        producer_id: str | None = None,
+        id_factory: Callable[[], str] | None = None,
+        max_sessions: int = 1_000_000,
+    ) -> None:
+        self.producer_id = producer_id or str(uuid.uuid4())
+        self._new_id = id_factory or EventIds().next
+        self._max_sessions = max_sessions
+        self._streams: dict[str, _ProducerStream] = {}
+        self._generation = 0
+        self._current_producer = self.producer_id
+        self.published = 0
+
+    def stamp(self, event: dict[str, Any]) -> str:
+        session = event["session_id"]
+        stream = self._streams.get(session)
+        if stream is None:
+            stream = _ProducerStream(self._current_producer)
+        event["event_id"] = event_id = self._new_id()
+        event["producer_id"] = stream.producer_id
+        event["sequence"] = stream.next_sequence
+        event["prev_hash"] = stream.last_hash
+        return event_id
+
+    def commit(self, event: Mapping[str, Any], value: bytes) -> None:
+        session = event["session_id"]
+        stream = self._streams.pop(session, None)
+        if stream is None:
+            stream = _ProducerStream(event["producer_id"])
+        stream.next_sequence = int(event["sequence"]) + 1
+        stream.last_hash = chain_hash(value)
+        self._streams[session] = stream  # re-inserted: most recently stamped last
+        self.published += 1
+        if len(self._streams) > self._max_sessions:
+            del self._streams[next(iter(self._streams))]
+            self._generation += 1
+            self._current_producer = f"{self.producer_id}.{self._generation}"
+
+    def new_event_id(self) -> str:
+        return self._new_id()
+
+
+# -- consumer side ------------------------------------------------------------------
+
+
+class TurnOutcome(enum.StrEnum):
+    """What one message is, for the ordered stream it belongs to."""
+
+    NEW = "new"  # a turn seen for the first time, in order (or opening a gap)
+    LATE = "late"  # a turn seen for the first time, filling a gap: it arrived late
+    REDELIVERY = "redelivery"  # the same message read again (at-least-once)
+    DUPLICATE = "duplicate"  # the same event, a second copy at another offset
+    CONTENT_CHANGED = "content_changed"  # breach: a known event id with other content
+    POSITION_REUSED = "position_reused"  # breach: another event at a taken position
+
+
+COUNTED = frozenset({TurnOutcome.NEW, TurnOutcome.LATE})
+BREACHES = frozenset({TurnOutcome.CONTENT_CHANGED, TurnOutcome.POSITION_REUSED})
+
+
+@dataclass(frozen=True, slots=True)
+class TrackResult:
+    outcome: TurnOutcome
+    stream: StreamId
+    sequence: int
+    missing_opened: int = 0  # positions a gap skipped (at the start or in the middle)
+    gap_closed: bool = False  # a late arrival filled a missing position
+    chain_break: str | None = None  # what did not chain, with the positions
+
+    @property
+    def counts_as_turn(self) -> bool:
+        return self.outcome in COUNTED
+
+    @property
+    def redelivered(self) -> bool:
+        return self.outcome in (TurnOutcome.REDELIVERY, TurnOutcome.DUPLICATE)
+
+
+@dataclass(slots=True)
+class _Seen:
+    content: str
+    partition: int | None
+    offset: int | None
+
+
+@dataclass(slots=True)
+class _Stream:
+    partition: int | None
+    next: int = 0  # one past the highest position seen
+    missing: set[int] = field(default_factory=set)
+    untracked_missing: int = 0  # skipped beyond the per-stream bound
+    # Own hash of events whose successor is not seen yet (the head, left edges of holes).
+    own: dict[int, str] = field(default_factory=dict)
+    # prev_hash claimed by the successor of a missing position.
+    claimed: dict[int, str] = field(default_factory=dict)
+
+
+class StreamTracker:
+    """Dedupe by event id, gaps and late arrivals per ordered stream, the chain.
+
+    Memory bounds (stated, enforced):
+
+    * ``max_event_ids`` event ids remembered for dedupe (oldest forgotten first;
+      about 200 bytes each, so the default 1,000,000 holds about 200 MB). Within
+      the bound an unknown event id at a position already taken is a breach
+      (``POSITION_REUSED``); once ids were forgotten it is taken for an old
+      redelivery (counted in ``forgotten_event_ids``).
+    * ``max_streams`` ordered streams (least recently seen forgotten).
+    * ``max_missing`` missing positions remembered per stream; beyond that a
+      gap is counted but a late arrival into it is not recognised.
+
+    A stream first seen in a partition that was read from its log start must
+    begin at position 0, so a gap at the start of a stream is a gap. Where a
+    consumer resumed mid-log, a stream first seen there starts where it is
+    (its earlier positions were read by whoever read before).
+    v1/v2 events (no producer id) form one legacy stream per session whose
+    numbers restart with each publisher: they are deduped by event id, their
+    gaps are reported, but a lower number with a new event id is a new turn.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_event_ids: int = 1_000_000,
+        max_streams: int = 100_000,
+        max_missing: int = 1_000,
+        log_start_offsets: Mapping[int, int] | None = None,
+    ) -> None:
+        self._seen: dict[str, _Seen] = {}
+        self._streams: dict[StreamId, _Stream] = {}
+        self._max_event_ids = max_event_ids
+        self._max_streams = max_streams
+        self._max_missing = max_missing
+        self._log_start = dict(log_start_offsets or {})
+        self._first_offset: dict[int, int] = {}
+        self.currently_missing = 0
+        self.forgotten_event_ids = 0  # event ids dropped by the dedupe bound
+
+    # -- the per-message step ------------------------------------------------------
+    def observe(
+        self,
+        event: Mapping[str, Any],
+        value: bytes,
+        *,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> TrackResult:
+        content = chain_hash(value)
+        stream_id = stream_of(event)
+        sequence = int(event["sequence"])
+        event_id = event["event_id"]
+        seen = self._seen.get(event_id)
+        if seen is not None:
+            if seen.content != content:
+                return TrackResult(TurnOutcome.CONTENT_CHANGED, stream_id, sequence)
+            same_place = seen.offset is None or (seen.partition, seen.offset) == (partition, offset)
+            outcome = TurnOutcome.REDELIVERY if same_place else TurnOutcome.DUPLICATE
+            return TrackResult(outcome, stream_id, sequence)
+        if partition is not None and offset is not None:
+            self._first_offset.setdefault(partition, offset)
+        result = self._place(event, content, stream_id, sequence, partition)
+        if result.outcome in COUNTED:
+            self._remember(event_id, _Seen(content, partition, offset))
+        return result
+
+    def _remember(self, event_id: str, seen: _Seen) -> None:
+        self._seen[event_id] = seen
+        if len(self._seen) > self._max_event_ids:
+            del self._seen[next(iter(self._seen))]
+            self.forgotten_event_ids += 1
+
+    def _place(
+        self,
+        event: Mapping[str, Any],
+        content: str,
+        stream_id: StreamId,
+        sequence: int,
+        partition: int | None,
+    ) -> TrackResult:
+        legacy = stream_id[1] == LEGACY_PRODUCER
+        stream = self._streams.pop(stream_id, None)
+        opened = 0
+        if stream is None:
+            stream = _Stream(partition)
+            if sequence > 0 and self._from_log_start(partition):
+                opened = self._open_gap(stream, 0, sequence)  # a gap at the start
+            stream.next = sequence
+        self._streams[stream_id] = stream  # most recently seen last
+        if len(self._streams) > self._max_streams:
+            self._drop(next(iter(self._streams)))
+        chain_break = None if legacy else self._check_chain(stream, event, content, sequence)
+        if sequence >= stream.next:
+            opened += self._open_gap(stream, stream.next, sequence)
+            if not legacy:
+                stream.own.pop(sequence - 1, None)
+                stream.own[sequence] = content
+            stream.next = sequence + 1
+            return TrackResult(TurnOutcome.NEW, stream_id, sequence, opened, False, chain_break)
+        if sequence in stream.missing:
+            stream.missing.discard(sequence)
+            self.currently_missing -= 1
+            if not legacy:
+                stream.own.pop(sequence - 1, None)
+                if sequence + 1 in stream.missing:
+                    stream.own[sequence] = content
+            return TrackResult(TurnOutcome.LATE, stream_id, sequence, 0, True, chain_break)
+        if legacy:
+            # v1/v2: another publisher numbering the session again.
+            return TrackResult(TurnOutcome.NEW, stream_id, sequence)
+        if self.forgotten_event_ids and stream.own.get(sequence, content) == content:
+            # Beyond the dedupe bound an old redelivery looks like this: its id
+            # was forgotten, its position is seen. Within the bound it cannot be.
+            return TrackResult(TurnOutcome.REDELIVERY, stream_id, sequence)
+        return TrackResult(
+            TurnOutcome.POSITION_REUSED,
+            stream_id,
+            sequence,
+            chain_break=f"position {sequence} of {describe_stream(stream_id)} is already taken "
+            f"by another event",
+        )
+
+    def _check_chain(
+        self, stream: _Stream, event: Mapping[str, Any], content: str, sequence: int
+    ) -> str | None:
+        where = f"{describe_stream(stream_of(event))}, position {sequence}"
+        prev = event.get("prev_hash") or ""
+        problems: list[str] = []
+        if sequence == 0:
+            if prev != GENESIS_HASH:
+                problems.append("position 0 does not start the chain (prev_hash is not genesis)")
+        else:
+            expected = stream.own.get(sequence - 1)
+            if expected is not None and expected != prev:
+                problems.append(f"prev_hash does not match position {sequence - 1}'s hash")
+        if sequence > stream.next or sequence - 1 in stream.missing:
+            stream.claimed[sequence - 1] = prev
+        claimed = stream.claimed.pop(sequence, None)
+        if claimed is not None and claimed != content:
+            problems.append(f"position {sequence + 1} names another predecessor hash")
+        if not problems:
+            return None
+        return f"{where}: " + "; ".join(problems)
+
+    def _open_gap(self, stream: _Stream, start: int, end: int) -> int:
+        skipped = end - start
+        if skipped <= 0:
+            return 0
+        room = max(0, self._max_missing - len(stream.missing))
+        stream.missing.update(range(start, start + min(room, skipped)))
+        stream.untracked_missing += max(0, skipped - room)
+        self.currently_missing += min(room, skipped)
+        return skipped
+
+    def _from_log_start(self, partition: int | None) -> bool:
+        if partition is None:
+            return False
+        return self._first_offset.get(partition) == self._log_start.get(partition, 0)
+
+    def _drop(self, stream_id: StreamId) -> None:
+        stream = self._streams.pop(stream_id)
+        self.currently_missing -= len(stream.missing)
+
+    def forget_partitions(self, partitions: set[int]) -> None:
+        """Forget streams read from these partitions (another consumer reads them now)."""
+        for stream_id in [s for s, st in self._streams.items() if st.partition in partitions]:
+            self._drop(stream_id)
+        for partition in partitions:
+            self._first_offset.pop(partition, None)
+
+    # -- what is open --------------------------------------------------------------
+    def missing(self) -> dict[StreamId, list[int]]:
+        """Positions still missing, per stream (tracked ones)."""
+        return {s: sorted(st.missing) for s, st in self._streams.items() if st.missing}
+
+    def untracked_missing(self) -> int:
+        return sum(st.untracked_missing for st in self._streams.values())
+
+    def heads(self) -> dict[StreamId, tuple[int, str]]:
+        """Each stream's highest position and its chain hash (an anchor to keep)."""
+        return {
+            s: (st.next - 1, st.own[st.next - 1])
+            for s, st in self._streams.items()
+            if st.next - 1 in st.own
+        }
+
+    def __len__(self) -> int:
+        return len(self._streams)
