@@ -118,30 +118,30 @@ class TurnStamper:
         self.producer_id = producer_id or str(uuid.uuid4())
         self._new_id = id_factory or EventIds().next
         self._max_sessions = max_sessions
-        self._streams: dict[str, _ProducerStream] = {}
+        self._streams: dict[tuple[str, bool], _ProducerStream] = {}
         self._generation = 0
         self._current_producer = self.producer_id
         self.published = 0
 
     def stamp(self, event: dict[str, Any]) -> str:
-        session = event["session_id"]
-        stream = self._streams.get(session)
+        key = _stamp_key(event)
+        stream = self._streams.get(key)
         if stream is None:
-            stream = _ProducerStream(self._current_producer)
+            stream = _ProducerStream(LEGACY_PRODUCER if key[1] else self._current_producer)
         event["event_id"] = event_id = self._new_id()
         event["producer_id"] = stream.producer_id
         event["sequence"] = stream.next_sequence
-        event["prev_hash"] = stream.last_hash
+        event["prev_hash"] = "" if key[1] else stream.last_hash
         return event_id
 
     def commit(self, event: Mapping[str, Any], value: bytes) -> None:
-        session = event["session_id"]
-        stream = self._streams.pop(session, None)
+        key = _stamp_key(event)
+        stream = self._streams.pop(key, None)
         if stream is None:
             stream = _ProducerStream(event["producer_id"])
         stream.next_sequence = int(event["sequence"]) + 1
         stream.last_hash = chain_hash(value)
-        self._streams[session] = stream  # re-inserted: most recently stamped last
+        self._streams[key] = stream  # re-inserted: most recently stamped last
         self.published += 1
         if len(self._streams) > self._max_sessions:
             del self._streams[next(iter(self._streams))]
@@ -150,6 +150,14 @@ class TurnStamper:
 
     def new_event_id(self) -> str:
         return self._new_id()
+
+
+def _stamp_key(event: Mapping[str, Any]) -> tuple[str, bool]:
+    """(session, legacy): v1/v2 events (no identity fields in their schema) are
+    numbered apart from the session's v3 stream, which must start at 0."""
+    verdicts = event.get("verdicts")
+    version = verdicts.get("schema_version", 3) if isinstance(verdicts, Mapping) else 3
+    return (event["session_id"], version < 3)
 
 
 # -- consumer side ------------------------------------------------------------------
