@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "turnaudit.commands.tail",
     "turnaudit.commands.htir",
     "turnaudit.commands.auditor",
+    "turnaudit.commands.verify",
     "turnaudit.evaluation.cli",
 )
 
