@@ -1,0 +1,74 @@
+"""Helpers for the verify tests: publish through the real publisher, copy ranges."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.topics import ensure_topics
+from turnaudit.producers.publisher import TurnEventPublisher
+from turnaudit.producers.simulator import GroundTruth, TurnRuntimeSimulator
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.verify import Verifier
+
+DECODE = TurnEventDeserializer(shipped_catalog())
+
+
+@dataclass(frozen=True)
+class Stored:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp: int
+
+
+def fresh_prefix(settings: KafkaSettings) -> KafkaSettings:
+    copy = replace(settings, topics=TopicNames(f"t-{uuid.uuid4().hex[:10]}."))
+    ensure_topics(copy)
+    return copy
+
+
+def publish(
+    settings: KafkaSettings, spool: Path, *, seed: int, events: int,
+    versions: tuple[int, ...] = (3,), sessions: int = 20,
+) -> GroundTruth:
+    publisher = TurnEventPublisher(settings, spool_dir=spool)
+    sim = TurnRuntimeSimulator(seed, schema_versions=versions, concurrent_sessions=sessions)
+    for event in sim.events(events):
+        publisher.publish(event)
+    assert publisher.close().ok
+    return sim.truth
+
+
+def stored_range(settings: KafkaSettings) -> list[Stored]:
+    topic = settings.topics.turn_events
+    return [
+        Stored(m.partition() or 0, m.offset() or 0, m.key(), m.value() or b"", m.timestamp()[1])
+        for m in read_range(settings, topic, None, end_offsets(settings, topic))
+    ]
+
+
+def copy_to(settings: KafkaSettings, messages: list[Stored]) -> None:
+    """Messages onto the turn-events topic of ``settings``, in list order, same partitions."""
+    producer = Producer(settings.client_config())
+    for m in messages:
+        producer.produce(settings.topics.turn_events, m.value, m.key, partition=m.partition)
+    assert producer.flush(30) == 0
+
+
+def verify_in_memory(messages: list[Stored]) -> Verifier:
+    """A copy of a range as the log would hold it: offsets renumbered per partition."""
+    verifier = Verifier(DECODE)
+    offsets: dict[int, int] = {}
+    for m in messages:
+        offset = offsets.get(m.partition, 0)
+        offsets[m.partition] = offset + 1
+        verifier.feed(m.partition, offset, m.key, m.value, m.timestamp)
+    return verifier
