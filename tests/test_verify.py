@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,13 +39,13 @@ EDITABLE = ("turn", "pack_id", "domain", "surface", "input_tokens", "versor_cond
 @pytest.fixture(scope="module")
 def published(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[KafkaSettings, GroundTruth, list[Stored]]]:
+) -> tuple[KafkaSettings, GroundTruth, list[Stored]]:
     settings = KafkaSettings(bootstrap_servers=kafka_bootstrap,
                              topics=TopicNames(f"t-{uuid.uuid4().hex[:10]}."), partitions=3)
     ensure_topics(settings)
     truth = publish(settings, tmp_path_factory.mktemp("spool"), seed=17, events=600,
                     versions=(1, 2, 3))
-    yield settings, truth, stored_range(settings)
+    return settings, truth, stored_range(settings)
 
 
 def run_cli(settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch,
@@ -123,7 +122,9 @@ def test_an_offset_range_is_verified_on_its_own(
     assert report["range"]["from_log_start"] is False
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data(), kind=st.sampled_from(["removed", "inserted", "swapped", "edited"]))
 def test_tampering_with_a_copy_of_the_range_is_found_with_its_stream_and_position(
     published: tuple[KafkaSettings, GroundTruth, list[Stored]], data: st.DataObject, kind: str
