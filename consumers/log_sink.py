@@ -36,7 +36,6 @@ from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService
 from turnaudit.consumers.settings import LogSinkSettings, ServiceSettings, SurfaceRedaction
-from turnaudit.contracts import SequenceOutcome
 
 TURN_LOGGER = "turnaudit.turns"
 TURN_EVENT = "turn"
@@ -93,7 +92,7 @@ def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
         "risk_tier": None if action is None else action["risk_tier"],
         "output_policy": None if action is None else action["output_policy"],
         "human_decision_required": None if action is None else action["human_decision_required"],
-        "redelivered": turn.sequence.outcome is SequenceOutcome.DUPLICATE,
+        "redelivered": turn.sequence.redelivered,
     }
     if redact is not None:
         suffix = "" if redact is str else "_hmac"

@@ -18,7 +18,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService
 from turnaudit.consumers.settings import MetricsSettings, ServiceSettings
-from turnaudit.contracts import SequenceOutcome
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.verdicts import OutputPolicy, RiskTier, TurnPath, Verdict
 
@@ -118,9 +117,9 @@ class VerdictMetricsSink:
         # turns of a batch share a handful of label sets.
         tally: dict[tuple[Any, ...], int] = {}
         occurred: list[Any] = []
-        duplicate = SequenceOutcome.DUPLICATE
         for turn in turns:
-            if turn.sequence.outcome is duplicate:
+            # By event id: a restarted runtime's new turns count, a redelivery does not.
+            if not turn.sequence.counts_as_turn:
                 continue  # already counted; the runtime counts the redelivery itself
             decoded = turn.decoded
             event = decoded.event

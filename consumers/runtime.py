@@ -2,9 +2,11 @@
 
 * Consumer-group member; batched ``consume``; every message decoded (either
   framing, any schema version) into the current reader's shape.
-* PIPELINE.md's contracts on every event: 1-4 by ``check_event``, 5 by a
-  per-session sequence tracker. Undecodable or contract-breaking messages go
-  to ``<prefix>.dlq`` with the original bytes and ``dlq.*`` headers; sequence
+* PIPELINE.md's contracts on every event: 1-4 by ``check_event``, 6 by
+  ``check_key``, 5 and 7 by the stream tracker (``turnaudit.identity``: dedupe
+  by event id, gaps and late arrivals per ordered stream, the hash chain).
+  Undecodable or contract-breaking messages (a key that is not the session id
+  included) go to ``<prefix>.dlq`` with the original bytes and ``dlq.*`` headers; sequence
   gaps are counted and logged (the message itself is fine). Nothing is
   dropped without a count and a log line, and no message stops the service.
 * At-least-once: ``enable.auto.offset.store=false``; a batch's offsets are
@@ -37,14 +39,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from turnaudit.consumers.settings import ServiceSettings
-from turnaudit.contracts import (
-    Contract,
-    SequenceCheck,
-    SequenceOutcome,
-    SessionSequenceTracker,
-    check_event,
-)
+from turnaudit.contracts import Contract, check_event, check_key, identity_breach
 from turnaudit.errors import SchemaNotFoundError, SerializationError, UnknownFramingError
+from turnaudit.identity import Placement, StreamTracker, TrackResult, TurnOutcome
 from turnaudit.kafka.clients import PRODUCER_DEFAULTS, RELIABLE_PRODUCER
 from turnaudit.kafka.dead_letters import (
     HEADER_PREFIX,
@@ -87,7 +84,7 @@ class ConsumedTurn:
     """A decoded, contract-checked event and where it was read."""
 
     decoded: DecodedTurnEvent
-    sequence: SequenceCheck
+    sequence: Placement  # new, late or redelivered (turnaudit.identity)
     topic: str
     partition: int
     offset: int
@@ -159,7 +156,34 @@ class ConsumerMetrics:
         )
         self.redelivered = Counter(
             "turnaudit_redelivered_turns",
-            "Events whose sequence number was already seen (at-least-once redelivery).",
+            "Events whose event id was already seen (a redelivery or a duplicate copy).",
+            registry=registry,
+        )
+        # Turn identity (turnaudit.identity): what each message was for its ordered stream.
+        self.new_turns = Counter(
+            "turnaudit_new_turns",
+            "Turns seen for the first time (by event id), late arrivals included.",
+            registry=registry,
+        )
+        self.gaps_closed = Counter(
+            "turnaudit_stream_gaps_closed",
+            "Missing positions filled by a late arrival.",
+            registry=registry,
+        )
+        self.currently_missing = Gauge(
+            "turnaudit_stream_missing_turns",
+            "Positions of ordered streams skipped and not (yet) arrived.",
+            registry=registry,
+        )
+        self.chain_breaks = Counter(
+            "turnaudit_chain_breaks",
+            "Hash-chain breaks, events ids with other content and reused positions, by kind.",
+            ["kind"],
+            registry=registry,
+        )
+        self.key_mismatches = Counter(
+            "turnaudit_key_mismatches",
+            "Messages whose Kafka key is not their session id (dead-lettered).",
             registry=registry,
         )
         self.dead_letter_failures = Counter(
@@ -186,7 +210,11 @@ class ConsumerMetrics:
             self.dead_letters.labels(reason.value)
         for contract in Contract:
             self.contract_breaches.labels(contract.value)
+        for kind in _CHAIN_BREAK_KINDS:
+            self.chain_breaks.labels(kind)
 
+
+_CHAIN_BREAK_KINDS = ("chain", TurnOutcome.CONTENT_CHANGED.value, TurnOutcome.POSITION_REUSED.value)
 
 _DECODE_FAILURES: tuple[tuple[type[SerializationError], DeadLetterReason], ...] = (
     (UnknownFramingError, DeadLetterReason.UNKNOWN_FRAMING),
@@ -223,7 +251,7 @@ class ConsumerService:
         self.metrics = ConsumerMetrics(registry)
         self._registry = registry
         self._decode = deserializer or default_deserializer(settings)
-        self._sequences = SessionSequenceTracker(settings.max_sessions)
+        self._sequences = StreamTracker(max_streams=settings.max_sessions)
         # Start positions for a fresh group (the demo reads only its own run);
         # applied once per partition, so a rebalance does not rewind.
         self._start_offsets = dict(start_offsets or {})
@@ -396,28 +424,15 @@ class ConsumerService:
         event = decoded.event
         try:
             sequence = self._sequences.observe(
-                event["session_id"], int(event["sequence"]), where[1]
+                event, msg.value() or b"", partition=where[1], offset=where[2]
             )
-            breaches = check_event(event)
+            key_breach = check_key(msg.key(), event)
+            breaches = ([key_breach] if key_breach else []) + check_event(event)
         except (KeyError, TypeError, ValueError) as exc:
             # Decodable but not shaped like a TurnEvent (a foreign schema gone wrong).
             self._dead_letter(msg, where, DeadLetterReason.UNDECODABLE, f"not a TurnEvent: {exc!r}")
             return None
-        if sequence.outcome is SequenceOutcome.GAP:
-            self.metrics.sequence_gaps.inc()
-            self.metrics.missing_turns.inc(sequence.missing)
-            self.metrics.contract_breaches.labels(Contract.SEQUENCE.value).inc()
-            log.warning(
-                "turn_sequence_gap",
-                session_id=event["session_id"],
-                sequence=event["sequence"],
-                missing=sequence.missing,
-                topic=where[0],
-                partition=where[1],
-                offset=where[2],
-            )
-        elif sequence.outcome is SequenceOutcome.DUPLICATE:
-            self.metrics.redelivered.inc()
+        self._count_identity(sequence, key_breach is not None, where)
         if breaches:
             for breach in breaches:
                 self.metrics.contract_breaches.labels(breach.contract.value).inc()
@@ -432,6 +447,42 @@ class ConsumerService:
                 return None
             return ConsumedTurn(decoded, sequence, *where, tuple(map(str, breaches)))
         return ConsumedTurn(decoded, sequence, *where)
+
+    def _count_identity(
+        self, result: TrackResult, key_mismatch: bool, where: tuple[str, int, int]
+    ) -> None:
+        """The stream tracker's verdict on one message, in the metrics and the log."""
+        metrics = self.metrics
+        if result.counts_as_turn:
+            metrics.new_turns.inc()
+        elif result.redelivered:
+            metrics.redelivered.inc()
+        if result.missing_opened:
+            metrics.sequence_gaps.inc()
+            metrics.missing_turns.inc(result.missing_opened)
+            metrics.contract_breaches.labels(Contract.SEQUENCE.value).inc()
+        if result.gap_closed:
+            metrics.gaps_closed.inc()
+        metrics.currently_missing.set(self._sequences.currently_missing)
+        if key_mismatch:
+            metrics.key_mismatches.inc()
+        breach = identity_breach(result)
+        if breach is not None:
+            kind = result.outcome.value if result.outcome.value in _CHAIN_BREAK_KINDS else "chain"
+            metrics.chain_breaks.labels(kind).inc()
+            metrics.contract_breaches.labels(Contract.CHAIN.value).inc()
+        if result.missing_opened or breach is not None:
+            log.warning(
+                "turn_stream_gap" if breach is None else "turn_chain_break",
+                session_id=result.stream[0],
+                producer_id=result.stream[1],
+                sequence=result.sequence,
+                missing=result.missing_opened,
+                detail=None if breach is None else breach.detail,
+                topic=where[0],
+                partition=where[1],
+                offset=where[2],
+            )
 
     def _dead_letter(
         self,

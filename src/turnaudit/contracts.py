@@ -150,6 +150,14 @@ class SequenceCheck:
     outcome: SequenceOutcome
     missing: int = 0  # how many sequence numbers a gap skipped
 
+    @property
+    def counts_as_turn(self) -> bool:
+        return self.outcome is not SequenceOutcome.DUPLICATE
+
+    @property
+    def redelivered(self) -> bool:
+        return self.outcome is SequenceOutcome.DUPLICATE
+
 
 @dataclass
 class _SessionState:

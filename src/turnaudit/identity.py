@@ -30,7 +30,7 @@ import itertools
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 CHAIN_DOMAIN = b"turnaudit.chain.v1\x00"
 GENESIS_HASH = "0" * 64
@@ -175,6 +175,16 @@ class TurnOutcome(enum.StrEnum):
 
 
 COUNTED = frozenset({TurnOutcome.NEW, TurnOutcome.LATE})
+
+
+class Placement(Protocol):
+    """What a sink needs to know about a consumed turn's identity."""
+
+    @property
+    def counts_as_turn(self) -> bool: ...  # a turn not counted before (new or late)
+
+    @property
+    def redelivered(self) -> bool: ...  # the same event again
 BREACHES = frozenset({TurnOutcome.CONTENT_CHANGED, TurnOutcome.POSITION_REUSED})
 
 
