@@ -16,6 +16,7 @@ from typing import Any
 
 from turnaudit.cluster import connect
 from turnaudit.commands.simulate import add_simulation_arguments, publish_simulation
+from turnaudit.commands.verify import demo_rows as verify_demo_rows
 from turnaudit.consumers.demo_stage import ReconciliationRow, run_consumer_stage
 from turnaudit.consumers.htir_demo_stage import run_evaluation_stage
 from turnaudit.contracts import SequenceOutcome, SessionSequenceTracker, check_event
@@ -153,7 +154,9 @@ def _demo(args: argparse.Namespace) -> int:
                 emitted=emitter.emitted,
                 breached=emitter.breached,
                 report=report,
-            ),
+            )
+            # Ends with turnaudit verify's verdict on this run's range.
+            + verify_demo_rows(settings, before, truth.events),
         ),
         ("consumer services: log sink and verdict metrics", run_consumer_stage(
             settings, truth, emitter.emitted, args.timeout, start_offsets=before,

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from turnaudit.cluster import connect
+from turnaudit.consumers.demo_stage import ReconciliationRow
 from turnaudit.serialization.schema_topic import SchemaTopicResolver
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer, registry_client
@@ -81,3 +82,19 @@ def _verify(args: argparse.Namespace) -> int:
     else:
         print(report.human())
     return 0 if report.ok else 1
+
+
+def demo_rows(
+    settings: KafkaSettings, start_offsets: dict[int, int], expected_turns: int
+) -> list[ReconciliationRow]:
+    """``verify``'s verdict on what the demo published (from ``start_offsets`` to the end)."""
+    report = run_verify(
+        settings, TurnEventDeserializer(shipped_catalog()), RangeSpec(from_offsets=start_offsets)
+    )
+    summary = report.as_json()
+    return [
+        ReconciliationRow("verify: turns on the stream", summary["counts"]["turns"],
+                          expected_turns),
+        ReconciliationRow("verify: turns lost", summary["lost"], 0),
+        ReconciliationRow("verify: unexplained findings", len(summary["unexplained"]), 0),
+    ]
