@@ -4,8 +4,10 @@ with a stored range (removal, insertion, swap, edit) found, with stream and posi
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +250,45 @@ def test_a_log_sink_file_missing_a_turn_disagrees(
     assert report["log_sink"]["not_logged_examples"] == [ids[0]]
     assert report["log_sink"]["repeated_lines"] == 1
     assert report["not_logged"] == 1
+
+
+def test_a_time_range_holds_exactly_the_turns_published_in_it(
+    kafka_settings: KafkaSettings, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    publish(kafka_settings, tmp_path / "a", seed=1, events=100)
+    time.sleep(1.5)
+    since = datetime.now(UTC)
+    middle = publish(kafka_settings, tmp_path / "b", seed=2, events=150)
+    time.sleep(1.5)
+    until = datetime.now(UTC)
+    publish(kafka_settings, tmp_path / "c", seed=3, events=50)
+    code, report = run_cli(kafka_settings, monkeypatch, capsys,
+                           "--from", since.isoformat(), "--to", until.isoformat())
+    assert code == 0, report["unexplained"]
+    assert report["counts"]["turns"] == middle.events
+    assert report["counts"]["refused"] == middle.refused
+    assert report["range"]["from_log_start"] is False
+
+
+def test_a_terminal_gets_a_summary_and_the_verdict(
+    published: tuple[KafkaSettings, GroundTruth, list[Stored]],
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings, truth, _ = published
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    capsys.readouterr()
+    assert main(["verify"]) == 0
+    out = capsys.readouterr().out
+    assert f"turns {truth.events} " in out
+    assert "the whole retained stream" in out
+    assert out.rstrip().endswith("verify: every turn accounted for")
+
+
+@pytest.mark.parametrize("bad", [["--from-offsets", "0-5"], ["--from", "yesterday"]])
+def test_a_wrong_range_gets_one_line(bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["verify", *bad])
+    assert exit_info.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
