@@ -292,3 +292,38 @@ def test_a_wrong_range_gets_one_line(bad: list[str], capsys: pytest.CaptureFixtu
         main(["verify", *bad])
     assert exit_info.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_heads_of_an_earlier_report_catch_a_truncated_or_rewritten_tail(
+    published: tuple[KafkaSettings, GroundTruth, list[Stored]], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings, _, messages = published
+    code, earlier = run_cli(settings, monkeypatch, capsys)
+    assert code == 0
+    heads = earlier["streams"]["heads"]
+    assert len(heads) == earlier["streams"]["chained"]
+    saved = tmp_path / "earlier.json"
+    saved.write_text(json.dumps(earlier))
+    # The same stream again, against its own heads: nothing changed.
+    code, again = run_cli(settings, monkeypatch, capsys, "--heads", str(saved))
+    assert code == 0, again["unexplained"]
+    assert again["streams"]["anchors_checked"] == len(heads)
+    # A copy with one stream's last event cut off and another's last event edited.
+    last: dict[tuple[str, str], int] = {}
+    for i, m in enumerate(messages):
+        event = DECODE(m.value).event
+        if event["producer_id"]:
+            last[stream_of(event)] = i
+    (cut_stream, cut), (edit_stream, edit) = list(last.items())[:2]
+    edited = dict(DECODE(messages[edit].value).event)
+    edited["surface"] += " (edited)"
+    copy = [replace(m, value=ENCODE_V3(edited)) if i == edit else m
+            for i, m in enumerate(messages) if i != cut]
+    target = fresh_prefix(settings)
+    copy_to(target, copy)
+    code, report = run_cli(target, monkeypatch, capsys, "--heads", str(saved))
+    assert code == 1
+    kinds = {(f["kind"], f["session_id"], f["producer_id"]) for f in report["unexplained"]}
+    assert ("truncated", *cut_stream) in kinds
+    assert ("rewritten", *edit_stream) in kinds

@@ -163,8 +163,8 @@ class TurnStamper:
 def _stamp_key(event: Mapping[str, Any]) -> tuple[str, bool]:
     """(session, legacy): v1/v2 events (no identity fields in their schema) are
     numbered apart from the session's v3 stream, which must start at 0."""
-    verdicts = event.get("verdicts")
-    return (event["session_id"], bool(verdicts) and verdicts.get("schema_version", 3) < 3)
+    verdicts = event.get("verdicts") or {}
+    return (event["session_id"], verdicts.get("schema_version", 3) < 3)
 
 
 # -- consumer side ------------------------------------------------------------------

@@ -42,6 +42,7 @@ from turnaudit.identity import (
     StreamTracker,
     TrackResult,
     TurnOutcome,
+    chain_hash,
 )
 from turnaudit.kafka.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.reading import read_range
@@ -122,8 +123,12 @@ class Verifier:
         decode: TurnEventDeserializer,
         *,
         log_start_offsets: Mapping[int, int] | None = None,
+        anchors: Mapping[StreamId, tuple[int, str]] | None = None,
     ) -> None:
         self._decode = decode
+        # Stream heads from an earlier report: (position, chain hash) that must still be there.
+        self.anchors = dict(anchors or {})
+        self._anchored_hash: dict[StreamId, str] = {}
         # Unbounded: verify must be exact (memory grows with the range's event ids).
         self.tracker = StreamTracker(
             max_event_ids=1 << 62, max_streams=1 << 62, max_missing=1 << 62,
@@ -180,6 +185,9 @@ class Verifier:
         for breach in breaches:
             self.findings.append(_Finding(f"contract:{breach.contract.value}", breach.detail,
                                           where))
+        anchor = self.anchors.get(stream)
+        if anchor is not None and anchor[0] == result.sequence:
+            self._anchored_hash[stream] = chain_hash(value or b"")
         # A breach is still a turn that happened: counted, and reported above.
         self.event_ids.add(event["event_id"])
         self.counts.add(event, decoded.writer_version)
@@ -208,6 +216,32 @@ class Verifier:
                 where,
             ))
 
+    def heads(self) -> list[dict[str, Any]]:
+        """Each chained stream's last position and its chain hash: keep them, and pass the
+        report to a later ``verify --heads`` to detect a truncated or rewritten tail."""
+        return [
+            {**_stream_json(stream), "position": position, "hash": digest}
+            for stream, (position, digest) in sorted(self.tracker.heads().items())
+            if stream[1] != LEGACY_PRODUCER
+        ]
+
+    def anchor_findings(self) -> list[_Finding]:
+        found = []
+        heads = self.tracker.heads()
+        for stream, (position, digest) in sorted(self.anchors.items()):
+            where = {**_stream_json(stream), "position": position}
+            if stream not in self.streams:
+                found.append(_Finding("anchor_absent", "a stream an earlier report anchored has "
+                                      "no event in this range", where))
+            elif stream in heads and heads[stream][0] < position:
+                found.append(_Finding(
+                    "truncated", f"the stream ends at position {heads[stream][0]}, an earlier "
+                    f"report saw it reach {position}", where))
+            elif stream in self._anchored_hash and self._anchored_hash[stream] != digest:
+                found.append(_Finding("rewritten", f"position {position} has another chain hash "
+                                      "than an earlier report saw", where))
+        return found
+
     def lost(self) -> list[_Finding]:
         return [
             _Finding(
@@ -217,6 +251,18 @@ class Verifier:
             )
             for stream, positions in sorted(self.tracker.missing().items())
         ]
+
+
+def load_anchors(path: Path) -> dict[StreamId, tuple[int, str]]:
+    """The stream heads of an earlier ``verify --json`` report."""
+    try:
+        heads = json.loads(path.read_text("utf-8"))["streams"]["heads"]
+        return {(h["session_id"], h["producer_id"]): (int(h["position"]), str(h["hash"]))
+                for h in heads}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(
+            f"{path} is not a verify --json report with stream heads: {exc!r}"
+        ) from exc
 
 
 def _positions(positions: list[int]) -> str:
@@ -341,7 +387,7 @@ class VerifyReport:
     def unexplained(self) -> list[_Finding]:
         v = self.verifier
         dead_lettered = set(map(tuple, self.dead_letters.get("positions", [])))
-        found = list(v.findings) + v.lost()
+        found = list(v.findings) + v.lost() + v.anchor_findings()
         found += [f for f in v.undecodable
                   if (f.where["partition"], f.where["offset"]) not in dead_lettered]
         if self.log is not None and not self.log.agrees:
@@ -371,6 +417,8 @@ class VerifyReport:
                 "total": len(v.streams),
                 "chained": sum(1 for s in v.streams if s[1] != LEGACY_PRODUCER),
                 "legacy_v1_v2": sum(1 for s in v.streams if s[1] == LEGACY_PRODUCER),
+                "anchors_checked": len(v.anchors),
+                "heads": v.heads(),
             },
             "lost": lost,
             "uncounted": max(
@@ -560,11 +608,12 @@ def run_verify(
     topic: str | None = None,
     log_file: Path | None = None,
     metrics_urls: Iterable[str] = (),
+    anchors: Mapping[StreamId, tuple[int, str]] | None = None,
     timeout: float = 300.0,
 ) -> VerifyReport:
     topic = topic or settings.topics.turn_events
     start, end, low = resolve_range(settings, topic, spec)
-    verifier = Verifier(decode, log_start_offsets=low)
+    verifier = Verifier(decode, log_start_offsets=low, anchors=anchors)
     for msg in read_range(settings, topic, start, end, timeout=timeout):
         _, stamp = msg.timestamp()
         verifier.feed(msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value(), stamp)

@@ -14,7 +14,7 @@ from turnaudit.serialization.schema_topic import SchemaTopicResolver
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer, registry_client
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import RangeSpec, run_verify
+from turnaudit.verify import RangeSpec, load_anchors, run_verify
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--metrics-url", action="append", default=[], metavar="URL",
                         help="a verdict-metrics /metrics URL whose counters must equal the "
                         "range's counts (repeatable)")
+    parser.add_argument("--heads", type=Path, metavar="REPORT",
+                        help="an earlier verify --json report: every stream head it saw must "
+                        "still be there, unchanged (catches a truncated or rewritten tail)")
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds the range may take to read")
@@ -75,6 +78,7 @@ def _verify(args: argparse.Namespace) -> int:
     report = run_verify(
         settings, decode, spec, topic=args.topic, log_file=args.log_file,
         metrics_urls=args.metrics_url, timeout=args.timeout,
+        anchors=load_anchors(args.heads) if args.heads else None,
     )
     if args.json:
         json.dump(report.as_json(), sys.stdout, indent=2, sort_keys=False)
