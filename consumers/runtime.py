@@ -27,7 +27,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
@@ -36,7 +36,9 @@ from typing import Any, Protocol, cast
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
 
 from turnaudit.consumers.settings import ServiceSettings
 from turnaudit.contracts import Contract, check_event, check_key, identity_breach
@@ -160,11 +162,13 @@ class ConsumerMetrics:
             registry=registry,
         )
         # Turn identity (turnaudit.identity): what each message was for its ordered stream.
-        self.new_turns = Counter(
+        # New turns and the missing figure are read from the tracker at scrape time:
+        # nothing to update per message.
+        self.new_turns = _TrackerCount(
             "turnaudit_new_turns",
             "Turns seen for the first time (by event id), late arrivals included.",
-            registry=registry,
         )
+        registry.register(self.new_turns)
         self.gaps_closed = Counter(
             "turnaudit_stream_gaps_closed",
             "Missing positions filled by a late arrival.",
@@ -213,6 +217,23 @@ class ConsumerMetrics:
         for kind in _CHAIN_BREAK_KINDS:
             self.chain_breaks.labels(kind)
 
+    def watch(self, tracker: StreamTracker) -> None:
+        """Export the figures the stream tracker keeps itself."""
+        self.new_turns.source = lambda: tracker.new_turns
+        self.currently_missing.set_function(lambda: tracker.currently_missing)
+
+
+class _TrackerCount(Collector):
+    """A counter whose value an object of the service keeps (read at scrape time)."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self._name = name
+        self._documentation = documentation
+        self.source: Callable[[], int] = lambda: 0
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self._name, self._documentation, value=self.source())
+
 
 _CHAIN_BREAK_KINDS = ("chain", TurnOutcome.CONTENT_CHANGED.value, TurnOutcome.POSITION_REUSED.value)
 
@@ -252,6 +273,7 @@ class ConsumerService:
         self._registry = registry
         self._decode = deserializer or default_deserializer(settings)
         self._sequences = StreamTracker(max_streams=settings.max_sessions)
+        self.metrics.watch(self._sequences)
         # Start positions for a fresh group (the demo reads only its own run);
         # applied once per partition, so a rebalance does not rewind.
         self._start_offsets = dict(start_offsets or {})
@@ -452,10 +474,15 @@ class ConsumerService:
         self, result: TrackResult, key_mismatch: bool, where: tuple[str, int, int]
     ) -> None:
         """The stream tracker's verdict on one message, in the metrics and the log."""
+        if (
+            result.outcome is TurnOutcome.NEW
+            and not result.missing_opened
+            and result.chain_break is None
+            and not key_mismatch
+        ):
+            return  # the common case: counted by the tracker itself
         metrics = self.metrics
-        if result.counts_as_turn:
-            metrics.new_turns.inc()
-        elif result.redelivered:
+        if result.redelivered:
             metrics.redelivered.inc()
         if result.missing_opened:
             metrics.sequence_gaps.inc()
@@ -463,7 +490,6 @@ class ConsumerService:
             metrics.contract_breaches.labels(Contract.SEQUENCE.value).inc()
         if result.gap_closed:
             metrics.gaps_closed.inc()
-        metrics.currently_missing.set(self._sequences.currently_missing)
         if key_mismatch:
             metrics.key_mismatches.inc()
         breach = identity_breach(result)

@@ -270,6 +270,7 @@ class StreamTracker:
         self._log_start = dict(log_start_offsets or {})
         self._first_offset: dict[int, int] = {}
         self.currently_missing = 0
+        self.new_turns = 0  # messages that counted as a turn (new or late)
         self.forgotten_event_ids = 0  # event ids dropped by the dedupe bound
 
     # -- the per-message step ------------------------------------------------------
@@ -296,6 +297,7 @@ class StreamTracker:
             self._first_offset[partition] = offset
         result = self._place(event, content, stream_id, sequence, partition)
         if result[0] in COUNTED:
+            self.new_turns += 1
             self._remember(event_id, (content[:_SEEN_DIGITS], partition, offset))
         return result
 
