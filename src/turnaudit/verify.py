@@ -34,7 +34,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from turnaudit.contracts import check_event, check_key
+from turnaudit.contracts import Breach, check_event, check_key
 from turnaudit.errors import BrokerError, ConfigurationError, SerializationError
 from turnaudit.identity import (
     LEGACY_PRODUCER,
@@ -61,47 +61,78 @@ def _stream_json(stream: StreamId) -> dict[str, str]:
     return {"session_id": stream[0], "producer_id": stream[1]}
 
 
+# One tally key per kind of turn: (pack, stub, refused, hedged, writer version, policy).
+_TurnKind = tuple[str, bool, bool, bool, int, str | None]
+
+
 @dataclass
 class TurnCounts:
-    """Exact counts of the distinct turns of a range."""
+    """Exact counts of the distinct turns of a range.
 
-    turns: int = 0
-    main: int = 0
-    stub: int = 0
-    refused: int = 0
-    hedged: int = 0
-    by_schema_version: Counter[int] = field(default_factory=Counter)
-    action_risk_by_policy: Counter[str] = field(default_factory=Counter)
-    per_pack: dict[str, Counter[str]] = field(default_factory=dict)
+    Each turn adds one to the tally of its kind (one dict update); the figures
+    are sums over the tally, computed when asked for.
+    """
+
+    tally: dict[_TurnKind, int] = field(default_factory=dict)
 
     def add(self, event: Mapping[str, Any], writer_version: int) -> None:
         bundle = event["verdicts"]
-        self.turns += 1
-        stub = event["path"] == "STUB"
-        self.stub += stub
-        self.main += not stub
-        self.refused += bool(bundle["refusal_emitted"])
-        self.hedged += bool(bundle["hedge_injected"])
-        self.by_schema_version[writer_version] += 1
-        action = event.get("action_assessment")
-        if action is not None:
-            self.action_risk_by_policy[action["output_policy"]] += 1
-        pack = self.per_pack.setdefault(event["pack_id"], Counter())
-        pack["turns"] += 1
-        pack["refused"] += bool(bundle["refusal_emitted"])
-        pack["hedged"] += bool(bundle["hedge_injected"])
-        pack["stub"] += stub
+        action = event["action_assessment"]
+        kind = (
+            event["pack_id"],
+            event["path"] == "STUB",
+            bool(bundle["refusal_emitted"]),
+            bool(bundle["hedge_injected"]),
+            writer_version,
+            None if action is None else action["output_policy"],
+        )
+        self.tally[kind] = self.tally.get(kind, 0) + 1
+
+    def _sum(self, position: int) -> int:
+        return sum(n for kind, n in self.tally.items() if kind[position])
+
+    @property
+    def turns(self) -> int:
+        return sum(self.tally.values())
+
+    @property
+    def stub(self) -> int:
+        return self._sum(1)
+
+    @property
+    def main(self) -> int:
+        return self.turns - self.stub
+
+    @property
+    def refused(self) -> int:
+        return self._sum(2)
+
+    @property
+    def hedged(self) -> int:
+        return self._sum(3)
 
     def as_json(self) -> dict[str, Any]:
+        versions: Counter[int] = Counter()
+        policies: Counter[str] = Counter()
+        packs: dict[str, Counter[str]] = {}
+        for (pack, stub, refused, hedged, version, policy), n in self.tally.items():
+            versions[version] += n
+            if policy is not None:
+                policies[policy] += n
+            counts = packs.setdefault(pack, Counter())
+            counts["turns"] += n
+            counts["refused"] += n * refused
+            counts["hedged"] += n * hedged
+            counts["stub"] += n * stub
         return {
             "turns": self.turns,
             "main": self.main,
             "stub": self.stub,
             "refused": self.refused,
             "hedged": self.hedged,
-            "by_schema_version": {str(k): v for k, v in sorted(self.by_schema_version.items())},
-            "action_risk_by_policy": dict(sorted(self.action_risk_by_policy.items())),
-            "per_pack": {p: dict(sorted(c.items())) for p, c in sorted(self.per_pack.items())},
+            "by_schema_version": {str(k): v for k, v in sorted(versions.items())},
+            "action_risk_by_policy": dict(sorted(policies.items())),
+            "per_pack": {p: dict(sorted(c.items())) for p, c in sorted(packs.items())},
         }
 
 
@@ -159,24 +190,44 @@ class Verifier:
                 self.first_timestamp = timestamp_ms
             if self.last_timestamp is None or timestamp_ms > self.last_timestamp:
                 self.last_timestamp = timestamp_ms
-        where: dict[str, Any] = {"partition": partition, "offset": offset}
         try:
             decoded = self._decode(value)
         except SerializationError as exc:
-            self.undecodable.append(_Finding("undecodable", str(exc), where))
+            self.undecodable.append(
+                _Finding("undecodable", str(exc), {"partition": partition, "offset": offset})
+            )
             return
         event = decoded.event
         try:
             stream: StreamId = (event["session_id"], event.get("producer_id") or LEGACY_PRODUCER)
-            where = {**where, **_stream_json(stream), "position": int(event["sequence"]),
-                     "event_id": event["event_id"]}
             result = self.tracker.observe(event, value or b"", partition=partition, offset=offset)
             breaches = check_event(event)
         except (KeyError, TypeError, ValueError) as exc:
-            self.undecodable.append(_Finding("undecodable", f"not a TurnEvent: {exc!r}", where))
+            self.undecodable.append(_Finding("undecodable", f"not a TurnEvent: {exc!r}",
+                                             {"partition": partition, "offset": offset}))
             return
         self.streams.add(stream)
         key_breach = check_key(key, event)
+        ordinary = (result.outcome is TurnOutcome.NEW and result.chain_break is None
+                    and key_breach is None and not breaches)
+        if not ordinary:
+            # Where a finding is: built only for the few messages that have one.
+            where = {"partition": partition, "offset": offset, **_stream_json(stream),
+                     "position": result.sequence, "event_id": event["event_id"]}
+            self._report(result, key_breach, breaches, where)
+            if not result.counts_as_turn:
+                return
+        anchor = self.anchors.get(stream)
+        if anchor is not None and anchor[0] == result.sequence:
+            self._anchored_hash[stream] = chain_hash(value or b"")
+        # A breach is still a turn that happened: counted, and reported above.
+        self.event_ids.add(event["event_id"])
+        self.counts.add(event, decoded.writer_version)
+
+    def _report(
+        self, result: TrackResult, key_breach: Breach | None, breaches: list[Breach],
+        where: dict[str, Any],
+    ) -> None:
         if key_breach is not None:
             self.findings.append(_Finding("key_mismatch", key_breach.detail, where))
         self._classify(result, where)
@@ -185,12 +236,6 @@ class Verifier:
         for breach in breaches:
             self.findings.append(_Finding(f"contract:{breach.contract.value}", breach.detail,
                                           where))
-        anchor = self.anchors.get(stream)
-        if anchor is not None and anchor[0] == result.sequence:
-            self._anchored_hash[stream] = chain_hash(value or b"")
-        # A breach is still a turn that happened: counted, and reported above.
-        self.event_ids.add(event["event_id"])
-        self.counts.add(event, decoded.writer_version)
 
     def _classify(self, result: TrackResult, where: dict[str, Any]) -> None:
         if result.outcome is TurnOutcome.REDELIVERY:
