@@ -7,10 +7,12 @@ import re
 from prometheus_client import CollectorRegistry
 
 from turnaudit.commands.sink import service_registry
+from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import LogSink
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumerMetrics
 from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
+from turnaudit.settings import KafkaSettings
 
 _SUFFIXES = {
     "counter": ("_total", "_created"),
@@ -42,7 +44,10 @@ def exported_sample_names() -> set[str]:
     ConsumerMetrics(registry)
     VerdictMetricsSink(MetricsSettings(), registry)
     LogSink(LogSinkSettings(), registry)
-    names: set[str] = set()
+    # Its producer is created, never used: nothing connects to this address.
+    feeder = HtirFeederSink(KafkaSettings(bootstrap_servers="127.0.0.1:9"), registry=registry)
+    feeder.close()
+    names: set[str] = {"up", "ALERTS"}  # series Prometheus itself makes
     for family in registry.collect():
         for suffix in _SUFFIXES.get(family.type, ("",)):
             names.add(family.name + suffix)
