@@ -69,6 +69,15 @@ class BoundedLabelSet:
         self._names: dict[str, str] = {value: value for value in allowed}
         self.reached = False
         self._metrics = metrics
+        # At start-up, say how this label is bounded: the first thing to check
+        # when a series is missing or a pack shows up as "other".
+        log.info(
+            "metrics_label_bound",
+            label=label,
+            mode="allow-list" if self._allow_list else "first-seen",
+            named=sorted(self._names) if self._allow_list else None,
+            limit=None if self._allow_list else limit,
+        )
         if metrics is not None:
             metrics.limit.labels(label).set(0 if self._allow_list else limit)
             metrics.named.labels(label).set(len(self._names))
