@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,69 @@ def test_the_python_recipe_reads_every_version_without_the_project(
         assert line["writer"] == value[2:10].hex()
     versions = {s.fingerprint_hex for s in shipped_catalog().versions}
     assert {line["writer"] for line in printed.values()} == versions
+
+
+def kcat_recipe() -> str:
+    section = GUIDE.split("## Recipe: kcat and avro-tools", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert len(blocks) == 1
+    return blocks[0]
+
+
+@pytest.mark.broker
+def test_the_kcat_and_avro_tools_recipe_decodes_a_turn_event_as_written(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    for tool in ("kcat", "jq", "xxd", "mvn", "java"):
+        assert shutil.which(tool), f"{tool} not found: run `make promtool` (kcat, jq, xxd)"
+    tools = ROOT / "deploy/java-reader/target/tools"
+    fetched = subprocess.run(
+        [
+            str(shutil.which("mvn")),
+            "-q",
+            "-B",
+            "-f",
+            str(ROOT / "deploy/java-reader/pom.xml"),
+            "dependency:copy",
+            "-Dartifact=org.apache.avro:avro-tools:1.12.0",
+            f"-DoutputDirectory={tools}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert fetched.returncode == 0, fetched.stdout[-2000:] + fetched.stderr[-2000:]
+    (tmp_path / "avro-tools-1.12.0.jar").symlink_to(tools / "avro-tools-1.12.0.jar")
+    publish_simulated(kafka_settings, 30, tmp_path / "spool", seed=43)
+
+    script = kcat_recipe()
+    first = script.splitlines()[0]
+    assert first.startswith("B=")
+    assert kafka_settings.bootstrap_servers is not None
+    script = script.replace(
+        first, f"B={kafka_settings.bootstrap_servers}; P={kafka_settings.topics.prefix}", 1
+    )
+    result = subprocess.run(
+        [str(shutil.which("bash")), "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    decoded = json.loads(result.stdout)
+
+    # The message kcat took is the first of some partition: find it and decode it our way.
+    value = (tmp_path / "msg.bin").read_bytes()
+    topic = kafka_settings.topics.turn_events
+    ours = next(
+        TurnEventDeserializer(shipped_catalog())(msg.value()).event
+        for msg in read_range(kafka_settings, topic, None, end_offsets(kafka_settings, topic))
+        if msg.value() == value
+    )
+    for name in ("event_id", "session_id", "sequence", "pack_id", "domain"):
+        assert decoded[name] == ours[name], name
+    assert decoded["verdicts"]["refusal_emitted"] == ours["verdicts"]["refusal_emitted"]
+    writer = json.loads((tmp_path / "writer.avsc").read_text())
+    assert writer["name"] == "TurnEvent"
