@@ -15,11 +15,28 @@ demo: setup
 test: setup promtool
 	$(VENV)/bin/pytest
 
-# promtool checks and unit-tests the alert rules (Debian's prometheus package).
-promtool:
+# promtool checks and unit-tests the alert rules (Debian's prometheus package,
+# which is also the Prometheus server the alert delivery test starts).
+promtool: alertmanager subscriber-tools
 	@command -v promtool >/dev/null || { \
 	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
+
+# Alertmanager and amtool (Debian's prometheus-alertmanager): `amtool
+# check-config` and the alert delivery test. The package's service is not
+# started (the test starts its own on a loopback port).
+.PHONY: alertmanager
+alertmanager:
+	@{ command -v amtool && command -v prometheus-alertmanager; } >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus-alertmanager; }
+
+# kcat, jq and xxd: the suite runs docs/subscribers.md's kcat + avro-tools recipe as written.
+.PHONY: subscriber-tools
+subscriber-tools:
+	@{ command -v kcat && command -v jq && command -v xxd; } >/dev/null || { \
+	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kcat jq xxd; }
 
 setup: $(PIP_STAMP) $(JARS_STAMP)
 

@@ -2,7 +2,8 @@
 
 It consumes ``<prefix>htir-traces`` in its own group, replays every prefix of
 each trace through the pinned auditor (one fresh call per prefix, no caching),
-publishes the observations to ``<prefix>auditor-observations`` (JSON, keyed by
+publishes the observations to ``<prefix>auditor-observations`` (Avro single-object,
+``schemas/auditor_observation.v1.avsc``, announced on the schemas topic; keyed by
 task id), and accumulates an EVR-6 evidence file for the traces it holds
 independent labels for. Offsets are stored only after the observations were
 acknowledged (at-least-once); a trace seen again is not replayed twice.
@@ -10,7 +11,6 @@ acknowledged (at-least-once); a trace seen again is not replayed twice.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -37,8 +37,9 @@ from turnaudit.evaluation.labels import TaskLabel
 from turnaudit.htir import HtirTrace
 from turnaudit.kafka.clients import ReliableProducer
 from turnaudit.kafka.dead_letters import DeadLetterReason, dead_letter_headers
+from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.auditor_worker")
@@ -86,6 +87,8 @@ class AuditorEvaluationWorker:
             )
         )
         self._producer = ReliableProducer(kafka)
+        self._encode = SingleObjectSerializer(shipped_catalog("auditor_observation").latest)
+        announce_schema(self._producer.produce, kafka.topics.schemas, self._encode.schema)
         # Where a fresh group starts per partition (the demo reads its own run).
         self._start_offsets = dict(start_offsets or {})
         self._evidence_path = evidence_path
@@ -187,7 +190,7 @@ class AuditorEvaluationWorker:
         self._traces.labels("alarm" if first_alarm is not None else "ok").inc()
         self._producer.produce(
             self._kafka.topics.auditor_observations,
-            json.dumps(
+            self._encode(
                 {
                     "task_id": trace.task_id,
                     "task_family": trace.task_family,
@@ -196,7 +199,7 @@ class AuditorEvaluationWorker:
                     "observations": [o.to_json() for o in observations],
                     "source": trace.source,
                 }
-            ).encode(),
+            ),
             trace.task_id.encode(),
         )
         label = self._labels.get(trace.task_id)

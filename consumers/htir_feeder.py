@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.htir import HtirTrace, TraceAssembler
 from turnaudit.kafka.clients import ReliableProducer
+from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
@@ -48,6 +49,7 @@ class HtirFeederSink:
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         self._producer = ReliableProducer(kafka)
+        announce_schema(self._producer.produce, kafka.topics.schemas, self._serialize.schema)
         self._assembler = TraceAssembler(idle_timeout)
         # A trace republished after a restart is written to the manifest once.
         self._in_manifest = _manifest_task_ids(manifest) if manifest else set()

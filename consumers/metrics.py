@@ -1,10 +1,12 @@
 """The verdict metrics service: Prometheus counters of what the turns say.
 
-Every label value comes from a closed set: the schema enums for path, output
-policy, risk tier and verdicts, the shipped schema versions, and configured
-allow-lists for pack and domain (anything else is ``other``), so new ids in
-the stream cannot grow the number of series. Contract breaches, sequence gaps,
-dead letters and lag come from the shared runtime (``ConsumerMetrics``).
+Every label value comes from a closed or bounded set: the schema enums for
+path, output policy, risk tier and verdicts, the shipped schema versions, and
+for pack and domain a configured allow-list or else the first
+``TURNAUDIT_METRICS_LABEL_LIMIT`` ids seen (``turnaudit.label_bounds``;
+anything else is ``other``), so new ids in the stream cannot grow the number
+of series. Contract breaches, sequence gaps, dead letters and lag come from
+the shared runtime (``ConsumerMetrics``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService
 from turnaudit.consumers.settings import MetricsSettings, ServiceSettings
+from turnaudit.label_bounds import BoundedLabelSet, LabelBoundMetrics
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.verdicts import OutputPolicy, RiskTier, TurnPath, Verdict
 
@@ -65,8 +68,21 @@ class VerdictMetricsSink:
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._packs = settings.packs
-        self._domains = settings.domains
+        bounds = LabelBoundMetrics(registry)
+        self._packs = BoundedLabelSet(
+            "pack",
+            allowed=settings.packs,
+            limit=settings.label_limit,
+            metrics=bounds,
+            setting="TURNAUDIT_METRICS_LABEL_LIMIT",
+        )
+        self._domains = BoundedLabelSet(
+            "domain",
+            allowed=settings.domains,
+            limit=settings.label_limit,
+            metrics=bounds,
+            setting="TURNAUDIT_METRICS_LABEL_LIMIT",
+        )
         self._versions = frozenset(str(s.version) for s in shipped_catalog().versions)
         self._clock = clock
         self.turns = Counter(
@@ -156,8 +172,8 @@ class VerdictMetricsSink:
         for (pack_id, domain_id, path_id, writer_version, refused, hedged, action), n in (
             tally.items()
         ):
-            pack = closed(pack_id, self._packs)
-            domain = closed(domain_id, self._domains)
+            pack = self._packs(pack_id)
+            domain = self._domains(domain_id)
             path = closed(path_id, _PATHS)
             version = closed(str(writer_version), self._versions)
             keys: list[tuple[Any, ...]] = [(self.turns, pack, domain, path, version)]

@@ -733,7 +733,9 @@ def default_deserializer(settings: ServiceSettings) -> TurnEventDeserializer:
     kafka = settings.kafka
     return TurnEventDeserializer(
         shipped_catalog(),
-        registry=registry_client(kafka.schema_registry_url) if kafka.schema_registry_url else None,
+        registry=registry_client(kafka.schema_registry_url, kafka.schema_registry_options)
+        if kafka.schema_registry_url
+        else None,
         resolver=SchemaTopicResolver(kafka),
     )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from turnaudit.errors import ConfigurationError
+from turnaudit.label_bounds import DEFAULT_LABEL_LIMIT
 
 # _int: the project's one parser of whole-number variables, same messages everywhere.
 from turnaudit.settings import ENV_PREFIX, KafkaSettings, _int
@@ -58,10 +59,12 @@ class LogSinkSettings:
 
 @dataclass(frozen=True)
 class MetricsSettings:
-    # Label values outside these lists are counted as "other": a flood of new
-    # pack or domain ids cannot create new series.
+    # With a list, label values outside it are counted as "other"; without one,
+    # the first label_limit distinct ids are named and the rest are "other":
+    # either way a flood of new pack or domain ids cannot create new series.
     packs: frozenset[str] = frozenset()
     domains: frozenset[str] = frozenset()
+    label_limit: int = DEFAULT_LABEL_LIMIT
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,9 @@ class ServiceSettings:
                 file_backups=_int(env, "LOG_FILE_BACKUPS", 10, minimum=1),
             ),
             metrics=MetricsSettings(
-                packs=_names(env, "METRICS_PACKS"), domains=_names(env, "METRICS_DOMAINS")
+                packs=_names(env, "METRICS_PACKS"),
+                domains=_names(env, "METRICS_DOMAINS"),
+                label_limit=_int(env, "METRICS_LABEL_LIMIT", DEFAULT_LABEL_LIMIT, minimum=1),
             ),
         )
 

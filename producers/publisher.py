@@ -118,13 +118,15 @@ class TurnEventPublisher:
         # version its bundle names, so a runtime can move from v1 to v2 gradually.
         self._serializers: dict[int, Callable[[dict[str, Any]], bytes]] = {}
         registry = (
-            registry_client(settings.schema_registry_url) if settings.schema_registry_url else None
+            registry_client(settings.schema_registry_url, settings.schema_registry_options)
+            if settings.schema_registry_url
+            else None
         )
         for schema in catalog.versions:
             if registry is not None:
-                self._serializers[schema.version] = ConfluentSerializer(schema, registry).bind(
-                    self.topic
-                )
+                self._serializers[schema.version] = ConfluentSerializer(
+                    schema, registry, auto_register=settings.schema_registry_auto_register
+                ).bind(self.topic)
             else:
                 self._serializers[schema.version] = SingleObjectSerializer(schema)
                 self._announce_schema(settings.topics.schemas, schema)

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from turnaudit.errors import ConfigurationError
+from turnaudit.serialization.registry import auto_register_from_env, registry_options_from_env
 
 ENV_PREFIX = "TURNAUDIT_"
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -57,6 +58,10 @@ class KafkaSettings:
     bootstrap_servers: str | None = None  # None: use the project's local broker
     topics: TopicNames = field(default_factory=TopicNames)
     schema_registry_url: str | None = None
+    # Registry client options (credentials, TLS) and whether the publisher may
+    # register schemas: turnaudit.serialization.registry reads them.
+    schema_registry_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    schema_registry_auto_register: bool = True
     client_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     partitions: int = 6
     replication_factor: int = 1
@@ -96,6 +101,8 @@ class KafkaSettings:
             bootstrap_servers=env.get(BOOTSTRAP_ENV) or None,
             topics=TopicNames(env.get(ENV_PREFIX + "TOPIC_PREFIX", DEFAULT_TOPIC_PREFIX)),
             schema_registry_url=env.get(ENV_PREFIX + "SCHEMA_REGISTRY_URL") or None,
+            schema_registry_options=MappingProxyType(registry_options_from_env(env)),
+            schema_registry_auto_register=auto_register_from_env(env),
             client_options=MappingProxyType({str(k): str(v) for k, v in options.items()}),
             partitions=_int(env, "TOPIC_PARTITIONS", 6, minimum=1),
             replication_factor=_int(env, "TOPIC_REPLICATION_FACTOR", 1, minimum=1),

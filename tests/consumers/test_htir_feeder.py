@@ -222,8 +222,9 @@ def test_the_worker_replays_each_trace_once_and_publishes_observations(
     assert worker.tally.traces == len({t.task_id for t in traces})
     assert calls["n"] == sum(len(t.steps) for t in {t.task_id: t for t in traces}.values())
     topic = kafka_settings.topics.auditor_observations
+    decode = TurnEventDeserializer(shipped_catalog("auditor_observation"))
     observed = [
-        json.loads(msg.value())
+        decode(msg.value()).event
         for msg in read_range(kafka_settings, topic, None, end_offsets(kafka_settings, topic))
     ]
     assert {o["task_id"] for o in observed} == {t.task_id for t in traces}

@@ -48,7 +48,8 @@ def series(registry: CollectorRegistry) -> set[tuple[str, tuple[tuple[str, str],
 
 def test_a_flood_of_new_pack_and_domain_ids_adds_no_series() -> None:
     registry = CollectorRegistry()
-    sink = VerdictMetricsSink(MetricsSettings(packs=frozenset({"medical"})), registry)
+    settings = MetricsSettings(packs=frozenset({"medical"}), domains=frozenset({"howto"}))
+    sink = VerdictMetricsSink(settings, registry)
     sink.write([consumed(turn("s-a", 0, pack="medical"))])
     sink.write([consumed(turn(f"s-{n}", 0, pack=f"pack-{n}")) for n in range(100)])
     after_100 = series(registry)

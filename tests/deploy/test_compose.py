@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,3 +91,44 @@ def test_prometheus_scrapes_the_ports_the_services_listen_on() -> None:
         if port is not None:
             assert f"{name}:{port}" in targets
     assert "./deploy/prometheus:/etc/prometheus:ro" in COMPOSE["services"]["prometheus"]["volumes"]
+
+
+def _tool_version(tool: str) -> str:
+    found = shutil.which(tool)
+    assert found is not None, f"{tool} not found: run `make promtool`"
+    out = subprocess.run([found, "--version"], capture_output=True, text=True, check=True)
+    match = re.search(r"version (\d+\.\d+\.\d+)", out.stdout + out.stderr)
+    assert match, out
+    return match.group(1)
+
+
+def test_compose_runs_the_prometheus_the_suite_checks_the_rules_with() -> None:
+    image = COMPOSE["services"]["prometheus"]["image"]
+    assert image == f"prom/prometheus:v{_tool_version('promtool')}"
+
+
+def test_compose_runs_the_alertmanager_the_suite_checks_the_config_with() -> None:
+    image = COMPOSE["services"]["alertmanager"]["image"]
+    assert image == f"prom/alertmanager:v{_tool_version('amtool')}"
+    receiver = COMPOSE["services"]["alert-webhook"]["command"]
+    assert "/etc/alertmanager/webhook_receiver.py" in receiver
+
+
+def test_kafka_is_advertised_to_the_host_too() -> None:
+    kafka = COMPOSE["services"]["kafka"]
+    env = kafka["environment"]
+    advertised = dict(
+        entry.split("://", 1) for entry in env["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    )
+    assert advertised["PLAINTEXT"] == "kafka:9092"  # the services inside compose
+    host_port = advertised["HOST"].rsplit(":", 1)[1]
+    assert advertised["HOST"] == f"localhost:{host_port}"
+    assert f"{host_port}:{host_port}" in kafka["ports"]
+    assert f"HOST://:{host_port}" in env["KAFKA_LISTENERS"].split(",")
+    assert "HOST:PLAINTEXT" in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
+    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "PLAINTEXT"
+
+
+def test_the_compose_simulator_stamps_real_time() -> None:
+    args = build_parser().parse_args(COMPOSE["services"]["simulator"]["command"])
+    assert args.real_time is True

@@ -57,8 +57,41 @@ def test_the_dashboard_covers_what_on_call_needs() -> None:
         "turnaudit_sequence_gaps_total",
         "turnaudit_dead_letters_total",
         "turnaudit_consumer_lag",
+        "turnaudit_sink_failures_total",
+        "turnaudit_dead_letter_failures_total",
+        "turnaudit_htir_traces_total",
+        "turnaudit_htir_open_traces",
+        "turnaudit_metrics_label_values",
+        "ALERTS",
     ):
         assert needed in expanded
+
+
+def test_pack_and_job_variables_select_every_panel() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert {"pack", "job"} <= set(variables)
+    assert "turnaudit_turns_total" in variables["pack"]["definition"]
+    for variable in variables.values():
+        assert variable["includeAll"]
+        assert variable["multi"]
+        assert variable["allValue"] == ".*"
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            if "ALERTS" in expr:
+                continue
+            # A panel over verdict counters follows the pack; one over services, the job.
+            assert '"$pack"' in expr or '"$job"' in expr, (panel["title"], expr)
+
+
+def test_a_panel_lists_the_firing_alerts() -> None:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    firing = [
+        p for p in panels if any('ALERTS{alertstate="firing"' in t["expr"] for t in p["targets"])
+    ]
+    assert firing
+    assert firing[0]["gridPos"]["y"] == 0
 
 
 def test_panels_use_the_provisioned_datasource() -> None:

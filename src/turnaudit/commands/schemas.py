@@ -1,11 +1,21 @@
-"""``turnaudit schemas check|show``."""
+"""``turnaudit schemas check|list|get|fingerprints``."""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 
 from turnaudit.serialization.compatibility import check_full_transitive
-from turnaudit.serialization.schemas import schema_path, shipped_catalog
+from turnaudit.serialization.schemas import (
+    WriterSchema,
+    schema_path,
+    shipped_catalog,
+    shipped_schemas,
+)
+
+_HEX_KEY = re.compile(r"[0-9a-fA-F]{16}")
+_JAVA_LONG = re.compile(r"-?[0-9]{1,20}")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,7 +26,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     check.add_argument("--records", type=int, default=300, help="records written per version")
     check.set_defaults(handler=_check)
-    actions.add_parser("list", help="versions, fingerprints and files").set_defaults(handler=_list)
+    actions.add_parser(
+        "list", help="every record type's versions, fingerprints and files"
+    ).set_defaults(handler=_list)
+    get = actions.add_parser(
+        "get",
+        help="print the writer schema of a fingerprint (shipped, else from the schemas topic)",
+        description="FINGERPRINT is either the schemas topic's key / bytes 2..9 of a message as "
+        "16 hex digits (little-endian), or the signed 64-bit number Java's "
+        "SchemaNormalization.parsingFingerprint64 returns.",
+    )
+    get.add_argument("fingerprint", metavar="FINGERPRINT")
+    get.add_argument(
+        "--no-topic",
+        action="store_true",
+        help="look in the shipped schemas only, never at the cluster",
+    )
+    get.set_defaults(handler=_get)
+    actions.add_parser(
+        "fingerprints",
+        help="the published fingerprint table (schemas/fingerprints.txt is this output)",
+    ).set_defaults(handler=_fingerprints)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -29,6 +59,95 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _list(_: argparse.Namespace) -> int:
-    for s in shipped_catalog().versions:
-        print(f"v{s.version}  fingerprint {s.fingerprint_hex}  {schema_path(s.name, s.version)}")
+    for s in shipped_schemas():
+        print(
+            f"{s.name} v{s.version}  fingerprint {s.fingerprint_hex}  "
+            f"(Java long {java_long(s.fingerprint)})  {schema_path(s.name, s.version)}"
+        )
+    return 0
+
+
+def java_long(fingerprint: bytes) -> int:
+    """Java's ``parsingFingerprint64`` value for the 8 little-endian wire bytes."""
+    return int.from_bytes(fingerprint, "little", signed=True)
+
+
+def wire_candidates(text: str) -> list[bytes]:
+    """The wire bytes ``text`` may name: 16 hex digits, and/or a signed 64-bit decimal."""
+    text = text.strip()
+    found: list[bytes] = []
+    if _HEX_KEY.fullmatch(text):
+        found.append(bytes.fromhex(text))
+    if _JAVA_LONG.fullmatch(text):
+        value = int(text)
+        if -(2**63) <= value < 2**63:
+            found.append(value.to_bytes(8, "little", signed=True))
+    return found
+
+
+def _get(args: argparse.Namespace) -> int:
+    candidates = wire_candidates(args.fingerprint)
+    if not candidates:
+        print(
+            f"schemas get: {args.fingerprint!r} is neither 16 hex digits nor a signed 64-bit "
+            "number",
+            file=sys.stderr,
+        )
+        return 2
+    shipped: dict[bytes, WriterSchema] = {s.fingerprint: s for s in shipped_schemas()}
+    for wire in candidates:
+        if wire in shipped:
+            print(shipped[wire].schema_json.rstrip())
+            return 0
+    if not args.no_topic:
+        found = _from_topic(candidates)
+        if found is not None:
+            print(found.rstrip())
+            return 0
+    forms = ", ".join(f"{w.hex()} (Java long {java_long(w)})" for w in candidates)
+    where = "the shipped schemas" + ("" if args.no_topic else " or on the schemas topic")
+    print(f"schemas get: no schema with fingerprint {forms} in {where}", file=sys.stderr)
+    return 1
+
+
+def _from_topic(candidates: list[bytes]) -> str | None:
+    # Only when asked beyond the shipped schemas: reaching a cluster costs time.
+    from turnaudit.cluster import connect  # noqa: PLC0415 - the cluster is needed on a miss only
+    from turnaudit.serialization.schema_topic import SchemaTopicResolver  # noqa: PLC0415
+    from turnaudit.settings import KafkaSettings  # noqa: PLC0415
+
+    settings, _ = connect(KafkaSettings.from_env(), start_local=False)
+    resolve = SchemaTopicResolver(settings, min_refresh_interval=0.0)
+    for wire in candidates:
+        found = resolve(wire)
+        if found is not None:
+            return found
+    return None
+
+
+def fingerprint_table() -> str:
+    """The published fingerprints of every shipped writer schema (schemas/fingerprints.txt)."""
+    lines = [
+        "# Fingerprints of every shipped writer schema: generated by `turnaudit schemas",
+        "# fingerprints`, checked in, verified by the test suite. Do not recompute them from",
+        "# the .avsc files with another Avro library: some compute a different canonical form",
+        "# (docs/subscribers.md). Columns:",
+        "#   wire_hex   bytes 2..9 of a single-object message = the schemas topic's key",
+        "#              (CRC-64-AVRO, little-endian)",
+        "#   java_long  what Java's SchemaNormalization.parsingFingerprint64 returns",
+        "#   crc64_hex  the same number as 16 hex digits, most significant first",
+        "#",
+        "# wire_hex          java_long             crc64_hex         record.version          file",
+    ]
+    for s in shipped_schemas():
+        value = java_long(s.fingerprint)
+        lines.append(
+            f"{s.fingerprint_hex}  {value:<20}  {value & (2**64 - 1):016x}  "
+            f"{f'{s.name}.v{s.version}':<22}  {s.name}.v{s.version}.avsc"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _fingerprints(_: argparse.Namespace) -> int:
+    sys.stdout.write(fingerprint_table())
     return 0

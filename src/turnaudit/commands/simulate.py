@@ -24,6 +24,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_simulation_arguments(parser)
     parser.add_argument("--truth", type=Path, help="write the simulator's ground truth (JSON) here")
+    parser.add_argument(
+        "--real-time",
+        action="store_true",
+        help="stamp each turn with the wall-clock time it is published (default: the seed's "
+        "simulated clock, which starts at a fixed date)",
+    )
     parser.set_defaults(handler=_simulate)
 
 
@@ -74,9 +80,13 @@ def _versions(text: str) -> tuple[int, ...]:
 
 
 def publish_simulation(
-    settings: KafkaSettings, args: argparse.Namespace
+    settings: KafkaSettings, args: argparse.Namespace, *, real_time: bool = False
 ) -> tuple[TurnRuntimeSimulator, CloseReport, TurnAuditEmitter, float]:
-    """Publish ``args.events`` simulated turns through the adapter and one publisher."""
+    """Publish ``args.events`` simulated turns through the adapter and one publisher.
+
+    ``real_time``: each turn's ``occurred_at`` is the moment it is published, as
+    a live runtime's would be (dashboards' delay panels then read true delays).
+    """
     if args.events == 0:
         raise ConfigurationError("--events must be at least 1")
     sim = TurnRuntimeSimulator(
@@ -97,6 +107,8 @@ def publish_simulation(
             delay = started + i * interval - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+        if real_time:
+            event["occurred_at"] = int(time.time() * 1000)  # the adapter's unit: epoch millis
         emitter.emit(event)
     report = publisher.close()
     return sim, report, emitter, time.monotonic() - started
@@ -106,7 +118,7 @@ def _simulate(args: argparse.Namespace) -> int:
     settings, where = connect(KafkaSettings.from_env(), start_local=False)
     print(where)
     ensure_topics(settings)
-    sim, report, emitter, elapsed = publish_simulation(settings, args)
+    sim, report, emitter, elapsed = publish_simulation(settings, args, real_time=args.real_time)
     print(
         f"published {emitter.emitted} turns in {elapsed:.1f}s "
         f"({emitter.emitted / max(elapsed, 1e-9):.0f}/s) to {settings.topics.turn_events}: "

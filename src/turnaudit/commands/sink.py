@@ -26,7 +26,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "logs", help="one JSON log line per turn (TURNAUDIT_LOG_FILE, TURNAUDIT_LOG_SURFACES)"
     ).set_defaults(handler=_logs)
     services.add_parser(
-        "metrics", help="Prometheus verdict counters on /metrics (TURNAUDIT_HTTP_PORT)"
+        "metrics",
+        help="Prometheus verdict counters on /metrics (TURNAUDIT_HTTP_PORT); packs and domains "
+        "named up to TURNAUDIT_METRICS_LABEL_LIMIT (100), or exactly TURNAUDIT_METRICS_PACKS / "
+        "TURNAUDIT_METRICS_DOMAINS",
     ).set_defaults(handler=_metrics)
 
 

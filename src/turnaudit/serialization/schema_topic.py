@@ -17,10 +17,23 @@ import structlog
 
 from turnaudit.errors import TurnAuditError
 from turnaudit.kafka.reading import end_offsets, read_range
-from turnaudit.serialization.schemas import schema_from_json
+from turnaudit.serialization.schemas import WriterSchema, schema_from_json
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.schema_topic")
+
+
+def announce_schema(
+    produce: Callable[[str, bytes, bytes], object], topic: str, schema: WriterSchema
+) -> None:
+    """Put a writer schema on the compacted schemas topic: key = fingerprint hex, value = JSON.
+
+    ``produce(topic, value, key)`` is the writer's own producer, so the
+    announcement is delivered no later than the writer's first flush of data
+    written with the schema. Re-announcing is harmless: compaction keeps one
+    record per key.
+    """
+    produce(topic, schema.schema_json.encode(), schema.fingerprint_hex.encode())
 
 
 class SchemaTopicResolver:

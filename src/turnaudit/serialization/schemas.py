@@ -67,6 +67,22 @@ class SchemaCatalog:
 
 
 @cache
+def shipped_record_names() -> tuple[str, ...]:
+    """Every record type the package ships ``.avsc`` files for, e.g. ``turn_event``."""
+    names = {
+        entry.name.rsplit(".v", 1)[0]
+        for entry in resources.files(SCHEMA_PACKAGE).iterdir()
+        if entry.name.endswith(".avsc") and ".v" in entry.name
+    }
+    return tuple(sorted(names))
+
+
+def shipped_schemas() -> tuple[WriterSchema, ...]:
+    """Every shipped writer schema of every record type."""
+    return tuple(s for name in shipped_record_names() for s in shipped_catalog(name).versions)
+
+
+@cache
 def shipped_catalog(name: str = "turn_event") -> SchemaCatalog:
     """Load ``schemas/<name>.v<N>.avsc`` from the installed package."""
     found: list[WriterSchema] = []

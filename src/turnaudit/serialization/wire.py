@@ -19,7 +19,7 @@ import functools
 import io
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -34,6 +34,7 @@ from turnaudit.errors import (
     SerializationError,
     UnknownFramingError,
 )
+from turnaudit.serialization.registry import ensure_compatibility
 from turnaudit.serialization.schemas import SchemaCatalog, WriterSchema, schema_from_json
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
@@ -75,17 +76,32 @@ class SingleObjectSerializer:
 
 
 class ConfluentSerializer:
-    """Encodes records in the Confluent wire format, registering the schema."""
+    """Encodes records in the Confluent wire format.
 
-    def __init__(self, schema: WriterSchema, registry: SchemaRegistryClient) -> None:
+    With ``auto_register`` the schema is registered under the topic's subject,
+    whose compatibility level is set to FULL_TRANSITIVE first; without it the
+    schema must have been registered beforehand and is only looked up.
+    """
+
+    def __init__(
+        self, schema: WriterSchema, registry: SchemaRegistryClient, *, auto_register: bool = True
+    ) -> None:
         self.schema = schema
+        self._registry = registry
+        self._auto_register = auto_register
+        self._compatible_subjects: set[str] = set()
         self._inner = AvroSerializer(
-            registry, schema.schema_json, conf={"auto.register.schemas": True}
+            registry, schema.schema_json, conf={"auto.register.schemas": auto_register}
         )
 
     def __call__(self, record: dict[str, Any], ctx: SerializationContext | None = None) -> bytes:
+        ctx = _context(ctx)
+        if self._auto_register and ctx.topic not in self._compatible_subjects:
+            # Before the first registration under the subject (topic name strategy).
+            ensure_compatibility(self._registry, f"{ctx.topic}-value")
+            self._compatible_subjects.add(ctx.topic)
         try:
-            out = self._inner(record, _context(ctx))
+            out = self._inner(record, ctx)
         except Exception as exc:  # the registry client raises many unrelated types
             raise SerializationError(
                 f"record does not fit {self.schema.name} v{self.schema.version} "
@@ -101,7 +117,7 @@ class ConfluentSerializer:
         return lambda record: self(record, ctx)
 
 
-def registry_client(url: str, extra: dict[str, str] | None = None) -> SchemaRegistryClient:
+def registry_client(url: str, extra: Mapping[str, str] | None = None) -> SchemaRegistryClient:
     """The process's Schema Registry client for ``url`` (one per URL, so its
     schema caches are shared); ``mock://…`` gives the library's in-process registry."""
     return _registry_client(url, tuple(sorted((extra or {}).items())))
