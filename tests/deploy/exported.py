@@ -11,6 +11,7 @@ from turnaudit.consumers.log_sink import LogSink
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumerMetrics
 from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
+from turnaudit.producers.metrics import PublisherMetrics
 
 _SUFFIXES = {
     "counter": ("_total", "_created"),
@@ -42,6 +43,7 @@ def exported_sample_names() -> set[str]:
     ConsumerMetrics(registry)
     VerdictMetricsSink(MetricsSettings(), registry)
     LogSink(LogSinkSettings(), registry)
+    PublisherMetrics(registry)  # the runtimes' side, scraped from each runtime
     names: set[str] = set()
     for family in registry.collect():
         for suffix in _SUFFIXES.get(family.type, ("",)):
