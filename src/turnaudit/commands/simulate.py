@@ -48,7 +48,7 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--spool-dir",
-        type=Path,
+        type=_spool_dir,
         default=Path("var/spool"),
         help="where undeliverable events wait for the broker",
     )
@@ -62,6 +62,21 @@ def _positive(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
+
+
+def _spool_dir(text: str) -> Path:
+    """A folder the publisher can write its spool to (created if missing)."""
+    path = Path(text)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a writable folder ({exc.strerror}): choose another"
+        ) from None
+    return path
 
 
 def _versions(text: str) -> tuple[int, ...]:
