@@ -8,11 +8,12 @@ from librdkafka's delivery reports. No label but ``reason`` (a closed set).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -39,12 +40,7 @@ class PublisherMetrics(Collector):
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
         self._source: StatsSource | None = None
-        self.delivery_latency = Histogram(
-            f"{PREFIX}_delivery_latency_seconds",
-            "Time from publish() to the broker's acknowledgement, per event",
-            buckets=LATENCY_BUCKETS,
-            registry=None,
-        )
+        self.delivery_latency = LatencyHistogram(LATENCY_BUCKETS)
         if registry is not None:
             registry.register(self)
 
@@ -91,4 +87,29 @@ class PublisherMetrics(Collector):
         yield gauge("spool_oldest_event_age_seconds",
                     "Age of the oldest event in the spool (0 when empty)",
                     stats.oldest_spooled_age_s if stats else 0.0)
-        yield from self.delivery_latency.collect()
+        yield self.delivery_latency.family(
+            f"{PREFIX}_delivery_latency_seconds",
+            "Time from publish() to the broker's acknowledgement, per event",
+        )
+
+
+class LatencyHistogram:
+    """Bucket counts kept by one writer (the thread serving delivery reports):
+    no lock on the path that runs once per event; a scrape reads a snapshot."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)  # the last one: above every bound
+        self._sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self._counts[bisect.bisect_left(self._bounds, seconds)] += 1
+        self._sum += seconds
+
+    def family(self, name: str, doc: str) -> HistogramMetricFamily:
+        counts, total = list(self._counts), self._sum
+        cumulative, buckets = 0, []
+        for bound, count in zip((*map(str, self._bounds), "+Inf"), counts, strict=True):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)

@@ -206,8 +206,12 @@ class TurnEventPublisher:
         self._handback: list[SpooledMessage] = []
         self._lock = threading.Lock()
         # Counters (under _lock): where every event is, see PublisherStats.
-        self._published = self._delivered = self._failed = self._refused = 0
-        self._in_flight = self._dlq_in_flight = self._dead_lettered = 0
+        self._published = self._failed = self._refused = self._dead_lettered = 0
+        # Events handed to librdkafka, and what became of them. _delivered has
+        # one writer (the thread serving delivery reports) and is read once per
+        # stats() snapshot; in flight = produced - delivered - failed - purged.
+        self._produced = self._delivered = self._purged = 0
+        self._dlq_in_flight = 0
         self._inherited = self._spooled = self._spool.pending_by_topic[self.topic]
         self._spooled_total = 0
         self._worker_errors = 0
@@ -245,7 +249,7 @@ class TurnEventPublisher:
             if not self._spooling:
                 try:
                     self._producer.produce(self.topic, value, key)
-                    self._in_flight += 1
+                    self._produced += 1
                     return event_id
                 except BufferError:
                     self._spooling = True  # librdkafka's queue is full: the spool takes it
@@ -274,6 +278,17 @@ class TurnEventPublisher:
 
     # -- callbacks (run inside poll, on whichever thread polls) ---------------
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        # Turn events only (dead letters carry their own callback); this runs
+        # once per event on the publisher's thread, so it stays this small.
+        if err is None:
+            self._delivered += 1
+            latency = msg.latency()
+            if latency is not None:
+                self.metrics.delivery_latency.observe(latency)
+            return
+        self._account(err, msg, handback=True)
+
+    def _on_dead_letter(self, err: KafkaError | None, msg: Message) -> None:
         self._account(err, msg, handback=True)
 
     def _on_drained(self, batch: _DrainBatch, index: int, err: KafkaError | None,
@@ -286,15 +301,14 @@ class TurnEventPublisher:
         """Count one delivery report; True when the message was purged at close."""
         is_event = msg.topic() == self.topic
         if err is None:
-            with self._lock:
-                if is_event:
-                    self._in_flight -= 1
-                    self._delivered += 1
-                else:
+            if is_event:
+                self._delivered += 1
+                latency = msg.latency()
+                if latency is not None:
+                    self.metrics.delivery_latency.observe(latency)
+            else:
+                with self._lock:
                     self._dlq_in_flight -= 1
-            latency = msg.latency()
-            if is_event and latency is not None:
-                self.metrics.delivery_latency.observe(latency)
             return False
         kept = SpooledMessage(
             msg.topic() or self.topic, msg.key() or b"", msg.value() or b"",
@@ -306,7 +320,7 @@ class TurnEventPublisher:
             # with the same event id.
             with self._lock:
                 if is_event:
-                    self._in_flight -= 1
+                    self._purged += 1
                     self._spooled += 1
                 else:
                     self._dlq_in_flight -= 1
@@ -318,7 +332,6 @@ class TurnEventPublisher:
         # on disk and reported, never dropped.
         with self._lock:
             if is_event:
-                self._in_flight -= 1
                 self._failed += 1
             else:
                 self._dlq_in_flight -= 1
@@ -395,7 +408,7 @@ class TurnEventPublisher:
                         batch.produced += 1
                         if message.topic == self.topic:
                             self._spooled -= 1
-                            self._in_flight += 1
+                            self._produced += 1
                         else:
                             self._dlq_in_flight += 1
                     break
@@ -433,12 +446,13 @@ class TurnEventPublisher:
     def stats(self) -> PublisherStats:
         with self._lock:
             oldest = self._spool.oldest_appended_at
+            delivered = self._delivered  # read once: it moves without the lock
             return PublisherStats(
                 published=self._published,
-                delivered=self._delivered,
+                delivered=delivered,
                 failed=self._failed,
                 spooled=self._spooled,
-                in_flight=self._in_flight,
+                in_flight=self._produced - delivered - self._failed - self._purged,
                 refused=self._refused,
                 inherited=self._inherited,
                 dead_lettered=self._dead_lettered,
@@ -524,7 +538,8 @@ class TurnEventPublisher:
             self._dead_lettered += 1
             if not self._spooling:
                 try:
-                    self._producer.produce(self._dlq_topic, value, key, headers=headers)
+                    self._producer.produce(self._dlq_topic, value, key, headers=headers,
+                                           on_delivery=self._on_dead_letter)
                     self._dlq_in_flight += 1
                     return
                 except (BufferError, KafkaException):
