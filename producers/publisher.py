@@ -344,6 +344,10 @@ class TurnEventPublisher:
         return False
 
     def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            # The idempotent producer cannot go on (librdkafka says so): events
+            # already queued are reported failed and kept in rejected/.
+            log.critical("producer_fatal_error", error=err.str(), code=err.name())
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             if not self._broker_down:
                 log.warning("broker_unreachable", error=err.str())
@@ -490,7 +494,7 @@ class TurnEventPublisher:
             self._settle_batch()
             # The client's queue is older than anything spooled: it goes in front.
             self._spool.requeue_front(self._handback)
-        except PublishError as exc:
+        except (PublishError, OSError) as exc:
             with self._lock:
                 lost = sum(m.topic == self.topic for m in self._handback)
                 self._spooled -= lost

@@ -134,13 +134,17 @@ class DiskSpool:
         return self._fd
 
     def _cut_back(self) -> None:
-        """After a failed write, cut the file back to its last whole record."""
+        """After a failed write, cut the file back to its last whole record (the
+        descriptor stays open: the next append on a still-full disk costs one
+        failing write, not an open and a close as well)."""
+        if self._fd is None:
+            return  # the file did not even open: nothing was written
         try:
-            os.truncate(self._path(self._write_segment), self._write_offset)
+            os.ftruncate(self._fd, self._write_offset)
         except OSError as exc:  # the next open cuts a torn tail anyway
             log.error("spool_truncate_failed", path=str(self._path(self._write_segment)),
                       error=str(exc))
-        self._close_fd()
+            self._close_fd()
 
     def _close_fd(self) -> None:
         if self._fd is not None:
