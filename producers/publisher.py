@@ -29,7 +29,8 @@ folder) and returns a report; it never raises for delivery problems.
 A background thread serves librdkafka's callbacks, notices the broker is back,
 waits until the in-memory queue is empty, then drains the spool in order. It
 survives any error (logged, counted, retried after a pause) and is restarted
-by ``publish()`` should it ever stop.
+by ``publish()`` should it ever stop. After ``close()``, ``publish()`` still
+keeps its promise: events go to the spool, for the next publisher.
 """
 
 from __future__ import annotations
@@ -256,6 +257,8 @@ class TurnEventPublisher:
                 except KafkaException as exc:
                     log.warning("produce_failed_spooling", error=str(exc))
                     self._spooling = True
+            if not self._worker.is_alive() and not self._closing.is_set():
+                self._worker = self._start_worker()  # it drains the spool: never without it
             try:
                 self._spool.append(self.topic, key, value)
                 self._spooled += 1
@@ -272,8 +275,6 @@ class TurnEventPublisher:
             log.error("turn_event_refused", event_id=event_id, session_id=session,
                       sequence=sequence, reason=refusal.reason, error=str(refusal))
             raise refusal
-        if not self._worker.is_alive() and not self._closing.is_set():
-            self._worker = self._start_worker()
         return event_id
 
     # -- callbacks (run inside poll, on whichever thread polls) ---------------
@@ -504,7 +505,10 @@ class TurnEventPublisher:
         self._schema_producer.flush(min(5.0, max(0.0, deadline - time.monotonic())))
         self._spool.close()
         self._rejected.close()
-        self._closed = True
+        with self._lock:
+            # A publish() after close() goes to the spool, for the next publisher.
+            self._spooling = True
+            self._closed = True
         self._lost = lost
         report = self._report()
         if report.ok:

@@ -352,3 +352,22 @@ def test_an_unusable_spool_directory_is_a_configuration_error(
     with pytest.raises(ConfigurationError, match=r"spool directory .* is not usable"):
         TurnEventPublisher(kafka_settings, spool_dir=blocker / "spool")
     assert os.path.isfile(blocker)
+
+
+def test_events_published_after_close_wait_in_the_spool_for_the_next_publisher(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    first = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
+    runtime = Runtime(first, seed=36)
+    runtime.publish(50)
+    assert first.close(timeout=60).ok
+    runtime.publish(30)  # a late turn: kept, not lost
+    stats = first.stats()
+    assert stats.spooled == 30
+    assert stats.balanced
+    successor = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
+    assert successor.stats().inherited == 30
+    report = successor.close(timeout=60)
+    assert report.ok
+    assert report.delivered == 30
+    assert_on_topic_exactly_once_in_order(kafka_settings, runtime)
