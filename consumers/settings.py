@@ -16,7 +16,7 @@ from turnaudit.errors import ConfigurationError
 from turnaudit.label_bounds import DEFAULT_LABEL_LIMIT
 
 # _int: the project's one parser of whole-number variables, same messages everywhere.
-from turnaudit.settings import ENV_PREFIX, KafkaSettings, _int
+from turnaudit.settings import ENV_PREFIX, MAX_PORT, KafkaSettings, _int, check_writable_file
 
 
 class SurfaceRedaction(enum.StrEnum):
@@ -103,13 +103,16 @@ class ServiceSettings:
                 f"{ENV_PREFIX}LOG_SURFACES={surfaces!r}: choose {choices}"
             ) from None
         log_file = _text(env, "LOG_FILE", "")
+        if log_file and service is ServiceName.LOG_SINK:
+            check_writable_file(Path(log_file), f"{ENV_PREFIX}LOG_FILE")
         return cls(
             service=service,
             kafka=KafkaSettings.from_env(env),
             group_id=_text(env, "GROUP_ID", f"turnaudit-{service.value}"),
             group_instance_id=_text(env, "GROUP_INSTANCE_ID", "") or None,
             http_host=_text(env, "HTTP_HOST", "0.0.0.0"),  # noqa: S104
-            http_port=_int(env, "HTTP_PORT", DEFAULT_HTTP_PORTS[service], minimum=0),
+            http_port=_int(env, "HTTP_PORT", DEFAULT_HTTP_PORTS[service], minimum=0,
+                           maximum=MAX_PORT),
             batch_size=_int(env, "BATCH_SIZE", 500, minimum=1),
             batch_timeout_s=_int(env, "BATCH_TIMEOUT_MS", 10, minimum=1) / 1000,
             auto_offset_reset=reset,

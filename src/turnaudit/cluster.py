@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 from turnaudit.kafka.local_broker import LocalKafkaBroker
+from turnaudit.kafka.topics import CLUSTER_HINT, LOCAL_BROKER_HINT, require_cluster
 from turnaudit.settings import KafkaSettings, LocalBrokerSettings
 
 
-def connect(settings: KafkaSettings, *, start_local: bool) -> tuple[KafkaSettings, str]:
-    """Settings with a bootstrap address, and a line saying where it points.
+def connect(
+    settings: KafkaSettings, *, start_local: bool, wait: float | None = None
+) -> tuple[KafkaSettings, str]:
+    """Settings with a bootstrap address that answers, and a line saying where it points.
 
     ``KAFKA_BOOTSTRAP_SERVERS`` wins; otherwise the local broker is used,
     started first when ``start_local`` (the demo) and expected running otherwise.
+    A cluster that does not answer within ``wait`` seconds (default: the
+    settings' connect timeout) ends the command with one line saying so.
     """
     if settings.bootstrap_servers:
+        require_cluster(settings, wait=wait, hint=CLUSTER_HINT)
         return settings, f"cluster at {settings.bootstrap_servers} (KAFKA_BOOTSTRAP_SERVERS)"
     broker = LocalKafkaBroker(LocalBrokerSettings.from_env())
     status = broker.start() if start_local else broker.status()
     where = f"local broker: {status.describe()}"
-    return settings.with_bootstrap(broker.bootstrap_servers), where
+    local = settings.with_bootstrap(broker.bootstrap_servers)
+    require_cluster(local, wait=wait, hint=LOCAL_BROKER_HINT)
+    return local, where

@@ -49,3 +49,31 @@ class PublishError(TurnAuditError):
 
 class SpoolFullError(PublishError):
     """The on-disk spool reached its bound; the event was not accepted."""
+
+
+class SpoolWriteError(PublishError):
+    """The spool's disk refused a write (full, read-only, I/O error); nothing was kept."""
+
+
+class EventRefusedError(PublishError):
+    """``publish()`` did not accept the event: it is neither on its way nor spooled.
+
+    The refusal is already counted (``stats().refused``, the refused metric) and
+    logged; ``event_id`` and ``sequence`` are the identity the event was given
+    (the session's sequence shows the gap), ``reason`` a closed-set word:
+    ``spool_full`` or ``disk_error``.
+    """
+
+    def __init__(self, message: str, *, event_id: str, sequence: int, reason: str) -> None:
+        super().__init__(message)
+        self.event_id = event_id
+        self.sequence = sequence
+        self.reason = reason
+
+
+class RegistryUnavailableError(PublishError):
+    """The schema registry did not give the writer schemas their ids."""
+
+
+class BrokerUnreachableError(BrokerError):
+    """No broker of the cluster answered within the time allowed."""

@@ -11,8 +11,20 @@ import sys
 
 import structlog
 
+from turnaudit.settings import LIBRDKAFKA_LOGGER
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_LIBRDKAFKA_HANDLER = logging.StreamHandler(sys.stderr)
+_LIBRDKAFKA_HANDLER.setFormatter(logging.Formatter("librdkafka %(levelname)s %(message)s"))
+
 
 def configure_cli_logging(level: str = "INFO") -> None:
+    # librdkafka's own lines (connection refused, ...) only at DEBUG: otherwise
+    # the command's one line says what is wrong.
+    if level.upper() == "DEBUG":
+        LIBRDKAFKA_LOGGER.addHandler(_LIBRDKAFKA_HANDLER)
+    else:
+        LIBRDKAFKA_LOGGER.removeHandler(_LIBRDKAFKA_HANDLER)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

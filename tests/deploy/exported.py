@@ -12,6 +12,7 @@ from turnaudit.consumers.log_sink import LogSink
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumerMetrics
 from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
+from turnaudit.producers.metrics import PublisherMetrics
 from turnaudit.settings import KafkaSettings
 
 _SUFFIXES = {
@@ -48,6 +49,7 @@ def exported_sample_names() -> set[str]:
     # (and librdkafka does not log its connection attempts).
     nowhere = KafkaSettings(bootstrap_servers="127.0.0.1:9", client_options={"log_level": "0"})
     HtirFeederSink(nowhere, registry=registry)
+    PublisherMetrics(registry)  # the runtimes' side, scraped from each runtime
     names: set[str] = {"up", "ALERTS"}  # series Prometheus itself makes
     for family in registry.collect():
         for suffix in _SUFFIXES.get(family.type, ("",)):

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from turnaudit.errors import SpoolFullError
+from turnaudit.errors import PublishError, SpoolFullError, SpoolWriteError
 from turnaudit.producers.spool import DiskSpool, SpooledMessage
+
+from .smallfs import small_filesystem
 
 
 def fill(spool: DiskSpool, n: int, start: int = 0) -> None:
@@ -104,3 +106,47 @@ def test_headers_survive_the_spool(tmp_path: Path) -> None:
     first, second = spool.read_batch()[0]
     assert first.headers == [("dlq.reason", b"contract:stub_fields"), ("empty", b"")]
     assert second.headers is None
+
+
+def test_a_full_disk_refuses_whole_records_and_recovers(tmp_path: Path) -> None:
+    """On a real tmpfs of 64 KB: ENOSPC leaves no torn record, and appends work
+    again once space is back; reopening reads exactly what was accepted."""
+    with small_filesystem(tmp_path / "small", 64) as mount_point:
+        spool = DiskSpool(mount_point / "spool")
+        accepted = []
+        refusal = None
+        for i in range(100_000):
+            try:
+                spool.append("topic", b"k", f"value-{i:06d}".encode() * 20)
+            except SpoolWriteError as exc:
+                refusal = exc
+                break
+            accepted.append(i)
+        assert refusal is not None
+        assert "cannot be written: No space left on device" in str(refusal)
+        assert len(spool) == len(accepted) > 0
+        assert spool.oldest_appended_at is not None
+        # Drain half: the cursor is rewritten in place, so it moves on a full disk.
+        records = spool.read(limit=len(accepted) // 2)
+        spool.commit(records[-1].end, len(records))
+        spool.append("topic", b"k", b"after")  # the cut-back torn write left room for it
+        spool.close()
+        reopened = DiskSpool(mount_point / "spool")
+        values = [m.value for m in reopened.read_batch(limit=1 << 20)[0]]
+        assert values[:-1] == [
+            f"value-{i:06d}".encode() * 20 for i in accepted[len(records):]
+        ]
+        assert values[-1] == b"after"
+        reopened.commit(*_all(reopened))
+        assert len(reopened) == 0
+        assert reopened.oldest_appended_at is None
+        assert list((mount_point / "spool").glob("segment-*.spool")) == []
+
+
+def test_counts_never_go_negative(tmp_path: Path) -> None:
+    spool = DiskSpool(tmp_path)
+    fill(spool, 2)
+    _, pos = spool.read_batch()
+    with pytest.raises(PublishError, match="commit of 5 records, 2 held"):
+        spool.commit(pos, 5)
+    assert len(spool) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 from turnaudit.cluster import connect
 from turnaudit.contracts import Breach
-from turnaudit.errors import ConfigurationError
+from turnaudit.errors import ConfigurationError, EventRefusedError
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import CloseReport, TurnEventPublisher
@@ -53,7 +54,7 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--spool-dir",
-        type=Path,
+        type=_spool_dir,
         default=Path("var/spool"),
         help="where undeliverable events wait for the broker",
     )
@@ -67,6 +68,21 @@ def _positive(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
+
+
+def _spool_dir(text: str) -> Path:
+    """A folder the publisher can write its spool to (created if missing)."""
+    path = Path(text)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a writable folder ({exc.strerror}): choose another"
+        ) from None
+    return path
 
 
 def _versions(text: str) -> tuple[int, ...]:
@@ -109,7 +125,10 @@ def publish_simulation(
                 time.sleep(delay)
         if real_time:
             event["occurred_at"] = int(time.time() * 1000)  # the adapter's unit: epoch millis
-        emitter.emit(event)
+        # A refusal is counted, logged and on the metric by the publisher, and
+        # the close report names it: the simulated turn goes on.
+        with contextlib.suppress(EventRefusedError):
+            emitter.emit(event)
     report = publisher.close()
     return sim, report, emitter, time.monotonic() - started
 
@@ -122,8 +141,7 @@ def _simulate(args: argparse.Namespace) -> int:
     print(
         f"published {emitter.emitted} turns in {elapsed:.1f}s "
         f"({emitter.emitted / max(elapsed, 1e-9):.0f}/s) to {settings.topics.turn_events}: "
-        f"{report.delivered} delivered, {report.undelivered} waiting in the spool, "
-        f"{report.failed} failed, {emitter.breached} contract breaches to the DLQ"
+        f"{report.describe()}, {emitter.breached} contract breaches to the DLQ"
     )
     if args.truth:
         args.truth.parent.mkdir(parents=True, exist_ok=True)

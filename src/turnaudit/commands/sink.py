@@ -15,6 +15,7 @@ from turnaudit.consumers.log_sink import LogSinkService, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsService
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.settings import check_port_free
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def service_settings(service: ServiceName) -> ServiceSettings:
     settings = ServiceSettings.from_env(service)
+    check_port_free(settings.http_host, settings.http_port, "TURNAUDIT_HTTP_PORT")
     kafka, _ = connect(settings.kafka, start_local=False)
     return settings.with_kafka(kafka)
 

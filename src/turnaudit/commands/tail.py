@@ -9,6 +9,7 @@ import threading
 from datetime import UTC, datetime
 from types import FrameType
 
+from turnaudit.argparsing import positive_int
 from turnaudit.cluster import connect
 from turnaudit.consumers.tail import TailFilter, tail_turns
 from turnaudit.settings import KafkaSettings
@@ -32,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--pack", help="only turns of this pack id")
     parser.add_argument("--session", help="only turns of this session id")
-    parser.add_argument("--limit", type=int, help="stop after this many lines")
+    parser.add_argument("--limit", type=positive_int, help="stop after this many lines")
     parser.set_defaults(handler=_tail)
 
 

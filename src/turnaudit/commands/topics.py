@@ -12,7 +12,7 @@ import time
 from confluent_kafka import KafkaException
 
 from turnaudit.cluster import connect
-from turnaudit.errors import BrokerError
+from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.settings import KafkaSettings
 
@@ -26,14 +26,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="retry this long while the cluster does not answer (default 0)",
+        help="wait this long for the cluster to answer, asking every second "
+        "(default 0: the connect timeout, TURNAUDIT_CONNECT_TIMEOUT_S, 10 s)",
     )
     create.set_defaults(handler=_create)
 
 
 def _create(args: argparse.Namespace) -> int:
-    settings, where = connect(KafkaSettings.from_env(), start_local=False)
+    if args.wait < 0:
+        raise ConfigurationError(f"--wait {args.wait:g}: give 0 or more seconds")
     deadline = time.monotonic() + args.wait
+    # With --wait, the cluster gets that long to answer (asked every second);
+    # without, the connect timeout (TURNAUDIT_CONNECT_TIMEOUT_S, 10 s).
+    settings, where = connect(
+        KafkaSettings.from_env(), start_local=False, wait=args.wait or None
+    )
     while True:
         try:
             created = ensure_topics(settings)
@@ -41,7 +48,7 @@ def _create(args: argparse.Namespace) -> int:
         except (BrokerError, KafkaException) as exc:
             if time.monotonic() >= deadline:
                 raise BrokerError(f"{where}: {exc}") from exc
-            time.sleep(2.0)
+            time.sleep(1.0)
     print(
         f"topics: {len(created)} created under prefix {settings.topics.prefix!r}"
         + (f": {', '.join(created)}" if created else "")

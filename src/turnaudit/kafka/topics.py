@@ -9,7 +9,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from turnaudit.errors import BrokerError
+from turnaudit.errors import BrokerError, BrokerUnreachableError, ConfigurationError
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.topics")
@@ -44,9 +44,44 @@ def topic_specs(settings: KafkaSettings) -> list[TopicSpec]:
     ]
 
 
+LOCAL_BROKER_HINT = "is the broker running? (turnaudit broker start)"
+CLUSTER_HINT = "is the cluster up, and KAFKA_BOOTSTRAP_SERVERS right?"
+
+
+def admin_client(settings: KafkaSettings) -> AdminClient:
+    try:
+        return AdminClient(settings.client_config())
+    except KafkaException as exc:
+        raise ConfigurationError(f"Kafka client settings: {exc.args[0].str()}") from None
+
+
+def require_cluster(
+    settings: KafkaSettings, *, wait: float | None = None, hint: str = CLUSTER_HINT
+) -> None:
+    """Return once a broker answers; raise ``BrokerUnreachableError`` (one line,
+    with what to do) when none does within ``wait`` seconds (default: the
+    settings' connect timeout). Asks again every second until then."""
+    timeout = settings.connect_timeout_s if wait is None else wait
+    admin = admin_client(settings)
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            admin.list_topics(timeout=max(0.5, min(left, 5.0)))
+            return
+        except KafkaException as exc:
+            log.debug("cluster_not_answering", error=str(exc), left_s=round(left, 1))
+        admin.poll(0)  # serves librdkafka's own log lines to their (silent) logger
+        if time.monotonic() >= deadline:
+            raise BrokerUnreachableError(
+                f"cannot reach {settings.bootstrap_servers} within {timeout:g} s: {hint}"
+            )
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
 def ensure_topics(settings: KafkaSettings, timeout: float = 30.0) -> list[str]:
     """Create the project's topics that do not exist yet; return the names created."""
-    admin = AdminClient(settings.client_config())
+    admin = admin_client(settings)
     wanted = topic_specs(settings)
     futures = admin.create_topics(
         [

@@ -1,0 +1,115 @@
+"""The publisher's Prometheus metrics, on the runtime's own registry.
+
+Counts are read from the publisher's ``stats()`` when Prometheus scrapes, so
+the metrics always add up exactly like ``stats()`` does and ``publish()`` pays
+nothing for them. Delivery latency is observed on the publisher's own thread,
+from librdkafka's delivery reports. No label but ``reason`` (a closed set).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from prometheus_client import Metric
+
+    from turnaudit.producers.publisher import PublisherStats
+
+PREFIX = "turnaudit_publisher"
+REFUSAL_REASONS = ("spool_full", "disk_error")
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0)
+
+
+class StatsSource(Protocol):
+    def stats(self) -> PublisherStats: ...
+
+    @property
+    def spooled_total(self) -> int: ...
+
+    def refused_by_reason(self) -> Mapping[str, int]: ...
+
+
+class PublisherMetrics(Collector):
+    """Registered on ``registry`` when given (``None``: kept unregistered)."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self._source: StatsSource | None = None
+        self.delivery_latency = LatencyHistogram(LATENCY_BUCKETS)
+        if registry is not None:
+            registry.register(self)
+
+    def attach(self, source: StatsSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        source = self._source
+        stats = source.stats() if source is not None else None
+        refused = source.refused_by_reason() if source is not None else {}
+
+        def counter(name: str, doc: str, value: int) -> CounterMetricFamily:
+            return CounterMetricFamily(f"{PREFIX}_{name}", doc, value=value)
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"{PREFIX}_{name}", doc, value=value)
+
+        yield counter("events_published", "Events publish() gave an id and sequence number",
+                      stats.published if stats else 0)
+        yield counter("events_delivered", "Events the broker acknowledged",
+                      stats.delivered if stats else 0)
+        yield counter("events_spooled", "Events that went to the on-disk spool",
+                      source.spooled_total if source is not None else 0)
+        yield counter("events_failed", "Events the broker refused for good (kept in rejected/)",
+                      stats.failed if stats else 0)
+        yield counter("events_rejected",
+                      "Events the runtime sent to the dead-letter topic (contract breaches)",
+                      stats.dead_lettered if stats else 0)
+        family = CounterMetricFamily(
+            f"{PREFIX}_events_refused",
+            "Events publish() refused: neither sent nor spooled", labels=["reason"],
+        )
+        for reason in REFUSAL_REASONS:
+            family.add_metric([reason], refused.get(reason, 0))
+        yield family
+        yield counter("worker_errors", "Unexpected errors the background thread survived",
+                      stats.worker_errors if stats else 0)
+        yield gauge("events_in_flight", "Events in librdkafka's queue, not yet acknowledged",
+                    stats.in_flight if stats else 0)
+        yield gauge("spool_events", "Events waiting in the on-disk spool",
+                    stats.spooled if stats else 0)
+        yield gauge("spool_bytes", "Bytes held by the on-disk spool",
+                    stats.spool_bytes if stats else 0)
+        yield gauge("spool_oldest_event_age_seconds",
+                    "Age of the oldest event in the spool (0 when empty)",
+                    stats.oldest_spooled_age_s if stats else 0.0)
+        yield self.delivery_latency.family(
+            f"{PREFIX}_delivery_latency_seconds",
+            "Time from publish() to the broker's acknowledgement, per event",
+        )
+
+
+class LatencyHistogram:
+    """Bucket counts kept by one writer (the thread serving delivery reports):
+    no lock on the path that runs once per event; a scrape reads a snapshot."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)  # the last one: above every bound
+        self._sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self._counts[bisect.bisect_left(self._bounds, seconds)] += 1
+        self._sum += seconds
+
+    def family(self, name: str, doc: str) -> HistogramMetricFamily:
+        counts, total = list(self._counts), self._sum
+        cumulative, buckets = 0, []
+        for bound, count in zip((*map(str, self._bounds), "+Inf"), counts, strict=True):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
