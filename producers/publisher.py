@@ -595,7 +595,9 @@ class TurnEventPublisher:
             schema_id: int | None
             try:
                 if auto_register:
-                    if not out:  # once, before the subject's first registration
+                    # Once, before the subject's first registration; the client's
+                    # in-process mock:// registry keeps no compatibility levels.
+                    if not out and not (url or "").startswith("mock://"):
                         ensure_compatibility(registry, subject)
                     schema_id = registry.register_schema(subject, avro)
                 else:  # registered beforehand by the operator: only looked up

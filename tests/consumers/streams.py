@@ -18,14 +18,17 @@ from turnaudit.commands.simulate import publish_simulation
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName, ServiceSettings
 from turnaudit.producers.simulator import GroundTruth
+from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.settings import KafkaSettings
 
 
 def publish_simulated(
     settings: KafkaSettings, events: int, spool: Path, seed: int = 7
 ) -> GroundTruth:
+    every_version = tuple(s.version for s in shipped_catalog().versions)
     args = argparse.Namespace(
-        events=events, seed=seed, schema_versions=(1, 2), sessions=60, rate=0, spool_dir=spool
+        events=events, seed=seed, schema_versions=every_version, sessions=60, rate=0,
+        spool_dir=spool,
     )
     sim, report, _, _ = publish_simulation(settings, args)
     assert report.ok, report

@@ -83,7 +83,7 @@ def test_prometheus_scrapes_the_ports_the_services_listen_on() -> None:
     targets = {
         target
         for job in config["scrape_configs"]
-        for static in job["static_configs"]
+        for static in job.get("static_configs", [])
         for target in static["targets"]
     }
     for name, service in our_services():

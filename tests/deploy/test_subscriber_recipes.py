@@ -131,7 +131,8 @@ def test_the_kcat_and_avro_tools_recipe_decodes_a_turn_event_as_written(
 ) -> None:
     for tool in ("kcat", "jq", "xxd", "mvn", "java"):
         assert shutil.which(tool), f"{tool} not found: run `make promtool` (kcat, jq, xxd)"
-    tools = ROOT / "deploy/java-reader/target/tools"
+    # The pom's dependency-plugin configuration puts copied artifacts here.
+    tools = ROOT / "deploy/java-reader/target/jars"
     fetched = subprocess.run(
         [
             str(shutil.which("mvn")),
@@ -141,7 +142,6 @@ def test_the_kcat_and_avro_tools_recipe_decodes_a_turn_event_as_written(
             str(ROOT / "deploy/java-reader/pom.xml"),
             "dependency:copy",
             "-Dartifact=org.apache.avro:avro-tools:1.12.0",
-            f"-DoutputDirectory={tools}",
         ],
         capture_output=True,
         text=True,

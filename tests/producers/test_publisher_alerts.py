@@ -41,8 +41,10 @@ def test_every_alert_names_its_service_and_runbook() -> None:
         annotations = rule["annotations"]
         assert annotations["summary"]
         assert annotations["description"]
-        assert annotations["runbook_url"] == f"docs/runbooks/{rule['alert']}.md"
-        runbook = ROOT / annotations["runbook_url"]
+        base = "{{ $externalLabels.runbook_base }}"
+        assert annotations["runbook_url"] == f"{base}/{rule['alert']}.md"
+        assert annotations["dashboard"].startswith("{{ $externalLabels.grafana_url }}/d/")
+        runbook = ROOT / "docs" / "runbooks" / f"{rule['alert']}.md"
         assert runbook.read_text().startswith(f"# {rule['alert']}\n")
 
 
