@@ -34,7 +34,7 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService
+from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.settings import LogSinkSettings, ServiceSettings, SurfaceRedaction
 from turnaudit.contracts import SequenceOutcome
 
@@ -186,7 +186,7 @@ class TurnLineWriter:
             self._rotating.close()
 
 
-class LogSink:
+class LogSink(Sink):
     """Writes one JSON line per turn; ``write`` returns once the lines are flushed."""
 
     def __init__(self, settings: LogSinkSettings, registry: CollectorRegistry) -> None:

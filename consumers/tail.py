@@ -19,8 +19,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPart
 
 from turnaudit.contracts import check_event
 from turnaudit.errors import BrokerError, SerializationError
-from turnaudit.serialization.schema_topic import SchemaTopicResolver
-from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
@@ -127,7 +126,7 @@ def tail_turns(
 ) -> int:
     """Print turns until ``stop`` is set or ``limit`` lines were printed; return the count."""
     topic = settings.topics.turn_events
-    decode = TurnEventDeserializer(shipped_catalog(), resolver=SchemaTopicResolver(settings))
+    decode = decoder_for(settings)  # both framings, every known version
     consumer = Consumer(
         settings.client_config(
             **{
@@ -135,7 +134,7 @@ def tail_turns(
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "fetch.wait.max.ms": 100,
-                "log_level": 3,
+                "log_level": 0,  # librdkafka's connection noise off stderr
             }
         )
     )
@@ -173,8 +172,11 @@ def _line_for(
     except SerializationError as exc:
         # Filters cannot apply to what does not decode: show it, or it would be invisible.
         return f"! undecodable message [p{msg.partition()}@{msg.offset()}]: {exc}"
-    if not filters.accepts(decoded.event):
-        return None
-    return format_turn(
-        decoded, msg.partition() or 0, msg.offset() or 0, show_verdicts=show_verdicts
-    )
+    try:
+        if not filters.accepts(decoded.event):
+            return None
+        return format_turn(
+            decoded, msg.partition() or 0, msg.offset() or 0, show_verdicts=show_verdicts
+        )
+    except Exception as exc:  # decodes, but not shaped like a TurnEvent: still a line
+        return f"! not a TurnEvent [p{msg.partition()}@{msg.offset()}]: {exc!r}"
