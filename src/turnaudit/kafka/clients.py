@@ -65,13 +65,21 @@ class ReliableProducer:
         *,
         headers: list[tuple[str, str | bytes | None]] | None = None,
         on_delivery: DeliveryCallback | None = None,
+        from_callback: bool = False,
     ) -> None:
-        """Queue one message; ``on_delivery`` replaces the counting report for it."""
+        """Queue one message; ``on_delivery`` replaces the counting report for it.
+
+        ``from_callback``: called from a delivery report, where serving reports
+        again (``poll``) is not allowed; a full queue then raises ``BufferError``.
+        """
         kwargs: dict[str, Any] = {}
         if headers:
             kwargs["headers"] = headers
         if on_delivery is not None:
             kwargs["on_delivery"] = on_delivery
+        if from_callback:
+            self._producer.produce(topic, value, key, **kwargs)
+            return
         while True:
             try:
                 self._producer.produce(topic, value, key, **kwargs)

@@ -18,10 +18,10 @@ writer counts it, logs it as critical with the original's position, and calls
 from __future__ import annotations
 
 import enum
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -144,12 +144,18 @@ class DeadLetterWriter:
         with self._lock:
             self._pending += 1
         try:
+            # The delivery report carries the value and key but not the
+            # headers: the callback keeps this letter's own.
             self._producer.produce(
-                self.topic, value, key, headers=headers, on_delivery=self._on_whole_delivery
+                self.topic,
+                value,
+                key,
+                headers=headers,
+                on_delivery=functools.partial(self._on_whole_delivery, headers),
             )
         except KafkaException as exc:
             # Refused before it was queued (larger than message.max.bytes).
-            self._write_truncated(value, key, headers, exc.args[0])
+            self._write_truncated(value, key, headers, exc.args[0], from_callback=False)
 
     def pending(self) -> int:
         with self._lock:
@@ -161,17 +167,22 @@ class DeadLetterWriter:
         return self.pending()
 
     # -- delivery ---------------------------------------------------------------
-    def _on_whole_delivery(self, err: KafkaError | None, msg: Message) -> None:
+    def _on_whole_delivery(self, headers: Headers, err: KafkaError | None, msg: Message) -> None:
         if err is None:
-            self._settle(_headers(msg), truncated=False, failed=False)
+            self._settle(headers, truncated=False, failed=False)
             return
         # message.timeout.ms=0: librdkafka retries until the broker takes it,
         # so a report with an error is a permanent refusal: try it smaller.
-        headers = [(k, v) for k, v in _headers(msg) if k.startswith(HEADER_PREFIX)]
-        self._write_truncated(msg.value(), msg.key(), headers, err)
+        self._write_truncated(msg.value(), msg.key(), headers, err, from_callback=True)
 
     def _write_truncated(
-        self, value: bytes | None, key: bytes | None, headers: Headers, err: KafkaError
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers,
+        err: KafkaError,
+        *,
+        from_callback: bool,
     ) -> None:
         dlq_headers: Headers = [(k, v) for k, v in headers if k.startswith(HEADER_PREFIX)]
         if err.code() not in _SIZE_ERRORS:
@@ -189,16 +200,21 @@ class DeadLetterWriter:
                 None if value is None else value[:TRUNCATED_VALUE_BYTES],
                 None if key is None else key[:TRUNCATED_KEY_BYTES],
                 headers=dlq_headers,
-                on_delivery=self._on_truncated_delivery,
+                on_delivery=functools.partial(self._on_truncated_delivery, dlq_headers),
+                from_callback=from_callback,
             )
         except KafkaException as exc:
             self._fail(dlq_headers, exc.args[0])
+        except BufferError:
+            self._fail(dlq_headers, KafkaError(KafkaError._QUEUE_FULL))
 
-    def _on_truncated_delivery(self, err: KafkaError | None, msg: Message) -> None:
+    def _on_truncated_delivery(
+        self, headers: Headers, err: KafkaError | None, _msg: Message
+    ) -> None:
         if err is None:
-            self._settle(_headers(msg), truncated=True, failed=False)
+            self._settle(headers, truncated=True, failed=False)
         else:
-            self._fail(_headers(msg), err)
+            self._fail(headers, err)
 
     def _fail(self, headers: Sequence[tuple[str, str | bytes | None]], err: KafkaError) -> None:
         # The original stays where it was; name it so it can be found.
@@ -224,7 +240,3 @@ class DeadLetterWriter:
             reason = read_dead_letter_headers(headers).get("reason", "")
             self._on_settled(DeadLetterOutcome(reason, truncated, failed))
 
-
-def _headers(msg: Message) -> Headers:
-    """A produced message's headers as (name, bytes) pairs (the stubs allow a dict)."""
-    return cast(Headers, msg.headers() or [])
