@@ -89,7 +89,7 @@ class SchemaTopicResolver:
         try:
             end = end_offsets(self._settings, self._topic)
             for msg in read_range(self._settings, self._topic, self._read_up_to, end):
-                self._learn(msg.key(), msg.value(), msg.partition(), msg.offset())
+                self.learn(msg.key(), msg.value(), msg.partition(), msg.offset())
         except (TurnAuditError, KafkaException) as exc:
             # The caller dead-letters the message as "unknown schema"; replaying
             # it later, once the topic answers, decodes it.
@@ -97,9 +97,19 @@ class SchemaTopicResolver:
             return
         self._read_up_to = end
 
-    def _learn(
-        self, key: bytes | None, value: bytes | None, partition: int | None, offset: int | None
+    def known(self, fingerprint: bytes) -> str | None:
+        """The schema learned for ``fingerprint`` so far, without reading the topic."""
+        with self._lock:
+            return self._known.get(fingerprint)
+
+    def learn(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        offset: int | None = None,
     ) -> None:
+        """Take one record of the topic: a usable writer schema is kept, anything else skipped."""
         if value is None and key:
             return  # a tombstone: compaction removes the key, nothing to learn
         if not key or not value:
