@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
+from turnaudit.commands.demo_evaluation import run_evaluation_stage
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
-from turnaudit.consumers.htir_demo_stage import run_evaluation_stage
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService, message_headers
 from turnaudit.consumers.settings import ServiceName

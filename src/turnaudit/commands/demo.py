@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from turnaudit.cluster import connect
+from turnaudit.commands.demo_consumers import ReconciliationRow, run_consumer_stage
+from turnaudit.commands.demo_evaluation import run_evaluation_stage
 from turnaudit.commands.simulate import add_simulation_arguments, publish_simulation
-from turnaudit.consumers.demo_stage import ReconciliationRow, run_consumer_stage
-from turnaudit.consumers.htir_demo_stage import run_evaluation_stage
 from turnaudit.contracts import SequenceOutcome, SessionSequenceTracker, check_event
 from turnaudit.errors import SerializationError
 from turnaudit.kafka.reading import end_offsets, read_range
