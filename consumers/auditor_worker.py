@@ -101,7 +101,7 @@ class AuditorSink(Sink):
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
         labelled = len(self._cases)
         for turn in turns:
-            self._handle(HtirTrace.from_avro(turn.event))
+            self._handle(HtirTrace.from_avro(turn.decoded.event))
         if self._producer.flush(_ACK_TIMEOUT_S) != 0:
             raise TurnAuditError("auditor observations not acknowledged")  # batch retried
         if self._evidence_path is not None and len(self._cases) != labelled:

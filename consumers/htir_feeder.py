@@ -76,9 +76,10 @@ class HtirFeederSink(Sink):
         closed: list[HtirTrace] = []
         for turn in turns:
             event = turn.event
-            if event.get("task") is None:
+            task = event["task"]
+            if task is None:
                 continue
-            task_id = event["task"]["task_id"]
+            task_id = task["task_id"]
             trace = self._assembler.add(
                 event,
                 topic=turn.topic,

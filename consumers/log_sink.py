@@ -62,7 +62,7 @@ def surface_redactor(settings: LogSinkSettings) -> Redactor | None:
 
 def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
     """The canonical line's own fields (without where it was read)."""
-    event = turn.decoded.event
+    event = turn.event
     bundle = event["verdicts"]
     safety = bundle["safety_verdict"]
     ethics = bundle["ethics_verdict"]
@@ -97,8 +97,9 @@ def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
     }
     if redact is not None:
         suffix = "" if redact is str else "_hmac"
-        for name in SURFACE_FIELDS:
-            fields[name + suffix] = redact(event[name])
+        surfaces = (event["surface"], event["walk_surface"], event["articulation_surface"])
+        for name, text in zip(SURFACE_FIELDS, surfaces, strict=True):
+            fields[name + suffix] = redact(text)
         # Tokens joined with a separator no token contains, so the hash is of one text.
         fields["input_tokens" + suffix] = redact("\x1f".join(event["input_tokens"]))
     return fields

@@ -13,12 +13,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
 from turnaudit.contracts import check_event
 from turnaudit.errors import BrokerError, SerializationError
+from turnaudit.events import TurnEvent
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -29,7 +30,7 @@ class TailFilter:
     pack: str | None = None
     session: str | None = None
 
-    def accepts(self, event: dict[str, Any]) -> bool:
+    def accepts(self, event: TurnEvent) -> bool:
         return (self.pack is None or event["pack_id"] == self.pack) and (
             self.session is None or event["session_id"] == self.session
         )
@@ -42,7 +43,7 @@ def _when(occurred: Any) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _verdict_text(event: dict[str, Any]) -> str:
+def _verdict_text(event: TurnEvent) -> str:
     bundle = event["verdicts"]
     safety, ethics, identity = (
         bundle["safety_verdict"],
@@ -80,7 +81,7 @@ def format_turn(
     decoded: DecodedTurnEvent, partition: int, offset: int, *, show_verdicts: bool
 ) -> str:
     """One line: when, which turn, where it ran, and (optionally) its verdict bundle."""
-    event = decoded.event
+    event = cast(TurnEvent, decoded.event)  # a TurnEvent reader decoded it
     head = (
         f"{_when(event['occurred_at'])} {event['session_id']}#{event['turn']} "
         f"seq={event['sequence']} {event['path']} {event['pack_id']}/{event['domain']} "
@@ -173,7 +174,7 @@ def _line_for(
         # Filters cannot apply to what does not decode: show it, or it would be invisible.
         return f"! undecodable message [p{msg.partition()}@{msg.offset()}]: {exc}"
     try:
-        if not filters.accepts(decoded.event):
+        if not filters.accepts(cast(TurnEvent, decoded.event)):
             return None
         return format_turn(
             decoded, msg.partition() or 0, msg.offset() or 0, show_verdicts=show_verdicts

@@ -9,9 +9,10 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar, cast
 
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
+from turnaudit.events import TurnEvent
 from turnaudit.kafka.dead_letters import DeadLetterReason
 from turnaudit.serialization.wire import DecodedTurnEvent
 
@@ -42,8 +43,9 @@ class ConsumedTurn:
     rejection: Rejection | None = None
 
     @property
-    def event(self) -> dict[str, Any]:
-        return self.decoded.event
+    def event(self) -> TurnEvent:
+        """The decoded TurnEvent, typed (validation made sure it is one)."""
+        return cast("TurnEvent", self.decoded.event)
 
 
 class Sink(abc.ABC):
