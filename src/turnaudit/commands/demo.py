@@ -24,8 +24,7 @@ from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import CloseReport
 from turnaudit.producers.simulator import GroundTruth
-from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
 OUTPUT_DIR = Path("var/demo")
@@ -60,7 +59,7 @@ def _stream_rows(
     report: CloseReport,
 ) -> list[ReconciliationRow]:
     """Read this run back with a plain reader and count it like the simulator did."""
-    decode = TurnEventDeserializer(shipped_catalog())
+    decode = decoder_for(settings)
     topic = settings.topics.turn_events
     seen: set[str] = set()
     counts: Counter[str] = Counter()
