@@ -26,13 +26,9 @@ log = structlog.get_logger("turnaudit.consumer")
 
 LOOP_STALL_S = 30.0  # a loop silent for longer than this is stuck
 
-# Errors that mean "no broker can be reached" (as opposed to one request failing).
-_UNREACHABLE = frozenset({
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._TRANSPORT,
-    KafkaError._RESOLVE,
-    KafkaError._TIMED_OUT,
-})
+# "No broker can be reached" (one connection failing is not that: with
+# several brokers the others still serve, and a dropped connection is redone).
+_UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN})
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +61,14 @@ class ServiceHealth:
         self._unassigned_since = clock()
         self._down_since: float | None = None
         self._last_error = ""
-        self._suppressed = 0
-        self._last_report = 0.0
+        self._suppressed = 0  # errors since the last line
+        # The error limiter starts with the service: the connection errors that
+        # come before librdkafka's "all brokers down" are counted into the
+        # first periodic line, and the outage line comes first.
+        self._last_report = clock()
+        self._reported_once = True
+        self._last_down_report: float | None = None
+        self._announced_down = False  # an "unreachable" line went out for this outage
 
     # -- what the runtime tells it -------------------------------------------------
     def assigned(self, partitions: set[int]) -> None:
@@ -86,31 +88,46 @@ class ServiceHealth:
             return sorted(self._assigned)
 
     def client_error(self, error: KafkaError) -> None:
-        """librdkafka's error callback: connection failures many times a second."""
+        """librdkafka's error callback: while a broker is away, many times a second.
+
+        An outage is said at once ("unreachable"), then errors at most once per
+        ``report_interval_s`` (with their count since the last line); each of
+        "unreachable" and the error line at most once per interval, and
+        "reachable again" only after an "unreachable" line: a flapping broker
+        makes at most three lines per interval.
+        """
         if self._on_client_error is not None:
             self._on_client_error()
         now = self._clock()
         with self._lock:
-            unreachable = error.code() in _UNREACHABLE
             self._last_error = error.str()
-            if unreachable and self._down_since is None:
-                self._down_since, self._suppressed, self._last_report = now, 0, now
-                first = True
+            went_down = error.code() in _UNREACHABLE and self._down_since is None
+            if went_down:
+                self._down_since = now
+            self._suppressed += 1
+            if went_down and (
+                self._last_down_report is None
+                or now - self._last_down_report >= self._report_interval_s
+            ):
+                # The outage itself: said at once (at most once per interval).
+                self._last_down_report, self._announced_down = now, True
+                announce_down = True
+            elif self._reported_once and now - self._last_report < self._report_interval_s:
+                return
             else:
-                first = False
-                self._suppressed += 1
-                if now - self._last_report < self._report_interval_s:
-                    return
-                suppressed, self._suppressed, self._last_report = self._suppressed, 0, now
-        if first:
+                announce_down = False
+            count, self._suppressed = self._suppressed, 0
+            self._last_report, self._reported_once = now, True
+            down = self._down_since is not None
+        if announce_down:
             log.error("kafka_broker_unreachable", error=error.str(), code=error.name())
         else:
             log.warning(
                 "kafka_client_errors",
-                errors_since_last_report=suppressed,
+                errors_since_last_report=count,
                 last_error=error.str(),
                 code=error.name(),
-                broker_unreachable=self._down_since is not None,
+                broker_unreachable=down,
             )
 
     def broker_reachable(self) -> None:
@@ -118,8 +135,10 @@ class ServiceHealth:
             if self._down_since is None:
                 return
             down_for = self._clock() - self._down_since
-            self._down_since, self._suppressed = None, 0
-        log.warning("kafka_broker_reachable", unreachable_for_s=round(down_for, 1))
+            announced = self._announced_down
+            self._down_since, self._announced_down = None, False
+        if announced:
+            log.warning("kafka_broker_reachable", unreachable_for_s=round(down_for, 1))
 
     # -- what it tells the world -----------------------------------------------------
     def liveness(self) -> Verdict:

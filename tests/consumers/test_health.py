@@ -38,6 +38,10 @@ def health(clock: Clock, report_s: float = 30.0) -> ServiceHealth:
 
 
 def down() -> KafkaError:
+    return KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down")
+
+
+def refused() -> KafkaError:
     return KafkaError(KafkaError._TRANSPORT, "Connect to 127.0.0.1:1 failed: Connection refused")
 
 
@@ -81,8 +85,9 @@ def test_an_unreachable_broker_is_reported_once_then_at_a_bounded_rate() -> None
     h = health(clock, report_s=10.0)
     with capture_logs() as logs:
         for _ in range(60):  # 45 errors a second for 60 s
-            for _ in range(45):
-                h.client_error(down())
+            h.client_error(down())
+            for _ in range(44):
+                h.client_error(refused())
             clock.now += 1.0
         h.broker_reachable()
     events = [entry["event"] for entry in logs]
@@ -139,9 +144,11 @@ def test_a_service_before_its_broker_appears_is_not_ready_quiet_then_ready(
     reasons = json.loads(body)["reasons"]
     assert any(r.startswith("broker unreachable for ") for r in reasons)
     events = [json.loads(line)["event"] for line in lines]  # every stderr line is JSON
+    print("\n".join(lines))
+    assert events[0] == "kafka_broker_unreachable"  # said once, first
     assert events.count("kafka_broker_unreachable") == 1
     assert events.count("kafka_client_errors") <= outage / 3 + 1
-    assert len(lines) <= outage / 3 + 3
+    assert len(lines) <= outage / 3 + 2
 
 
 def _answers(port: int) -> bool:
@@ -150,3 +157,16 @@ def _answers(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_a_flapping_broker_makes_at_most_three_lines_per_interval() -> None:
+    clock = Clock()
+    h = health(clock, report_s=10.0)
+    with capture_logs() as logs:
+        for _ in range(30):  # down and back every second for 30 s
+            h.client_error(down())
+            clock.now += 0.5
+            h.broker_reachable()
+            clock.now += 0.5
+    assert len(logs) <= 3 * (30 / 10 + 1)
+    assert [e["event"] for e in logs][:2] == ["kafka_broker_unreachable", "kafka_broker_reachable"]
