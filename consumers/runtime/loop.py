@@ -143,10 +143,6 @@ class ConsumerService:
     def http_port(self) -> int | None:
         return None if self._http is None else self._http.port
 
-    @property
-    def sink_instance(self) -> Sink:
-        return self._sink
-
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT drain and stop (main thread only, like ``signal``)."""
 
