@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import io
 import json
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import fastavro
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from tests.consumers.events import encode, turn
 from tests.consumers.streams import (
@@ -73,6 +73,17 @@ def dead_letters(settings: KafkaSettings) -> list[tuple[dict[str, str], bytes, b
         (read_dead_letter_headers(message_headers(m)), m.value() or b"", m.key() or b"")
         for m in read_range(settings, settings.topics.dlq, None, end)
     ]
+
+
+def limit_topic(settings: KafkaSettings, topic: str, max_bytes: int) -> None:
+    """Set the topic's max.message.bytes (the broker refuses anything larger)."""
+    admin = AdminClient(settings.client_config())
+    entry = ConfigEntry(
+        "max.message.bytes", str(max_bytes), incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(10)
 
 
 def counted(service: VerdictMetricsService) -> float:
@@ -167,16 +178,7 @@ def test_crash_class_c_a_message_near_the_size_limit_is_dead_lettered_truncated(
     # Two ways a full copy does not fit: larger than the producer's
     # message.max.bytes (refused before sending), and larger than the
     # dead-letter topic's max.message.bytes (refused by the broker).
-    admin = AdminClient(kafka_settings.client_config())
-    dlq = ConfigResource(ConfigResource.Type.TOPIC, kafka_settings.topics.dlq)
-    dlq.set_config("max.message.bytes", "600000")
-    with warnings.catch_warnings():
-        # The whole-config call replaces nothing else the dead-letter topic has set
-        # beyond what ensure_topics sets, which the test does not need.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        futures = admin.alter_configs([dlq])
-    for future in futures.values():
-        future.result(10)
+    limit_topic(kafka_settings, kafka_settings.topics.dlq, 600_000)
     fingerprint = shipped_catalog().latest.fingerprint
     near_topic_limit = b"\xc3\x01" + fingerprint + b"\x01" * 1_040_000  # topic accepts ~1 MiB
     over_dlq_limit = b"\xc3\x01" + fingerprint + b"\x02" * 700_000
@@ -199,3 +201,27 @@ def test_crash_class_c_a_message_near_the_size_limit_is_dead_lettered_truncated(
         assert letter == original[:TRUNCATED_VALUE_BYTES]
         assert key == SESSION.encode()
         assert "too large" in headers["write_error"].lower()
+
+
+def test_a_dead_letter_refused_even_truncated_is_counted_and_logged_and_the_stream_goes_on(
+    kafka_settings: KafkaSettings,
+) -> None:
+    # A dead-letter topic that takes nothing over 1 kB: neither the copy nor
+    # its truncated form fits. The original stays at its offset, named in a
+    # critical log line; the failure is counted (and the dead letter too, so
+    # the dead-letter alert fires); the offsets move on.
+    limit_topic(kafka_settings, kafka_settings.topics.dlq, 1000)
+    bad = b"\xff" + b"\x00" * 5000
+    around(kafka_settings, [bad])
+    with capture_logs() as logs, metrics_service(kafka_settings, "g-dlq-refused") as service:
+        consume_all(service, kafka_settings)
+        assert counted(service) == 20
+        assert value(service, "turnaudit_dead_letters_total", reason="unknown_framing") == 1
+        assert value(service, "turnaudit_dead_letter_failures_total") == 1
+        assert value(service, "turnaudit_dead_letters_truncated_total") == 0
+    assert dead_letters(kafka_settings) == []
+    (failure,) = [e for e in logs if e["event"] == "dead_letter_write_failed"]
+    assert failure["log_level"] == "critical"
+    assert failure["dlq"]["offset"] == "10"
+    assert failure["dlq"]["topic"] == kafka_settings.topics.turn_events
+    assert failure["dlq"]["truncated"] == "true"
