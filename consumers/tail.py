@@ -102,7 +102,15 @@ def start_positions(
         raise BrokerError(f"topic {topic} does not exist")
     partitions = sorted(metadata.topics[topic].partitions)
     if since is None:
-        return [TopicPartition(topic, p, OFFSET_END) for p in partitions]
+        # The end as it is now, resolved before the caller says "ready": a
+        # logical OFFSET_END would be resolved at the first fetch and skip
+        # whatever arrived in between.
+        return [
+            TopicPartition(
+                topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)[1]
+            )
+            for p in partitions
+        ]
     millis = int(since.timestamp() * 1000)
     found = consumer.offsets_for_times(
         [TopicPartition(topic, p, millis) for p in partitions], timeout=timeout
