@@ -12,7 +12,10 @@ JARS_STAMP := $(JARS_DIR)/.resolved
 demo: setup
 	$(VENV)/bin/turnaudit demo
 
+# Lint and types first (seconds), then the whole suite with the broker.
 test: setup promtool
+	$(VENV)/bin/ruff check .
+	$(MAKE) --no-print-directory typecheck
 	$(VENV)/bin/pytest
 
 # promtool checks and unit-tests the alert rules (Debian's prometheus package,

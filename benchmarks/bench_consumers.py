@@ -42,7 +42,7 @@ from prometheus_client import CollectorRegistry
 from turnaudit.commands.simulate import publish_simulation
 from turnaudit.consumers.log_sink import LogSinkService, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsService, VerdictMetricsSink
-from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService
+from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.settings import (
     LogSinkSettings,
     MetricsSettings,
@@ -112,7 +112,7 @@ def bare_loop(settings: KafkaSettings, end: dict[int, int]) -> float:
     return total / elapsed
 
 
-class NoSink:
+class NoSink(Sink):
     """Takes every batch and keeps nothing: the runtime's own cost."""
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:

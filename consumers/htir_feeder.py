@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, ClassVar
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from turnaudit.consumers.runtime import ConsumedTurn
+from turnaudit.consumers.runtime import ConsumedTurn, Sink
 from turnaudit.htir import HtirTrace, TraceAssembler
 from turnaudit.kafka.clients import ReliableProducer
 from turnaudit.serialization.schema_topic import announce_schema
@@ -33,10 +33,10 @@ from turnaudit.settings import KafkaSettings
 log = structlog.get_logger("turnaudit.htir_feeder")
 
 
-class HtirFeederSink:
+class HtirFeederSink(Sink):
     # A turn that broke a contract is part of its task's trace (with its
     # breaches): it is often the step that most warrants an alarm.
-    wants_breaching_turns = True
+    wants_breaching_turns: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -78,9 +78,10 @@ class HtirFeederSink:
         closed: list[HtirTrace] = []
         for turn in turns:
             event = turn.event
-            if event.get("task") is None:
+            task = event["task"]
+            if task is None:
                 continue
-            task_id = event["task"]["task_id"]
+            task_id = task["task_id"]
             trace = self._assembler.add(
                 event,
                 topic=turn.topic,

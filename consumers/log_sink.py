@@ -34,7 +34,7 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService
+from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.settings import LogSinkSettings, ServiceSettings, SurfaceRedaction
 
 TURN_LOGGER = "turnaudit.turns"
@@ -61,7 +61,7 @@ def surface_redactor(settings: LogSinkSettings) -> Redactor | None:
 
 def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
     """The canonical line's own fields (without where it was read)."""
-    event = turn.decoded.event
+    event = turn.event
     bundle = event["verdicts"]
     safety = bundle["safety_verdict"]
     ethics = bundle["ethics_verdict"]
@@ -96,8 +96,9 @@ def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
     }
     if redact is not None:
         suffix = "" if redact is str else "_hmac"
-        for name in SURFACE_FIELDS:
-            fields[name + suffix] = redact(event[name])
+        surfaces = (event["surface"], event["walk_surface"], event["articulation_surface"])
+        for name, text in zip(SURFACE_FIELDS, surfaces, strict=True):
+            fields[name + suffix] = redact(text)
         # Tokens joined with a separator no token contains, so the hash is of one text.
         fields["input_tokens" + suffix] = redact("\x1f".join(event["input_tokens"]))
     return fields
@@ -185,7 +186,7 @@ class TurnLineWriter:
             self._rotating.close()
 
 
-class LogSink:
+class LogSink(Sink):
     """Writes one JSON line per turn; ``write`` returns once the lines are flushed."""
 
     def __init__(self, settings: LogSinkSettings, registry: CollectorRegistry) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService
+from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.settings import MetricsSettings, ServiceSettings
 from turnaudit.label_bounds import BoundedLabelSet, LabelBoundMetrics
 from turnaudit.serialization.schemas import shipped_catalog
@@ -58,7 +58,7 @@ _TIERS = frozenset(t.value for t in RiskTier)
 _VERDICTS = frozenset(v.value for v in Verdict)
 
 
-class VerdictMetricsSink:
+class VerdictMetricsSink(Sink):
     """Counts each turn once; redeliveries the runtime recognised are not counted again."""
 
     def __init__(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,13 +34,38 @@ class ServiceName(enum.StrEnum):
     LOG_SINK = "log-sink"
     VERDICT_METRICS = "verdict-metrics"
     HTIR_FEEDER = "htir-feeder"
+    AUDITOR_WORKER = "auditor-worker"
 
 
 DEFAULT_HTTP_PORTS = {
     ServiceName.LOG_SINK: 9309,
     ServiceName.VERDICT_METRICS: 9308,
     ServiceName.HTIR_FEEDER: 9310,
+    ServiceName.AUDITOR_WORKER: 9311,
 }
+# TURNAUDIT_GROUP_INSTANCE_ID=none: dynamic membership (no instance id).
+NO_INSTANCE_ID = "none"
+
+
+def default_group_id(prefix: str, service: ServiceName) -> str:
+    """Per service and per deployment: two prefixes on one cluster never share a group."""
+    return f"{prefix}{service.value}"
+
+
+def default_instance_id(
+    service: ServiceName, http_port: int, host: str | None = None
+) -> str | None:
+    """Static membership by default: the host name and the HTTP port name an instance.
+
+    Both stay the same when the instance restarts (same container, same
+    port), and no two instances on one host share a port; so a restarted
+    instance rejoins as itself and gets its partitions back at once, without
+    waiting out its old session. With an HTTP port of 0 (any free port) the
+    instance has no stable name: dynamic membership.
+    """
+    if http_port == 0:
+        return None
+    return f"{service.value}-{host or socket.gethostname()}-{http_port}"
 
 
 @dataclass(frozen=True)
@@ -80,6 +106,10 @@ class ServiceSettings:
     auto_offset_reset: str = "earliest"
     drain_timeout_s: float = 30.0
     max_sessions: int = 100_000  # sequence tracker bound
+    # Not ready after holding no partition this long (a rebalance takes less).
+    unassigned_bound_s: float = 30.0
+    # Kafka client errors (an unreachable broker) are logged at most this often.
+    client_error_report_s: float = 30.0
     log: LogSinkSettings = field(default_factory=LogSinkSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
@@ -105,19 +135,29 @@ class ServiceSettings:
         log_file = _text(env, "LOG_FILE", "")
         if log_file and service is ServiceName.LOG_SINK:
             check_writable_file(Path(log_file), f"{ENV_PREFIX}LOG_FILE")
+        kafka = KafkaSettings.from_env(env)
+        http_port = _int(
+            env, "HTTP_PORT", DEFAULT_HTTP_PORTS[service], minimum=0, maximum=MAX_PORT
+        )
+        instance = _text(env, "GROUP_INSTANCE_ID", "")
         return cls(
             service=service,
-            kafka=KafkaSettings.from_env(env),
-            group_id=_text(env, "GROUP_ID", f"turnaudit-{service.value}"),
-            group_instance_id=_text(env, "GROUP_INSTANCE_ID", "") or None,
+            kafka=kafka,
+            group_id=_text(env, "GROUP_ID", default_group_id(kafka.topics.prefix, service)),
+            group_instance_id=(
+                None
+                if instance.lower() == NO_INSTANCE_ID
+                else instance or default_instance_id(service, http_port)
+            ),
             http_host=_text(env, "HTTP_HOST", "0.0.0.0"),  # noqa: S104
-            http_port=_int(env, "HTTP_PORT", DEFAULT_HTTP_PORTS[service], minimum=0,
-                           maximum=MAX_PORT),
+            http_port=http_port,
             batch_size=_int(env, "BATCH_SIZE", 500, minimum=1),
             batch_timeout_s=_int(env, "BATCH_TIMEOUT_MS", 10, minimum=1) / 1000,
             auto_offset_reset=reset,
             drain_timeout_s=_int(env, "DRAIN_TIMEOUT_S", 30, minimum=1),
             max_sessions=_int(env, "MAX_SESSIONS", 100_000, minimum=1),
+            unassigned_bound_s=_int(env, "READY_UNASSIGNED_S", 30, minimum=1),
+            client_error_report_s=_int(env, "CLIENT_ERROR_REPORT_S", 30, minimum=1),
             log=LogSinkSettings(
                 redaction=redaction,
                 hash_key=_text(env, "LOG_HASH_KEY", "").encode(),

@@ -13,14 +13,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
 from turnaudit.contracts import check_event
 from turnaudit.errors import BrokerError, SerializationError
-from turnaudit.serialization.schema_topic import SchemaTopicResolver
-from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.events import TurnEvent
+from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
@@ -30,7 +30,7 @@ class TailFilter:
     pack: str | None = None
     session: str | None = None
 
-    def accepts(self, event: dict[str, Any]) -> bool:
+    def accepts(self, event: TurnEvent) -> bool:
         return (self.pack is None or event["pack_id"] == self.pack) and (
             self.session is None or event["session_id"] == self.session
         )
@@ -43,7 +43,7 @@ def _when(occurred: Any) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _verdict_text(event: dict[str, Any]) -> str:
+def _verdict_text(event: TurnEvent) -> str:
     bundle = event["verdicts"]
     safety, ethics, identity = (
         bundle["safety_verdict"],
@@ -81,7 +81,7 @@ def format_turn(
     decoded: DecodedTurnEvent, partition: int, offset: int, *, show_verdicts: bool
 ) -> str:
     """One line: when, which turn, where it ran, and (optionally) its verdict bundle."""
-    event = decoded.event
+    event = cast(TurnEvent, decoded.event)  # a TurnEvent reader decoded it
     head = (
         f"{_when(event['occurred_at'])} {event['session_id']}#{event['turn']} "
         f"seq={event['sequence']} {event['path']} {event['pack_id']}/{event['domain']} "
@@ -102,7 +102,15 @@ def start_positions(
         raise BrokerError(f"topic {topic} does not exist")
     partitions = sorted(metadata.topics[topic].partitions)
     if since is None:
-        return [TopicPartition(topic, p, OFFSET_END) for p in partitions]
+        # The end as it is now, resolved before the caller says "ready": a
+        # logical OFFSET_END would be resolved at the first fetch and skip
+        # whatever arrived in between.
+        return [
+            TopicPartition(
+                topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)[1]
+            )
+            for p in partitions
+        ]
     millis = int(since.timestamp() * 1000)
     found = consumer.offsets_for_times(
         [TopicPartition(topic, p, millis) for p in partitions], timeout=timeout
@@ -127,7 +135,7 @@ def tail_turns(
 ) -> int:
     """Print turns until ``stop`` is set or ``limit`` lines were printed; return the count."""
     topic = settings.topics.turn_events
-    decode = TurnEventDeserializer(shipped_catalog(), resolver=SchemaTopicResolver(settings))
+    decode = decoder_for(settings)  # both framings, every known version
     consumer = Consumer(
         settings.client_config(
             **{
@@ -135,7 +143,7 @@ def tail_turns(
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "fetch.wait.max.ms": 100,
-                "log_level": 3,
+                "log_level": 0,  # librdkafka's connection noise off stderr
             }
         )
     )
@@ -173,8 +181,11 @@ def _line_for(
     except SerializationError as exc:
         # Filters cannot apply to what does not decode: show it, or it would be invisible.
         return f"! undecodable message [p{msg.partition()}@{msg.offset()}]: {exc}"
-    if not filters.accepts(decoded.event):
-        return None
-    return format_turn(
-        decoded, msg.partition() or 0, msg.offset() or 0, show_verdicts=show_verdicts
-    )
+    try:
+        if not filters.accepts(cast(TurnEvent, decoded.event)):
+            return None
+        return format_turn(
+            decoded, msg.partition() or 0, msg.offset() or 0, show_verdicts=show_verdicts
+        )
+    except Exception as exc:  # decodes, but not shaped like a TurnEvent: still a line
+        return f"! not a TurnEvent [p{msg.partition()}@{msg.offset()}]: {exc!r}"

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
+from turnaudit.commands.demo_evaluation import run_evaluation_stage
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
-from turnaudit.consumers.htir_demo_stage import run_evaluation_stage
 from turnaudit.consumers.htir_feeder import HtirFeederSink
-from turnaudit.consumers.runtime import ConsumerService
+from turnaudit.consumers.runtime import ConsumerService, message_headers
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.evaluation import review_pack
 from turnaudit.evaluation.auditors import RuleBasedAuditor
@@ -19,6 +21,7 @@ from turnaudit.evaluation.errors import ContaminatedLabelPackError, ReviewPackEr
 from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.labels import TaskLabel, labels_from_ground_truth
 from turnaudit.htir import HtirTrace
+from turnaudit.kafka.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
@@ -27,10 +30,13 @@ from turnaudit.settings import KafkaSettings
 from .events import encode, turn
 from .streams import (
     consumed_everything,
+    http_get,
     produce_raw,
     publish_simulated,
     running,
+    scrape,
     service_settings,
+    total,
     wait_for,
 )
 
@@ -287,3 +293,48 @@ def test_a_contract_breaking_turn_stays_in_its_trace_and_raises_the_alarm(
     # It still went to the dead-letter topic too.
     dlq = kafka_settings.topics.dlq
     assert len(list(read_range(kafka_settings, dlq, None, end_offsets(kafka_settings, dlq)))) == 1
+
+
+def test_the_worker_serves_metrics_and_health_and_dead_letters_a_bad_trace(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    sink, labels = fed_traces(kafka_settings, tmp_path, events=400, seed=35)
+    producer = Producer(kafka_settings.client_config())
+    producer.produce(kafka_settings.topics.htir_traces, b"not a trace", b"t-bad")
+    assert producer.flush(10) == 0
+    worker = AuditorEvaluationWorker(
+        kafka_settings, RuleBasedAuditor(), labels, group_id="auditor-http",
+        registry=CollectorRegistry(),
+        settings=service_settings(kafka_settings, ServiceName.AUDITOR_WORKER, "auditor-http"),
+        serve_http=True,
+    )
+    port = worker.http_port
+    assert port is not None
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        end = end_offsets(kafka_settings, kafka_settings.topics.htir_traces)
+        assert wait_for(lambda: all(
+            worker.service.positions().get(p, 0) >= e for p, e in end.items() if e > 0
+        ))
+        samples = scrape(port)
+        ready, ready_body = http_get(port, "/healthz")
+        live, _ = http_get(port, "/livez")
+    finally:
+        worker.stop()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert ready == 200
+    assert live == 200
+    body = json.loads(ready_body)
+    assert body["service"] == "auditor-worker"
+    assert body["topic"] == kafka_settings.topics.htir_traces
+    assert body["assigned_partitions"] == [0, 1, 2]
+    assert total(samples, "turnaudit_auditor_traces_total") == sink.published
+    assert total(samples, "turnaudit_consumer_messages_total", outcome="accepted") == sink.published
+    assert total(samples, "turnaudit_dead_letters_total", reason="unknown_framing") == 1
+    dlq = kafka_settings.topics.dlq
+    (letter,) = read_range(kafka_settings, dlq, None, end_offsets(kafka_settings, dlq))
+    headers = read_dead_letter_headers(message_headers(letter))
+    assert headers["stage"] == "auditor-worker/auditor-http"
+    assert headers["topic"] == kafka_settings.topics.htir_traces

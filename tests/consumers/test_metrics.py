@@ -16,7 +16,7 @@ from tests.consumers.streams import (
     service_settings,
     wait_for,
 )
-from turnaudit.consumers.demo_stage import sample_total
+from turnaudit.commands.demo_consumers import sample_total
 from turnaudit.consumers.metrics import OTHER, VerdictMetricsService, VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.consumers.settings import MetricsSettings, ServiceName

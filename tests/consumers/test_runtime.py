@@ -24,13 +24,9 @@ from tests.consumers.streams import (
     wait_for,
 )
 from turnaudit.consumers.metrics import VerdictMetricsService
-from turnaudit.consumers.runtime import (
-    _GC_OBJECTS_PER_MESSAGE,
-    ConsumedTurn,
-    ConsumerService,
-    _BatchSizedGC,
-    message_headers,
-)
+from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink, message_headers
+from turnaudit.consumers.runtime.gc_sizing import GC_OBJECTS_PER_MESSAGE as _GC_OBJECTS_PER_MESSAGE
+from turnaudit.consumers.runtime.gc_sizing import BatchSizedGC as _BatchSizedGC
 from turnaudit.consumers.settings import MetricsSettings, ServiceName
 from turnaudit.kafka.dead_letters import DeadLetterReason, read_dead_letter_headers
 from turnaudit.kafka.reading import end_offsets, read_range
@@ -135,7 +131,7 @@ def test_sequence_gaps_and_redeliveries_are_counted_not_dead_lettered(
     assert sum(end_offsets(kafka_settings, kafka_settings.topics.dlq).values()) == 0
 
 
-class FlakySink:
+class FlakySink(Sink):
     """Fails its first ``failures`` writes, then records every event id it gets."""
 
     def __init__(self, failures: int) -> None:
@@ -150,8 +146,6 @@ class FlakySink:
             raise OSError("disk full")
         self.ids += [t.event["event_id"] for t in turns]
 
-    def close(self) -> None:
-        pass
 
 
 def test_a_failing_sink_gets_the_same_batch_again_and_nothing_is_lost(
@@ -204,7 +198,8 @@ def test_metrics_and_healthz_over_http_and_lag_per_partition(kafka_settings: Kaf
     assert code == 200
     assert json.loads(body)["assigned_partitions"] == [0, 1, 2]
     assert missing == 404
-    assert service.health()["status"] == "unhealthy"  # stopped
+    assert not service.health.liveness().ok  # stopped
+    assert not service.health.readiness().ok
 
 
 def test_the_collector_sizing_holds_while_any_service_runs_and_is_undone_after() -> None:

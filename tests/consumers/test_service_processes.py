@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -181,3 +182,31 @@ def test_two_instances_in_one_group_split_the_partitions_and_count_every_event_o
             sum(total(s, "turnaudit_refused_turns_total", pack=pack) for s in samples)
             == truth.refused_by_pack[pack]
         )
+
+
+def test_a_sigkilled_service_restarted_as_itself_gets_its_partitions_back_within_seconds(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    # No instance id set: the default (service, host, HTTP port) names the
+    # instance, so the restart rejoins as the same static member.
+    env = service_env(kafka_settings, "g-static")
+    port = int(env["TURNAUDIT_HTTP_PORT"])
+    with service_process("metrics", env, tmp_path / "first.log") as first:
+        assert wait_for(lambda: assigned(env) == [0, 1, 2])
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    truth = publish_simulated(kafka_settings, 1000, tmp_path / "spool")  # while it is down
+    restarted = time.monotonic()
+    with service_process("metrics", env, tmp_path / "second.log") as second:
+        assert wait_for(lambda: assigned(env) == [0, 1, 2], timeout=60)
+        back_after = time.monotonic() - restarted
+        assert wait_for(lambda: total(scrape(port), "turnaudit_turns_total") >= truth.events)
+        counted = total(scrape(port), "turnaudit_turns_total")
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0
+    print(f"\npartitions back {back_after:.1f} s after the restart "
+          "(a dynamic member would wait out the 45 s session of the killed one)")
+    # Nothing lost: everything published while it was down is counted, once.
+    assert counted == truth.events
+    # Well inside the session timeout the killed member's partitions would otherwise wait.
+    assert back_after < 45 / 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,37 @@ def test_defaults_are_safe_surfaces_dropped_group_per_service() -> None:
     metrics = ServiceSettings.from_env(ServiceName.VERDICT_METRICS, {})
     assert logs.log.redaction is SurfaceRedaction.DROP
     assert logs.log.file is None
-    assert (logs.group_id, metrics.group_id) == ("turnaudit-log-sink", "turnaudit-verdict-metrics")
+    # Group ids carry the topic prefix: two deployments on one cluster never share a group.
+    assert logs.group_id == "turn-audit.log-sink"
+    assert metrics.group_id == "turn-audit.verdict-metrics"
+    other = ServiceSettings.from_env(ServiceName.LOG_SINK, {"TURNAUDIT_TOPIC_PREFIX": "staging."})
+    assert other.group_id == "staging.log-sink"
     assert logs.http_port != metrics.http_port
     assert metrics.metrics.packs == frozenset()
+
+
+@pytest.mark.parametrize("service", list(ServiceName))
+def test_static_membership_by_default_named_by_host_and_port(service: ServiceName) -> None:
+    settings = ServiceSettings.from_env(service, {})
+    host = socket.gethostname()
+    assert settings.group_instance_id == f"{service.value}-{host}-{settings.http_port}"
+    # Stable: the same instance restarted gets the same id.
+    assert ServiceSettings.from_env(service, {}).group_instance_id == settings.group_instance_id
+    # Two instances on one host differ by port.
+    second = ServiceSettings.from_env(service, {"TURNAUDIT_HTTP_PORT": "19999"})
+    assert second.group_instance_id != settings.group_instance_id
+
+
+@pytest.mark.parametrize(
+    ("env", "instance"),
+    [
+        ({"TURNAUDIT_GROUP_INSTANCE_ID": "logs-a"}, "logs-a"),
+        ({"TURNAUDIT_GROUP_INSTANCE_ID": "none"}, None),
+        ({"TURNAUDIT_HTTP_PORT": "0"}, None),  # no stable name: dynamic membership
+    ],
+)
+def test_instance_id_explicit_off_or_unnameable(env: dict[str, str], instance: str | None) -> None:
+    assert ServiceSettings.from_env(ServiceName.LOG_SINK, env).group_instance_id == instance
 
 
 def test_every_setting_is_read_with_the_prefix() -> None:
@@ -56,6 +85,8 @@ def test_every_setting_is_read_with_the_prefix() -> None:
         ({"TURNAUDIT_LOG_SURFACES": "some"}, "drop|hash|full"),
         ({"TURNAUDIT_BATCH_SIZE": "0"}, "BATCH_SIZE"),
         ({"TURNAUDIT_AUTO_OFFSET_RESET": "middle"}, "AUTO_OFFSET_RESET"),
+        ({"TURNAUDIT_READY_UNASSIGNED_S": "0"}, "READY_UNASSIGNED_S"),
+        ({"TURNAUDIT_CLIENT_ERROR_REPORT_S": "x"}, "CLIENT_ERROR_REPORT_S"),
     ],
 )
 def test_a_wrong_setting_says_which(env: dict[str, str], says: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -12,7 +13,11 @@ from tests.consumers.events import encode, turn
 from tests.consumers.streams import produce_raw, wait_for
 from turnaudit.consumers.tail import TailFilter, format_turn, tail_turns
 from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.serialization.wire import (
+    ConfluentSerializer,
+    TurnEventDeserializer,
+    registry_client,
+)
 from turnaudit.settings import KafkaSettings
 from turnaudit.verdicts import ActionAssessment, RiskTier, SafetyVerdict, Verdict
 
@@ -71,7 +76,7 @@ def test_from_now_shows_only_new_turns_of_the_chosen_pack(kafka_settings: KafkaS
         kafka_settings,
         [(e["session_id"].encode(), encode(e)) for e in new] + [(b"junk", b"\xffnot avro")],
     )
-    assert wait_for(lambda: len(out.getvalue().splitlines()) >= 11)
+    assert wait_for(lambda: len(out.getvalue().splitlines()) >= 11), out.getvalue()
     stop.set()
     thread.join(30)
     lines = out.getvalue().splitlines()
@@ -99,3 +104,25 @@ def test_from_a_time_replays_and_filters_by_session(kafka_settings: KafkaSetting
     lines = out.getvalue().splitlines()
     assert printed == 10
     assert [line.split()[1] for line in lines] == [f"s-1#{n}" for n in range(10)]
+
+
+@pytest.mark.broker
+def test_tail_reads_both_framings_side_by_side(kafka_settings: KafkaSettings) -> None:
+    # With a registry configured, tail decodes Confluent-framed events (the
+    # shared decoder) beside single-object ones.
+    settings = replace(kafka_settings, schema_registry_url="mock://tail-both-framings")
+    registry = registry_client("mock://tail-both-framings")
+    confluent = ConfluentSerializer(shipped_catalog().latest, registry).bind(
+        settings.topics.turn_events
+    )
+    single, framed = turn("s-single", 0), turn("s-confluent", 0)
+    produce_raw(
+        settings,
+        [(b"s-single", encode(single)), (b"s-confluent", confluent(framed))],
+    )
+    out = io.StringIO()
+    printed = tail_turns(settings, out, since=datetime(2000, 1, 1, tzinfo=UTC), limit=2)
+    assert printed == 2
+    assert sorted(line.split()[1] for line in out.getvalue().splitlines()) == [
+        "s-confluent#0", "s-single#0"
+    ]

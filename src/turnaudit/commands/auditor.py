@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import uuid
 from pathlib import Path
-from types import FrameType
 
-from prometheus_client import CollectorRegistry
-
-from turnaudit.cluster import connect
+from turnaudit.commands.sink import service_registry, service_settings
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker, evidence_summary
+from turnaudit.consumers.settings import ServiceName
 from turnaudit.evaluation.cli import add_auditor_arguments, build_auditor
 from turnaudit.evaluation.files import write_json
 from turnaudit.evaluation.gate import evaluate, exit_code
 from turnaudit.evaluation.labels import load_task_labels
-from turnaudit.settings import KafkaSettings
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,20 +37,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    kafka, where = connect(KafkaSettings.from_env(), start_local=False)
+    settings = service_settings(ServiceName.AUDITOR_WORKER)
+    kafka = settings.kafka
+    where = f"cluster at {kafka.bootstrap_servers}"
     labels = load_task_labels(args.labels)
     worker = AuditorEvaluationWorker(
         kafka, build_auditor(args), labels,
-        group_id=args.group_id or f"turnaudit-auditor-{uuid.uuid4().hex[:8]}",
-        registry=CollectorRegistry(),
+        group_id=args.group_id or f"{kafka.topics.prefix}auditor-{uuid.uuid4().hex[:8]}",
+        registry=service_registry(),
         evidence_path=args.evidence,
+        settings=settings,
+        serve_http=True,
     )
-
-    def stop(_signum: int, _frame: FrameType | None) -> None:
-        worker.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    worker.install_signal_handlers()
     worker.run(until=(lambda t: t.traces >= args.traces) if args.traces else None)
     evidence = worker.evidence()
     write_json(args.evidence, evidence.to_json())

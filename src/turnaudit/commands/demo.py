@@ -15,18 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from turnaudit.cluster import connect
+from turnaudit.commands.demo_consumers import ReconciliationRow, run_consumer_stage
+from turnaudit.commands.demo_evaluation import run_evaluation_stage
 from turnaudit.commands.simulate import add_simulation_arguments, publish_simulation
 from turnaudit.commands.verify import demo_rows as verify_demo_rows
-from turnaudit.consumers.demo_stage import ReconciliationRow, run_consumer_stage
-from turnaudit.consumers.htir_demo_stage import run_evaluation_stage
 from turnaudit.contracts import SequenceOutcome, SessionSequenceTracker, check_event
 from turnaudit.errors import SerializationError
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import CloseReport
 from turnaudit.producers.simulator import GroundTruth
-from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
 OUTPUT_DIR = Path("var/demo")
@@ -61,7 +60,7 @@ def _stream_rows(
     report: CloseReport,
 ) -> list[ReconciliationRow]:
     """Read this run back with a plain reader and count it like the simulator did."""
-    decode = TurnEventDeserializer(shipped_catalog())
+    decode = decoder_for(settings)
     topic = settings.topics.turn_events
     seen: set[str] = set()
     counts: Counter[str] = Counter()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from turnaudit.cluster import connect
-from turnaudit.consumers.demo_stage import ReconciliationRow
+from turnaudit.commands.demo_consumers import ReconciliationRow
 from turnaudit.serialization.schema_topic import SchemaTopicResolver
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer, registry_client

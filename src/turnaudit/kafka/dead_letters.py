@@ -1,19 +1,40 @@
-"""The dead-letter topic's message shape, shared by producers and consumers.
+"""The dead-letter topic: its message shape and the one writer every stage uses.
 
 A dead letter keeps the original bytes as its value and the original key; its
 headers say where it came from and why it is there. ``reason`` is from a
 closed set (it labels metrics); ``error`` is the free-text detail.
+
+A dead letter that cannot be written as it is (the original plus the headers
+is larger than the producer or the dead-letter topic accepts, or the broker
+refuses it for good) is written again *truncated*: the first
+``TRUNCATED_VALUE_BYTES`` of the value, the key cut to ``TRUNCATED_KEY_BYTES``,
+none of the original headers, and ``dlq.truncated``, ``dlq.original_size`` and
+``dlq.original_key_size`` beside the usual ``dlq.*`` headers, so the original
+can still be found at its topic, partition and offset. If even that fails the
+writer counts it, logs it as critical with the original's position, and calls
+``on_failure``: a dead letter is never lost without a count and a log line.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import functools
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from turnaudit.kafka.clients import ReliableProducer
+
+log = structlog.get_logger("turnaudit.dead_letters")
 
 
 class DeadLetterReason(enum.StrEnum):
     UNKNOWN_FRAMING = "unknown_framing"
     UNKNOWN_SCHEMA = "unknown_schema"
+    UNUSABLE_SCHEMA = "unusable_schema"  # found, but not readable into the current reader
     UNDECODABLE = "undecodable"
     CONTRACT_REFUSAL_HEDGE_EXCLUSIVE = "contract:refusal_hedge_exclusive"
     CONTRACT_STUB_FIELDS = "contract:stub_fields"
@@ -24,6 +45,18 @@ class DeadLetterReason(enum.StrEnum):
 
 
 HEADER_PREFIX = "dlq."
+ERROR_HEADER_BYTES = 4096
+TRUNCATED_VALUE_BYTES = 64 * 1024
+TRUNCATED_KEY_BYTES = 1024
+
+# Refusals a smaller message gets past.
+_SIZE_ERRORS = frozenset({
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+})
+
+Headers = list[tuple[str, str | bytes | None]]
 
 
 def dead_letter_headers(
@@ -34,11 +67,11 @@ def dead_letter_headers(
     partition: int | None,
     offset: int | None,
     stage: str,
-) -> list[tuple[str, str | bytes | None]]:
+) -> Headers:
     """Headers of a dead-letter message: where it came from and why it is here."""
     return [
         ("dlq.reason", reason.encode()),
-        ("dlq.error", error.encode()[:4096]),
+        ("dlq.error", error.encode()[:ERROR_HEADER_BYTES]),
         ("dlq.topic", topic.encode()),
         ("dlq.partition", b"" if partition is None else str(partition).encode()),
         ("dlq.offset", b"" if offset is None else str(offset).encode()),
@@ -58,3 +91,153 @@ def read_dead_letter_headers(
         for name, value in pairs
         if name.startswith(HEADER_PREFIX)
     }
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterOutcome:
+    """What became of one dead letter, reported once it is settled."""
+
+    reason: str
+    truncated: bool  # written, but cut down to fit
+    failed: bool  # not written at all (counted, logged as critical)
+
+
+class DeadLetterWriter:
+    """Writes dead letters for one stage; ``pending()`` says how many are unsettled.
+
+    A stage stores its offsets only once ``pending()`` is 0 after a ``flush``:
+    every dead letter of the batch is then either on the topic (whole or
+    truncated) or counted as failed.
+    """
+
+    def __init__(
+        self,
+        producer: ReliableProducer,
+        topic: str,
+        stage: str,
+        *,
+        on_settled: Callable[[DeadLetterOutcome], None] | None = None,
+    ) -> None:
+        self._producer = producer
+        self.topic = topic
+        self.stage = stage
+        self._on_settled = on_settled
+        self._lock = threading.Lock()
+        self._pending = 0
+
+    def write(
+        self,
+        *,
+        value: bytes | None,
+        key: bytes | None,
+        original_headers: Headers,
+        reason: str,
+        error: str,
+        topic: str,
+        partition: int | None,
+        offset: int | None,
+    ) -> None:
+        headers: Headers = [(k, v) for k, v in original_headers if not k.startswith(HEADER_PREFIX)]
+        headers += dead_letter_headers(
+            reason=reason, error=error, topic=topic, partition=partition, offset=offset,
+            stage=self.stage,
+        )
+        with self._lock:
+            self._pending += 1
+        try:
+            # The delivery report carries the value and key but not the
+            # headers: the callback keeps this letter's own.
+            self._producer.produce(
+                self.topic,
+                value,
+                key,
+                headers=headers,
+                on_delivery=functools.partial(self._on_whole_delivery, headers),
+            )
+        except KafkaException as exc:
+            # Refused before it was queued (larger than message.max.bytes).
+            self._write_truncated(value, key, headers, exc.args[0], from_callback=False)
+
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending
+
+    def flush(self, timeout: float) -> int:
+        """Wait for the dead letters in flight; the number still unsettled."""
+        self._producer.flush(timeout)
+        return self.pending()
+
+    # -- delivery ---------------------------------------------------------------
+    def _on_whole_delivery(self, headers: Headers, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            self._settle(headers, truncated=False, failed=False)
+            return
+        # message.timeout.ms=0: librdkafka retries until the broker takes it,
+        # so a report with an error is a permanent refusal: try it smaller.
+        self._write_truncated(msg.value(), msg.key(), headers, err, from_callback=True)
+
+    def _write_truncated(
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers,
+        err: KafkaError,
+        *,
+        from_callback: bool,
+    ) -> None:
+        dlq_headers: Headers = [(k, v) for k, v in headers if k.startswith(HEADER_PREFIX)]
+        if err.code() not in _SIZE_ERRORS:
+            self._fail(dlq_headers, err)
+            return
+        dlq_headers += [
+            ("dlq.truncated", b"true"),
+            ("dlq.original_size", str(len(value or b"")).encode()),
+            ("dlq.original_key_size", str(len(key or b"")).encode()),
+            ("dlq.write_error", err.str().encode()[:ERROR_HEADER_BYTES]),
+        ]
+        try:
+            self._producer.produce(
+                self.topic,
+                None if value is None else value[:TRUNCATED_VALUE_BYTES],
+                None if key is None else key[:TRUNCATED_KEY_BYTES],
+                headers=dlq_headers,
+                on_delivery=functools.partial(self._on_truncated_delivery, dlq_headers),
+                from_callback=from_callback,
+            )
+        except KafkaException as exc:
+            self._fail(dlq_headers, exc.args[0])
+        except BufferError:
+            self._fail(dlq_headers, KafkaError(KafkaError._QUEUE_FULL))
+
+    def _on_truncated_delivery(
+        self, headers: Headers, err: KafkaError | None, _msg: Message
+    ) -> None:
+        if err is None:
+            self._settle(headers, truncated=True, failed=False)
+        else:
+            self._fail(headers, err)
+
+    def _fail(self, headers: Sequence[tuple[str, str | bytes | None]], err: KafkaError) -> None:
+        # The original stays where it was; name it so it can be found.
+        log.critical(
+            "dead_letter_write_failed",
+            error=err.str(),
+            code=err.name(),
+            stage=self.stage,
+            dlq=read_dead_letter_headers(headers),
+        )
+        self._settle(headers, truncated=False, failed=True)
+
+    def _settle(
+        self,
+        headers: Sequence[tuple[str, str | bytes | None]] | None,
+        *,
+        truncated: bool,
+        failed: bool,
+    ) -> None:
+        with self._lock:
+            self._pending -= 1
+        if self._on_settled is not None:
+            reason = read_dead_letter_headers(headers).get("reason", "")
+            self._on_settled(DeadLetterOutcome(reason, truncated, failed))
+

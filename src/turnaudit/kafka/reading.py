@@ -22,6 +22,9 @@ from confluent_kafka import (
 from turnaudit.errors import BrokerError
 from turnaudit.settings import KafkaSettings
 
+# librdkafka's own log lines (one per failed connection attempt) stay off
+# stderr; failures reach the caller as exceptions.
+_QUIET = {"log_level": 0}
 _LEADERSHIP_ERRORS = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
@@ -34,7 +37,7 @@ _LEADERSHIP_ERRORS = frozenset({
 def end_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[int, int]:
     """The high watermark of every partition of ``topic``."""
     consumer = Consumer(
-        settings.client_config(**{"group.id": f"turnaudit-probe-{uuid.uuid4().hex}"})
+        settings.client_config(_QUIET, **{"group.id": f"turnaudit-probe-{uuid.uuid4().hex}"})
     )
     try:
         metadata = consumer.list_topics(topic, timeout=timeout)
@@ -76,6 +79,7 @@ def read_range(
         return
     consumer = Consumer(
         settings.client_config(
+            _QUIET,
             **{
                 "group.id": f"turnaudit-reader-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,

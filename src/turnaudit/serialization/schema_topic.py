@@ -5,15 +5,25 @@ schema JSON) before using it, so a reader can decode versions it does not
 ship. The topic is read on a miss only, incrementally from where the last read
 stopped, and at most once per ``min_refresh_interval``: a flood of messages
 with unknown fingerprints cannot turn into a flood of topic reads.
+
+Anyone who can write to the cluster can write to that topic: a record that
+is not a usable writer schema is logged, counted
+(``turnaudit_schema_topic_unusable_records_total`` by reason) and skipped,
+never trusted and never fatal. A schema that parses but does not resolve
+against the reader is caught where it is used (the deserializer refuses the
+messages naming it as ``unusable_schema``).
 """
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections.abc import Callable
 
 import structlog
+from confluent_kafka import KafkaException
+from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.errors import TurnAuditError
 from turnaudit.kafka.reading import end_offsets, read_range
@@ -36,6 +46,15 @@ def announce_schema(
     produce(topic, schema.schema_json.encode(), schema.fingerprint_hex.encode())
 
 
+class UnusableRecord(enum.StrEnum):
+    """Why a record on the schemas topic was skipped (a closed set: metric labels)."""
+
+    NO_KEY_OR_VALUE = "no_key_or_value"  # keyless, or a value-less record that is no tombstone
+    NOT_A_SCHEMA = "not_a_schema"  # not UTF-8, not JSON, or not an Avro schema
+    NOT_A_RECORD = "not_a_record"  # an Avro schema, but not a record schema
+    KEY_MISMATCH = "key_mismatch"  # kept under its own fingerprint, not the key
+
+
 class SchemaTopicResolver:
     """Callable ``fingerprint -> schema JSON | None`` backed by the schemas topic."""
 
@@ -45,6 +64,7 @@ class SchemaTopicResolver:
         *,
         min_refresh_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self._settings = settings
         self._topic = settings.topics.schemas
@@ -54,6 +74,14 @@ class SchemaTopicResolver:
         self._read_up_to: dict[int, int] = {}
         self._last_refresh: float | None = None
         self._lock = threading.Lock()
+        self.unusable = Counter(
+            "turnaudit_schema_topic_unusable_records",
+            "Records on the schemas topic skipped as unusable, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in UnusableRecord:
+            self.unusable.labels(reason.value)
 
     def __call__(self, fingerprint: bytes) -> str | None:
         with self._lock:
@@ -74,28 +102,64 @@ class SchemaTopicResolver:
         try:
             end = end_offsets(self._settings, self._topic)
             for msg in read_range(self._settings, self._topic, self._read_up_to, end):
-                self._learn(msg.key(), msg.value())
-        except TurnAuditError as exc:
+                self.learn(msg.key(), msg.value(), msg.partition(), msg.offset())
+        except (TurnAuditError, KafkaException) as exc:
             # The caller dead-letters the message as "unknown schema"; replaying
             # it later, once the topic answers, decodes it.
             log.warning("schema_topic_unreadable", topic=self._topic, error=str(exc))
             return
         self._read_up_to = end
 
-    def _learn(self, key: bytes | None, value: bytes | None) -> None:
+    def known(self, fingerprint: bytes) -> str | None:
+        """The schema learned for ``fingerprint`` so far, without reading the topic."""
+        with self._lock:
+            return self._known.get(fingerprint)
+
+    def learn(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        """Take one record of the topic: a usable writer schema is kept, anything else skipped."""
+        if value is None and key:
+            return  # a tombstone: compaction removes the key, nothing to learn
         if not key or not value:
-            return  # a tombstone or a keyless record names no schema
+            self._skip(UnusableRecord.NO_KEY_OR_VALUE, key, partition, offset, "")
+            return
         try:
             schema = schema_from_json(value.decode(), name="turn_event", version=-1)
-        except Exception as exc:  # fastavro and json raise many types for a bad schema
-            log.warning("schema_topic_bad_schema", key=key.decode(errors="replace"), error=str(exc))
+        except Exception as exc:  # utf-8, json and fastavro raise many types for a bad schema
+            self._skip(UnusableRecord.NOT_A_SCHEMA, key, partition, offset, repr(exc)[:500])
+            return
+        if not isinstance(schema.parsed, dict) or schema.parsed.get("type") != "record":
+            self._skip(UnusableRecord.NOT_A_RECORD, key, partition, offset, "")
             return
         # Trust the schema's own fingerprint, not the key: a wrong key must not
         # make one writer's bytes decode with another writer's schema.
         if schema.fingerprint_hex != key.decode(errors="replace"):
-            log.warning(
-                "schema_topic_key_mismatch",
-                key=key.decode(errors="replace"),
-                fingerprint=schema.fingerprint_hex,
+            self._skip(
+                UnusableRecord.KEY_MISMATCH, key, partition, offset,
+                f"kept under its own fingerprint {schema.fingerprint_hex}",
             )
         self._known[schema.fingerprint] = schema.schema_json
+
+    def _skip(
+        self,
+        reason: UnusableRecord,
+        key: bytes | None,
+        partition: int | None,
+        offset: int | None,
+        error: str,
+    ) -> None:
+        self.unusable.labels(reason.value).inc()
+        log.warning(
+            "schema_topic_record_unusable",
+            reason=reason.value,
+            key=(key or b"").decode(errors="replace")[:100],
+            topic=self._topic,
+            partition=partition,
+            offset=offset,
+            error=error,
+        )

@@ -27,6 +27,7 @@ import fastavro
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from fastavro.read import SchemaResolutionError
 
 from turnaudit.errors import (
     SchemaCompatibilityError,
@@ -44,6 +45,11 @@ CONFLUENT_HEADER_LEN = 5
 
 # A function that returns the schema JSON for an unknown fingerprint, or None.
 FingerprintResolver = Callable[[bytes], str | None]
+
+
+class UnusableSchemaError(SerializationError):
+    """A writer schema was found (schemas topic, registry) but cannot be read into
+    the current reader: not a schema, or it does not resolve against the reader."""
 
 
 class Framing(enum.StrEnum):
@@ -145,11 +151,21 @@ class DecodedTurnEvent:
 class _ReadPlan:
     """How to turn one writer schema's data into the current reader's shape."""
 
-    def __init__(self, writer: Any, reader: Any, version: int | None, fill: list[tuple[str, Any]]):
+    def __init__(
+        self,
+        writer: Any,
+        reader: Any,
+        version: int | None,
+        fill: list[tuple[str, Any]],
+        unusable: str | None = None,
+    ):
         self.writer = writer
         self.reader = reader  # None: decode with the writer schema, then fill defaults
         self.version = version
         self.fill = fill
+        # Why this writer schema cannot be read (set once, on its first failure):
+        # later messages naming it are refused at once.
+        self.unusable = unusable
 
     def read(self, body: io.BytesIO) -> dict[str, Any]:
         record = cast(dict[str, Any], fastavro.schemaless_reader(body, self.writer, self.reader))
@@ -203,8 +219,14 @@ class TurnEventDeserializer:
         fill = [(f["name"], f["default"]) for f in added]
         return _ReadPlan(schema.parsed, None, schema.version, fill)
 
-    def _plan_for_foreign(self, schema_json: str) -> _ReadPlan:
-        foreign = schema_from_json(schema_json, name=self._catalog.name, version=-1)
+    def _plan_for_foreign(self, schema_json: str, origin: str) -> _ReadPlan:
+        try:
+            foreign = schema_from_json(schema_json, name=self._catalog.name, version=-1)
+        except Exception as exc:  # json and fastavro raise many types for a bad schema
+            why = f"writer schema {origin} does not parse: {exc!r}"
+            return _ReadPlan(None, None, None, [], why)
+        if not isinstance(foreign.parsed, dict) or foreign.parsed.get("type") != "record":
+            return _ReadPlan(None, None, None, [], f"writer schema {origin} is not a record")
         return _ReadPlan(foreign.parsed, self._current.parsed, None, [])
 
     def __call__(
@@ -227,9 +249,26 @@ class TurnEventDeserializer:
                 f"message starts with {bytes(payload[:2]).hex() or 'nothing'}: "
                 "neither Avro single-object (c301) nor Confluent (00) framing"
             )
+        if plan.unusable is not None:
+            raise UnusableSchemaError(plan.unusable)
         try:
             record = plan.read(body)
-        except (EOFError, ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError) as exc:
+            version = (
+                plan.version
+                if plan.version is not None
+                else int(record["verdicts"]["schema_version"])
+            )
+        except SchemaResolutionError as exc:
+            # The writer schema (from the schemas topic or a registry) does not
+            # resolve against the reader: every message naming it is unusable.
+            plan.unusable = f"writer schema {origin} does not resolve against the reader: {exc}"
+            raise UnusableSchemaError(plan.unusable) from exc
+        except Exception as exc:
+            # Any bytes may arrive: fastavro raises EOFError, ValueError,
+            # OverflowError (a timestamp-millis beyond datetime's range),
+            # MemoryError-sized lengths as ValueError, ... and a resolved
+            # foreign record may lack what a TurnEvent has. None of it may
+            # escape as anything but "this message does not decode".
             raise SerializationError(
                 f"Avro body does not decode with schema {origin}: {exc!r}"
             ) from exc
@@ -238,9 +277,6 @@ class TurnEventDeserializer:
                 f"Avro body has {len(body.getbuffer()) - body.tell()} trailing bytes "
                 f"after a record of schema {origin}"
             )
-        version = (
-            plan.version if plan.version is not None else int(record["verdicts"]["schema_version"])
-        )
         return DecodedTurnEvent(record, version, framing, origin)
 
     def _resolve_fingerprint(self, fp: bytes) -> _ReadPlan:
@@ -253,7 +289,7 @@ class TurnEventDeserializer:
         with self._lock:
             plan = self._by_fp.get(fp)
             if plan is None:
-                plan = self._plan_for_foreign(schema_json)
+                plan = self._plan_for_foreign(schema_json, fp.hex())
                 self._by_fp[fp] = plan
         return plan
 
@@ -273,12 +309,13 @@ class TurnEventDeserializer:
             plan = self._by_registry_id.get(schema_id)
             if plan is None:
                 # The registry may hold a shipped version: read it like one.
-                fp = schema_from_json(schema_json, name=self._catalog.name, version=-1).fingerprint
-                shipped = self._catalog.by_fingerprint().get(fp)
-                plan = (
-                    self._plan_for_shipped(shipped)
-                    if shipped is not None
-                    else self._plan_for_foreign(schema_json)
-                )
+                plan = self._plan_for_foreign(schema_json, f"registry:{schema_id}")
+                if plan.unusable is None:
+                    fp = schema_from_json(
+                        schema_json, name=self._catalog.name, version=-1
+                    ).fingerprint
+                    shipped = self._catalog.by_fingerprint().get(fp)
+                    if shipped is not None:
+                        plan = self._plan_for_shipped(shipped)
                 self._by_registry_id[schema_id] = plan
         return plan

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.consumers.streams import publish_simulated
-from turnaudit.consumers.demo_stage import run_consumer_stage
+from turnaudit.commands.demo_consumers import run_consumer_stage
 from turnaudit.kafka.reading import end_offsets
 from turnaudit.settings import KafkaSettings
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from turnaudit.commands.demo_consumers import ReconciliationRow
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
-from turnaudit.consumers.demo_stage import ReconciliationRow
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import service_logging
 from turnaudit.consumers.runtime import ConsumerService

@@ -1,0 +1,182 @@
+"""Liveness and readiness, told apart, and the Kafka client's errors reported
+at a bounded rate.
+
+* Live: the consume loop is turning (it polled within ``LOOP_STALL_S``).
+* Ready: live, the broker reachable, and partitions held: a member that has
+  not been assigned any yet (joining, or waiting out an old member's session)
+  is not ready, nor is one that has held none for longer than the bound.
+  Every "no" comes with its reasons.
+* An unreachable broker is logged once when it goes away, then at most once
+  per ``report_interval_s`` with the count of errors in between, and once
+  when it is back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from confluent_kafka import KafkaError
+
+log = structlog.get_logger("turnaudit.consumer")
+
+LOOP_STALL_S = 30.0  # a loop silent for longer than this is stuck
+
+# "No broker can be reached" (one connection failing is not that: with
+# several brokers the others still serve, and a dropped connection is redone).
+_UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN})
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ok: bool
+    body: dict[str, Any]
+
+
+class ServiceHealth:
+    def __init__(
+        self,
+        identity: dict[str, Any],
+        *,
+        unassigned_bound_s: float,
+        report_interval_s: float,
+        on_client_error: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._identity = identity
+        self._unassigned_bound_s = unassigned_bound_s
+        self._report_interval_s = report_interval_s
+        self._on_client_error = on_client_error
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.running = False
+        self.stopping = False
+        self.last_loop = clock()
+        self._assigned: set[int] = set()
+        self._joined = False
+        self._unassigned_since = clock()
+        self._down_since: float | None = None
+        self._last_error = ""
+        self._suppressed = 0  # errors since the last line
+        # The error limiter starts with the service: the connection errors that
+        # come before librdkafka's "all brokers down" are counted into the
+        # first periodic line, and the outage line comes first.
+        self._last_report = clock()
+        self._reported_once = True
+        self._last_down_report: float | None = None
+        self._announced_down = False  # an "unreachable" line went out for this outage
+
+    # -- what the runtime tells it -------------------------------------------------
+    def assigned(self, partitions: set[int]) -> None:
+        with self._lock:
+            self._joined = True
+            self._assigned |= partitions
+        self.broker_reachable()
+
+    def revoked(self, partitions: set[int]) -> None:
+        with self._lock:
+            self._assigned -= partitions
+            if not self._assigned:
+                self._unassigned_since = self._clock()
+
+    def partitions(self) -> list[int]:
+        with self._lock:
+            return sorted(self._assigned)
+
+    def client_error(self, error: KafkaError) -> None:
+        """librdkafka's error callback: while a broker is away, many times a second.
+
+        An outage is said at once ("unreachable"), then errors at most once per
+        ``report_interval_s`` (with their count since the last line); each of
+        "unreachable" and the error line at most once per interval, and
+        "reachable again" only after an "unreachable" line: a flapping broker
+        makes at most three lines per interval.
+        """
+        if self._on_client_error is not None:
+            self._on_client_error()
+        now = self._clock()
+        with self._lock:
+            self._last_error = error.str()
+            went_down = error.code() in _UNREACHABLE and self._down_since is None
+            if went_down:
+                self._down_since = now
+            self._suppressed += 1
+            if went_down and (
+                self._last_down_report is None
+                or now - self._last_down_report >= self._report_interval_s
+            ):
+                # The outage itself: said at once (at most once per interval).
+                self._last_down_report, self._announced_down = now, True
+                announce_down = True
+            elif self._reported_once and now - self._last_report < self._report_interval_s:
+                return
+            else:
+                announce_down = False
+            count, self._suppressed = self._suppressed, 0
+            self._last_report, self._reported_once = now, True
+            down = self._down_since is not None
+        if announce_down:
+            log.error("kafka_broker_unreachable", error=error.str(), code=error.name())
+        else:
+            log.warning(
+                "kafka_client_errors",
+                errors_since_last_report=count,
+                last_error=error.str(),
+                code=error.name(),
+                broker_unreachable=down,
+            )
+
+    def broker_reachable(self) -> None:
+        with self._lock:
+            if self._down_since is None:
+                return
+            down_for = self._clock() - self._down_since
+            announced = self._announced_down
+            self._down_since, self._announced_down = None, False
+        if announced:
+            log.warning("kafka_broker_reachable", unreachable_for_s=round(down_for, 1))
+
+    # -- what it tells the world -----------------------------------------------------
+    def liveness(self) -> Verdict:
+        age = self._clock() - self.last_loop
+        reasons = []
+        if not self.running:
+            reasons.append("the consume loop is not running")
+        elif age >= LOOP_STALL_S:
+            reasons.append(f"the consume loop has not polled for {age:.0f} s")
+        return Verdict(not reasons, self._body(reasons, age, "ok" if not reasons else "unhealthy"))
+
+    def readiness(self) -> Verdict:
+        live = self.liveness()
+        reasons = list(live.body["reasons"])
+        now = self._clock()
+        with self._lock:
+            if self.stopping:
+                reasons.append("stopping")
+            if self._down_since is not None:
+                reasons.append(
+                    f"broker unreachable for {now - self._down_since:.0f} s: {self._last_error}"
+                )
+            if not self._joined:
+                reasons.append(
+                    f"no partition assigned yet ({now - self._unassigned_since:.0f} s since start)"
+                )
+            elif not self._assigned and now - self._unassigned_since > self._unassigned_bound_s:
+                reasons.append(
+                    f"no partition assigned for {now - self._unassigned_since:.0f} s"
+                )
+        status = "ok" if not reasons else "unhealthy" if not live.ok else "not_ready"
+        return Verdict(not reasons, self._body(reasons, now - self.last_loop, status))
+
+    def _body(self, reasons: list[str], age: float, status: str) -> dict[str, Any]:
+        return {
+            "status": status,
+            "reasons": reasons,
+            **self._identity,
+            "assigned_partitions": self.partitions(),
+            "seconds_since_poll": round(age, 3),
+        }

@@ -1,0 +1,83 @@
+"""What a service's sink is handed, and the ``Sink`` base class with every hook.
+
+The runtime calls exactly these methods, on every sink; a sink overrides the
+ones it needs. No hook is looked up by name.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, cast
+
+from turnaudit.contracts import SequenceCheck, SequenceOutcome
+from turnaudit.events import TurnEvent
+from turnaudit.identity import Placement
+from turnaudit.kafka.dead_letters import DeadLetterReason
+from turnaudit.serialization.wire import DecodedTurnEvent
+
+IN_ORDER = SequenceCheck(SequenceOutcome.IN_ORDER)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a message goes to the dead-letter topic."""
+
+    reason: DeadLetterReason
+    error: str
+    event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedTurn:
+    """A decoded, checked record and where it was read."""
+
+    decoded: DecodedTurnEvent
+    sequence: Placement  # new, late or redelivered (turnaudit.identity)
+    topic: str
+    partition: int
+    offset: int
+    # Contract breaches; the turn also goes to the dead-letter topic
+    # (``rejection``), and reaches only sinks that want breaching turns.
+    breaches: tuple[str, ...] = ()
+    rejection: Rejection | None = None
+
+    @property
+    def event(self) -> TurnEvent:
+        """The decoded TurnEvent, typed (validation made sure it is one)."""
+        return cast("TurnEvent", self.decoded.event)
+
+
+class Sink(abc.ABC):
+    """Where a service puts the turns it consumed.
+
+    Hooks, in the order the runtime calls them:
+
+    * ``write(turns)`` once per batch: returns once the sink holds the batch
+      (flushed to its output, or counted). Raising makes the runtime retry
+      the same batch; its offsets are stored only after a successful write.
+    * ``tick()`` on every poll, even an empty one (a sink that closes work on
+      a quiet stream); a failure is counted and logged, the next poll ticks again.
+    * ``held_offsets()`` after every write and tick: per partition, the first
+      offset the sink still needs after a restart (stored offsets never pass
+      it), or ``None`` for a sink that holds nothing back.
+    * ``close()`` once, after the last write, when the service stops.
+
+    ``wants_breaching_turns``: also hand over turns that broke a contract
+    (with their breaches), besides dead-lettering them.
+    """
+
+    wants_breaching_turns: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def write(self, turns: Sequence[ConsumedTurn]) -> None: ...
+
+    def tick(self) -> None:
+        return
+
+    def held_offsets(self) -> Mapping[int, int] | None:
+        return None
+
+    def close(self) -> None:
+        return

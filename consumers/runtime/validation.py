@@ -1,0 +1,186 @@
+"""Validation: decode, check the contracts, track the ordered streams.
+
+A validation turns a message's bytes into a ``ConsumedTurn`` or a
+``Rejection``. Nothing a message holds can make it raise: whatever goes
+wrong, the message is rejected with a typed reason and the error.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from turnaudit.consumers.runtime.consumer_metrics import CHAIN_BREAK_KINDS, ConsumerMetrics
+from turnaudit.consumers.runtime.sink import IN_ORDER, ConsumedTurn, Rejection
+from turnaudit.contracts import Contract, check_event, check_key, identity_breach
+from turnaudit.errors import SchemaNotFoundError, SerializationError, UnknownFramingError
+from turnaudit.htir import HtirTrace
+from turnaudit.identity import StreamTracker, TrackResult, TurnOutcome
+from turnaudit.kafka.dead_letters import DeadLetterReason
+from turnaudit.serialization.wire import (
+    DecodedTurnEvent,
+    TurnEventDeserializer,
+    UnusableSchemaError,
+)
+
+log = structlog.get_logger("turnaudit.consumer")
+
+Decoder = Callable[[bytes | None], DecodedTurnEvent]
+
+# Most specific first: the first match names the reason.
+_DECODE_FAILURES: tuple[tuple[type[SerializationError], DeadLetterReason], ...] = (
+    (UnknownFramingError, DeadLetterReason.UNKNOWN_FRAMING),
+    (SchemaNotFoundError, DeadLetterReason.UNKNOWN_SCHEMA),
+    (UnusableSchemaError, DeadLetterReason.UNUSABLE_SCHEMA),
+    (SerializationError, DeadLetterReason.UNDECODABLE),
+)
+
+
+def contract_reason(contract: Contract) -> DeadLetterReason:
+    return DeadLetterReason(f"contract:{contract.value}")
+
+
+def decode_failure(exc: SerializationError) -> Rejection:
+    reason = next(r for kind, r in _DECODE_FAILURES if isinstance(exc, kind))
+    return Rejection(reason, str(exc))
+
+
+class Validation(abc.ABC):
+    """How a service turns messages of its topic into turns for its sink."""
+
+    @abc.abstractmethod
+    def examine(
+        self, value: bytes | None, key: bytes | None, topic: str, partition: int, offset: int
+    ) -> ConsumedTurn | Rejection: ...
+
+    def forget_partitions(self, partitions: set[int]) -> None:  # noqa: B027 - optional state
+        """Partitions moved to another member: drop what was tracked for them."""
+
+
+class StreamTracking:
+    """Contracts 5 and 7, behind one call: the stream tracker (``turnaudit.identity``).
+
+    Dedupe by event id, gaps and late arrivals per ordered stream (session,
+    producer), the hash chain; the one place the runtime touches the tracker.
+    """
+
+    def __init__(self, max_streams: int, metrics: ConsumerMetrics) -> None:
+        self._tracker = StreamTracker(max_streams=max_streams)
+        metrics.watch(self._tracker)
+
+    def observe(
+        self, event: dict[str, Any], value: bytes, partition: int, offset: int
+    ) -> TrackResult:
+        return self._tracker.observe(event, value, partition=partition, offset=offset)
+
+    def forget_partitions(self, partitions: set[int]) -> None:
+        self._tracker.forget_partitions(partitions)
+
+
+class TurnEventValidation(Validation):
+    """TurnEvents: decode (either framing, any version), contracts 1-4, stream order."""
+
+    def __init__(
+        self, decode: TurnEventDeserializer | Decoder, metrics: ConsumerMetrics, max_sessions: int
+    ) -> None:
+        self._decode = decode
+        self._metrics = metrics
+        self._streams = StreamTracking(max_sessions, metrics)
+
+    def examine(
+        self, value: bytes | None, key: bytes | None, topic: str, partition: int, offset: int
+    ) -> ConsumedTurn | Rejection:
+        try:
+            decoded = self._decode(value)
+        except SerializationError as exc:
+            return decode_failure(exc)
+        except Exception as exc:  # a decoder bug must not stop the service either
+            return Rejection(DeadLetterReason.UNDECODABLE, f"decoder failed: {exc!r}")
+        event = decoded.event
+        try:
+            sequence = self._streams.observe(event, value or b"", partition, offset)
+            key_breach = check_key(key, event)
+            breaches = check_event(event)
+        except Exception as exc:
+            # Decodable but not shaped like a TurnEvent (a foreign schema gone wrong).
+            return Rejection(DeadLetterReason.UNDECODABLE, f"not a TurnEvent: {exc!r}")
+        if key_breach is not None:
+            breaches.insert(0, key_breach)
+        if (
+            sequence.outcome is not TurnOutcome.NEW
+            or sequence.missing_opened
+            or sequence.chain_break is not None
+            or key_breach is not None
+        ):  # the common case (a new turn in order) is counted by the tracker itself
+            self._count_identity(sequence, key_breach is not None, topic, partition, offset)
+        if breaches:
+            for breach in breaches:
+                self._metrics.contract_breaches.labels(breach.contract.value).inc()
+            text = tuple(map(str, breaches))
+            rejection = Rejection(
+                contract_reason(breaches[0].contract), "; ".join(text), event.get("event_id")
+            )
+            return ConsumedTurn(decoded, sequence, topic, partition, offset, text, rejection)
+        return ConsumedTurn(decoded, sequence, topic, partition, offset)
+
+    def _count_identity(
+        self, result: TrackResult, key_mismatch: bool, topic: str, partition: int, offset: int
+    ) -> None:
+        """The stream tracker's verdict on one message, in the metrics and the log."""
+        metrics = self._metrics
+        if result.redelivered:
+            metrics.redelivered.inc()
+        if result.missing_opened:
+            metrics.sequence_gaps.inc()
+            metrics.missing_turns.inc(result.missing_opened)
+            metrics.contract_breaches.labels(Contract.SEQUENCE.value).inc()
+        if result.gap_closed:
+            metrics.gaps_closed.inc()
+        if key_mismatch:
+            metrics.key_mismatches.inc()
+        breach = identity_breach(result)
+        if breach is not None:
+            kind = result.outcome.value if result.outcome.value in CHAIN_BREAK_KINDS else "chain"
+            metrics.chain_breaks.labels(kind).inc()
+            metrics.contract_breaches.labels(Contract.CHAIN.value).inc()
+        if result.missing_opened or breach is not None:
+            log.warning(
+                "turn_stream_gap" if breach is None else "turn_chain_break",
+                session_id=result.stream[0],
+                producer_id=result.stream[1],
+                sequence=result.sequence,
+                missing=result.missing_opened,
+                detail=None if breach is None else breach.detail,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            )
+
+    def forget_partitions(self, partitions: set[int]) -> None:
+        # Streams of a partition that moves on are tracked afresh on return.
+        self._streams.forget_partitions(partitions)
+
+
+class HtirTraceValidation(Validation):
+    """HTIR traces: decode any shipped version; the record must make an ``HtirTrace``."""
+
+    def __init__(self, decode: TurnEventDeserializer | Decoder) -> None:
+        self._decode = decode
+
+    def examine(
+        self, value: bytes | None, key: bytes | None, topic: str, partition: int, offset: int
+    ) -> ConsumedTurn | Rejection:
+        try:
+            decoded = self._decode(value)
+        except SerializationError as exc:
+            return decode_failure(exc)
+        except Exception as exc:  # a decoder bug must not stop the service either
+            return Rejection(DeadLetterReason.UNDECODABLE, f"decoder failed: {exc!r}")
+        try:
+            HtirTrace.from_avro(decoded.event)
+        except Exception as exc:
+            return Rejection(DeadLetterReason.UNDECODABLE, f"not an HTIR trace: {exc!r}")
+        return ConsumedTurn(decoded, IN_ORDER, topic, partition, offset)
