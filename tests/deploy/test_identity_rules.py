@@ -27,8 +27,9 @@ def test_every_identity_alert_is_annotated_and_has_its_runbook() -> None:
     for alert in ALERTS:
         annotations = alert["annotations"]
         assert {"summary", "description", "runbook_url"} <= set(annotations)
-        assert annotations["runbook_url"] == f"docs/runbooks/{alert['alert']}.md"
-        runbook = PROJECT / annotations["runbook_url"]
+        base = "{{ $externalLabels.runbook_base }}"
+        assert annotations["runbook_url"] == f"{base}/{alert['alert']}.md"
+        runbook = PROJECT / "docs" / "runbooks" / f"{alert['alert']}.md"
         assert runbook.is_file()
         assert runbook.read_text().startswith(f"# {alert['alert']}")
         assert "service" in alert["labels"]

@@ -37,7 +37,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def service_settings(service: ServiceName) -> ServiceSettings:
     settings = ServiceSettings.from_env(service)
     check_port_free(settings.http_host, settings.http_port, "TURNAUDIT_HTTP_PORT")
-    kafka, _ = connect(settings.kafka, start_local=False)
+    # A service outlives a cluster outage: it starts even when the cluster does
+    # not answer yet, and says so on /readyz and (once, then at a bounded rate) in its log.
+    kafka, _ = connect(settings.kafka, start_local=False, require=False)
     return settings.with_kafka(kafka)
 
 
