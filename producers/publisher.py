@@ -40,7 +40,6 @@ keeps its promise: events go to the spool, for the next publisher.
 from __future__ import annotations
 
 import functools
-import io
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fastavro
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -69,7 +67,11 @@ from turnaudit.producers.metrics import PublisherMetrics
 from turnaudit.producers.spool import DiskSpool, SpooledMessage, SpoolRecord
 from turnaudit.serialization.registry import ensure_compatibility
 from turnaudit.serialization.schemas import SchemaCatalog, WriterSchema, shipped_catalog
-from turnaudit.serialization.wire import SingleObjectSerializer, registry_client
+from turnaudit.serialization.wire import (
+    ConfluentIdSerializer,
+    SingleObjectSerializer,
+    registry_client,
+)
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.publisher")
@@ -613,7 +615,7 @@ class TurnEventPublisher:
                     f"schema registry {url or 'client'} has no id for TurnEvent "
                     f"v{schema.version} under {subject}"
                 )
-            out[schema.version] = ConfluentFramedSerializer(schema, schema_id)
+            out[schema.version] = ConfluentIdSerializer(schema, schema_id)
         return out
 
     def _serialize(self, event: dict[str, Any]) -> bytes:
@@ -630,28 +632,6 @@ class TurnEventPublisher:
             schemas_topic, schema.schema_json.encode(), schema.fingerprint_hex.encode()
         )
         self._schema_producer.poll(0)
-
-
-class ConfluentFramedSerializer:
-    """The Confluent wire format (``00`` + 4-byte schema id + Avro body) with an
-    id obtained once: encoding never calls the registry."""
-
-    def __init__(self, schema: WriterSchema, schema_id: int) -> None:
-        self.schema = schema
-        self.schema_id = schema_id
-        self._header = b"\x00" + schema_id.to_bytes(4, "big")
-        self._parsed = schema.parsed
-
-    def __call__(self, record: dict[str, Any]) -> bytes:
-        buf = io.BytesIO()
-        buf.write(self._header)
-        try:
-            fastavro.schemaless_writer(buf, self._parsed, record)
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
-            raise SerializationError(
-                f"record does not fit {self.schema.name} v{self.schema.version}: {exc}"
-            ) from exc
-        return buf.getvalue()
 
 
 def _open_spool(directory: Path, max_bytes: int) -> DiskSpool:

@@ -95,19 +95,23 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(
     )
     publisher = threading.Thread(
         target=publish_simulated,
-        args=(kafka_settings, 4000, tmp_path / "spool"),
+        args=(kafka_settings, 2000, tmp_path / "spool"),
     )
     with service_process("logs", env, tmp_path / "first.log") as first:
         assert wait_for(lambda: bool(assigned(env)))
-        publisher.start()
+        publisher.start()  # killed while it consumes a stream still being written
         assert wait_for(lambda: len(log_lines(turns_file)) >= 300)
         first.send_signal(signal.SIGKILL)
         first.wait(30)
     killed_at = len(log_lines(turns_file))
     publisher.join()
+    # More turns while the service is down: the restarted one has work left
+    # whenever the kill landed.
+    publish_simulated(kafka_settings, 2000, tmp_path / "spool-2", seed=8)
     expected = event_ids_on_topic(kafka_settings)
     assert len(expected) == 4000
     with service_process("logs", env, tmp_path / "second.log") as second:
+        assert wait_for(lambda: bool(assigned(env)))  # running, its signal handlers installed
         assert wait_for(lambda: {line["event_id"] for line in log_lines(turns_file)} >= expected)
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0

@@ -61,12 +61,12 @@ def _context(ctx: SerializationContext | None) -> SerializationContext:
     return ctx if ctx is not None else SerializationContext("", MessageField.VALUE)
 
 
-class SingleObjectSerializer:
-    """Encodes records in Avro single-object encoding with one writer schema."""
+class FramedSerializer:
+    """Encodes records with one writer schema behind a fixed framing header."""
 
-    def __init__(self, schema: WriterSchema) -> None:
+    def __init__(self, schema: WriterSchema, header: bytes) -> None:
         self.schema = schema
-        self._header = SINGLE_OBJECT_MAGIC + schema.fingerprint
+        self._header = header
         self._parsed = schema.parsed
 
     def __call__(self, record: dict[str, Any], ctx: SerializationContext | None = None) -> bytes:
@@ -79,6 +79,22 @@ class SingleObjectSerializer:
                 f"record does not fit {self.schema.name} v{self.schema.version}: {exc}"
             ) from exc
         return buf.getvalue()
+
+
+class SingleObjectSerializer(FramedSerializer):
+    """Avro single-object encoding (``C3 01`` + fingerprint + body)."""
+
+    def __init__(self, schema: WriterSchema) -> None:
+        super().__init__(schema, SINGLE_OBJECT_MAGIC + schema.fingerprint)
+
+
+class ConfluentIdSerializer(FramedSerializer):
+    """The Confluent wire format (``00`` + 4-byte schema id + body) with an id
+    obtained once: encoding never calls the registry."""
+
+    def __init__(self, schema: WriterSchema, schema_id: int) -> None:
+        super().__init__(schema, b"\x00" + schema_id.to_bytes(4, "big"))
+        self.schema_id = schema_id
 
 
 class ConfluentSerializer:
