@@ -23,6 +23,7 @@ from tests.consumers.streams import (
     wait_for,
 )
 from tests.consumers.test_service_processes import (
+    assigned,
     log_lines,
     service_env,
     service_process,
@@ -182,16 +183,20 @@ def test_redeliveries_after_a_consumer_sigkill_are_redeliveries_not_new_turns(
                       TURNAUDIT_BATCH_SIZE="20", TURNAUDIT_GROUP_INSTANCE_ID="logs-1")
     publisher = threading.Thread(
         target=lambda: finished(publisher_process(kafka_settings, tmp_path / "p", 31, 3000,
-                                                  0, 3000)),
+                                                  0, 1500)),
     )
     with service_process("logs", env, tmp_path / "first.log") as first:
-        publisher.start()
+        publisher.start()  # killed while it consumes a stream still being written
         assert wait_for(lambda: len(log_lines(turns_file)) >= 300)
         first.send_signal(signal.SIGKILL)
         first.wait(30)
     killed_at = len(log_lines(turns_file))
     publisher.join()
+    # The runtime goes on while the service is down: the restarted service has
+    # work left whenever the kill landed.
+    finished(publisher_process(kafka_settings, tmp_path / "p2", 31, 3000, 1500, 3000))
     with service_process("logs", env, tmp_path / "second.log") as second:
+        assert wait_for(lambda: assigned(env))  # running, its signal handlers installed
         assert wait_for(lambda: len({ln["event_id"] for ln in log_lines(turns_file)}) >= 3000)
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0
