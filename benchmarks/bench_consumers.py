@@ -3,12 +3,16 @@
     .venv/bin/python benchmarks/bench_consumers.py            # full: 10-minute memory run
     .venv/bin/python benchmarks/bench_consumers.py --quick    # ~2 minutes in all
 
-1. Throughput: the same N messages read by a bare loop (consume + decode, no
-   sink) and by each service, each in its own fresh group, measured in this
-   run; printed as events/s, microseconds per event and as a ratio to the
-   bare loop (goal >= 0.85x). The shared runtime with a sink that keeps
-   nothing (contract and sequence checks, offsets) is measured too: no sink
-   can do better than it.
+1. Throughput: the same N messages read by each row, each in its own spawned
+   process and fresh group, rounds in rotated order: a raw consume (no decode,
+   the I/O limit); the bare loop (consume + strip the single-object header +
+   plain fastavro ``schemaless_reader`` by fingerprint, not the project's
+   deserializer); a quixstreams ``Application`` peer doing the metrics job
+   (turns/refused/hedged/stub per pack; ``pip install -e '.[bench]'``); the
+   shared runtime with a sink that keeps nothing; the log sink and the verdict
+   metrics service as the CLI builds them. Printed: events/s, CPU us per event,
+   and every ratio to bare and to quixstreams taken within one round, as
+   median (min-max) over rounds (goals: >= 0.85x bare, >= 1.5x quixstreams).
 2. Delay from ``publish()`` to counted by the metrics service at a steady
    rate (default 5,000 events/s, the publisher in its own process): p50, p99
    (goal p99 <= 100 ms). occurred_at is set at publish time (millisecond
@@ -23,8 +27,10 @@ temporary folder.
 from __future__ import annotations
 
 import argparse
+import io
 import multiprocessing
 import os
+import queue
 import statistics
 import subprocess
 import sys
@@ -37,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer
+from fastavro import schemaless_reader
 from prometheus_client import CollectorRegistry
 
 from turnaudit.commands.simulate import publish_simulation
@@ -55,7 +62,6 @@ from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings, LocalBrokerSettings, TopicNames
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -79,14 +85,26 @@ def caught_up(positions: Callable[[], dict[int, int]], end: dict[int, int]) -> b
 
 
 # -- 1. throughput ------------------------------------------------------------------
-def bare_loop(settings: KafkaSettings, end: dict[int, int]) -> float:
-    """Events/s of consume + decode alone, from assignment to the last message."""
-    decode = TurnEventDeserializer(shipped_catalog())
-    assigned_at: list[float] = []
+# Each row runs in its own spawned process with a fresh group, so imports, GC and
+# CPU time are its own. Rate = messages / wall time from the first assignment to the
+# last message (the quixstreams peer: from its first message, which favours it
+# slightly); CPU = the child's user+system time over the same span (librdkafka's
+# threads included), per event.
+Measurement = tuple[float, float]  # (events/s, CPU microseconds per event)
+
+
+def _cpu_seconds() -> float:
+    # Process-wide CPU clock: every thread (librdkafka's included), fine resolution.
+    return time.process_time()
+
+
+def _bench_consumer(
+    settings: KafkaSettings, role: str, assigned_at: list[tuple[float, float]]
+) -> Consumer:
     consumer = Consumer(
         settings.client_config(
             **{
-                "group.id": f"bench-bare-{uuid.uuid4().hex}",
+                "group.id": f"bench-{role}-{uuid.uuid4().hex}",
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": 50,
@@ -94,22 +112,119 @@ def bare_loop(settings: KafkaSettings, end: dict[int, int]) -> float:
             }
         )
     )
-    consumer.subscribe(
-        [settings.topics.turn_events], on_assign=lambda *_: assigned_at.append(time.perf_counter())
-    )
+
+    def on_assign(*_: Any) -> None:
+        assigned_at.append((time.perf_counter(), _cpu_seconds()))
+
+    consumer.subscribe([settings.topics.turn_events], on_assign=on_assign)
+    return consumer
+
+
+def raw_loop(settings: KafkaSettings, end: dict[int, int]) -> Measurement:
+    """Consume and touch each value, no decode: the I/O limit."""
+    assigned_at: list[tuple[float, float]] = []
+    consumer = _bench_consumer(settings, "raw", assigned_at)
+    positions: dict[int, int] = {}
+    total = sum(end.values())
+    seen = 0
+    size = 0
+    while seen < total:
+        for msg in consumer.consume(500, 0.05):
+            if msg.error() is None:
+                size += len(msg.value() or b"")
+                positions[msg.partition() or 0] = (msg.offset() or 0) + 1
+                seen += 1
+    elapsed = time.perf_counter() - assigned_at[0][0]
+    cpu = _cpu_seconds() - assigned_at[0][1]
+    consumer.close()
+    return total / elapsed, 1e6 * cpu / total
+
+
+def plain_readers() -> dict[bytes, Any]:
+    """Writer fingerprint -> fastavro parsed schema, straight from the shipped .avsc files."""
+    return {s.fingerprint: s.parsed for s in shipped_catalog().versions}
+
+
+def bare_loop(settings: KafkaSettings, end: dict[int, int]) -> Measurement:
+    """Consume + strip the single-object header + plain fastavro ``schemaless_reader``.
+
+    Deliberately not the project's deserializer: speeding that up must not speed up
+    the baseline too.
+    """
+    readers = plain_readers()
+    assigned_at: list[tuple[float, float]] = []
+    consumer = _bench_consumer(settings, "bare", assigned_at)
     positions: dict[int, int] = {}
     total = sum(end.values())
     seen = 0
     while seen < total:
         for msg in consumer.consume(500, 0.05):
             if msg.error() is None:
-                decode(msg.value())
+                payload = msg.value() or b""
+                schemaless_reader(io.BytesIO(payload[10:]), readers[payload[2:10]], None)
                 # The bookkeeping the runtime does too (next offset per partition).
                 positions[msg.partition() or 0] = (msg.offset() or 0) + 1
                 seen += 1
-    elapsed = time.perf_counter() - assigned_at[0]
+    elapsed = time.perf_counter() - assigned_at[0][0]
+    cpu = _cpu_seconds() - assigned_at[0][1]
     consumer.close()
-    return total / elapsed
+    return total / elapsed, 1e6 * cpu / total
+
+
+def quixstreams_peer(settings: KafkaSettings, end: dict[int, int]) -> Measurement:
+    """quixstreams ``Application``, the same plain decode, counters per pack.
+
+    The same job as the verdict-metrics service: turns, refused, hedged and stub turns
+    counted per pack. quixstreams comes from the ``bench`` extra.
+    """
+    # Imported here: quixstreams comes from the `bench` extra; the other rows run without it.
+    from quixstreams import Application  # noqa: PLC0415
+    from quixstreams.models import Deserializer  # noqa: PLC0415
+
+    readers = plain_readers()
+
+    class SingleObjectAvro(Deserializer):
+        def __call__(self, value: bytes, ctx: Any) -> Any:
+            return schemaless_reader(io.BytesIO(value[10:]), readers[value[2:10]], None)
+
+    total = sum(end.values())
+    counts: dict[str, list[int]] = {}
+    seen = [0]
+    started: list[float] = []
+    cpu_at: list[float] = []
+    app = Application(
+        broker_address=settings.bootstrap_servers,
+        consumer_group=f"bench-quix-{uuid.uuid4().hex}",
+        auto_offset_reset="earliest",
+        loglevel="WARNING",
+        on_consumer_error=None,
+    )
+    topic = app.topic(settings.topics.turn_events, value_deserializer=SingleObjectAvro())
+    sdf = app.dataframe(topic)
+
+    def count(event: dict[str, Any]) -> None:
+        if not started:
+            started.append(time.perf_counter())
+            cpu_at.append(_cpu_seconds())
+        row = counts.get(event["pack_id"])
+        if row is None:
+            row = counts[event["pack_id"]] = [0, 0, 0, 0]
+        bundle = event["verdicts"]
+        row[0] += 1
+        row[1] += bundle["refusal_emitted"]
+        row[2] += bundle["hedge_injected"]
+        row[3] += event["path"] == "stub"
+        seen[0] += 1
+        if seen[0] >= total:
+            app.stop()
+
+    sdf.update(count)
+    app.run()
+    elapsed = time.perf_counter() - started[0]
+    cpu = _cpu_seconds() - cpu_at[0]
+    if sum(r[0] for r in counts.values()) != total:
+        raise RuntimeError("quixstreams peer did not count every message")
+    return total / elapsed, 1e6 * cpu / total
 
 
 class NoSink(Sink):
@@ -122,17 +237,20 @@ class NoSink(Sink):
         pass
 
 
-def service_rate(service: ConsumerService, end: dict[int, int]) -> float:
+def service_rate(service: ConsumerService, end: dict[int, int]) -> Measurement:
     thread = threading.Thread(target=service.run)
     thread.start()
     service.assigned_once.wait()
     started = time.perf_counter()
+    cpu_at = _cpu_seconds()
     while not caught_up(service.positions, end):
         time.sleep(0.002)
     elapsed = time.perf_counter() - started
+    cpu = _cpu_seconds() - cpu_at
     service.stop()
     thread.join()
-    return sum(end.values()) / elapsed
+    total = sum(end.values())
+    return total / elapsed, 1e6 * cpu / total
 
 
 def service_settings(settings: KafkaSettings, service: ServiceName, **over: Any) -> ServiceSettings:
@@ -142,6 +260,81 @@ def service_settings(settings: KafkaSettings, service: ServiceName, **over: Any)
         group_id=f"bench-{service.value}-{uuid.uuid4().hex}",
         **over,
     )
+
+
+ROWS = (
+    "raw consume (no decode)",
+    "bare loop (plain fastavro)",
+    "quixstreams peer",
+    "runtime, no sink",
+    "log sink",
+    "verdict metrics",
+)
+BARE, QUIX = ROWS[1], ROWS[2]
+
+
+def measure_row(
+    row: str, bootstrap: str, prefix: str, end: dict[int, int], workdir: str
+) -> Measurement:
+    """One row, in this (child) process."""
+    settings = KafkaSettings(bootstrap_servers=bootstrap, topics=TopicNames(prefix), partitions=3)
+    if row == ROWS[0]:
+        return raw_loop(settings, end)
+    if row == BARE:
+        return bare_loop(settings, end)
+    if row == QUIX:
+        return quixstreams_peer(settings, end)
+    with service_logging("WARNING"):
+        if row == "runtime, no sink":
+            service: ConsumerService = ConsumerService(
+                service_settings(settings, ServiceName.LOG_SINK),
+                NoSink(),
+                registry=CollectorRegistry(),
+                serve_http=False,
+            )
+        elif row == "log sink":
+            log_file = Path(workdir) / f"throughput-{uuid.uuid4().hex}.jsonl"
+            service = LogSinkService(
+                service_settings(
+                    settings, ServiceName.LOG_SINK, log=LogSinkSettings(file=log_file)
+                ),
+                registry=CollectorRegistry(),
+                serve_http=False,
+            )
+        else:
+            service = VerdictMetricsService(
+                service_settings(settings, ServiceName.VERDICT_METRICS),
+                registry=CollectorRegistry(),
+                serve_http=False,
+            )
+        result = service_rate(service, end)
+    for leftover in Path(workdir).glob("throughput-*.jsonl*"):
+        leftover.unlink()
+    return result
+
+
+def _row_child(row: str, args: tuple[Any, ...], out: Any) -> None:
+    out.put(measure_row(row, *args))
+
+
+def in_child(row: str, *args: Any) -> Measurement:
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    child = ctx.Process(target=_row_child, args=(row, args, out))
+    child.start()
+    while True:
+        try:
+            result: Measurement = out.get(timeout=1.0)
+            break
+        except queue.Empty:
+            if not child.is_alive():
+                raise RuntimeError(f"{row}: measuring process exited {child.exitcode}") from None
+    child.join()
+    return result
+
+
+def spread(values: Sequence[float]) -> str:
+    return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
 
 
 def throughput(bootstrap: str, events: int, rounds: int, workdir: Path) -> None:
@@ -156,43 +349,38 @@ def throughput(bootstrap: str, events: int, rounds: int, workdir: Path) -> None:
     )
     publish_simulation(settings, args)
     end = end_offsets(settings, settings.topics.turn_events)
-    print(f"\n1. throughput: {sum(end.values())} messages, {rounds} rounds, best of each")
-    results: dict[str, list[float]] = {
-        "bare loop (consume+decode)": [],
-        "runtime, no sink": [],
-        "log sink": [],
-        "verdict metrics": [],
-    }
-    log_settings = LogSinkSettings(file=workdir / "throughput-turns.jsonl")
-    for _ in range(rounds):
-        results["bare loop (consume+decode)"].append(bare_loop(settings, end))
-        with service_logging("WARNING"):
-            runtime = ConsumerService(
-                service_settings(settings, ServiceName.LOG_SINK),
-                NoSink(),
-                registry=CollectorRegistry(),
-                serve_http=False,
-            )
-            results["runtime, no sink"].append(service_rate(runtime, end))
-            logs = LogSinkService(
-                service_settings(settings, ServiceName.LOG_SINK, log=log_settings),
-                registry=CollectorRegistry(),
-                serve_http=False,
-            )
-            results["log sink"].append(service_rate(logs, end))
-            metrics = VerdictMetricsService(
-                service_settings(settings, ServiceName.VERDICT_METRICS),
-                registry=CollectorRegistry(),
-                serve_http=False,
-            )
-            results["verdict metrics"].append(service_rate(metrics, end))
-        (workdir / "throughput-turns.jsonl").unlink()
-    bare = max(results["bare loop (consume+decode)"])
-    for name, rates in results.items():
-        best = max(rates)
+    total = sum(end.values())
+    print(
+        f"\n1. throughput: {total} messages, {rounds} rounds in rotated order, "
+        "each row in its own process and fresh group"
+    )
+    rates: dict[str, list[float]] = {row: [] for row in ROWS}
+    cpu: dict[str, list[float]] = {row: [] for row in ROWS}
+    vs_bare: dict[str, list[float]] = {row: [] for row in ROWS}
+    vs_quix: dict[str, list[float]] = {row: [] for row in ROWS}
+    for r in range(rounds):
+        order = ROWS[r % len(ROWS) :] + ROWS[: r % len(ROWS)]
+        this_round: dict[str, float] = {}
+        for row in order:
+            rate, us = in_child(row, bootstrap, settings.topics.prefix, end, str(workdir))
+            this_round[row] = rate
+            rates[row].append(rate)
+            cpu[row].append(us)
+        # Ratios only between rows of the same round.
+        for row in ROWS:
+            vs_bare[row].append(this_round[row] / this_round[BARE])
+            vs_quix[row].append(this_round[row] / this_round[QUIX])
+        print(f"  round {r + 1}: " + ", ".join(f"{row} {this_round[row]:,.0f}/s" for row in order))
+    print(
+        f"\n  {'consumer':<28} {'events/s (median, min-max)':>34}  {'CPU us/event':>12}  "
+        f"{'vs bare: median (min-max)':>26}  {'vs quixstreams':>20}"
+    )
+    for row in ROWS:
+        med = statistics.median(rates[row])
         print(
-            f"  {name:<28} {best:>9,.0f} events/s  {1e6 / best:>5.1f} us/event  "
-            f"ratio {best / bare:.2f}x  (rounds: {', '.join(f'{r:,.0f}' for r in rates)})"
+            f"  {row:<28} {med:>12,.0f} ({min(rates[row]):>8,.0f}-{max(rates[row]):>8,.0f})  "
+            f"{statistics.median(cpu[row]):>12.1f}  {spread(vs_bare[row]):>26}  "
+            f"{spread(vs_quix[row]):>20}"
         )
 
 
