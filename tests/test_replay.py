@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from tests.verify_helpers import DECODE, Stored, copy_to, fresh_prefix, publish, stored_range
 from turnaudit.cli import main
@@ -23,7 +24,7 @@ from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
 from turnaudit.settings import KafkaSettings, TopicNames
-from turnaudit.verify import RangeSpec
+from turnaudit.verify import RangeSpec, TurnCounts, metric_totals
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -227,3 +228,34 @@ def test_a_checkpoint_of_other_arguments_is_refused(
     assert "belongs to a replay with other arguments" in capsys.readouterr().err
     assert main(["replay", "--into", f"parquet:{out}"]) == 2
     assert "unknown sink kind" in capsys.readouterr().err
+
+
+def test_metrics_replay_is_openmetrics_of_its_own_job_and_the_same_twice(
+    published: tuple[KafkaSettings, list[Stored]], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings, stored = published
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    first, second = tmp_path / "a.om", tmp_path / "b.om"
+    assert main(["replay", "--into", f"metrics:{first}", "--batch-size", "64"]) == 0
+    assert main(["replay", "--into", f"metrics:{second}", "--batch-size", "1000"]) == 0
+    capsys.readouterr()
+    text = first.read_text(encoding="utf-8")
+    assert first.read_bytes() == second.read_bytes()
+    assert text.endswith("# EOF\n")
+    families = list(text_string_to_metric_families(text))
+    samples = [s for f in families for s in f.samples]
+    assert samples
+    assert all(s.labels.get("job") == "turnaudit-replay" for s in samples)
+    assert not any(s.name.endswith("_created") for s in samples)
+    expected = TurnCounts()
+    for m in stored:
+        decoded = DECODE(m.value)
+        expected.add(decoded.event, decoded.writer_version)
+    assert expected.turns > 0
+    # The same turns counted the way verify counts them from the range.
+    assert metric_totals(text.replace("# EOF\n", "")) == {
+        "turns": expected.turns, "stub": expected.stub,
+        "refused": expected.refused, "hedged": expected.hedged,
+    }

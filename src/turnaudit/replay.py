@@ -20,6 +20,7 @@ A replay is bounded, isolated, deterministic and resumable:
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 import os
@@ -39,7 +40,26 @@ from turnaudit.verify import RangeSpec, resolve_range
 
 CHECKPOINT_SUFFIX = ".replay-checkpoint.json"
 CHECKPOINT_FORMAT = 1
-SINK_KINDS = ("jsonl",)
+SINK_KINDS = ("jsonl", "metrics")
+
+
+class ReplayOutput(abc.ABC):
+    """An output built from the whole range at once (a sink whose result is written at the end).
+
+    Such an output is not resumed mid-range: an interrupted replay into it
+    starts its range again (within the recorded bound); ``finish`` writes the
+    result, which the replay then moves into place atomically.
+    """
+
+    @abc.abstractmethod
+    def write(self, messages: Sequence[Message]) -> int:
+        """Take a batch in order; return how many of its messages it could not use."""
+
+    @abc.abstractmethod
+    def finish(self) -> bytes: ...
+
+
+OutputFactory = Callable[[], ReplayOutput]
 
 
 @dataclass(frozen=True)
@@ -170,10 +190,13 @@ def replay(
     batch_size: int = 500,
     timeout: float = 300.0,
     after_batch: BatchHook | None = None,
+    outputs: Mapping[str, OutputFactory] | None = None,
 ) -> ReplaySummary:
     """Replay the range of ``request`` into ``target``, resuming a recorded checkpoint.
 
     ``after_batch`` is called with each checkpoint once it is saved (progress).
+    ``outputs`` builds the outputs of kinds other than ``jsonl`` (the command
+    line wires the services' sinks there).
     """
     if batch_size < 1:
         raise ConfigurationError(f"batch size {batch_size}: must be >= 1")
@@ -198,6 +221,14 @@ def replay(
         target.path.parent.mkdir(parents=True, exist_ok=True)
         target.path.write_bytes(b"")
         state.save(checkpoint_path)
+    if target.kind != "jsonl":
+        factory = (outputs or {}).get(target.kind)
+        if factory is None:
+            raise ConfigurationError(f"no output of kind {target.kind!r} was wired")
+        _replay_whole(settings, topic, state, target, factory(), batch_size=batch_size,
+                      timeout=timeout, after_batch=after_batch)
+        return ReplaySummary(topic, state.start, state.end, state.events, state.undecodable,
+                             resumed, target.path)
     with target.path.open("r+b") as out:
         # Whatever was written after the last checkpoint is written again.
         out.truncate(state.output_bytes)
@@ -220,6 +251,37 @@ def replay(
     state.save(checkpoint_path)
     return ReplaySummary(topic, state.start, state.end, state.events, state.undecodable,
                          resumed, target.path)
+
+
+def _replay_whole(settings: KafkaSettings, topic: str, state: ReplayCheckpoint,
+                  target: ReplayTarget, output: ReplayOutput, *, batch_size: int,
+                  timeout: float, after_batch: BatchHook | None) -> None:
+    """The whole recorded range into ``output``; its result replaces the target atomically."""
+    state.next, state.events, state.undecodable, state.output_bytes = dict(state.start), 0, 0, 0
+    for partition in sorted(state.end):
+        batch: list[Message] = []
+        for msg in read_range(settings, topic, {partition: state.start[partition]},
+                              {partition: state.end[partition]}, timeout=timeout):
+            batch.append(msg)
+            state.next[partition] = int(msg.offset() or 0) + 1
+            if len(batch) >= batch_size:
+                state.undecodable += output.write(batch)
+                state.events += len(batch)
+                batch = []
+                if after_batch is not None:
+                    after_batch(state)
+        state.undecodable += output.write(batch)
+        state.events += len(batch)
+    result = output.finish()
+    temporary = target.path.with_name(target.path.name + ".tmp")
+    with temporary.open("wb") as out:
+        out.write(result)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, target.path)
+    state.output_bytes = len(result)
+    state.complete = True
+    state.save(target.checkpoint)
 
 
 def _new_state(settings: KafkaSettings, request: ReplayRequest, topic: str,
@@ -293,6 +355,6 @@ def parse_partitions(text: str) -> tuple[int, ...]:
 
 
 __all__: Sequence[str] = (
-    "ReplayCheckpoint", "ReplayRequest", "ReplaySummary", "ReplayTarget", "parse_partitions",
-    "replay",
+    "ReplayCheckpoint", "ReplayOutput", "ReplayRequest", "ReplaySummary", "ReplayTarget",
+    "parse_partitions", "replay",
 )

@@ -7,6 +7,7 @@ import sys
 
 from turnaudit.cluster import connect
 from turnaudit.commands.verify import _iso_time, _offsets
+from turnaudit.consumers.replay import MetricsReplayOutput
 from turnaudit.replay import (
     ReplayCheckpoint,
     ReplayRequest,
@@ -29,7 +30,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "interruption resumes from it.",
     )
     parser.add_argument("--into", required=True, metavar="KIND:PATH",
-                        help="where to write: jsonl:PATH (decoded events, canonical JSON lines)")
+                        help="where to write: jsonl:PATH (decoded events, canonical JSON lines) or "
+                        "metrics:PATH (the verdict metrics as OpenMetrics text, "
+                        "job=turnaudit-replay)")
     parser.add_argument("--from", dest="since", type=_iso_time, metavar="ISO-TIME",
                         help="first message time (Kafka timestamp; no zone = UTC)")
     parser.add_argument("--to", dest="until", type=_iso_time, metavar="ISO-TIME",
@@ -61,7 +64,10 @@ def _replay(args: argparse.Namespace) -> int:
         total = sum(state.end[p] - state.start[p] for p in state.end)
         print(f"replay: {state.events}/{total} events", file=sys.stderr, flush=True)
 
-    summary = replay(settings, decoder_for(settings), request, target,
-                     batch_size=args.batch_size, timeout=args.timeout, after_batch=progress)
+    decode = decoder_for(settings)
+    label = request.fingerprint(args.topic or settings.topics.turn_events, target)[:12]
+    outputs = {"metrics": lambda: MetricsReplayOutput(decode, label)}
+    summary = replay(settings, decode, request, target, batch_size=args.batch_size,
+                     timeout=args.timeout, after_batch=progress, outputs=outputs)
     print(summary.human())
     return 0
