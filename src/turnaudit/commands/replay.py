@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tqdm import tqdm
+
 from turnaudit.cluster import connect
 from turnaudit.commands.verify import _iso_time, _offsets
 from turnaudit.consumers.replay import MetricsReplayOutput
@@ -59,15 +61,35 @@ def _replay(args: argparse.Namespace) -> int:
     )
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
 
-    def progress(state: ReplayCheckpoint) -> None:
-        # Line-oriented: one line per flushed batch, on stderr.
-        total = sum(state.end[p] - state.start[p] for p in state.end)
-        print(f"replay: {state.events}/{total} events", file=sys.stderr, flush=True)
-
+    progress = Progress(terminal=sys.stderr.isatty())
     decode = decoder_for(settings)
     label = request.fingerprint(args.topic or settings.topics.turn_events, target)[:12]
     outputs = {"metrics": lambda: MetricsReplayOutput(decode, label)}
     summary = replay(settings, decode, request, target, batch_size=args.batch_size,
                      timeout=args.timeout, after_batch=progress, outputs=outputs)
+    progress.close()
     print(summary.human())
     return 0
+
+
+class Progress:
+    """On a terminal a progress bar (events, rate, ETA); otherwise one line per batch."""
+
+    def __init__(self, *, terminal: bool) -> None:
+        self._terminal = terminal
+        self._bar: tqdm | None = None
+        self._shown = 0
+
+    def __call__(self, state: ReplayCheckpoint) -> None:
+        total = sum(state.end[p] - state.start[p] for p in state.end)
+        if not self._terminal:
+            print(f"replay: {state.events}/{total} events", file=sys.stderr, flush=True)
+            return
+        if self._bar is None:
+            self._bar = tqdm(total=total, unit="events", file=sys.stderr, dynamic_ncols=True)
+        self._bar.update(state.events - self._shown)
+        self._shown = state.events
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
