@@ -44,6 +44,7 @@ COMMAND_MODULES = (
     "turnaudit.commands.htir",
     "turnaudit.commands.auditor",
     "turnaudit.commands.verify",
+    "turnaudit.commands.replay",
     "turnaudit.evaluation.cli",
 )
 
