@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -43,3 +44,48 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse ``type``: a whole number of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def iso_time(text: str) -> datetime:
+    """An argparse ``type``: an ISO 8601 time; no zone means UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def partition_offsets(text: str) -> dict[int, int]:
+    """An argparse ``type``: ``partition:offset`` pairs, e.g. ``0:100,1:250``."""
+    try:
+        pairs = [item.split(":") for item in text.split(",") if item.strip()]
+        found = {int(p): int(o) for p, o in pairs}
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of partition:offset like 0:100,1:250"
+        ) from None
+    if not found or any(p < 0 or o < 0 for p, o in found.items()):
+        raise argparse.ArgumentTypeError(f"{text!r}: partitions and offsets are >= 0")
+    return found
+
+
+def add_range_arguments(parser: argparse.ArgumentParser, *, to_help: str) -> None:
+    """A range of a topic by message time or by offsets (``verify``, ``replay``)."""
+    parser.add_argument("--from", dest="since", type=iso_time, metavar="ISO-TIME",
+                        help="first message time (Kafka timestamp; no zone = UTC)")
+    parser.add_argument("--to", dest="until", type=iso_time, metavar="ISO-TIME", help=to_help)
+    parser.add_argument("--from-offsets", type=partition_offsets, metavar="P:O,…",
+                        help="first offset per partition, e.g. 0:1200,1:980")
+    parser.add_argument("--to-offsets", type=partition_offsets, metavar="P:O,…",
+                        help="end offset (exclusive) per partition")

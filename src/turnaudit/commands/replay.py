@@ -7,8 +7,8 @@ import sys
 
 from tqdm import tqdm
 
+from turnaudit.argparsing import add_range_arguments
 from turnaudit.cluster import connect
-from turnaudit.commands.verify import _iso_time, _offsets
 from turnaudit.consumers.replay import MetricsReplayOutput
 from turnaudit.replay import (
     ReplayCheckpoint,
@@ -35,14 +35,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="where to write: jsonl:PATH (decoded events, canonical JSON lines) or "
                         "metrics:PATH (the verdict metrics as OpenMetrics text, "
                         "job=turnaudit-replay)")
-    parser.add_argument("--from", dest="since", type=_iso_time, metavar="ISO-TIME",
-                        help="first message time (Kafka timestamp; no zone = UTC)")
-    parser.add_argument("--to", dest="until", type=_iso_time, metavar="ISO-TIME",
-                        help="end of the range (exclusive; default: the high-water marks now)")
-    parser.add_argument("--from-offsets", type=_offsets, metavar="P:O,…",
-                        help="first offset per partition, e.g. 0:1200,1:980")
-    parser.add_argument("--to-offsets", type=_offsets, metavar="P:O,…",
-                        help="end offset (exclusive) per partition")
+    add_range_arguments(
+        parser, to_help="end of the range (exclusive; default: the high-water marks now)"
+    )
     parser.add_argument("--partitions", metavar="P,…", help="only these partitions, e.g. 0,2")
     parser.add_argument("--topic", help="topic to replay (default: the configured turn events)")
     parser.add_argument("--batch-size", type=int, default=500,

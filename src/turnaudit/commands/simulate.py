@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from turnaudit.argparsing import non_negative_int
 from turnaudit.cluster import connect
 from turnaudit.contracts import Breach
 from turnaudit.errors import ConfigurationError, EventRefusedError
@@ -37,15 +38,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7, help="same seed, same turns (default 7)")
     parser.add_argument(
-        "--events", type=_positive, default=3000, help="how many turns (default 3000)"
+        "--events", type=non_negative_int, default=3000, help="how many turns (default 3000)"
     )
     parser.add_argument(
         "--rate",
-        type=_positive,
+        type=non_negative_int,
         default=0,
         help="events per second; 0 = as fast as possible (default)",
     )
-    parser.add_argument("--sessions", type=_positive, default=60, help="concurrent sessions")
+    parser.add_argument("--sessions", type=non_negative_int, default=60, help="concurrent sessions")
     parser.add_argument(
         "--schema-versions",
         type=_versions,
@@ -58,16 +59,6 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path("var/spool"),
         help="where undeliverable events wait for the broker",
     )
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
 
 
 def _spool_dir(text: str) -> Path:

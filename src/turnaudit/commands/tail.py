@@ -6,10 +6,9 @@ import argparse
 import signal
 import sys
 import threading
-from datetime import UTC, datetime
 from types import FrameType
 
-from turnaudit.argparsing import positive_int
+from turnaudit.argparsing import iso_time, positive_int
 from turnaudit.cluster import connect
 from turnaudit.consumers.tail import TailFilter, tail_turns
 from turnaudit.settings import KafkaSettings
@@ -27,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--from",
         dest="since",
-        type=_iso_time,
+        type=iso_time,
         metavar="ISO-TIME",
         help="start at this time (e.g. 2026-11-01T12:00:00Z; no zone = UTC) instead of now",
     )
@@ -35,14 +34,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--session", help="only turns of this session id")
     parser.add_argument("--limit", type=positive_int, help="stop after this many lines")
     parser.set_defaults(handler=_tail)
-
-
-def _iso_time(text: str) -> datetime:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _tail(args: argparse.Namespace) -> int:

@@ -31,6 +31,8 @@ def decoder_for(
     """
     return TurnEventDeserializer(
         shipped_catalog(record),
-        registry=registry_client(kafka.schema_registry_url) if kafka.schema_registry_url else None,
+        registry=registry_client(kafka.schema_registry_url, kafka.schema_registry_options)
+        if kafka.schema_registry_url
+        else None,
         resolver=SchemaTopicResolver(kafka, registry=registry) if schemas_topic else None,
     )
