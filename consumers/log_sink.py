@@ -105,12 +105,14 @@ def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
     return fields
 
 
-def _iso(millis: Any) -> str:
+def _moment(millis: Any) -> datetime:
     # fastavro gives timestamp-millis as an aware datetime in UTC; raw ints come from tests.
     moment = millis if isinstance(millis, datetime) else datetime.fromtimestamp(millis / 1000, UTC)
-    if moment.tzinfo is not UTC:
-        moment = moment.astimezone(UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+
+
+def _iso(millis: Any) -> str:
+    return _moment(millis).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class TurnLineWriter:
@@ -191,8 +193,13 @@ class TurnLineWriter:
 class LogSink(Sink):
     """Writes one JSON line per turn; ``write`` returns once the lines are flushed."""
 
-    def __init__(self, settings: LogSinkSettings, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, settings: LogSinkSettings, registry: CollectorRegistry, *, event_time: bool = False
+    ) -> None:
         self._writer = TurnLineWriter(settings)
+        # A replay stamps each line with the turn's own time, not the clock's:
+        # the same range then renders the same bytes.
+        self._event_time = event_time
         # Resolved against structlog's configuration once per batch (see
         # ``write``), so ``capture_logs`` sees the lines too.
         self._log = structlog.wrap_logger(self._writer)
@@ -206,7 +213,7 @@ class LogSink(Sink):
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
         processors = structlog.get_config()["processors"]
         if processors and processors[-1] is _RENDERER:
-            self._writer.write_lines(turn_lines(turns, self._redact))
+            self._writer.write_lines(turn_lines(turns, self._redact, event_time=self._event_time))
         else:
             log = self._log.bind()
             for turn in turns:
@@ -256,13 +263,16 @@ def cut_torn_tail(path: Path) -> None:
         return
 
 
-def turn_lines(turns: Sequence[ConsumedTurn], redact: Redactor | None) -> list[bytes]:
+def turn_lines(
+    turns: Sequence[ConsumedTurn], redact: Redactor | None, *, event_time: bool = False
+) -> list[bytes]:
     """The batch's lines as ``service_logging``'s processor chain would render them.
 
     Same keys in the same order, same values: the fields, where the turn was
     read, ``event``, structlog's context-local values (merged once per batch,
     not per line), logger name, level and timestamp; each line ends in a
-    newline.
+    newline. ``event_time``: the timestamp is the turn's ``occurred_at``
+    instead of the clock's time.
     """
     context = structlog.contextvars.get_contextvars()
     lines = []
@@ -278,7 +288,7 @@ def turn_lines(turns: Sequence[ConsumedTurn], redact: Redactor | None) -> list[b
         line["level"] = "info"
         # Rendered by orjson as TimeStamper(fmt="iso", utc=True) writes it,
         # "2026-11-01T12:00:00.123456Z", without a Python-side isoformat.
-        line["timestamp"] = datetime.now(UTC)
+        line["timestamp"] = _moment(turn.event["occurred_at"]) if event_time else datetime.now(UTC)
         rendered = orjson.dumps(line, default=repr, option=_ORJSON_OPTIONS)
         if not rendered.isascii():
             rendered = _escape_line_breaks(rendered)

@@ -8,6 +8,7 @@ import json
 import re
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 
 import orjson
@@ -135,6 +136,26 @@ def test_file_output_rotates_by_size_and_every_line_is_json(tmp_path: Path) -> N
     assert all(f.stat().st_size <= 4096 for f in files)
     assert sorted(line["offset"] for line in lines) == list(range(40))
     assert {line["event"] for line in lines} == {"turn"}
+
+
+def test_event_time_lines_carry_the_turns_time_and_render_the_same_bytes_twice(
+    tmp_path: Path,
+) -> None:
+    batch = [consumed(turn(f"s-{n}", 0), offset=n) for n in range(5)]
+    outputs = []
+    for name in ("first.jsonl", "second.jsonl"):
+        with service_logging():
+            settings = LogSinkSettings(file=tmp_path / name)
+            sink = LogSink(settings, CollectorRegistry(), event_time=True)
+            sink.write(batch)
+            sink.close()
+        outputs.append((tmp_path / name).read_bytes())
+    assert outputs[0] == outputs[1]
+    lines = [json.loads(line) for line in outputs[0].splitlines()]
+    assert len(lines) == 5
+    for line in lines:  # the same instant, in TimeStamper's microsecond form
+        stamped = datetime.fromisoformat(line["timestamp"])
+        assert stamped == datetime.fromisoformat(line["occurred_at"])
 
 
 @pytest.mark.broker
