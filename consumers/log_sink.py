@@ -20,6 +20,7 @@ with ``TURNAUDIT_LOG_HASH_KEY``, so equal texts stay comparable) or ``full``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import logging
@@ -27,7 +28,7 @@ import logging.handlers
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,6 +38,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.settings import LogSinkSettings, ServiceSettings, SurfaceRedaction
+from turnaudit.events import EPOCH, occurred_millis, occurred_moment
 
 TURN_LOGGER = "turnaudit.turns"
 TURN_EVENT = "turn"
@@ -62,7 +64,7 @@ def surface_redactor(settings: LogSinkSettings) -> Redactor | None:
 
 def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
     """The canonical line's own fields (without where it was read)."""
-    event = turn.event
+    event = turn.decoded.event
     bundle = event["verdicts"]
     safety = bundle["safety_verdict"]
     ethics = bundle["ethics_verdict"]
@@ -105,14 +107,16 @@ def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
     return fields
 
 
-def _moment(millis: Any) -> datetime:
-    # fastavro gives timestamp-millis as an aware datetime in UTC; raw ints come from tests.
-    moment = millis if isinstance(millis, datetime) else datetime.fromtimestamp(millis / 1000, UTC)
-    return moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+@functools.lru_cache(maxsize=4096)
+def _second_text(seconds: int) -> str:
+    # Turns of one stream mostly share their second: "2026-11-01T12:00:00" made once.
+    return (EPOCH + timedelta(seconds=seconds)).isoformat()[:19]
 
 
-def _iso(millis: Any) -> str:
-    return _moment(millis).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _iso(occurred: Any) -> str:
+    """An occurred_at (epoch ms; a datetime from other decoders) as "…T12:00:00.123Z"."""
+    seconds, millis = divmod(occurred if type(occurred) is int else occurred_millis(occurred), 1000)
+    return f"{_second_text(seconds)}.{millis:03d}Z"
 
 
 class TurnLineWriter:
@@ -191,7 +195,13 @@ class TurnLineWriter:
 
 
 class LogSink(Sink):
-    """Writes one JSON line per turn; ``write`` returns once the lines are flushed."""
+    """Writes one JSON line per turn; ``write`` returns once the lines are flushed.
+
+    Each turn is rendered as it is taken (``takes_turns_as_read``): the batch
+    holds bytes, not decoded records, until ``write`` writes them in one call.
+    """
+
+    takes_turns_as_read = True
 
     def __init__(
         self, settings: LogSinkSettings, registry: CollectorRegistry, *, event_time: bool = False
@@ -200,8 +210,8 @@ class LogSink(Sink):
         # A replay stamps each line with the turn's own time, not the clock's:
         # the same range then renders the same bytes.
         self._event_time = event_time
-        # Resolved against structlog's configuration once per batch (see
-        # ``write``), so ``capture_logs`` sees the lines too.
+        # Resolved against structlog's configuration once per batch (at its
+        # first turn), so ``capture_logs`` sees the lines too.
         self._log = structlog.wrap_logger(self._writer)
         self._redact = surface_redactor(settings)
         self.lines = Counter(
@@ -209,14 +219,32 @@ class LogSink(Sink):
             "Canonical turn lines written by the log sink.",
             registry=registry,
         )
+        # What was taken since the last write: rendered lines under
+        # ``service_logging``, else the turns, for the configured chain.
+        self._rendered: list[bytes] = []
+        self._chained: list[ConsumedTurn] = []
+        self._context: dict[str, Any] | None = None  # set at a batch's first turn
+
+    def take(self, turn: ConsumedTurn) -> None:
+        context = self._context
+        if context is None:
+            processors = structlog.get_config()["processors"]
+            if not (processors and processors[-1] is _RENDERER):
+                self._chained.append(turn)
+                return
+            # merge_contextvars, once per batch rather than per line.
+            context = self._context = structlog.contextvars.get_contextvars()
+        self._rendered.append(render_line(turn, self._redact, context, self._event_time))
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        processors = structlog.get_config()["processors"]
-        if processors and processors[-1] is _RENDERER:
-            self._writer.write_lines(turn_lines(turns, self._redact, event_time=self._event_time))
-        else:
+        for turn in turns:  # a caller that hands the batch here rather than to take()
+            self.take(turn)
+        rendered, chained = self._rendered, self._chained
+        if rendered:
+            self._writer.write_lines(rendered)
+        if chained:
             log = self._log.bind()
-            for turn in turns:
+            for turn in chained:
                 log.info(
                     TURN_EVENT,
                     **turn_fields(turn, self._redact),
@@ -225,7 +253,9 @@ class LogSink(Sink):
                     offset=turn.offset,
                 )
         self._writer.flush()  # the runtime stores offsets once this returns
-        self.lines.inc(len(turns))
+        self.lines.inc(len(rendered) + len(chained))
+        # Written: a failure above leaves them pending, and the retried write writes them.
+        self._rendered, self._chained, self._context = [], [], None
 
     def close(self) -> None:
         self._writer.close()
@@ -275,25 +305,31 @@ def turn_lines(
     instead of the clock's time.
     """
     context = structlog.contextvars.get_contextvars()
-    lines = []
-    for turn in turns:
-        line = turn_fields(turn, redact)
-        line["topic"] = turn.topic
-        line["partition"] = turn.partition
-        line["offset"] = turn.offset
-        line["event"] = TURN_EVENT
-        for key, value in context.items():  # merge_contextvars: the line's own keys win
-            line.setdefault(key, value)
-        line["logger"] = TURN_LOGGER
-        line["level"] = "info"
-        # Rendered by orjson as TimeStamper(fmt="iso", utc=True) writes it,
-        # "2026-11-01T12:00:00.123456Z", without a Python-side isoformat.
-        line["timestamp"] = _moment(turn.event["occurred_at"]) if event_time else datetime.now(UTC)
-        rendered = orjson.dumps(line, default=repr, option=_ORJSON_OPTIONS)
-        if not rendered.isascii():
-            rendered = _escape_line_breaks(rendered)
-        lines.append(rendered)
-    return lines
+    return [render_line(turn, redact, context, event_time) for turn in turns]
+
+
+def render_line(
+    turn: ConsumedTurn, redact: Redactor | None, context: dict[str, Any], event_time: bool
+) -> bytes:
+    """One turn's line (see ``turn_lines``), ``context`` the structlog context-local values."""
+    line = turn_fields(turn, redact)
+    line["topic"] = turn.topic
+    line["partition"] = turn.partition
+    line["offset"] = turn.offset
+    line["event"] = TURN_EVENT
+    for key, value in context.items():  # merge_contextvars: the line's own keys win
+        line.setdefault(key, value)
+    line["logger"] = TURN_LOGGER
+    line["level"] = "info"
+    # Rendered by orjson as TimeStamper(fmt="iso", utc=True) writes it,
+    # "2026-11-01T12:00:00.123456Z", without a Python-side isoformat.
+    line["timestamp"] = (
+        occurred_moment(turn.decoded.event["occurred_at"]) if event_time else datetime.now(UTC)
+    )
+    rendered = orjson.dumps(line, default=repr, option=_ORJSON_OPTIONS)
+    if not rendered.isascii():
+        rendered = _escape_line_breaks(rendered)
+    return rendered
 
 
 # Characters outside ASCII that Python's str.splitlines() (and some log
