@@ -228,7 +228,12 @@ def quixstreams_peer(settings: KafkaSettings, end: dict[int, int]) -> Measuremen
 
 
 class NoSink(Sink):
-    """Takes every batch and keeps nothing: the runtime's own cost."""
+    """Takes every turn and keeps nothing: the runtime's own cost."""
+
+    takes_turns_as_read = True
+
+    def take(self, turn: ConsumedTurn) -> None:
+        pass
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
         pass

@@ -157,28 +157,51 @@ class TurnLineWriter:
 
     def write_lines(self, lines: Sequence[bytes]) -> None:
         """Lines that each end in a newline, in order; a file rotates between lines."""
-        if self._rotating is None:
-            self._write(b"".join(lines))
-            return
-        limit = self._rotating.maxBytes
-        start = 0
-        for i, line in enumerate(lines):
-            size = len(line)
-            if self._size and self._size + size > limit:
-                self._write(b"".join(lines[start:i]))
-                self._rotating.doRollover()
-                self._text = self._rotating.stream  # type: ignore[assignment]  # reopened
-                self._binary = self._text.buffer  # type: ignore[attr-defined]  # a file's
-                self._size = 0
-                start = i
-            self._size += size
-        self._write(b"".join(lines[start:]))
+        self.write_block(b"".join(lines))
 
-    def _write(self, data: bytes) -> None:
+    def write_block(self, block: bytes | bytearray) -> None:
+        """Whole lines (each ending in a newline) in one buffer, in order.
+
+        A file rotates between lines: before the first line that would take it
+        past its size, unless it is empty (a line longer than the limit fills
+        a file of its own).
+        """
+        rotating = self._rotating
+        if rotating is None:
+            self._write(block)
+            return
+        limit = rotating.maxBytes
+        start, end = 0, len(block)
+        with memoryview(block) as view:
+            while start < end:
+                room = limit - self._size
+                if end - start <= room:
+                    cut = end
+                else:
+                    # After the last newline that fits: whole lines only.
+                    cut = block.rfind(b"\n", start, start + max(room, 0)) + 1
+                    if cut <= start:  # not one line fits
+                        if self._size:
+                            self._roll_over(rotating)
+                            continue
+                        cut = block.index(b"\n", start) + 1
+                self._write(view[start:cut])
+                self._size += cut - start
+                start = cut
+                if start < end:
+                    self._roll_over(rotating)
+
+    def _roll_over(self, rotating: logging.handlers.RotatingFileHandler) -> None:
+        rotating.doRollover()
+        self._text = rotating.stream  # type: ignore[assignment]  # reopened
+        self._binary = self._text.buffer  # type: ignore[attr-defined]  # a file's
+        self._size = 0
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
         if self._binary is None:
-            self._text.write(data.decode())
+            self._text.write(bytes(data).decode())
         else:
             self._text.flush()  # anything written as text before stays before
             self._binary.write(data)
@@ -219,9 +242,13 @@ class LogSink(Sink):
             "Canonical turn lines written by the log sink.",
             registry=registry,
         )
-        # What was taken since the last write: rendered lines under
-        # ``service_logging``, else the turns, for the configured chain.
-        self._rendered: list[bytes] = []
+        # What was taken since the last write: under ``service_logging`` the
+        # rendered lines, one after the other in one buffer kept from batch to
+        # batch (500 separate line objects held until the write cost more
+        # than rendering them: fresh memory for each); else the turns, for
+        # the configured chain.
+        self._rendered = bytearray()
+        self._rendered_lines = 0
         self._chained: list[ConsumedTurn] = []
         self._context: dict[str, Any] | None = None  # set at a batch's first turn
 
@@ -234,14 +261,15 @@ class LogSink(Sink):
                 return
             # merge_contextvars, once per batch rather than per line.
             context = self._context = structlog.contextvars.get_contextvars()
-        self._rendered.append(render_line(turn, self._redact, context, self._event_time))
+        self._rendered += render_line(turn, self._redact, context, self._event_time)
+        self._rendered_lines += 1
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
         for turn in turns:  # a caller that hands the batch here rather than to take()
             self.take(turn)
         rendered, chained = self._rendered, self._chained
         if rendered:
-            self._writer.write_lines(rendered)
+            self._writer.write_block(rendered)
         if chained:
             log = self._log.bind()
             for turn in chained:
@@ -253,9 +281,10 @@ class LogSink(Sink):
                     offset=turn.offset,
                 )
         self._writer.flush()  # the runtime stores offsets once this returns
-        self.lines.inc(len(rendered) + len(chained))
+        self.lines.inc(self._rendered_lines + len(chained))
         # Written: a failure above leaves them pending, and the retried write writes them.
-        self._rendered, self._chained, self._context = [], [], None
+        rendered.clear()
+        self._rendered_lines, self._chained, self._context = 0, [], None
 
     def close(self) -> None:
         self._writer.close()

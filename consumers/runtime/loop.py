@@ -225,7 +225,11 @@ class ConsumerService:
             if error is not None:
                 self._on_message_error(error)
                 continue
-            topic, partition, offset = _position(msg)
+            # _position(msg), inline: this loop runs once per message.
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            if topic is None or partition is None or offset is None:
+                _position(msg)  # raises, naming the message's error
+                continue
             next_offsets[partition] = offset + 1
             try:
                 turn = examine(msg.value(), msg.key(), topic, partition, offset)

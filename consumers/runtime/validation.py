@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import cast
 
 import structlog
 
@@ -27,6 +26,8 @@ from turnaudit.serialization.wire import (
 )
 
 log = structlog.get_logger("turnaudit.consumer")
+
+_tuple_new = tuple.__new__
 
 Decoder = Callable[[bytes | None], DecodedTurnEvent]
 
@@ -104,9 +105,9 @@ class TurnEventValidation(Validation):
         self, value: bytes | None, key: bytes | None, topic: str, partition: int, offset: int
     ) -> ConsumedTurn | Rejection:
         decoded = decode_message(self._decode, value)
-        if type(decoded) is Rejection:
+        if isinstance(decoded, Rejection):
             return decoded
-        event = cast(DecodedTurnEvent, decoded).event
+        event = decoded.event
         try:
             sequence = self._observe(event, value, partition=partition, offset=offset)
             key_breach = check_key(key, event)
@@ -127,10 +128,9 @@ class TurnEventValidation(Validation):
             rejection = Rejection(
                 contract_reason(breaches[0].contract), "; ".join(text), event.get("event_id")
             )
-            return ConsumedTurn(
-                cast(DecodedTurnEvent, decoded), sequence, topic, partition, offset, text, rejection
-            )
-        return ConsumedTurn(cast(DecodedTurnEvent, decoded), sequence, topic, partition, offset)
+            return ConsumedTurn(decoded, sequence, topic, partition, offset, text, rejection)
+        # The named tuple built without its Python-level __new__ (one per message).
+        return _tuple_new(ConsumedTurn, (decoded, sequence, topic, partition, offset, (), None))
 
     def _count_identity(
         self, result: TrackResult, key_mismatch: bool, topic: str, partition: int, offset: int
@@ -180,9 +180,8 @@ class HtirTraceValidation(Validation):
         self, value: bytes | None, key: bytes | None, topic: str, partition: int, offset: int
     ) -> ConsumedTurn | Rejection:
         decoded = decode_message(self._decode, value)
-        if type(decoded) is Rejection:
+        if isinstance(decoded, Rejection):
             return decoded
-        decoded = cast(DecodedTurnEvent, decoded)
         try:
             HtirTrace.from_avro(decoded.event)
         except Exception as exc:

@@ -306,15 +306,15 @@ def test_turns_taken_as_read_are_written_at_the_batch_write_and_kept_until_it_su
         for t in turns[:30]:
             sink.take(t)
         assert (tmp_path / "taken.jsonl").read_bytes() == b""  # nothing before the write
-        write_lines = sink._writer.write_lines
+        write_block = sink._writer.write_block
         failures = iter([OSError("disk full")])
 
-        def failing_once(lines: list[bytes]) -> None:
+        def failing_once(block: bytearray) -> None:
             for failure in failures:
                 raise failure
-            write_lines(lines)
+            write_block(block)
 
-        monkeypatch.setattr(sink._writer, "write_lines", failing_once)
+        monkeypatch.setattr(sink._writer, "write_block", failing_once)
         with pytest.raises(OSError, match="disk full"):
             sink.write([])
         sink.write([])  # the runtime's retry: the taken lines are still pending
@@ -342,3 +342,37 @@ def test_occurred_at_is_written_to_the_millisecond_from_the_long_on_the_wire() -
     ]:
         fields = turn_fields(consumed(turn("s-ms", 0) | {"occurred_at": millis}), None)
         assert fields["occurred_at"] == text
+
+
+def rotated_as_line_by_line(batches: list[list[bytes]], limit: int) -> list[bytes]:
+    """Files, oldest first, as rotating before each line that would overfill a non-empty file."""
+    files, current = [], b""
+    for batch in batches:
+        for line in batch:
+            if current and len(current) + len(line) > limit:
+                files.append(current)
+                current = b""
+            current += line
+    return [*files, current]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.integers(1, 120).map(lambda n: b"x" * (n - 1) + b"\n"), max_size=12),
+        max_size=5,
+    ),
+    limit=st.integers(1, 300),
+)
+def test_a_block_of_lines_rotates_between_lines_as_line_by_line_writing_does(
+    batches: list[list[bytes]], limit: int
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "turns.jsonl"
+        writer = TurnLineWriter(LogSinkSettings(file=path, file_max_bytes=limit, file_backups=500))
+        for batch in batches:
+            writer.write_block(bytearray(b"".join(batch)))
+        writer.close()
+        backups = sorted(path.parent.glob("turns.jsonl.*"), key=lambda f: -int(f.suffix[1:]))
+        files = [f.read_bytes() for f in [*backups, path]]
+    assert files == rotated_as_line_by_line(batches, limit)
