@@ -214,11 +214,7 @@ class TrackResult(NamedTuple):
 
 
 _tuple_new = tuple.__new__
-
-
-def _new_in_order(stream_id: StreamId, sequence: int) -> TrackResult:
-    # The named tuple built without its Python-level __new__ (one per message).
-    return _tuple_new(TrackResult, (TurnOutcome.NEW, stream_id, sequence, 0, False, None))
+_NEW = TurnOutcome.NEW
 
 
 # What dedupe remembers of an event id: 16 hex digits of its chain hash (64 bits tell
@@ -325,7 +321,8 @@ class StreamTracker:
                     return self._placed(event_id, partition, offset, result, content)
                 own[sequence] = content
             stream.next = sequence + 1
-            result = _new_in_order(stream_id, sequence)
+            # A named tuple built without its Python-level __new__ (one per message).
+            result = _tuple_new(TrackResult, (_NEW, stream_id, sequence, 0, False, None))
         else:
             result = self._place(event, content, stream_id, sequence, partition, stream=stream)
         return self._placed(event_id, partition, offset, result, content)

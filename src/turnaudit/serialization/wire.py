@@ -169,6 +169,9 @@ class DecodedTurnEvent(NamedTuple):
     writer_fingerprint: str  # hex fingerprint, or "registry:<id>"
 
 
+_tuple_new = tuple.__new__
+
+
 class _ReadPlan:
     """How to turn one writer schema's data into the current reader's shape."""
 
@@ -284,11 +287,13 @@ class TurnEventDeserializer:
             fp = bytes(payload[2:SINGLE_OBJECT_HEADER_LEN])
             plan = self._by_fp.get(fp) or self._resolve_fingerprint(fp)
             framing, origin = Framing.SINGLE_OBJECT, fp.hex()
+            body_start = SINGLE_OBJECT_HEADER_LEN
             body = io.BytesIO(payload[SINGLE_OBJECT_HEADER_LEN:])
         elif payload[0] == CONFLUENT_MAGIC and len(payload) > CONFLUENT_HEADER_LEN:
             schema_id = int.from_bytes(payload[1:CONFLUENT_HEADER_LEN], "big")
             plan = self._by_registry_id.get(schema_id) or self._resolve_registry_id(schema_id)
             framing, origin = Framing.CONFLUENT, f"registry:{schema_id}"
+            body_start = CONFLUENT_HEADER_LEN
             body = io.BytesIO(payload[CONFLUENT_HEADER_LEN:])
         else:
             raise UnknownFramingError(
@@ -318,12 +323,14 @@ class TurnEventDeserializer:
             raise SerializationError(
                 f"Avro body does not decode with schema {origin}: {exc!r}"
             ) from exc
-        if body.tell() != len(body.getbuffer()):
+        trailing = len(payload) - body_start - body.tell()
+        if trailing:
             raise SerializationError(
-                f"Avro body has {len(body.getbuffer()) - body.tell()} trailing bytes "
+                f"Avro body has {trailing} trailing bytes "
                 f"after a record of schema {origin}"
             )
-        return DecodedTurnEvent(record, version, framing, origin)
+        # The named tuple built without its Python-level __new__ (one per message).
+        return _tuple_new(DecodedTurnEvent, (record, version, framing, origin))
 
     def _resolve_fingerprint(self, fp: bytes) -> _ReadPlan:
         schema_json = self._resolver(fp) if self._resolver is not None else None
