@@ -49,6 +49,10 @@ DELAY_BUCKETS = (
 )
 
 
+# Distinct tally keys remembered with their children (a few hundred in practice).
+_RESOLVED_BOUND = 20_000
+
+
 def closed(value: str, allowed: frozenset[str]) -> str:
     return value if value in allowed else OTHER
 
@@ -151,6 +155,10 @@ class VerdictMetricsSink(Sink):
         # Label children by (metric, *label values): .labels() takes a lock and
         # builds a key on every call, which costs as much as the rest of the counting.
         self._children: dict[tuple[Any, ...], Any] = {}
+        # Tally keys (raw label values) to the children they add to: a pack or
+        # domain id keeps its label once given one (turnaudit.label_bounds), so
+        # the closing and bounding is done once per distinct key, not per batch.
+        self._resolved: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         # What ``take`` tallied since the last ``write``: turns by raw label
         # values, and their occurred_at (epoch ms). Ints and tuples of strings:
         # nothing the cyclic collector has to trace per turn.
@@ -204,39 +212,51 @@ class VerdictMetricsSink(Sink):
 
     def _count(self, tally: dict[tuple[Any, ...], int]) -> None:
         """Each series' increase for the batch, added once."""
-        per_series: dict[tuple[Any, ...], int] = {}
-        for (pack_id, domain_id, path_id, writer_version, refused, hedged, action), n in (
-            tally.items()
-        ):
-            pack = self._packs(pack_id)
-            domain = self._domains(domain_id)
-            path = closed(path_id, _PATHS)
-            version = closed(str(writer_version), self._versions)
-            keys: list[tuple[Any, ...]] = [(self.turns, pack, domain, path, version)]
-            if refused:
-                keys.append((self.refused, pack, domain))
-            if hedged:
-                keys.append((self.hedged, pack, domain))
-            if path == TurnPath.STUB.value:
-                keys.append((self.stub, pack, domain))
-            if action is not None:
-                policy, tier, verdict = action
-                keys.append(
-                    (
-                        self.action_risk,
-                        closed(policy, _POLICIES),
-                        closed(tier, _TIERS),
-                        closed(verdict, _VERDICTS),
-                    )
+        per_child: dict[Any, int] = {}
+        resolved = self._resolved
+        for raw, n in tally.items():
+            children = resolved.get(raw)
+            if children is None:
+                if len(resolved) >= _RESOLVED_BOUND:  # new ids flooding in: start over
+                    resolved.clear()
+                children = resolved[raw] = self._series_of(raw)
+            for child in children:
+                per_child[child] = per_child.get(child, 0) + n
+        for child, n in per_child.items():
+            child.inc(n)
+
+    def _series_of(self, raw: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The label children one tally key adds to (label values closed and bounded)."""
+        pack_id, domain_id, path_id, writer_version, refused, hedged, action = raw
+        pack = self._packs(pack_id)
+        domain = self._domains(domain_id)
+        path = closed(path_id, _PATHS)
+        version = closed(str(writer_version), self._versions)
+        keys: list[tuple[Any, ...]] = [(self.turns, pack, domain, path, version)]
+        if refused:
+            keys.append((self.refused, pack, domain))
+        if hedged:
+            keys.append((self.hedged, pack, domain))
+        if path == TurnPath.STUB.value:
+            keys.append((self.stub, pack, domain))
+        if action is not None:
+            policy, tier, verdict = action
+            keys.append(
+                (
+                    self.action_risk,
+                    closed(policy, _POLICIES),
+                    closed(tier, _TIERS),
+                    closed(verdict, _VERDICTS),
                 )
-            for key in keys:
-                per_series[key] = per_series.get(key, 0) + n
-        for key, n in per_series.items():  # key: (metric, *label values)
+            )
+        children = []
+        for key in keys:  # key: (metric, *label values)
             child = self._children.get(key)
             if child is None:
                 metric, *values = key
                 child = self._children[key] = metric.labels(*values)
-            child.inc(n)
+            children.append(child)
+        return tuple(children)
 
     def close(self) -> None:
         """Counters live in the registry; nothing to flush."""
