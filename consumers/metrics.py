@@ -155,7 +155,8 @@ class VerdictMetricsSink(Sink):
         # Label children by (metric, *label values): .labels() takes a lock and
         # builds a key on every call, which costs as much as the rest of the counting.
         self._children: dict[tuple[Any, ...], Any] = {}
-        # Tally keys (raw label values) to the children they add to: a pack or
+        # Tally keys (raw label values) to the children they add to (both
+        # tallies' keys: tuples of different lengths): a pack or
         # domain id keeps its label once given one (turnaudit.label_bounds), so
         # the closing and bounding is done once per distinct key, not per batch.
         self._resolved: dict[tuple[Any, ...], tuple[Any, ...]] = {}
@@ -163,6 +164,7 @@ class VerdictMetricsSink(Sink):
         # values, and their occurred_at (epoch ms). Ints and tuples of strings:
         # nothing the cyclic collector has to trace per turn.
         self._tally: dict[tuple[Any, ...], int] = {}
+        self._actions: dict[tuple[Any, ...], int] = {}  # by output policy, tier, verdict
         self._occurred: list[int] = []
 
     def take(self, turn: ConsumedTurn) -> None:
@@ -184,12 +186,13 @@ class VerdictMetricsSink(Sink):
             decoded.writer_version,
             bundle["refusal_emitted"],
             bundle["hedge_injected"],
-            None
-            if action is None
-            else (action["output_policy"], action["risk_tier"], action["action_risk_verdict"]),
         )
         tally = self._tally
         tally[key] = tally.get(key, 0) + 1
+        if action is not None:  # its series has no pack or domain: a tally of its own
+            verdicts = (action["output_policy"], action["risk_tier"], action["action_risk_verdict"])
+            actions = self._actions
+            actions[verdicts] = actions.get(verdicts, 0) + 1
         occurred = event["occurred_at"]
         self._occurred.append(occurred if type(occurred) is int else occurred_millis(occurred))
 
@@ -201,16 +204,20 @@ class VerdictMetricsSink(Sink):
         occurred = self._occurred
         if not occurred:
             return
-        self._count(self._tally)
+        self._count(self._tally, self._series_of)
+        self._count(self._actions, self._action_series_of)
         # Observed once the batch is counted: the delay to the moment it shows.
         # A runtime clock ahead of ours would give a negative delay: counted as none.
         now_ms = self._clock() * 1000
         observe_many(self.delay, [max(0.0, now_ms - ms) / 1000 for ms in occurred])
         self.counted += len(occurred)
-        self._tally = {}
-        self._occurred = []
+        self._tally, self._actions, self._occurred = {}, {}, []
 
-    def _count(self, tally: dict[tuple[Any, ...], int]) -> None:
+    def _count(
+        self,
+        tally: dict[tuple[Any, ...], int],
+        series_of: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+    ) -> None:
         """Each series' increase for the batch, added once."""
         per_child: dict[Any, int] = {}
         resolved = self._resolved
@@ -219,15 +226,15 @@ class VerdictMetricsSink(Sink):
             if children is None:
                 if len(resolved) >= _RESOLVED_BOUND:  # new ids flooding in: start over
                     resolved.clear()
-                children = resolved[raw] = self._series_of(raw)
+                children = resolved[raw] = series_of(raw)
             for child in children:
                 per_child[child] = per_child.get(child, 0) + n
         for child, n in per_child.items():
             child.inc(n)
 
     def _series_of(self, raw: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The label children one tally key adds to (label values closed and bounded)."""
-        pack_id, domain_id, path_id, writer_version, refused, hedged, action = raw
+        """The label children one turn tally key adds to (label values closed and bounded)."""
+        pack_id, domain_id, path_id, writer_version, refused, hedged = raw
         pack = self._packs(pack_id)
         domain = self._domains(domain_id)
         path = closed(path_id, _PATHS)
@@ -239,24 +246,28 @@ class VerdictMetricsSink(Sink):
             keys.append((self.hedged, pack, domain))
         if path == TurnPath.STUB.value:
             keys.append((self.stub, pack, domain))
-        if action is not None:
-            policy, tier, verdict = action
-            keys.append(
+        return tuple(self._child(key) for key in keys)
+
+    def _action_series_of(self, raw: tuple[Any, ...]) -> tuple[Any, ...]:
+        policy, tier, verdict = raw
+        return (
+            self._child(
                 (
                     self.action_risk,
                     closed(policy, _POLICIES),
                     closed(tier, _TIERS),
                     closed(verdict, _VERDICTS),
                 )
-            )
-        children = []
-        for key in keys:  # key: (metric, *label values)
-            child = self._children.get(key)
-            if child is None:
-                metric, *values = key
-                child = self._children[key] = metric.labels(*values)
-            children.append(child)
-        return tuple(children)
+            ),
+        )
+
+    def _child(self, key: tuple[Any, ...]) -> Any:
+        """The label child of (metric, *label values)."""
+        child = self._children.get(key)
+        if child is None:
+            metric, *values = key
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def close(self) -> None:
         """Counters live in the registry; nothing to flush."""
