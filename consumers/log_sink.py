@@ -62,8 +62,10 @@ def surface_redactor(settings: LogSinkSettings) -> Redactor | None:
     return lambda text: "hmac-sha256:" + hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
-def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
-    """The canonical line's own fields (without where it was read)."""
+def turn_fields(
+    turn: ConsumedTurn, redact: Redactor | None, *, where: bool = False
+) -> dict[str, Any]:
+    """The canonical line's own fields; ``where``: then where it was read and ``event``."""
     event = turn.decoded.event
     bundle = event["verdicts"]
     safety = bundle["safety_verdict"]
@@ -104,6 +106,11 @@ def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
             fields[name + suffix] = redact(text)
         # Tokens joined with a separator no token contains, so the hash is of one text.
         fields["input_tokens" + suffix] = redact("\x1f".join(event["input_tokens"]))
+    if where:
+        fields["topic"] = turn.topic
+        fields["partition"] = turn.partition
+        fields["offset"] = turn.offset
+        fields["event"] = TURN_EVENT
     return fields
 
 
@@ -113,10 +120,13 @@ def _second_text(seconds: int) -> str:
     return (EPOCH + timedelta(seconds=seconds)).isoformat()[:19]
 
 
+_MILLIS_TEXT = tuple(f".{n:03d}Z" for n in range(1000))  # formatting it per line costs more
+
+
 def _iso(occurred: Any) -> str:
     """An occurred_at (epoch ms; a datetime from other decoders) as "…T12:00:00.123Z"."""
     seconds, millis = divmod(occurred if type(occurred) is int else occurred_millis(occurred), 1000)
-    return f"{_second_text(seconds)}.{millis:03d}Z"
+    return _second_text(seconds) + _MILLIS_TEXT[millis]
 
 
 class TurnLineWriter:
@@ -341,11 +351,7 @@ def render_line(
     turn: ConsumedTurn, redact: Redactor | None, context: dict[str, Any], event_time: bool
 ) -> bytes:
     """One turn's line (see ``turn_lines``), ``context`` the structlog context-local values."""
-    line = turn_fields(turn, redact)
-    line["topic"] = turn.topic
-    line["partition"] = turn.partition
-    line["offset"] = turn.offset
-    line["event"] = TURN_EVENT
+    line = turn_fields(turn, redact, where=True)
     for key, value in context.items():  # merge_contextvars: the line's own keys win
         line.setdefault(key, value)
     line["logger"] = TURN_LOGGER
