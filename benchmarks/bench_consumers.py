@@ -410,11 +410,17 @@ class TimedMetricsSink(VerdictMetricsSink):
     """Records each turn's delay (ms) from occurred_at to counted."""
 
     delays_ms: list[float]
+    taken_ms: list[int]
+
+    def take(self, turn: ConsumedTurn) -> None:
+        super().take(turn)
+        self.taken_ms.append(turn.decoded.event["occurred_at"])
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
         super().write(turns)
         now_ms = time.time() * 1000
-        self.delays_ms.extend(now_ms - t.event["occurred_at"].timestamp() * 1000 for t in turns)
+        self.delays_ms.extend(now_ms - ms for ms in self.taken_ms)
+        self.taken_ms = []
 
 
 def latency(bootstrap: str, rate: int, seconds: float, workdir: Path) -> None:
@@ -423,6 +429,7 @@ def latency(bootstrap: str, rate: int, seconds: float, workdir: Path) -> None:
     registry = CollectorRegistry()
     timed = TimedMetricsSink(MetricsSettings(), registry)
     timed.delays_ms = []
+    timed.taken_ms = []
     service = ConsumerService(
         service_settings(settings, ServiceName.VERDICT_METRICS, auto_offset_reset="latest"),
         timed,
