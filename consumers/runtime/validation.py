@@ -28,6 +28,7 @@ from turnaudit.serialization.wire import (
 log = structlog.get_logger("turnaudit.consumer")
 
 _tuple_new = tuple.__new__
+_NEW = TurnOutcome.NEW  # a module constant: the enum's class attribute costs a lookup per message
 
 Decoder = Callable[[bytes | None], DecodedTurnEvent]
 
@@ -115,7 +116,7 @@ class TurnEventValidation(Validation):
         except Exception as exc:
             # Decodable but not shaped like a TurnEvent (a foreign schema gone wrong).
             return Rejection(DeadLetterReason.UNDECODABLE, f"not a TurnEvent: {exc!r}")
-        if sequence.outcome is not TurnOutcome.NEW or sequence.missing_opened or (
+        if sequence.outcome is not _NEW or sequence.missing_opened or (
             sequence.chain_break is not None or key_breach is not None
         ):  # the common case (a new turn in order) is counted by the tracker itself
             self._count_identity(sequence, key_breach is not None, topic, partition, offset)

@@ -193,6 +193,7 @@ class Placement(Protocol):
     @property
     def redelivered(self) -> bool: ...  # the same event again
 BREACHES = frozenset({TurnOutcome.CONTENT_CHANGED, TurnOutcome.POSITION_REUSED})
+REDELIVERED = frozenset({TurnOutcome.REDELIVERY, TurnOutcome.DUPLICATE})
 
 
 class TrackResult(NamedTuple):
@@ -210,7 +211,7 @@ class TrackResult(NamedTuple):
 
     @property
     def redelivered(self) -> bool:
-        return self.outcome in (TurnOutcome.REDELIVERY, TurnOutcome.DUPLICATE)
+        return self.outcome in REDELIVERED
 
 
 _tuple_new = tuple.__new__
