@@ -228,7 +228,12 @@ def quixstreams_peer(settings: KafkaSettings, end: dict[int, int]) -> Measuremen
 
 
 class NoSink(Sink):
-    """Takes every batch and keeps nothing: the runtime's own cost."""
+    """Takes every turn and keeps nothing: the runtime's own cost."""
+
+    takes_turns_as_read = True
+
+    def take(self, turn: ConsumedTurn) -> None:
+        pass
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
         pass
@@ -405,11 +410,17 @@ class TimedMetricsSink(VerdictMetricsSink):
     """Records each turn's delay (ms) from occurred_at to counted."""
 
     delays_ms: list[float]
+    taken_ms: list[int]
+
+    def take(self, turn: ConsumedTurn) -> None:
+        super().take(turn)
+        self.taken_ms.append(turn.decoded.event["occurred_at"])
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
         super().write(turns)
         now_ms = time.time() * 1000
-        self.delays_ms.extend(now_ms - t.event["occurred_at"].timestamp() * 1000 for t in turns)
+        self.delays_ms.extend(now_ms - ms for ms in self.taken_ms)
+        self.taken_ms = []
 
 
 def latency(bootstrap: str, rate: int, seconds: float, workdir: Path) -> None:
@@ -418,6 +429,7 @@ def latency(bootstrap: str, rate: int, seconds: float, workdir: Path) -> None:
     registry = CollectorRegistry()
     timed = TimedMetricsSink(MetricsSettings(), registry)
     timed.delays_ms = []
+    timed.taken_ms = []
     service = ConsumerService(
         service_settings(settings, ServiceName.VERDICT_METRICS, auto_offset_reset="latest"),
         timed,

@@ -20,6 +20,7 @@ with ``TURNAUDIT_LOG_HASH_KEY``, so equal texts stay comparable) or ``full``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import logging
@@ -27,7 +28,7 @@ import logging.handlers
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,6 +38,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.settings import LogSinkSettings, ServiceSettings, SurfaceRedaction
+from turnaudit.events import EPOCH, occurred_millis, occurred_moment
 
 TURN_LOGGER = "turnaudit.turns"
 TURN_EVENT = "turn"
@@ -60,9 +62,11 @@ def surface_redactor(settings: LogSinkSettings) -> Redactor | None:
     return lambda text: "hmac-sha256:" + hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
 
 
-def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
-    """The canonical line's own fields (without where it was read)."""
-    event = turn.event
+def turn_fields(
+    turn: ConsumedTurn, redact: Redactor | None, *, where: bool = False
+) -> dict[str, Any]:
+    """The canonical line's own fields; ``where``: then where it was read and ``event``."""
+    event = turn.decoded.event
     bundle = event["verdicts"]
     safety = bundle["safety_verdict"]
     ethics = bundle["ethics_verdict"]
@@ -102,17 +106,27 @@ def turn_fields(turn: ConsumedTurn, redact: Redactor | None) -> dict[str, Any]:
             fields[name + suffix] = redact(text)
         # Tokens joined with a separator no token contains, so the hash is of one text.
         fields["input_tokens" + suffix] = redact("\x1f".join(event["input_tokens"]))
+    if where:
+        fields["topic"] = turn.topic
+        fields["partition"] = turn.partition
+        fields["offset"] = turn.offset
+        fields["event"] = TURN_EVENT
     return fields
 
 
-def _moment(millis: Any) -> datetime:
-    # fastavro gives timestamp-millis as an aware datetime in UTC; raw ints come from tests.
-    moment = millis if isinstance(millis, datetime) else datetime.fromtimestamp(millis / 1000, UTC)
-    return moment if moment.tzinfo is UTC else moment.astimezone(UTC)
+@functools.lru_cache(maxsize=4096)
+def _second_text(seconds: int) -> str:
+    # Turns of one stream mostly share their second: "2026-11-01T12:00:00" made once.
+    return (EPOCH + timedelta(seconds=seconds)).isoformat()[:19]
 
 
-def _iso(millis: Any) -> str:
-    return _moment(millis).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+_MILLIS_TEXT = tuple(f".{n:03d}Z" for n in range(1000))  # formatting it per line costs more
+
+
+def _iso(occurred: Any) -> str:
+    """An occurred_at (epoch ms; a datetime from other decoders) as "…T12:00:00.123Z"."""
+    seconds, millis = divmod(occurred if type(occurred) is int else occurred_millis(occurred), 1000)
+    return _second_text(seconds) + _MILLIS_TEXT[millis]
 
 
 class TurnLineWriter:
@@ -153,28 +167,51 @@ class TurnLineWriter:
 
     def write_lines(self, lines: Sequence[bytes]) -> None:
         """Lines that each end in a newline, in order; a file rotates between lines."""
-        if self._rotating is None:
-            self._write(b"".join(lines))
-            return
-        limit = self._rotating.maxBytes
-        start = 0
-        for i, line in enumerate(lines):
-            size = len(line)
-            if self._size and self._size + size > limit:
-                self._write(b"".join(lines[start:i]))
-                self._rotating.doRollover()
-                self._text = self._rotating.stream  # type: ignore[assignment]  # reopened
-                self._binary = self._text.buffer  # type: ignore[attr-defined]  # a file's
-                self._size = 0
-                start = i
-            self._size += size
-        self._write(b"".join(lines[start:]))
+        self.write_block(b"".join(lines))
 
-    def _write(self, data: bytes) -> None:
+    def write_block(self, block: bytes | bytearray) -> None:
+        """Whole lines (each ending in a newline) in one buffer, in order.
+
+        A file rotates between lines: before the first line that would take it
+        past its size, unless it is empty (a line longer than the limit fills
+        a file of its own).
+        """
+        rotating = self._rotating
+        if rotating is None:
+            self._write(block)
+            return
+        limit = rotating.maxBytes
+        start, end = 0, len(block)
+        with memoryview(block) as view:
+            while start < end:
+                room = limit - self._size
+                if end - start <= room:
+                    cut = end
+                else:
+                    # After the last newline that fits: whole lines only.
+                    cut = block.rfind(b"\n", start, start + max(room, 0)) + 1
+                    if cut <= start:  # not one line fits
+                        if self._size:
+                            self._roll_over(rotating)
+                            continue
+                        cut = block.index(b"\n", start) + 1
+                self._write(view[start:cut])
+                self._size += cut - start
+                start = cut
+                if start < end:
+                    self._roll_over(rotating)
+
+    def _roll_over(self, rotating: logging.handlers.RotatingFileHandler) -> None:
+        rotating.doRollover()
+        self._text = rotating.stream  # type: ignore[assignment]  # reopened
+        self._binary = self._text.buffer  # type: ignore[attr-defined]  # a file's
+        self._size = 0
+
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
         if self._binary is None:
-            self._text.write(data.decode())
+            self._text.write(bytes(data).decode())
         else:
             self._text.flush()  # anything written as text before stays before
             self._binary.write(data)
@@ -191,7 +228,13 @@ class TurnLineWriter:
 
 
 class LogSink(Sink):
-    """Writes one JSON line per turn; ``write`` returns once the lines are flushed."""
+    """Writes one JSON line per turn; ``write`` returns once the lines are flushed.
+
+    Each turn is rendered as it is taken (``takes_turns_as_read``): the batch
+    holds bytes, not decoded records, until ``write`` writes them in one call.
+    """
+
+    takes_turns_as_read = True
 
     def __init__(
         self, settings: LogSinkSettings, registry: CollectorRegistry, *, event_time: bool = False
@@ -200,8 +243,8 @@ class LogSink(Sink):
         # A replay stamps each line with the turn's own time, not the clock's:
         # the same range then renders the same bytes.
         self._event_time = event_time
-        # Resolved against structlog's configuration once per batch (see
-        # ``write``), so ``capture_logs`` sees the lines too.
+        # Resolved against structlog's configuration once per batch (at its
+        # first turn), so ``capture_logs`` sees the lines too.
         self._log = structlog.wrap_logger(self._writer)
         self._redact = surface_redactor(settings)
         self.lines = Counter(
@@ -209,14 +252,37 @@ class LogSink(Sink):
             "Canonical turn lines written by the log sink.",
             registry=registry,
         )
+        # What was taken since the last write: under ``service_logging`` the
+        # rendered lines, one after the other in one buffer kept from batch to
+        # batch (500 separate line objects held until the write cost more
+        # than rendering them: fresh memory for each); else the turns, for
+        # the configured chain.
+        self._rendered = bytearray()
+        self._rendered_lines = 0
+        self._chained: list[ConsumedTurn] = []
+        self._context: dict[str, Any] | None = None  # set at a batch's first turn
+
+    def take(self, turn: ConsumedTurn) -> None:
+        context = self._context
+        if context is None:
+            processors = structlog.get_config()["processors"]
+            if not (processors and processors[-1] is _RENDERER):
+                self._chained.append(turn)
+                return
+            # merge_contextvars, once per batch rather than per line.
+            context = self._context = structlog.contextvars.get_contextvars()
+        self._rendered += render_line(turn, self._redact, context, self._event_time)
+        self._rendered_lines += 1
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        processors = structlog.get_config()["processors"]
-        if processors and processors[-1] is _RENDERER:
-            self._writer.write_lines(turn_lines(turns, self._redact, event_time=self._event_time))
-        else:
+        for turn in turns:  # a caller that hands the batch here rather than to take()
+            self.take(turn)
+        rendered, chained = self._rendered, self._chained
+        if rendered:
+            self._writer.write_block(rendered)
+        if chained:
             log = self._log.bind()
-            for turn in turns:
+            for turn in chained:
                 log.info(
                     TURN_EVENT,
                     **turn_fields(turn, self._redact),
@@ -225,7 +291,10 @@ class LogSink(Sink):
                     offset=turn.offset,
                 )
         self._writer.flush()  # the runtime stores offsets once this returns
-        self.lines.inc(len(turns))
+        self.lines.inc(self._rendered_lines + len(chained))
+        # Written: a failure above leaves them pending, and the retried write writes them.
+        rendered.clear()
+        self._rendered_lines, self._chained, self._context = 0, [], None
 
     def close(self) -> None:
         self._writer.close()
@@ -275,25 +344,27 @@ def turn_lines(
     instead of the clock's time.
     """
     context = structlog.contextvars.get_contextvars()
-    lines = []
-    for turn in turns:
-        line = turn_fields(turn, redact)
-        line["topic"] = turn.topic
-        line["partition"] = turn.partition
-        line["offset"] = turn.offset
-        line["event"] = TURN_EVENT
-        for key, value in context.items():  # merge_contextvars: the line's own keys win
-            line.setdefault(key, value)
-        line["logger"] = TURN_LOGGER
-        line["level"] = "info"
-        # Rendered by orjson as TimeStamper(fmt="iso", utc=True) writes it,
-        # "2026-11-01T12:00:00.123456Z", without a Python-side isoformat.
-        line["timestamp"] = _moment(turn.event["occurred_at"]) if event_time else datetime.now(UTC)
-        rendered = orjson.dumps(line, default=repr, option=_ORJSON_OPTIONS)
-        if not rendered.isascii():
-            rendered = _escape_line_breaks(rendered)
-        lines.append(rendered)
-    return lines
+    return [render_line(turn, redact, context, event_time) for turn in turns]
+
+
+def render_line(
+    turn: ConsumedTurn, redact: Redactor | None, context: dict[str, Any], event_time: bool
+) -> bytes:
+    """One turn's line (see ``turn_lines``), ``context`` the structlog context-local values."""
+    line = turn_fields(turn, redact, where=True)
+    for key, value in context.items():  # merge_contextvars: the line's own keys win
+        line.setdefault(key, value)
+    line["logger"] = TURN_LOGGER
+    line["level"] = "info"
+    # Rendered by orjson as TimeStamper(fmt="iso", utc=True) writes it,
+    # "2026-11-01T12:00:00.123456Z", without a Python-side isoformat.
+    line["timestamp"] = (
+        occurred_moment(turn.decoded.event["occurred_at"]) if event_time else datetime.now(UTC)
+    )
+    rendered = orjson.dumps(line, default=repr, option=_ORJSON_OPTIONS)
+    if not rendered.isascii():
+        rendered = _escape_line_breaks(rendered)
+    return rendered
 
 
 # Characters outside ASCII that Python's str.splitlines() (and some log

@@ -12,14 +12,15 @@ the shared runtime (``ConsumerMetrics``).
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.settings import MetricsSettings, ServiceSettings
+from turnaudit.events import occurred_millis
 from turnaudit.label_bounds import BoundedLabelSet, LabelBoundMetrics
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.verdicts import OutputPolicy, RiskTier, TurnPath, Verdict
@@ -48,8 +49,35 @@ DELAY_BUCKETS = (
 )
 
 
+# Distinct tally keys remembered with their children (a few hundred in practice).
+_RESOLVED_BOUND = 20_000
+
+
 def closed(value: str, allowed: frozenset[str]) -> str:
     return value if value in allowed else OTHER
+
+
+def observe_many(histogram: Histogram, amounts: Sequence[float]) -> None:
+    """``histogram.observe(a)`` for every amount, with one lock per bucket touched.
+
+    ``observe`` takes two locks per call (sum and bucket); a batch's delays
+    land in a few buckets. Works on the histogram's own values (their
+    ``inc``), so the single-process and the multiprocess (mmap) modes both
+    see the same as from ``observe``; tests hold it to ``observe`` sample by sample.
+    """
+    if not amounts:
+        return
+    # prometheus-client has no batch API: its own fields, held to observe() by the tests.
+    bounds = histogram._upper_bounds
+    per_bucket = [0] * len(bounds)
+    for amount in amounts:
+        per_bucket[bisect_left(bounds, amount)] += 1  # the first bound >= amount, as observe
+    histogram._raise_if_not_observable()  # type: ignore[no-untyped-call]  # as observe()
+    histogram._sum.inc(sum(amounts))
+    buckets = histogram._buckets
+    for i, n in enumerate(per_bucket):
+        if n:
+            buckets[i].inc(n)
 
 
 _PATHS = frozenset(p.value for p in TurnPath)
@@ -60,6 +88,8 @@ _VERDICTS = frozenset(v.value for v in Verdict)
 
 class VerdictMetricsSink(Sink):
     """Counts each turn once; redeliveries the runtime recognised are not counted again."""
+
+    takes_turns_as_read = True
 
     def __init__(
         self,
@@ -125,82 +155,119 @@ class VerdictMetricsSink(Sink):
         # Label children by (metric, *label values): .labels() takes a lock and
         # builds a key on every call, which costs as much as the rest of the counting.
         self._children: dict[tuple[Any, ...], Any] = {}
+        # Tally keys (raw label values) to the children they add to (both
+        # tallies' keys: tuples of different lengths): a pack or
+        # domain id keeps its label once given one (turnaudit.label_bounds), so
+        # the closing and bounding is done once per distinct key, not per batch.
+        self._resolved: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        # What ``take`` tallied since the last ``write``: turns by raw label
+        # values, and their occurred_at (epoch ms). Ints and tuples of strings:
+        # nothing the cyclic collector has to trace per turn.
+        self._tally: dict[tuple[Any, ...], int] = {}
+        self._actions: dict[tuple[Any, ...], int] = {}  # by output policy, tier, verdict
+        self._occurred: list[int] = []
+
+    def take(self, turn: ConsumedTurn) -> None:
+        """Tallies one turn by its raw label values (one tuple, one dict update):
+        the record goes at once, and ``write`` adds the batch with one ``inc(n)``
+        per series (a counter's ``inc`` takes a lock, and most turns of a batch
+        share a handful of label sets)."""
+        # By event id: a restarted runtime's new turns count, a redelivery does not.
+        if not turn.sequence.counts_as_turn:
+            return  # already counted; the runtime counts the redelivery itself
+        decoded = turn.decoded
+        event = decoded.event
+        bundle = event["verdicts"]
+        action = event["action_assessment"]
+        key = (
+            event["pack_id"],
+            event["domain"],
+            event["path"],
+            decoded.writer_version,
+            bundle["refusal_emitted"],
+            bundle["hedge_injected"],
+        )
+        tally = self._tally
+        tally[key] = tally.get(key, 0) + 1
+        if action is not None:  # its series has no pack or domain: a tally of its own
+            verdicts = (action["output_policy"], action["risk_tier"], action["action_risk_verdict"])
+            actions = self._actions
+            actions[verdicts] = actions.get(verdicts, 0) + 1
+        occurred = event["occurred_at"]
+        self._occurred.append(occurred if type(occurred) is int else occurred_millis(occurred))
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        # The batch's turns tallied by their raw label values first (one tuple
-        # and one dict update per turn), then closed and added with one
-        # ``inc(n)`` per series: a counter's ``inc`` takes a lock, and most
-        # turns of a batch share a handful of label sets.
-        tally: dict[tuple[Any, ...], int] = {}
-        occurred: list[Any] = []
+        # ``take`` had the batch's turns (``takes_turns_as_read``); other callers
+        # may still hand them here.
         for turn in turns:
-            # By event id: a restarted runtime's new turns count, a redelivery does not.
-            if not turn.sequence.counts_as_turn:
-                continue  # already counted; the runtime counts the redelivery itself
-            decoded = turn.decoded
-            event = decoded.event
-            bundle = event["verdicts"]
-            action = event["action_assessment"]
-            key = (
-                event["pack_id"],
-                event["domain"],
-                event["path"],
-                decoded.writer_version,
-                bundle["refusal_emitted"],
-                bundle["hedge_injected"],
-                None
-                if action is None
-                else (action["output_policy"], action["risk_tier"], action["action_risk_verdict"]),
-            )
-            tally[key] = tally.get(key, 0) + 1
-            occurred.append(event["occurred_at"])
+            self.take(turn)
+        occurred = self._occurred
         if not occurred:
             return
-        self._count(tally)
+        self._count(self._tally, self._series_of)
+        self._count(self._actions, self._action_series_of)
         # Observed once the batch is counted: the delay to the moment it shows.
-        now = self._clock()
-        observe = self.delay.observe
-        for moment in occurred:
-            seconds = moment.timestamp() if isinstance(moment, datetime) else moment / 1000
-            # A runtime clock ahead of ours would give a negative delay: count it as none.
-            observe(max(0.0, now - seconds))
+        # A runtime clock ahead of ours would give a negative delay: counted as none.
+        now_ms = self._clock() * 1000
+        observe_many(self.delay, [max(0.0, now_ms - ms) / 1000 for ms in occurred])
         self.counted += len(occurred)
+        self._tally, self._actions, self._occurred = {}, {}, []
 
-    def _count(self, tally: dict[tuple[Any, ...], int]) -> None:
+    def _count(
+        self,
+        tally: dict[tuple[Any, ...], int],
+        series_of: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+    ) -> None:
         """Each series' increase for the batch, added once."""
-        per_series: dict[tuple[Any, ...], int] = {}
-        for (pack_id, domain_id, path_id, writer_version, refused, hedged, action), n in (
-            tally.items()
-        ):
-            pack = self._packs(pack_id)
-            domain = self._domains(domain_id)
-            path = closed(path_id, _PATHS)
-            version = closed(str(writer_version), self._versions)
-            keys: list[tuple[Any, ...]] = [(self.turns, pack, domain, path, version)]
-            if refused:
-                keys.append((self.refused, pack, domain))
-            if hedged:
-                keys.append((self.hedged, pack, domain))
-            if path == TurnPath.STUB.value:
-                keys.append((self.stub, pack, domain))
-            if action is not None:
-                policy, tier, verdict = action
-                keys.append(
-                    (
-                        self.action_risk,
-                        closed(policy, _POLICIES),
-                        closed(tier, _TIERS),
-                        closed(verdict, _VERDICTS),
-                    )
-                )
-            for key in keys:
-                per_series[key] = per_series.get(key, 0) + n
-        for key, n in per_series.items():  # key: (metric, *label values)
-            child = self._children.get(key)
-            if child is None:
-                metric, *values = key
-                child = self._children[key] = metric.labels(*values)
+        per_child: dict[Any, int] = {}
+        resolved = self._resolved
+        for raw, n in tally.items():
+            children = resolved.get(raw)
+            if children is None:
+                if len(resolved) >= _RESOLVED_BOUND:  # new ids flooding in: start over
+                    resolved.clear()
+                children = resolved[raw] = series_of(raw)
+            for child in children:
+                per_child[child] = per_child.get(child, 0) + n
+        for child, n in per_child.items():
             child.inc(n)
+
+    def _series_of(self, raw: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The label children one turn tally key adds to (label values closed and bounded)."""
+        pack_id, domain_id, path_id, writer_version, refused, hedged = raw
+        pack = self._packs(pack_id)
+        domain = self._domains(domain_id)
+        path = closed(path_id, _PATHS)
+        version = closed(str(writer_version), self._versions)
+        keys: list[tuple[Any, ...]] = [(self.turns, pack, domain, path, version)]
+        if refused:
+            keys.append((self.refused, pack, domain))
+        if hedged:
+            keys.append((self.hedged, pack, domain))
+        if path == TurnPath.STUB.value:
+            keys.append((self.stub, pack, domain))
+        return tuple(self._child(key) for key in keys)
+
+    def _action_series_of(self, raw: tuple[Any, ...]) -> tuple[Any, ...]:
+        policy, tier, verdict = raw
+        return (
+            self._child(
+                (
+                    self.action_risk,
+                    closed(policy, _POLICIES),
+                    closed(tier, _TIERS),
+                    closed(verdict, _VERDICTS),
+                )
+            ),
+        )
+
+    def _child(self, key: tuple[Any, ...]) -> Any:
+        """The label child of (metric, *label values)."""
+        child = self._children.get(key)
+        if child is None:
+            metric, *values = key
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def close(self) -> None:
         """Counters live in the registry; nothing to flush."""

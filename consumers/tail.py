@@ -12,14 +12,14 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TextIO, cast
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
 
 from turnaudit.contracts import check_event
 from turnaudit.errors import BrokerError, SerializationError
-from turnaudit.events import TurnEvent
+from turnaudit.events import TurnEvent, occurred_moment
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -37,10 +37,7 @@ class TailFilter:
 
 
 def _when(occurred: Any) -> str:
-    moment = (
-        occurred if isinstance(occurred, datetime) else datetime.fromtimestamp(occurred / 1000, UTC)
-    )
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return occurred_moment(occurred).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _verdict_text(event: TurnEvent) -> str:

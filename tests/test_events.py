@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import typing
+from datetime import UTC, datetime
 from typing import Any, get_args, get_origin, get_type_hints
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.consumers.events import encode, turn
 from turnaudit import events
@@ -58,3 +61,19 @@ def test_a_decoded_record_of_each_version_has_the_reader_shape(version: int) -> 
     optional = events.TurnEvent.__optional_keys__
     assert required <= decoded.event.keys() <= required | optional
     assert optional == set()
+
+
+@given(st.integers(min_value=events.MIN_MILLIS, max_value=events.MAX_MILLIS))
+def test_occurred_at_millis_and_moment_convert_exactly_both_ways(millis: int) -> None:
+    moment = events.occurred_moment(millis)
+    assert moment.tzinfo is UTC
+    assert events.occurred_millis(moment) == millis
+    assert events.occurred_moment(moment) == moment  # a datetime passes through
+    assert events.occurred_millis(millis) == millis
+
+
+def test_the_millis_bounds_are_the_first_and_last_millisecond_a_date_holds() -> None:
+    assert events.occurred_moment(events.MIN_MILLIS) == datetime.min.replace(tzinfo=UTC)
+    assert events.occurred_moment(events.MAX_MILLIS) == datetime.max.replace(
+        microsecond=999_000, tzinfo=UTC
+    )

@@ -21,6 +21,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from tests.verify_helpers import DECODE, Stored, copy_to, fresh_prefix, publish, stored_range
 from turnaudit.cli import main
 from turnaudit.errors import ConfigurationError
+from turnaudit.events import occurred_moment
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
 from turnaudit.settings import KafkaSettings, TopicNames
@@ -48,7 +49,10 @@ def expected_lines(messages: list[Stored]) -> list[dict[str, Any]]:
         decoded = DECODE(m.value)
         found.append({"partition": m.partition, "offset": m.offset,
                       "writer_version": decoded.writer_version,
-                      "event": json.loads(json.dumps(decoded.event, default=_hexed))})
+                      "event": json.loads(json.dumps(
+                          {**decoded.event,
+                           "occurred_at": occurred_moment(decoded.event["occurred_at"])},
+                          default=_hexed))})
     return found
 
 

@@ -82,6 +82,7 @@ class ConsumerService:
         self._sink = sink
         self._wants_breaching = sink.wants_breaching_turns
         self.metrics = ConsumerMetrics(registry)
+        self._accepted = self.metrics.messages.labels(MessageOutcome.ACCEPTED.value)
         self._registry = registry
         self._validation = validation or TurnEventValidation(
             deserializer or decoder_for(settings.kafka, registry=registry),
@@ -214,28 +215,38 @@ class ConsumerService:
         next_offsets: dict[int, int] = {}
         examine = self._validation.examine
         wants_breaching = self._wants_breaching
+        # A sink that takes each turn as it is checked gets it at once, and the
+        # decoded record goes as soon as the sink is done with it; any other
+        # sink gets the batch's turns in ``write``.
+        hand_over = self._sink.take if self._sink.takes_turns_as_read else turns.append
+        handed = 0
         for msg in messages:
             error = msg.error()
             if error is not None:
                 self._on_message_error(error)
                 continue
-            topic, partition, offset = _position(msg)
+            # _position(msg), inline: this loop runs once per message.
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            if topic is None or partition is None or offset is None:
+                _position(msg)  # raises, naming the message's error
+                continue
             next_offsets[partition] = offset + 1
-            value = msg.value()
             try:
-                turn = examine(value, msg.key(), topic, partition, offset)
+                turn = examine(msg.value(), msg.key(), topic, partition, offset)
             except Exception as exc:  # validations do not raise; if one does, still move on
                 turn = Rejection(DeadLetterReason.UNDECODABLE, f"validation failed: {exc!r}")
             if type(turn) is ConsumedTurn:
                 if turn.rejection is None:
-                    turns.append(turn)
+                    hand_over(turn)
+                    handed += 1
                     continue
                 self._dead_letter(msg, turn.rejection)
                 if wants_breaching:
-                    turns.append(turn)
+                    hand_over(turn)
+                    handed += 1
             else:
                 self._dead_letter(msg, cast(Rejection, turn))
-        if not self._deliver(turns):
+        if not self._deliver(turns, handed):
             return  # stopping before the batch was safe: it is redelivered, offsets untouched
         self._delivered_to.update(next_offsets)
         try:
@@ -245,7 +256,7 @@ class ConsumerService:
             log.error("sink_held_offsets_failed", error=repr(exc))
             return
         self._store(next_offsets, held)
-        self.metrics.messages.labels(MessageOutcome.ACCEPTED.value).inc(len(turns))
+        self._accepted.inc(handed)
 
     def _store(self, next_offsets: Mapping[int, int], held: Mapping[int, int] | None) -> None:
         """Store offsets the sink has the data for, never past what it still holds."""
@@ -289,10 +300,10 @@ class ConsumerService:
             size=len(value or b""),
         )
 
-    def _deliver(self, turns: list[ConsumedTurn]) -> bool:
+    def _deliver(self, turns: list[ConsumedTurn], handed: int) -> bool:
         """Sink write, then dead letters settled; retried until done or stopping."""
         attempt = 0
-        written = not turns
+        written = handed == 0
         while True:
             try:
                 if not written:
@@ -302,9 +313,9 @@ class ConsumerService:
                     return True
             except Exception as exc:  # a sink may fail in any way; the batch is retried
                 self.metrics.sink_failures.inc()
-                log.error("sink_write_failed", error=repr(exc), turns=len(turns), attempt=attempt)
+                log.error("sink_write_failed", error=repr(exc), turns=handed, attempt=attempt)
             if self._stopping.is_set():
-                log.warning("batch_abandoned_at_shutdown", turns=len(turns), written=written)
+                log.warning("batch_abandoned_at_shutdown", turns=handed, written=written)
                 return False
             self._stopping.wait(_SINK_RETRY_BACKOFF_S[min(attempt, len(_SINK_RETRY_BACKOFF_S) - 1)])
             attempt += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, cast
+from typing import ClassVar, NamedTuple, cast
 
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.events import TurnEvent
@@ -29,9 +29,8 @@ class Rejection:
     event_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumedTurn:
-    """A decoded, checked record and where it was read."""
+class ConsumedTurn(NamedTuple):
+    """A decoded, checked record and where it was read (a named tuple: one per message)."""
 
     decoded: DecodedTurnEvent
     sequence: Placement  # new, late or redelivered (turnaudit.identity)
@@ -54,9 +53,16 @@ class Sink(abc.ABC):
 
     Hooks, in the order the runtime calls them:
 
+    * ``take(turn)``, only for a sink with ``takes_turns_as_read``: each turn
+      of the batch in hand as soon as it was checked, in order, so the
+      runtime holds no decoded record until the batch ends (a sink that counts
+      or renders each turn keeps only what it made of it).
     * ``write(turns)`` once per batch: returns once the sink holds the batch
       (flushed to its output, or counted). Raising makes the runtime retry
       the same batch; its offsets are stored only after a successful write.
+      A sink with ``takes_turns_as_read`` gets no turns here (``take`` had
+      them): its ``write`` makes what it took since the last successful
+      ``write`` durable, and keeps it pending while it raises.
     * ``tick()`` on every poll, even an empty one (a sink that closes work on
       a quiet stream); a failure is counted and logged, the next poll ticks again.
     * ``held_offsets()`` after every write and tick: per partition, the first
@@ -69,6 +75,12 @@ class Sink(abc.ABC):
     """
 
     wants_breaching_turns: ClassVar[bool] = False
+    takes_turns_as_read: ClassVar[bool] = False
+
+    def take(self, turn: ConsumedTurn) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} sets takes_turns_as_read and must define take()"
+        )
 
     @abc.abstractmethod
     def write(self, turns: Sequence[ConsumedTurn]) -> None: ...

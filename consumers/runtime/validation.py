@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import Any
 
 import structlog
 
@@ -27,6 +26,9 @@ from turnaudit.serialization.wire import (
 )
 
 log = structlog.get_logger("turnaudit.consumer")
+
+_tuple_new = tuple.__new__
+_NEW = TurnOutcome.NEW  # a module constant: the enum's class attribute costs a lookup per message
 
 Decoder = Callable[[bytes | None], DecodedTurnEvent]
 
@@ -46,6 +48,18 @@ def contract_reason(contract: Contract) -> DeadLetterReason:
 def decode_failure(exc: SerializationError) -> Rejection:
     reason = next(r for kind, r in _DECODE_FAILURES if isinstance(exc, kind))
     return Rejection(reason, str(exc))
+
+
+def decode_message(
+    decode: TurnEventDeserializer | Decoder, value: bytes | None
+) -> DecodedTurnEvent | Rejection:
+    """The message decoded, or why it does not decode (nothing escapes)."""
+    try:
+        return decode(value)
+    except SerializationError as exc:
+        return decode_failure(exc)
+    except Exception as exc:  # a decoder bug must not stop the service either
+        return Rejection(DeadLetterReason.UNDECODABLE, f"decoder failed: {exc!r}")
 
 
 class Validation(abc.ABC):
@@ -70,11 +84,8 @@ class StreamTracking:
     def __init__(self, max_streams: int, metrics: ConsumerMetrics) -> None:
         self._tracker = StreamTracker(max_streams=max_streams)
         metrics.watch(self._tracker)
-
-    def observe(
-        self, event: dict[str, Any], value: bytes, partition: int, offset: int
-    ) -> TrackResult:
-        return self._tracker.observe(event, value, partition=partition, offset=offset)
+        # The tracker's own method: no call in between on the per-message path.
+        self.observe: Callable[..., TrackResult] = self._tracker.observe
 
     def forget_partitions(self, partitions: set[int]) -> None:
         self._tracker.forget_partitions(partitions)
@@ -89,33 +100,28 @@ class TurnEventValidation(Validation):
         self._decode = decode
         self._metrics = metrics
         self._streams = StreamTracking(max_sessions, metrics)
+        self._observe = self._streams.observe
 
     def examine(
         self, value: bytes | None, key: bytes | None, topic: str, partition: int, offset: int
     ) -> ConsumedTurn | Rejection:
-        try:
-            decoded = self._decode(value)
-        except SerializationError as exc:
-            return decode_failure(exc)
-        except Exception as exc:  # a decoder bug must not stop the service either
-            return Rejection(DeadLetterReason.UNDECODABLE, f"decoder failed: {exc!r}")
+        decoded = decode_message(self._decode, value)
+        if isinstance(decoded, Rejection):
+            return decoded
         event = decoded.event
         try:
-            sequence = self._streams.observe(event, value or b"", partition, offset)
+            sequence = self._observe(event, value, partition=partition, offset=offset)
             key_breach = check_key(key, event)
             breaches = check_event(event)
         except Exception as exc:
             # Decodable but not shaped like a TurnEvent (a foreign schema gone wrong).
             return Rejection(DeadLetterReason.UNDECODABLE, f"not a TurnEvent: {exc!r}")
-        if key_breach is not None:
-            breaches.insert(0, key_breach)
-        if (
-            sequence.outcome is not TurnOutcome.NEW
-            or sequence.missing_opened
-            or sequence.chain_break is not None
-            or key_breach is not None
+        if sequence.outcome is not _NEW or sequence.missing_opened or (
+            sequence.chain_break is not None or key_breach is not None
         ):  # the common case (a new turn in order) is counted by the tracker itself
             self._count_identity(sequence, key_breach is not None, topic, partition, offset)
+        if key_breach is not None:
+            breaches.insert(0, key_breach)
         if breaches:
             for breach in breaches:
                 self._metrics.contract_breaches.labels(breach.contract.value).inc()
@@ -124,7 +130,8 @@ class TurnEventValidation(Validation):
                 contract_reason(breaches[0].contract), "; ".join(text), event.get("event_id")
             )
             return ConsumedTurn(decoded, sequence, topic, partition, offset, text, rejection)
-        return ConsumedTurn(decoded, sequence, topic, partition, offset)
+        # The named tuple built without its Python-level __new__ (one per message).
+        return _tuple_new(ConsumedTurn, (decoded, sequence, topic, partition, offset, (), None))
 
     def _count_identity(
         self, result: TrackResult, key_mismatch: bool, topic: str, partition: int, offset: int
@@ -173,12 +180,9 @@ class HtirTraceValidation(Validation):
     def examine(
         self, value: bytes | None, key: bytes | None, topic: str, partition: int, offset: int
     ) -> ConsumedTurn | Rejection:
-        try:
-            decoded = self._decode(value)
-        except SerializationError as exc:
-            return decode_failure(exc)
-        except Exception as exc:  # a decoder bug must not stop the service either
-            return Rejection(DeadLetterReason.UNDECODABLE, f"decoder failed: {exc!r}")
+        decoded = decode_message(self._decode, value)
+        if isinstance(decoded, Rejection):
+            return decoded
         try:
             HtirTrace.from_avro(decoded.event)
         except Exception as exc:

@@ -93,13 +93,15 @@ def check_event(event: Mapping[str, Any]) -> list[Breach]:
                     f"output_policy {action['output_policy']} but the rule gives {expected.value}",
                 )
             )
-    mismatched = [
-        name
-        for name in _per_field_verdicts(bundle)
-        # v2 events carry verdicts only in the bundle (a later reader sees its
-        # defaults there); v1, v3 and the event's own identity_score must agree.
-        if name in event and event[name] != bundle[name]
-    ]
+    # v2 events carry verdicts only in the bundle (a later reader sees its
+    # defaults there); v1, v3 and the event's own identity_score must agree.
+    mismatched = None
+    for name in _V2_PER_FIELD if bundle.get("schema_version") == 2 else _PER_FIELD:
+        if name in event and event[name] != bundle[name]:
+            if mismatched is None:
+                mismatched = [name]
+            else:
+                mismatched.append(name)
     if mismatched:
         breaches.append(
             Breach(Contract.BUNDLE_MATCHES_FIELDS, "bundle differs from " + ", ".join(mismatched))
@@ -130,10 +132,9 @@ def identity_breach(result: TrackResult) -> Breach | None:
     return None
 
 
-def _per_field_verdicts(bundle: Mapping[str, Any]) -> tuple[str, ...]:
-    if bundle.get("schema_version") == 2:
-        return ("identity_score",)
-    return ("identity_score", "safety_verdict", "ethics_verdict")
+# The per-field verdicts that must equal the bundle's, by schema version.
+_PER_FIELD = ("identity_score", "safety_verdict", "ethics_verdict")
+_V2_PER_FIELD = ("identity_score",)
 
 
 class SequenceOutcome(enum.StrEnum):

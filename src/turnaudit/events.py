@@ -1,15 +1,37 @@
 """Typed TurnEvents: one ``TypedDict`` per shipped schema version, and the
 shape every reader hands on (``TurnEvent``), so strict typing reaches fields.
 
-These describe *decoded* records: ``occurred_at`` is a ``datetime`` (Avro
-``timestamp-millis``), enums are their symbols. ``schemas/*.avsc`` is the
+These describe *decoded* records: ``occurred_at`` is epoch milliseconds, the
+long an Avro ``timestamp-millis`` is on the wire (the project's decoder does
+not build a ``datetime`` per event; ``occurred_moment`` does, for the readers
+that print one), enums are their symbols. ``schemas/*.avsc`` is the
 source of truth; ``tests/test_events.py`` holds these types to it field by
 field, so a schema change that is not made here fails the tests.
 """
 
 # No ``from __future__ import annotations``: the tests read these hints at runtime.
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal, TypedDict
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The epoch milliseconds a datetime holds (0001-01-01 to 9999-12-31T23:59:59.999Z):
+# the decoder refuses a timestamp beyond them, as fastavro did building a datetime.
+MIN_MILLIS = -62_135_596_800_000
+MAX_MILLIS = 253_402_300_799_999
+
+
+def occurred_moment(millis: "int | datetime") -> datetime:
+    """An ``occurred_at`` as an aware UTC datetime (exact integer arithmetic, no float)."""
+    if isinstance(millis, datetime):  # a record decoded by plain fastavro
+        return millis.astimezone(UTC)
+    return EPOCH + timedelta(milliseconds=millis)
+
+
+def occurred_millis(moment: "int | datetime") -> int:
+    """An ``occurred_at`` as epoch milliseconds."""
+    if isinstance(moment, datetime):
+        return (moment - EPOCH) // timedelta(milliseconds=1)
+    return moment
 
 PathSymbol = Literal["MAIN", "STUB"]
 VerdictSymbol = Literal["SEAL", "HOLD", "VOID"]
@@ -81,7 +103,7 @@ class _TurnEventFields(TypedDict):
     event_id: str
     session_id: str
     sequence: int
-    occurred_at: datetime
+    occurred_at: int  # epoch milliseconds (timestamp-millis on the wire)
     runtime: RuntimeIdentity
     path: PathSymbol
     pack_id: str

@@ -193,6 +193,7 @@ class Placement(Protocol):
     @property
     def redelivered(self) -> bool: ...  # the same event again
 BREACHES = frozenset({TurnOutcome.CONTENT_CHANGED, TurnOutcome.POSITION_REUSED})
+REDELIVERED = frozenset({TurnOutcome.REDELIVERY, TurnOutcome.DUPLICATE})
 
 
 class TrackResult(NamedTuple):
@@ -210,7 +211,11 @@ class TrackResult(NamedTuple):
 
     @property
     def redelivered(self) -> bool:
-        return self.outcome in (TurnOutcome.REDELIVERY, TurnOutcome.DUPLICATE)
+        return self.outcome in REDELIVERED
+
+
+_tuple_new = tuple.__new__
+_NEW = TurnOutcome.NEW
 
 
 # What dedupe remembers of an event id: 16 hex digits of its chain hash (64 bits tell
@@ -284,7 +289,9 @@ class StreamTracker:
     ) -> TrackResult:
         content = chain_hash(value)
         stream_id = (event["session_id"], event.get("producer_id") or LEGACY_PRODUCER)
-        sequence = int(event["sequence"])
+        sequence = event["sequence"]
+        if type(sequence) is not int:
+            sequence = int(sequence)
         event_id = event["event_id"]
         seen = self._seen.get(event_id)
         if seen is not None:
@@ -293,19 +300,52 @@ class StreamTracker:
             same_place = seen[2] is None or (seen[1], seen[2]) == (partition, offset)
             outcome = TurnOutcome.REDELIVERY if same_place else TurnOutcome.DUPLICATE
             return TrackResult(outcome, stream_id, sequence)
-        if partition is not None and partition not in self._first_offset and offset is not None:
+        if partition is not None and offset is not None and partition not in self._first_offset:
             self._first_offset[partition] = offset
-        result = self._place(event, content, stream_id, sequence, partition)
+        streams = self._streams
+        stream = streams.pop(stream_id, None)
+        if stream is not None and sequence == stream.next:
+            # The common case, a known stream's next position: no gap can open,
+            # no gap closes, and no successor has claimed this position yet
+            # (claims are made below a stream's next); only the link to the
+            # predecessor is checked.
+            streams[stream_id] = stream  # most recently seen last
+            if stream_id[1] != LEGACY_PRODUCER:
+                own = stream.own
+                expected = own.pop(sequence - 1, None)
+                if expected is not None and expected != (event.get("prev_hash") or ""):
+                    own[sequence - 1] = expected  # the general path reports it
+                    del streams[stream_id]
+                    result = self._place(
+                        event, content, stream_id, sequence, partition, stream=stream
+                    )
+                    return self._placed(event_id, partition, offset, result, content)
+                own[sequence] = content
+            stream.next = sequence + 1
+            # A named tuple built without its Python-level __new__ (one per message).
+            result = _tuple_new(TrackResult, (_NEW, stream_id, sequence, 0, False, None))
+        else:
+            result = self._place(event, content, stream_id, sequence, partition, stream=stream)
+        return self._placed(event_id, partition, offset, result, content)
+
+    def _placed(
+        self,
+        event_id: str,
+        partition: int | None,
+        offset: int | None,
+        result: TrackResult,
+        content: str,
+    ) -> TrackResult:
+        """Counts a new or late turn, remembers its id (and bounds the memory)."""
         if result[0] in COUNTED:
             self.new_turns += 1
-            self._remember(event_id, (content[:_SEEN_DIGITS], partition, offset))
+            self._seen[event_id] = (content[:_SEEN_DIGITS], partition, offset)
+            if len(self._seen) > self._max_event_ids:
+                del self._seen[next(iter(self._seen))]
+                self.forgotten_event_ids += 1
+        if len(self._streams) > self._max_streams:
+            self._drop(next(iter(self._streams)))
         return result
-
-    def _remember(self, event_id: str, seen: _Seen) -> None:
-        self._seen[event_id] = seen
-        if len(self._seen) > self._max_event_ids:
-            del self._seen[next(iter(self._seen))]
-            self.forgotten_event_ids += 1
 
     def _place(
         self,
@@ -314,9 +354,10 @@ class StreamTracker:
         stream_id: StreamId,
         sequence: int,
         partition: int | None,
+        *,
+        stream: _Stream | None,
     ) -> TrackResult:
         legacy = stream_id[1] == LEGACY_PRODUCER
-        stream = self._streams.pop(stream_id, None)
         opened = 0
         if stream is None:
             stream = _Stream(partition)
@@ -324,8 +365,6 @@ class StreamTracker:
                 opened = self._open_gap(stream, 0, sequence)  # a gap at the start
             stream.next = sequence
         self._streams[stream_id] = stream  # most recently seen last
-        if len(self._streams) > self._max_streams:
-            self._drop(next(iter(self._streams)))
         chain_break = (
             None if legacy else self._check_chain(stream, stream_id, event, content, sequence)
         )

@@ -33,6 +33,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from turnaudit.errors import ConfigurationError
+from turnaudit.events import occurred_moment
 from turnaudit.kafka.reading import read_range
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -319,7 +320,9 @@ def _jsonl_line(decode: TurnEventDeserializer, msg: Message) -> tuple[bytes, boo
         where["error"] = f"{type(exc).__name__}: {exc}"
         return _canonical(where) + b"\n", False
     where["writer_version"] = decoded.writer_version
-    where["event"] = decoded.event
+    # occurred_at as the ISO time replay lines have always held (decoded: epoch ms).
+    event = decoded.event
+    where["event"] = {**event, "occurred_at": occurred_moment(event["occurred_at"])}
     return _canonical(where) + b"\n", True
 
 

@@ -294,3 +294,85 @@ def test_a_restarted_log_sink_appends_after_the_last_whole_line(tmp_path: Path) 
     lines = path.read_bytes().splitlines()
     assert lines[0] == b'{"event_id": "a"}'
     assert [orjson.loads(line)["event_id"] for line in lines[1:]] == [REFUSED["event_id"]]
+
+
+def test_turns_taken_as_read_are_written_at_the_batch_write_and_kept_until_it_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turns = simulated_turns(40)
+    with service_logging():
+        sink = LogSink(LogSinkSettings(file=tmp_path / "taken.jsonl"), CollectorRegistry())
+        assert sink.takes_turns_as_read
+        for t in turns[:30]:
+            sink.take(t)
+        assert (tmp_path / "taken.jsonl").read_bytes() == b""  # nothing before the write
+        write_block = sink._writer.write_block
+        failures = iter([OSError("disk full")])
+
+        def failing_once(block: bytearray) -> None:
+            for failure in failures:
+                raise failure
+            write_block(block)
+
+        monkeypatch.setattr(sink._writer, "write_block", failing_once)
+        with pytest.raises(OSError, match="disk full"):
+            sink.write([])
+        sink.write([])  # the runtime's retry: the taken lines are still pending
+        sink.write(turns[30:])  # handed to write directly, as before
+        sink.close()
+        whole = LogSink(LogSinkSettings(file=tmp_path / "whole.jsonl"), CollectorRegistry())
+        whole.write(turns)
+        whole.close()
+    taken = [json.loads(t) for t in (tmp_path / "taken.jsonl").read_text().splitlines()]
+    expected = [json.loads(t) for t in (tmp_path / "whole.jsonl").read_text().splitlines()]
+    for line in (*taken, *expected):
+        assert TIMESTAMP.match(line.pop("timestamp"))
+    assert taken == expected
+    assert [line["offset"] for line in taken] == list(range(40))
+    assert sink.lines._value.get() == 40
+
+
+def test_occurred_at_is_written_to_the_millisecond_from_the_long_on_the_wire() -> None:
+    for millis, text in [
+        (0, "1970-01-01T00:00:00.000Z"),
+        (1_764_000_000_123, "2025-11-24T16:00:00.123Z"),
+        (-1, "1969-12-31T23:59:59.999Z"),
+        (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+        (-62_135_596_800_000, "0001-01-01T00:00:00.000Z"),
+    ]:
+        fields = turn_fields(consumed(turn("s-ms", 0) | {"occurred_at": millis}), None)
+        assert fields["occurred_at"] == text
+
+
+def rotated_as_line_by_line(batches: list[list[bytes]], limit: int) -> list[bytes]:
+    """Files, oldest first, as rotating before each line that would overfill a non-empty file."""
+    files, current = [], b""
+    for batch in batches:
+        for line in batch:
+            if current and len(current) + len(line) > limit:
+                files.append(current)
+                current = b""
+            current += line
+    return [*files, current]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.integers(1, 120).map(lambda n: b"x" * (n - 1) + b"\n"), max_size=12),
+        max_size=5,
+    ),
+    limit=st.integers(1, 300),
+)
+def test_a_block_of_lines_rotates_between_lines_as_line_by_line_writing_does(
+    batches: list[list[bytes]], limit: int
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "turns.jsonl"
+        writer = TurnLineWriter(LogSinkSettings(file=path, file_max_bytes=limit, file_backups=500))
+        for batch in batches:
+            writer.write_block(bytearray(b"".join(batch)))
+        writer.close()
+        backups = sorted(path.parent.glob("turns.jsonl.*"), key=lambda f: -int(f.suffix[1:]))
+        files = [f.read_bytes() for f in [*backups, path]]
+    assert files == rotated_as_line_by_line(batches, limit)

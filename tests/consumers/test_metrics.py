@@ -6,7 +6,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram
 
 from tests.consumers.events import encode, turn
 from tests.consumers.streams import (
@@ -17,7 +19,13 @@ from tests.consumers.streams import (
     wait_for,
 )
 from turnaudit.commands.demo_consumers import sample_total
-from turnaudit.consumers.metrics import OTHER, VerdictMetricsService, VerdictMetricsSink
+from turnaudit.consumers.metrics import (
+    DELAY_BUCKETS,
+    OTHER,
+    VerdictMetricsService,
+    VerdictMetricsSink,
+    observe_many,
+)
 from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.consumers.settings import MetricsSettings, ServiceName
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
@@ -36,6 +44,15 @@ def consumed(
     outcome: SequenceOutcome = SequenceOutcome.IN_ORDER,
 ) -> ConsumedTurn:
     return ConsumedTurn(DECODE(encode(event)), SequenceCheck(outcome), "t", 0, 0)
+
+
+def histogram_buckets(registry: CollectorRegistry) -> dict[str, float]:
+    return {
+        s.labels["le"]: s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == "turnaudit_turn_count_delay_seconds_bucket"
+    }
 
 
 def series(registry: CollectorRegistry) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
@@ -226,9 +243,11 @@ def test_a_batch_counts_exactly_what_its_turns_say_per_label_set() -> None:
     assert OTHER in {dict(labels)["pack"] for name, labels in expected if "pack" in dict(labels)}
     assert sink.counted == single.counted == len(counted)
     assert batched.get_sample_value("turnaudit_turn_count_delay_seconds_count") == len(counted)
-    assert batched.get_sample_value("turnaudit_turn_count_delay_seconds_sum") == (
-        one_by_one.get_sample_value("turnaudit_turn_count_delay_seconds_sum")
+    # A batch's delays are summed before they are added: equal up to float association.
+    assert batched.get_sample_value("turnaudit_turn_count_delay_seconds_sum") == pytest.approx(
+        one_by_one.get_sample_value("turnaudit_turn_count_delay_seconds_sum"), rel=1e-12
     )
+    assert histogram_buckets(batched) == histogram_buckets(one_by_one)
 
 
 def test_a_batch_of_redeliveries_only_counts_nothing() -> None:
@@ -238,3 +257,55 @@ def test_a_batch_of_redeliveries_only_counts_nothing() -> None:
     assert sink.counted == 0
     assert sample_total(registry, "turnaudit_turns_total") == 0
     assert registry.get_sample_value("turnaudit_turn_count_delay_seconds_count") == 0
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(min_value=-10.0, max_value=1e6, allow_nan=False),
+            st.sampled_from([b for b in DELAY_BUCKETS if b != float("inf")]),
+        ),
+        max_size=200,
+    )
+)
+def test_observing_a_batch_at_once_gives_the_samples_observe_gives(amounts: list[float]) -> None:
+    one_by_one, batched = CollectorRegistry(), CollectorRegistry()
+    single = Histogram("h", "h", buckets=DELAY_BUCKETS, registry=one_by_one)
+    for amount in amounts:
+        single.observe(amount)
+    observe_many(Histogram("h", "h", buckets=DELAY_BUCKETS, registry=batched), amounts)
+    got = {(s.name, tuple(s.labels.items())): s.value for f in batched.collect() for s in f.samples}
+    want = {
+        (s.name, tuple(s.labels.items())): s.value for f in one_by_one.collect() for s in f.samples
+    }
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        if name[0] == "h_created":
+            continue
+        assert got[name] == pytest.approx(value, rel=1e-12, abs=1e-9), name
+
+
+def test_a_labelled_histogram_refuses_a_batch_as_it_refuses_observe() -> None:
+    labelled = Histogram("h", "h", ["kind"], registry=CollectorRegistry())
+    with pytest.raises(ValueError, match="missing label values") as by_observe:
+        labelled.observe(1.0)
+    with pytest.raises(ValueError, match="missing label values") as by_batch:
+        observe_many(labelled, [1.0])
+    assert str(by_batch.value) == str(by_observe.value)
+
+
+def test_turns_taken_one_by_one_are_counted_only_when_the_batch_is_written() -> None:
+    registry = CollectorRegistry()
+    sink = VerdictMetricsSink(MetricsSettings(), registry)
+    assert sink.takes_turns_as_read
+    turns = [consumed(turn(f"s-take-{n}", 0)) for n in range(5)]
+    for t in turns:
+        sink.take(t)
+    assert sample_total(registry, "turnaudit_turns_total") == 0
+    assert registry.get_sample_value("turnaudit_turn_count_delay_seconds_count") == 0
+    sink.write([])
+    assert sample_total(registry, "turnaudit_turns_total") == 5
+    assert registry.get_sample_value("turnaudit_turn_count_delay_seconds_count") == 5
+    sink.write([])  # nothing taken since: nothing added
+    assert sample_total(registry, "turnaudit_turns_total") == 5
+    assert sink.counted == 5

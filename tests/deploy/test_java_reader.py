@@ -33,7 +33,7 @@ from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.kafka.reading import end_offsets, read_range
-from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.schemas import decoding_schema, shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
@@ -109,7 +109,8 @@ def compare(
     """Java's records equal ours; the writer fingerprints seen."""
     catalog = shipped_catalog(record)
     ours = TurnEventDeserializer(catalog)
-    latest = catalog.latest.parsed
+    # Read as the project's readers read it: timestamp-millis as the epoch-ms long.
+    latest = decoding_schema(catalog.latest.schema_json).parsed
     fields = {f["name"] for f in latest["fields"]}
     originals = {
         (msg.partition(), msg.offset()): msg

@@ -9,6 +9,7 @@ from typing import Any
 
 import fastavro
 import pytest
+from fastavro.schema import to_parsing_canonical_form
 
 from turnaudit.errors import (
     SchemaCompatibilityError,
@@ -16,9 +17,15 @@ from turnaudit.errors import (
     SerializationError,
     UnknownFramingError,
 )
+from turnaudit.events import MAX_MILLIS, MIN_MILLIS
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.compatibility import check_full_transitive
-from turnaudit.serialization.schemas import SchemaCatalog, schema_from_json, shipped_catalog
+from turnaudit.serialization.schemas import (
+    SchemaCatalog,
+    decoding_schema,
+    schema_from_json,
+    shipped_catalog,
+)
 from turnaudit.serialization.wire import (
     ConfluentSerializer,
     Framing,
@@ -45,9 +52,9 @@ def as_written(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def millis(decoded: dict[str, Any]) -> dict[str, Any]:
-    out = dict(decoded)
-    out["occurred_at"] = int(decoded["occurred_at"].timestamp() * 1000)
-    return out
+    # The decoder reads timestamp-millis as the long on the wire: epoch milliseconds.
+    assert type(decoded["occurred_at"]) is int
+    return decoded
 
 
 def test_shipped_versions_are_one_to_three_with_distinct_fingerprints() -> None:
@@ -218,3 +225,59 @@ def test_encoded_body_is_plain_avro() -> None:
     body = io.BytesIO(payload[10:])
     got = fastavro.schemaless_reader(body, CATALOG.latest.parsed)
     assert got["event_id"] == record["event_id"]
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_decoding_schema_reads_timestamp_millis_as_the_long_with_the_same_fingerprint(
+    version: int,
+) -> None:
+    schema = CATALOG.version(version)
+    decoding = decoding_schema(schema.schema_json)
+    assert decoding.long_time_fields == ("occurred_at",)
+    # Only the logical type goes: canonical form and fingerprint are the writer's.
+    assert to_parsing_canonical_form(decoding.parsed) == to_parsing_canonical_form(schema.parsed)
+    assert schema_from_json(schema.schema_json, name="turn_event", version=version).fingerprint == (
+        schema.fingerprint
+    )
+    record = events(version, 1)[0]
+    decoded = TurnEventDeserializer(CATALOG)(SingleObjectSerializer(schema)(record))
+    assert decoded.event["occurred_at"] == record["occurred_at"]
+    assert type(decoded.event["occurred_at"]) is int
+
+
+@pytest.mark.parametrize(
+    ("occurred_at", "decodes"),
+    [
+        (MIN_MILLIS, True),
+        (MAX_MILLIS, True),
+        (0, True),
+        (MIN_MILLIS - 1, False),
+        (MAX_MILLIS + 1, False),
+        (1_764_000_000_000_000, False),  # microseconds in a millis field
+    ],
+)
+def test_a_timestamp_a_date_cannot_hold_does_not_decode(occurred_at: int, decodes: bool) -> None:
+    record = events(3, 1)[0] | {"occurred_at": occurred_at}
+    payload = SingleObjectSerializer(CATALOG.version(3))(record)
+    decode = TurnEventDeserializer(CATALOG)
+    if decodes:
+        assert decode(payload).event["occurred_at"] == occurred_at
+        return
+    with pytest.raises(SerializationError, match=r"OverflowError.*beyond the range of a date"):
+        decode(payload)
+
+
+def test_a_foreign_writer_with_timestamp_millis_resolves_to_the_long_too() -> None:
+    schema = json.loads(CATALOG.latest.schema_json)
+    schema["fields"].append({"name": "extra", "type": "string", "default": ""})
+    foreign = schema_from_json(json.dumps(schema), name="turn_event", version=-1)
+    record = events(3, 1)[0] | {"extra": "x"}
+    payload = b"\xc3\x01" + foreign.fingerprint + fastavro_body(foreign.parsed, record)
+    decode = TurnEventDeserializer(CATALOG, resolver=lambda fp: json.dumps(schema))
+    assert decode(payload).event["occurred_at"] == record["occurred_at"]
+
+
+def fastavro_body(parsed: Any, record: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, parsed, record)
+    return buf.getvalue()

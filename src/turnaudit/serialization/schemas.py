@@ -44,6 +44,49 @@ def schema_from_json(schema_json: str, *, name: str, version: int) -> WriterSche
     )
 
 
+# The logical type readers get as the long the wire holds: a datetime built per
+# event costs about as much as contract checks on it. Only the reading schema
+# loses it; the parsing canonical form (and so the fingerprint) never had it.
+WIRE_LONG_LOGICAL_TYPES = frozenset({"timestamp-millis"})
+
+
+@dataclass(frozen=True)
+class DecodingSchema:
+    """A writer schema as the project's readers decode it."""
+
+    parsed: Any  # fastavro's parsed schema, timestamp-millis read as a long
+    long_time_fields: tuple[str, ...]  # top-level fields whose logical type was dropped
+
+
+def decoding_schema(schema_json: str) -> DecodingSchema:
+    """The schema with ``timestamp-millis`` read as epoch milliseconds (an ``int``).
+
+    Everything else, the canonical form and the fingerprint included, is unchanged.
+    """
+    raw = json.loads(schema_json)
+    top_level: list[str] = []
+
+    def strip(node: Any, field_name: str | None) -> Any:
+        if isinstance(node, list):
+            return [strip(v, field_name) for v in node]
+        if not isinstance(node, dict):
+            return node
+        if node.get("logicalType") in WIRE_LONG_LOGICAL_TYPES and node.get("type") == "long":
+            if field_name is not None:
+                top_level.append(field_name)
+            return {k: v for k, v in node.items() if k != "logicalType"}
+        if node.get("type") == "record" and node is raw:
+            fields = [
+                {**f, "type": strip(f["type"], f["name"])} for f in node.get("fields", [])
+            ]
+            return {**node, "fields": fields}
+        return {k: strip(v, None) for k, v in node.items()}
+
+    stripped = strip(raw, None)
+    parsed = fastavro.parse_schema(stripped, named_schemas={})
+    return DecodingSchema(parsed, tuple(top_level))
+
+
 @dataclass(frozen=True)
 class SchemaCatalog:
     """All versions of one record schema the package ships, oldest first."""

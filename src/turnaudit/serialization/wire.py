@@ -13,15 +13,13 @@ re-raised as this package's ``SerializationError`` subclasses.
 
 from __future__ import annotations
 
-import copy
 import enum
 import functools
 import io
 import json
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import fastavro
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -35,8 +33,14 @@ from turnaudit.errors import (
     SerializationError,
     UnknownFramingError,
 )
+from turnaudit.events import MAX_MILLIS, MIN_MILLIS
 from turnaudit.serialization.registry import ensure_compatibility
-from turnaudit.serialization.schemas import SchemaCatalog, WriterSchema, schema_from_json
+from turnaudit.serialization.schemas import (
+    SchemaCatalog,
+    WriterSchema,
+    decoding_schema,
+    schema_from_json,
+)
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 SINGLE_OBJECT_HEADER_LEN = 10
@@ -150,18 +154,22 @@ def _registry_client(url: str, extra: tuple[tuple[str, str], ...]) -> SchemaRegi
     return SchemaRegistryClient.new_client({"url": url, **dict(extra)})
 
 
-@dataclass(frozen=True, slots=True)
-class DecodedTurnEvent:
+class DecodedTurnEvent(NamedTuple):
     """A decoded message: the event in the current reader's shape, and its origin.
 
     For shipped versions the record keeps the writer's own fields too (v1's
     back-compat per-field verdicts), so contract 4 can be checked on it.
+    ``occurred_at`` is epoch milliseconds, the long the wire holds. (A named
+    tuple: one is built per consumed message.)
     """
 
     event: dict[str, Any]
     writer_version: int
     framing: Framing
     writer_fingerprint: str  # hex fingerprint, or "registry:<id>"
+
+
+_tuple_new = tuple.__new__
 
 
 class _ReadPlan:
@@ -173,20 +181,36 @@ class _ReadPlan:
         reader: Any,
         version: int | None,
         fill: list[tuple[str, Any]],
+        *,
         unusable: str | None = None,
+        time_fields: tuple[str, ...] = (),
     ):
         self.writer = writer
         self.reader = reader  # None: decode with the writer schema, then fill defaults
         self.version = version
-        self.fill = fill
+        # Defaults of fields the writer lacks: immutable ones set in one
+        # update, mutable ones (lists, maps) copied for every record.
+        self.fill_shared = {name: d for name, d in fill if not isinstance(d, list | dict)}
+        self.fill_copied = [(name, d) for name, d in fill if isinstance(d, list | dict)]
+        self.time_fields = time_fields  # epoch-millis fields to hold to datetime's range
         # Why this writer schema cannot be read (set once, on its first failure):
         # later messages naming it are refused at once.
         self.unusable = unusable
 
     def read(self, body: io.BytesIO) -> dict[str, Any]:
         record = cast(dict[str, Any], fastavro.schemaless_reader(body, self.writer, self.reader))
-        for name, default in self.fill:
-            record[name] = copy.copy(default)
+        if self.fill_shared:
+            record.update(self.fill_shared)
+        for name, default in self.fill_copied:
+            record[name] = default.copy()
+        for name in self.time_fields:
+            # Microseconds written into a millis field, say: no date at all,
+            # and the message does not decode (as when fastavro built a datetime).
+            millis = record[name]
+            if type(millis) is int and not MIN_MILLIS <= millis <= MAX_MILLIS:
+                raise OverflowError(
+                    f"{name} {millis} ms is beyond the range of a date (years 1-9999)"
+                )
         return record
 
 
@@ -211,6 +235,7 @@ class TurnEventDeserializer:
     ) -> None:
         self._catalog = catalog
         self._current = catalog.latest
+        self._reader = decoding_schema(self._current.schema_json).parsed
         self._registry = registry
         self._resolver = resolver
         self._lock = threading.Lock()
@@ -233,17 +258,25 @@ class TurnEventDeserializer:
                 f"new fields without a default: {', '.join(no_default)}"
             )
         fill = [(f["name"], f["default"]) for f in added]
-        return _ReadPlan(schema.parsed, None, schema.version, fill)
+        decoding = decoding_schema(schema.schema_json)
+        return _ReadPlan(
+            decoding.parsed, None, schema.version, fill, time_fields=decoding.long_time_fields
+        )
 
     def _plan_for_foreign(self, schema_json: str, origin: str) -> _ReadPlan:
         try:
             foreign = schema_from_json(schema_json, name=self._catalog.name, version=-1)
         except Exception as exc:  # json and fastavro raise many types for a bad schema
             why = f"writer schema {origin} does not parse: {exc!r}"
-            return _ReadPlan(None, None, None, [], why)
+            return _ReadPlan(None, None, None, [], unusable=why)
         if not isinstance(foreign.parsed, dict) or foreign.parsed.get("type") != "record":
-            return _ReadPlan(None, None, None, [], f"writer schema {origin} is not a record")
-        return _ReadPlan(foreign.parsed, self._current.parsed, None, [])
+            return _ReadPlan(
+                None, None, None, [], unusable=f"writer schema {origin} is not a record"
+            )
+        writer = decoding_schema(schema_json)
+        return _ReadPlan(
+            writer.parsed, self._reader, None, [], time_fields=writer.long_time_fields
+        )
 
     def __call__(
         self, payload: bytes | None, ctx: SerializationContext | None = None
@@ -254,11 +287,13 @@ class TurnEventDeserializer:
             fp = bytes(payload[2:SINGLE_OBJECT_HEADER_LEN])
             plan = self._by_fp.get(fp) or self._resolve_fingerprint(fp)
             framing, origin = Framing.SINGLE_OBJECT, fp.hex()
+            body_start = SINGLE_OBJECT_HEADER_LEN
             body = io.BytesIO(payload[SINGLE_OBJECT_HEADER_LEN:])
         elif payload[0] == CONFLUENT_MAGIC and len(payload) > CONFLUENT_HEADER_LEN:
             schema_id = int.from_bytes(payload[1:CONFLUENT_HEADER_LEN], "big")
             plan = self._by_registry_id.get(schema_id) or self._resolve_registry_id(schema_id)
             framing, origin = Framing.CONFLUENT, f"registry:{schema_id}"
+            body_start = CONFLUENT_HEADER_LEN
             body = io.BytesIO(payload[CONFLUENT_HEADER_LEN:])
         else:
             raise UnknownFramingError(
@@ -288,12 +323,14 @@ class TurnEventDeserializer:
             raise SerializationError(
                 f"Avro body does not decode with schema {origin}: {exc!r}"
             ) from exc
-        if body.tell() != len(body.getbuffer()):
+        trailing = len(payload) - body_start - body.tell()
+        if trailing:
             raise SerializationError(
-                f"Avro body has {len(body.getbuffer()) - body.tell()} trailing bytes "
+                f"Avro body has {trailing} trailing bytes "
                 f"after a record of schema {origin}"
             )
-        return DecodedTurnEvent(record, version, framing, origin)
+        # The named tuple built without its Python-level __new__ (one per message).
+        return _tuple_new(DecodedTurnEvent, (record, version, framing, origin))
 
     def _resolve_fingerprint(self, fp: bytes) -> _ReadPlan:
         schema_json = self._resolver(fp) if self._resolver is not None else None
