@@ -43,8 +43,9 @@ class EvaluationOutcome:
     evidence_path: Path
     report_path: Path
     manifest_path: Path
-    # Failing runs whose trace ended before the labelled failure turn: they
-    # cannot be scored honestly, so they are not in the evidence.
+    # Labelled traces kept out of the evidence, each with its reason in the
+    # evidence's exclusions (e.g. a failing run whose trace ended before the
+    # labelled failure turn: it cannot be scored honestly).
     left_out: int
 
 
@@ -94,8 +95,9 @@ def run_evaluation_stage(
         group_id=f"turnaudit-demo-auditor-{run_id}", registry=CollectorRegistry(),
         start_offsets=traces_before,
     )
-    worker.run(until=lambda tally: tally.traces >= sink.published or time.monotonic() > deadline)
-    evidence = worker.evidence()
+    evidence = worker.run(
+        until=lambda tally: tally.traces >= sink.published or time.monotonic() > deadline
+    )
     evidence_path, report_path = output_dir / "evidence.json", output_dir / "gate-report.json"
     write_json(evidence_path, evidence.to_json())
     report = evaluate(evidence)
