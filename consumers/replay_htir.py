@@ -46,6 +46,7 @@ from turnaudit.consumers.replay import SinkReplayOutput
 from turnaudit.consumers.runtime import ConsumedTurn, Sink
 from turnaudit.errors import TurnAuditError
 from turnaudit.evaluation.auditors import PrefixAuditor
+from turnaudit.evaluation.errors import NotReproducedError
 from turnaudit.evaluation.files import EvidenceFile, Observation, Verdict
 from turnaudit.evaluation.labels import TaskLabel
 from turnaudit.evaluation.trace_evidence import EvidenceTally, TraceEvidence
@@ -238,8 +239,8 @@ def rebuild_evidence(
 ) -> RebuildResult:
     """Traces and evidence re-derived from a range of the turn stream (see the module doc).
 
-    Raises ``TurnAuditError`` when the re-run auditor disagrees with a recorded
-    verdict, and ``AuditorIdentityError`` when the end-of-battery check fails:
+    Raises ``NotReproducedError`` when the re-run auditor disagrees with a
+    recorded verdict, and ``AuditorIdentityError`` when the end-of-battery check fails:
     in both cases there is no evidence.
     """
     output = HtirFileReplayOutput(decode)
@@ -278,7 +279,7 @@ def rebuild_evidence(
     if result.verdict_mismatches:
         more = len(result.verdict_mismatches) - 5
         named = ", ".join(result.verdict_mismatches[:5]) + (f" and {more} more" if more > 0 else "")
-        raise TurnAuditError(
+        raise NotReproducedError(
             f"the re-run auditor {pinned.name} disagrees with its recorded verdicts on "
             f"{len(result.verdict_mismatches)} trace(s) ({named}): it does not reproduce; "
             "no evidence written"

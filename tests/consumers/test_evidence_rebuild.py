@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from prometheus_client import CollectorRegistry
 
@@ -30,7 +31,7 @@ from turnaudit.kafka.topics import admin_client
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
 from .events import encode, turn
@@ -254,3 +255,37 @@ def test_htir_replay_outputs_are_deterministic_and_hold_the_feeders_traces(
     on_topic = [HtirTrace.from_avro(decode(m.value()).event) for m in written]
     assert [t.task_id for t in on_topic] == [r["task_id"] for r in lines]
     assert all(t.steps == replayed[t.task_id].steps for t in on_topic)
+
+
+def test_a_rebuild_whose_auditor_does_not_reproduce_the_recorded_verdicts_writes_nothing(
+    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    truth, traces = live_pipeline(kafka_settings, tmp_path, events=500, seed=45)
+    truth_path = tmp_path / "truth.json"
+    write_json(truth_path, truth.as_json())
+    live = tmp_path / "live.json"
+    live_worker(kafka_settings, labels_from_ground_truth(truth.as_json()), live, traces,
+                "auditor-forged")
+    case = load_evidence(live).cases[0]
+    # A later record for the same trace and auditor, every verdict flipped.
+    topic = kafka_settings.topics.auditor_observations
+    decode = TurnEventDeserializer(shipped_catalog("auditor_observation"))
+    written = read_range(kafka_settings, topic, None, end_offsets(kafka_settings, topic))
+    (record,) = [r for r in (decode(m.value()).event for m in written)
+                 if r["task_id"] == case.task_id]
+    for observation in record["observations"]:
+        observation["verdict"] = "ok" if observation["verdict"] == "alarm" else "alarm"
+    serialize = SingleObjectSerializer(shipped_catalog("auditor_observation").latest)
+    producer = Producer(kafka_settings.client_config())
+    producer.produce(topic, serialize(record), case.task_id.encode())
+    assert producer.flush(10) == 0
+
+    cli_env(monkeypatch, kafka_settings)
+    rebuilt = tmp_path / "rebuilt.json"
+    code = main(["eval", "rebuild", "--labels", str(truth_path), "--output", str(rebuilt)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert case.task_id in err
+    assert "does not reproduce" in err
+    assert not rebuilt.exists()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from turnaudit.argparsing import add_range_arguments
 from turnaudit.cluster import connect
 from turnaudit.consumers.replay_htir import file_digest, rebuild_evidence
 from turnaudit.evaluation import cli as evaluation_cli
+from turnaudit.evaluation.errors import AuditorIdentityError, NotReproducedError
 from turnaudit.evaluation.files import write_json
 from turnaudit.evaluation.gate import evaluate
 from turnaudit.evaluation.labels import load_task_labels
@@ -71,9 +73,14 @@ def _rebuild(args: argparse.Namespace) -> int:
     decode = decoder_for(settings)
     with tempfile.TemporaryDirectory(prefix="turnaudit-rebuild-") as scratch:
         traces_path = args.traces or Path(scratch) / "traces.htir.jsonl"
-        result = rebuild_evidence(settings, decode, request, labels, auditor,
-                                  traces_path=traces_path, measure_latency=args.measure_latency,
-                                  timeout=args.read_timeout)
+        try:
+            result = rebuild_evidence(
+                settings, decode, request, labels, auditor, traces_path=traces_path,
+                measure_latency=args.measure_latency, timeout=args.read_timeout)
+        except (NotReproducedError, AuditorIdentityError) as exc:
+            # A finding about the evidence, not a wrong argument: exit 1, no evidence.
+            print(f"turnaudit eval rebuild: {exc}", file=sys.stderr)
+            return 1
     write_json(args.output, result.evidence.to_json())
     summary = {**result.describe(), "evidence": str(args.output),
                "evidence_sha256": file_digest(args.output)}
