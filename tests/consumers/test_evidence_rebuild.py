@@ -289,3 +289,36 @@ def test_a_rebuild_whose_auditor_does_not_reproduce_the_recorded_verdicts_writes
     assert case.task_id in err
     assert "does not reproduce" in err
     assert not rebuilt.exists()
+
+
+def test_a_worker_stopped_before_its_identity_check_leaves_a_checkpoint_not_evidence(
+    kafka_settings: KafkaSettings, tmp_path: Path,
+) -> None:
+    truth, traces = live_pipeline(kafka_settings, tmp_path, events=900, seed=46)
+    labels = labels_from_ground_truth(truth.as_json())
+    evidence_path = tmp_path / "evidence.json"
+
+    def worker() -> AuditorEvaluationWorker:
+        return AuditorEvaluationWorker(kafka_settings, RuleBasedAuditor(), labels,
+                                       group_id="auditor-crash", registry=CollectorRegistry(),
+                                       evidence_path=evidence_path)
+
+    # The first worker goes away after some batches, before its end-of-battery check
+    # (as a killed process would): its progress is a checkpoint, which no gate reads.
+    first = worker()
+    first.sink.until = lambda tally: tally.traces >= traces // 2
+    first.sink.begin()
+    first.service.run()
+    assert not evidence_path.exists()
+    checkpoint = json.loads(checkpoint_path(evidence_path).read_text())
+    assert checkpoint["format"] == "turn-audit/evr6-evidence-checkpoint"
+    assert main(["eval", "gate", str(checkpoint_path(evidence_path)), "--output",
+                 str(tmp_path / "r.json")]) == 2
+    # The next one continues it, checks the identity, then writes the evidence.
+    second = worker()
+    second.run(until=lambda tally: first.tally.traces + tally.traces >= traces)
+    assert not checkpoint_path(evidence_path).exists()
+    ids = [c.task_id for c in load_evidence(evidence_path).cases]
+    assert len(ids) == len(set(ids))
+    assert set(checkpoint_ids := [c["task_id"] for c in checkpoint["cases"]]) <= set(ids)
+    assert len(ids) == second.tally.labelled >= len(checkpoint_ids)
