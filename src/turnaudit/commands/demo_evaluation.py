@@ -121,7 +121,7 @@ def run_evaluation_stage(
         ReconciliationRow("traces audited by the worker", tally.traces, sink.published),
         ReconciliationRow("evidence cases (labelled, usable)", len(evidence.cases),
                           tally.traces - tally.unusable_labels),
-        ReconciliationRow("evidence rebuilt from the stream, same sha256 (1 = yes)",
+        ReconciliationRow("evidence rebuilt from the stream: same sha256",
                           int(file_digest(rebuilt_path) == file_digest(evidence_path)), 1),
     ]
     return EvaluationOutcome(
