@@ -74,7 +74,7 @@ def _with_identity(kind: str, identity: Any) -> dict[str, Any]:
     return raw
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(broken_identities())
 def test_an_unpinned_identity_always_holds_and_names_pinned_identities(
         broken: tuple[str, Any]) -> None:
@@ -93,7 +93,7 @@ def test_an_unpinned_identity_always_holds_and_names_pinned_identities(
     json.dumps(report)  # the report stays JSON
 
 
-@settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(min_size=1, max_size=40).filter(lambda n: n.strip()))
 def test_any_named_auditor_with_a_pinned_digest_passes(name: str) -> None:
     raw = copy.deepcopy(BASE)
@@ -102,8 +102,8 @@ def test_any_named_auditor_with_a_pinned_digest_passes(name: str) -> None:
     assert evaluate(parse_evidence(raw))["decision"] == "pass"
 
 
-@settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                 HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(broken_identities())
 def test_the_gate_file_form_writes_a_hold_report(tmp_path: Path,
                                                  broken: tuple[str, Any]) -> None:

@@ -90,8 +90,8 @@ def test_a_label_applies_only_to_the_trace_it_was_reviewed_on(tmp_path: Any) -> 
         assert case.trace.source["stream"]["exact"] is True
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow,
-                                                  HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_change_to_a_reviewed_trace_refuses_its_label(tmp_path: Any, data: st.DataObject
                                                          ) -> None:
