@@ -6,17 +6,24 @@ on ``<prefix>htir-traces`` in its own group. Its sink replays every prefix of
 each trace through the pinned auditor (one fresh call per prefix, no
 caching), publishes the observations to ``<prefix>auditor-observations``
 (Avro single-object, ``schemas/auditor_observation.v1.avsc``, announced on the
-schemas topic; keyed by task id), and accumulates an EVR-6 evidence file for the
-traces it holds independent labels for. A batch returns only once its
-observations were acknowledged and the evidence is on disk (at-least-once); a
-trace seen again is not replayed twice.
+schemas topic; keyed by task id), and builds EVR-6 evidence for the traces it
+holds independent labels for (``turnaudit.evaluation.trace_evidence``: a label
+applies only to the trace it was reviewed on, a trace missing a turn is kept
+out, each with its reason in the evidence's ``exclusions``).
+
+A batch returns only once its observations were acknowledged and the work so
+far is in a checkpoint on disk (``<evidence>.checkpoint.json``, not an evidence
+file; at-least-once, a restarted worker continues it); a trace seen again is
+not replayed twice. The evidence file itself is written only when the worker
+stops, after the end-of-battery check has confirmed the auditor is still the
+pinned one; on a mismatch there is no evidence and the worker says why.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +39,17 @@ from turnaudit.consumers.runtime import (
 from turnaudit.consumers.settings import ServiceName, ServiceSettings
 from turnaudit.errors import TurnAuditError
 from turnaudit.evaluation.auditors import PrefixAuditor
-from turnaudit.evaluation.evidence import observe_prefixes
+from turnaudit.evaluation.errors import EvidenceFormatError
 from turnaudit.evaluation.files import (
-    Case,
+    EVIDENCE_FORMAT,
+    AuditorIdentity,
     EvidenceFile,
-    Trace,
     parse_evidence,
     read_json,
     write_json,
 )
 from turnaudit.evaluation.labels import TaskLabel
+from turnaudit.evaluation.trace_evidence import EvidenceTally, TraceEvidence
 from turnaudit.htir import HtirTrace
 from turnaudit.kafka.clients import ReliableProducer
 from turnaudit.serialization.decoders import decoder_for
@@ -53,16 +61,26 @@ from turnaudit.settings import KafkaSettings
 log = structlog.get_logger("turnaudit.auditor_worker")
 
 _ACK_TIMEOUT_S = 30.0
+CHECKPOINT_FORMAT = "turn-audit/evr6-evidence-checkpoint"
+
+# The worker's tally is the evidence builder's (traces, labelled, excluded by reason, ...).
+WorkerTally = EvidenceTally
 
 
-@dataclass
-class WorkerTally:
-    traces: int = 0
-    duplicates: int = 0
-    labelled: int = 0
-    unusable_labels: int = 0  # labelled, but the trace ended before the labelled turn
-    unlabelled: int = 0
-    by_close: dict[str, int] = field(default_factory=dict)
+def checkpoint_path(evidence_path: Path) -> Path:
+    return evidence_path.with_name(evidence_path.name + ".checkpoint.json")
+
+
+def _write_checkpoint(path: Path, evidence: EvidenceFile) -> None:
+    # Another format on purpose: a checkpoint is not evidence and no gate accepts it.
+    write_json(path, {**evidence.to_json(), "format": CHECKPOINT_FORMAT})
+
+
+def _read_checkpoint(path: Path) -> EvidenceFile:
+    raw = read_json(path)
+    if not isinstance(raw, dict) or raw.get("format") != CHECKPOINT_FORMAT:
+        raise EvidenceFormatError(f"{path} is not an evidence checkpoint")
+    return parse_evidence({**raw, "format": EVIDENCE_FORMAT})
 
 
 class AuditorSink(Sink):
@@ -79,16 +97,13 @@ class AuditorSink(Sink):
         clock: Callable[[], float],
     ) -> None:
         self._kafka = kafka
-        self._auditor = auditor
-        self._labels = labels
-        self._clock = clock
         self._evidence_path = evidence_path
+        self._checkpoint = checkpoint_path(evidence_path) if evidence_path else None
         self._producer = ReliableProducer(kafka)
         self._encode = SingleObjectSerializer(shipped_catalog("auditor_observation").latest)
         announce_schema(self._producer.produce, kafka.topics.schemas, self._encode.schema)
-        self._cases: dict[str, Case] = {}
-        self._seen: set[str] = set()
-        self.tally = WorkerTally()
+        self.builder = TraceEvidence(auditor, labels, clock)
+        self._finished: EvidenceFile | None = None
         self.until: Callable[[WorkerTally], bool] | None = None
         self.on_done: Callable[[], None] | None = None
         self._traces = Counter(
@@ -97,21 +112,35 @@ class AuditorSink(Sink):
             ["first_verdict"],
             registry=registry,
         )
+        self._excluded = Counter(
+            "turnaudit_auditor_traces_excluded_total",
+            "Labelled traces kept out of the evidence (label bound to another trace, "
+            "trace missing a turn, labelled step not in the trace)",
+            ["reason"],
+            registry=registry,
+        )
+
+    @property
+    def tally(self) -> WorkerTally:
+        return self.builder.tally
+
+    @property
+    def pinned(self) -> AuditorIdentity:
+        return self.builder.pinned
 
     def begin(self) -> None:
-        self._auditor.begin_battery()
-        self.pinned = self._auditor.identity
+        self.builder.begin()
         self._resume_evidence()
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        labelled = len(self._cases)
+        before = self.tally.traces
         for turn in turns:
             self._handle(HtirTrace.from_avro(turn.decoded.event))
         if self._producer.flush(_ACK_TIMEOUT_S) != 0:
             raise TurnAuditError("auditor observations not acknowledged")  # batch retried
-        if self._evidence_path is not None and len(self._cases) != labelled:
+        if self._checkpoint is not None and self.tally.traces != before:
             # On disk before the offsets move: a crash loses no case.
-            write_json(self._evidence_path, self.evidence().to_json())
+            _write_checkpoint(self._checkpoint, self.builder.snapshot())
 
     def tick(self) -> None:
         if self.until is not None and self.on_done is not None and self.until(self.tally):
@@ -119,38 +148,50 @@ class AuditorSink(Sink):
 
     def close(self) -> None:
         self._producer.flush(_ACK_TIMEOUT_S)
-        self._auditor.end_battery()
+
+    def finish(self) -> EvidenceFile:
+        """The end-of-battery check first; then the evidence file, then the checkpoint goes.
+
+        On a mismatch the checkpoint is removed too (its observations are not
+        known to come from the pinned model) and nothing is written.
+        """
+        try:
+            evidence = self.builder.finish()
+        except TurnAuditError:
+            if self._checkpoint is not None:
+                self._checkpoint.unlink(missing_ok=True)
+            raise
+        if self._evidence_path is not None:
+            write_json(self._evidence_path, evidence.to_json())
+        if self._checkpoint is not None:
+            self._checkpoint.unlink(missing_ok=True)
+        self._finished = evidence
+        return evidence
 
     def _resume_evidence(self) -> None:
-        """Continue the evidence file a previous run of this worker wrote."""
-        if self._evidence_path is None or not self._evidence_path.exists():
+        """Continue the checkpoint (or the evidence) a previous run of this worker wrote."""
+        if self._evidence_path is None or self._checkpoint is None:
             return
-        previous = parse_evidence(read_json(self._evidence_path))
-        if previous.auditor_id != self.pinned:
-            raise TurnAuditError(
-                f"{self._evidence_path} holds evidence for {previous.auditor_id}, "
-                f"not for the pinned {self.pinned}: write to a new file"
-            )
-        for case in previous.cases:
-            self._cases[case.task_id] = case
-            self._seen.add(case.task_id)
-        self.tally.labelled += len(previous.cases)
+        if self._checkpoint.exists():
+            self.builder.resume(_read_checkpoint(self._checkpoint), str(self._checkpoint))
+        elif self._evidence_path.exists():
+            self.builder.resume(parse_evidence(read_json(self._evidence_path)),
+                                str(self._evidence_path))
 
     def evidence(self) -> EvidenceFile:
-        """The labelled cases so far, with their observations."""
-        if self._auditor.identity != self.pinned:
-            raise TurnAuditError("the auditor's identity changed during the run")
-        return EvidenceFile(self.pinned, tuple(self._cases.values()))
+        """The evidence, once ``finish`` confirmed the auditor's identity."""
+        if self._finished is None:
+            raise TurnAuditError("no evidence before the end-of-battery identity check")
+        return self._finished
 
     def _handle(self, trace: HtirTrace) -> None:
-        if trace.task_id in self._seen:
+        if self.builder.seen(trace.task_id):
             self.tally.duplicates += 1
             return
-        self._seen.add(trace.task_id)
-        self.tally.traces += 1
-        closed = trace.closed_by.value if trace.closed_by else "unknown"
-        self.tally.by_close[closed] = self.tally.by_close.get(closed, 0) + 1
-        observations = observe_prefixes(trace.steps, self._auditor, self._clock)
+        admission = self.builder.admit(trace)
+        if admission.exclusion is not None:
+            self._excluded.labels(admission.exclusion.reason).inc()
+        observations = self.builder.observe(trace)
         first_alarm = next((o.prefix_end for o in observations if o.verdict == "alarm"), None)
         self._traces.labels("alarm" if first_alarm is not None else "ok").inc()
         self._producer.produce(
@@ -167,26 +208,8 @@ class AuditorSink(Sink):
             ),
             trace.task_id.encode(),
         )
-        label = self._labels.get(trace.task_id)
-        if label is None:
-            self.tally.unlabelled += 1
-            return
-        usable, oracle_step = label.step_for(trace)
-        if not usable:
-            self.tally.unusable_labels += 1
-            return
-        self.tally.labelled += 1
-        self._cases[trace.task_id] = Case(
-            trace.task_id,
-            label.task_family,
-            label.oracle_source,
-            oracle_step,
-            Trace(
-                tuple(trace.steps),
-                {**trace.source, "session_id": trace.session_id, "closed_by": closed},
-            ),
-            observations,
-        )
+        if admission.is_case:
+            self.builder.add_case(trace, admission, observations)
 
 
 class AuditorEvaluationWorker:
@@ -244,11 +267,13 @@ class AuditorEvaluationWorker:
     def stop(self) -> None:
         self.service.stop()
 
-    def run(self, until: Callable[[WorkerTally], bool] | None = None) -> None:
-        """Consume until ``stop()`` (or a signal) or until ``until(tally)`` is true."""
+    def run(self, until: Callable[[WorkerTally], bool] | None = None) -> EvidenceFile:
+        """Consume until ``stop()`` (or a signal) or until ``until(tally)`` is true; then
+        the end-of-battery check, and only then the evidence (written when configured)."""
         self.sink.until = until
         self.sink.begin()
         self.service.run()
+        return self.sink.finish()
 
     def evidence(self) -> EvidenceFile:
         return self.sink.evidence()
@@ -261,4 +286,5 @@ def evidence_summary(evidence: EvidenceFile) -> dict[str, Any]:
         "alarm_positive": positives,
         "healthy": len(evidence.cases) - positives,
         "families": sorted({c.task_family for c in evidence.cases}),
+        "excluded": len(evidence.exclusions),
     }

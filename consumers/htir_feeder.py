@@ -3,8 +3,11 @@
 Turns of a task arrive in session order (the session is the Kafka key). A
 trace closes on the runtime's end-of-task signal or after ``idle_timeout``
 seconds without a turn, and is published to ``<prefix>htir-traces`` (Avro
-single-object, ``schemas/htir_trace.v1.avsc``, key = task id) and, when
-configured, appended to an eval-manifest JSONL file for review.
+single-object, ``schemas/htir_trace.v2.avsc``, key = task id) and, when
+configured, appended to an eval-manifest JSONL file for review. A trace
+records the partition and offset of every turn it was built from, and the
+task steps missing from its middle, if any (logged as ``htir_trace_gap``; the
+auditor worker keeps such a trace out of the evidence).
 
 At-least-once across restarts: the offsets of turns that sit in a still-open
 trace are held back (``held_offsets``), so a restarted feeder re-reads them and
@@ -134,6 +137,9 @@ class HtirFeederSink(Sink):
     def _acknowledged(self, traces: list[HtirTrace]) -> None:
         for trace in traces:
             self._first_offsets.pop(trace.task_id, None)
+            if trace.gap is not None:
+                log.warning("htir_trace_gap", task_id=trace.task_id, detail=trace.gap,
+                            missing_task_steps=trace.missing_task_steps)
             self._traces.labels(trace.closed_by.value if trace.closed_by else "unknown").inc()
             log.info(
                 "htir_trace_published",

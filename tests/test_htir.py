@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 from pathlib import Path
@@ -12,6 +13,7 @@ from turnaudit.evaluation.auditors import RuleBasedAuditor
 from turnaudit.evaluation.files import load_labels
 from turnaudit.htir import HtirTrace, TraceAssembler, TraceClose, turn_steps
 from turnaudit.producers.simulator import TurnRuntimeSimulator
+from turnaudit.serialization.compatibility import check_full_transitive
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 
@@ -178,3 +180,62 @@ def test_a_task_first_seen_after_its_first_turn_is_not_assembled() -> None:
         assert assembler.add(event, topic="t", partition=0, offset=offset) is None
     assert assembler.open_traces == 0
     assert assembler.partial_turns_skipped == len(task_events) - 1
+
+
+def test_every_shipped_htir_trace_version_reads_every_other() -> None:
+    pairs = {(r.writer, r.reader) for r in check_full_transitive(shipped_catalog("htir_trace"), 60)}
+    versions = [s.version for s in shipped_catalog("htir_trace").versions]
+    assert pairs == {(w, r) for w in versions for r in versions}
+    assert max(versions) >= 2
+
+
+def test_a_trace_keeps_the_offsets_of_its_turns_through_avro_and_merges_ranges() -> None:
+    _, events = simulated()
+    closed, _ = assemble(events)
+    catalog = shipped_catalog("htir_trace")
+    serialize, decode = SingleObjectSerializer(catalog.latest), TurnEventDeserializer(catalog)
+    for trace in closed[:20]:
+        turns = [s for s in trace.steps if s["kind"] == "turn"]
+        assert trace.turn_offsets == [(0, o) for o in trace.offsets]
+        assert len(trace.turn_offsets) == len(turns)
+        back = HtirTrace.from_avro(decode(serialize(trace.to_avro())).event)
+        assert back.turn_offsets == trace.turn_offsets
+        assert back.stream_ranges() == trace.stream_ranges()
+        (partition,) = trace.stream_ranges()["partitions"]
+        covered = [o for a, b in partition["offset_ranges"] for o in range(a, b + 1)]
+        assert covered == sorted(trace.offsets)
+        # Ranges are maximal: two ranges never touch.
+        ranges = partition["offset_ranges"]
+        assert all(later[0] > earlier[1] + 1 for earlier, later in itertools.pairwise(ranges))
+
+
+def test_a_v1_record_still_reads_with_first_and_last_offsets_only() -> None:
+    _, events = simulated()
+    closed, _ = assemble(events)
+    catalog = shipped_catalog("htir_trace")
+    v1 = SingleObjectSerializer(catalog.version(1))
+    back = HtirTrace.from_avro(TurnEventDeserializer(catalog)(v1(closed[0].to_avro())).event)
+    assert back.turn_offsets == []
+    assert back.steps == closed[0].steps
+    assert back.stream_ranges()["exact"] is False
+
+
+def test_a_trace_missing_a_middle_turn_says_so_and_is_not_renumbered_silently() -> None:
+    _, events = simulated()
+    closed, _ = assemble(events)
+    whole = next(t for t in closed if len([s for s in t.steps if s["kind"] == "turn"]) >= 4)
+    task_events = [e for e in events if e["task"] and e["task"]["task_id"] == whole.task_id]
+    assembler = TraceAssembler(idle_timeout=60)
+    gapped = None
+    for offset, event in enumerate(task_events):
+        if event["task"]["step"] == 2:
+            continue  # this turn never reached the stream
+        gapped = assembler.add(event, topic="t", partition=0, offset=offset) or gapped
+    assert gapped is not None
+    assert whole.gap is None
+    assert whole.missing_task_steps == []
+    assert gapped.missing_task_steps == [2]
+    assert gapped.gap is not None
+    assert "[2]" in gapped.gap
+    assert gapped.to_avro()["missing_task_steps"] == [2]
+    assert [s["index"] for s in gapped.steps] == list(range(len(gapped.steps)))

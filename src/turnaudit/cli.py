@@ -45,7 +45,7 @@ COMMAND_MODULES = (
     "turnaudit.commands.auditor",
     "turnaudit.commands.verify",
     "turnaudit.commands.replay",
-    "turnaudit.evaluation.cli",
+    "turnaudit.commands.evaluation",  # eval: turnaudit.evaluation.cli's tools, and rebuild
 )
 
 

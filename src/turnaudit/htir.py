@@ -3,7 +3,14 @@
 A trace's steps are, for every turn of the task in session order, the tool
 calls the runtime reported and then the turn itself, with sequential indices.
 The step dicts are the flat shape the auditors read (``None`` fields left
-out); ``HtirTrace.to_avro`` gives the record of ``schemas/htir_trace.v1.avsc``.
+out); ``HtirTrace.to_avro`` gives the record of ``schemas/htir_trace.v2.avsc``.
+
+A trace keeps where every one of its turns was read (topic, partition,
+offset), so evidence built from it names the exact messages it came from. A
+turn missing from the middle of a task (task steps 0, 1, 3) is not renumbered
+away: the steps keep sequential indices, and the trace says which task steps
+are missing (``missing_task_steps``), so the auditor worker keeps such a trace
+out of the evidence with that reason.
 """
 
 from __future__ import annotations
@@ -42,13 +49,19 @@ _STEP_FIELDS = (
 )
 
 
+def occurred_millis(occurred: Any) -> int:
+    """A decoded ``occurred_at`` as epoch milliseconds, whether decoded as int or datetime."""
+    if isinstance(occurred, int):
+        return occurred
+    return int(occurred.timestamp() * 1000)
+
+
 def turn_steps(
     event: Mapping[str, Any], contract_breaches: Sequence[str] = ()
 ) -> list[dict[str, Any]]:
     """The HTIR steps of one TurnEvent (without indices): its tool calls, then the turn."""
     task = event["task"]
-    occurred = event["occurred_at"]
-    millis = occurred if isinstance(occurred, int) else int(occurred.timestamp() * 1000)
+    millis = occurred_millis(event["occurred_at"])
     common = {"event_id": event["event_id"], "task_step": task["step"], "occurred_at": millis}
     steps: list[dict[str, Any]] = [
         {
@@ -115,18 +128,46 @@ class HtirTrace:
     offsets: list[int] = field(default_factory=list)
     sequences: list[int] = field(default_factory=list)
     event_ids: list[str] = field(default_factory=list)
+    # (partition, offset) of every turn, in the order they joined the trace;
+    # empty for a trace decoded from a v1 record (only first/last offsets then).
+    turn_offsets: list[tuple[int, int]] = field(default_factory=list)
     closed_by: TraceClose | None = None
     last_seen: float = 0.0
 
-    def add(self, event: Mapping[str, Any], offset: int, breaches: Sequence[str]) -> None:
+    def add(
+        self,
+        event: Mapping[str, Any],
+        offset: int,
+        breaches: Sequence[str],
+        partition: int | None = None,
+    ) -> None:
         if event["event_id"] in self.event_ids:
             return  # an at-least-once redelivery: the step is already in the trace
         for step in turn_steps(event, breaches):
             step["index"] = len(self.steps)
             self.steps.append(step)
         self.offsets.append(offset)
+        self.turn_offsets.append((self.partition if partition is None else partition, offset))
         self.sequences.append(event["sequence"])
         self.event_ids.append(event["event_id"])
+
+    @property
+    def missing_task_steps(self) -> list[int]:
+        """Task steps absent below the last one seen: turns the trace lacks in its middle."""
+        seen = {int(s["task_step"]) for s in self.steps if s["kind"] == "turn"}
+        return sorted(set(range(max(seen) + 1)) - seen) if seen else []
+
+    @property
+    def gap(self) -> str | None:
+        """Why the trace is not the task's turns in order, or None when it is."""
+        missing = self.missing_task_steps
+        if missing:
+            return (f"task step(s) {missing} missing from the trace (turns not in the "
+                    "stream range, refused or lost); steps not renumbered over the gap")
+        order = [int(s["task_step"]) for s in self.steps if s["kind"] == "turn"]
+        if order != sorted(order):
+            return f"turns out of task order: task steps {order}"
+        return None
 
     @property
     def source(self) -> dict[str, Any]:
@@ -140,7 +181,29 @@ class HtirTrace:
             "runtime_name": self.runtime.get("name", ""),
             "runtime_version": self.runtime.get("version", ""),
             "event_ids": list(self.event_ids),
+            "turn_offsets": [{"partition": p, "offset": o} for p, o in self.turn_offsets],
         }
+
+    def stream_ranges(self) -> dict[str, Any]:
+        """Topic, partitions and offset ranges (inclusive) of the turns the trace came from.
+
+        The turns of one session are interleaved with other sessions' turns, so
+        a trace's offsets form several ranges; consecutive offsets are merged.
+        """
+        found = self.turn_offsets or [(self.partition, o) for o in sorted(set(self.offsets))]
+        by_partition: dict[int, list[int]] = {}
+        for partition, offset in found:
+            by_partition.setdefault(partition, []).append(offset)
+        partitions = []
+        for partition in sorted(by_partition):
+            ranges: list[list[int]] = []
+            for offset in sorted(set(by_partition[partition])):
+                if ranges and offset == ranges[-1][1] + 1:
+                    ranges[-1][1] = offset
+                else:
+                    ranges.append([offset, offset])
+            partitions.append({"partition": partition, "offset_ranges": ranges})
+        return {"topic": self.topic, "exact": bool(self.turn_offsets), "partitions": partitions}
 
     def to_avro(self) -> dict[str, Any]:
         steps = [
@@ -158,13 +221,15 @@ class HtirTrace:
             for s in self.steps
         ]
         return {
-            "format_version": 1,
+            "format_version": 2,
             "task_id": self.task_id,
             "task_family": self.task_family,
             "session_id": self.session_id,
             "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value,
-            "source": self.source,
+            "source": {k: v for k, v in self.source.items() if k != "turn_offsets"},
             "steps": steps,
+            "turn_offsets": [{"partition": p, "offset": o} for p, o in self.turn_offsets],
+            "missing_task_steps": self.missing_task_steps,
         }
 
     @classmethod
@@ -183,6 +248,9 @@ class HtirTrace:
         trace.offsets = [source["first_offset"], source["last_offset"]]
         trace.sequences = [source["first_sequence"], source["last_sequence"]]
         trace.event_ids = list(source["event_ids"])
+        trace.turn_offsets = [
+            (int(t["partition"]), int(t["offset"])) for t in record.get("turn_offsets") or ()
+        ]
         return trace
 
     def manifest_line(self, *, with_context: bool = True) -> dict[str, Any]:
@@ -283,7 +351,7 @@ class TraceAssembler:
                 event["runtime"],
             )
             self._open[task["task_id"]] = trace
-        trace.add(event, offset, breaches)
+        trace.add(event, offset, breaches, partition)
         trace.last_seen = self._clock()
         if task["end_of_task"]:
             trace.closed_by = TraceClose.END_OF_TASK
@@ -301,9 +369,10 @@ class TraceAssembler:
             closed.append(trace)
         return closed
 
-    def close_all(self) -> list[HtirTrace]:
+    def close_all(self, closed_by: TraceClose = TraceClose.SHUTDOWN) -> list[HtirTrace]:
+        """Close every open trace, in the order they opened."""
         closed = list(self._open.values())
         for trace in closed:
-            trace.closed_by = TraceClose.SHUTDOWN
+            trace.closed_by = closed_by
         self._open.clear()
         return closed

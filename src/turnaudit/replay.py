@@ -41,7 +41,7 @@ from turnaudit.verify import RangeSpec, resolve_range
 
 CHECKPOINT_SUFFIX = ".replay-checkpoint.json"
 CHECKPOINT_FORMAT = 1
-SINK_KINDS = ("jsonl", "metrics")
+SINK_KINDS = ("jsonl", "metrics", "htir", "htir-topic")
 
 
 class ReplayOutput(abc.ABC):

@@ -331,12 +331,18 @@ def test_report_names_every_failed_requirement_with_threshold_actual_and_gap() -
     assert failed["healthy_traces", "overall"]["threshold"] == 8
 
 
-def test_evidence_without_pinned_auditor_is_refused() -> None:
+def test_evidence_without_auditor_id_holds_on_pinned_identities() -> None:
     raw = evidence(battery())
     del raw["auditor_id"]
 
-    with pytest.raises(EvidenceFormatError, match="no auditor_id"):
-        parse_evidence(raw)
+    report = evaluate(parse_evidence(raw))
+
+    assert report["decision"] == "hold"
+    failure = failures(report)["integrity.pinned_identity", "overall"]
+    assert failure["integrity_requirement"] == "pinned identities"
+    assert "pinned identities" in failure["detail"]
+    assert "missing" in failure["detail"]
+    assert report["auditor_id"] is None
 
 
 def test_evidence_with_an_unknown_verdict_is_refused() -> None:
@@ -376,6 +382,41 @@ def test_cli_gate_exits_1_on_hold(eval_cli: Any, tmp_path: Path,
     assert code == 1
     assert json.loads((tmp_path / "r.json").read_text())["decision"] == "hold"
     assert "traces [overall]: 20 vs >= 24 (missed by 4)" in capsys.readouterr().out
+
+
+def test_cli_gate_holds_with_exit_1_on_evidence_without_a_digest(
+        eval_cli: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = evidence(battery())
+    del raw["auditor_id"]["digest"]
+    evidence_file = write(tmp_path / "evidence.json", raw)
+
+    code = eval_cli(["eval", "gate", str(evidence_file), "--output", str(tmp_path / "r.json")])
+
+    assert code == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["decision"] == "hold"
+    assert [f["requirement"] for f in report["failed_requirements"]] == [
+        "integrity.pinned_identity"]
+    out = capsys.readouterr().out
+    assert "EVR-6 gate: hold" in out
+    assert "pinned identities" in out
+
+
+@pytest.mark.parametrize("raw", [
+    [1, 2],
+    {"format": "turn-audit/evr6-labels", "format_version": 1, "cases": []},
+    {"format": "turn-audit/evr6-evidence", "format_version": 1, "auditor_id": None,
+     "cases": "none"},
+])
+def test_cli_gate_a_file_that_is_not_evidence_is_exit_2_without_report(
+        eval_cli: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: Any) -> None:
+    evidence_file = write(tmp_path / "evidence.json", raw)
+
+    code = eval_cli(["eval", "gate", str(evidence_file), "--output", str(tmp_path / "r.json")])
+
+    assert code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_cli_gate_unreadable_evidence_is_one_line_exit_2(eval_cli: Any, tmp_path: Path,

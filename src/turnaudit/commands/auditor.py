@@ -50,9 +50,8 @@ def _run(args: argparse.Namespace) -> int:
         serve_http=True,
     )
     worker.install_signal_handlers()
-    worker.run(until=(lambda t: t.traces >= args.traces) if args.traces else None)
-    evidence = worker.evidence()
-    write_json(args.evidence, evidence.to_json())
+    # Written by the worker after the end-of-battery identity check, never before.
+    evidence = worker.run(until=(lambda t: t.traces >= args.traces) if args.traces else None)
     print(f"{where}: {worker.tally.traces} traces audited; evidence "
           f"{json.dumps(evidence_summary(evidence))} -> {args.evidence}")
     if args.report is None:

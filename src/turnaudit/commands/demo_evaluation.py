@@ -5,6 +5,8 @@ short idle timeout so tasks the simulation left unfinished close too. The
 worker replays every trace's prefixes through the rule-based auditor; the
 labels are the simulator's ground truth (scripted failure turns), which never
 looks at the auditor. The gate then decides pass or hold on that evidence.
+Last, ``turnaudit eval rebuild``'s logic re-derives the evidence from the same
+range of the turn stream; it must be the worker's file byte for byte.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from turnaudit.commands.demo_consumers import ReconciliationRow
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import service_logging
+from turnaudit.consumers.replay_htir import file_digest, rebuild_evidence
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName, ServiceSettings
 from turnaudit.evaluation.auditors import RuleBasedAuditor
@@ -31,7 +34,10 @@ from turnaudit.evaluation.gate import evaluate
 from turnaudit.evaluation.labels import labels_from_ground_truth
 from turnaudit.kafka.reading import end_offsets
 from turnaudit.producers.simulator import GroundTruth
+from turnaudit.replay import CHECKPOINT_SUFFIX, ReplayRequest
+from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
+from turnaudit.verify import RangeSpec
 
 DEFAULT_OUTPUT = Path("var/demo")
 
@@ -43,8 +49,9 @@ class EvaluationOutcome:
     evidence_path: Path
     report_path: Path
     manifest_path: Path
-    # Failing runs whose trace ended before the labelled failure turn: they
-    # cannot be scored honestly, so they are not in the evidence.
+    # Labelled traces kept out of the evidence, each with its reason in the
+    # evidence's exclusions (e.g. a failing run whose trace ended before the
+    # labelled failure turn: it cannot be scored honestly).
     left_out: int
 
 
@@ -61,10 +68,8 @@ def run_evaluation_stage(
     manifest = output_dir / "htir-manifest.jsonl"
     manifest.unlink(missing_ok=True)
     traces_before = end_offsets(settings, settings.topics.htir_traces)
-    wanted = {
-        p: e for p, e in end_offsets(settings, settings.topics.turn_events).items()
-        if e > start_offsets.get(p, 0)
-    }
+    turns_end = end_offsets(settings, settings.topics.turn_events)
+    wanted = {p: e for p, e in turns_end.items() if e > start_offsets.get(p, 0)}
     run_id = uuid.uuid4().hex[:8]
     feeder_registry = CollectorRegistry()
     sink = HtirFeederSink(settings, registry=feeder_registry, idle_timeout=idle_timeout,
@@ -94,12 +99,20 @@ def run_evaluation_stage(
         group_id=f"turnaudit-demo-auditor-{run_id}", registry=CollectorRegistry(),
         start_offsets=traces_before,
     )
-    worker.run(until=lambda tally: tally.traces >= sink.published or time.monotonic() > deadline)
-    evidence = worker.evidence()
+    evidence = worker.run(
+        until=lambda tally: tally.traces >= sink.published or time.monotonic() > deadline
+    )
     evidence_path, report_path = output_dir / "evidence.json", output_dir / "gate-report.json"
     write_json(evidence_path, evidence.to_json())
     report = evaluate(evidence)
     write_json(report_path, report)
+    rebuilt_path = output_dir / "evidence-rebuilt.json"
+    rebuild = rebuild_evidence(
+        settings, decoder_for(settings),
+        ReplayRequest(RangeSpec(from_offsets=dict(start_offsets), to_offsets=turns_end)),
+        labels, RuleBasedAuditor(), traces_path=_fresh(output_dir / "rebuilt-traces.htir.jsonl"),
+    )
+    write_json(rebuilt_path, rebuild.evidence.to_json())
     tally = worker.tally
     rows = [
         ReconciliationRow("tasks simulated", len(truth.tasks), len(truth.tasks)),
@@ -108,7 +121,16 @@ def run_evaluation_stage(
         ReconciliationRow("traces audited by the worker", tally.traces, sink.published),
         ReconciliationRow("evidence cases (labelled, usable)", len(evidence.cases),
                           tally.traces - tally.unusable_labels),
+        ReconciliationRow("evidence rebuilt from the stream: same sha256",
+                          int(file_digest(rebuilt_path) == file_digest(evidence_path)), 1),
     ]
     return EvaluationOutcome(
         rows, report, evidence_path, report_path, manifest, tally.unusable_labels
     )
+
+
+def _fresh(path: Path) -> Path:
+    """A replay output path with no checkpoint left by an earlier demo (another range)."""
+    path.unlink(missing_ok=True)
+    path.with_name(path.name + CHECKPOINT_SUFFIX).unlink(missing_ok=True)
+    return path

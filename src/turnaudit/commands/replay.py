@@ -10,6 +10,7 @@ from tqdm import tqdm
 from turnaudit.argparsing import add_range_arguments
 from turnaudit.cluster import connect
 from turnaudit.consumers.replay import MetricsReplayOutput
+from turnaudit.consumers.replay_htir import htir_outputs
 from turnaudit.replay import (
     ReplayCheckpoint,
     ReplayRequest,
@@ -59,7 +60,8 @@ def _replay(args: argparse.Namespace) -> int:
     progress = Progress(terminal=sys.stderr.isatty())
     decode = decoder_for(settings)
     label = request.fingerprint(args.topic or settings.topics.turn_events, target)[:12]
-    outputs = {"metrics": lambda: MetricsReplayOutput(decode, label)}
+    outputs = {"metrics": lambda: MetricsReplayOutput(decode, label),
+               **htir_outputs(settings, decode, target)}  # htir:PATH, htir-topic:NAME
     summary = replay(settings, decode, request, target, batch_size=args.batch_size,
                      timeout=args.timeout, after_batch=progress, outputs=outputs)
     progress.close()

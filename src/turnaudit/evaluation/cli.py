@@ -24,7 +24,10 @@ DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
 Configure = Callable[[argparse.ArgumentParser], None]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """The ``eval`` group; returns its tools, where the CLI adds the stream-wired ones."""
     parser = subparsers.add_parser(
         "eval", help="EVR-6: review packs, auditor evidence and the pass/hold gate")
     tools = parser.add_subparsers(dest="tool", metavar="TOOL", required=True)
@@ -33,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     configure_evidence(tools.add_parser(
         "evidence", help="replay every prefix through the pinned auditor, then gate"))
     configure_gate(tools.add_parser("gate", help="apply the pre-registered gate to evidence"))
+    return tools
 
 
 def configure_review_pack(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +128,11 @@ def _evidence(args: argparse.Namespace) -> int:
 
 def _gate(args: argparse.Namespace) -> int:
     return _print_report(run_gate(args.evidence, args.output), args.output)
+
+
+def print_report(report: dict[str, Any], path: Path) -> int:
+    """The gate's decision and every failed requirement, one line each; the exit code."""
+    return _print_report(report, path)
 
 
 def _print_report(report: dict[str, Any], path: Path) -> int:

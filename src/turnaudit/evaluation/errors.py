@@ -35,3 +35,7 @@ class AuditorUnavailableError(AuditorError):
 
 class AuditorResponseError(AuditorError):
     """The auditor answered something that is neither ALARM nor OK."""
+
+
+class NotReproducedError(EvaluationError):
+    """Evidence rebuilt from the stream disagrees with what the live worker recorded."""

@@ -2,13 +2,20 @@
 
 Loading checks the *shape* of a file: fields present with the right JSON types.
 Whether the content is sound (unique ids, ordered prefix coverage, step indices,
-a well-formed pinned digest) is the gate's integrity requirement, so that a
+a pinned auditor identity) is the gate's integrity requirement, so that a
 broken evidence file yields a ``hold`` report naming the problem rather than a
-crash. A label pack is refused outright if it carries any auditor output.
+crash. An ``auditor_id`` that is missing or not shaped like a pinned identity
+is such a problem (the seed's "pinned identities"), not a reason to refuse the
+file. A label pack is refused outright if it carries any auditor output.
+
+Evidence also names the traces it kept out (``exclusions``: a label whose
+reviewed trace is not the trace that arrived, a trace missing a turn, a label
+naming a turn the trace never reached), each with its reason.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -102,16 +109,37 @@ class LabelPack:
 
 
 @dataclass(frozen=True)
-class EvidenceFile:
-    """Labelled cases plus one pinned-auditor observation per prefix."""
+class Exclusion:
+    """A labelled trace kept out of the evidence, and why (``reason`` is a closed set)."""
 
-    auditor_id: AuditorIdentity
+    task_id: str
+    reason: str
+    detail: str
+    source: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "reason": self.reason, "detail": self.detail,
+                "source": dict(self.source)}
+
+
+@dataclass(frozen=True)
+class EvidenceFile:
+    """Labelled cases plus one pinned-auditor observation per prefix.
+
+    ``auditor_id`` is None when the file's identity is missing or malformed;
+    ``identity_problem`` then says what is wrong, and the gate holds on it.
+    """
+
+    auditor_id: AuditorIdentity | None
     cases: tuple[Case, ...]
+    exclusions: tuple[Exclusion, ...] = ()
+    identity_problem: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"format": EVIDENCE_FORMAT, "format_version": FORMAT_VERSION,
-                "auditor_id": self.auditor_id.to_json(),
-                "cases": [case.to_json() for case in self.cases]}
+                "auditor_id": None if self.auditor_id is None else self.auditor_id.to_json(),
+                "cases": [case.to_json() for case in self.cases],
+                "exclusions": [exclusion.to_json() for exclusion in self.exclusions]}
 
 
 # --- reading and writing JSON ------------------------------------------------------------
@@ -121,6 +149,12 @@ def canonical_json(data: Any) -> str:
     """Sorted keys, no spaces: one text per value, fit for hashing."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
+
+def trace_digest(steps: Sequence[Mapping[str, Any]]) -> str:
+    """The content hash of a trace's steps: what a label was reviewed on, and what the
+    auditor saw. Any changed, added or missing step changes it."""
+    text = canonical_json([dict(step) for step in steps])
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _refuse_constant(name: str) -> float:
@@ -199,6 +233,34 @@ def parse_identity(value: object) -> AuditorIdentity:
                            digest=_str(data, "digest", "auditor_id"))
 
 
+def _evidence_identity(data: Mapping[str, Any]) -> tuple[AuditorIdentity | None, str | None]:
+    """The file's auditor identity, or None and what is wrong with it."""
+    if "auditor_id" not in data:
+        return None, "auditor_id is missing: the auditor under test is not pinned"
+    value = data["auditor_id"]
+    if not isinstance(value, Mapping):
+        return None, (f"auditor_id is {type(value).__name__} {_clip(value)}, not an object "
+                      "with a name and a digest")
+    if "digest" not in value:
+        return None, "auditor_id has no digest: the auditor under test is not pinned"
+    for key in ("name", "digest"):
+        if not isinstance(value.get(key), str):
+            return None, f"auditor_id.{key} is {_clip(value.get(key))}, not a string"
+    return AuditorIdentity(name=value["name"], digest=value["digest"]), None
+
+
+def _clip(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= 60 else text[:60] + "…"
+
+
+def _parse_exclusion(value: object, where: str) -> Exclusion:
+    data = _object(value, where)
+    return Exclusion(task_id=_str(data, "task_id", where), reason=_str(data, "reason", where),
+                     detail=_str(data, "detail", where),
+                     source=_object(data.get("source", {}), f"{where}.source"))
+
+
 def _parse_observation(value: object, where: str) -> Observation:
     data = _object(value, where)
     verdict = data.get("verdict")
@@ -253,13 +315,17 @@ def parse_evidence(raw: object) -> EvidenceFile:
     """Check an evidence file's shape and build its typed form."""
     data = _object(raw, "evidence file")
     _header(data, EVIDENCE_FORMAT, "evidence file")
-    if "auditor_id" not in data:
-        raise EvidenceFormatError("evidence file has no auditor_id: the auditor must be pinned")
+    identity, problem = _evidence_identity(data)
     cases = _list(data.get("cases"), "cases")
+    # Evidence from before exclusions were recorded has none.
+    exclusions = _list(data.get("exclusions", []), "exclusions")
     return EvidenceFile(
-        auditor_id=parse_identity(data["auditor_id"]),
+        auditor_id=identity,
         cases=tuple(_parse_case(case, f"cases[{i}]", with_observations=True)
                     for i, case in enumerate(cases)),
+        exclusions=tuple(_parse_exclusion(item, f"exclusions[{i}]")
+                         for i, item in enumerate(exclusions)),
+        identity_problem=problem,
     )
 
 

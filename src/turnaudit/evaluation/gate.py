@@ -188,14 +188,26 @@ def _at_most(requirement: str, scope: str, threshold: Number, actual: Number | N
                      detail=detail)]
 
 
+# The seed's pre-registered integrity requirements, as the report names them.
+SEED_INTEGRITY = {
+    "integrity.unique_task_ids": "unique ids",
+    "integrity.step_indices": "sequential step indices",
+    "integrity.prefix_coverage": "full ordered prefix coverage",
+    "integrity.labels": "a named oracle label within the trace",
+    "integrity.pinned_identity": "pinned identities",
+}
+
+
 def _integrity(requirement: str, problems: dict[str, str]) -> list[dict[str, Any]]:
     if not problems:
         return []
     listed = [f"{task_id}: {problem}" for task_id, problem in problems.items()]
     more = len(listed) - DETAIL_CASE_LIMIT
     detail = "; ".join(listed[:DETAIL_CASE_LIMIT]) + (f"; and {more} more" if more > 0 else "")
+    seed_name = SEED_INTEGRITY[requirement]
     failure = _failure(requirement, "overall", comparison="==", threshold=0,
-                       actual=len(problems), detail=detail)
+                       actual=len(problems), detail=f"integrity ({seed_name}): {detail}")
+    failure["integrity_requirement"] = seed_name
     failure["cases"] = sorted(problems)
     return [failure]
 
@@ -252,11 +264,15 @@ def _integrity_failures(evidence: EvidenceFile) -> list[dict[str, Any]]:
 
     identity_problems: dict[str, str] = {}
     identity = evidence.auditor_id
-    if not identity.name.strip():
-        identity_problems["auditor_id"] = "auditor_id.name is empty"
-    if not DIGEST_PATTERN.fullmatch(identity.digest):
-        identity_problems["auditor_id.digest"] = (
-            f"{identity.digest!r} is not sha256: followed by 64 lowercase hex digits")
+    if identity is None:
+        identity_problems["auditor_id"] = evidence.identity_problem or "auditor_id is missing"
+    else:
+        if not identity.name.strip():
+            identity_problems["auditor_id"] = "auditor_id.name is empty"
+        if not DIGEST_PATTERN.fullmatch(identity.digest):
+            identity_problems["auditor_id.digest"] = (
+                f"{identity.digest!r} is not sha256: followed by 64 lowercase hex digits, "
+                "so the auditor under test is not pinned")
 
     return [
         *_integrity("integrity.unique_task_ids", duplicates),
@@ -334,7 +350,7 @@ def evaluate(evidence: EvidenceFile) -> dict[str, Any]:
         "format": REPORT_FORMAT,
         "format_version": 1,
         "decision": "hold" if failed else "pass",
-        "auditor_id": evidence.auditor_id.to_json(),
+        "auditor_id": None if evidence.auditor_id is None else evidence.auditor_id.to_json(),
         "thresholds": {
             "min_traces": MIN_TRACES,
             "min_alarm_positive": MIN_ALARM_POSITIVE,
@@ -351,6 +367,8 @@ def evaluate(evidence: EvidenceFile) -> dict[str, Any]:
         "overall": overall.to_json(),
         "families": {name: tally.to_json() for name, tally in families.items()},
         "traces": [outcome.to_json() for _, outcome in scored],
+        "excluded_traces": [{"task_id": e.task_id, "reason": e.reason}
+                            for e in evidence.exclusions],
         "failed_requirements": failed,
     }
 

@@ -3,7 +3,8 @@
 Two sources, neither of them the auditor under test:
 
 * a finalized label pack (``turn-audit/evr6-labels``): its ``oracle_alarm_step``
-  is already a step index of the reviewed trace;
+  is already a step index of the reviewed trace, so the label is bound to that
+  trace's content digest and applies to no other trace with the same task id;
 * the simulator's ground truth (``turnaudit simulate --truth``): it names the
   task turn where the scripted failure happens, which becomes the step index
   of that turn in the assembled trace.
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from turnaudit.evaluation.errors import EvidenceFormatError
-from turnaudit.evaluation.files import LABELS_FORMAT, parse_labels, read_json
+from turnaudit.evaluation.files import LABELS_FORMAT, parse_labels, read_json, trace_digest
 from turnaudit.htir import HtirTrace
 
 
@@ -28,6 +29,16 @@ class TaskLabel:
     oracle_alarm_step: int | None = None  # a trace step index (label packs)
     oracle_alarm_turn: int | None = None  # a task turn (simulator ground truth)
     alarm_positive: bool = False
+    # The content digest of the trace the label was reviewed on (label packs);
+    # None for ground truth, which names a task turn rather than a reviewed trace.
+    trace_digest: str | None = None
+
+    def refusal(self, digest: str) -> str | None:
+        """Why this label does not apply to a trace with content ``digest``, or None."""
+        if self.trace_digest is None or self.trace_digest == digest:
+            return None
+        return (f"label reviewed on trace {self.trace_digest}, but the trace that arrived "
+                f"is {digest}: its steps changed since review")
 
     def step_for(self, trace: HtirTrace) -> tuple[bool, int | None]:
         """(usable, oracle step index) for this trace.
@@ -54,7 +65,8 @@ def load_task_labels(path: Path) -> dict[str, TaskLabel]:
         return {
             c.task_id: TaskLabel(c.task_family, c.oracle_source,
                                  oracle_alarm_step=c.oracle_alarm_step,
-                                 alarm_positive=c.oracle_alarm_step is not None)
+                                 alarm_positive=c.oracle_alarm_step is not None,
+                                 trace_digest=trace_digest(c.trace.steps))
             for c in pack.cases
         }
     if "tasks" in raw and "seed" in raw:
