@@ -215,14 +215,12 @@ class WorkersHealth:
         self,
         identity: dict[str, Any],
         state_dir: Path,
-        count: int,
         *,
         pids: Callable[[], dict[int, int | None]],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._identity = identity
         self._state_dir = state_dir
-        self._count = count
         self._pids = pids
         self._clock = clock
         self._exits: dict[int, str] = {}
@@ -232,10 +230,9 @@ class WorkersHealth:
     def worker_exited(self, index: int, how: str) -> None:
         self._exits[index] = how
 
-    def _states(self) -> dict[int, dict[str, Any] | None]:
+    def _states(self, pids: dict[int, int | None]) -> dict[int, dict[str, Any] | None]:
         states: dict[int, dict[str, Any] | None] = {}
-        pids = self._pids()
-        for index in range(self._count):
+        for index in pids:
             try:
                 state = json.loads(
                     (self._state_dir / f"worker-{index}{WORKER_STATE_SUFFIX}").read_text()
@@ -257,12 +254,12 @@ class WorkersHealth:
         reasons: list[str] = []
         hard: list[str] = []  # liveness reasons
         workers: list[dict[str, Any]] = []
+        pids = self._pids()
         assigned: set[int] = set()
         idle: list[str] = []
-        pids = self._pids()
         if not self.running:
             hard.append("the workers are not running")
-        for index, state in self._states().items():
+        for index, state in self._states(pids).items():
             pid = pids.get(index)
             if state is None:
                 why = (
@@ -310,6 +307,7 @@ class WorkersHealth:
                 "reasons": reasons,
                 **self._identity,
                 "assigned_partitions": sorted(assigned),
+                "workers": len(workers),
                 "worker_states": workers,
             },
         )

@@ -10,6 +10,8 @@
   fresh ``PROMETHEUS_MULTIPROC_DIR`` per run, removed at exit), and
   ``/livez``, ``/readyz``, ``/healthz`` from the state each worker writes
   every second (``WorkersHealth``).
+* SIGTTIN adds a worker, SIGTTOU drains and retires the newest one (as in
+  gunicorn): the group rebalances, nothing else moves.
 * SIGTERM/SIGINT: forwarded to every worker, each drains (batch finished,
   offsets stored and committed, group left, sink closed); the supervisor
   exits 0 when all of them did.
@@ -43,6 +45,7 @@ import signal
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -79,7 +82,7 @@ class WorkerPlan:
     """What a worker process is told (picklable: it crosses ``spawn``)."""
 
     index: int
-    count: int
+    supervised: bool  # one of a supervisor's workers (False: the service alone in its process)
     state_dir: str
     log_level: str
     metrics_dir: str = ""
@@ -94,7 +97,7 @@ LoggingContext = Callable[[str], AbstractContextManager[None]]
 
 def worker_settings(settings: ServiceSettings, plan: WorkerPlan) -> ServiceSettings:
     """Worker ``plan.index``'s settings: its own member name, its own log file."""
-    if plan.count <= 1:
+    if not plan.supervised:
         return settings
     instance = settings.group_instance_id
     log_file = settings.log.file
@@ -273,6 +276,12 @@ def run_worker(
 ) -> None:
     """A worker process's main: build the service, report its state, run it."""
     structlog.contextvars.bind_contextvars(worker=plan.index)
+    # The runtime drops a revoked partition's lag series; the multiprocess files
+    # cannot, and prometheus-client warns each time. The lag gauge is
+    # "livemostrecent": the partition's new owner's figure is the one shown.
+    warnings.filterwarnings(
+        "ignore", message="Removal of labels has not been implemented", category=UserWarning
+    )
     with logging_context(plan.log_level):
         registry = MirroringRegistry()
         try:
@@ -349,10 +358,15 @@ class WorkerSupervisor:
         registry: CollectorRegistry,
         logging_context: LoggingContext,
         log_level: str = "INFO",
+        max_workers: int = 64,
     ) -> None:
         self.settings = settings
         self._factory = factory
         self._count = count
+        self._max_workers = max_workers
+        self._add_requests = 0
+        self._retire_requests = 0
+        self._retiring: set[int] = set()
         self._logging_context = logging_context
         self._log_level = log_level
         self._registry = registry
@@ -371,19 +385,18 @@ class WorkerSupervisor:
             ["worker"],
             registry=registry,
         )
-        Gauge(
+        self._workers_gauge = Gauge(
             "turnaudit_workers", "Worker processes the service runs.", registry=registry
-        ).set(count)
+        )
+        self._workers_gauge.set(count)
         registry.register(_WorkerProcesses(self))
         self.health = WorkersHealth(
             {
                 "service": settings.service.value,
                 "group_id": settings.group_id,
                 "topic": settings.kafka.topics.turn_events,
-                "workers": count,
             },
             self.state_dir,
-            count,
             pids=self.pids,
         )
         self._http: ServiceHttp | None = None
@@ -391,9 +404,8 @@ class WorkerSupervisor:
     # -- public ----------------------------------------------------------------------
     def pids(self) -> dict[int, int | None]:
         """Worker index -> pid of its running process (None while it is down)."""
-        return {
-            i: (p.pid if p.is_alive() else None) for i, p in sorted(self._processes.items())
-        }
+        processes = list(self._processes.items())  # the HTTP thread asks while workers change
+        return {i: (p.pid if p.is_alive() else None) for i, p in sorted(processes)}
 
     @property
     def http_port(self) -> int | None:
@@ -404,8 +416,16 @@ class WorkerSupervisor:
             log.info("workers_stopping", signal=signal.Signals(signum).name)
             self.stop()
 
+        def more(_signum: int, _frame: FrameType | None) -> None:
+            self._add_requests += 1
+
+        def fewer(_signum: int, _frame: FrameType | None) -> None:
+            self._retire_requests += 1
+
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
+        signal.signal(signal.SIGTTIN, more)
+        signal.signal(signal.SIGTTOU, fewer)
 
     def stop(self) -> None:
         self.health.stopping = True
@@ -455,7 +475,7 @@ class WorkerSupervisor:
 
     def _start(self, index: int) -> None:
         plan = WorkerPlan(
-            index, self._count, str(self.state_dir), self._log_level, str(self.metrics_dir)
+            index, True, str(self.state_dir), self._log_level, str(self.metrics_dir)
         )
         process = self._context.Process(
             target=run_worker,
@@ -467,12 +487,54 @@ class WorkerSupervisor:
         self._started_at[index] = time.monotonic()
         self._due.pop(index, None)
 
+    def _resize(self) -> None:
+        """SIGTTIN / SIGTTOU since the last look: one worker more, or one fewer."""
+        while self._add_requests > 0:
+            self._add_requests -= 1
+            index = max(self._processes, default=-1) + 1
+            if index >= self._max_workers:
+                log.warning("worker_not_added", workers=len(self._processes),
+                            limit=self._max_workers)
+                continue
+            self._start(index)
+            log.info("worker_added", worker=index, pid=self._processes[index].pid)
+        while self._retire_requests > 0:
+            self._retire_requests -= 1
+            candidates = [i for i in self._processes if i not in self._retiring]
+            if len(candidates) <= 1:
+                log.warning("worker_not_retired", reason="the last worker stays")
+                continue
+            index = max(candidates)
+            self._retiring.add(index)
+            process = self._processes[index]
+            if index in self._due or process.pid is None or not process.is_alive():
+                self._forget_worker(index)
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)  # drains like a stop
+            log.info("worker_retiring", worker=index, pid=process.pid)
+        self._workers_gauge.set(len(self._processes) - len(self._retiring))
+
+    def _forget_worker(self, index: int) -> None:
+        self._processes.pop(index, None)
+        self._due.pop(index, None)
+        self._retiring.discard(index)
+        self.health.worker_exited(index, "retired")
+
     def _watch(self) -> None:
         """Wait for a worker to exit (or a second), report and schedule its restart."""
         alive = [p.sentinel for i, p in self._processes.items() if i not in self._due]
         wait_for_sentinels(alive, timeout=STATE_INTERVAL_S)
+        self._resize()
         now = time.monotonic()
         for index, process in list(self._processes.items()):
+            if index in self._retiring:
+                if not process.is_alive():
+                    self._reap(index, process)
+                    self._forget_worker(index)
+                    log.info("worker_retired", worker=index, pid=process.pid,
+                             exit=_describe_exit(process.exitcode))
+                continue
             if index in self._due:
                 if now >= self._due[index] and not self._stopping.is_set():
                     self.restarts.labels(str(index)).inc()

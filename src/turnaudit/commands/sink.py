@@ -105,7 +105,7 @@ def run_service(
         )
     with service_logging(args.log_level):
         if workers == 1:
-            return _run(factory(WorkerPlan(0, 1, "", args.log_level), service_registry()))
+            return _run(factory(WorkerPlan(0, False, "", args.log_level), service_registry()))
         supervisor = WorkerSupervisor(
             settings,
             factory,
@@ -113,13 +113,14 @@ def run_service(
             registry=service_registry(),
             logging_context=service_logging,
             log_level=args.log_level,
+            max_workers=MAX_WORKERS,
         )
         supervisor.install_signal_handlers()
         return supervisor.run()
 
 
 def _worker_settings(name: ServiceName, plan: WorkerPlan) -> ServiceSettings:
-    return worker_settings(service_settings(name, own_port=plan.count == 1), plan)
+    return worker_settings(service_settings(name, own_port=not plan.supervised), plan)
 
 
 def _marking(settings: ServiceSettings, sink: Sink, plan: WorkerPlan,
@@ -133,14 +134,14 @@ def _marking(settings: ServiceSettings, sink: Sink, plan: WorkerPlan,
 
 def log_sink_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
     settings = _worker_settings(ServiceName.LOG_SINK, plan)
-    if plan.count == 1:
+    if not plan.supervised:
         return LogSinkService(settings, registry=registry)
     return _marking(settings, LogSink(settings.log, registry), plan, registry)
 
 
 def verdict_metrics_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
     settings = _worker_settings(ServiceName.VERDICT_METRICS, plan)
-    if plan.count == 1:
+    if not plan.supervised:
         return VerdictMetricsService(settings, registry=registry)
     return _marking(settings, VerdictMetricsSink(settings.metrics, registry), plan, registry)
 
