@@ -15,6 +15,7 @@
 * SIGTERM/SIGINT: forwarded to every worker, each drains (batch finished,
   offsets stored and committed, group left, sink closed); the supervisor
   exits 0 when all of them did.
+* A worker whose supervisor is killed notices within a second and drains.
 * A worker that dies is never restarted silently: a ``worker_exited`` error
   line (index, pid, exit code or signal), ``turnaudit_worker_restarts_total``,
   then a restart under the same member name, after a back-off that grows
@@ -290,7 +291,9 @@ def run_worker(
             log.error("worker_failed_to_start", error=str(exc) or repr(exc))
             raise SystemExit(1) from None
         service.install_signal_handlers()
-        reporter = _StateReporter(service.health, registry, Path(plan.state_dir), plan.index)
+        reporter = _StateReporter(
+            service.health, registry, Path(plan.state_dir), plan.index, on_orphaned=service.stop
+        )
         reporter.start()
         try:
             service.run()
@@ -302,8 +305,16 @@ class _StateReporter:
     """Every second: the worker's health into its state file, callback figures mirrored."""
 
     def __init__(
-        self, health: ServiceHealth, registry: MirroringRegistry, state_dir: Path, index: int
+        self,
+        health: ServiceHealth,
+        registry: MirroringRegistry,
+        state_dir: Path,
+        index: int,
+        *,
+        on_orphaned: Callable[[], None],
     ) -> None:
+        self._parent = os.getppid()
+        self._on_orphaned = on_orphaned
         self._health = health
         self._registry = registry
         self._path = state_dir / f"worker-{index}{WORKER_STATE_SUFFIX}"
@@ -321,6 +332,11 @@ class _StateReporter:
 
     def _loop(self) -> None:
         while not self._done.wait(STATE_INTERVAL_S):
+            if os.getppid() != self._parent:
+                # The supervisor is gone (killed): no one would stop this worker.
+                log.error("worker_orphaned", supervisor_pid=self._parent)
+                self._on_orphaned()  # drains like SIGTERM
+                return
             try:
                 self.report()
             except Exception as exc:  # a full disk must not stop the worker

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -162,6 +163,9 @@ def test_a_worker_killed_and_one_added_mid_stream_lose_nothing_and_flag_redelive
     # Every event counted at least once, in every pack: nothing lost.
     turns = total(samples, "turnaudit_turns_total")
     assert turns >= truth.events
+    # Figures the workers keep themselves reach the one /metrics too (mirrored
+    # every second; test_mirroring_registry checks the figures).
+    assert total(samples, "turnaudit_new_turns_total") > 0
     for pack in PACKS:
         assert total(samples, "turnaudit_turns_total", pack=pack) >= truth.by_pack[pack]
         assert total(samples, "turnaudit_refused_turns_total", pack=pack) >= (
@@ -232,6 +236,71 @@ def event_ids_below(settings: KafkaSettings, offsets: dict[int, int]) -> set[str
         decode(m.value()).event["event_id"]
         for m in read_range(settings, settings.topics.turn_events, None, offsets)
     }
+
+
+def test_workers_of_a_killed_supervisor_drain_and_leave(
+    six_partitions: KafkaSettings, tmp_path: Path
+) -> None:
+    env = service_env(six_partitions, "g-orphans")
+    port = int(env["TURNAUDIT_HTTP_PORT"])
+    with workers_process("metrics", 2, env, tmp_path / "orphans.log") as service:
+        assert wait_for(lambda: settled(port, 2), timeout=90)
+        pids = [pid for pid in worker_pids(port).values() if pid is not None]
+        service.send_signal(signal.SIGKILL)
+        service.wait(30)
+    assert len(pids) == 2
+    # Nothing would ever stop them otherwise.
+    assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), timeout=60)
+    log = (tmp_path / "orphans.log").read_text()
+    assert log.count('"worker_orphaned"') == 2
+    assert log.count('"consumer_stopped"') == 2
+
+
+MIRROR_SCRIPT = """
+import sys
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from turnaudit.consumers.runtime.workers import MirroringRegistry
+
+class Figures:
+    def __init__(self):
+        self.value = 0
+    def collect(self):
+        yield CounterMetricFamily("kept_turns", "kept by the process", value=self.value)
+
+registry = MirroringRegistry()
+figures = Figures()
+registry.register(figures)
+missing = Gauge("missing", "read at scrape time", registry=registry, multiprocess_mode="livesum")
+missing.set_function(lambda: figures.value * 2)
+plain = Counter("plain", "file-backed already", registry=registry)
+plain.inc(5)
+for value in (3, 7, 7, 11):
+    figures.value = value
+    registry.mirror()
+merged = CollectorRegistry()
+MultiProcessCollector(merged)
+for family in merged.collect():
+    for sample in family.samples:
+        print(sample.name, sample.value)
+"""
+
+
+def test_mirroring_registry_puts_callback_figures_into_the_multiprocess_files(
+    tmp_path: Path,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", MIRROR_SCRIPT],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+        capture_output=True, text=True, check=True, timeout=60,
+    )
+    values = dict(line.rsplit(" ", 1) for line in result.stdout.splitlines())
+    # The counter by its increases (3, 4, 0, 4), the gauge as last read, the
+    # file-backed counter once (not mirrored again).
+    assert float(values["kept_turns_total"]) == 11
+    assert float(values["missing"]) == 22
+    assert float(values["plain_total"]) == 5
 
 
 def test_the_log_sink_needs_a_file_per_worker(tmp_path: Path) -> None:
