@@ -245,6 +245,12 @@ class RedeliveryMarkingSink(Sink):
         if marked:
             self.on_marked(marked)
 
+    def forget(self, partitions: set[int]) -> None:
+        """Partitions revoked or lost: whoever reads them next may go further."""
+        for partition in partitions:
+            self._next.pop(partition, None)
+            self._floor.pop(partition, None)
+
     def _service_delivered(self, partition: int) -> int:
         wanted = {"topic": self._topic, "partition": str(partition)}
         collector = MultiProcessCollector(None, path=self._metrics_dir)  # type: ignore[no-untyped-call]

@@ -303,6 +303,61 @@ def test_mirroring_registry_puts_callback_figures_into_the_multiprocess_files(
     assert float(values["plain_total"]) == 5
 
 
+MARKING_SCRIPT = """
+import sys
+from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
+from turnaudit.consumers.runtime.workers import RedeliveryMarkingSink
+from turnaudit.identity import TrackResult, TurnOutcome
+
+class Kept(Sink):
+    def __init__(self):
+        self.turns = []
+    def write(self, turns):
+        self.turns.extend(turns)
+
+def turns(partition, offsets):
+    placement = TrackResult(TurnOutcome.NEW, ("s", "p"), 0)
+    return [ConsumedTurn(None, placement, "t", partition, o) for o in offsets]
+
+kept = Kept()
+sink = RedeliveryMarkingSink(kept, "t", sys.argv[1])
+other = RedeliveryMarkingSink(Kept(), "t", sys.argv[1])  # another worker's delivery
+marked = []
+sink.on_marked = marked.append
+for batch in sys.argv[2:]:
+    if batch == "revoke-0":
+        sink.forget({0})
+        continue
+    writer = other if batch.startswith("other:") else sink
+    partition, first, last = map(int, batch.removeprefix("other:").split(":"))
+    writer.write(turns(partition, range(first, last)))
+print(sum(marked), ",".join(f"{t.partition}:{t.offset}" for t in kept.turns
+                            if t.sequence.redelivered))
+"""
+
+
+def run_marking(folder: Path, *batches: str) -> tuple[int, list[str]]:
+    result = subprocess.run(
+        [sys.executable, "-c", MARKING_SCRIPT, str(folder), *batches],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder)},
+        capture_output=True, text=True, check=True, timeout=60,
+    )
+    count, _, positions = result.stdout.strip().partition(" ")
+    return int(count), positions.split(",") if positions else []
+
+
+def test_turns_another_worker_delivered_are_marked_redelivered(tmp_path: Path) -> None:
+    # Worker A hands partition 0 up to offset 10, partition 1 up to 5, then dies.
+    assert run_marking(tmp_path, "0:0:10", "1:0:5") == (0, [])
+    # Its successor reads from the committed offsets (0:6, 1:5): only what A had is marked.
+    marked, positions = run_marking(tmp_path, "0:6:12", "1:5:8")
+    assert (marked, positions) == (4, ["0:6", "0:7", "0:8", "0:9"])
+    # A worker that had the partition, lost it and gets it back at the offset
+    # it left (another worker read further meanwhile, then died) looks again.
+    marked, positions = run_marking(tmp_path, "0:20:25", "other:0:25:30", "revoke-0", "0:25:32")
+    assert (marked, positions) == (5, ["0:25", "0:26", "0:27", "0:28", "0:29"])
+
+
 def test_the_log_sink_needs_a_file_per_worker(tmp_path: Path) -> None:
     env = {"PATH": os.environ.get("PATH", ""), "TURNAUDIT_HTTP_PORT": str(free_port()),
            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}

@@ -129,6 +129,7 @@ def _marking(settings: ServiceSettings, sink: Sink, plan: WorkerPlan,
     marking = RedeliveryMarkingSink(sink, settings.kafka.topics.turn_events, plan.metrics_dir)
     service = ConsumerService(settings, marking, registry=registry, serve_http=False)
     marking.on_marked = service.metrics.redelivered.inc
+    service.health.revocation_listeners.append(marking.forget)
     return service
 
 
