@@ -45,6 +45,9 @@ DEFAULT_HTTP_PORTS = {
 }
 # TURNAUDIT_GROUP_INSTANCE_ID=none: dynamic membership (no instance id).
 NO_INSTANCE_ID = "none"
+# Worker processes of one service (TURNAUDIT_WORKERS, --workers): more than the
+# partitions of the topic leaves the extra ones idle.
+MAX_WORKERS = 64
 
 
 def default_group_id(prefix: str, service: ServiceName) -> str:
@@ -110,6 +113,8 @@ class ServiceSettings:
     unassigned_bound_s: float = 30.0
     # Kafka client errors (an unreachable broker) are logged at most this often.
     client_error_report_s: float = 30.0
+    # Worker processes, each a member of the group (consumers/runtime/workers.py).
+    workers: int = 1
     log: LogSinkSettings = field(default_factory=LogSinkSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
@@ -158,6 +163,7 @@ class ServiceSettings:
             max_sessions=_int(env, "MAX_SESSIONS", 100_000, minimum=1),
             unassigned_bound_s=_int(env, "READY_UNASSIGNED_S", 30, minimum=1),
             client_error_report_s=_int(env, "CLIENT_ERROR_REPORT_S", 30, minimum=1),
+            workers=_int(env, "WORKERS", 1, minimum=1, maximum=MAX_WORKERS),
             log=LogSinkSettings(
                 redaction=redaction,
                 hash_key=_text(env, "LOG_HASH_KEY", "").encode(),

@@ -71,6 +71,7 @@ class ConsumerMetrics:
             "turnaudit_stream_missing_turns",
             "Positions of ordered streams skipped and not (yet) arrived.",
             registry=registry,
+            multiprocess_mode="livesum",  # --workers: each worker's streams, added
         )
         self.chain_breaks = Counter(
             "turnaudit_chain_breaks",
@@ -110,11 +111,13 @@ class ConsumerMetrics:
             "Messages behind the partition's end (stored offset).",
             ["topic", "partition"],
             registry=registry,
+            multiprocess_mode="livemostrecent",  # --workers: the partition's current owner
         )
         self.ready = Gauge(
             "turnaudit_consumer_ready",
             "1 while the service is ready (partitions held, broker reachable).",
             registry=registry,
+            multiprocess_mode="livemax",  # --workers: some worker is ready
         )
         # Every closed-set label value exists from the start at 0, so rate()
         # and increase() see the first event of each kind.

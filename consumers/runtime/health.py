@@ -13,11 +13,13 @@ at a bounded rate.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import structlog
 from confluent_kafka import KafkaError
@@ -69,6 +71,8 @@ class ServiceHealth:
         self._reported_once = True
         self._last_down_report: float | None = None
         self._announced_down = False  # an "unreachable" line went out for this outage
+        # Told of partitions revoked or lost (a worker's RedeliveryMarkingSink).
+        self.revocation_listeners: list[Callable[[set[int]], None]] = []
 
     # -- what the runtime tells it -------------------------------------------------
     def assigned(self, partitions: set[int]) -> None:
@@ -82,6 +86,8 @@ class ServiceHealth:
             self._assigned -= partitions
             if not self._assigned:
                 self._unassigned_since = self._clock()
+        for listener in self.revocation_listeners:
+            listener(partitions)
 
     def partitions(self) -> list[int]:
         with self._lock:
@@ -180,3 +186,132 @@ class ServiceHealth:
             "assigned_partitions": self.partitions(),
             "seconds_since_poll": round(age, 3),
         }
+
+
+class HealthSource(Protocol):
+    """What the HTTP side asks: one service process, or the supervisor of several."""
+
+    def liveness(self) -> Verdict: ...
+
+    def readiness(self) -> Verdict: ...
+
+
+WORKER_STATE_SUFFIX = ".state.json"
+# A worker writes its state every second; one silent this long is hung.
+WORKER_SILENT_S = LOOP_STALL_S
+
+
+class WorkersHealth:
+    """The health of a service run as N worker processes, from the states they write.
+
+    * Live: the supervisor runs and no worker is hung (its loop stalled, or no
+      state written for ``WORKER_SILENT_S``). A worker that died is not a
+      liveness failure: the supervisor restarts it (and says so).
+    * Ready: live, not stopping, every worker running and ready, the broker
+      reachable from each. A worker whose only "no" is holding no partition
+      (more workers than partitions, or a rebalance) does not make the service
+      unready while another worker holds partitions.
+    * ``assigned_partitions``: the union over the workers; ``worker_states``:
+      each worker's pid, status, partitions and reasons.
+    """
+
+    def __init__(
+        self,
+        identity: dict[str, Any],
+        state_dir: Path,
+        *,
+        pids: Callable[[], dict[int, int | None]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._identity = identity
+        self._state_dir = state_dir
+        self._pids = pids
+        self._clock = clock
+        self._exits: dict[int, str] = {}
+        self.running = False
+        self.stopping = False
+
+    def worker_exited(self, index: int, how: str) -> None:
+        self._exits[index] = how
+
+    def _states(self, pids: dict[int, int | None]) -> dict[int, dict[str, Any] | None]:
+        states: dict[int, dict[str, Any] | None] = {}
+        for index in pids:
+            try:
+                state = json.loads(
+                    (self._state_dir / f"worker-{index}{WORKER_STATE_SUFFIX}").read_text()
+                )
+            except (OSError, ValueError):
+                state = None
+            # A state left by an earlier process of this worker does not count.
+            states[index] = state if state and state.get("pid") == pids.get(index) else None
+        return states
+
+    def liveness(self) -> Verdict:
+        return self._verdict(readiness=False)
+
+    def readiness(self) -> Verdict:
+        return self._verdict(readiness=True)
+
+    def _verdict(self, *, readiness: bool) -> Verdict:
+        now = self._clock()
+        reasons: list[str] = []
+        hard: list[str] = []  # liveness reasons
+        workers: list[dict[str, Any]] = []
+        pids = self._pids()
+        assigned: set[int] = set()
+        idle: list[str] = []
+        if not self.running:
+            hard.append("the workers are not running")
+        for index, state in self._states(pids).items():
+            pid = pids.get(index)
+            if state is None:
+                why = (
+                    f"down ({self._exits[index]}), restarting"
+                    if pid is None and index in self._exits
+                    else "starting"
+                )
+                reasons.append(f"worker {index}: {why}")
+                workers.append({"worker": index, "pid": pid, "status": why, "reasons": []})
+                continue
+            silent = now - float(state["written_at"])
+            body = state["readiness"]
+            mine = set(body.get("assigned_partitions", []))
+            assigned |= mine
+            own = [r for r in body.get("reasons", []) if r != "stopping"]
+            if silent >= WORKER_SILENT_S:
+                hard.append(f"worker {index} (pid {pid}): no state for {silent:.0f} s")
+            elif not state["live"]:
+                hard.extend(f"worker {index} (pid {pid}): {r}" for r in own)
+            elif not state["ready"]:
+                unassigned = [r for r in own if r.startswith("no partition")]
+                if unassigned and len(unassigned) == len(own):
+                    idle.extend(f"worker {index}: {r}" for r in own)
+                else:
+                    reasons.extend(f"worker {index}: {r}" for r in own)
+            workers.append(
+                {
+                    "worker": index,
+                    "pid": pid,
+                    "status": body.get("status"),
+                    "assigned_partitions": sorted(mine),
+                    "reasons": own,
+                }
+            )
+        if not assigned:
+            reasons.extend(idle or ["no partition assigned to any worker"])
+        if self.stopping:
+            reasons.append("stopping")
+        reasons = hard + reasons if readiness else hard
+        status = "ok" if not reasons else "unhealthy" if hard else "not_ready"
+        return Verdict(
+            not reasons,
+            {
+                "status": status,
+                "reasons": reasons,
+                **self._identity,
+                "assigned_partitions": sorted(assigned),
+                "workers": len(workers),
+                "worker_states": workers,
+            },
+        )

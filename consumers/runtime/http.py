@@ -16,12 +16,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from turnaudit.consumers.runtime.health import ServiceHealth, Verdict
+from turnaudit.consumers.runtime.health import HealthSource, Verdict
 
 
 class ServiceHttp:
     def __init__(
-        self, host: str, port: int, registry: CollectorRegistry, health: ServiceHealth
+        self, host: str, port: int, registry: CollectorRegistry, health: HealthSource
     ) -> None:
         routes: dict[str, Callable[[], Verdict]] = {
             "/livez": health.liveness,

@@ -87,6 +87,8 @@ def test_every_setting_is_read_with_the_prefix() -> None:
         ({"TURNAUDIT_AUTO_OFFSET_RESET": "middle"}, "AUTO_OFFSET_RESET"),
         ({"TURNAUDIT_READY_UNASSIGNED_S": "0"}, "READY_UNASSIGNED_S"),
         ({"TURNAUDIT_CLIENT_ERROR_REPORT_S": "x"}, "CLIENT_ERROR_REPORT_S"),
+        ({"TURNAUDIT_WORKERS": "0"}, "WORKERS=0 is below 1"),
+        ({"TURNAUDIT_WORKERS": "65"}, "WORKERS=65 is above 64"),
     ],
 )
 def test_a_wrong_setting_says_which(env: dict[str, str], says: str) -> None:

@@ -1,7 +1,10 @@
 """``turnaudit sink logs|metrics``: the consumer services.
 
 Settings come from the environment (``TURNAUDIT_*``, ``KAFKA_BOOTSTRAP_SERVERS``);
-the service runs until SIGTERM or SIGINT, then drains and exits 0.
+the service runs until SIGTERM or SIGINT, then drains and exits 0. With
+``--workers N`` (or ``TURNAUDIT_WORKERS``) above 1 it runs as N worker
+processes in its consumer group behind one HTTP port
+(``turnaudit.consumers.runtime.workers``).
 """
 
 from __future__ import annotations
@@ -10,12 +13,26 @@ import argparse
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
+from turnaudit.argparsing import positive_int
 from turnaudit.cluster import connect
-from turnaudit.consumers.log_sink import LogSinkService, service_logging
-from turnaudit.consumers.metrics import VerdictMetricsService
-from turnaudit.consumers.runtime import ConsumerService
-from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.consumers.log_sink import LogSink, LogSinkService, service_logging
+from turnaudit.consumers.metrics import VerdictMetricsService, VerdictMetricsSink
+from turnaudit.consumers.runtime import ConsumerService, Sink
+from turnaudit.consumers.runtime.workers import (
+    RedeliveryMarkingSink,
+    ServiceFactory,
+    WorkerPlan,
+    WorkerSupervisor,
+    worker_settings,
+)
+from turnaudit.consumers.settings import MAX_WORKERS, ServiceName, ServiceSettings
+from turnaudit.errors import ConfigurationError
 from turnaudit.settings import check_port_free
+
+WORKERS_HELP = (
+    "worker processes, each a member of the service's consumer group with its own "
+    f"partitions, behind one HTTP port (default TURNAUDIT_WORKERS or 1; at most {MAX_WORKERS})"
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,20 +40,37 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "sink", help="run a consumer service (settings from TURNAUDIT_* environment variables)"
     )
     services = parser.add_subparsers(dest="service", metavar="SERVICE", required=True)
-    services.add_parser(
+    logs = services.add_parser(
         "logs", help="one JSON log line per turn (TURNAUDIT_LOG_FILE, TURNAUDIT_LOG_SURFACES)"
-    ).set_defaults(handler=_logs)
-    services.add_parser(
+    )
+    logs.set_defaults(handler=_logs)
+    metrics = services.add_parser(
         "metrics",
         help="Prometheus verdict counters on /metrics (TURNAUDIT_HTTP_PORT); packs and domains "
         "named up to TURNAUDIT_METRICS_LABEL_LIMIT (100), or exactly TURNAUDIT_METRICS_PACKS / "
         "TURNAUDIT_METRICS_DOMAINS",
-    ).set_defaults(handler=_metrics)
+    )
+    metrics.set_defaults(handler=_metrics)
+    for service in (logs, metrics):
+        add_workers_argument(service)
 
 
-def service_settings(service: ServiceName) -> ServiceSettings:
+def add_workers_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=worker_count, default=None, help=WORKERS_HELP)
+
+
+def worker_count(text: str) -> int:
+    """An argparse ``type``: 1 to ``MAX_WORKERS`` worker processes."""
+    value = positive_int(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"{value} is above {MAX_WORKERS}")
+    return value
+
+
+def service_settings(service: ServiceName, *, own_port: bool = True) -> ServiceSettings:
     settings = ServiceSettings.from_env(service)
-    check_port_free(settings.http_host, settings.http_port, "TURNAUDIT_HTTP_PORT")
+    if own_port:  # a worker serves no HTTP: its supervisor holds the port
+        check_port_free(settings.http_host, settings.http_port, "TURNAUDIT_HTTP_PORT")
     # A service outlives a cluster outage: it starts even when the cluster does
     # not answer yet, and says so on /readyz and (once, then at a bounded rate) in its log.
     kafka, _ = connect(settings.kafka, start_local=False, require=False)
@@ -58,13 +92,64 @@ def _run(service: ConsumerService) -> int:
     return 0
 
 
-def _logs(args: argparse.Namespace) -> int:
-    settings = service_settings(ServiceName.LOG_SINK)
+def run_service(
+    name: ServiceName, factory: ServiceFactory, args: argparse.Namespace
+) -> int:
+    """One process, or a supervisor of ``--workers`` worker processes."""
+    settings = service_settings(name)
+    workers = args.workers or settings.workers
+    if workers > 1 and name is ServiceName.LOG_SINK and settings.log.file is None:
+        raise ConfigurationError(
+            f"{workers} log sink workers need TURNAUDIT_LOG_FILE (each writes "
+            "<name>.worker-<i><suffix>): on one stdout their batches would interleave"
+        )
     with service_logging(args.log_level):
-        return _run(LogSinkService(settings, registry=service_registry()))
+        if workers == 1:
+            return _run(factory(WorkerPlan(0, False, "", args.log_level), service_registry()))
+        supervisor = WorkerSupervisor(
+            settings,
+            factory,
+            workers,
+            registry=service_registry(),
+            logging_context=service_logging,
+            log_level=args.log_level,
+            max_workers=MAX_WORKERS,
+        )
+        supervisor.install_signal_handlers()
+        return supervisor.run()
+
+
+def _worker_settings(name: ServiceName, plan: WorkerPlan) -> ServiceSettings:
+    return worker_settings(service_settings(name, own_port=not plan.supervised), plan)
+
+
+def _marking(settings: ServiceSettings, sink: Sink, plan: WorkerPlan,
+             registry: CollectorRegistry) -> ConsumerService:
+    """A worker's service: redeliveries from other workers marked (RedeliveryMarkingSink)."""
+    marking = RedeliveryMarkingSink(sink, settings.kafka.topics.turn_events, plan.metrics_dir)
+    service = ConsumerService(settings, marking, registry=registry, serve_http=False)
+    marking.on_marked = service.metrics.redelivered.inc
+    service.health.revocation_listeners.append(marking.forget)
+    return service
+
+
+def log_sink_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
+    settings = _worker_settings(ServiceName.LOG_SINK, plan)
+    if not plan.supervised:
+        return LogSinkService(settings, registry=registry)
+    return _marking(settings, LogSink(settings.log, registry), plan, registry)
+
+
+def verdict_metrics_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
+    settings = _worker_settings(ServiceName.VERDICT_METRICS, plan)
+    if not plan.supervised:
+        return VerdictMetricsService(settings, registry=registry)
+    return _marking(settings, VerdictMetricsSink(settings.metrics, registry), plan, registry)
+
+
+def _logs(args: argparse.Namespace) -> int:
+    return run_service(ServiceName.LOG_SINK, log_sink_worker, args)
 
 
 def _metrics(args: argparse.Namespace) -> int:
-    settings = service_settings(ServiceName.VERDICT_METRICS)
-    with service_logging(args.log_level):
-        return _run(VerdictMetricsService(settings, registry=service_registry()))
+    return run_service(ServiceName.VERDICT_METRICS, verdict_metrics_worker, args)

@@ -1,0 +1,665 @@
+"""More than one core through Kafka itself: one service, N worker processes.
+
+* Each worker is a whole ``ConsumerService`` in its own process (``spawn``),
+  a full member of the service's consumer group: Kafka's group protocol gives
+  each its partitions, nothing here assigns any. With static membership each
+  worker is ``<instance id>-w<index>``, so a restarted worker takes its own
+  partitions back at once.
+* The supervisor (the process the command started) serves the service's one
+  HTTP port: ``/metrics`` through prometheus-client's multiprocess mode (a
+  fresh ``PROMETHEUS_MULTIPROC_DIR`` per run, removed at exit), and
+  ``/livez``, ``/readyz``, ``/healthz`` from the state each worker writes
+  every second (``WorkersHealth``).
+* SIGTTIN adds a worker, SIGTTOU drains and retires the newest one (as in
+  gunicorn): the group rebalances, nothing else moves.
+* SIGTERM/SIGINT: forwarded to every worker, each drains (batch finished,
+  offsets stored and committed, group left, sink closed); the supervisor
+  exits 0 when all of them did.
+* A worker whose supervisor is killed notices within a second and drains.
+* A worker that dies is never restarted silently: a ``worker_exited`` error
+  line (index, pid, exit code or signal), ``turnaudit_worker_restarts_total``,
+  then a restart under the same member name, after a back-off that grows
+  while it keeps dying young (1 s, doubling to 30 s; reset after a minute up).
+* Redeliveries across workers: a worker that dies after its sink had a batch
+  but before its offsets were committed leaves that batch to be read again
+  by whoever owns the partition next, a process that never saw it.
+  ``RedeliveryMarkingSink`` records, after each write, the next offset the
+  service's sinks were handed per partition (``turnaudit_consumer_delivered_offset``,
+  the maximum over every worker of this run); a worker that picks a partition
+  up below it marks those turns as redelivered (``turnaudit_redelivered_turns_total``,
+  not counted again by the metrics sink, ``"redelivered": true`` in the log
+  sink's lines). The mark is set only after the sink returned, so a kill in
+  between leaves a turn counted twice, never not at all.
+* Callback figures a worker reads at scrape time (custom collectors, gauges
+  with ``set_function``) do not reach the multiprocess files by themselves;
+  ``MirroringRegistry`` copies them into file-backed metrics every second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from dataclasses import replace as replaced
+from multiprocessing.connection import wait as wait_for_sentinels
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
+
+from turnaudit.consumers.runtime.health import WORKER_STATE_SUFFIX, ServiceHealth, WorkersHealth
+from turnaudit.consumers.runtime.http import ServiceHttp
+from turnaudit.consumers.runtime.loop import ConsumerService
+from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
+from turnaudit.consumers.settings import ServiceSettings
+
+log = structlog.get_logger("turnaudit.workers")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+STATE_INTERVAL_S = 1.0  # how often a worker writes its state and mirrors its callback figures
+RESTART_BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+STABLE_AFTER_S = 60.0  # a worker up this long starts its back-off afresh when it dies
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What a worker process is told (picklable: it crosses ``spawn``)."""
+
+    index: int
+    supervised: bool  # one of a supervisor's workers (False: the service alone in its process)
+    state_dir: str
+    log_level: str
+    metrics_dir: str = ""
+
+
+# Builds worker ``plan.index``'s service in the worker process: a module-level
+# function (``spawn`` pickles it by name), reading its settings from the
+# environment like any entry point and passing them through ``worker_settings``.
+ServiceFactory = Callable[[WorkerPlan, CollectorRegistry], ConsumerService]
+LoggingContext = Callable[[str], AbstractContextManager[None]]
+
+
+def worker_settings(settings: ServiceSettings, plan: WorkerPlan) -> ServiceSettings:
+    """Worker ``plan.index``'s settings: its own member name, its own log file."""
+    if not plan.supervised:
+        return settings
+    instance = settings.group_instance_id
+    log_file = settings.log.file
+    if log_file is not None:
+        # One file per worker: rotation is not safe with several writers.
+        log_file = log_file.with_name(f"{log_file.stem}.worker-{plan.index}{log_file.suffix}")
+    return replace(
+        settings,
+        group_instance_id=f"{instance}-w{plan.index}" if instance else None,
+        log=replace(settings.log, file=log_file),
+    )
+
+
+# -- in the worker process -----------------------------------------------------------
+
+
+class MirroringRegistry(CollectorRegistry):
+    """A worker's registry: callback figures copied into the multiprocess files.
+
+    Counters and histograms made with ``registry=`` write their files
+    themselves; a custom collector or a ``set_function`` gauge exists only in
+    this process, so ``mirror()`` copies its samples into file-backed metrics
+    of the same name (counters by their increase, gauges summed over the
+    live workers).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list[Collector] = []
+        self._counters: dict[str, tuple[Counter, dict[tuple[str, ...], float]]] = {}
+        self._gauges: dict[str, Gauge] = {}
+        self._lock = threading.Lock()
+
+    def register(self, collector: Collector) -> None:
+        super().register(collector)
+        with self._lock:
+            self._callbacks.append(collector)
+
+    def mirror(self) -> None:
+        with self._lock:
+            collectors = [c for c in self._callbacks if _reads_at_scrape_time(c)]
+        for collector in collectors:
+            for family in collector.collect():
+                if family.type == "counter":
+                    self._mirror_counter(family)
+                elif family.type == "gauge":
+                    self._mirror_gauge(family)
+
+    def _mirror_counter(self, family: Any) -> None:
+        samples = [s for s in family.samples if s.name.endswith("_total")]
+        if not samples:
+            return
+        labels = sorted(samples[0].labels)
+        entry = self._counters.get(family.name)
+        if entry is None:
+            entry = self._counters[family.name] = (
+                Counter(family.name, family.documentation, labels, registry=None),
+                {},
+            )
+        counter, last = entry
+        for sample in samples:
+            values = tuple(sample.labels[k] for k in labels)
+            increase = sample.value - last.get(values, 0.0)
+            if increase > 0:
+                (counter.labels(*values) if labels else counter).inc(increase)
+                last[values] = sample.value
+
+    def _mirror_gauge(self, family: Any) -> None:
+        if not family.samples:
+            return
+        labels = sorted(family.samples[0].labels)
+        gauge = self._gauges.get(family.name)
+        if gauge is None:
+            gauge = self._gauges[family.name] = Gauge(
+                family.name, family.documentation, labels, registry=None,
+                multiprocess_mode="livesum",
+            )
+        for sample in family.samples:
+            values = tuple(sample.labels[k] for k in labels)
+            (gauge.labels(*values) if labels else gauge).set(sample.value)
+
+
+DELIVERED_OFFSET = "turnaudit_consumer_delivered_offset"
+
+
+@dataclass(frozen=True, slots=True)
+class _Redelivered:
+    """The placement of a turn another worker of this run had already handed to its sink."""
+
+    counts_as_turn: bool = False
+    redelivered: bool = True
+
+
+REDELIVERED = _Redelivered()
+
+
+class RedeliveryMarkingSink(Sink):
+    """A worker's sink: turns another worker already delivered are marked redelivered.
+
+    For sinks that take accepted turns only (``wants_breaching_turns`` false).
+    """
+
+    def __init__(self, inner: Sink, topic: str, metrics_dir: str) -> None:
+        if inner.wants_breaching_turns:
+            raise ValueError("RedeliveryMarkingSink wraps sinks of accepted turns only")
+        self._inner = inner
+        self._topic = topic
+        self._metrics_dir = metrics_dir
+        self._delivered = Gauge(
+            DELIVERED_OFFSET,
+            "Next offset handed to a sink of this service, per partition (every worker's maximum).",
+            ["topic", "partition"],
+            registry=None,
+            multiprocess_mode="max",
+        )
+        self._next: dict[int, int] = {}  # this worker's next offset per partition
+        self._floor: dict[int, int] = {}  # the service's delivered offset when picked up
+        self.on_marked: Callable[[int], None] = lambda _n: None
+
+    def write(self, turns: Sequence[ConsumedTurn]) -> None:
+        firsts: dict[int, int] = {}
+        for turn in turns:
+            firsts.setdefault(turn.partition, turn.offset)
+        for partition, first in firsts.items():
+            if self._next.get(partition) != first:
+                # Picked up where this worker had not just left off: another
+                # worker may have delivered some of it already.
+                self._floor[partition] = self._service_delivered(partition)
+        marked = 0
+        out: list[ConsumedTurn] = []
+        for turn in turns:
+            if turn.offset < self._floor.get(turn.partition, -1) and turn.sequence.counts_as_turn:
+                out.append(replaced(turn, sequence=REDELIVERED))
+                marked += 1
+            else:
+                out.append(turn)
+        self._inner.write(out)
+        nexts: dict[int, int] = {}
+        for turn in turns:
+            nexts[turn.partition] = max(nexts.get(turn.partition, 0), turn.offset + 1)
+        for partition, offset in nexts.items():
+            self._next[partition] = offset
+            self._delivered.labels(self._topic, str(partition)).set(offset)
+        if marked:
+            self.on_marked(marked)
+
+    def forget(self, partitions: set[int]) -> None:
+        """Partitions revoked or lost: whoever reads them next may go further."""
+        for partition in partitions:
+            self._next.pop(partition, None)
+            self._floor.pop(partition, None)
+
+    def _service_delivered(self, partition: int) -> int:
+        wanted = {"topic": self._topic, "partition": str(partition)}
+        collector = MultiProcessCollector(None, path=self._metrics_dir)  # type: ignore[no-untyped-call]
+        for family in collector.collect():  # type: ignore[no-untyped-call]
+            if family.name == DELIVERED_OFFSET:
+                for sample in family.samples:
+                    if sample.labels == wanted:
+                        return int(sample.value)
+        return -1
+
+    def tick(self) -> None:
+        self._inner.tick()
+
+    def held_offsets(self) -> Mapping[int, int] | None:
+        return self._inner.held_offsets()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _reads_at_scrape_time(collector: Collector) -> bool:
+    if not isinstance(collector, MetricWrapperBase):
+        return True  # a custom collector
+    # Gauge.set_function replaces the instance's _child_samples (prometheus_client).
+    return "_child_samples" in vars(collector)
+
+
+def run_worker(
+    factory: ServiceFactory, plan: WorkerPlan, logging_context: LoggingContext
+) -> None:
+    """A worker process's main: build the service, report its state, run it."""
+    structlog.contextvars.bind_contextvars(worker=plan.index)
+    # The runtime drops a revoked partition's lag series; the multiprocess files
+    # cannot, and prometheus-client warns each time. The lag gauge is
+    # "livemostrecent": the partition's new owner's figure is the one shown.
+    warnings.filterwarnings(
+        "ignore", message="Removal of labels has not been implemented", category=UserWarning
+    )
+    with logging_context(plan.log_level):
+        registry = MirroringRegistry()
+        try:
+            service = factory(plan, registry)
+        except Exception as exc:  # one line, like the CLI; the supervisor reports the exit
+            log.error("worker_failed_to_start", error=str(exc) or repr(exc))
+            raise SystemExit(1) from None
+        service.install_signal_handlers()
+        reporter = _StateReporter(
+            service.health, registry, Path(plan.state_dir), plan.index, on_orphaned=service.stop
+        )
+        reporter.start()
+        try:
+            service.run()
+        finally:
+            reporter.stop()
+
+
+class _StateReporter:
+    """Every second: the worker's health into its state file, callback figures mirrored."""
+
+    def __init__(
+        self,
+        health: ServiceHealth,
+        registry: MirroringRegistry,
+        state_dir: Path,
+        index: int,
+        *,
+        on_orphaned: Callable[[], None],
+    ) -> None:
+        self._parent = os.getppid()
+        self._on_orphaned = on_orphaned
+        self._health = health
+        self._registry = registry
+        self._path = state_dir / f"worker-{index}{WORKER_STATE_SUFFIX}"
+        self._index = index
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="turnaudit-state", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(5)
+        self.report()
+
+    def _loop(self) -> None:
+        while not self._done.wait(STATE_INTERVAL_S):
+            if os.getppid() != self._parent:
+                # The supervisor is gone (killed): no one would stop this worker.
+                log.error("worker_orphaned", supervisor_pid=self._parent)
+                self._on_orphaned()  # drains like SIGTERM
+                return
+            try:
+                self.report()
+            except Exception as exc:  # a full disk must not stop the worker
+                log.warning("worker_state_not_written", error=repr(exc))
+
+    def report(self) -> None:
+        self._registry.mirror()
+        live, ready = self._health.liveness(), self._health.readiness()
+        state = {
+            "index": self._index,
+            "pid": os.getpid(),
+            "written_at": time.time(),
+            "live": live.ok,
+            "ready": ready.ok,
+            "running": self._health.running,
+            "readiness": ready.body,
+        }
+        tmp = self._path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self._path)
+
+
+# -- in the supervisor -----------------------------------------------------------------
+
+
+class WorkerSupervisor:
+    """Starts N workers of one service, serves its HTTP, drains them all on a signal."""
+
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        factory: ServiceFactory,
+        count: int,
+        *,
+        registry: CollectorRegistry,
+        logging_context: LoggingContext,
+        log_level: str = "INFO",
+        max_workers: int = 64,
+    ) -> None:
+        self.settings = settings
+        self._factory = factory
+        self._count = count
+        self._max_workers = max_workers
+        self._add_requests = 0
+        self._retire_requests = 0
+        self._retiring: set[int] = set()
+        self._logging_context = logging_context
+        self._log_level = log_level
+        self._registry = registry
+        self._stopping = threading.Event()
+        self._processes: dict[int, BaseProcess] = {}
+        self._started_at: dict[int, float] = {}
+        self._deaths: dict[int, int] = {}  # consecutive early deaths, per worker
+        self._due: dict[int, float] = {}  # restart time of a dead worker
+        self._context = multiprocessing.get_context("spawn")
+        self._run_dir = Path(tempfile.mkdtemp(prefix=f"turnaudit-{settings.service.value}-"))
+        self.metrics_dir = self._run_dir / "metrics"
+        self.state_dir = self._run_dir / "state"
+        self.restarts = Counter(
+            "turnaudit_worker_restarts",
+            "Worker processes that died and were started again, by worker.",
+            ["worker"],
+            registry=registry,
+        )
+        self._workers_gauge = Gauge(
+            "turnaudit_workers", "Worker processes the service runs.", registry=registry
+        )
+        self._workers_gauge.set(count)
+        registry.register(_WorkerProcesses(self))
+        self.health = WorkersHealth(
+            {
+                "service": settings.service.value,
+                "group_id": settings.group_id,
+                "topic": settings.kafka.topics.turn_events,
+            },
+            self.state_dir,
+            pids=self.pids,
+        )
+        self._http: ServiceHttp | None = None
+
+    # -- public ----------------------------------------------------------------------
+    def pids(self) -> dict[int, int | None]:
+        """Worker index -> pid of its running process (None while it is down)."""
+        processes = list(self._processes.items())  # the HTTP thread asks while workers change
+        return {i: (p.pid if p.is_alive() else None) for i, p in sorted(processes)}
+
+    @property
+    def http_port(self) -> int | None:
+        return None if self._http is None else self._http.port
+
+    def install_signal_handlers(self) -> None:
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            log.info("workers_stopping", signal=signal.Signals(signum).name)
+            self.stop()
+
+        def more(_signum: int, _frame: FrameType | None) -> None:
+            self._add_requests += 1
+
+        def fewer(_signum: int, _frame: FrameType | None) -> None:
+            self._retire_requests += 1
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+        signal.signal(signal.SIGTTIN, more)
+        signal.signal(signal.SIGTTOU, fewer)
+
+    def stop(self) -> None:
+        self.health.stopping = True
+        self._stopping.set()
+
+    def run(self) -> int:
+        """Until a signal (or ``stop()``): 0 when every worker drained cleanly."""
+        self._prepare_dirs()
+        # The workers' prometheus_client picks multiprocess mode at import:
+        # the variable is in their environment from the start (spawn).
+        previous = os.environ.get(MULTIPROC_ENV)
+        os.environ[MULTIPROC_ENV] = str(self.metrics_dir)
+        MultiProcessCollector(self._registry, path=str(self.metrics_dir))  # type: ignore[no-untyped-call]
+        try:
+            self._http = ServiceHttp(
+                self.settings.http_host, self.settings.http_port, self._registry, self.health
+            )
+            self._http.start()
+            for index in range(self._count):
+                self._start(index)
+            self.health.running = True
+            log.info(
+                "workers_started",
+                workers=self._count,
+                pids=[p.pid for p in self._processes.values()],
+                group_id=self.settings.group_id,
+                http_port=self.http_port,
+            )
+            while not self._stopping.is_set():
+                self._watch()
+            return self._drain()
+        finally:
+            self.health.running = False
+            if previous is None:
+                os.environ.pop(MULTIPROC_ENV, None)
+            else:
+                os.environ[MULTIPROC_ENV] = previous
+            if self._http is not None:
+                self._http.close()
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+
+    # -- workers ----------------------------------------------------------------------
+    def _prepare_dirs(self) -> None:
+        for folder in (self.metrics_dir, self.state_dir):
+            shutil.rmtree(folder, ignore_errors=True)  # fresh for this run
+            folder.mkdir(parents=True)
+
+    def _start(self, index: int) -> None:
+        plan = WorkerPlan(
+            index, True, str(self.state_dir), self._log_level, str(self.metrics_dir)
+        )
+        process = self._context.Process(
+            target=run_worker,
+            args=(self._factory, plan, self._logging_context),
+            name=f"{self.settings.service.value}-worker-{index}",
+        )
+        process.start()
+        self._processes[index] = process
+        self._started_at[index] = time.monotonic()
+        self._due.pop(index, None)
+
+    def _resize(self) -> None:
+        """SIGTTIN / SIGTTOU since the last look: one worker more, or one fewer."""
+        while self._add_requests > 0:
+            self._add_requests -= 1
+            index = max(self._processes, default=-1) + 1
+            if index >= self._max_workers:
+                log.warning("worker_not_added", workers=len(self._processes),
+                            limit=self._max_workers)
+                continue
+            self._start(index)
+            log.info("worker_added", worker=index, pid=self._processes[index].pid)
+        while self._retire_requests > 0:
+            self._retire_requests -= 1
+            candidates = [i for i in self._processes if i not in self._retiring]
+            if len(candidates) <= 1:
+                log.warning("worker_not_retired", reason="the last worker stays")
+                continue
+            index = max(candidates)
+            self._retiring.add(index)
+            process = self._processes[index]
+            if index in self._due or process.pid is None or not process.is_alive():
+                self._forget_worker(index)
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)  # drains like a stop
+            log.info("worker_retiring", worker=index, pid=process.pid)
+        self._workers_gauge.set(len(self._processes) - len(self._retiring))
+
+    def _forget_worker(self, index: int) -> None:
+        self._processes.pop(index, None)
+        self._due.pop(index, None)
+        self._retiring.discard(index)
+        self.health.worker_exited(index, "retired")
+
+    def _watch(self) -> None:
+        """Wait for a worker to exit (or a second), report and schedule its restart."""
+        alive = [p.sentinel for i, p in self._processes.items() if i not in self._due]
+        wait_for_sentinels(alive, timeout=STATE_INTERVAL_S)
+        self._resize()
+        now = time.monotonic()
+        for index, process in list(self._processes.items()):
+            if index in self._retiring:
+                if not process.is_alive():
+                    self._reap(index, process)
+                    self._forget_worker(index)
+                    log.info("worker_retired", worker=index, pid=process.pid,
+                             exit=_describe_exit(process.exitcode))
+                continue
+            if index in self._due:
+                if now >= self._due[index] and not self._stopping.is_set():
+                    self.restarts.labels(str(index)).inc()
+                    self._start(index)
+                    log.warning("worker_restarted", worker=index, pid=self._processes[index].pid)
+                continue
+            if process.is_alive() or self._stopping.is_set():
+                continue
+            self._reap(index, process)
+            up_for = now - self._started_at[index]
+            deaths = 0 if up_for >= STABLE_AFTER_S else self._deaths.get(index, 0) + 1
+            self._deaths[index] = deaths
+            delay = 0.0 if deaths == 0 else RESTART_BACKOFF_S[
+                min(deaths - 1, len(RESTART_BACKOFF_S) - 1)
+            ]
+            self._due[index] = now + delay
+            log.error(
+                "worker_exited",
+                worker=index,
+                pid=process.pid,
+                exit=_describe_exit(process.exitcode),
+                up_for_s=round(up_for, 1),
+                restart_in_s=delay,
+            )
+
+    def _reap(self, index: int, process: BaseProcess) -> None:
+        process.join(0)
+        if process.pid is not None:
+            # Its live gauges leave the sums; its counters stay counted.
+            mark_process_dead(process.pid, str(self.metrics_dir))  # type: ignore[no-untyped-call]
+        self.health.worker_exited(index, _describe_exit(process.exitcode))
+
+    def _drain(self) -> int:
+        """SIGTERM to every worker; each finishes its batch, commits, leaves, closes."""
+        running = {i: p for i, p in self._processes.items() if i not in self._due}
+        for process in running.values():
+            if process.pid is not None and process.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.settings.drain_timeout_s + 15.0
+        clean = True
+        for index, process in running.items():
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                log.error("worker_not_drained", worker=index, pid=process.pid)
+                process.kill()
+                process.join(5)
+            if process.exitcode != 0:
+                clean = False
+                log.error(
+                    "worker_stopped_badly", worker=index, exit=_describe_exit(process.exitcode)
+                )
+            self._reap(index, process)
+        log.info("workers_stopped", clean=clean)
+        return 0 if clean else 1
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "running"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class _WorkerProcesses(Collector):
+    """Each worker's resident memory and CPU time, read from /proc at scrape time."""
+
+    def __init__(self, supervisor: WorkerSupervisor) -> None:
+        self._supervisor = supervisor
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        memory = GaugeMetricFamily(
+            "turnaudit_worker_resident_memory_bytes",
+            "Resident memory of each worker process.",
+            labels=["worker"],
+        )
+        cpu = CounterMetricFamily(
+            "turnaudit_worker_cpu_seconds",
+            "CPU time (user and system) of each worker process since it started.",
+            labels=["worker"],
+        )
+        for index, pid in self._supervisor.pids().items():
+            figures = process_figures(pid) if pid is not None else None
+            if figures is not None:
+                memory.add_metric([str(index)], figures[0])
+                cpu.add_metric([str(index)], figures[1])
+        yield memory
+        yield cpu
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_figures(pid: int) -> tuple[float, float] | None:
+    """(resident bytes, CPU seconds) of a process, or None once it is gone."""
+    try:
+        resident = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
+        # Fields after the command name (which may hold spaces): utime, stime are 14, 15.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError, ValueError):
+        return None
+    return float(resident), (int(fields[11]) + int(fields[12])) / _TICKS

@@ -1,0 +1,397 @@
+"""A service as N worker processes in its consumer group (``--workers``), on the real broker.
+
+A worker really killed (SIGKILL) and a member added while the stream is
+being written: every event counted at least once on the service's one
+``/metrics``, the re-read ones marked as redeliveries, nothing lost; SIGTERM
+drains every worker and the group's committed offsets cover the topic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.consumers.streams import http_get, publish_simulated, scrape, total, wait_for
+from tests.consumers.test_service_processes import TURNAUDIT, service_env
+from turnaudit.kafka.local_broker import free_port
+from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.topics import ensure_topics
+from turnaudit.producers.simulator import PACKS
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.settings import KafkaSettings, TopicNames
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 6
+
+
+@pytest.fixture
+def six_partitions(kafka_bootstrap: str) -> KafkaSettings:
+    settings = KafkaSettings(
+        bootstrap_servers=kafka_bootstrap,
+        topics=TopicNames(f"t-{uuid.uuid4().hex[:10]}."),
+        partitions=PARTITIONS,
+    )
+    ensure_topics(settings)
+    return settings
+
+
+@contextmanager
+def workers_process(
+    service: str, workers: int, env: dict[str, str], log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("ab") as stderr:
+        proc = subprocess.Popen(
+            [TURNAUDIT, "--log-level", "INFO", "sink", service, "--workers", str(workers)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(60)
+
+
+def health(port: int) -> tuple[int, dict[str, Any]]:
+    try:
+        code, body = http_get(port, "/healthz")
+    except OSError:
+        return 0, {}
+    return code, json.loads(body)
+
+
+def assigned(port: int) -> list[int]:
+    code, body = health(port)
+    return list(body["assigned_partitions"]) if code == 200 else []
+
+
+def settled(port: int, workers: int) -> bool:
+    """Every partition held, by every one of ``workers`` workers, none twice."""
+    states = health(port)[1].get("worker_states", [])
+    held = [p for s in states for p in s.get("assigned_partitions", [])]
+    return (
+        len(states) == workers
+        and all(s.get("assigned_partitions") for s in states)
+        and sorted(held) == list(range(PARTITIONS))
+    )
+
+
+def worker_pids(port: int) -> dict[int, int | None]:
+    _, body = health(port)
+    return {w["worker"]: w["pid"] for w in body.get("worker_states", [])}
+
+
+def counted(port: int, **labels: str) -> int:
+    try:
+        return total(scrape(port), "turnaudit_turns_total", **labels)
+    except OSError:
+        return 0
+
+
+def committed(settings: KafkaSettings, group: str) -> dict[int, int]:
+    consumer = Consumer(settings.client_config(**{"group.id": group}))
+    try:
+        offsets = consumer.committed(
+            [TopicPartition(settings.topics.turn_events, p) for p in range(PARTITIONS)],
+            timeout=10,
+        )
+    finally:
+        consumer.close()
+    return {tp.partition: max(tp.offset, 0) for tp in offsets}
+
+
+def test_a_worker_killed_and_one_added_mid_stream_lose_nothing_and_flag_redeliveries(
+    six_partitions: KafkaSettings, tmp_path: Path
+) -> None:
+    settings = six_partitions
+    env = service_env(
+        settings,
+        "g-workers",
+        TURNAUDIT_METRICS_PACKS=",".join(PACKS),
+        TURNAUDIT_BATCH_SIZE="50",
+        # Offsets committed on rebalances and at the drain only: the killed
+        # worker surely leaves consumed, uncommitted messages to be read again.
+        TURNAUDIT_KAFKA_OPTIONS=json.dumps({"auto.commit.interval.ms": "60000"}),
+    )
+    port = int(env["TURNAUDIT_HTTP_PORT"])
+    truths = []
+    publisher = threading.Thread(
+        target=lambda: truths.append(publish_simulated(settings, 12000, tmp_path / "spool")),
+    )
+    with workers_process("metrics", 2, env, tmp_path / "workers.log") as service:
+        # Both workers are members with partitions of their own.
+        assert wait_for(lambda: settled(port, 2), timeout=90)
+        publisher.start()
+        assert wait_for(lambda: counted(port) >= 1500)
+        victim = worker_pids(port)[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)  # mid-stream, with consumed offsets not committed
+        killed_at = counted(port)
+        service.send_signal(signal.SIGTTIN)  # and one worker more, while the stream runs
+        publisher.join(120)
+        truth = truths[0]
+        assert wait_for(lambda: counted(port) >= truth.events, timeout=120)
+        # The killed worker is back under its own member name; the added one holds partitions.
+        assert wait_for(lambda: settled(port, 3), timeout=90)
+        assert worker_pids(port)[0] not in (None, victim)
+        samples = scrape(port)
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(90) == 0
+    assert killed_at < truth.events  # it really was killed mid-stream
+    log = (tmp_path / "workers.log").read_text()
+    assert "worker_exited" in log
+    assert "killed by SIGKILL" in log
+    assert "worker_added" in log
+    assert total(samples, "turnaudit_worker_restarts_total", worker="0") == 1
+    assert total(samples, "turnaudit_workers") == 3
+    # Every event counted at least once, in every pack: nothing lost.
+    turns = total(samples, "turnaudit_turns_total")
+    assert turns >= truth.events
+    # Figures the workers keep themselves reach the one /metrics too (mirrored
+    # every second; test_mirroring_registry checks the figures).
+    assert total(samples, "turnaudit_new_turns_total") > 0
+    for pack in PACKS:
+        assert total(samples, "turnaudit_turns_total", pack=pack) >= truth.by_pack[pack]
+        assert total(samples, "turnaudit_refused_turns_total", pack=pack) >= (
+            truth.refused_by_pack[pack]
+        )
+    # The killed worker's uncommitted messages were read again by its successor,
+    # marked as redeliveries and not counted again: the count is exact unless the
+    # kill fell between a batch's write and its mark (one batch at most).
+    redelivered = total(samples, "turnaudit_redelivered_turns_total")
+    print(f"\nturns counted {turns} of {truth.events}; redeliveries flagged {redelivered}")
+    assert redelivered > 0
+    assert turns - truth.events <= 50
+    # The drain committed everything the group read.
+    assert committed(settings, "g-workers") == end_offsets(settings, settings.topics.turn_events)
+
+
+def test_sigterm_drains_every_worker_and_commits_exactly_what_they_wrote(
+    six_partitions: KafkaSettings, tmp_path: Path
+) -> None:
+    settings = six_partitions
+    turns_file = tmp_path / "turns.jsonl"
+    env = service_env(
+        settings, "g-drain", TURNAUDIT_BATCH_SIZE="100", TURNAUDIT_LOG_FILE=str(turns_file)
+    )
+    port = int(env["TURNAUDIT_HTTP_PORT"])
+    publisher = threading.Thread(
+        target=publish_simulated, args=(settings, 10000, tmp_path / "spool")
+    )
+    with workers_process("logs", 3, env, tmp_path / "drain.log") as service:
+        assert wait_for(lambda: settled(port, 3), timeout=90)
+        pids = worker_pids(port)
+        publisher.start()
+        # Stopped while the stream is still being written and read.
+        assert wait_for(lambda: len(written(tmp_path)) >= 1000)
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(90) == 0
+    publisher.join(120)
+    log = (tmp_path / "drain.log").read_text()
+    assert log.count('"consumer_stopped"') == 3, log
+    assert '"clean": true' in log
+    for pid in pids.values():
+        assert pid is not None
+        assert not Path(f"/proc/{pid}").exists()
+    # One file per worker; together exactly the messages below the committed offsets.
+    assert sorted(p.name for p in tmp_path.glob("turns.worker-*.jsonl")) == [
+        f"turns.worker-{i}.jsonl" for i in range(3)
+    ]
+    done = committed(settings, "g-drain")
+    end = end_offsets(settings, settings.topics.turn_events)
+    assert sum(done.values()) < sum(end.values())  # stopped mid-stream
+    below = event_ids_below(settings, done)
+    assert set(written(tmp_path)) == below
+    assert len(written(tmp_path)) == len(below)  # and each once
+
+
+def written(folder: Path) -> list[str]:
+    """Event ids of the complete lines in the workers' files."""
+    return [
+        json.loads(line)["event_id"]
+        for path in sorted(folder.glob("turns.worker-*.jsonl"))
+        for line in path.read_text().split("\n")[:-1]
+    ]
+
+
+def event_ids_below(settings: KafkaSettings, offsets: dict[int, int]) -> set[str]:
+    decode = TurnEventDeserializer(shipped_catalog())
+    return {
+        decode(m.value()).event["event_id"]
+        for m in read_range(settings, settings.topics.turn_events, None, offsets)
+    }
+
+
+def test_workers_of_a_killed_supervisor_drain_and_leave(
+    six_partitions: KafkaSettings, tmp_path: Path
+) -> None:
+    env = service_env(six_partitions, "g-orphans")
+    port = int(env["TURNAUDIT_HTTP_PORT"])
+    with workers_process("metrics", 2, env, tmp_path / "orphans.log") as service:
+        assert wait_for(lambda: settled(port, 2), timeout=90)
+        pids = [pid for pid in worker_pids(port).values() if pid is not None]
+        service.send_signal(signal.SIGKILL)
+        service.wait(30)
+    assert len(pids) == 2
+    # Nothing would ever stop them otherwise.
+    assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), timeout=60)
+    log = (tmp_path / "orphans.log").read_text()
+    assert log.count('"worker_orphaned"') == 2
+    assert log.count('"consumer_stopped"') == 2
+
+
+MIRROR_SCRIPT = """
+import sys
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from turnaudit.consumers.runtime.workers import MirroringRegistry
+
+class Figures:
+    def __init__(self):
+        self.value = 0
+    def collect(self):
+        yield CounterMetricFamily("kept_turns", "kept by the process", value=self.value)
+
+registry = MirroringRegistry()
+figures = Figures()
+registry.register(figures)
+missing = Gauge("missing", "read at scrape time", registry=registry, multiprocess_mode="livesum")
+missing.set_function(lambda: figures.value * 2)
+plain = Counter("plain", "file-backed already", registry=registry)
+plain.inc(5)
+for value in (3, 7, 7, 11):
+    figures.value = value
+    registry.mirror()
+merged = CollectorRegistry()
+MultiProcessCollector(merged)
+for family in merged.collect():
+    for sample in family.samples:
+        print(sample.name, sample.value)
+"""
+
+
+def test_mirroring_registry_puts_callback_figures_into_the_multiprocess_files(
+    tmp_path: Path,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", MIRROR_SCRIPT],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
+        capture_output=True, text=True, check=True, timeout=60,
+    )
+    values = dict(line.rsplit(" ", 1) for line in result.stdout.splitlines())
+    # The counter by its increases (3, 4, 0, 4), the gauge as last read, the
+    # file-backed counter once (not mirrored again).
+    assert float(values["kept_turns_total"]) == 11
+    assert float(values["missing"]) == 22
+    assert float(values["plain_total"]) == 5
+
+
+MARKING_SCRIPT = """
+import sys
+from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
+from turnaudit.consumers.runtime.workers import RedeliveryMarkingSink
+from turnaudit.identity import TrackResult, TurnOutcome
+
+class Kept(Sink):
+    def __init__(self):
+        self.turns = []
+    def write(self, turns):
+        self.turns.extend(turns)
+
+def turns(partition, offsets):
+    placement = TrackResult(TurnOutcome.NEW, ("s", "p"), 0)
+    return [ConsumedTurn(None, placement, "t", partition, o) for o in offsets]
+
+kept = Kept()
+sink = RedeliveryMarkingSink(kept, "t", sys.argv[1])
+other = RedeliveryMarkingSink(Kept(), "t", sys.argv[1])  # another worker's delivery
+marked = []
+sink.on_marked = marked.append
+for batch in sys.argv[2:]:
+    if batch == "revoke-0":
+        sink.forget({0})
+        continue
+    writer = other if batch.startswith("other:") else sink
+    partition, first, last = map(int, batch.removeprefix("other:").split(":"))
+    writer.write(turns(partition, range(first, last)))
+print(sum(marked), ",".join(f"{t.partition}:{t.offset}" for t in kept.turns
+                            if t.sequence.redelivered))
+"""
+
+
+def run_marking(folder: Path, *batches: str) -> tuple[int, list[str]]:
+    result = subprocess.run(
+        [sys.executable, "-c", MARKING_SCRIPT, str(folder), *batches],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder)},
+        capture_output=True, text=True, check=True, timeout=60,
+    )
+    count, _, positions = result.stdout.strip().partition(" ")
+    return int(count), positions.split(",") if positions else []
+
+
+def test_turns_another_worker_delivered_are_marked_redelivered(tmp_path: Path) -> None:
+    # Worker A hands partition 0 up to offset 10, partition 1 up to 5, then dies.
+    assert run_marking(tmp_path, "0:0:10", "1:0:5") == (0, [])
+    # Its successor reads from the committed offsets (0:6, 1:5): only what A had is marked.
+    marked, positions = run_marking(tmp_path, "0:6:12", "1:5:8")
+    assert (marked, positions) == (4, ["0:6", "0:7", "0:8", "0:9"])
+    # A worker that had the partition, lost it and gets it back at the offset
+    # it left (another worker read further meanwhile, then died) looks again.
+    marked, positions = run_marking(tmp_path, "0:20:25", "other:0:25:30", "revoke-0", "0:25:32")
+    assert (marked, positions) == (5, ["0:25", "0:26", "0:27", "0:28", "0:29"])
+
+
+def test_the_log_sink_needs_a_file_per_worker(tmp_path: Path) -> None:
+    env = {"PATH": os.environ.get("PATH", ""), "TURNAUDIT_HTTP_PORT": str(free_port()),
+           "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    result = subprocess.run(
+        [TURNAUDIT, "sink", "logs", "--workers", "2"], env=env, capture_output=True, text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "TURNAUDIT_LOG_FILE" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["--workers", "0"], {}, "is not a positive number"),
+        (["--workers", "two"], {}, "is not a whole number"),
+        (["--workers", "65"], {}, "is above 64"),
+        ([], {"TURNAUDIT_WORKERS": "0"}, "TURNAUDIT_WORKERS=0 is below 1"),
+        ([], {"TURNAUDIT_WORKERS": "x"}, "TURNAUDIT_WORKERS='x' is not a whole number"),
+        ([], {"TURNAUDIT_WORKERS": "65"}, "TURNAUDIT_WORKERS=65 is above 64"),
+    ],
+)
+def test_a_wrong_worker_count_gets_one_line(
+    args: list[str], env: dict[str, str], expected: str
+) -> None:
+    full_env = {"PATH": os.environ.get("PATH", ""), "TURNAUDIT_HTTP_PORT": str(free_port()),
+                "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", **env}
+    result = subprocess.run(
+        [TURNAUDIT, "sink", "metrics", *args], env=full_env, capture_output=True, text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert expected in result.stderr
