@@ -50,7 +50,6 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from dataclasses import replace as replaced
 from multiprocessing.connection import wait as wait_for_sentinels
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -217,31 +216,40 @@ class RedeliveryMarkingSink(Sink):
         self._next: dict[int, int] = {}  # this worker's next offset per partition
         self._floor: dict[int, int] = {}  # the service's delivered offset when picked up
         self.on_marked: Callable[[int], None] = lambda _n: None
+        # The batch in hand: next offset per partition, turns for an inner sink
+        # that wants them in ``write``, how many were marked.
+        self._batch_next: dict[int, int] = {}
+        self._pending: list[ConsumedTurn] = []
+        self._marked = 0
+
+    # Takes each turn as read, so an inner sink that does too keeps doing so.
+    takes_turns_as_read = True
+
+    def take(self, turn: ConsumedTurn) -> None:
+        partition, offset = turn.partition, turn.offset
+        batch = self._batch_next
+        if partition not in batch and self._next.get(partition) != offset:
+            # Picked up where this worker had not just left off: another
+            # worker may have delivered some of it already.
+            self._floor[partition] = self._service_delivered(partition)
+        batch[partition] = max(batch.get(partition, 0), offset + 1)
+        if offset < self._floor.get(partition, -1) and turn.sequence.counts_as_turn:
+            turn = turn._replace(sequence=REDELIVERED)
+            self._marked += 1
+        if self._inner.takes_turns_as_read:
+            self._inner.take(turn)
+        else:
+            self._pending.append(turn)
 
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        firsts: dict[int, int] = {}
-        for turn in turns:
-            firsts.setdefault(turn.partition, turn.offset)
-        for partition, first in firsts.items():
-            if self._next.get(partition) != first:
-                # Picked up where this worker had not just left off: another
-                # worker may have delivered some of it already.
-                self._floor[partition] = self._service_delivered(partition)
-        marked = 0
-        out: list[ConsumedTurn] = []
-        for turn in turns:
-            if turn.offset < self._floor.get(turn.partition, -1) and turn.sequence.counts_as_turn:
-                out.append(replaced(turn, sequence=REDELIVERED))
-                marked += 1
-            else:
-                out.append(turn)
-        self._inner.write(out)
-        nexts: dict[int, int] = {}
-        for turn in turns:
-            nexts[turn.partition] = max(nexts.get(turn.partition, 0), turn.offset + 1)
-        for partition, offset in nexts.items():
+        for turn in turns:  # a caller that hands the batch here rather than to take()
+            self.take(turn)
+        self._inner.write(self._pending)  # raising keeps the batch pending for the retry
+        for partition, offset in self._batch_next.items():
             self._next[partition] = offset
             self._delivered.labels(self._topic, str(partition)).set(offset)
+        marked = self._marked
+        self._batch_next, self._pending, self._marked = {}, [], 0
         if marked:
             self.on_marked(marked)
 
