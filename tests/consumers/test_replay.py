@@ -58,10 +58,11 @@ def test_live_counters_and_group_offsets_unchanged_by_a_replay(
 
         decode = decoder_for(kafka_settings)
         summary = replay(kafka_settings, decode, ReplayRequest(),
-                         ReplayTarget("jsonl", tmp_path / "r.jsonl"))
+                         ReplayTarget.file("jsonl", tmp_path / "r.jsonl"))
         assert summary.events == truth.events
-        replay(kafka_settings, decode, ReplayRequest(), ReplayTarget("metrics", tmp_path / "r.om"),
-               outputs={"metrics": lambda: MetricsReplayOutput(decode, "test")})
+        replay(kafka_settings, decode, ReplayRequest(),
+               ReplayTarget.file("metrics", tmp_path / "r.om"),
+               outputs={"metrics": lambda c: MetricsReplayOutput(decode, "test", c.target.path)})
         assert "turnaudit_turns_total{" in (tmp_path / "r.om").read_text(encoding="utf-8")
         time.sleep(2)  # a few more polls of the live service
         assert counter_samples(registry) == counters
