@@ -26,7 +26,15 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.replay import (
@@ -49,6 +57,10 @@ from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
 _BOUND_TAG = "turnaudit-replay/1"
+_REBALANCING = frozenset({
+    KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION,
+    KafkaError.UNKNOWN_MEMBER_ID, KafkaError._DESTROY,
+})
 
 
 def _bound_metadata(fingerprint: str, start: int, end: int) -> str:
@@ -67,7 +79,8 @@ class _GroupMember:
     offsets carry each partition's recorded bound (``start end`` in the commit metadata)."""
 
     def __init__(self, settings: KafkaSettings, *, group: str, own: ReplayCheckpoint,
-                 output: ReplayOutput, local: ReplayCheckpoint, checkpoint: Path) -> None:
+                 output: ReplayOutput, local: ReplayCheckpoint, checkpoint: Path,
+                 members: int = 1) -> None:
         self.topic = own.topic
         self.own = own
         self.output = output
@@ -77,6 +90,11 @@ class _GroupMember:
         self.bounds: dict[int, tuple[int, int]] = {}
         self.next: dict[int, int] = {}
         self.error: str | None = None
+        self.closing = False
+        # Reading starts once the group is stable with this many members.
+        self.members = members
+        self.started = members <= 1
+        self.admin = AdminClient(settings.client_config({"log_level": 0}))
         self.consumer = Consumer(settings.client_config(READER_CONFIG, **{
             "group.id": self.group, "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "range",
@@ -87,6 +105,8 @@ class _GroupMember:
                                 on_revoke=self._revoked, on_lost=self._lost)
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.closing:
+            return
         fingerprint = self.own.fingerprint
         found = consumer.committed(partitions, timeout=30)
         record = []
@@ -107,12 +127,26 @@ class _GroupMember:
                                              metadata=_bound_metadata(fingerprint,
                                                                       *self.bounds[p])))
         if record:  # the first member to hold a partition records its bound for the group
-            consumer.commit(offsets=record, asynchronous=False)
-        consumer.assign([TopicPartition(self.topic, p, self.next[p])
-                         for p in sorted(self.next) if self.next[p] < self.bounds[p][1]])
+            self._commit(record)
+        assigned = [TopicPartition(self.topic, p, self.next[p])
+                    for p in sorted(self.next) if self.next[p] < self.bounds[p][1]]
+        consumer.assign(assigned)
+        if not self.started and assigned:
+            consumer.pause(assigned)
+
+    def start_when_joined(self) -> None:
+        """Resume the assignment once the group is stable with ``members`` members."""
+        found = self.admin.describe_consumer_groups([self.group])[self.group].result(30)
+        if found.state is ConsumerGroupState.STABLE and len(found.members) >= self.members:
+            self.started = True
+            assigned = [TopicPartition(self.topic, p) for p in sorted(self.next)
+                        if self.next[p] < self.bounds[p][1]]
+            if assigned:
+                self.consumer.resume(assigned)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.commit()
+        if not self.closing:  # a closing member has committed already
+            self.commit()
         for tp in partitions:
             self.next.pop(tp.partition, None)
 
@@ -128,7 +162,17 @@ class _GroupMember:
         held = [TopicPartition(self.topic, p, o, metadata=_bound_metadata(
                     self.own.fingerprint, *self.bounds[p])) for p, o in sorted(self.next.items())]
         if held:
-            self.consumer.commit(offsets=held, asynchronous=False)
+            self._commit(held)
+
+    def _commit(self, offsets: list[TopicPartition]) -> None:
+        """Commit now; during a rebalance the broker refuses, and the revocation that
+        follows commits the same offsets (or, if the partitions are lost, the next
+        owner reads those messages again)."""
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _REBALANCING:
+                raise
 
     def run(self, decode: TurnEventDeserializer, *, batch_size: int, timeout: float,
             after_batch: BatchHook | None, checkpoint_every: int,
@@ -158,7 +202,11 @@ class _GroupMember:
             if finished or since_sync >= checkpoint_every or now - synced_at >= checkpoint_seconds:
                 self.commit()
                 since_sync, synced_at = 0, now
-            if not got and now - checked_at >= 1.0:
+            if not self.started and now - checked_at >= 0.5:
+                checked_at = now
+                self.start_when_joined()
+                last_message = now
+            elif not got and now - checked_at >= 1.0:
                 checked_at = now
                 if self.range_done():
                     return
@@ -212,8 +260,12 @@ def replay_group(
     outputs: Mapping[str, OutputFactory] | OutputKinds | None = None,
     checkpoint_every: int = 50_000,
     checkpoint_seconds: float = 5.0,
+    members: int = 1,
 ) -> ReplaySummary:
     """One of several processes sharing the range of ``request`` through Kafka.
+
+    ``members``: read nothing until the group is stable with that many
+    members, so the range is split between them from the start.
 
     The processes (same arguments and ``group``, each its own ``target``) join
     the consumer group ``turnaudit-replay.GROUP``, which no live service uses.
@@ -256,7 +308,7 @@ def replay_group(
             "process; share a range with jsonl, logs or topic outputs"
         )
     member = _GroupMember(settings, group=group, own=own, output=output, local=local,
-                          checkpoint=target.checkpoint)
+                          checkpoint=target.checkpoint, members=members)
     try:
         output.open(local.output_bytes)
         member.subscribe()
@@ -267,6 +319,7 @@ def replay_group(
         local.complete = True
         local.save(target.checkpoint)
     finally:
+        member.closing = True
         try:
             member.consumer.close()
         finally:

@@ -90,6 +90,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="share the range with other replay processes of the same arguments: consumer "
         "group turnaudit-replay.NAME (never a live service's); each process writes its own "
         "output (jsonl, logs or topic)")
+    parser.add_argument("--members", type=positive_int, default=1, metavar="N",
+                        help="with --group: start reading once N processes have joined, so "
+                        "the range is split between them from the start (default 1)")
     parser.add_argument("--checkpoint", type=Path, metavar="PATH",
                         help="checkpoint file (default: OUTPUT.replay-checkpoint.json; "
                         "topic outputs: topic-NAME.replay-checkpoint.json here)")
@@ -117,7 +120,8 @@ def _replay(args: argparse.Namespace) -> int:
 
     progress = Progress(terminal=sys.stderr.isatty())
     decode = decoder_for(settings)
-    run = partial(replay_group, group=args.group) if args.group else replay
+    run = (partial(replay_group, group=args.group, members=args.members) if args.group
+           else replay)
     summary = run(settings, decode, request, target, batch_size=args.batch_size,
                   timeout=args.timeout, after_batch=progress, outputs=OUTPUT_KINDS,
                   checkpoint_every=args.checkpoint_every,
