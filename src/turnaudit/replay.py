@@ -718,11 +718,12 @@ def jsonl_line(decode: TurnEventDeserializer, msg: Message) -> tuple[bytes, bool
     return canonical_json(where) + b"\n", True
 
 
-_ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
+_ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
 
 def canonical_json(value: Any) -> bytes:
-    """Sorted keys, no spaces, UTF-8; bytes as hex, datetimes as ``isoformat()``."""
+    """Sorted keys, no spaces, UTF-8; bytes as hex, datetimes as ``isoformat()`` writes
+    them (orjson's own RFC 3339 rendering is the same text, without a Python call)."""
     return orjson.dumps(value, default=_jsonable, option=_ORJSON)
 
 
