@@ -3,7 +3,10 @@ decode loop over the same range, measured in the same run; then the same range s
 2 replay processes against 1.
 
 Rounds rotate the order of the loops; each prints min/median/max events/s and
-the min/median/max of its per-round ratio to the bare loop of the same round.
+the min/median/max of its per-round ratio to the bare loop of the same round,
+and the CPU time per event (process time, librdkafka's threads included) with
+its ratio to the bare loop's: on a machine shared with other work, the CPU
+figure moves less than the wall-clock one.
 The scale-out part times whole processes (``turnaudit replay --group G
 --members N --into jsonl:…``, start to last exit, interpreter start included)
 for N = 1 and N = 2, rounds alternated, and prints the ratio. The broker
@@ -63,18 +66,22 @@ def single_process(settings: KafkaSettings, folder: Path, events: int, rounds: i
              folder), "replay metrics": into(settings, "metrics", folder)}
     names = list(loops)
     rates: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}  # CPU us per event
     for round_no in range(rounds):
         for name in names[round_no % len(names):] + names[:round_no % len(names)]:
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             count = loops[name]()
             rates[name].append(count / (time.perf_counter() - began))
+            cpu[name].append(1e6 * (time.process_time() - began_cpu) / count)
     print(f"{events} events, {partitions} partitions, {rounds} rounds (rotated), one process")
     for name in names:
         ratios = [r / b for r, b in zip(rates[name], rates[names[0]], strict=True)]
+        cpu_ratios = [b / c for c, b in zip(cpu[name], cpu[names[0]], strict=True)]
         low, mid, high = min(rates[name]), statistics.median(rates[name]), max(rates[name])
-        print(f"{name:22} events/s min {low:9.0f}  median {mid:9.0f}  max {high:9.0f}"
-              f"  x bare per round min {min(ratios):.2f} median {statistics.median(ratios):.2f}"
-              f" max {max(ratios):.2f}")
+        print(f"{name:22} events/s min {low:8.0f} median {mid:8.0f} max {high:8.0f}"
+              f" | x bare per round min {min(ratios):.2f} median {statistics.median(ratios):.2f}"
+              f" max {max(ratios):.2f} | CPU us/event median {statistics.median(cpu[name]):.1f},"
+              f" x bare by CPU median {statistics.median(cpu_ratios):.2f}")
 
 
 def bare(settings: KafkaSettings) -> Callable[[], int]:

@@ -98,6 +98,9 @@ class _GroupMember:
         self.consumer = Consumer(settings.client_config(READER_CONFIG, **{
             "group.id": self.group, "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "range",
+            # A member joining is noticed by the others at their next heartbeat: the
+            # default 3 s would be most of a short replay's time.
+            "heartbeat.interval.ms": 250,
         }))
 
     def subscribe(self) -> None:
