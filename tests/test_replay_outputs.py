@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.test_replay import PROJECT_DIR, expected_lines, read_lines
 from tests.verify_helpers import DECODE, Stored, copy_to, fresh_prefix, publish, stored_range
 from turnaudit import replay as replay_module
+from turnaudit.cli import main
 from turnaudit.commands.replay import OUTPUT_KINDS
 from turnaudit.consumers.replay import SOURCE_HEADER
 from turnaudit.kafka.reading import end_offsets, read_range
@@ -213,3 +215,40 @@ def test_three_processes_share_a_range_each_message_once_each_stopping_at_the_bo
     assert all(state.events > 0 for state in written)  # the range was shared
     assert all(state.end == {} or state.end == {p: bound[p] for p in state.end}
                for state in written)
+
+
+def test_wrong_replay_arguments_get_one_line(
+    published: tuple[KafkaSettings, list[Stored]], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings, _ = published
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    cases = {
+        ("--group", "g", "--into", f"metrics:{tmp_path / 'm.om'}"): "computed over the whole range",
+        ("--time", "event", "--from", "2026-11-01", "--into", f"jsonl:{tmp_path / 'e.jsonl'}"):
+            "needs both --from and --to",
+        ("--into", f"topic:{settings.topics.turn_events}"): "live topic",
+        ("--into", "jsonl"): "write KIND:WHERE",
+    }
+    for args, said in cases.items():
+        assert main(["replay", *args]) == 2
+        err = capsys.readouterr().err
+        assert said in err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_event_time_window_reads_only_records_stored_within_the_slack(
+    published: tuple[KafkaSettings, list[Stored]], tmp_path: Path
+) -> None:
+    """Simulated turns happened on 2026-11-01 but were stored today: a window on their
+    occurred_at finds them in the whole stream, not within a minute's slack of the window."""
+    settings, stored = published
+    window = RangeSpec(datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC))
+    whole = into(settings, "jsonl", tmp_path / "all.jsonl",
+                 request=ReplayRequest(window, event_time=True))
+    assert whole.events == len(stored)  # every turn of the fixture happened that day
+    near = into(settings, "jsonl", tmp_path / "near.jsonl",
+                request=ReplayRequest(window, event_time=True, slack=timedelta(minutes=1)))
+    assert near.events == 0
+    assert (tmp_path / "near.jsonl").read_bytes() == b""
