@@ -110,6 +110,7 @@ class LogReplayOutput(SinkReplayOutput):
         self._settings = settings or LogSinkSettings()
         self._decode = decode
         self._logging = contextlib.ExitStack()
+        self._opened = self._finished = False
 
     def open(self, position: int) -> None:
         open_for_resume(self._path, position).close()
@@ -118,6 +119,7 @@ class LogReplayOutput(SinkReplayOutput):
         settings = LogSinkSettings(self._settings.redaction, self._settings.hash_key,
                                    self._path, file_max_bytes=1 << 62, file_backups=0)
         super().__init__(LogSink(settings, CollectorRegistry(), event_time=True), self._decode)
+        self._opened = True
 
     def write(self, messages: Sequence[Message]) -> int:
         return contextvars.Context().run(super().write, messages)
@@ -125,7 +127,13 @@ class LogReplayOutput(SinkReplayOutput):
     def sync(self) -> int:
         return fsync_path(self._path)
 
+    def finish(self) -> None:
+        super().finish()
+        self._finished = True
+
     def close(self) -> None:
+        if self._opened and not self._finished:
+            self.sink.close()  # interrupted: release the file (every batch was flushed)
         self._logging.close()
 
 
