@@ -40,7 +40,6 @@ import json
 import os
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -504,7 +503,8 @@ def replay(
 
 
 def output_factory(kind: str, decode: TurnEventDeserializer,
-             outputs: Mapping[str, OutputFactory] | OutputKinds | None) -> OutputFactory:
+                   outputs: Mapping[str, OutputFactory] | OutputKinds | None) -> OutputFactory:
+    """The factory of ``kind``: from ``outputs``, or the built-in JSONL output."""
     if isinstance(outputs, OutputKinds):
         found = outputs.get(kind)
         if found is not None:
@@ -612,7 +612,10 @@ class OrderedReader:
         self._at = self._active.index(state.cursor) if state.cursor in self._active else 0
         if state.cursor not in self._active:
             state.taken = 0
-        self._buffers: dict[int, deque[Message]] = {p: deque() for p in self._active}
+        # Per partition the fetched messages and the index of the first not yet handed out:
+        # a block leaves as one slice, not message by message.
+        self._buffers: dict[int, list[Message]] = {p: [] for p in self._active}
+        self._heads = dict.fromkeys(self._active, 0)
         self._fetched = {p: state.next[p] for p in self._active}
         self._paused: set[int] = set()
 
@@ -651,13 +654,19 @@ class OrderedReader:
         batch: list[Message] = []
         while active and len(batch) < batch_size:
             p = state.cursor = active[self._at]
-            buffer = self._buffers[p]
-            while buffer and state.taken < BLOCK_MESSAGES and len(batch) < batch_size \
-                    and state.next[p] < state.end[p]:
-                msg = buffer.popleft()
-                batch.append(msg)
-                state.taken += 1
-                state.next[p] = int(msg.offset() or 0) + 1
+            buffer, head = self._buffers[p], self._heads[p]
+            # Buffered messages are below the bound (see _fetch): taking the one just
+            # below it ends the partition.
+            take = min(len(buffer) - head, BLOCK_MESSAGES - state.taken, batch_size - len(batch))
+            if take > 0:
+                batch += buffer[head:head + take]
+                head += take
+                state.taken += take
+                state.next[p] = int(buffer[head - 1].offset() or 0) + 1
+                if head * 2 >= len(buffer):  # drop what was handed out
+                    del buffer[:head]
+                    head = 0
+                self._heads[p] = head
             if state.next[p] >= state.end[p]:  # the partition's range is done
                 active.pop(self._at)
             elif state.taken >= BLOCK_MESSAGES:
@@ -689,11 +698,12 @@ class OrderedReader:
 
     def _flow(self, consumer: Consumer, *, waiting: int) -> None:
         """Pause partitions whose buffer is full; resume them once it has drained."""
-        topic, buffers, paused = self._state.topic, self._buffers, self._paused
+        topic, paused = self._state.topic, self._paused
+        held = {p: len(self._buffers[p]) - self._heads[p] for p in self._active}
         stop = [p for p in self._active if p != waiting and p not in paused
-                and len(buffers[p]) >= _BUFFER_LIMIT]
+                and held[p] >= _BUFFER_LIMIT]
         go = [p for p in paused if p in self._active
-              and (p == waiting or len(buffers[p]) < _BUFFER_LIMIT // 2)]
+              and (p == waiting or held[p] < _BUFFER_LIMIT // 2)]
         if stop:
             consumer.pause([TopicPartition(topic, p) for p in stop])
             paused.update(stop)
