@@ -209,7 +209,7 @@ class _GroupMember:
                 checked_at = now
                 self.start_when_joined()
                 last_message = now
-            elif not got and now - checked_at >= 1.0:
+            elif not got and now - checked_at >= 0.25:
                 checked_at = now
                 if self.range_done():
                     return
