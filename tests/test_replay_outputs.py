@@ -224,6 +224,7 @@ def test_wrong_replay_arguments_get_one_line(
     settings, _ = published
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
     monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    monkeypatch.chdir(tmp_path)
     cases = {
         ("--group", "g", "--into", f"metrics:{tmp_path / 'm.om'}"): "computed over the whole range",
         ("--time", "event", "--from", "2026-11-01", "--into", f"jsonl:{tmp_path / 'e.jsonl'}"):
@@ -236,6 +237,7 @@ def test_wrong_replay_arguments_get_one_line(
         err = capsys.readouterr().err
         assert said in err
         assert len(err.strip().splitlines()) == 1, err
+    assert not list(tmp_path.glob("*.replay-checkpoint.json"))  # refused: nothing recorded
 
 
 def test_event_time_window_reads_only_records_stored_within_the_slack(

@@ -467,10 +467,11 @@ def replay(
             )
     else:
         state = new_state(settings, request, topic, fingerprint, timeout)
-        state.save(target.checkpoint)
     context = OutputContext(settings, decode, topic, target, request, fingerprint[:12],
                             state.start, state.end)
-    output = factory(context)
+    output = factory(context)  # a refused output leaves no checkpoint behind
+    if not resumed:
+        state.save(target.checkpoint)
     try:
         if not output.resumable:
             _restart(state)
