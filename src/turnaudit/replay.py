@@ -365,7 +365,7 @@ class ReplayCheckpoint:
     @property
     def read(self) -> int:
         """Messages of the broker range read so far (written or outside the window)."""
-        return sum(self.next[p] - self.start[p] for p in self.end)
+        return sum(self.next.get(p, self.start[p]) - self.start[p] for p in self.end)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -458,15 +458,8 @@ def replay(
     topic = request.topic or settings.topics.turn_events
     fingerprint = request.fingerprint(topic, target)
     resumed = target.checkpoint.exists()
-    if resumed:
-        state = ReplayCheckpoint.load(target.checkpoint)
-        if state.fingerprint != fingerprint:
-            raise ConfigurationError(
-                f"{target.checkpoint} belongs to a replay with other arguments; "
-                "use another output or remove it (and the output) to start over"
-            )
-    else:
-        state = new_state(settings, request, topic, fingerprint, timeout)
+    state = (_recorded(target.checkpoint, fingerprint) if resumed
+             else new_state(settings, request, topic, fingerprint, timeout))
     context = OutputContext(settings, decode, topic, target, request, fingerprint[:12],
                             state.start, state.end)
     output = factory(context)  # a refused output leaves no checkpoint behind
@@ -501,6 +494,16 @@ def replay(
         output.close()
     return ReplaySummary(topic, state.start, state.end, state.events, state.undecodable,
                          resumed, target.where, state.outside_window)
+
+
+def _recorded(checkpoint: Path, fingerprint: str) -> ReplayCheckpoint:
+    state = ReplayCheckpoint.load(checkpoint)
+    if state.fingerprint != fingerprint:
+        raise ConfigurationError(
+            f"{checkpoint} belongs to a replay with other arguments; "
+            "use another output or remove it (and the output) to start over"
+        )
+    return state
 
 
 def output_factory(kind: str, decode: TurnEventDeserializer,

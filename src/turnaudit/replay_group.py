@@ -94,6 +94,8 @@ class _GroupMember:
         # Reading starts once the group is stable with this many members.
         self.members = members
         self.started = members <= 1
+        # Assigned before the group is complete: where each partition will start.
+        self.waiting: dict[int, int] = {}
         self.admin = AdminClient(settings.client_config({"log_level": 0}))
         self.consumer = Consumer(settings.client_config(READER_CONFIG, **{
             "group.id": self.group, "auto.offset.reset": "earliest",
@@ -134,28 +136,38 @@ class _GroupMember:
         assigned = [TopicPartition(self.topic, p, self.next[p])
                     for p in sorted(self.next) if self.next[p] < self.bounds[p][1]]
         consumer.assign(assigned)
-        if not self.started and assigned:
-            consumer.pause(assigned)
+        if not self.started:
+            # Nothing is read before the group is complete: messages fetched meanwhile
+            # are dropped (take() skips partitions not in ``next``) and each partition
+            # is sought back to its start when reading begins.
+            self.waiting.update({tp.partition: tp.offset for tp in assigned})
+            self.next.clear()
 
     def start_when_joined(self) -> None:
-        """Resume the assignment once the group is stable with ``members`` members."""
+        """Begin reading once the group is stable with ``members`` members."""
         found = self.admin.describe_consumer_groups([self.group])[self.group].result(30)
-        if found.state is ConsumerGroupState.STABLE and len(found.members) >= self.members:
-            self.started = True
-            assigned = [TopicPartition(self.topic, p) for p in sorted(self.next)
-                        if self.next[p] < self.bounds[p][1]]
-            if assigned:
-                self.consumer.resume(assigned)
+        if found.state is not ConsumerGroupState.STABLE or len(found.members) < self.members:
+            return
+        try:
+            for p, offset in self.waiting.items():
+                self.consumer.seek(TopicPartition(self.topic, p, offset))
+        except KafkaException:
+            return  # a partition not fetching yet cannot be sought: next check
+        self.next.update(self.waiting)
+        self.waiting.clear()
+        self.started = True
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if not self.closing:  # a closing member has committed already
             self.commit()
         for tp in partitions:
             self.next.pop(tp.partition, None)
+            self.waiting.pop(tp.partition, None)
 
     def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:  # another member holds them now: committing would be wrong
             self.next.pop(tp.partition, None)
+            self.waiting.pop(tp.partition, None)
 
     def commit(self) -> None:
         """Output durable, then the local position, then the group's offsets: a crash in
@@ -182,7 +194,7 @@ class _GroupMember:
             checkpoint_seconds: float) -> None:
         """Read what Kafka assigns until every partition of the range is done."""
         local = self.local
-        since_sync, synced_at, checked_at = 0, time.monotonic(), 0.0
+        since_sync, synced_at, checked_at, asked_at = 0, time.monotonic(), 0.0, 0.0
         last_message = time.monotonic()
         while True:
             got = self.consumer.consume(num_messages=batch_size, timeout=0.2)
@@ -196,8 +208,9 @@ class _GroupMember:
                 local.undecodable += self.output.write(kept)
                 local.events += len(kept)
                 since_sync += len(kept)
-            local.start.update({p: b[0] for p, b in self.bounds.items()})
-            local.end.update({p: b[1] for p, b in self.bounds.items()})
+            # The partitions this member has read (its summary's range).
+            local.start.update({p: self.bounds[p][0] for p in self.next})
+            local.end.update({p: self.bounds[p][1] for p in self.next})
             local.next.update({p: max(o, local.next.get(p, 0)) for p, o in self.next.items()})
             if kept and after_batch is not None:
                 after_batch(local)
@@ -205,9 +218,10 @@ class _GroupMember:
             if finished or since_sync >= checkpoint_every or now - synced_at >= checkpoint_seconds:
                 self.commit()
                 since_sync, synced_at = 0, now
-            if not self.started and now - checked_at >= 0.5:
-                checked_at = now
-                self.start_when_joined()
+            if not self.started:
+                if now - asked_at >= 0.25:
+                    asked_at = now
+                    self.start_when_joined()
                 last_message = now
             elif not got and now - checked_at >= 0.25:
                 checked_at = now
