@@ -53,7 +53,15 @@ from turnaudit.evaluation.trace_evidence import EvidenceTally, TraceEvidence
 from turnaudit.htir import HtirTrace, TraceAssembler, TraceClose
 from turnaudit.kafka.clients import ReliableProducer
 from turnaudit.kafka.reading import end_offsets, read_range
-from turnaudit.replay import OutputFactory, ReplayRequest, ReplaySummary, ReplayTarget, replay
+from turnaudit.replay import (
+    OutputContext,
+    OutputKinds,
+    ReplayRequest,
+    ReplaySummary,
+    ReplayTarget,
+    replay,
+    write_atomically,
+)
 from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
@@ -98,30 +106,37 @@ def trace_line(trace: HtirTrace) -> bytes:
 
 
 class HtirFileReplayOutput(SinkReplayOutput):
-    """``htir:PATH``: the range's traces, one canonical line each, in closing order."""
+    """``htir:PATH``: the range's traces, one canonical line each, in closing order.
 
-    def __init__(self, decode: TurnEventDeserializer) -> None:
+    A whole-range output (traces span batches): written atomically at the end;
+    an interrupted replay into it reads its range again.
+    """
+
+    def __init__(self, decode: TurnEventDeserializer, path: Path | None = None) -> None:
         self.traces: list[HtirTrace] = []
         self.trace_sink = TraceReplaySink(self._closed)
+        self._path = path
         super().__init__(self.trace_sink, decode)
 
     def _closed(self, trace: HtirTrace) -> None:
         self.traces.append(trace)
 
-    def finish(self) -> bytes:
+    def finish(self) -> None:
         super().finish()  # the traces still open close now
-        return b"".join(trace_line(t) for t in self.traces)
+        if self._path is not None:
+            write_atomically(self._path, b"".join(trace_line(t) for t in self.traces))
 
 
 class HtirTopicReplayOutput(HtirFileReplayOutput):
-    """``htir-topic:NAME``: the traces published to ``NAME``; the receipt is the file."""
+    """``htir-topic:NAME``: the traces published to ``NAME`` (which must exist), as they close."""
 
-    def __init__(self, settings: KafkaSettings, topic: str, decode: TurnEventDeserializer) -> None:
-        super().__init__(decode)
-        self._topic = topic
-        self._producer = ReliableProducer(settings)
+    def __init__(self, context: OutputContext) -> None:
+        super().__init__(context.decode)
+        self._topic = context.target.where
+        self._producer = ReliableProducer(context.settings)
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
-        announce_schema(self._producer.produce, settings.topics.schemas, self._serialize.schema)
+        announce_schema(self._producer.produce, context.settings.topics.schemas,
+                        self._serialize.schema)
 
     def _closed(self, trace: HtirTrace) -> None:
         super()._closed(trace)
@@ -134,10 +149,9 @@ class HtirTopicReplayOutput(HtirFileReplayOutput):
         self._acknowledged()
         return rejected
 
-    def finish(self) -> bytes:
-        receipt = super().finish()
+    def finish(self) -> None:
+        super().finish()
         self._acknowledged()
-        return receipt
 
     def _acknowledged(self) -> None:
         if self._producer.flush(_ACK_TIMEOUT_S) != 0:
@@ -147,14 +161,12 @@ class HtirTopicReplayOutput(HtirFileReplayOutput):
             )
 
 
-def htir_outputs(
-    settings: KafkaSettings, decode: TurnEventDeserializer, target: ReplayTarget
-) -> dict[str, OutputFactory]:
-    """The replay output factories of this module, by kind (``turnaudit replay --into``)."""
-    return {
-        "htir": lambda: HtirFileReplayOutput(decode),
-        "htir-topic": lambda: HtirTopicReplayOutput(settings, str(target.path), decode),
-    }
+def register_htir_outputs(kinds: OutputKinds) -> None:
+    """The replay output kinds of this module (``turnaudit replay --into``)."""
+    kinds.add("htir", "HTIR traces, one canonical JSON line each, in closing order",
+              lambda c: HtirFileReplayOutput(c.decode, c.target.path))
+    kinds.add("htir-topic", "HTIR traces published to an existing topic as they close",
+              HtirTopicReplayOutput, writes_file=False)
 
 
 # --- evidence rebuilt from the stream ---------------------------------------------------
@@ -243,9 +255,9 @@ def rebuild_evidence(
     recorded verdict, and ``AuditorIdentityError`` when the end-of-battery check fails:
     in both cases there is no evidence.
     """
-    output = HtirFileReplayOutput(decode)
-    summary = replay(settings, decode, request, ReplayTarget("htir", traces_path),
-                     timeout=timeout, outputs={"htir": lambda: output})
+    output = HtirFileReplayOutput(decode, traces_path)
+    summary = replay(settings, decode, request, ReplayTarget.file("htir", traces_path),
+                     timeout=timeout, outputs={"htir": lambda _context: output})
     # Exactly the record the live worker decodes from the traces topic.
     catalog = shipped_catalog("htir_trace")
     serialize, read = SingleObjectSerializer(catalog.latest), TurnEventDeserializer(catalog)

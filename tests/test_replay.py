@@ -71,7 +71,7 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
 def run_replay(settings: KafkaSettings, out: Path, spec: RangeSpec | None = None,
                **kwargs: Any) -> Any:
     return replay(settings, DECODE, ReplayRequest(spec or RangeSpec()),
-                  ReplayTarget("jsonl", out), **kwargs)
+                  ReplayTarget.file("jsonl", out), **kwargs)
 
 
 def test_whole_range_holds_every_version_in_order_and_twice_the_same_bytes(
@@ -148,7 +148,7 @@ def test_interrupted_replay_resumes_to_the_same_bytes_and_keeps_its_bound(
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_replay(own, out, batch_size=50, after_batch=interrupt)
+        run_replay(own, out, batch_size=50, checkpoint_every=50, after_batch=interrupt)
     recorded = ReplayCheckpoint.load(tmp_path / "cut.jsonl.replay-checkpoint.json")
     assert not recorded.complete
     assert 0 < recorded.events < len(stored)
@@ -173,7 +173,7 @@ def test_sigkilled_replay_resumes_to_the_same_bytes(
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers or "",
            "TURNAUDIT_TOPIC_PREFIX": settings.topics.prefix}
     command = [sys.executable, "-m", "turnaudit.cli", "replay", "--into", f"jsonl:{out}",
-               "--batch-size", "1"]
+               "--batch-size", "1", "--checkpoint-every", "1"]
     process = subprocess.Popen(command, env=env, cwd=PROJECT_DIR,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

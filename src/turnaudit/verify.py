@@ -662,10 +662,28 @@ def run_verify(
     for msg in read_range(settings, topic, start, end, timeout=timeout):
         _, stamp = msg.timestamp()
         verifier.feed(msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value(), stamp)
+    report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
+    if log_file is not None:
+        report.log = reconcile_log(log_file, verifier.event_ids)
+    report.metrics = [reconcile_metrics(url, verifier.counts) for url in metrics_urls]
+    return report
+
+
+def range_report(
+    settings: KafkaSettings,
+    topic: str,
+    spec: RangeSpec,
+    verifier: Verifier,
+    *,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    low: Mapping[int, int],
+) -> VerifyReport:
+    """The report of a range ``verifier`` has been fed, with the range's dead letters."""
     dead = dead_letters_in_range(settings, topic, start=start, end=end,
                                  first_ms=verifier.first_timestamp,
                                  last_ms=verifier.last_timestamp)
-    report = VerifyReport(
+    return VerifyReport(
         {
             "topic": topic,
             "description": describe_range(spec, start, end),
@@ -677,7 +695,3 @@ def run_verify(
         verifier,
         dead,
     )
-    if log_file is not None:
-        report.log = reconcile_log(log_file, verifier.event_ids)
-    report.metrics = [reconcile_metrics(url, verifier.counts) for url in metrics_urls]
-    return report

@@ -1,76 +1,140 @@
-"""``turnaudit replay``: a bounded range of the stream, decoded by today's reader, into a file."""
+"""``turnaudit replay``: a bounded range of the stream, decoded by today's reader, into an output.
+
+The output kinds are registered in :data:`OUTPUT_KINDS`, one ``add`` per kind:
+a name, a one-line help and a factory taking the
+:class:`~turnaudit.replay.OutputContext` (settings, decoder, topic, target,
+request, label, recorded range) and returning a
+:class:`~turnaudit.replay.ReplayOutput`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
 
 from tqdm import tqdm
 
-from turnaudit.argparsing import add_range_arguments
+from turnaudit.argparsing import add_range_arguments, positive_int
 from turnaudit.cluster import connect
-from turnaudit.consumers.replay import MetricsReplayOutput
-from turnaudit.consumers.replay_htir import htir_outputs
+from turnaudit.consumers.replay import (
+    LogReplayOutput,
+    MetricsReplayOutput,
+    TopicReplayOutput,
+    VerifyReplayOutput,
+)
+from turnaudit.consumers.replay_htir import register_htir_outputs
+from turnaudit.consumers.settings import LogSinkSettings, ServiceName, ServiceSettings
 from turnaudit.replay import (
+    JsonlOutput,
+    OutputKinds,
     ReplayCheckpoint,
     ReplayRequest,
     ReplayTarget,
     parse_partitions,
     replay,
 )
+from turnaudit.replay_group import replay_group
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify import RangeSpec
+
+OUTPUT_KINDS = OutputKinds()
+OUTPUT_KINDS.add("jsonl", "decoded events, one canonical JSON line each",
+                 lambda c: JsonlOutput(c.target.path, c.decode))
+OUTPUT_KINDS.add("logs", "the log sink's turn lines, stamped with each turn's time",
+                 lambda c: LogReplayOutput(c.target.path, c.decode, _log_settings()))
+OUTPUT_KINDS.add("metrics", "the verdict metrics as OpenMetrics text, job=turnaudit-replay",
+                 lambda c: MetricsReplayOutput(c.decode, c.label, c.target.path))
+OUTPUT_KINDS.add("verify", "turnaudit verify's report over the range, as JSON",
+                 VerifyReplayOutput)
+OUTPUT_KINDS.add("topic", "the messages re-published to another topic, keyed as the source",
+                 TopicReplayOutput, writes_file=False)
+register_htir_outputs(OUTPUT_KINDS)  # htir:PATH, htir-topic:NAME
+
+
+def _log_settings() -> LogSinkSettings:
+    """The log sink's surface redaction as the service has it (TURNAUDIT_LOG_SURFACES, …)."""
+    return ServiceSettings.from_env(ServiceName.LOG_SINK).log
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "replay",
-        help="replay a bounded range of the stream into a file, reproducibly and resumably",
-        description="Reads partitions in ascending order, each by offset, by manual assignment "
-        "(no consumer group, nothing committed). The end bound is fixed at the start and "
-        "recorded in OUTPUT.replay-checkpoint.json; re-running the same command after an "
-        "interruption resumes from it.",
+        help="replay a bounded range of the stream into an output, reproducibly and resumably",
+        description="Reads every partition of the range with one consumer assigned by hand (no "
+        "consumer group, nothing committed); each partition by offset, partitions interleaved "
+        "in blocks of 1000 messages in ascending order. The end bound is fixed at the start and "
+        "recorded in the checkpoint (OUTPUT.replay-checkpoint.json); re-running the same "
+        "command after an interruption resumes from it. With --group, several processes "
+        "share the range through a consumer group of their own.",
     )
-    parser.add_argument("--into", required=True, metavar="KIND:PATH",
-                        help="where to write: jsonl:PATH (decoded events, canonical JSON lines) or "
-                        "metrics:PATH (the verdict metrics as OpenMetrics text, "
-                        "job=turnaudit-replay)")
+    parser.add_argument("--into", required=True, metavar="KIND:WHERE",
+                        help="where to write: " + OUTPUT_KINDS.describe())
     add_range_arguments(
         parser, to_help="end of the range (exclusive; default: the high-water marks now)"
     )
     parser.add_argument("--partitions", metavar="P,…", help="only these partitions, e.g. 0,2")
     parser.add_argument("--topic", help="topic to replay (default: the configured turn events)")
-    parser.add_argument("--batch-size", type=int, default=500,
-                        help="events between checkpoints (default 500)")
+    parser.add_argument(
+        "--time", choices=("broker", "event"), default="broker",
+        help="what --from/--to select: broker (default: the records' Kafka timestamps, "
+        "resolved with offsets_for_times) or event (the turns' occurred_at, filtered after "
+        "reading the broker range widened by --slack)")
+    parser.add_argument(
+        "--slack", type=float, metavar="SECONDS",
+        help="with --time event: read records stored from SECONDS before --from to SECONDS "
+        "after --to (default: the whole retained stream)")
+    parser.add_argument(
+        "--group", metavar="NAME",
+        help="share the range with other replay processes of the same arguments: consumer "
+        "group turnaudit-replay.NAME (never a live service's); each process writes its own "
+        "output (jsonl, logs or topic)")
+    parser.add_argument("--members", type=positive_int, default=1, metavar="N",
+                        help="with --group: start reading once N processes have joined, so "
+                        "the range is split between them from the start (default 1)")
+    parser.add_argument("--checkpoint", type=Path, metavar="PATH",
+                        help="checkpoint file (default: OUTPUT.replay-checkpoint.json; "
+                        "topic outputs: topic-NAME.replay-checkpoint.json here)")
+    parser.add_argument("--batch-size", type=positive_int, default=500,
+                        help="events handed to the output at once (default 500)")
+    parser.add_argument("--checkpoint-every", type=positive_int, default=50_000,
+                        metavar="EVENTS", help="events between checkpoints (default 50000)")
+    parser.add_argument("--checkpoint-seconds", type=float, default=5.0, metavar="SECONDS",
+                        help="at most this long between checkpoints (default 5)")
     parser.add_argument("--timeout", type=float, default=300.0,
-                        help="seconds a partition's range may take to read")
+                        help="seconds without a message before an unfinished replay gives up")
     parser.set_defaults(handler=_replay)
 
 
 def _replay(args: argparse.Namespace) -> int:
-    target = ReplayTarget.parse(args.into)
+    target = ReplayTarget.parse(args.into, OUTPUT_KINDS, args.checkpoint)
     request = ReplayRequest(
         RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets),
         parse_partitions(args.partitions) if args.partitions else None,
         args.topic,
+        event_time=args.time == "event",
+        slack=None if args.slack is None else timedelta(seconds=args.slack),
     )
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
 
     progress = Progress(terminal=sys.stderr.isatty())
     decode = decoder_for(settings)
-    label = request.fingerprint(args.topic or settings.topics.turn_events, target)[:12]
-    outputs = {"metrics": lambda: MetricsReplayOutput(decode, label),
-               **htir_outputs(settings, decode, target)}  # htir:PATH, htir-topic:NAME
-    summary = replay(settings, decode, request, target, batch_size=args.batch_size,
-                     timeout=args.timeout, after_batch=progress, outputs=outputs)
+    run = (partial(replay_group, group=args.group, members=args.members) if args.group
+           else replay)
+    summary = run(settings, decode, request, target, batch_size=args.batch_size,
+                  timeout=args.timeout, after_batch=progress, outputs=OUTPUT_KINDS,
+                  checkpoint_every=args.checkpoint_every,
+                  checkpoint_seconds=args.checkpoint_seconds)
     progress.close()
     print(summary.human())
     return 0
 
 
 class Progress:
-    """On a terminal a progress bar (events, rate, ETA); otherwise one line per batch."""
+    """On a terminal a progress bar (messages read, rate, ETA); otherwise one line per batch."""
 
     def __init__(self, *, terminal: bool) -> None:
         self._terminal = terminal
@@ -78,14 +142,15 @@ class Progress:
         self._shown = 0
 
     def __call__(self, state: ReplayCheckpoint) -> None:
-        total = sum(state.end[p] - state.start[p] for p in state.end)
+        total, read = state.total, state.read
         if not self._terminal:
-            print(f"replay: {state.events}/{total} events", file=sys.stderr, flush=True)
+            print(f"replay: {read}/{total} messages read, {state.events} events written",
+                  file=sys.stderr, flush=True)
             return
         if self._bar is None:
-            self._bar = tqdm(total=total, unit="events", file=sys.stderr, dynamic_ncols=True)
-        self._bar.update(state.events - self._shown)
-        self._shown = state.events
+            self._bar = tqdm(total=total, unit="msg", file=sys.stderr, dynamic_ncols=True)
+        self._bar.update(read - self._shown)
+        self._shown = read
 
     def close(self) -> None:
         if self._bar is not None:
