@@ -21,6 +21,7 @@ from turnaudit.commands.simulate import add_simulation_arguments, publish_simula
 from turnaudit.commands.verify import demo_rows as verify_demo_rows
 from turnaudit.contracts import SequenceOutcome, SessionSequenceTracker, check_event
 from turnaudit.errors import SerializationError
+from turnaudit.evaluation.trace_evidence import ExclusionReason
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import CloseReport
@@ -30,6 +31,14 @@ from turnaudit.settings import KafkaSettings
 
 OUTPUT_DIR = Path("var/demo")
 
+
+# Why the evaluation kept a labelled trace out, in words.
+_LEFT_OUT: dict[str, str] = {
+    ExclusionReason.LABEL_STEP_NOT_IN_TRACE: "a failing run whose trace ended before the "
+    "labelled failure turn (not scorable)",
+    ExclusionReason.LABEL_TRACE_CHANGED: "the trace differs from the one the label was reviewed on",
+    ExclusionReason.TRACE_MISSING_TURNS: "the trace misses a middle turn",
+}
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -169,11 +178,8 @@ def _demo(args: argparse.Namespace) -> int:
         _print_section(title, rows)
     print("\nEVR-6 gate (labels: the simulator's scripted failure turns; auditor: rule-based)")
     print("\n".join(_gate_lines(evaluation.report)))
-    if evaluation.left_out:
-        print(
-            f"  left out: {evaluation.left_out} failing run(s) whose trace ended before the "
-            "labelled failure turn (not scorable)"
-        )
+    for reason, count in evaluation.left_out.items():
+        print(f"  left out: {count} labelled trace(s), {_LEFT_OUT.get(reason, reason)}")
     print(
         f"\nfiles: {OUTPUT_DIR / 'turns.jsonl'} (log lines), {evaluation.manifest_path}, "
         f"{evaluation.evidence_path}, {evaluation.report_path}"

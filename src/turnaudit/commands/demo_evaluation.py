@@ -49,10 +49,10 @@ class EvaluationOutcome:
     evidence_path: Path
     report_path: Path
     manifest_path: Path
-    # Labelled traces kept out of the evidence, each with its reason in the
-    # evidence's exclusions (e.g. a failing run whose trace ended before the
-    # labelled failure turn: it cannot be scored honestly).
-    left_out: int
+    # Labelled traces kept out of the evidence, by reason (each also in the
+    # evidence's exclusions; e.g. a failing run whose trace ended before the
+    # labelled failure turn cannot be scored honestly).
+    left_out: dict[str, int]
 
 
 def run_evaluation_stage(
@@ -125,7 +125,7 @@ def run_evaluation_stage(
                           int(file_digest(rebuilt_path) == file_digest(evidence_path)), 1),
     ]
     return EvaluationOutcome(
-        rows, report, evidence_path, report_path, manifest, tally.unusable_labels
+        rows, report, evidence_path, report_path, manifest, dict(sorted(tally.excluded.items()))
     )
 
 
