@@ -23,14 +23,15 @@ import io
 import pstats
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
+from bench_consumers import NoSink  # the same no-sink row as the throughput benchmark
 from fastavro import schemaless_reader
 from prometheus_client import CollectorRegistry
 
 from turnaudit.consumers.log_sink import LogSinkService, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsService
-from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
+from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.consumers.runtime.gc_sizing import batch_sized_gc
 from turnaudit.consumers.runtime.validation import TurnEventValidation
@@ -91,18 +92,6 @@ def messages(count: int, versions: tuple[int, ...]) -> list[FakeMessage]:
         out.append(FakeMessage(value, key, partition, offsets[partition]))
         offsets[partition] += 1
     return out
-
-
-class NoSink(Sink):
-    """Takes every turn and keeps nothing: the runtime's own cost."""
-
-    takes_turns_as_read = True
-
-    def take(self, turn: ConsumedTurn) -> None:
-        pass
-
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        pass
 
 
 def _settings(tmp: str, service: ServiceName) -> ServiceSettings:
