@@ -108,7 +108,8 @@ class ServiceSettings:
     batch_timeout_s: float = 0.01  # a batch waits at most this long to fill: the latency floor
     auto_offset_reset: str = "earliest"
     drain_timeout_s: float = 30.0
-    max_sessions: int = 100_000  # sequence tracker bound
+    max_sessions: int = 100_000  # stream tracker bound: ordered streams
+    max_event_ids: int = 500_000  # stream tracker bound: event ids remembered for dedupe
     # Not ready after holding no partition this long (a rebalance takes less).
     unassigned_bound_s: float = 30.0
     # Kafka client errors (an unreachable broker) are logged at most this often.
@@ -161,6 +162,7 @@ class ServiceSettings:
             auto_offset_reset=reset,
             drain_timeout_s=_int(env, "DRAIN_TIMEOUT_S", 30, minimum=1),
             max_sessions=_int(env, "MAX_SESSIONS", 100_000, minimum=1),
+            max_event_ids=_int(env, "MAX_EVENT_IDS", 500_000, minimum=1),
             unassigned_bound_s=_int(env, "READY_UNASSIGNED_S", 30, minimum=1),
             client_error_report_s=_int(env, "CLIENT_ERROR_REPORT_S", 30, minimum=1),
             workers=_int(env, "WORKERS", 1, minimum=1, maximum=MAX_WORKERS),

@@ -62,6 +62,13 @@ class ConsumerMetrics:
             "Turns seen for the first time (by event id), late arrivals included.",
         )
         registry.register(self.new_turns)
+        self.forgotten_event_ids = _TrackerCount(
+            "turnaudit_stream_forgotten_event_ids",
+            "Event ids dropped from the dedupe memory by its bound (TURNAUDIT_MAX_EVENT_IDS); "
+            "a redelivery older than the remembered ids is no longer told from a new turn "
+            "by its id.",
+        )
+        registry.register(self.forgotten_event_ids)
         self.gaps_closed = Counter(
             "turnaudit_stream_gaps_closed",
             "Missing positions filled by a late arrival.",
@@ -133,6 +140,7 @@ class ConsumerMetrics:
     def watch(self, tracker: StreamTracker) -> None:
         """Export the figures the stream tracker keeps itself."""
         self.new_turns.source = lambda: tracker.new_turns
+        self.forgotten_event_ids.source = lambda: tracker.forgotten_event_ids
         self.currently_missing.set_function(lambda: tracker.currently_missing)
 
     def dead_letter_settled(self, outcome: DeadLetterOutcome) -> None:

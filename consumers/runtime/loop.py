@@ -88,6 +88,7 @@ class ConsumerService:
             deserializer or decoder_for(settings.kafka, registry=registry),
             self.metrics,
             settings.max_sessions,
+            settings.max_event_ids,
         )
         # Start positions for a fresh group (the demo reads only its own run);
         # applied once per partition, so a rebalance does not rewind.

@@ -81,8 +81,10 @@ class StreamTracking:
     producer), the hash chain; the one place the runtime touches the tracker.
     """
 
-    def __init__(self, max_streams: int, metrics: ConsumerMetrics) -> None:
-        self._tracker = StreamTracker(max_streams=max_streams)
+    def __init__(
+        self, max_streams: int, metrics: ConsumerMetrics, max_event_ids: int = 500_000
+    ) -> None:
+        self._tracker = StreamTracker(max_streams=max_streams, max_event_ids=max_event_ids)
         metrics.watch(self._tracker)
         # The tracker's own method: no call in between on the per-message path.
         self.observe: Callable[..., TrackResult] = self._tracker.observe
@@ -95,11 +97,15 @@ class TurnEventValidation(Validation):
     """TurnEvents: decode (either framing, any version), contracts 1-4, stream order."""
 
     def __init__(
-        self, decode: TurnEventDeserializer | Decoder, metrics: ConsumerMetrics, max_sessions: int
+        self,
+        decode: TurnEventDeserializer | Decoder,
+        metrics: ConsumerMetrics,
+        max_sessions: int,
+        max_event_ids: int = 500_000,
     ) -> None:
         self._decode = decode
         self._metrics = metrics
-        self._streams = StreamTracking(max_sessions, metrics)
+        self._streams = StreamTracking(max_sessions, metrics, max_event_ids)
         self._observe = self._streams.observe
 
     def examine(

@@ -65,6 +65,8 @@ def test_every_setting_is_read_with_the_prefix() -> None:
             "TURNAUDIT_LOG_HASH_KEY": "k",
             "TURNAUDIT_LOG_FILE": "/var/log/t.jsonl",
             "TURNAUDIT_METRICS_PACKS": "medical, finance,",
+            "TURNAUDIT_MAX_SESSIONS": "3000",
+            "TURNAUDIT_MAX_EVENT_IDS": "40000",
         },
     )
     assert settings.kafka.bootstrap_servers == "k:9092"
@@ -76,6 +78,7 @@ def test_every_setting_is_read_with_the_prefix() -> None:
     assert settings.log.hash_key == b"k"
     assert settings.log.file == Path("/var/log/t.jsonl")
     assert settings.metrics.packs == {"medical", "finance"}
+    assert (settings.max_sessions, settings.max_event_ids) == (3000, 40_000)
 
 
 @pytest.mark.parametrize(
@@ -87,6 +90,8 @@ def test_every_setting_is_read_with_the_prefix() -> None:
         ({"TURNAUDIT_AUTO_OFFSET_RESET": "middle"}, "AUTO_OFFSET_RESET"),
         ({"TURNAUDIT_READY_UNASSIGNED_S": "0"}, "READY_UNASSIGNED_S"),
         ({"TURNAUDIT_CLIENT_ERROR_REPORT_S": "x"}, "CLIENT_ERROR_REPORT_S"),
+        ({"TURNAUDIT_MAX_EVENT_IDS": "0"}, "MAX_EVENT_IDS"),
+        ({"TURNAUDIT_MAX_SESSIONS": "many"}, "MAX_SESSIONS"),
         ({"TURNAUDIT_WORKERS": "0"}, "WORKERS=0 is below 1"),
         ({"TURNAUDIT_WORKERS": "65"}, "WORKERS=65 is above 64"),
     ],

@@ -12,6 +12,7 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -197,3 +198,24 @@ def test_random_schemas_topic_records_never_make_decoding_raise(
             pipeline.examine(SINGLE_OBJECT_MAGIC + fp + body)
         for value in VALID:
             pipeline.examine(SINGLE_OBJECT_MAGIC + fp + value[SINGLE_OBJECT_HEADER_LEN:])
+
+
+@pytest.mark.parametrize("max_event_ids", [1, 2, 5])
+def test_the_dedupe_bound_forgets_the_oldest_ids_and_counts_them(max_event_ids: int) -> None:
+    registry = CollectorRegistry()
+    validation = TurnEventValidation(
+        TurnEventDeserializer(CATALOG), ConsumerMetrics(registry), max_sessions=1000,
+        max_event_ids=max_event_ids,
+    )
+    sessions = [f"s-{n}" for n in range(8)]
+    values = [encode(turn(session, 0)) for session in sessions]
+    for offset, (session, value) in enumerate(zip(sessions, values, strict=True)):
+        found = validation.examine(value, session.encode(), "t", 0, offset)
+        assert isinstance(found, ConsumedTurn)
+        assert found.sequence.counts_as_turn
+    forgotten = registry.get_sample_value("turnaudit_stream_forgotten_event_ids_total")
+    assert forgotten == len(sessions) - max_event_ids
+    # The newest remembered id is still told apart: the same message again is a redelivery.
+    again = validation.examine(values[-1], sessions[-1].encode(), "t", 0, 7)
+    assert isinstance(again, ConsumedTurn)
+    assert again.sequence.redelivered
