@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from turnaudit.consumers.log_sink import LogSink, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
+from turnaudit.consumers.runtime.gc_sizing import batch_sized_gc
 from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
 from turnaudit.consumers.runtime.validation import TurnEventValidation
 from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
@@ -59,9 +60,13 @@ class SinkReplayOutput(ReplayOutput):
             decode, ConsumerMetrics(CollectorRegistry()), max_sessions
         )
 
-    def _examine(self, messages: Sequence[Message]) -> tuple[list[ConsumedTurn], int]:
-        turns: list[ConsumedTurn] = []
+    def _examine(
+        self, messages: Sequence[Message], hand_over: Callable[[ConsumedTurn], None] | None
+    ) -> int:
+        """Validates every message and hands the sink's turns over; returns how many were
+        rejected. ``hand_over`` None: only the validation's state moves (warm-up)."""
         rejected = 0
+        wants_breaching = self.sink.wants_breaching_turns
         for msg in messages:
             found = self._validation.examine(
                 msg.value(), msg.key(), msg.topic() or "", msg.partition() or 0,
@@ -69,18 +74,28 @@ class SinkReplayOutput(ReplayOutput):
             )
             if not isinstance(found, ConsumedTurn):
                 rejected += 1
-            elif found.rejection is None or self.sink.wants_breaching_turns:
-                turns.append(found)
-        return turns, rejected
+            elif hand_over is not None and (found.rejection is None or wants_breaching):
+                hand_over(found)
+        return rejected
 
     def warm(self, messages: Sequence[Message]) -> None:
         """The validation's stream tracker sees the already-written prefix again."""
-        self._examine(messages)
+        self._examine(messages, None)
 
     def write(self, messages: Sequence[Message]) -> int:
-        turns, rejected = self._examine(messages)
-        if turns:
-            self.sink.write(turns)
+        batch_sized_gc.enter(len(messages))  # as the runtime's loop does, for the same reason
+        try:
+            if self.sink.takes_turns_as_read:
+                # As the runtime does: no decoded record is held until the batch ends.
+                rejected = self._examine(messages, self.sink.take)
+                self.sink.write(())
+            else:
+                turns: list[ConsumedTurn] = []
+                rejected = self._examine(messages, turns.append)
+                if turns:
+                    self.sink.write(turns)
+        finally:
+            batch_sized_gc.exit()
         self.sink.tick()
         return rejected
 
