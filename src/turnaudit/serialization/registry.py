@@ -46,8 +46,10 @@ def registry_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
     if bearer:
         config["bearer.auth.credentials.source"] = "STATIC_TOKEN"
         config["bearer.auth.token"] = bearer
-        # Required by the client; Confluent Cloud reads it, other registries ignore it.
+        # Required by some client versions (2.12 both, 2.16 neither); Confluent Cloud
+        # reads them, other registries ignore them.
         config.setdefault("bearer.auth.logical.cluster", "")
+        config.setdefault("bearer.auth.identity.pool.id", "")
     return config
 
 
