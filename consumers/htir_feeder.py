@@ -77,6 +77,10 @@ class HtirFeederSink(Sink):
             registry=registry,
         )
 
+    @property
+    def open_traces(self) -> int:
+        return self._assembler.open_traces
+
     def write(self, turns: Sequence[ConsumedTurn]) -> None:
         closed: list[HtirTrace] = []
         for turn in turns:
@@ -111,6 +115,20 @@ class HtirFeederSink(Sink):
         for partition, offset in self._first_offsets.values():
             held[partition] = min(offset, held.get(partition, offset))
         return held
+
+    def partitions_revoked(self, partitions: set[int]) -> None:
+        """Open traces of partitions now read by another feeder are dropped,
+        not published: their turns' offsets were held back, so the new owner
+        re-reads them from step 0 and publishes the whole trace (an idle close
+        here would publish a trace missing the steps it reads)."""
+        dropped = self._assembler.forget_partitions(partitions)
+        for task_id in dropped:
+            self._first_offsets.pop(task_id, None)
+        self._open.set(self._assembler.open_traces)
+        if dropped:
+            log.info(
+                "htir_open_traces_handed_over", partitions=sorted(partitions), open=len(dropped)
+            )
 
     def close(self) -> None:
         # Open traces are not published on shutdown: their offsets were held

@@ -71,8 +71,6 @@ class ServiceHealth:
         self._reported_once = True
         self._last_down_report: float | None = None
         self._announced_down = False  # an "unreachable" line went out for this outage
-        # Told of partitions revoked or lost (a worker's RedeliveryMarkingSink).
-        self.revocation_listeners: list[Callable[[set[int]], None]] = []
 
     # -- what the runtime tells it -------------------------------------------------
     def assigned(self, partitions: set[int]) -> None:
@@ -86,8 +84,6 @@ class ServiceHealth:
             self._assigned -= partitions
             if not self._assigned:
                 self._unassigned_since = self._clock()
-        for listener in self.revocation_listeners:
-            listener(partitions)
 
     def partitions(self) -> list[int]:
         with self._lock:

@@ -360,6 +360,11 @@ class ConsumerService:
                 self._positions.pop(p, None)
                 self._delivered_to.pop(p, None)
         self._validation.forget_partitions(gone)
+        try:
+            self._sink.partitions_revoked(gone)
+        except Exception as exc:  # a sink may fail in any way; the rebalance goes on
+            self.metrics.sink_failures.inc()
+            log.error("sink_partitions_revoked_failed", partitions=sorted(gone), error=repr(exc))
         for p in gone:
             with contextlib.suppress(KeyError):  # no statistics arrived for it yet
                 self.metrics.lag.remove(self.topic, str(p))

@@ -68,6 +68,10 @@ class Sink(abc.ABC):
     * ``held_offsets()`` after every write and tick: per partition, the first
       offset the sink still needs after a restart (stored offsets never pass
       it), or ``None`` for a sink that holds nothing back.
+    * ``partitions_revoked(partitions)`` when partitions move to another
+      member of the group (revoked, or lost): what the sink keeps for them
+      (open work, held offsets) is the new owner's to rebuild, from the
+      offsets stored so far.
     * ``close()`` once, after the last write, when the service stops.
 
     ``wants_breaching_turns``: also hand over turns that broke a contract
@@ -90,6 +94,9 @@ class Sink(abc.ABC):
 
     def held_offsets(self) -> Mapping[int, int] | None:
         return None
+
+    def partitions_revoked(self, partitions: set[int]) -> None:
+        return
 
     def close(self) -> None:
         return

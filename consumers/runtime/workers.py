@@ -95,6 +95,11 @@ ServiceFactory = Callable[[WorkerPlan, CollectorRegistry], ConsumerService]
 LoggingContext = Callable[[str], AbstractContextManager[None]]
 
 
+def per_worker_path(path: Path, index: int) -> Path:
+    """Worker ``index``'s own file beside ``path``: ``<stem>.worker-<index><suffix>``."""
+    return path.with_name(f"{path.stem}.worker-{index}{path.suffix}")
+
+
 def worker_settings(settings: ServiceSettings, plan: WorkerPlan) -> ServiceSettings:
     """Worker ``plan.index``'s settings: its own member name, its own log file."""
     if not plan.supervised:
@@ -103,7 +108,7 @@ def worker_settings(settings: ServiceSettings, plan: WorkerPlan) -> ServiceSetti
     log_file = settings.log.file
     if log_file is not None:
         # One file per worker: rotation is not safe with several writers.
-        log_file = log_file.with_name(f"{log_file.stem}.worker-{plan.index}{log_file.suffix}")
+        log_file = per_worker_path(log_file, plan.index)
     return replace(
         settings,
         group_instance_id=f"{instance}-w{plan.index}" if instance else None,
@@ -253,11 +258,12 @@ class RedeliveryMarkingSink(Sink):
         if marked:
             self.on_marked(marked)
 
-    def forget(self, partitions: set[int]) -> None:
+    def partitions_revoked(self, partitions: set[int]) -> None:
         """Partitions revoked or lost: whoever reads them next may go further."""
         for partition in partitions:
             self._next.pop(partition, None)
             self._floor.pop(partition, None)
+        self._inner.partitions_revoked(partitions)
 
     def _service_delivered(self, partition: int) -> int:
         wanted = {"topic": self._topic, "partition": str(partition)}

@@ -369,6 +369,14 @@ class TraceAssembler:
             closed.append(trace)
         return closed
 
+    def forget_partitions(self, partitions: set[int]) -> list[str]:
+        """Drop the open traces of sessions on ``partitions`` (now another
+        reader's, who rebuilds them from step 0); returns their task ids."""
+        gone = [tid for tid, t in self._open.items() if t.partition in partitions]
+        for task_id in gone:
+            del self._open[task_id]
+        return gone
+
     def close_all(self, closed_by: TraceClose = TraceClose.SHUTDOWN) -> list[HtirTrace]:
         """Close every open trace, in the order they opened."""
         closed = list(self._open.values())

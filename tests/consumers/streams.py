@@ -17,8 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from turnaudit.commands.simulate import publish_simulation
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.htir import HtirTrace
+from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
 
@@ -110,3 +113,24 @@ def total(
             if n == name and all((k, val) in ls for k, val in labels.items())
         )
     )
+
+
+def published_traces(settings: KafkaSettings) -> list[HtirTrace]:
+    topic = settings.topics.htir_traces
+    decode = TurnEventDeserializer(shipped_catalog("htir_trace"))
+    return [
+        HtirTrace.from_avro(decode(msg.value()).event)
+        for msg in read_range(settings, topic, None, end_offsets(settings, topic))
+    ]
+
+
+def task_steps_on_stream(settings: KafkaSettings) -> dict[str, list[int]]:
+    """Per task id, the task steps of its turns on the turn-events topic."""
+    topic = settings.topics.turn_events
+    decode = TurnEventDeserializer(shipped_catalog())
+    steps: dict[str, list[int]] = {}
+    for msg in read_range(settings, topic, None, end_offsets(settings, topic)):
+        task = decode(msg.value()).event["task"]
+        if task is not None:
+            steps.setdefault(task["task_id"], []).append(task["step"])
+    return {task_id: sorted(s) for task_id, s in steps.items()}

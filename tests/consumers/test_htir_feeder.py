@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -15,6 +18,7 @@ from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService, message_headers
 from turnaudit.consumers.settings import ServiceName
+from turnaudit.errors import EventRefusedError
 from turnaudit.evaluation import review_pack
 from turnaudit.evaluation.auditors import RuleBasedAuditor
 from turnaudit.evaluation.errors import ContaminatedLabelPackError, ReviewPackError
@@ -23,6 +27,9 @@ from turnaudit.evaluation.labels import TaskLabel, labels_from_ground_truth
 from turnaudit.htir import HtirTrace
 from turnaudit.kafka.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.producers.adapter import TurnAuditEmitter
+from turnaudit.producers.publisher import TurnEventPublisher
+from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -33,9 +40,11 @@ from .streams import (
     http_get,
     produce_raw,
     publish_simulated,
+    published_traces,
     running,
     scrape,
     service_settings,
+    task_steps_on_stream,
     total,
     wait_for,
 )
@@ -64,15 +73,6 @@ def fed_traces(
     with running(service):
         assert wait_for(consumed_everything(service, end), timeout=90)
     return sink, labels_from_ground_truth(truth.as_json())
-
-
-def published_traces(settings: KafkaSettings) -> list[HtirTrace]:
-    topic = settings.topics.htir_traces
-    decode = TurnEventDeserializer(shipped_catalog("htir_trace"))
-    return [
-        HtirTrace.from_avro(decode(msg.value()).event)
-        for msg in read_range(settings, topic, None, end_offsets(settings, topic))
-    ]
 
 
 def test_one_complete_trace_per_task_and_a_reviewable_manifest(
@@ -339,3 +339,72 @@ def test_the_worker_serves_metrics_and_health_and_dead_letters_a_bad_trace(
     headers = read_dead_letter_headers(message_headers(letter))
     assert headers["stage"] == "auditor-worker/auditor-http"
     assert headers["topic"] == kafka_settings.topics.htir_traces
+
+
+def publish_events(settings: KafkaSettings, events: list[dict[str, Any]], spool: Path) -> None:
+    """Simulated turns through the adapter and a publisher of their own."""
+    publisher = TurnEventPublisher(settings, spool_dir=spool)
+    emitter = TurnAuditEmitter(publisher, lambda event, breaches: None)
+    for event in events:
+        with contextlib.suppress(EventRefusedError):
+            emitter.emit(event)
+    assert publisher.close().ok
+
+
+def test_open_traces_follow_their_partition_to_a_feeder_that_joins(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    """A second feeder joins the group while the first holds open traces: each
+    task's trace is published whole, by whoever reads its partition at the end,
+    and never in part by the member that lost it (idle-closed there, or with
+    re-read turns twice)."""
+    sim = TurnRuntimeSimulator(41, schema_versions=(3,), concurrent_sessions=60)
+    events = list(sim.events(2400))
+    publish_events(kafka_settings, events[:1200], tmp_path / "spool-1")
+    half = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    registry = CollectorRegistry()
+    first_sink = HtirFeederSink(kafka_settings, registry=registry, idle_timeout=6.0)
+    first = ConsumerService(
+        service_settings(kafka_settings, ServiceName.HTIR_FEEDER, "feeder-join"), first_sink,
+        registry=registry,
+    )
+    second, second_sink = feeder(kafka_settings, "feeder-join", idle=6.0)
+    partitions = set(half)
+
+    def first_read(messages: int) -> Callable[[], bool]:
+        # Read, not stored: the offsets of turns in open traces are held back.
+        return lambda: sum(
+            registry.get_sample_value("turnaudit_consumer_messages_total", {"outcome": o}) or 0
+            for o in ("accepted", "dead_lettered")
+        ) >= messages
+
+    with running(first):
+        assert wait_for(first_read(sum(half.values())), timeout=90)
+        assert first_sink.open_traces > 0  # tasks run on past the first half
+        with running(second):
+            # The group settles with each partition read by exactly one of the two.
+            assert wait_for(lambda: (
+                bool(second.health.partitions()) and bool(first.health.partitions())
+                and set(first.health.partitions()) | set(second.health.partitions()) == partitions
+                and not set(first.health.partitions()) & set(second.health.partitions())
+            ), timeout=90)
+            publish_events(kafka_settings, events[1200:], tmp_path / "spool-2")
+            end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+
+            def everything_read() -> bool:
+                positions = {**first.positions(), **second.positions()}
+                return all(positions.get(p, 0) >= e for p, e in end.items() if e > 0)
+
+            assert wait_for(everything_read, timeout=90)
+            # Tasks the run cut short close when idle; then nothing is open anywhere.
+            assert wait_for(
+                lambda: first_sink.open_traces == 0 and second_sink.open_traces == 0, timeout=60
+            )
+    expected = task_steps_on_stream(kafka_settings)
+    traces = published_traces(kafka_settings)
+    assert {t.task_id for t in traces} == set(expected)
+    for trace in traces:
+        turns = [s["task_step"] for s in trace.steps if s["kind"] == "turn"]
+        assert turns == expected[trace.task_id], trace.task_id
+    assert first_sink.published > 0
+    assert second_sink.published > 0

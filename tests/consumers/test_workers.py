@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,15 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.consumers.streams import http_get, publish_simulated, scrape, total, wait_for
+from tests.consumers.streams import (
+    http_get,
+    publish_simulated,
+    published_traces,
+    scrape,
+    task_steps_on_stream,
+    total,
+    wait_for,
+)
 from tests.consumers.test_service_processes import TURNAUDIT, service_env
 from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.reading import end_offsets, read_range
@@ -51,11 +59,13 @@ def six_partitions(kafka_bootstrap: str) -> KafkaSettings:
 
 @contextmanager
 def workers_process(
-    service: str, workers: int, env: dict[str, str], log: Path
+    service: str, workers: int, env: dict[str, str], log: Path, *, command: Sequence[str] = ()
 ) -> Iterator[subprocess.Popen[bytes]]:
+    """``turnaudit sink SERVICE --workers N``, or ``command`` with ``--workers N``."""
+    argv = [*command] if command else ["sink", service]
     with log.open("ab") as stderr:
         proc = subprocess.Popen(
-            [TURNAUDIT, "--log-level", "INFO", "sink", service, "--workers", str(workers)],
+            [TURNAUDIT, "--log-level", "INFO", *argv, "--workers", str(workers)],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -221,6 +231,37 @@ def test_sigterm_drains_every_worker_and_commits_exactly_what_they_wrote(
     assert len(written(tmp_path)) == len(below)  # and each once
 
 
+def test_feeder_workers_publish_each_trace_whole_with_a_manifest_each(
+    six_partitions: KafkaSettings, tmp_path: Path
+) -> None:
+    settings = six_partitions
+    env = service_env(settings, "g-feed")
+    port = int(env["TURNAUDIT_HTTP_PORT"])
+    manifest = tmp_path / "manifest.jsonl"
+    feed = ["htir", "feed", "--idle-timeout", "2", "--manifest", str(manifest)]
+    with workers_process("", 2, env, tmp_path / "feed.log", command=feed) as service:
+        assert wait_for(lambda: settled(port, 2), timeout=90)
+        publish_simulated(settings, 3000, tmp_path / "spool", seed=43)
+        expected = task_steps_on_stream(settings)
+
+        def every_task_published() -> bool:
+            return {t.task_id for t in published_traces(settings)} >= set(expected)
+
+        assert wait_for(every_task_published, timeout=120)
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(90) == 0
+    traces = published_traces(settings)
+    for trace in traces:
+        turns = [s["task_step"] for s in trace.steps if s["kind"] == "turn"]
+        assert turns == expected[trace.task_id], trace.task_id
+    # One manifest per worker, each trace's line in exactly one of them.
+    files = sorted(tmp_path.glob("manifest.worker-*.jsonl"))
+    assert [f.name for f in files] == ["manifest.worker-0.jsonl", "manifest.worker-1.jsonl"]
+    lines = [json.loads(line)["task_id"] for f in files for line in f.read_text().splitlines()]
+    assert sorted(lines) == sorted(set(expected))
+    assert all(f.read_text() for f in files)  # both workers read partitions with tasks
+
+
 def written(folder: Path) -> list[str]:
     """Event ids of the complete lines in the workers' files."""
     return [
@@ -326,7 +367,7 @@ marked = []
 sink.on_marked = marked.append
 for batch in sys.argv[2:]:
     if batch == "revoke-0":
-        sink.forget({0})
+        sink.partitions_revoked({0})
         continue
     writer = other if batch.startswith("other:") else sink
     partition, first, last = map(int, batch.removeprefix("other:").split(":"))
@@ -382,13 +423,14 @@ def test_the_log_sink_needs_a_file_per_worker(tmp_path: Path) -> None:
         ([], {"TURNAUDIT_WORKERS": "65"}, "TURNAUDIT_WORKERS=65 is above 64"),
     ],
 )
+@pytest.mark.parametrize("command", [["sink", "metrics"], ["sink", "logs"], ["htir", "feed"]])
 def test_a_wrong_worker_count_gets_one_line(
-    args: list[str], env: dict[str, str], expected: str
+    command: list[str], args: list[str], env: dict[str, str], expected: str
 ) -> None:
     full_env = {"PATH": os.environ.get("PATH", ""), "TURNAUDIT_HTTP_PORT": str(free_port()),
                 "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", **env}
     result = subprocess.run(
-        [TURNAUDIT, "sink", "metrics", *args], env=full_env, capture_output=True, text=True,
+        [TURNAUDIT, *command, *args], env=full_env, capture_output=True, text=True,
         check=False,
         timeout=60,
     )

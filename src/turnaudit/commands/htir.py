@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
-from turnaudit.commands.sink import service_registry, service_settings
+from prometheus_client import CollectorRegistry
+
+from turnaudit.commands.sink import add_workers_argument, run_service, worker_service_settings
 from turnaudit.consumers.htir_feeder import HtirFeederSink
-from turnaudit.consumers.log_sink import service_logging
 from turnaudit.consumers.runtime import ConsumerService
+from turnaudit.consumers.runtime.workers import WorkerPlan, per_worker_path
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.errors import ConfigurationError
 
@@ -25,21 +28,38 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     feed.add_argument(
         "--manifest", type=Path,
-        help="also append each trace as an eval-manifest JSONL line (for review packs)",
+        help="also append each trace as an eval-manifest JSONL line (for review packs); "
+        "with --workers N, worker i writes <name>.worker-<i><suffix>",
     )
+    add_workers_argument(feed)
     feed.set_defaults(handler=_feed)
+
+
+@dataclass(frozen=True)
+class FeederWorker:
+    """Builds a feeder worker's service (picklable: it crosses ``spawn``).
+
+    A task's turns share their session, so its whole trace is read by one
+    member of the group; open traces follow their partition on a rebalance
+    (``HtirFeederSink.partitions_revoked``).
+    """
+
+    idle_timeout: float
+    manifest: Path | None
+
+    def __call__(self, plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
+        settings = worker_service_settings(ServiceName.HTIR_FEEDER, plan)
+        manifest = self.manifest
+        if manifest is not None and plan.supervised:
+            manifest = per_worker_path(manifest, plan.index)  # one writer per file
+        sink = HtirFeederSink(
+            settings.kafka, registry=registry, idle_timeout=self.idle_timeout, manifest=manifest
+        )
+        return ConsumerService(settings, sink, registry=registry, serve_http=not plan.supervised)
 
 
 def _feed(args: argparse.Namespace) -> int:
     if args.idle_timeout <= 0:
         raise ConfigurationError("--idle-timeout must be positive")
-    settings = service_settings(ServiceName.HTIR_FEEDER)
-    registry = service_registry()
-    sink = HtirFeederSink(
-        settings.kafka, registry=registry, idle_timeout=args.idle_timeout, manifest=args.manifest
-    )
-    with service_logging(args.log_level):
-        service = ConsumerService(settings, sink, registry=registry)
-        service.install_signal_handlers()
-        service.run()
-    return 0
+    feeder = FeederWorker(args.idle_timeout, args.manifest)
+    return run_service(ServiceName.HTIR_FEEDER, feeder, args)

@@ -119,7 +119,7 @@ def run_service(
         return supervisor.run()
 
 
-def _worker_settings(name: ServiceName, plan: WorkerPlan) -> ServiceSettings:
+def worker_service_settings(name: ServiceName, plan: WorkerPlan) -> ServiceSettings:
     return worker_settings(service_settings(name, own_port=not plan.supervised), plan)
 
 
@@ -129,19 +129,18 @@ def _marking(settings: ServiceSettings, sink: Sink, plan: WorkerPlan,
     marking = RedeliveryMarkingSink(sink, settings.kafka.topics.turn_events, plan.metrics_dir)
     service = ConsumerService(settings, marking, registry=registry, serve_http=False)
     marking.on_marked = service.metrics.redelivered.inc
-    service.health.revocation_listeners.append(marking.forget)
     return service
 
 
 def log_sink_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
-    settings = _worker_settings(ServiceName.LOG_SINK, plan)
+    settings = worker_service_settings(ServiceName.LOG_SINK, plan)
     if not plan.supervised:
         return LogSinkService(settings, registry=registry)
     return _marking(settings, LogSink(settings.log, registry), plan, registry)
 
 
 def verdict_metrics_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
-    settings = _worker_settings(ServiceName.VERDICT_METRICS, plan)
+    settings = worker_service_settings(ServiceName.VERDICT_METRICS, plan)
     if not plan.supervised:
         return VerdictMetricsService(settings, registry=registry)
     return _marking(settings, VerdictMetricsSink(settings.metrics, registry), plan, registry)
