@@ -23,6 +23,9 @@ end-to-end delay at a steady rate, and resident memory over a long run.
    subtracted; interpolated within a bucket like Prometheus'
    ``histogram_quantile`` (the buckets step 25 ms around the 100 ms goal),
    and the share of turns counted within 100 ms, which the buckets give exactly.
+   Before them, ``--warm-up-runs`` (default 1) runs of the same kind are shown
+   and not counted: on a broker just started the first run measures its JVM
+   compiling (p99 of 117-563 ms on the first run, 47-57 ms on the next ones).
 3. Resident memory of the supervisor and each worker (``--duration`` seconds
    at the steady rate, default 600), sampled every ``--sample`` seconds, with
    the delay over the whole run (goal: flat RSS).
@@ -376,9 +379,17 @@ def steady_run(
     ), rss
 
 
-def latency(bootstrap: str, rate: int, seconds: float, runs: int, work: Path) -> None:
+def latency(
+    bootstrap: str, rate: int, seconds: float, runs: int, work: Path, *, warm_up_runs: int = 1
+) -> None:
     print(f"\n2. delay publish -> counted at {rate:,}/s, {seconds:.0f} s per run (after 3 s "
           f"warm-up), {runs} runs per row, rows alternating")
+    # A broker's JVM compiles its hot paths during its first minutes of load; on a
+    # broker just started, the first runs measure that. Shown, not counted.
+    for run in range(warm_up_runs):
+        p50, p99, share, n, _ = steady_run(bootstrap, 1, rate, seconds, work)
+        print(f"  broker warm-up run {run + 1} (not counted), 1 worker: p50 {p50 * 1000:.0f} ms, "
+              f"p99 {p99 * 1000:.0f} ms, {share:.2%} within 100 ms ({n:,} turns)")
     p99s: dict[int, list[float]] = {1: [], 2: []}
     for run in range(runs):
         for workers in ((1, 2) if run % 2 == 0 else (2, 1)):
@@ -415,6 +426,9 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--runs", type=int, default=5, help="delay runs per row")
+    parser.add_argument("--warm-up-runs", type=int, default=1,
+                        help="delay runs before the counted ones, shown and not counted (a broker "
+                        "just started is still compiling; 0 counts from the first)")
     parser.add_argument("--duration", type=float, default=600.0,
                         help="seconds of the memory run (the issue's figure: 600)")
     parser.add_argument("--sample", type=float, default=30.0, help="RSS sample interval, s")
@@ -429,7 +443,8 @@ def main() -> None:
         if args.only in (None, "throughput"):
             throughput(settings, args.events, args.rounds, work)
         if args.only in (None, "latency"):
-            latency(settings.bootstrap_servers, args.rate, args.latency_seconds, args.runs, work)
+            latency(settings.bootstrap_servers, args.rate, args.latency_seconds, args.runs, work,
+                    warm_up_runs=args.warm_up_runs)
         if args.only in (None, "memory"):
             memory(settings.bootstrap_servers, args.rate, args.duration, args.sample, work)
 

@@ -170,6 +170,8 @@ class DecodedTurnEvent(NamedTuple):
 
 
 _tuple_new = tuple.__new__
+# Looked up once: an enum member read per message costs as much as the rest of the framing.
+_SINGLE_OBJECT, _CONFLUENT = Framing.SINGLE_OBJECT, Framing.CONFLUENT
 
 
 class _ReadPlan:
@@ -196,6 +198,9 @@ class _ReadPlan:
         # Why this writer schema cannot be read (set once, on its first failure):
         # later messages naming it are refused at once.
         self.unusable = unusable
+        # How decoded messages name their writer schema: the hex fingerprint,
+        # or "registry:<id>" (set by the decoder, once per plan).
+        self.origin = ""
 
     def read(self, body: io.BytesIO) -> dict[str, Any]:
         record = cast(dict[str, Any], fastavro.schemaless_reader(body, self.writer, self.reader))
@@ -212,6 +217,11 @@ class _ReadPlan:
                     f"{name} {millis} ms is beyond the range of a date (years 1-9999)"
                 )
         return record
+
+
+def _named(plan: _ReadPlan, origin: str) -> _ReadPlan:
+    plan.origin = origin
+    return plan
 
 
 class TurnEventDeserializer:
@@ -240,7 +250,8 @@ class TurnEventDeserializer:
         self._resolver = resolver
         self._lock = threading.Lock()
         self._by_fp: dict[bytes, _ReadPlan] = {
-            s.fingerprint: self._plan_for_shipped(s) for s in catalog.versions
+            s.fingerprint: _named(self._plan_for_shipped(s), s.fingerprint.hex())
+            for s in catalog.versions
         }
         self._by_registry_id: dict[int, _ReadPlan] = {}
 
@@ -283,18 +294,17 @@ class TurnEventDeserializer:
     ) -> DecodedTurnEvent:
         if not payload:
             raise UnknownFramingError("empty message: no Avro framing")
+        if type(payload) is not bytes:
+            payload = bytes(payload)  # a bytearray or memoryview: hashable slices below
         if payload[:2] == SINGLE_OBJECT_MAGIC and len(payload) >= SINGLE_OBJECT_HEADER_LEN:
-            fp = bytes(payload[2:SINGLE_OBJECT_HEADER_LEN])
-            plan = self._by_fp.get(fp) or self._resolve_fingerprint(fp)
-            framing, origin = Framing.SINGLE_OBJECT, fp.hex()
-            body_start = SINGLE_OBJECT_HEADER_LEN
-            body = io.BytesIO(payload[SINGLE_OBJECT_HEADER_LEN:])
+            plan = self._by_fp.get(payload[2:SINGLE_OBJECT_HEADER_LEN]) or (
+                self._resolve_fingerprint(payload[2:SINGLE_OBJECT_HEADER_LEN])
+            )
+            framing, body_start = _SINGLE_OBJECT, SINGLE_OBJECT_HEADER_LEN
         elif payload[0] == CONFLUENT_MAGIC and len(payload) > CONFLUENT_HEADER_LEN:
             schema_id = int.from_bytes(payload[1:CONFLUENT_HEADER_LEN], "big")
             plan = self._by_registry_id.get(schema_id) or self._resolve_registry_id(schema_id)
-            framing, origin = Framing.CONFLUENT, f"registry:{schema_id}"
-            body_start = CONFLUENT_HEADER_LEN
-            body = io.BytesIO(payload[CONFLUENT_HEADER_LEN:])
+            framing, body_start = _CONFLUENT, CONFLUENT_HEADER_LEN
         else:
             raise UnknownFramingError(
                 f"message starts with {bytes(payload[:2]).hex() or 'nothing'}: "
@@ -302,6 +312,9 @@ class TurnEventDeserializer:
             )
         if plan.unusable is not None:
             raise UnusableSchemaError(plan.unusable)
+        # The body read in place, after the header (no copy of it).
+        body = io.BytesIO(payload)
+        body.seek(body_start)
         try:
             record = plan.read(body)
             version = (
@@ -312,7 +325,9 @@ class TurnEventDeserializer:
         except SchemaResolutionError as exc:
             # The writer schema (from the schemas topic or a registry) does not
             # resolve against the reader: every message naming it is unusable.
-            plan.unusable = f"writer schema {origin} does not resolve against the reader: {exc}"
+            plan.unusable = (
+                f"writer schema {plan.origin} does not resolve against the reader: {exc}"
+            )
             raise UnusableSchemaError(plan.unusable) from exc
         except Exception as exc:
             # Any bytes may arrive: fastavro raises EOFError, ValueError,
@@ -321,16 +336,16 @@ class TurnEventDeserializer:
             # foreign record may lack what a TurnEvent has. None of it may
             # escape as anything but "this message does not decode".
             raise SerializationError(
-                f"Avro body does not decode with schema {origin}: {exc!r}"
+                f"Avro body does not decode with schema {plan.origin}: {exc!r}"
             ) from exc
-        trailing = len(payload) - body_start - body.tell()
+        trailing = len(payload) - body.tell()
         if trailing:
             raise SerializationError(
                 f"Avro body has {trailing} trailing bytes "
-                f"after a record of schema {origin}"
+                f"after a record of schema {plan.origin}"
             )
         # The named tuple built without its Python-level __new__ (one per message).
-        return _tuple_new(DecodedTurnEvent, (record, version, framing, origin))
+        return _tuple_new(DecodedTurnEvent, (record, version, framing, plan.origin))
 
     def _resolve_fingerprint(self, fp: bytes) -> _ReadPlan:
         schema_json = self._resolver(fp) if self._resolver is not None else None
@@ -342,7 +357,7 @@ class TurnEventDeserializer:
         with self._lock:
             plan = self._by_fp.get(fp)
             if plan is None:
-                plan = self._plan_for_foreign(schema_json, fp.hex())
+                plan = _named(self._plan_for_foreign(schema_json, fp.hex()), fp.hex())
                 self._by_fp[fp] = plan
         return plan
 
@@ -370,5 +385,5 @@ class TurnEventDeserializer:
                     shipped = self._catalog.by_fingerprint().get(fp)
                     if shipped is not None:
                         plan = self._plan_for_shipped(shipped)
-                self._by_registry_id[schema_id] = plan
+                self._by_registry_id[schema_id] = _named(plan, f"registry:{schema_id}")
         return plan
