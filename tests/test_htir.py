@@ -8,6 +8,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from turnaudit.evaluation import review_pack
 from turnaudit.evaluation.auditors import RuleBasedAuditor
 from turnaudit.evaluation.files import load_labels
@@ -239,3 +242,49 @@ def test_a_trace_missing_a_middle_turn_says_so_and_is_not_renumbered_silently() 
     assert "[2]" in gapped.gap
     assert gapped.to_avro()["missing_task_steps"] == [2]
     assert [s["index"] for s in gapped.steps] == list(range(len(gapped.steps)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    cut=st.integers(min_value=0, max_value=600),
+    revoked=st.sets(st.integers(min_value=0, max_value=2)),
+    seed=st.integers(min_value=0, max_value=50),
+)
+def test_forgetting_partitions_drops_their_open_traces_and_nothing_else(
+    cut: int, revoked: set[int], seed: int
+) -> None:
+    """What a feeder that lost ``revoked`` keeps is what it would have built had it
+    read only the other partitions all along."""
+    _, events = simulated(600, seed)
+
+    def partition(event: dict[str, Any]) -> int:
+        return sum(event["session_id"].encode()) % 3  # a session's turns share a partition
+
+    kept_only = TraceAssembler(idle_timeout=60)
+    assembler = TraceAssembler(idle_timeout=60)
+    closed: list[HtirTrace] = []
+    closed_kept_only: list[HtirTrace] = []
+    for offset, event in enumerate(events[:cut]):
+        where = {"topic": "t", "partition": partition(event), "offset": offset}
+        if (trace := assembler.add(event, **where)) is not None:
+            closed.append(trace)
+        if where["partition"] not in revoked and (trace := kept_only.add(event, **where)):
+            closed_kept_only.append(trace)
+    open_before = {t.task_id: t.partition for t in assembler.open_trace_list()}
+    dropped = assembler.forget_partitions(revoked)
+    assert sorted(dropped) == sorted(tid for tid, p in open_before.items() if p in revoked)
+    assert all(not assembler.is_open(tid) for tid in dropped)
+    for offset, event in enumerate(events[cut:], start=cut):
+        if partition(event) in revoked:
+            continue  # another member's now
+        where = {"topic": "t", "partition": partition(event), "offset": offset}
+        if (trace := assembler.add(event, **where)) is not None:
+            closed.append(trace)
+        if (trace := kept_only.add(event, **where)) is not None:
+            closed_kept_only.append(trace)
+    kept_closed = [t for t in closed if t.partition not in revoked]
+    assert [(t.task_id, t.steps) for t in kept_closed] == [
+        (t.task_id, t.steps) for t in closed_kept_only
+    ]
+    left = {t.task_id: t.steps for t in assembler.close_all()}
+    assert left == {t.task_id: t.steps for t in kept_only.close_all()}

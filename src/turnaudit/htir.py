@@ -324,6 +324,10 @@ class TraceAssembler:
     def is_open(self, task_id: str) -> bool:
         return task_id in self._open
 
+    def open_trace_list(self) -> list[HtirTrace]:
+        """The traces still open, in the order they opened."""
+        return list(self._open.values())
+
     def add(
         self,
         event: Mapping[str, Any],
