@@ -192,6 +192,50 @@ def test_a_failing_sink_gets_the_same_batch_again_and_nothing_is_lost(
     assert gc.get_threshold() == threshold
 
 
+class RevocationFailingSink(FlakySink):
+    """Records what it gets; raises whenever partitions are taken from it."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.revoked: list[set[int]] = []
+
+    def partitions_revoked(self, partitions: set[int]) -> None:
+        self.revoked.append(partitions)
+        raise RuntimeError("state for the revoked partitions could not be dropped")
+
+
+def test_a_sink_failing_on_revocation_is_counted_and_the_group_goes_on(
+    kafka_settings: KafkaSettings,
+) -> None:
+    """A second member joins, so partitions are revoked from the first, whose sink
+    raises there: the failure is counted and logged, both members keep reading,
+    and every event reaches one of the two sinks."""
+    events = [turn(f"s-revoke-{n % 9}", n // 9) for n in range(270)]
+    produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events[:135]])
+    first_sink, first_registry = RevocationFailingSink(), CollectorRegistry()
+    first = ConsumerService(
+        service_settings(kafka_settings, ServiceName.LOG_SINK, "g-revoke"), first_sink,
+        registry=first_registry, serve_http=False,
+    )
+    second_sink = FlakySink(failures=0)
+    second = ConsumerService(
+        service_settings(kafka_settings, ServiceName.LOG_SINK, "g-revoke"), second_sink,
+        registry=CollectorRegistry(), serve_http=False,
+    )
+    with running(first):
+        assert wait_for(lambda: len(first_sink.ids) == 135)
+        with running(second):
+            assert wait_for(lambda: bool(first_sink.revoked) and bool(second.health.partitions()))
+            produce_raw(
+                kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events[135:]]
+            )
+            assert wait_for(lambda: set(first_sink.ids) | set(second_sink.ids) >= {
+                e["event_id"] for e in events
+            })
+            assert first.health.partitions()  # the first member is still reading
+    assert (first_registry.get_sample_value("turnaudit_sink_failures_total") or 0) >= 1
+
+
 def test_metrics_and_healthz_over_http_and_lag_per_partition(kafka_settings: KafkaSettings) -> None:
     service = VerdictMetricsService(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, "g-http"),
