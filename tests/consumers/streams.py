@@ -26,11 +26,12 @@ from turnaudit.settings import KafkaSettings
 
 
 def publish_simulated(
-    settings: KafkaSettings, events: int, spool: Path, seed: int = 7
+    settings: KafkaSettings, events: int, spool: Path, seed: int = 7, rate: int = 0
 ) -> GroundTruth:
+    """``events`` simulated turns, as fast as they go or at ``rate`` per second."""
     every_version = tuple(s.version for s in shipped_catalog().versions)
     args = argparse.Namespace(
-        events=events, seed=seed, schema_versions=every_version, sessions=60, rate=0,
+        events=events, seed=seed, schema_versions=every_version, sessions=60, rate=rate,
         spool_dir=spool,
     )
     sim, report, _, _ = publish_simulation(settings, args)

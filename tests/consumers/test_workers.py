@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -231,35 +232,67 @@ def test_sigterm_drains_every_worker_and_commits_exactly_what_they_wrote(
     assert len(written(tmp_path)) == len(below)  # and each once
 
 
-def test_feeder_workers_publish_each_trace_whole_with_a_manifest_each(
+def test_feeder_workers_publish_each_trace_whole_through_a_kill_and_an_added_worker(
     six_partitions: KafkaSettings, tmp_path: Path
 ) -> None:
+    """``htir feed --workers 2``: one worker really killed and one added while the
+    stream is written. Every task's trace is published with all of its turns on
+    the stream, never in part; each worker appends to a manifest of its own."""
     settings = six_partitions
-    env = service_env(settings, "g-feed")
+    env = service_env(
+        settings, "g-feed", TURNAUDIT_BATCH_SIZE="50",
+        TURNAUDIT_KAFKA_OPTIONS=json.dumps({"auto.commit.interval.ms": "60000"}),
+    )
     port = int(env["TURNAUDIT_HTTP_PORT"])
     manifest = tmp_path / "manifest.jsonl"
-    feed = ["htir", "feed", "--idle-timeout", "2", "--manifest", str(manifest)]
+    feed = ["htir", "feed", "--idle-timeout", "3", "--manifest", str(manifest)]
+    publisher = threading.Thread(  # about 4 s of stream
+        target=publish_simulated, args=(settings, 8000, tmp_path / "spool"),
+        kwargs={"seed": 43, "rate": 2000},
+    )
+
+    def traces_published() -> int:
+        try:
+            return total(scrape(port), "turnaudit_htir_traces_total")
+        except OSError:
+            return 0
+
     with workers_process("", 2, env, tmp_path / "feed.log", command=feed) as service:
         assert wait_for(lambda: settled(port, 2), timeout=90)
-        publish_simulated(settings, 3000, tmp_path / "spool", seed=43)
+        publisher.start()
+        assert wait_for(lambda: traces_published() >= 5, timeout=90)
+        victim = worker_pids(port)[0]
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)  # with open traces and uncommitted offsets
+        mid_stream = publisher.is_alive()
+        service.send_signal(signal.SIGTTIN)  # and a third worker, while the stream runs
+        publisher.join(120)
         expected = task_steps_on_stream(settings)
 
         def every_task_published() -> bool:
             return {t.task_id for t in published_traces(settings)} >= set(expected)
 
         assert wait_for(every_task_published, timeout=120)
+        assert wait_for(lambda: settled(port, 3), timeout=90)
         service.send_signal(signal.SIGTERM)
         assert service.wait(90) == 0
+    assert mid_stream  # it really was killed while the stream was written
+    log = (tmp_path / "feed.log").read_text()
+    assert "killed by SIGKILL" in log
+    assert "worker_added" in log
     traces = published_traces(settings)
     for trace in traces:
         turns = [s["task_step"] for s in trace.steps if s["kind"] == "turn"]
         assert turns == expected[trace.task_id], trace.task_id
-    # One manifest per worker, each trace's line in exactly one of them.
+    # One manifest per worker; each task in them, a task republished after the
+    # kill possibly twice (the killed worker's and its successor's), never more.
     files = sorted(tmp_path.glob("manifest.worker-*.jsonl"))
-    assert [f.name for f in files] == ["manifest.worker-0.jsonl", "manifest.worker-1.jsonl"]
-    lines = [json.loads(line)["task_id"] for f in files for line in f.read_text().splitlines()]
-    assert sorted(lines) == sorted(set(expected))
-    assert all(f.read_text() for f in files)  # both workers read partitions with tasks
+    assert [f.name for f in files] == [f"manifest.worker-{i}.jsonl" for i in range(3)]
+    written = Counter(
+        json.loads(line)["task_id"] for f in files for line in f.read_text().splitlines()
+    )
+    assert set(written) == set(expected)
+    assert max(written.values()) <= 2
 
 
 def written(folder: Path) -> list[str]:
