@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -208,3 +210,60 @@ def test_contract_6_the_key_is_the_session_id() -> None:
         breach = check_key(key, event)
         assert breach is not None
         assert breach.contract is Contract.KEY_IS_SESSION_ID
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 7), max_size=120), st.integers(1, 5))
+def test_the_tracker_keeps_exactly_the_most_recently_seen_streams(
+    order: list[int], bound: int
+) -> None:
+    """Against a reference LRU: at its bound the tracker forgets the stream seen
+    least recently, whatever the order of arrivals."""
+    tracker = StreamTracker(max_streams=bound, max_event_ids=10_000)
+    model: OrderedDict[str, None] = OrderedDict()
+    next_sequence: dict[str, int] = {}
+    last_hash: dict[str, str] = {}
+    for n, index in enumerate(order):
+        session = f"s{index}"
+        sequence = next_sequence.get(session, 0)
+        value = f"{session}/{sequence}".encode()
+        event = {
+            "event_id": f"e{n}", "session_id": session, "producer_id": "p",
+            "sequence": sequence,
+            "prev_hash": last_hash[session] if sequence else GENESIS_HASH,
+        }
+        result = tracker.observe(event, value)
+        assert result.outcome is TurnOutcome.NEW
+        assert result.chain_break is None
+        next_sequence[session], last_hash[session] = sequence + 1, chain_hash(value)
+        model[session] = None
+        model.move_to_end(session)
+        if len(model) > bound:
+            model.popitem(last=False)
+    assert {session for session, _ in tracker.heads()} == set(model)
+    assert len(tracker) == len(model)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 7), max_size=120), st.integers(1, 5))
+def test_the_stamper_continues_exactly_the_most_recently_stamped_sessions(
+    order: list[int], bound: int
+) -> None:
+    """A session the stamper still holds continues its stream; one it dropped
+    (the least recently stamped, at its bound) starts a new stream at 0."""
+    stamper = TurnStamper(max_sessions=bound)
+    model: OrderedDict[str, tuple[str, int]] = OrderedDict()
+    for index in order:
+        session = f"s{index}"
+        event: dict[str, Any] = {"session_id": session}
+        stamper.stamp(event)
+        if session in model:
+            producer, sequence = model[session]
+            assert (event["producer_id"], event["sequence"]) == (producer, sequence + 1)
+        else:
+            assert event["sequence"] == 0
+        stamper.commit(event, f"{session}/{event['sequence']}".encode())
+        model[session] = (event["producer_id"], event["sequence"])
+        model.move_to_end(session)
+        if len(model) > bound:
+            model.popitem(last=False)

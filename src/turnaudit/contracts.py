@@ -11,6 +11,7 @@ from a redelivery.
 from __future__ import annotations
 
 import enum
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -177,14 +178,17 @@ class SessionSequenceTracker:
     """
 
     def __init__(self, max_sessions: int = 100_000, max_missing: int = 1_000) -> None:
-        self._sessions: dict[str, _SessionState] = {}
+        # Least recently seen first; the oldest is dropped in O(1) at the bound.
+        self._sessions: OrderedDict[str, _SessionState] = OrderedDict()
         self._max_sessions = max_sessions
         self._max_missing = max_missing
 
     def observe(
         self, session_id: str, sequence: int, partition: int | None = None
     ) -> SequenceCheck:
-        state = self._sessions.pop(session_id, None)
+        state = self._sessions.get(session_id)
+        if state is not None:
+            self._sessions.move_to_end(session_id)  # most recently seen last
         if state is None:
             # First sight of the session in this consumer: a stream read from
             # the start begins at 0; one joined mid-way starts where it is.
@@ -204,17 +208,17 @@ class SessionSequenceTracker:
             outcome = SequenceCheck(SequenceOutcome.LATE)
         else:
             outcome = SequenceCheck(SequenceOutcome.DUPLICATE)
-        self._sessions[session_id] = state  # re-inserted: most recently seen last
+        self._sessions.setdefault(session_id, state)  # a new session goes last
         if len(self._sessions) > self._max_sessions:
-            del self._sessions[next(iter(self._sessions))]
+            self._sessions.popitem(last=False)
         return outcome
 
     def forget_partitions(self, partitions: set[int]) -> None:
         """Drop sessions read from these partitions (they moved to another
         consumer; what it processed meanwhile is unknown here)."""
-        self._sessions = {
-            s: st for s, st in self._sessions.items() if st.partition not in partitions
-        }
+        self._sessions = OrderedDict(
+            (s, st) for s, st in self._sessions.items() if st.partition not in partitions
+        )
 
     def __len__(self) -> int:
         return len(self._sessions)
