@@ -30,6 +30,7 @@ import itertools
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -227,16 +228,33 @@ _Seen = tuple[str, int | None, int | None]
 _SEEN_DIGITS = 16
 
 
+_NO_GAP: frozenset[int] = frozenset()
+
+
 @dataclass(slots=True)
 class _Stream:
     partition: int | None
     next: int = 0  # one past the highest position seen
-    missing: set[int] = field(default_factory=set)
+    # Missing positions: a set of its own only while the stream has a gap. Most
+    # streams never do, and a set per stream was half of what the garbage
+    # collector walked through in a full tracker.
+    missing: AbstractSet[int] = _NO_GAP
     untracked_missing: int = 0  # skipped beyond the per-stream bound
     # Own hash of events whose successor is not seen yet (the head, left edges of holes).
     own: dict[int, str] = field(default_factory=dict)
     # prev_hash claimed by the successor of a missing position.
     claimed: dict[int, str] = field(default_factory=dict)
+
+    def add_missing(self, positions: range) -> None:
+        missing = self.missing if isinstance(self.missing, set) else set()
+        missing.update(positions)
+        self.missing = missing
+
+    def fill(self, position: int) -> None:
+        if isinstance(self.missing, set):
+            self.missing.discard(position)
+            if not self.missing:
+                self.missing = _NO_GAP
 
 
 class StreamTracker:
@@ -386,7 +404,7 @@ class StreamTracker:
             stream.next = sequence + 1
             return TrackResult(TurnOutcome.NEW, stream_id, sequence, opened, False, chain_break)
         if sequence in stream.missing:
-            stream.missing.discard(sequence)
+            stream.fill(sequence)
             self.currently_missing -= 1
             if not legacy:
                 stream.own.pop(sequence - 1, None)
@@ -439,7 +457,8 @@ class StreamTracker:
         if skipped <= 0:
             return 0
         room = max(0, self._max_missing - len(stream.missing))
-        stream.missing.update(range(start, start + min(room, skipped)))
+        if room:
+            stream.add_missing(range(start, start + min(room, skipped)))
         stream.untracked_missing += max(0, skipped - room)
         self.currently_missing += min(room, skipped)
         return skipped
