@@ -18,13 +18,20 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from tests.verify_helpers import DECODE, Stored, copy_to, fresh_prefix, publish, stored_range
+from tests.verify_helpers import (
+    DECODE,
+    Stored,
+    copy_to,
+    fresh_prefix,
+    fresh_topics,
+    publish,
+    stored_range,
+)
 from turnaudit.cli import main
 from turnaudit.errors import ConfigurationError
 from turnaudit.events import occurred_moment
-from turnaudit.kafka.topics import ensure_topics
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
 from turnaudit.verify import RangeSpec, TurnCounts, metric_totals
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -34,9 +41,7 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 def published(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[KafkaSettings, list[Stored]]:
-    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap,
-                             topics=TopicNames(f"t-{uuid.uuid4().hex[:10]}."), partitions=3)
-    ensure_topics(settings)
+    settings = fresh_topics(kafka_bootstrap)
     publish(settings, tmp_path_factory.mktemp("spool"), seed=23, events=600, versions=(1, 2, 3))
     return settings, stored_range(settings)
 

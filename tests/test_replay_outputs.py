@@ -17,15 +17,22 @@ import structlog
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.test_replay import PROJECT_DIR, expected_lines, read_lines
-from tests.verify_helpers import DECODE, Stored, copy_to, fresh_prefix, publish, stored_range
+from tests.verify_helpers import (
+    DECODE,
+    Stored,
+    copy_to,
+    fresh_prefix,
+    fresh_topics,
+    publish,
+    stored_range,
+)
 from turnaudit import replay as replay_module
 from turnaudit.cli import main
 from turnaudit.commands.replay import OUTPUT_KINDS
 from turnaudit.consumers.replay import SOURCE_HEADER
 from turnaudit.kafka.reading import end_offsets, read_range
-from turnaudit.kafka.topics import ensure_topics
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
 from turnaudit.verify import RangeSpec, run_verify
 
 
@@ -34,9 +41,7 @@ def published(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[KafkaSettings, list[Stored]]:
     """600 turns (v1-v3) and 60 copies of some of them stored again (redeliveries)."""
-    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap,
-                             topics=TopicNames(f"t-{uuid.uuid4().hex[:10]}."), partitions=3)
-    ensure_topics(settings)
+    settings = fresh_topics(kafka_bootstrap)
     publish(settings, tmp_path_factory.mktemp("spool"), seed=29, events=600, versions=(1, 2, 3))
     first = stored_range(settings)
     copy_to(settings, sorted(first, key=lambda m: (m.partition, m.offset))[::10])

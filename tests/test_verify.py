@@ -20,17 +20,17 @@ from tests.verify_helpers import (
     Stored,
     copy_to,
     fresh_prefix,
+    fresh_topics,
     publish,
     stored_range,
     verify_in_memory,
 )
 from turnaudit.cli import main
 from turnaudit.identity import stream_of
-from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
 from turnaudit.verify import VerifyReport
 
 ENCODE_V3 = SingleObjectSerializer(shipped_catalog().version(3))
@@ -42,9 +42,7 @@ EDITABLE = ("turn", "pack_id", "domain", "surface", "input_tokens", "versor_cond
 def published(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[KafkaSettings, GroundTruth, list[Stored]]:
-    settings = KafkaSettings(bootstrap_servers=kafka_bootstrap,
-                             topics=TopicNames(f"t-{uuid.uuid4().hex[:10]}."), partitions=3)
-    ensure_topics(settings)
+    settings = fresh_topics(kafka_bootstrap)
     truth = publish(settings, tmp_path_factory.mktemp("spool"), seed=17, events=600,
                     versions=(1, 2, 3))
     return settings, truth, stored_range(settings)

@@ -29,6 +29,15 @@ class Stored:
     timestamp: int
 
 
+def fresh_topics(bootstrap: str) -> KafkaSettings:
+    """The project's topics under a prefix of their own (3 partitions), created."""
+    settings = KafkaSettings(
+        bootstrap_servers=bootstrap, topics=TopicNames(f"t-{uuid.uuid4().hex[:10]}."), partitions=3
+    )
+    ensure_topics(settings)
+    return settings
+
+
 def fresh_prefix(settings: KafkaSettings) -> KafkaSettings:
     copy = replace(settings, topics=TopicNames(f"t-{uuid.uuid4().hex[:10]}."))
     ensure_topics(copy)
