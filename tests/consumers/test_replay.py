@@ -46,16 +46,24 @@ def committed(settings: KafkaSettings, group: str) -> dict[int, int]:
 
 
 @pytest.mark.broker
-def test_live_counters_and_group_offsets_unchanged_by_a_replay(
-    kafka_settings: KafkaSettings, tmp_path: Path
-) -> None:
-    truth = publish_simulated(kafka_settings, 400, tmp_path / "spool", seed=5)
+
+def live_metrics_service(
+    kafka_settings: KafkaSettings,
+) -> tuple[str, CollectorRegistry, VerdictMetricsService]:
+    """A live verdict metrics service in a group of its own: (group, registry, service)."""
     group = f"live-{uuid.uuid4().hex[:8]}"
     registry = CollectorRegistry()
     service = VerdictMetricsService(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, group),
         registry=registry, serve_http=False,
     )
+    return group, registry, service
+
+def test_live_counters_and_group_offsets_unchanged_by_a_replay(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    truth = publish_simulated(kafka_settings, 400, tmp_path / "spool", seed=5)
+    group, registry, service = live_metrics_service(kafka_settings)
     end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
     with running(service):
         assert wait_for(consumed_everything(service, end))
@@ -110,12 +118,7 @@ def test_a_one_day_window_into_every_output_holds_exactly_that_days_events(
     low, high = int(DAY_2.timestamp() * 1000), int(DAY_3.timestamp() * 1000)
     in_day = {k for k, millis in truth.items() if low <= millis < high}
     assert 0 < len(in_day) < len(truth) - 250  # the window cuts both midnight crossings
-    group = f"live-{uuid.uuid4().hex[:8]}"
-    registry = CollectorRegistry()
-    service = VerdictMetricsService(
-        service_settings(kafka_settings, ServiceName.VERDICT_METRICS, group),
-        registry=registry, serve_http=False,
-    )
+    group, registry, service = live_metrics_service(kafka_settings)
     end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
     target_topic = f"{kafka_settings.topics.prefix}replayed"
     admin = AdminClient(kafka_settings.client_config())
