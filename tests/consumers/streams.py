@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from turnaudit.commands.simulate import publish_simulation
+from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName, ServiceSettings
 from turnaudit.htir import HtirTrace
@@ -23,6 +25,8 @@ from turnaudit.producers.simulator import GroundTruth
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
+
+from .events import encode
 
 
 def publish_simulated(
@@ -135,3 +139,25 @@ def task_steps_on_stream(settings: KafkaSettings) -> dict[str, list[int]]:
         if task is not None:
             steps.setdefault(task["task_id"], []).append(task["step"])
     return {task_id: sorted(s) for task_id, s in steps.items()}
+
+
+def feeder(
+    settings: KafkaSettings, group: str, manifest: Path | None = None, idle: float = 1.0
+) -> tuple[ConsumerService, HtirFeederSink]:
+    registry = CollectorRegistry()
+    sink = HtirFeederSink(settings, registry=registry, idle_timeout=idle, manifest=manifest)
+    service = ConsumerService(
+        service_settings(settings, ServiceName.HTIR_FEEDER, group), sink, registry=registry
+    )
+    return service, sink
+
+
+def one_trace(settings: KafkaSettings, events: list[dict[str, Any]], group: str) -> HtirTrace:
+    """``events`` (one task) onto the turn topic, through a feeder: the one trace published."""
+    produce_raw(settings, [(e["session_id"].encode(), encode(e)) for e in events])
+    service, sink = feeder(settings, group)
+    with running(service):
+        assert wait_for(lambda: sink.published == 1, timeout=60)
+    (trace,) = published_traces(settings)
+    return trace
+

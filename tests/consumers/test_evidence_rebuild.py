@@ -34,9 +34,16 @@ from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
-from .events import encode, turn
-from .streams import consumed_everything, produce_raw, publish_simulated, running, wait_for
-from .test_htir_feeder import feeder, published_traces
+from .events import task_turn
+from .streams import (
+    consumed_everything,
+    feeder,
+    one_trace,
+    publish_simulated,
+    published_traces,
+    running,
+    wait_for,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -175,17 +182,9 @@ def test_a_label_whose_trace_changed_is_refused_by_the_worker_and_by_the_rebuild
 def test_a_trace_missing_a_middle_turn_is_published_flagged_and_kept_out_of_the_evidence(
     kafka_settings: KafkaSettings, tmp_path: Path,
 ) -> None:
-    events = []
-    for step in (0, 1, 3, 4):  # task step 2 never reached the stream
-        event = turn("gap-session", step)
-        event["task"] = {"task_id": "t-gap", "task_family": "code-fix", "step": step,
-                         "end_of_task": step == 4}
-        events.append(event)
-    produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events])
-    service, sink = feeder(kafka_settings, "feeder-gap")
-    with running(service):
-        assert wait_for(lambda: sink.published == 1, timeout=60)
-    (trace,) = published_traces(kafka_settings)
+    # Task step 2 never reached the stream.
+    events = [task_turn("gap-session", "t-gap", step, last=4) for step in (0, 1, 3, 4)]
+    trace = one_trace(kafka_settings, events, "feeder-gap")
     assert trace.missing_task_steps == [2]
     assert [s["index"] for s in trace.steps] == list(range(len(trace.steps)))
 

@@ -34,11 +34,12 @@ from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
-from .events import encode, turn
+from .events import task_turn
 from .streams import (
     consumed_everything,
+    feeder,
     http_get,
-    produce_raw,
+    one_trace,
     publish_simulated,
     published_traces,
     running,
@@ -50,17 +51,6 @@ from .streams import (
 )
 
 pytestmark = pytest.mark.broker
-
-
-def feeder(
-    settings: KafkaSettings, group: str, manifest: Path | None = None, idle: float = 1.0
-) -> tuple[ConsumerService, HtirFeederSink]:
-    registry = CollectorRegistry()
-    sink = HtirFeederSink(settings, registry=registry, idle_timeout=idle, manifest=manifest)
-    service = ConsumerService(
-        service_settings(settings, ServiceName.HTIR_FEEDER, group), sink, registry=registry
-    )
-    return service, sink
 
 
 def fed_traces(
@@ -267,21 +257,13 @@ def test_a_contract_breaking_turn_stays_in_its_trace_and_raises_the_alarm(
     kafka_settings: KafkaSettings,
 ) -> None:
     # A three-turn task whose middle turn breaks contract 1 (refusal and hedge).
-    events = []
-    for step in range(3):
-        over = {}
-        if step == 1:
-            over = {"refusal_emitted": True, "surface_before_hedge": "[refusal] no.",
-                    "surface": "I may be wrong, but [refusal] no."}
-        event = turn("task-session", step, **over)
-        event["task"] = {"task_id": "t-breach", "task_family": "code-fix", "step": step,
-                         "end_of_task": step == 2}
-        events.append(event)
-    produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events])
-    service, sink = feeder(kafka_settings, "feeder-breach")
-    with running(service):
-        assert wait_for(lambda: sink.published == 1, timeout=60)
-    (trace,) = published_traces(kafka_settings)
+    breaking = {"refusal_emitted": True, "surface_before_hedge": "[refusal] no.",
+                "surface": "I may be wrong, but [refusal] no."}
+    events = [
+        task_turn("task-session", "t-breach", step, last=2, **(breaking if step == 1 else {}))
+        for step in range(3)
+    ]
+    trace = one_trace(kafka_settings, events, "feeder-breach")
     turns = [s for s in trace.steps if s["kind"] == "turn"]
     assert [s["task_step"] for s in turns] == [0, 1, 2]
     assert turns[1]["contract_breaches"][0].startswith("refusal_hedge_exclusive")
