@@ -120,8 +120,9 @@ def total(
     )
 
 
-def published_traces(settings: KafkaSettings) -> list[HtirTrace]:
-    topic = settings.topics.htir_traces
+def published_traces(settings: KafkaSettings, topic: str | None = None) -> list[HtirTrace]:
+    """The traces on ``topic`` (default: the HTIR traces topic), in offset order."""
+    topic = topic or settings.topics.htir_traces
     decode = TurnEventDeserializer(shipped_catalog("htir_trace"))
     return [
         HtirTrace.from_avro(decode(msg.value()).event)

@@ -248,9 +248,7 @@ def test_htir_replay_outputs_are_deterministic_and_hold_the_feeders_traces(
     monkeypatch.chdir(tmp_path)
     assert main(["replay", "--into", f"htir-topic:{topic}"]) == 0
     capsys.readouterr()
-    decode = TurnEventDeserializer(shipped_catalog("htir_trace"))
-    written = read_range(kafka_settings, topic, None, end_offsets(kafka_settings, topic))
-    on_topic = [HtirTrace.from_avro(decode(m.value()).event) for m in written]
+    on_topic = published_traces(kafka_settings, topic)
     assert [t.task_id for t in on_topic] == [r["task_id"] for r in lines]
     assert all(t.steps == replayed[t.task_id].steps for t in on_topic)
 
