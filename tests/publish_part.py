@@ -31,8 +31,15 @@ def main(argv: list[str]) -> int:
         if first <= i < end and i % step == offset:
             publisher.publish(event)
     report = publisher.close(timeout=20.0)
-    print(json.dumps({"producer_id": publisher.producer_id, "delivered": report.delivered,
-                      "undelivered": report.undelivered}))
+    print(
+        json.dumps(
+            {
+                "producer_id": publisher.producer_id,
+                "delivered": report.delivered,
+                "undelivered": report.undelivered,
+            }
+        )
+    )
     return 0
 
 

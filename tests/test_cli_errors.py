@@ -37,8 +37,9 @@ CLUSTER_COMMANDS = {
     "htir feed": ["htir", "feed"],
     "auditor run": ["auditor", "run", "--labels", "labels.json", "--evidence", "ev.json"],
 }
-SERVICES = {k: v for k, v in CLUSTER_COMMANDS.items() if k in ("sink logs", "sink metrics",
-                                                                   "htir feed")}
+SERVICES = {
+    k: v for k, v in CLUSTER_COMMANDS.items() if k in ("sink logs", "sink metrics", "htir feed")
+}
 # Long-running services do not exit while the cluster is away: not ready, one
 # line in their log, then a bounded rate of lines (tests/consumers/test_health.py).
 LONG_RUNNING = ("sink logs", "sink metrics", "htir feed", "auditor run")
@@ -60,79 +61,215 @@ def _cases() -> list[Case]:
     cases: list[Case] = []
     for name, argv in CLUSTER_COMMANDS.items():
         if name not in LONG_RUNNING:  # services wait: tests/consumers/test_health.py
-            cases.append(Case(f"{name}: cluster unreachable", argv,
-                              {"KAFKA_BOOTSTRAP_SERVERS": NOWHERE}, 1,
-                              f"cannot reach {NOWHERE} within {CONNECT_TIMEOUT_S} s: "
-                              "is the cluster up"))
-        cases.append(Case(f"{name}: unknown librdkafka option", argv,
-                          {"KAFKA_BOOTSTRAP_SERVERS": NOWHERE,
-                           "TURNAUDIT_KAFKA_OPTIONS": '{"no.such.option": "1"}'}, 2,
-                          'TURNAUDIT_KAFKA_OPTIONS: No such configuration property: '
-                          '"no.such.option"'))
-        cases.append(Case(f"{name}: options not JSON", argv,
-                          {"TURNAUDIT_KAFKA_OPTIONS": "{nope"}, 2,
-                          "TURNAUDIT_KAFKA_OPTIONS is not a JSON object"))
-        cases.append(Case(f"{name}: TURNAUDIT_LOG_LEVEL=bogus", argv,
-                          {"TURNAUDIT_LOG_LEVEL": "bogus"}, 2,
-                          "TURNAUDIT_LOG_LEVEL='bogus': choose DEBUG, INFO, WARNING or ERROR"))
-        cases.append(Case(f"{name}: partitions not a number", argv,
-                          {"TURNAUDIT_TOPIC_PARTITIONS": "zero"}, 2,
-                          "TURNAUDIT_TOPIC_PARTITIONS='zero' is not a whole number"))
-        cases.append(Case(f"{name}: connect timeout 0", argv,
-                          {"TURNAUDIT_CONNECT_TIMEOUT_S": "0"}, 2,
-                          "TURNAUDIT_CONNECT_TIMEOUT_S=0 is below 1"))
+            cases.append(
+                Case(
+                    f"{name}: cluster unreachable",
+                    argv,
+                    {"KAFKA_BOOTSTRAP_SERVERS": NOWHERE},
+                    1,
+                    f"cannot reach {NOWHERE} within {CONNECT_TIMEOUT_S} s: is the cluster up",
+                )
+            )
+        cases.append(
+            Case(
+                f"{name}: unknown librdkafka option",
+                argv,
+                {
+                    "KAFKA_BOOTSTRAP_SERVERS": NOWHERE,
+                    "TURNAUDIT_KAFKA_OPTIONS": '{"no.such.option": "1"}',
+                },
+                2,
+                'TURNAUDIT_KAFKA_OPTIONS: No such configuration property: "no.such.option"',
+            )
+        )
+        cases.append(
+            Case(
+                f"{name}: options not JSON",
+                argv,
+                {"TURNAUDIT_KAFKA_OPTIONS": "{nope"},
+                2,
+                "TURNAUDIT_KAFKA_OPTIONS is not a JSON object",
+            )
+        )
+        cases.append(
+            Case(
+                f"{name}: TURNAUDIT_LOG_LEVEL=bogus",
+                argv,
+                {"TURNAUDIT_LOG_LEVEL": "bogus"},
+                2,
+                "TURNAUDIT_LOG_LEVEL='bogus': choose DEBUG, INFO, WARNING or ERROR",
+            )
+        )
+        cases.append(
+            Case(
+                f"{name}: partitions not a number",
+                argv,
+                {"TURNAUDIT_TOPIC_PARTITIONS": "zero"},
+                2,
+                "TURNAUDIT_TOPIC_PARTITIONS='zero' is not a whole number",
+            )
+        )
+        cases.append(
+            Case(
+                f"{name}: connect timeout 0",
+                argv,
+                {"TURNAUDIT_CONNECT_TIMEOUT_S": "0"},
+                2,
+                "TURNAUDIT_CONNECT_TIMEOUT_S=0 is below 1",
+            )
+        )
     for name, argv in CLUSTER_COMMANDS.items():
         if name == "demo" or name in LONG_RUNNING:
             continue  # the demo starts the local broker itself; services wait for it
-        cases.append(Case(f"{name}: local broker not running", argv,
-                          {"TURNAUDIT_BROKER_PORT": str(LOCAL_PORT)}, 1,
-                          f"cannot reach 127.0.0.1:{LOCAL_PORT} within {CONNECT_TIMEOUT_S} s: "
-                          "is the broker running? (turnaudit broker start)"))
-    cases.append(Case("topics create --wait 4: cluster unreachable",
-                      ["topics", "create", "--wait", "4"], {"KAFKA_BOOTSTRAP_SERVERS": NOWHERE},
-                      1, f"cannot reach {NOWHERE} within 4 s"))
-    cases.append(Case("topics create --wait -1", ["topics", "create", "--wait", "-1"], {}, 2,
-                      "--wait -1: give 0 or more seconds"))
+        cases.append(
+            Case(
+                f"{name}: local broker not running",
+                argv,
+                {"TURNAUDIT_BROKER_PORT": str(LOCAL_PORT)},
+                1,
+                f"cannot reach 127.0.0.1:{LOCAL_PORT} within {CONNECT_TIMEOUT_S} s: "
+                "is the broker running? (turnaudit broker start)",
+            )
+        )
+    cases.append(
+        Case(
+            "topics create --wait 4: cluster unreachable",
+            ["topics", "create", "--wait", "4"],
+            {"KAFKA_BOOTSTRAP_SERVERS": NOWHERE},
+            1,
+            f"cannot reach {NOWHERE} within 4 s",
+        )
+    )
+    cases.append(
+        Case(
+            "topics create --wait -1",
+            ["topics", "create", "--wait", "-1"],
+            {},
+            2,
+            "--wait -1: give 0 or more seconds",
+        )
+    )
     for name, argv in SERVICES.items():
-        cases.append(Case(f"{name}: TURNAUDIT_HTTP_PORT=70000", argv,
-                          {"TURNAUDIT_HTTP_PORT": "70000"}, 2,
-                          "TURNAUDIT_HTTP_PORT=70000 is above 65535"))
-        cases.append(Case(f"{name}: TURNAUDIT_HTTP_PORT=-1", argv,
-                          {"TURNAUDIT_HTTP_PORT": "-1"}, 2, "TURNAUDIT_HTTP_PORT=-1 is below 0"))
-        cases.append(Case(f"{name}: HTTP port in use", argv,
-                          {"TURNAUDIT_HTTP_PORT": str(BUSY_PORT),
-                           "KAFKA_BOOTSTRAP_SERVERS": NOWHERE}, 2,
-                          f"TURNAUDIT_HTTP_PORT={BUSY_PORT}: cannot listen on 0.0.0.0:{BUSY_PORT} "
-                          "(Address already in use): choose a free port"))
+        cases.append(
+            Case(
+                f"{name}: TURNAUDIT_HTTP_PORT=70000",
+                argv,
+                {"TURNAUDIT_HTTP_PORT": "70000"},
+                2,
+                "TURNAUDIT_HTTP_PORT=70000 is above 65535",
+            )
+        )
+        cases.append(
+            Case(
+                f"{name}: TURNAUDIT_HTTP_PORT=-1",
+                argv,
+                {"TURNAUDIT_HTTP_PORT": "-1"},
+                2,
+                "TURNAUDIT_HTTP_PORT=-1 is below 0",
+            )
+        )
+        cases.append(
+            Case(
+                f"{name}: HTTP port in use",
+                argv,
+                {"TURNAUDIT_HTTP_PORT": str(BUSY_PORT), "KAFKA_BOOTSTRAP_SERVERS": NOWHERE},
+                2,
+                f"TURNAUDIT_HTTP_PORT={BUSY_PORT}: cannot listen on 0.0.0.0:{BUSY_PORT} "
+                "(Address already in use): choose a free port",
+            )
+        )
     cases += [
-        Case("sink logs: TURNAUDIT_LOG_FILE is a directory", ["sink", "logs"],
-             {"TURNAUDIT_LOG_FILE": "{tmp}"}, 2, "TURNAUDIT_LOG_FILE={tmp} is a directory"),
-        Case("sink logs: TURNAUDIT_LOG_FILE unwritable", ["sink", "logs"],
-             {"TURNAUDIT_LOG_FILE": "{tmp}/a-file/turns.jsonl"}, 2,
-             "TURNAUDIT_LOG_FILE={tmp}/a-file/turns.jsonl cannot be written"),
-        Case("sink logs: TURNAUDIT_LOG_SURFACES=bogus", ["sink", "logs"],
-             {"TURNAUDIT_LOG_SURFACES": "bogus"}, 2, "TURNAUDIT_LOG_SURFACES='bogus'"),
-        Case("simulate: unwritable --spool-dir",
-             ["simulate", "--spool-dir", "{tmp}/a-file/spool"], {}, 2,
-             "argument --spool-dir: {tmp}/a-file/spool is not a writable folder"),
-        Case("demo: unwritable --spool-dir", ["demo", "--spool-dir", "{tmp}/a-file/spool"], {}, 2,
-             "argument --spool-dir: {tmp}/a-file/spool is not a writable folder"),
-        Case("simulate: --events many", ["simulate", "--events", "many"], {}, 2,
-             "'many' is not a whole number"),
-        Case("tail --limit -1", ["tail", "--limit", "-1"], {}, 2,
-             "argument --limit: -1 is not a positive number"),
-        Case("tail --limit 0", ["tail", "--limit", "0"], {}, 2,
-             "argument --limit: 0 is not a positive number"),
-        Case("tail --from yesterday", ["tail", "--from", "yesterday"], {}, 2,
-             "'yesterday' is not an ISO 8601 time"),
-        Case("htir feed --idle-timeout 0", ["htir", "feed", "--idle-timeout", "0"],
-             {"KAFKA_BOOTSTRAP_SERVERS": NOWHERE}, 2, "--idle-timeout must be positive"),
-        Case("broker status: TURNAUDIT_BROKER_PORT=70000", ["broker", "status"],
-             {"TURNAUDIT_BROKER_PORT": "70000"}, 2, "TURNAUDIT_BROKER_PORT=70000 is above 65535"),
-        Case("broker start: TURNAUDIT_LOG_LEVEL=bogus", ["broker", "start"],
-             {"TURNAUDIT_LOG_LEVEL": "bogus"}, 2, "TURNAUDIT_LOG_LEVEL='bogus'"),
-        Case("--log-level bogus", ["--log-level", "bogus", "tail"], {}, 2,
-             "argument --log-level: invalid choice: 'BOGUS'"),
+        Case(
+            "sink logs: TURNAUDIT_LOG_FILE is a directory",
+            ["sink", "logs"],
+            {"TURNAUDIT_LOG_FILE": "{tmp}"},
+            2,
+            "TURNAUDIT_LOG_FILE={tmp} is a directory",
+        ),
+        Case(
+            "sink logs: TURNAUDIT_LOG_FILE unwritable",
+            ["sink", "logs"],
+            {"TURNAUDIT_LOG_FILE": "{tmp}/a-file/turns.jsonl"},
+            2,
+            "TURNAUDIT_LOG_FILE={tmp}/a-file/turns.jsonl cannot be written",
+        ),
+        Case(
+            "sink logs: TURNAUDIT_LOG_SURFACES=bogus",
+            ["sink", "logs"],
+            {"TURNAUDIT_LOG_SURFACES": "bogus"},
+            2,
+            "TURNAUDIT_LOG_SURFACES='bogus'",
+        ),
+        Case(
+            "simulate: unwritable --spool-dir",
+            ["simulate", "--spool-dir", "{tmp}/a-file/spool"],
+            {},
+            2,
+            "argument --spool-dir: {tmp}/a-file/spool is not a writable folder",
+        ),
+        Case(
+            "demo: unwritable --spool-dir",
+            ["demo", "--spool-dir", "{tmp}/a-file/spool"],
+            {},
+            2,
+            "argument --spool-dir: {tmp}/a-file/spool is not a writable folder",
+        ),
+        Case(
+            "simulate: --events many",
+            ["simulate", "--events", "many"],
+            {},
+            2,
+            "'many' is not a whole number",
+        ),
+        Case(
+            "tail --limit -1",
+            ["tail", "--limit", "-1"],
+            {},
+            2,
+            "argument --limit: -1 is not a positive number",
+        ),
+        Case(
+            "tail --limit 0",
+            ["tail", "--limit", "0"],
+            {},
+            2,
+            "argument --limit: 0 is not a positive number",
+        ),
+        Case(
+            "tail --from yesterday",
+            ["tail", "--from", "yesterday"],
+            {},
+            2,
+            "'yesterday' is not an ISO 8601 time",
+        ),
+        Case(
+            "htir feed --idle-timeout 0",
+            ["htir", "feed", "--idle-timeout", "0"],
+            {"KAFKA_BOOTSTRAP_SERVERS": NOWHERE},
+            2,
+            "--idle-timeout must be positive",
+        ),
+        Case(
+            "broker status: TURNAUDIT_BROKER_PORT=70000",
+            ["broker", "status"],
+            {"TURNAUDIT_BROKER_PORT": "70000"},
+            2,
+            "TURNAUDIT_BROKER_PORT=70000 is above 65535",
+        ),
+        Case(
+            "broker start: TURNAUDIT_LOG_LEVEL=bogus",
+            ["broker", "start"],
+            {"TURNAUDIT_LOG_LEVEL": "bogus"},
+            2,
+            "TURNAUDIT_LOG_LEVEL='bogus'",
+        ),
+        Case(
+            "--log-level bogus",
+            ["--log-level", "bogus", "tail"],
+            {},
+            2,
+            "argument --log-level: invalid choice: 'BOGUS'",
+        ),
     ]
     return cases
 
@@ -149,20 +286,30 @@ class Outcome:
 
 
 def _run(case: Case, tmp: Path) -> Outcome:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("TURNAUDIT_") and k != "KAFKA_BOOTSTRAP_SERVERS"}
-    env.update({
-        "TURNAUDIT_CONNECT_TIMEOUT_S": str(CONNECT_TIMEOUT_S),
-        "TURNAUDIT_BROKER_HOME": str(tmp / "broker-home"),
-        "TURNAUDIT_BROKER_PORT": str(LOCAL_PORT),
-        "TURNAUDIT_BROKER_JARS": str(PROJECT_DIR / "deploy/kafka/target/jars"),
-    })
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("TURNAUDIT_") and k != "KAFKA_BOOTSTRAP_SERVERS"
+    }
+    env.update(
+        {
+            "TURNAUDIT_CONNECT_TIMEOUT_S": str(CONNECT_TIMEOUT_S),
+            "TURNAUDIT_BROKER_HOME": str(tmp / "broker-home"),
+            "TURNAUDIT_BROKER_PORT": str(LOCAL_PORT),
+            "TURNAUDIT_BROKER_JARS": str(PROJECT_DIR / "deploy/kafka/target/jars"),
+        }
+    )
     env.update({k: v.replace("{tmp}", str(tmp)) for k, v in case.env.items()})
     argv = [a.replace("{tmp}", str(tmp)) for a in case.argv]
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "turnaudit.cli", *argv], capture_output=True, text=True,
-        env=env, cwd=tmp, timeout=BOUND_S * 2, check=False,
+        [sys.executable, "-m", "turnaudit.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp,
+        timeout=BOUND_S * 2,
+        check=False,
     )
     return Outcome(result.returncode, result.stderr, time.monotonic() - started, str(tmp))
 
@@ -211,8 +358,10 @@ def test_debug_shows_the_traceback_and_librdkafka(tmp_path: Path) -> None:
     assert outcome.returncode == 1
     assert "Traceback" in outcome.stderr
     assert "librdkafka" in outcome.stderr  # its own connection lines, at DEBUG only
-    assert outcome.stderr.strip().splitlines()[-1].startswith(
-        f"turnaudit tail: cannot reach {NOWHERE}"
+    assert (
+        outcome.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"turnaudit tail: cannot reach {NOWHERE}")
     )
 
 
@@ -221,10 +370,15 @@ def test_a_schema_registry_that_does_not_answer_is_one_line(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     outcome = _run(
-        Case("registry", ["simulate", "--events", "5", "--spool-dir", "{tmp}/spool"],
-             {"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
-              "TURNAUDIT_TOPIC_PREFIX": f"reg-{free_port()}.",
-              "TURNAUDIT_SCHEMA_REGISTRY_URL": f"http://127.0.0.1:{free_port()}"}),
+        Case(
+            "registry",
+            ["simulate", "--events", "5", "--spool-dir", "{tmp}/spool"],
+            {
+                "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+                "TURNAUDIT_TOPIC_PREFIX": f"reg-{free_port()}.",
+                "TURNAUDIT_SCHEMA_REGISTRY_URL": f"http://127.0.0.1:{free_port()}",
+            },
+        ),
         tmp_path,
     )
     lines = outcome.stderr.strip().splitlines()

@@ -103,8 +103,9 @@ def test_a_late_arrival_brings_the_missing_figure_back_down() -> None:
     order = [0, 1, 3, 4, 2, 5]  # 2 arrives after 3 and 4
     figures = []
     for offset, i in enumerate(order):
-        result = tracker.observe(DECODE(events[i].value).event, events[i].value, partition=0,
-                                 offset=offset)
+        result = tracker.observe(
+            DECODE(events[i].value).event, events[i].value, partition=0, offset=offset
+        )
         figures.append(tracker.currently_missing)
         assert result.chain_break is None
         assert result.counts_as_turn
@@ -155,8 +156,9 @@ def test_an_edit_breaks_the_chain_at_the_next_position() -> None:
     events = stamped_events(10, sessions=1)
     event = dict(DECODE(events[4].value).event)
     event["turn"] += 1
-    edited = Stamped(events[4].key, SingleObjectSerializer(shipped_catalog().version(3))(event),
-                     event)
+    edited = Stamped(
+        events[4].key, SingleObjectSerializer(shipped_catalog().version(3))(event), event
+    )
     tracker = StreamTracker()
     breaks = [
         tracker.observe(DECODE(m.value).event, m.value, partition=0, offset=i).chain_break
@@ -193,8 +195,9 @@ def test_legacy_events_renumbered_by_a_restarted_publisher_are_new_turns() -> No
     encode = SingleObjectSerializer(shipped_catalog().version(2))
     outcomes = []
     for run in range(2):  # two publisher processes, numbering the session from 0 each
-        for i, event in enumerate(TurnRuntimeSimulator(run, schema_versions=(2,),
-                                                       concurrent_sessions=1).events(5)):
+        for i, event in enumerate(
+            TurnRuntimeSimulator(run, schema_versions=(2,), concurrent_sessions=1).events(5)
+        ):
             event.update(event_id=f"run{run}-{i}", sequence=i, session_id="legacy")
             value = encode(event)
             decoded = DECODE(value).event
@@ -228,7 +231,9 @@ def test_the_tracker_keeps_exactly_the_most_recently_seen_streams(
         sequence = next_sequence.get(session, 0)
         value = f"{session}/{sequence}".encode()
         event = {
-            "event_id": f"e{n}", "session_id": session, "producer_id": "p",
+            "event_id": f"e{n}",
+            "session_id": session,
+            "producer_id": "p",
             "sequence": sequence,
             "prev_hash": last_hash[session] if sequence else GENESIS_HASH,
         }

@@ -56,10 +56,19 @@ def publisher_process(
     settings: KafkaSettings, spool: Path, *args: int, bootstrap: str | None = None
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.publish_part",
-         bootstrap or settings.bootstrap_servers or "", settings.topics.prefix, str(spool),
-         *map(str, args)],
-        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.publish_part",
+            bootstrap or settings.bootstrap_servers or "",
+            settings.topics.prefix,
+            str(spool),
+            *map(str, args),
+        ],
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
 
 
@@ -86,15 +95,19 @@ def test_restarted_interleaved_and_spool_draining_publishers_lose_and_miscount_n
         # A runtime, then the same runtime restarted: the same sessions continue.
         first = finished(publisher_process(kafka_settings, tmp_path / "a", seed, count, 0, 200))
         # Two replicas serving the same sessions at once, turn by turn.
-        pair = [publisher_process(kafka_settings, tmp_path / f"b{k}", seed, count, 200, 500, 2, k)
-                for k in (0, 1)]
+        pair = [
+            publisher_process(kafka_settings, tmp_path / f"b{k}", seed, count, 200, 500, 2, k)
+            for k in (0, 1)
+        ]
         replicas = [finished(p) for p in pair]
         # A runtime that cannot reach the broker spools; the next process drains it.
         dead = f"127.0.0.1:{free_port()}"
-        spooling = finished(publisher_process(kafka_settings, tmp_path / "c", seed, count, 500,
-                                              600, bootstrap=dead))
-        draining = finished(publisher_process(kafka_settings, tmp_path / "c", seed, count, 600,
-                                              700))
+        spooling = finished(
+            publisher_process(kafka_settings, tmp_path / "c", seed, count, 500, 600, bootstrap=dead)
+        )
+        draining = finished(
+            publisher_process(kafka_settings, tmp_path / "c", seed, count, 600, 700)
+        )
         assert spooling["undelivered"] == 100  # really left in the spool
         assert draining["undelivered"] == 0
         producers = {first["producer_id"], spooling["producer_id"], draining["producer_id"]}
@@ -106,7 +119,9 @@ def test_restarted_interleaved_and_spool_draining_publishers_lose_and_miscount_n
         assert port is not None
         samples = scrape(port)
         report = run_verify(
-            kafka_settings, DECODE, RangeSpec(),
+            kafka_settings,
+            DECODE,
+            RangeSpec(),
             metrics_urls=[f"http://127.0.0.1:{port}/metrics"],
         )
     j = report.as_json()
@@ -162,12 +177,12 @@ def test_a_wrong_key_is_dead_lettered_with_its_reason(kafka_settings: KafkaSetti
     with running(service):
         port = service.http_port
         assert port is not None
-        produce_raw(kafka_settings, [(events[0].key, events[0].value),
-                                     (b"someone-else", events[1].value)])
+        produce_raw(
+            kafka_settings, [(events[0].key, events[0].value), (b"someone-else", events[1].value)]
+        )
         assert wait_for(lambda: total(scrape(port), "turnaudit_key_mismatches_total") == 1)
         samples = scrape(port)
-    assert total(samples, "turnaudit_dead_letters_total",
-                 reason="contract:key_is_session_id") == 1
+    assert total(samples, "turnaudit_dead_letters_total", reason="contract:key_is_session_id") == 1
     assert total(samples, "turnaudit_turns_total") == 1
     report = run_verify(kafka_settings, DECODE, RangeSpec())
     j = report.as_json()
@@ -179,11 +194,17 @@ def test_redeliveries_after_a_consumer_sigkill_are_redeliveries_not_new_turns(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     turns_file = tmp_path / "turns.jsonl"
-    env = service_env(kafka_settings, "g-kill-id", TURNAUDIT_LOG_FILE=str(turns_file),
-                      TURNAUDIT_BATCH_SIZE="20", TURNAUDIT_GROUP_INSTANCE_ID="logs-1")
+    env = service_env(
+        kafka_settings,
+        "g-kill-id",
+        TURNAUDIT_LOG_FILE=str(turns_file),
+        TURNAUDIT_BATCH_SIZE="20",
+        TURNAUDIT_GROUP_INSTANCE_ID="logs-1",
+    )
     publisher = threading.Thread(
-        target=lambda: finished(publisher_process(kafka_settings, tmp_path / "p", 31, 3000,
-                                                  0, 1500)),
+        target=lambda: finished(
+            publisher_process(kafka_settings, tmp_path / "p", 31, 3000, 0, 1500)
+        ),
     )
     with service_process("logs", env, tmp_path / "first.log") as first:
         publisher.start()  # killed while it consumes a stream still being written

@@ -54,10 +54,18 @@ def test_twelve_packs_with_default_settings_are_twelve_named_series() -> None:
     assert gauge(registry, "turnaudit_metrics_label_values", "pack") == 12
     assert gauge(registry, "turnaudit_metrics_label_limit", "pack") == DEFAULT_LABEL_LIMIT
     for n in range(12):
-        assert registry.get_sample_value(
-            "turnaudit_turns_total",
-            {"pack": f"pack-{n:05d}", "domain": "triage", "path": "MAIN", "schema_version": "2"},
-        ) == 2
+        assert (
+            registry.get_sample_value(
+                "turnaudit_turns_total",
+                {
+                    "pack": f"pack-{n:05d}",
+                    "domain": "triage",
+                    "path": "MAIN",
+                    "schema_version": "2",
+                },
+            )
+            == 2
+        )
 
 
 def test_ten_thousand_packs_are_the_limit_plus_other_and_the_bound_is_reported() -> None:

@@ -52,12 +52,22 @@ def expected_lines(messages: list[Stored]) -> list[dict[str, Any]]:
     found = []
     for m in ordered:
         decoded = DECODE(m.value)
-        found.append({"partition": m.partition, "offset": m.offset,
-                      "writer_version": decoded.writer_version,
-                      "event": json.loads(json.dumps(
-                          {**decoded.event,
-                           "occurred_at": occurred_moment(decoded.event["occurred_at"])},
-                          default=_hexed))})
+        found.append(
+            {
+                "partition": m.partition,
+                "offset": m.offset,
+                "writer_version": decoded.writer_version,
+                "event": json.loads(
+                    json.dumps(
+                        {
+                            **decoded.event,
+                            "occurred_at": occurred_moment(decoded.event["occurred_at"]),
+                        },
+                        default=_hexed,
+                    )
+                ),
+            }
+        )
     return found
 
 
@@ -73,10 +83,16 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def run_replay(settings: KafkaSettings, out: Path, spec: RangeSpec | None = None,
-               **kwargs: Any) -> Any:
-    return replay(settings, DECODE, ReplayRequest(spec or RangeSpec()),
-                  ReplayTarget.file("jsonl", out), **kwargs)
+def run_replay(
+    settings: KafkaSettings, out: Path, spec: RangeSpec | None = None, **kwargs: Any
+) -> Any:
+    return replay(
+        settings,
+        DECODE,
+        ReplayRequest(spec or RangeSpec()),
+        ReplayTarget.file("jsonl", out),
+        **kwargs,
+    )
 
 
 def test_whole_range_holds_every_version_in_order_and_twice_the_same_bytes(
@@ -100,19 +116,36 @@ def test_whole_range_holds_every_version_in_order_and_twice_the_same_bytes(
 
 
 def test_offset_window_of_some_partitions_through_the_cli(
-    published: tuple[KafkaSettings, list[Stored]], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    published: tuple[KafkaSettings, list[Stored]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, stored = published
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
     monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
     out = tmp_path / "window.jsonl"
-    code = main(["replay", "--from-offsets", "0:10,1:5,2:20", "--to-offsets", "0:60,1:70,2:90",
-                 "--partitions", "0,2", "--into", f"jsonl:{out}", "--batch-size", "7"])
+    code = main(
+        [
+            "replay",
+            "--from-offsets",
+            "0:10,1:5,2:20",
+            "--to-offsets",
+            "0:60,1:70,2:90",
+            "--partitions",
+            "0,2",
+            "--into",
+            f"jsonl:{out}",
+            "--batch-size",
+            "7",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
-    window = [m for m in stored
-              if (m.partition == 0 and 10 <= m.offset < 60)
-              or (m.partition == 2 and 20 <= m.offset < 90)]
+    window = [
+        m
+        for m in stored
+        if (m.partition == 0 and 10 <= m.offset < 60) or (m.partition == 2 and 20 <= m.offset < 90)
+    ]
     assert len(window) == 50 + 70
     assert read_lines(out) == expected_lines(window)
     assert "replayed 120 events" in capsys.readouterr().out
@@ -125,8 +158,9 @@ def test_time_window_holds_the_messages_stamped_in_it(
     stamps = sorted({m.timestamp for m in stored})
     assert len(stamps) > 3, "the publisher wrote every message in the same millisecond"
     since, until = stamps[len(stamps) // 4], stamps[3 * len(stamps) // 4]
-    spec = RangeSpec(datetime.fromtimestamp(since / 1000, UTC),
-                     datetime.fromtimestamp(until / 1000, UTC))
+    spec = RangeSpec(
+        datetime.fromtimestamp(since / 1000, UTC), datetime.fromtimestamp(until / 1000, UTC)
+    )
     run_replay(settings, tmp_path / "t.jsonl", spec)
     # Per partition, Kafka's offsets_for_times gives the first offset stamped at or
     # after the time; the publisher stamps in offset order within a partition.
@@ -175,12 +209,26 @@ def test_sigkilled_replay_resumes_to_the_same_bytes(
     run_replay(settings, whole, batch_size=1000)
     out = tmp_path / "killed.jsonl"
     checkpoint = tmp_path / "killed.jsonl.replay-checkpoint.json"
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers or "",
-           "TURNAUDIT_TOPIC_PREFIX": settings.topics.prefix}
-    command = [sys.executable, "-m", "turnaudit.cli", "replay", "--into", f"jsonl:{out}",
-               "--batch-size", "1", "--checkpoint-every", "1"]
-    process = subprocess.Popen(command, env=env, cwd=PROJECT_DIR,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers or "",
+        "TURNAUDIT_TOPIC_PREFIX": settings.topics.prefix,
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "turnaudit.cli",
+        "replay",
+        "--into",
+        f"jsonl:{out}",
+        "--batch-size",
+        "1",
+        "--checkpoint-every",
+        "1",
+    ]
+    process = subprocess.Popen(
+        command, env=env, cwd=PROJECT_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -195,8 +243,9 @@ def test_sigkilled_replay_resumes_to_the_same_bytes(
         process.wait(30)
     assert process.returncode == -signal.SIGKILL, "the replay ended before it was killed"
     assert not ReplayCheckpoint.load(checkpoint).complete
-    done = subprocess.run(command, env=env, cwd=PROJECT_DIR, capture_output=True, text=True,
-                          timeout=120, check=False)
+    done = subprocess.run(
+        command, env=env, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert "(resumed)" in done.stdout
     assert out.read_bytes() == whole.read_bytes()
@@ -212,20 +261,26 @@ def test_replay_leaves_a_live_groups_offsets_alone(
     try:
         committed = [TopicPartition(topic, p, 10 + p) for p in range(3)]
         live.commit(offsets=committed, asynchronous=False)
-        before = {tp.partition: tp.offset for tp in live.committed(
-            [TopicPartition(topic, p) for p in range(3)], timeout=10)}
+        before = {
+            tp.partition: tp.offset
+            for tp in live.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+        }
         assert before == {0: 10, 1: 11, 2: 12}
         run_replay(settings, tmp_path / "r.jsonl")
-        after = {tp.partition: tp.offset for tp in live.committed(
-            [TopicPartition(topic, p) for p in range(3)], timeout=10)}
+        after = {
+            tp.partition: tp.offset
+            for tp in live.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
+        }
         assert after == before
     finally:
         live.close()
 
 
 def test_a_checkpoint_of_other_arguments_is_refused(
-    published: tuple[KafkaSettings, list[Stored]], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    published: tuple[KafkaSettings, list[Stored]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, _ = published
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
@@ -240,8 +295,10 @@ def test_a_checkpoint_of_other_arguments_is_refused(
 
 
 def test_metrics_replay_is_openmetrics_of_its_own_job_and_the_same_twice(
-    published: tuple[KafkaSettings, list[Stored]], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    published: tuple[KafkaSettings, list[Stored]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, stored = published
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
@@ -265,6 +322,8 @@ def test_metrics_replay_is_openmetrics_of_its_own_job_and_the_same_twice(
     assert expected.turns > 0
     # The same turns counted the way verify counts them from the range.
     assert metric_totals(text.replace("# EOF\n", "")) == {
-        "turns": expected.turns, "stub": expected.stub,
-        "refused": expected.refused, "hedged": expected.hedged,
+        "turns": expected.turns,
+        "stub": expected.stub,
+        "refused": expected.refused,
+        "hedged": expected.hedged,
     }

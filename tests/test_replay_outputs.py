@@ -49,8 +49,14 @@ def published(
 
 
 def into(settings: KafkaSettings, kind: str, path: Path, **kwargs: Any) -> Any:
-    return replay(settings, DECODE, kwargs.pop("request", ReplayRequest()),
-                  ReplayTarget.file(kind, path), outputs=OUTPUT_KINDS, **kwargs)
+    return replay(
+        settings,
+        DECODE,
+        kwargs.pop("request", ReplayRequest()),
+        ReplayTarget.file(kind, path),
+        outputs=OUTPUT_KINDS,
+        **kwargs,
+    )
 
 
 def interrupted_at(batches: int) -> Any:
@@ -61,13 +67,16 @@ def interrupted_at(batches: int) -> Any:
         seen += 1
         if seen == batches:
             raise KeyboardInterrupt
+
     return hook
 
 
 def block_order(messages: list[Stored], block: int) -> list[Stored]:
     """The stated order: partitions ascending, interleaved in blocks of ``block`` messages."""
-    queues = {p: sorted((m for m in messages if m.partition == p), key=lambda m: m.offset)
-              for p in sorted({m.partition for m in messages})}
+    queues = {
+        p: sorted((m for m in messages if m.partition == p), key=lambda m: m.offset)
+        for p in sorted({m.partition for m in messages})
+    }
     ordered: list[Stored] = []
     while any(queues.values()):
         for queue in queues.values():
@@ -77,7 +86,8 @@ def block_order(messages: list[Stored], block: int) -> list[Stored]:
 
 
 def test_partitions_interleave_in_blocks_and_a_resume_mid_block_gives_the_same_bytes(
-    published: tuple[KafkaSettings, list[Stored]], tmp_path: Path,
+    published: tuple[KafkaSettings, list[Stored]],
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings, stored = published
@@ -86,14 +96,21 @@ def test_partitions_interleave_in_blocks_and_a_resume_mid_block_gives_the_same_b
     into(settings, "jsonl", whole, batch_size=1000)
     lines = read_lines(whole)
     assert [(x["partition"], x["offset"]) for x in lines] == [
-        (m.partition, m.offset) for m in block_order(stored, 7)]
+        (m.partition, m.offset) for m in block_order(stored, 7)
+    ]
     assert [x["partition"] for x in lines[:22]] == [0] * 7 + [1] * 7 + [2] * 7 + [0]
 
     cut = tmp_path / "cut.jsonl"
     for batches in (3, 4, 9):  # interrupted three times, each time mid-block (batches of 5)
         with pytest.raises(KeyboardInterrupt):
-            into(settings, "jsonl", cut, batch_size=5, checkpoint_every=5,
-                 after_batch=interrupted_at(batches))
+            into(
+                settings,
+                "jsonl",
+                cut,
+                batch_size=5,
+                checkpoint_every=5,
+                after_batch=interrupted_at(batches),
+            )
         state = ReplayCheckpoint.load(cut.with_name(cut.name + ".replay-checkpoint.json"))
         assert not state.complete
     assert ReplayCheckpoint.load(cut.with_name(cut.name + ".replay-checkpoint.json")).taken
@@ -113,7 +130,8 @@ def test_log_output_is_the_same_bytes_twice_whatever_the_caller_has_bound(
     lines = [json.loads(x) for x in first.read_text("utf-8").splitlines()]
     assert len(lines) == len(stored)
     assert [(x["partition"], x["offset"]) for x in lines] == [
-        (m.partition, m.offset) for m in block_order(stored, replay_module.BLOCK_MESSAGES)]
+        (m.partition, m.offset) for m in block_order(stored, replay_module.BLOCK_MESSAGES)
+    ]
     assert all("request_id" not in x for x in lines)
     # Each line is stamped with its turn's time, not the clock's.
     assert all(x["timestamp"].startswith(x["occurred_at"][:19]) for x in lines)
@@ -130,8 +148,14 @@ def test_log_output_interrupted_resumes_with_the_tracker_warmed_to_the_same_byte
     # Cut in partition 2, after originals whose copies come later in the partition.
     for batches in (9, 2):
         with pytest.raises(KeyboardInterrupt):
-            into(settings, "logs", cut, batch_size=50, checkpoint_every=50,
-                 after_batch=interrupted_at(batches))
+            into(
+                settings,
+                "logs",
+                cut,
+                batch_size=50,
+                checkpoint_every=50,
+                after_batch=interrupted_at(batches),
+            )
     with cut.open("ab") as tail:
         tail.write(b'{"event":"turn","torn')
     assert into(settings, "logs", cut, batch_size=50).resumed
@@ -162,9 +186,13 @@ def test_topic_output_copies_keys_values_and_times_with_the_source_and_refuses_l
     target = f"{settings.topics.prefix}copy"
     admin = AdminClient(settings.client_config())
     admin.create_topics([NewTopic(target, 3, 1)])[target].result(30)
-    summary = replay(settings, DECODE, ReplayRequest(),
-                     ReplayTarget.parse(f"topic:{target}", OUTPUT_KINDS,
-                                        tmp_path / "copy.ckpt"), outputs=OUTPUT_KINDS)
+    summary = replay(
+        settings,
+        DECODE,
+        ReplayRequest(),
+        ReplayTarget.parse(f"topic:{target}", OUTPUT_KINDS, tmp_path / "copy.ckpt"),
+        outputs=OUTPUT_KINDS,
+    )
     assert summary.events == len(stored)
     copies = list(read_range(settings, target, None, end_offsets(settings, target)))
     assert len(copies) == len(stored)
@@ -185,9 +213,13 @@ def test_topic_output_copies_keys_values_and_times_with_the_source_and_refuses_l
         partitions.setdefault(msg.key(), set()).add(msg.partition())
     assert all(len(found) == 1 for found in partitions.values())
     with pytest.raises(Exception, match="live topic"):
-        replay(settings, DECODE, ReplayRequest(),
-               ReplayTarget.parse(f"topic:{settings.topics.dlq}", OUTPUT_KINDS,
-                                  tmp_path / "dlq.ckpt"), outputs=OUTPUT_KINDS)
+        replay(
+            settings,
+            DECODE,
+            ReplayRequest(),
+            ReplayTarget.parse(f"topic:{settings.topics.dlq}", OUTPUT_KINDS, tmp_path / "dlq.ckpt"),
+            outputs=OUTPUT_KINDS,
+        )
 
 
 def test_three_processes_share_a_range_each_message_once_each_stopping_at_the_bound(
@@ -197,16 +229,42 @@ def test_three_processes_share_a_range_each_message_once_each_stopping_at_the_bo
     own = fresh_prefix(settings)
     copy_to(own, stored)
     bound = {p: o - 15 for p, o in end_offsets(own, own.topics.turn_events).items()}
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": own.bootstrap_servers or "",
-           "TURNAUDIT_TOPIC_PREFIX": own.topics.prefix}
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": own.bootstrap_servers or "",
+        "TURNAUDIT_TOPIC_PREFIX": own.topics.prefix,
+    }
     group = f"g-{uuid.uuid4().hex[:8]}"
     to_offsets = ",".join(f"{p}:{o}" for p, o in sorted(bound.items()))
     outs = [tmp_path / f"member-{i}.jsonl" for i in range(3)]
-    members = [subprocess.Popen(
-        [sys.executable, "-m", "turnaudit.cli", "replay", "--group", group, "--to-offsets",
-         to_offsets, "--members", "3", "--batch-size", "20", "--checkpoint-every", "40", "--into",
-         f"jsonl:{out}"], env=env, cwd=PROJECT_DIR, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True) for out in outs]
+    members = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "turnaudit.cli",
+                "replay",
+                "--group",
+                group,
+                "--to-offsets",
+                to_offsets,
+                "--members",
+                "3",
+                "--batch-size",
+                "20",
+                "--checkpoint-every",
+                "40",
+                "--into",
+                f"jsonl:{out}",
+            ],
+            env=env,
+            cwd=PROJECT_DIR,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for out in outs
+    ]
     try:
         results = [member.communicate(timeout=120) for member in members]
     finally:
@@ -218,18 +276,22 @@ def test_three_processes_share_a_range_each_message_once_each_stopping_at_the_bo
     in_range = [m for m in stored if m.offset < bound[m.partition]]
     assert len(merged) == len(in_range)  # every message once: no repeat, none missing
     assert sorted(merged, key=lambda x: (x["partition"], x["offset"])) == expected_lines(in_range)
-    written = [ReplayCheckpoint.load(out.with_name(out.name + ".replay-checkpoint.json"))
-               for out in outs]
+    written = [
+        ReplayCheckpoint.load(out.with_name(out.name + ".replay-checkpoint.json")) for out in outs
+    ]
     assert all(state.complete for state in written)
     assert sum(state.events for state in written) == len(in_range)
     assert all(state.events > 0 for state in written)  # the range was shared
-    assert all(state.end == {} or state.end == {p: bound[p] for p in state.end}
-               for state in written)
+    assert all(
+        state.end == {} or state.end == {p: bound[p] for p in state.end} for state in written
+    )
 
 
 def test_wrong_replay_arguments_get_one_line(
-    published: tuple[KafkaSettings, list[Stored]], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    published: tuple[KafkaSettings, list[Stored]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, _ = published
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
@@ -237,8 +299,14 @@ def test_wrong_replay_arguments_get_one_line(
     monkeypatch.chdir(tmp_path)
     cases = {
         ("--group", "g", "--into", f"metrics:{tmp_path / 'm.om'}"): "computed over the whole range",
-        ("--time", "event", "--from", "2026-11-01", "--into", f"jsonl:{tmp_path / 'e.jsonl'}"):
-            "needs both --from and --to",
+        (
+            "--time",
+            "event",
+            "--from",
+            "2026-11-01",
+            "--into",
+            f"jsonl:{tmp_path / 'e.jsonl'}",
+        ): "needs both --from and --to",
         ("--into", f"topic:{settings.topics.turn_events}"): "live topic",
         ("--into", "jsonl"): "write KIND:WHERE",
     }
@@ -257,10 +325,15 @@ def test_event_time_window_reads_only_records_stored_within_the_slack(
     occurred_at finds them in the whole stream, not within a minute's slack of the window."""
     settings, stored = published
     window = RangeSpec(datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC))
-    whole = into(settings, "jsonl", tmp_path / "all.jsonl",
-                 request=ReplayRequest(window, event_time=True))
+    whole = into(
+        settings, "jsonl", tmp_path / "all.jsonl", request=ReplayRequest(window, event_time=True)
+    )
     assert whole.events == len(stored)  # every turn of the fixture happened that day
-    near = into(settings, "jsonl", tmp_path / "near.jsonl",
-                request=ReplayRequest(window, event_time=True, slack=timedelta(minutes=1)))
+    near = into(
+        settings,
+        "jsonl",
+        tmp_path / "near.jsonl",
+        request=ReplayRequest(window, event_time=True, slack=timedelta(minutes=1)),
+    )
     assert near.events == 0
     assert (tmp_path / "near.jsonl").read_bytes() == b""

@@ -34,8 +34,16 @@ from turnaudit.settings import KafkaSettings
 from turnaudit.verify import VerifyReport
 
 ENCODE_V3 = SingleObjectSerializer(shipped_catalog().version(3))
-EDITABLE = ("turn", "pack_id", "domain", "surface", "input_tokens", "versor_condition",
-            "occurred_at", "prev_hash")
+EDITABLE = (
+    "turn",
+    "pack_id",
+    "domain",
+    "surface",
+    "input_tokens",
+    "versor_condition",
+    "occurred_at",
+    "prev_hash",
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +51,18 @@ def published(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[KafkaSettings, GroundTruth, list[Stored]]:
     settings = fresh_topics(kafka_bootstrap)
-    truth = publish(settings, tmp_path_factory.mktemp("spool"), seed=17, events=600,
-                    versions=(1, 2, 3))
+    truth = publish(
+        settings, tmp_path_factory.mktemp("spool"), seed=17, events=600, versions=(1, 2, 3)
+    )
     return settings, truth, stored_range(settings)
 
 
-def run_cli(settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch,
-            capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+def run_cli(
+    settings: KafkaSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *args: str,
+) -> tuple[int, dict[str, Any]]:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
     monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
     capsys.readouterr()
@@ -71,8 +84,11 @@ def chained_non_tail(messages: list[Stored]) -> list[int]:
 
 def next_in_stream(messages: list[Stored], i: int) -> int:
     stream = stream_of(DECODE(messages[i].value).event)
-    return next(j for j in range(i + 1, len(messages))
-                if stream_of(DECODE(messages[j].value).event) == stream)
+    return next(
+        j
+        for j in range(i + 1, len(messages))
+        if stream_of(DECODE(messages[j].value).event) == stream
+    )
 
 
 def findings(verifier_report: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -80,13 +96,15 @@ def findings(verifier_report: dict[str, Any], kind: str) -> list[dict[str, Any]]
 
 
 def report_of(messages: list[Stored]) -> dict[str, Any]:
-    return VerifyReport({"topic": "copy", "description": "in memory"},
-                        verify_in_memory(messages), {}).as_json()
+    return VerifyReport(
+        {"topic": "copy", "description": "in memory"}, verify_in_memory(messages), {}
+    ).as_json()
 
 
 def test_an_untouched_range_is_exactly_counted_and_verifies(
     published: tuple[KafkaSettings, GroundTruth, list[Stored]],
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, truth, _ = published
     code, report = run_cli(settings, monkeypatch, capsys)
@@ -97,8 +115,9 @@ def test_an_untouched_range_is_exactly_counted_and_verifies(
     assert counts["refused"] == truth.refused
     assert counts["hedged"] == truth.hedged
     assert counts["stub"] == truth.by_path["STUB"]
-    assert counts["by_schema_version"] == {str(k): v for k, v in
-                                           sorted(truth.by_schema_version.items())}
+    assert counts["by_schema_version"] == {
+        str(k): v for k, v in sorted(truth.by_schema_version.items())
+    }
     assert counts["action_risk_by_policy"] == dict(sorted(truth.by_output_policy.items()))
     assert {p: d["turns"] for p, d in counts["per_pack"].items()} == dict(truth.by_pack)
     assert report["lost"] == 0
@@ -108,7 +127,8 @@ def test_an_untouched_range_is_exactly_counted_and_verifies(
 
 def test_an_offset_range_is_verified_on_its_own(
     published: tuple[KafkaSettings, GroundTruth, list[Stored]],
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, _, messages = published
     # The second half of every partition: streams already begun are joined, not gaps.
@@ -144,8 +164,10 @@ def test_tampering_with_a_copy_of_the_range_is_found_with_its_stream_and_positio
         expect, named = "position_reused", position
     elif kind == "swapped":
         j = next_in_stream(copy, i)
-        copy[i], copy[j] = replace(copy[j], partition=copy[i].partition), replace(
-            copy[i], partition=copy[j].partition)
+        copy[i], copy[j] = (
+            replace(copy[j], partition=copy[i].partition),
+            replace(copy[i], partition=copy[j].partition),
+        )
         expect, named = "late_arrival", position
     else:
         name = data.draw(st.sampled_from(EDITABLE), label="field")
@@ -156,8 +178,11 @@ def test_tampering_with_a_copy_of_the_range_is_found_with_its_stream_and_positio
     assert report["verdict"] == "unexplained"
     found = findings(report, expect)
     assert found, report["unexplained_by_kind"]
-    ours = [f for f in found if f["session_id"] == stream["session_id"]
-            and f["producer_id"] == stream["producer_id"]]
+    ours = [
+        f
+        for f in found
+        if f["session_id"] == stream["session_id"] and f["producer_id"] == stream["producer_id"]
+    ]
     assert ours, found
     if expect == "lost":
         assert ours[0]["positions"] == [position]
@@ -172,8 +197,11 @@ def _edited(value: Any) -> Any:
     if isinstance(value, int | float):
         return value + 1
     if isinstance(value, str):
-        return value + "x" if len(value) != 64 else ("1" + value[1:] if value[0] != "1" else
-                                                    "2" + value[1:])
+        return (
+            value + "x"
+            if len(value) != 64
+            else ("1" + value[1:] if value[0] != "1" else "2" + value[1:])
+        )
     if isinstance(value, list):
         return [*value, "extra"]
     return value.replace(year=value.year + 1)  # a datetime
@@ -181,8 +209,10 @@ def _edited(value: Any) -> Any:
 
 @pytest.mark.parametrize("kind", ["removed", "inserted", "swapped", "edited"])
 def test_verify_exits_non_zero_on_a_tampered_copy_topic(
-    published: tuple[KafkaSettings, GroundTruth, list[Stored]], kind: str,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    published: tuple[KafkaSettings, GroundTruth, list[Stored]],
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, _, messages = published
     copy = list(messages)
@@ -201,8 +231,12 @@ def test_verify_exits_non_zero_on_a_tampered_copy_topic(
     copy_to(target, copy)
     code, report = run_cli(target, monkeypatch, capsys)
     assert code == 1
-    expected = {"removed": "lost", "inserted": "position_reused", "swapped": "late_arrival",
-                "edited": "chain_break"}[kind]
+    expected = {
+        "removed": "lost",
+        "inserted": "position_reused",
+        "swapped": "late_arrival",
+        "edited": "chain_break",
+    }[kind]
     assert expected in report["unexplained_by_kind"], report["unexplained_by_kind"]
     assert any(f.get("session_id") == event["session_id"] for f in report["unexplained"])
 
@@ -234,15 +268,18 @@ def test_a_message_keyed_with_something_else_is_a_key_mismatch(
 
 
 def test_a_log_sink_file_missing_a_turn_disagrees(
-    published: tuple[KafkaSettings, GroundTruth, list[Stored]], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    published: tuple[KafkaSettings, GroundTruth, list[Stored]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, _, messages = published
     ids = [DECODE(m.value).event["event_id"] for m in messages]
     log = tmp_path / "turns.jsonl"
     # Every turn once, one twice (a redelivery), one not at all.
-    log.write_text("".join(json.dumps({"event": "turn", "event_id": e}) + "\n"
-                           for e in [*ids[1:], ids[5]]))
+    log.write_text(
+        "".join(json.dumps({"event": "turn", "event_id": e}) + "\n" for e in [*ids[1:], ids[5]])
+    )
     code, report = run_cli(settings, monkeypatch, capsys, "--log-file", str(log))
     assert code == 1
     assert report["log_sink"]["not_logged_examples"] == [ids[0]]
@@ -251,8 +288,10 @@ def test_a_log_sink_file_missing_a_turn_disagrees(
 
 
 def test_a_time_range_holds_exactly_the_turns_published_in_it(
-    kafka_settings: KafkaSettings, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     publish(kafka_settings, tmp_path / "a", seed=1, events=100)
     time.sleep(1.5)
@@ -261,8 +300,9 @@ def test_a_time_range_holds_exactly_the_turns_published_in_it(
     time.sleep(1.5)
     until = datetime.now(UTC)
     publish(kafka_settings, tmp_path / "c", seed=3, events=50)
-    code, report = run_cli(kafka_settings, monkeypatch, capsys,
-                           "--from", since.isoformat(), "--to", until.isoformat())
+    code, report = run_cli(
+        kafka_settings, monkeypatch, capsys, "--from", since.isoformat(), "--to", until.isoformat()
+    )
     assert code == 0, report["unexplained"]
     assert report["counts"]["turns"] == middle.events
     assert report["counts"]["refused"] == middle.refused
@@ -271,7 +311,8 @@ def test_a_time_range_holds_exactly_the_turns_published_in_it(
 
 def test_a_terminal_gets_a_summary_and_the_verdict(
     published: tuple[KafkaSettings, GroundTruth, list[Stored]],
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, truth, _ = published
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
@@ -293,8 +334,10 @@ def test_a_wrong_range_gets_one_line(bad: list[str], capsys: pytest.CaptureFixtu
 
 
 def test_heads_of_an_earlier_report_catch_a_truncated_or_rewritten_tail(
-    published: tuple[KafkaSettings, GroundTruth, list[Stored]], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    published: tuple[KafkaSettings, GroundTruth, list[Stored]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings, _, messages = published
     code, earlier = run_cli(settings, monkeypatch, capsys)
@@ -316,8 +359,11 @@ def test_heads_of_an_earlier_report_catch_a_truncated_or_rewritten_tail(
     (cut_stream, cut), (edit_stream, edit) = list(last.items())[:2]
     edited = dict(DECODE(messages[edit].value).event)
     edited["surface"] += " (edited)"
-    copy = [replace(m, value=ENCODE_V3(edited)) if i == edit else m
-            for i, m in enumerate(messages) if i != cut]
+    copy = [
+        replace(m, value=ENCODE_V3(edited)) if i == edit else m
+        for i, m in enumerate(messages)
+        if i != cut
+    ]
     target = fresh_prefix(settings)
     copy_to(target, copy)
     code, report = run_cli(target, monkeypatch, capsys, "--heads", str(saved))

@@ -45,8 +45,13 @@ def fresh_prefix(settings: KafkaSettings) -> KafkaSettings:
 
 
 def publish(
-    settings: KafkaSettings, spool: Path, *, seed: int, events: int,
-    versions: tuple[int, ...] = (3,), sessions: int = 20,
+    settings: KafkaSettings,
+    spool: Path,
+    *,
+    seed: int,
+    events: int,
+    versions: tuple[int, ...] = (3,),
+    sessions: int = 20,
 ) -> GroundTruth:
     publisher = TurnEventPublisher(settings, spool_dir=spool)
     sim = TurnRuntimeSimulator(seed, schema_versions=versions, concurrent_sessions=sessions)

@@ -11,8 +11,9 @@ from turnaudit.replay import ReplayCheckpoint
 def state(read: int, events: int) -> ReplayCheckpoint:
     """Partitions 0 [0, 50) and 1 [10, 60): ``read`` messages read, partition 0 first."""
     first = min(read, 50)
-    return ReplayCheckpoint("f", "t", {0: 0, 1: 10}, {0: 50, 1: 60},
-                            {0: first, 1: 10 + read - first}, 0, events, 0)
+    return ReplayCheckpoint(
+        "f", "t", {0: 0, 1: 10}, {0: 50, 1: 60}, {0: first, 1: 10 + read - first}, 0, events, 0
+    )
 
 
 @pytest.mark.parametrize("terminal", [False, True])

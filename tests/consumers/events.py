@@ -82,7 +82,10 @@ def breaking_events() -> dict[str, dict[str, Any]]:
 def task_turn(session: str, task_id: str, step: int, *, last: int, **over: Any) -> dict[str, Any]:
     """Turn ``step`` of a code-fix task whose step ``last`` ends it (sequence = step)."""
     event = turn(session, step, **over)
-    event["task"] = {"task_id": task_id, "task_family": "code-fix", "step": step,
-                     "end_of_task": step == last}
+    event["task"] = {
+        "task_id": task_id,
+        "task_family": "code-fix",
+        "step": step,
+        "end_of_task": step == last,
+    }
     return event
-

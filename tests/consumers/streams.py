@@ -35,7 +35,11 @@ def publish_simulated(
     """``events`` simulated turns, as fast as they go or at ``rate`` per second."""
     every_version = tuple(s.version for s in shipped_catalog().versions)
     args = argparse.Namespace(
-        events=events, seed=seed, schema_versions=every_version, sessions=60, rate=rate,
+        events=events,
+        seed=seed,
+        schema_versions=every_version,
+        sessions=60,
+        rate=rate,
         spool_dir=spool,
     )
     sim, report, _, _ = publish_simulation(settings, args)
@@ -161,4 +165,3 @@ def one_trace(settings: KafkaSettings, events: list[dict[str, Any]], group: str)
         assert wait_for(lambda: sink.published == 1, timeout=60)
     (trace,) = published_traces(settings)
     return trace
-

@@ -52,8 +52,9 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def live_pipeline(settings: KafkaSettings, tmp_path: Path, *, events: int, seed: int
-                  ) -> tuple[GroundTruth, int]:
+def live_pipeline(
+    settings: KafkaSettings, tmp_path: Path, *, events: int, seed: int
+) -> tuple[GroundTruth, int]:
     """Simulated turns (every schema version) through the live feeder; (truth, traces)."""
     truth = publish_simulated(settings, events, tmp_path / "spool", seed=seed)
     end = end_offsets(settings, settings.topics.turn_events)
@@ -64,10 +65,17 @@ def live_pipeline(settings: KafkaSettings, tmp_path: Path, *, events: int, seed:
     return truth, sink.published
 
 
-def live_worker(settings: KafkaSettings, labels: dict[str, TaskLabel], evidence: Path,
-                traces: int, group: str) -> AuditorEvaluationWorker:
-    worker = AuditorEvaluationWorker(settings, RuleBasedAuditor(), labels, group_id=group,
-                                     registry=CollectorRegistry(), evidence_path=evidence)
+def live_worker(
+    settings: KafkaSettings, labels: dict[str, TaskLabel], evidence: Path, traces: int, group: str
+) -> AuditorEvaluationWorker:
+    worker = AuditorEvaluationWorker(
+        settings,
+        RuleBasedAuditor(),
+        labels,
+        group_id=group,
+        registry=CollectorRegistry(),
+        evidence_path=evidence,
+    )
     worker.run(until=lambda tally: tally.traces >= traces)
     return worker
 
@@ -81,20 +89,25 @@ def turn_messages(settings: KafkaSettings) -> dict[tuple[int, int], str]:
     """(partition, offset) -> event id of every message on the turn-events topic."""
     decode = decoder_for(settings)
     topic = settings.topics.turn_events
-    return {(m.partition() or 0, m.offset() or 0): decode(m.value()).event["event_id"]
-            for m in read_range(settings, topic, None, end_offsets(settings, topic))}
+    return {
+        (m.partition() or 0, m.offset() or 0): decode(m.value()).event["event_id"]
+        for m in read_range(settings, topic, None, end_offsets(settings, topic))
+    }
 
 
 def test_evidence_rebuilt_from_the_stream_is_the_live_workers_evidence_byte_for_byte(
-    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     truth, traces = live_pipeline(kafka_settings, tmp_path, events=2400, seed=41)
     truth_path = tmp_path / "truth.json"
     write_json(truth_path, truth.as_json())
     live = tmp_path / "live-evidence.json"
-    worker = live_worker(kafka_settings, labels_from_ground_truth(truth.as_json()), live,
-                         traces, "auditor-live")
+    worker = live_worker(
+        kafka_settings, labels_from_ground_truth(truth.as_json()), live, traces, "auditor-live"
+    )
     assert not checkpoint_path(live).exists()  # the battery was checked, then written
     evidence = load_evidence(live)
     assert len(evidence.cases) >= 24
@@ -102,8 +115,20 @@ def test_evidence_rebuilt_from_the_stream_is_the_live_workers_evidence_byte_for_
 
     cli_env(monkeypatch, kafka_settings)
     rebuilt = tmp_path / "rebuilt-evidence.json"
-    code = main(["eval", "rebuild", "--labels", str(truth_path), "--auditor", "rules",
-                 "--output", str(rebuilt), "--traces", str(tmp_path / "traces.htir.jsonl")])
+    code = main(
+        [
+            "eval",
+            "rebuild",
+            "--labels",
+            str(truth_path),
+            "--auditor",
+            "rules",
+            "--output",
+            str(rebuilt),
+            "--traces",
+            str(tmp_path / "traces.htir.jsonl"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
 
@@ -119,25 +144,46 @@ def test_evidence_rebuilt_from_the_stream_is_the_live_workers_evidence_byte_for_
         stream = case.trace.source["stream"]
         assert stream["topic"] == kafka_settings.topics.turn_events
         assert stream["exact"] is True
-        offsets = [(p["partition"], o) for p in stream["partitions"]
-                   for first, last in p["offset_ranges"] for o in range(first, last + 1)]
+        offsets = [
+            (p["partition"], o)
+            for p in stream["partitions"]
+            for first, last in p["offset_ranges"]
+            for o in range(first, last + 1)
+        ]
         assert sorted(at[where] for where in offsets) == sorted(case.trace.source["event_ids"])
 
     # An auditor that is not the recorded one cannot borrow its latencies: the
     # rebuild then measures afresh (a file that differs only by its latencies).
     fresh = tmp_path / "measured.json"
-    assert main(["eval", "rebuild", "--labels", str(truth_path), "--output", str(fresh),
-                 "--measure-latency"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "rebuild",
+                "--labels",
+                str(truth_path),
+                "--output",
+                str(fresh),
+                "--measure-latency",
+            ]
+        )
+        == 0
+    )
     assert sha256(fresh) != sha256(live)
     measured, recorded = load_evidence(fresh), evidence
-    assert [(c.task_id, [(o.prefix_end, o.verdict) for o in c.observations or ()])
-            for c in measured.cases] == [
+    assert [
         (c.task_id, [(o.prefix_end, o.verdict) for o in c.observations or ()])
-        for c in recorded.cases]
+        for c in measured.cases
+    ] == [
+        (c.task_id, [(o.prefix_end, o.verdict) for o in c.observations or ()])
+        for c in recorded.cases
+    ]
 
 
 def test_a_label_whose_trace_changed_is_refused_by_the_worker_and_by_the_rebuild(
-    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     truth, traces = live_pipeline(kafka_settings, tmp_path, events=900, seed=42)
@@ -151,13 +197,25 @@ def test_a_label_whose_trace_changed_is_refused_by_the_worker_and_by_the_rebuild
         step = trace.turn_index(label.oracle_alarm_turn) if label.alarm_positive else None
         if label.alarm_positive and step is None:
             continue
-        cases.append(Case(task_id, trace.task_family, "reviewer/1", step,
-                          Trace(tuple(trace.steps), {"run": task_id})))
+        cases.append(
+            Case(
+                task_id,
+                trace.task_family,
+                "reviewer/1",
+                step,
+                Trace(tuple(trace.steps), {"run": task_id}),
+            )
+        )
     changed_id = cases[0].task_id
     edited = [dict(s) for s in cases[0].trace.steps]
     edited[-1]["surface"] = "the answer the reviewer saw"
-    cases[0] = Case(changed_id, cases[0].task_family, cases[0].oracle_source,
-                    cases[0].oracle_alarm_step, Trace(tuple(edited), cases[0].trace.source))
+    cases[0] = Case(
+        changed_id,
+        cases[0].task_family,
+        cases[0].oracle_source,
+        cases[0].oracle_alarm_step,
+        Trace(tuple(edited), cases[0].trace.source),
+    )
     pack = tmp_path / "labels.json"
     write_json(pack, LabelPack(tuple(cases)).to_json())
 
@@ -180,7 +238,8 @@ def test_a_label_whose_trace_changed_is_refused_by_the_worker_and_by_the_rebuild
 
 
 def test_a_trace_missing_a_middle_turn_is_published_flagged_and_kept_out_of_the_evidence(
-    kafka_settings: KafkaSettings, tmp_path: Path,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
 ) -> None:
     # Task step 2 never reached the stream.
     events = [task_turn("gap-session", "t-gap", step, last=4) for step in (0, 1, 3, 4)]
@@ -207,13 +266,19 @@ class RepointedModel(RuleBasedAuditor):
 
 
 def test_the_identity_check_runs_before_the_evidence_is_written(
-    kafka_settings: KafkaSettings, tmp_path: Path,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
 ) -> None:
     truth, traces = live_pipeline(kafka_settings, tmp_path, events=400, seed=43)
     evidence_path = tmp_path / "evidence.json"
     worker = AuditorEvaluationWorker(
-        kafka_settings, RepointedModel(), labels_from_ground_truth(truth.as_json()),
-        group_id="auditor-repointed", registry=CollectorRegistry(), evidence_path=evidence_path)
+        kafka_settings,
+        RepointedModel(),
+        labels_from_ground_truth(truth.as_json()),
+        group_id="auditor-repointed",
+        registry=CollectorRegistry(),
+        evidence_path=evidence_path,
+    )
     with pytest.raises(AuditorIdentityError, match="no evidence written"):
         worker.run(until=lambda tally: tally.traces >= traces)
     assert worker.tally.traces == traces
@@ -222,7 +287,9 @@ def test_the_identity_check_runs_before_the_evidence_is_written(
 
 
 def test_htir_replay_outputs_are_deterministic_and_hold_the_feeders_traces(
-    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     _, traces = live_pipeline(kafka_settings, tmp_path, events=900, seed=44)
@@ -254,22 +321,26 @@ def test_htir_replay_outputs_are_deterministic_and_hold_the_feeders_traces(
 
 
 def test_a_rebuild_whose_auditor_does_not_reproduce_the_recorded_verdicts_writes_nothing(
-    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     truth, traces = live_pipeline(kafka_settings, tmp_path, events=500, seed=45)
     truth_path = tmp_path / "truth.json"
     write_json(truth_path, truth.as_json())
     live = tmp_path / "live.json"
-    live_worker(kafka_settings, labels_from_ground_truth(truth.as_json()), live, traces,
-                "auditor-forged")
+    live_worker(
+        kafka_settings, labels_from_ground_truth(truth.as_json()), live, traces, "auditor-forged"
+    )
     case = load_evidence(live).cases[0]
     # A later record for the same trace and auditor, every verdict flipped.
     topic = kafka_settings.topics.auditor_observations
     decode = TurnEventDeserializer(shipped_catalog("auditor_observation"))
     written = read_range(kafka_settings, topic, None, end_offsets(kafka_settings, topic))
-    (record,) = [r for r in (decode(m.value()).event for m in written)
-                 if r["task_id"] == case.task_id]
+    (record,) = [
+        r for r in (decode(m.value()).event for m in written) if r["task_id"] == case.task_id
+    ]
     for observation in record["observations"]:
         observation["verdict"] = "ok" if observation["verdict"] == "alarm" else "alarm"
     serialize = SingleObjectSerializer(shipped_catalog("auditor_observation").latest)
@@ -288,16 +359,22 @@ def test_a_rebuild_whose_auditor_does_not_reproduce_the_recorded_verdicts_writes
 
 
 def test_a_worker_stopped_before_its_identity_check_leaves_a_checkpoint_not_evidence(
-    kafka_settings: KafkaSettings, tmp_path: Path,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
 ) -> None:
     truth, traces = live_pipeline(kafka_settings, tmp_path, events=900, seed=46)
     labels = labels_from_ground_truth(truth.as_json())
     evidence_path = tmp_path / "evidence.json"
 
     def worker() -> AuditorEvaluationWorker:
-        return AuditorEvaluationWorker(kafka_settings, RuleBasedAuditor(), labels,
-                                       group_id="auditor-crash", registry=CollectorRegistry(),
-                                       evidence_path=evidence_path)
+        return AuditorEvaluationWorker(
+            kafka_settings,
+            RuleBasedAuditor(),
+            labels,
+            group_id="auditor-crash",
+            registry=CollectorRegistry(),
+            evidence_path=evidence_path,
+        )
 
     # The first worker goes away after some batches, before its end-of-battery check
     # (as a killed process would): its progress is a checkpoint, which no gate reads.
@@ -308,8 +385,18 @@ def test_a_worker_stopped_before_its_identity_check_leaves_a_checkpoint_not_evid
     assert not evidence_path.exists()
     checkpoint = json.loads(checkpoint_path(evidence_path).read_text())
     assert checkpoint["format"] == "turn-audit/evr6-evidence-checkpoint"
-    assert main(["eval", "gate", str(checkpoint_path(evidence_path)), "--output",
-                 str(tmp_path / "r.json")]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "gate",
+                str(checkpoint_path(evidence_path)),
+                "--output",
+                str(tmp_path / "r.json"),
+            ]
+        )
+        == 2
+    )
     # The next one continues it, checks the identity, then writes the evidence.
     second = worker()
     second.run(until=lambda tally: first.tally.traces + tally.traces >= traces)

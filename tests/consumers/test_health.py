@@ -137,8 +137,10 @@ def test_a_service_before_its_broker_appears_is_not_ready_quiet_then_ready(
         proc.terminate()
         proc.wait(60)
         proxy.close()
-    print(f"\nbroker away {outage:.1f} s: {len(lines)} stderr lines; "
-          f"ready {ready_after:.1f} s after the broker appeared")
+    print(
+        f"\nbroker away {outage:.1f} s: {len(lines)} stderr lines; "
+        f"ready {ready_after:.1f} s after the broker appeared"
+    )
     assert code == 503
     assert live == 200
     reasons = json.loads(body)["reasons"]

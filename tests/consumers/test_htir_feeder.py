@@ -115,15 +115,19 @@ def test_one_complete_trace_per_task_and_a_reviewable_manifest(
     assert labels.cases
     assert all("context" not in json.dumps(c.to_json()) for c in labels.cases[:1])
     report = produce_evidence(
-        tmp_path / "labels.json", RuleBasedAuditor(),
-        evidence_output=tmp_path / "evidence.json", report_output=tmp_path / "report.json",
+        tmp_path / "labels.json",
+        RuleBasedAuditor(),
+        evidence_output=tmp_path / "evidence.json",
+        report_output=tmp_path / "report.json",
     )
     assert report["overall"]["traces"] == len(labels.cases)
     # Evidence is not a label pack: feeding it back is refused.
     with pytest.raises(ContaminatedLabelPackError):
         produce_evidence(
-            tmp_path / "evidence.json", RuleBasedAuditor(),
-            evidence_output=tmp_path / "e2.json", report_output=tmp_path / "r2.json",
+            tmp_path / "evidence.json",
+            RuleBasedAuditor(),
+            evidence_output=tmp_path / "e2.json",
+            report_output=tmp_path / "r2.json",
         )
 
 
@@ -236,8 +240,12 @@ def test_a_restarted_worker_continues_its_evidence_file(
 
     def worker() -> AuditorEvaluationWorker:
         return AuditorEvaluationWorker(
-            kafka_settings, RuleBasedAuditor(), labels, group_id="auditor-r",
-            registry=CollectorRegistry(), evidence_path=evidence_path,
+            kafka_settings,
+            RuleBasedAuditor(),
+            labels,
+            group_id="auditor-r",
+            registry=CollectorRegistry(),
+            evidence_path=evidence_path,
         )
 
     first = worker()
@@ -257,8 +265,11 @@ def test_a_contract_breaking_turn_stays_in_its_trace_and_raises_the_alarm(
     kafka_settings: KafkaSettings,
 ) -> None:
     # A three-turn task whose middle turn breaks contract 1 (refusal and hedge).
-    breaking = {"refusal_emitted": True, "surface_before_hedge": "[refusal] no.",
-                "surface": "I may be wrong, but [refusal] no."}
+    breaking = {
+        "refusal_emitted": True,
+        "surface_before_hedge": "[refusal] no.",
+        "surface": "I may be wrong, but [refusal] no.",
+    }
     events = [
         task_turn("task-session", "t-breach", step, last=2, **(breaking if step == 1 else {}))
         for step in range(3)
@@ -286,7 +297,10 @@ def test_the_worker_serves_metrics_and_health_and_dead_letters_a_bad_trace(
     producer.produce(kafka_settings.topics.htir_traces, b"not a trace", b"t-bad")
     assert producer.flush(10) == 0
     worker = AuditorEvaluationWorker(
-        kafka_settings, RuleBasedAuditor(), labels, group_id="auditor-http",
+        kafka_settings,
+        RuleBasedAuditor(),
+        labels,
+        group_id="auditor-http",
         registry=CollectorRegistry(),
         settings=service_settings(kafka_settings, ServiceName.AUDITOR_WORKER, "auditor-http"),
         serve_http=True,
@@ -297,9 +311,9 @@ def test_the_worker_serves_metrics_and_health_and_dead_letters_a_bad_trace(
     thread.start()
     try:
         end = end_offsets(kafka_settings, kafka_settings.topics.htir_traces)
-        assert wait_for(lambda: all(
-            worker.service.positions().get(p, 0) >= e for p, e in end.items() if e > 0
-        ))
+        assert wait_for(
+            lambda: all(worker.service.positions().get(p, 0) >= e for p, e in end.items() if e > 0)
+        )
         samples = scrape(port)
         ready, ready_body = http_get(port, "/healthz")
         live, _ = http_get(port, "/livez")
@@ -347,7 +361,8 @@ def test_open_traces_follow_their_partition_to_a_feeder_that_joins(
     registry = CollectorRegistry()
     first_sink = HtirFeederSink(kafka_settings, registry=registry, idle_timeout=6.0)
     first = ConsumerService(
-        service_settings(kafka_settings, ServiceName.HTIR_FEEDER, "feeder-join"), first_sink,
+        service_settings(kafka_settings, ServiceName.HTIR_FEEDER, "feeder-join"),
+        first_sink,
         registry=registry,
     )
     second, second_sink = feeder(kafka_settings, "feeder-join", idle=6.0)
@@ -355,21 +370,29 @@ def test_open_traces_follow_their_partition_to_a_feeder_that_joins(
 
     def first_read(messages: int) -> Callable[[], bool]:
         # Read, not stored: the offsets of turns in open traces are held back.
-        return lambda: sum(
-            registry.get_sample_value("turnaudit_consumer_messages_total", {"outcome": o}) or 0
-            for o in ("accepted", "dead_lettered")
-        ) >= messages
+        return lambda: (
+            sum(
+                registry.get_sample_value("turnaudit_consumer_messages_total", {"outcome": o}) or 0
+                for o in ("accepted", "dead_lettered")
+            )
+            >= messages
+        )
 
     with running(first):
         assert wait_for(first_read(sum(half.values())), timeout=90)
         assert first_sink.open_traces > 0  # tasks run on past the first half
         with running(second):
             # The group settles with each partition read by exactly one of the two.
-            assert wait_for(lambda: (
-                bool(second.health.partitions()) and bool(first.health.partitions())
-                and set(first.health.partitions()) | set(second.health.partitions()) == partitions
-                and not set(first.health.partitions()) & set(second.health.partitions())
-            ), timeout=90)
+            assert wait_for(
+                lambda: (
+                    bool(second.health.partitions())
+                    and bool(first.health.partitions())
+                    and set(first.health.partitions()) | set(second.health.partitions())
+                    == partitions
+                    and not set(first.health.partitions()) & set(second.health.partitions())
+                ),
+                timeout=90,
+            )
             publish_events(kafka_settings, events[1200:], tmp_path / "spool-2")
             end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
 

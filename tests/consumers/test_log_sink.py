@@ -187,7 +187,7 @@ def simulated_turns(count: int) -> list[ConsumedTurn]:
     for n, event in enumerate(sim.events(count)):
         event["event_id"] = f"e-{n}"
         if n % 7 == 0:
-            event["surface"] = event["surface"] + " — naïve 日本 \u2028 \u2029 \x85 \"quoted\" \\"
+            event["surface"] = event["surface"] + ' — naïve 日本 \u2028 \u2029 \x85 "quoted" \\'
         outcome = SequenceOutcome.DUPLICATE if n % 11 == 0 else SequenceOutcome.IN_ORDER
         turns.append(consumed(event, offset=n, outcome=outcome))
     return turns
@@ -267,8 +267,9 @@ def test_a_batch_spanning_rotations_keeps_every_line_once_in_order(tmp_path: Pat
 
 @settings(max_examples=200, deadline=None)
 @given(
-    lines=st.lists(st.binary(min_size=1, max_size=300).map(lambda b: b.replace(b"\n", b" ")),
-                   max_size=30),
+    lines=st.lists(
+        st.binary(min_size=1, max_size=300).map(lambda b: b.replace(b"\n", b" ")), max_size=30
+    ),
     torn=st.binary(max_size=70_000).map(lambda b: b.replace(b"\n", b" ")),
 )
 def test_a_torn_tail_is_cut_back_to_the_last_whole_line(lines: list[bytes], torn: bytes) -> None:

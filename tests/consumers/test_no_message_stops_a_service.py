@@ -164,7 +164,9 @@ def test_crash_class_b_unusable_schemas_topic_records_are_skipped_never_fatal(
     assert unusable == {"not_a_schema": 2, "not_a_record": 1, "no_key_or_value": 1}
     letters = dead_letters(kafka_settings)
     assert sorted(h["reason"] for h, _, _ in letters) == [
-        "unknown_schema", "unusable_schema", "unusable_schema"
+        "unknown_schema",
+        "unusable_schema",
+        "unusable_schema",
     ]
     for headers, letter, _ in letters:
         if headers["reason"] == "unusable_schema":

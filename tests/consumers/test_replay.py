@@ -46,7 +46,6 @@ def committed(settings: KafkaSettings, group: str) -> dict[int, int]:
 
 
 @pytest.mark.broker
-
 def live_metrics_service(
     kafka_settings: KafkaSettings,
 ) -> tuple[str, CollectorRegistry, VerdictMetricsService]:
@@ -55,9 +54,11 @@ def live_metrics_service(
     registry = CollectorRegistry()
     service = VerdictMetricsService(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, group),
-        registry=registry, serve_http=False,
+        registry=registry,
+        serve_http=False,
     )
     return group, registry, service
+
 
 def test_live_counters_and_group_offsets_unchanged_by_a_replay(
     kafka_settings: KafkaSettings, tmp_path: Path
@@ -73,12 +74,20 @@ def test_live_counters_and_group_offsets_unchanged_by_a_replay(
         assert live_turns == truth.events
 
         decode = decoder_for(kafka_settings)
-        summary = replay(kafka_settings, decode, ReplayRequest(),
-                         ReplayTarget.file("jsonl", tmp_path / "r.jsonl"))
+        summary = replay(
+            kafka_settings,
+            decode,
+            ReplayRequest(),
+            ReplayTarget.file("jsonl", tmp_path / "r.jsonl"),
+        )
         assert summary.events == truth.events
-        replay(kafka_settings, decode, ReplayRequest(),
-               ReplayTarget.file("metrics", tmp_path / "r.om"),
-               outputs={"metrics": lambda c: MetricsReplayOutput(decode, "test", c.target.path)})
+        replay(
+            kafka_settings,
+            decode,
+            ReplayRequest(),
+            ReplayTarget.file("metrics", tmp_path / "r.om"),
+            outputs={"metrics": lambda c: MetricsReplayOutput(decode, "test", c.target.path)},
+        )
         assert "turnaudit_turns_total{" in (tmp_path / "r.om").read_text(encoding="utf-8")
         time.sleep(2)  # a few more polls of the live service
         assert counter_samples(registry) == counters
@@ -98,8 +107,9 @@ def publish_days(settings: KafkaSettings, spool: Path) -> dict[tuple[str, int], 
     publisher = TurnEventPublisher(settings, spool_dir=spool)
     starts = (DAY_2 - timedelta(seconds=40), DAY_3 - timedelta(seconds=40), DAY_3)
     for seed, start in zip((31, 32, 33), starts, strict=True):
-        sim = TurnRuntimeSimulator(seed, schema_versions=(1, 2, 3), concurrent_sessions=15,
-                                   start=start)
+        sim = TurnRuntimeSimulator(
+            seed, schema_versions=(1, 2, 3), concurrent_sessions=15, start=start
+        )
         for event in sim.events(250):
             key = (event["session_id"], event["turn"])
             assert key not in truth
@@ -111,7 +121,9 @@ def publish_days(settings: KafkaSettings, spool: Path) -> dict[tuple[str, int], 
 
 @pytest.mark.broker
 def test_a_one_day_window_into_every_output_holds_exactly_that_days_events(
-    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     truth = publish_days(kafka_settings, tmp_path / "spool")
@@ -131,13 +143,26 @@ def test_a_one_day_window_into_every_output_holds_exactly_that_days_events(
         counters, offsets = counter_samples(registry), committed(kafka_settings, group)
 
         window = ["--time", "event", "--from", DAY_2.isoformat(), "--to", DAY_3.isoformat()]
-        outputs = {kind: tmp_path / f"day.{kind}" for kind in ("jsonl", "logs", "metrics",
-                                                                 "verify")}
+        outputs = {
+            kind: tmp_path / f"day.{kind}" for kind in ("jsonl", "logs", "metrics", "verify")
+        }
         for kind, path in outputs.items():
-            assert main(["replay", *window, "--into", f"{kind}:{path}"]) == 0, \
+            assert main(["replay", *window, "--into", f"{kind}:{path}"]) == 0, (
                 capsys.readouterr().err
-        assert main(["replay", *window, "--into", f"topic:{target_topic}",
-                     "--checkpoint", str(tmp_path / "topic.ckpt")]) == 0
+            )
+        assert (
+            main(
+                [
+                    "replay",
+                    *window,
+                    "--into",
+                    f"topic:{target_topic}",
+                    "--checkpoint",
+                    str(tmp_path / "topic.ckpt"),
+                ]
+            )
+            == 0
+        )
         assert f"{len(in_day)} events" in capsys.readouterr().out
 
         lines = [json.loads(x) for x in outputs["jsonl"].read_text("utf-8").splitlines()]
@@ -156,9 +181,12 @@ def test_a_one_day_window_into_every_output_holds_exactly_that_days_events(
         assert report["counts"]["turns"] == len(in_day)
         assert report["counts"]["by_schema_version"].keys() == {"1", "2", "3"}
 
-        copied = {(DECODE(m.value()).event["session_id"], DECODE(m.value()).event["turn"])
-                  for m in read_range(kafka_settings, target_topic, None,
-                                      end_offsets(kafka_settings, target_topic))}
+        copied = {
+            (DECODE(m.value()).event["session_id"], DECODE(m.value()).event["turn"])
+            for m in read_range(
+                kafka_settings, target_topic, None, end_offsets(kafka_settings, target_topic)
+            )
+        }
         assert copied == in_day
 
         time.sleep(2)  # a few more polls of the live service

@@ -214,13 +214,17 @@ def test_a_sink_failing_on_revocation_is_counted_and_the_group_goes_on(
     produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events[:135]])
     first_sink, first_registry = RevocationFailingSink(), CollectorRegistry()
     first = ConsumerService(
-        service_settings(kafka_settings, ServiceName.LOG_SINK, "g-revoke"), first_sink,
-        registry=first_registry, serve_http=False,
+        service_settings(kafka_settings, ServiceName.LOG_SINK, "g-revoke"),
+        first_sink,
+        registry=first_registry,
+        serve_http=False,
     )
     second_sink = FlakySink(failures=0)
     second = ConsumerService(
-        service_settings(kafka_settings, ServiceName.LOG_SINK, "g-revoke"), second_sink,
-        registry=CollectorRegistry(), serve_http=False,
+        service_settings(kafka_settings, ServiceName.LOG_SINK, "g-revoke"),
+        second_sink,
+        registry=CollectorRegistry(),
+        serve_http=False,
     )
     with running(first):
         assert wait_for(lambda: len(first_sink.ids) == 135)
@@ -229,9 +233,11 @@ def test_a_sink_failing_on_revocation_is_counted_and_the_group_goes_on(
             produce_raw(
                 kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events[135:]]
             )
-            assert wait_for(lambda: set(first_sink.ids) | set(second_sink.ids) >= {
-                e["event_id"] for e in events
-            })
+            assert wait_for(
+                lambda: (
+                    set(first_sink.ids) | set(second_sink.ids) >= {e["event_id"] for e in events}
+                )
+            )
             assert first.health.partitions()  # the first member is still reading
     assert (first_registry.get_sample_value("turnaudit_sink_failures_total") or 0) >= 1
 
@@ -248,6 +254,7 @@ def test_metrics_and_healthz_over_http_and_lag_per_partition(kafka_settings: Kaf
     end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
     with running(service):
         assert wait_for(consumed_everything(service, end))
+
         # librdkafka reports lag with its statistics (every 2 s); once the
         # service has caught up, every partition's lag comes down to 0.
         def lag() -> dict[str, float]:

@@ -19,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.consumers.streams import http_get, publish_simulated, scrape, total, wait_for
+from tests.jsonl import complete_json_lines
 from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.producers.simulator import PACKS
@@ -77,10 +78,6 @@ def event_ids_on_topic(settings: KafkaSettings) -> set[str]:
     }
 
 
-def log_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(t) for t in path.read_text().splitlines()] if path.exists() else []
-
-
 def test_sigkill_mid_stream_then_restart_loses_nothing(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
@@ -100,10 +97,10 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(
     with service_process("logs", env, tmp_path / "first.log") as first:
         assert wait_for(lambda: bool(assigned(env)))
         publisher.start()  # killed while it consumes a stream still being written
-        assert wait_for(lambda: len(log_lines(turns_file)) >= 300)
+        assert wait_for(lambda: len(complete_json_lines(turns_file)) >= 300)
         first.send_signal(signal.SIGKILL)
         first.wait(30)
-    killed_at = len(log_lines(turns_file))
+    killed_at = len(complete_json_lines(turns_file))
     publisher.join()
     # More turns while the service is down: the restarted one has work left
     # whenever the kill landed.
@@ -112,10 +109,12 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(
     assert len(expected) == 4000
     with service_process("logs", env, tmp_path / "second.log") as second:
         assert wait_for(lambda: bool(assigned(env)))  # running, its signal handlers installed
-        assert wait_for(lambda: {line["event_id"] for line in log_lines(turns_file)} >= expected)
+        assert wait_for(
+            lambda: {line["event_id"] for line in complete_json_lines(turns_file)} >= expected
+        )
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0
-    lines = log_lines(turns_file)
+    lines = complete_json_lines(turns_file)
     assert killed_at < 4000  # it really was killed mid-stream
     assert {line["event_id"] for line in lines} == expected
     # A duplicate is a redelivery of the same message: same id, same offset, same content.
@@ -208,8 +207,10 @@ def test_a_sigkilled_service_restarted_as_itself_gets_its_partitions_back_within
         counted = total(scrape(port), "turnaudit_turns_total")
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0
-    print(f"\npartitions back {back_after:.1f} s after the restart "
-          "(a dynamic member would wait out the 45 s session of the killed one)")
+    print(
+        f"\npartitions back {back_after:.1f} s after the restart "
+        "(a dynamic member would wait out the 45 s session of the killed one)"
+    )
     # Nothing lost: everything published while it was down is counted, once.
     assert counted == truth.events
     # Well inside the session timeout the killed member's partitions would otherwise wait.

@@ -124,5 +124,6 @@ def test_tail_reads_both_framings_side_by_side(kafka_settings: KafkaSettings) ->
     printed = tail_turns(settings, out, since=datetime(2000, 1, 1, tzinfo=UTC), limit=2)
     assert printed == 2
     assert sorted(line.split()[1] for line in out.getvalue().splitlines()) == [
-        "s-confluent#0", "s-single#0"
+        "s-confluent#0",
+        "s-single#0",
     ]

@@ -95,8 +95,15 @@ def test_boundary_sizes_never_raise() -> None:
     pipeline = Pipeline()
     heads = [SINGLE_OBJECT_MAGIC + fp for fp in FINGERPRINTS] + [b"\x00\x00\x00\x00\x01"]
     for head in heads:
-        for size in {0, 1, 2, CONFLUENT_HEADER_LEN, SINGLE_OBJECT_HEADER_LEN - 1,
-                     SINGLE_OBJECT_HEADER_LEN, SINGLE_OBJECT_HEADER_LEN + 1}:
+        for size in {
+            0,
+            1,
+            2,
+            CONFLUENT_HEADER_LEN,
+            SINGLE_OBJECT_HEADER_LEN - 1,
+            SINGLE_OBJECT_HEADER_LEN,
+            SINGLE_OBJECT_HEADER_LEN + 1,
+        }:
             assert isinstance(pipeline.examine(head[:size]), Rejection)
         for fill in (b"\x00", b"\x01", b"\x7f", b"\xff"):
             for size in (1 << 10, 1 << 16, 1 << 20):  # up to the topic's ~1 MiB
@@ -116,10 +123,16 @@ def test_the_breaching_events_are_turns_with_a_contract_rejection() -> None:
 # -- random --------------------------------------------------------------------------
 framed = st.one_of(
     st.binary(max_size=600),
-    st.builds(lambda fp, body: SINGLE_OBJECT_MAGIC + fp + body,
-              st.sampled_from(FINGERPRINTS), st.binary(max_size=600)),
-    st.builds(lambda sid, body: b"\x00" + sid.to_bytes(4, "big") + body,
-              st.integers(0, 2**32 - 1), st.binary(max_size=100)),
+    st.builds(
+        lambda fp, body: SINGLE_OBJECT_MAGIC + fp + body,
+        st.sampled_from(FINGERPRINTS),
+        st.binary(max_size=600),
+    ),
+    st.builds(
+        lambda sid, body: b"\x00" + sid.to_bytes(4, "big") + body,
+        st.integers(0, 2**32 - 1),
+        st.binary(max_size=100),
+    ),
 )
 
 
@@ -158,17 +171,24 @@ def _mutated_field_type(schema: dict[str, Any], index: int, new_type: Any) -> di
 
 schema_types: st.SearchStrategy[Any] = st.recursive(
     st.sampled_from(AVRO_TYPES)
-    | st.builds(lambda lt: {"type": "long", "logicalType": lt},
-                st.sampled_from(["timestamp-millis", "timestamp-micros"])),
-    lambda inner: st.builds(lambda i: {"type": "array", "items": i}, inner)
-    | st.builds(lambda i: {"type": "map", "values": i}, inner)
-    | st.lists(inner, min_size=1, max_size=3, unique_by=json.dumps),
+    | st.builds(
+        lambda lt: {"type": "long", "logicalType": lt},
+        st.sampled_from(["timestamp-millis", "timestamp-micros"]),
+    ),
+    lambda inner: (
+        st.builds(lambda i: {"type": "array", "items": i}, inner)
+        | st.builds(lambda i: {"type": "map", "values": i}, inner)
+        | st.lists(inner, min_size=1, max_size=3, unique_by=json.dumps)
+    ),
     max_leaves=4,
 )
 schema_records = st.one_of(
     # a TurnEvent schema with one field's type changed (parses; resolves or not)
-    st.builds(lambda i, t: json.dumps(_mutated_field_type(READER, i, t)),
-              st.integers(0, 100), schema_types),
+    st.builds(
+        lambda i, t: json.dumps(_mutated_field_type(READER, i, t)),
+        st.integers(0, 100),
+        schema_types,
+    ),
     # a schema that is not a record, and text that is no schema at all
     st.builds(json.dumps, schema_types),
     st.text(max_size=80),
@@ -204,7 +224,9 @@ def test_random_schemas_topic_records_never_make_decoding_raise(
 def test_the_dedupe_bound_forgets_the_oldest_ids_and_counts_them(max_event_ids: int) -> None:
     registry = CollectorRegistry()
     validation = TurnEventValidation(
-        TurnEventDeserializer(CATALOG), ConsumerMetrics(registry), max_sessions=1000,
+        TurnEventDeserializer(CATALOG),
+        ConsumerMetrics(registry),
+        max_sessions=1000,
         max_event_ids=max_event_ids,
     )
     sessions = [f"s-{n}" for n in range(8)]

@@ -34,6 +34,7 @@ from tests.consumers.streams import (
     wait_for,
 )
 from tests.consumers.test_service_processes import TURNAUDIT, service_env
+from tests.jsonl import complete_json_lines
 from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.kafka.topics import ensure_topics
@@ -179,8 +180,9 @@ def test_a_worker_killed_and_one_added_mid_stream_lose_nothing_and_flag_redelive
     assert total(samples, "turnaudit_new_turns_total") > 0
     for pack in PACKS:
         assert total(samples, "turnaudit_turns_total", pack=pack) >= truth.by_pack[pack]
-        assert total(samples, "turnaudit_refused_turns_total", pack=pack) >= (
-            truth.refused_by_pack[pack]
+        assert (
+            total(samples, "turnaudit_refused_turns_total", pack=pack)
+            >= (truth.refused_by_pack[pack])
         )
     # The killed worker's uncommitted messages were read again by its successor,
     # marked as redeliveries and not counted again: the count is exact unless the
@@ -240,14 +242,17 @@ def test_feeder_workers_publish_each_trace_whole_through_a_kill_and_an_added_wor
     the stream, never in part; each worker appends to a manifest of its own."""
     settings = six_partitions
     env = service_env(
-        settings, "g-feed", TURNAUDIT_BATCH_SIZE="50",
+        settings,
+        "g-feed",
+        TURNAUDIT_BATCH_SIZE="50",
         TURNAUDIT_KAFKA_OPTIONS=json.dumps({"auto.commit.interval.ms": "60000"}),
     )
     port = int(env["TURNAUDIT_HTTP_PORT"])
     manifest = tmp_path / "manifest.jsonl"
     feed = ["htir", "feed", "--idle-timeout", "3", "--manifest", str(manifest)]
     publisher = threading.Thread(  # about 4 s of stream
-        target=publish_simulated, args=(settings, 8000, tmp_path / "spool"),
+        target=publish_simulated,
+        args=(settings, 8000, tmp_path / "spool"),
         kwargs={"seed": 43, "rate": 2000},
     )
 
@@ -298,9 +303,9 @@ def test_feeder_workers_publish_each_trace_whole_through_a_kill_and_an_added_wor
 def written(folder: Path) -> list[str]:
     """Event ids of the complete lines in the workers' files."""
     return [
-        json.loads(line)["event_id"]
+        line["event_id"]
         for path in sorted(folder.glob("turns.worker-*.jsonl"))
-        for line in path.read_text().split("\n")[:-1]
+        for line in complete_json_lines(path)
     ]
 
 
@@ -367,7 +372,10 @@ def test_mirroring_registry_puts_callback_figures_into_the_multiprocess_files(
     result = subprocess.run(
         [sys.executable, "-c", MIRROR_SCRIPT],
         env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)},
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     values = dict(line.rsplit(" ", 1) for line in result.stdout.splitlines())
     # The counter by its increases (3, 4, 0, 4), the gauge as last read, the
@@ -414,7 +422,10 @@ def run_marking(folder: Path, *batches: str) -> tuple[int, list[str]]:
     result = subprocess.run(
         [sys.executable, "-c", MARKING_SCRIPT, str(folder), *batches],
         env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder)},
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     count, _, positions = result.stdout.strip().partition(" ")
     return int(count), positions.split(",") if positions else []
@@ -433,10 +444,16 @@ def test_turns_another_worker_delivered_are_marked_redelivered(tmp_path: Path) -
 
 
 def test_the_log_sink_needs_a_file_per_worker(tmp_path: Path) -> None:
-    env = {"PATH": os.environ.get("PATH", ""), "TURNAUDIT_HTTP_PORT": str(free_port()),
-           "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "TURNAUDIT_HTTP_PORT": str(free_port()),
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+    }
     result = subprocess.run(
-        [TURNAUDIT, "sink", "logs", "--workers", "2"], env=env, capture_output=True, text=True,
+        [TURNAUDIT, "sink", "logs", "--workers", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
         check=False,
         timeout=60,
     )
@@ -460,10 +477,17 @@ def test_the_log_sink_needs_a_file_per_worker(tmp_path: Path) -> None:
 def test_a_wrong_worker_count_gets_one_line(
     command: list[str], args: list[str], env: dict[str, str], expected: str
 ) -> None:
-    full_env = {"PATH": os.environ.get("PATH", ""), "TURNAUDIT_HTTP_PORT": str(free_port()),
-                "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", **env}
+    full_env = {
+        "PATH": os.environ.get("PATH", ""),
+        "TURNAUDIT_HTTP_PORT": str(free_port()),
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+        **env,
+    }
     result = subprocess.run(
-        [TURNAUDIT, *command, *args], env=full_env, capture_output=True, text=True,
+        [TURNAUDIT, *command, *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
         check=False,
         timeout=60,
     )

@@ -12,22 +12,36 @@ NOW = 1_000_000.0
 
 
 def write_state(
-    folder: Path, index: int, pid: int, *, partitions: list[int], reasons: list[str] | None = None,
-    live: bool = True, age: float = 0.5,
+    folder: Path,
+    index: int,
+    pid: int,
+    *,
+    partitions: list[int],
+    reasons: list[str] | None = None,
+    live: bool = True,
+    age: float = 0.5,
 ) -> None:
     reasons = reasons or []
     state: dict[str, Any] = {
-        "index": index, "pid": pid, "written_at": NOW - age, "live": live,
-        "ready": live and not reasons, "running": True,
-        "readiness": {"status": "ok" if not reasons else "not_ready", "reasons": reasons,
-                      "assigned_partitions": partitions},
+        "index": index,
+        "pid": pid,
+        "written_at": NOW - age,
+        "live": live,
+        "ready": live and not reasons,
+        "running": True,
+        "readiness": {
+            "status": "ok" if not reasons else "not_ready",
+            "reasons": reasons,
+            "assigned_partitions": partitions,
+        },
     }
     (folder / f"worker-{index}{WORKER_STATE_SUFFIX}").write_text(json.dumps(state))
 
 
 def workers_health(folder: Path, pids: dict[int, int | None]) -> WorkersHealth:
-    health = WorkersHealth({"service": "verdict-metrics"}, folder, pids=lambda: pids,
-                           clock=lambda: NOW)
+    health = WorkersHealth(
+        {"service": "verdict-metrics"}, folder, pids=lambda: pids, clock=lambda: NOW
+    )
     health.running = True
     return health
 
@@ -72,8 +86,13 @@ def test_a_dead_worker_is_not_ready_but_live_and_a_hung_one_is_not_live(tmp_path
 
 def test_a_broker_problem_of_any_worker_is_not_ready(tmp_path: Path) -> None:
     write_state(tmp_path, 0, 100, partitions=[0, 1, 2])
-    write_state(tmp_path, 1, 101, partitions=[3, 4, 5],
-                reasons=["broker unreachable for 12 s: all brokers down"])
+    write_state(
+        tmp_path,
+        1,
+        101,
+        partitions=[3, 4, 5],
+        reasons=["broker unreachable for 12 s: all brokers down"],
+    )
     verdict = workers_health(tmp_path, {0: 100, 1: 101}).readiness()
     assert not verdict.ok
     assert verdict.body["status"] == "not_ready"

@@ -38,6 +38,7 @@ from tests.deploy.realparts import (
     service_env,
     wait_until_answering,
 )
+from tests.jsonl import complete_json_lines
 from turnaudit.contracts import Breach
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import TurnEventPublisher
@@ -133,12 +134,6 @@ class SimulatedFeed:
         self.stopping.set()
         self.thread.join(30)
         self.publisher.close()
-
-
-def notifications(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def refusal_alerts(lines: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
@@ -247,7 +242,7 @@ def test_a_refusal_spike_in_one_pack_pages_for_that_pack_only(
                 lambda: len(prom.query("pack:turnaudit_refusal_ratio:rate5m")) == len(PACKS), 60
             ), prom.query("count by (pack) (turnaudit_turns_total)")
             time.sleep(15)
-            assert refusal_alerts(notifications(received)) == []
+            assert refusal_alerts(complete_json_lines(received)) == []
             assert prom.query('ALERTS{alertname="TurnAuditRefusalRateHigh"}') == []
             named = {
                 s["metric"]["pack"] for s in prom.query("count by (pack) (turnaudit_turns_total)")
@@ -256,7 +251,7 @@ def test_a_refusal_spike_in_one_pack_pages_for_that_pack_only(
 
             feed.spiking.set()
             spike_started = time.monotonic()
-            assert wait(lambda: bool(refusal_alerts(notifications(received))), 150), (
+            assert wait(lambda: bool(refusal_alerts(complete_json_lines(received))), 150), (
                 prom.query("pack:turnaudit_refusal_ratio:rate5m"),
                 (tmp_path / "alertmanager.log").read_text()[-2000:],
             )
@@ -264,7 +259,7 @@ def test_a_refusal_spike_in_one_pack_pages_for_that_pack_only(
             # Dashboard queries while the stream and the alert are live.
             evaluate_dashboard(prom)
 
-        delivered = refusal_alerts(notifications(received))
+        delivered = refusal_alerts(complete_json_lines(received))
         print(
             f"refusal spike in {SPIKE_PACK!r} delivered {detected_after:.1f}s after it started "
             f"(window {WINDOW}, for {HOLD}); published per pack: {feed.published}"
@@ -344,6 +339,4 @@ def evaluate_dashboard(prom: Prometheus) -> None:
         for s in prom.query('up{job=~"verdict-metrics|log-sink|htir-feeder"} == 1')
     }
     assert jobs == {"verdict-metrics", "log-sink", "htir-feeder"}
-    print(
-        f"dashboard queries without data: {sorted(set(empty_allowed))}"
-    )
+    print(f"dashboard queries without data: {sorted(set(empty_allowed))}")

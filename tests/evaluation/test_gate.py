@@ -32,8 +32,12 @@ def healthy_heavy_battery(false_alarm_families: tuple[str, ...]) -> list[dict[st
     One false alarm in each of ``false_alarm_families``: TP = 8, FP = len(...).
     """
     a, b, c, d = FAMILIES
-    cases = [*family_cases(a, positives=2, healthy=20), *family_cases(b, positives=2, healthy=20),
-             *family_cases(c, positives=2, healthy=20), *family_cases(d, positives=2, healthy=2)]
+    cases = [
+        *family_cases(a, positives=2, healthy=20),
+        *family_cases(b, positives=2, healthy=20),
+        *family_cases(c, positives=2, healthy=20),
+        *family_cases(d, positives=2, healthy=2),
+    ]
     for family in false_alarm_families:
         find_case(cases, f"{family}-ok-0")["observations"][4]["verdict"] = "alarm"
     return cases
@@ -47,7 +51,10 @@ def test_perfect_battery_passes_with_every_figure() -> None:
     overall = report["overall"]
     assert (overall["traces"], overall["alarm_positive"], overall["healthy"]) == (24, 12, 12)
     assert (overall["precision"], overall["early_alarm_recall"], overall["false_alarm_rate"]) == (
-        1.0, 1.0, 0.0)
+        1.0,
+        1.0,
+        0.0,
+    )
     assert overall["observations"] == 24 * 5
     assert overall["p95_latency_ms"] == 10.0
     assert sorted(report["families"]) == sorted(FAMILIES)
@@ -99,7 +106,8 @@ def test_late_alarm_is_a_false_negative_not_a_false_positive() -> None:
     assert report["decision"] == "hold"
     assert list(failures(report)) == [("early_alarm_recall", "family code-fix")]
     assert failures(report)["early_alarm_recall", "family code-fix"]["missed_by"] == (
-        pytest.approx(float(Fraction(4, 5) - Fraction(2, 3))))
+        pytest.approx(float(Fraction(4, 5) - Fraction(2, 3)))
+    )
 
 
 def test_alarm_at_the_oracle_step_is_early_and_recall_of_exactly_080_passes() -> None:
@@ -127,8 +135,12 @@ def test_no_alarm_on_a_positive_trace_is_missed() -> None:
 
 def test_false_alarm_in_one_family_holds_even_when_overall_rate_is_fine() -> None:
     a, b, c, d = FAMILIES
-    cases = [*family_cases(a, positives=3, healthy=20), *family_cases(b, positives=3, healthy=3),
-             *family_cases(c, positives=3, healthy=3), *family_cases(d, positives=3, healthy=3)]
+    cases = [
+        *family_cases(a, positives=3, healthy=20),
+        *family_cases(b, positives=3, healthy=3),
+        *family_cases(c, positives=3, healthy=3),
+        *family_cases(d, positives=3, healthy=3),
+    ]
     find_case(cases, f"{b}-ok-1")["observations"][0]["verdict"] = "alarm"
 
     report = gate(cases)
@@ -145,8 +157,12 @@ def test_false_alarm_in_one_family_holds_even_when_overall_rate_is_fine() -> Non
 
 def test_family_missing_a_polarity_holds() -> None:
     a, b, c, d = FAMILIES
-    cases = [*family_cases(a, positives=3, healthy=3), *family_cases(b, positives=3, healthy=3),
-             *family_cases(c, positives=3, healthy=3), *family_cases(d, positives=6, healthy=0)]
+    cases = [
+        *family_cases(a, positives=3, healthy=3),
+        *family_cases(b, positives=3, healthy=3),
+        *family_cases(c, positives=3, healthy=3),
+        *family_cases(d, positives=6, healthy=0),
+    ]
 
     report = gate(cases)
 
@@ -219,7 +235,8 @@ def test_out_of_order_prefix_observations_hold_for_integrity() -> None:
 def test_extra_observation_beyond_the_trace_holds() -> None:
     cases = battery()
     find_case(cases, "code-fix-ok-0")["observations"].append(
-        {"prefix_end": 5, "verdict": "ok", "latency_ms": 1.0})
+        {"prefix_end": 5, "verdict": "ok", "latency_ms": 1.0}
+    )
 
     failure = failures(gate(cases))["integrity.prefix_coverage", "overall"]
 
@@ -255,13 +272,16 @@ def test_oracle_step_outside_the_trace_holds_for_integrity() -> None:
     assert failure["cases"] == ["code-gen-pos-2"]
 
 
-@pytest.mark.parametrize("digest", [
-    "sha256:" + "ab" * 31,            # 62 hex digits
-    "ab" * 32,                        # no algorithm prefix
-    "sha256:" + "AB" * 32,            # not the canonical lowercase form
-    "sha256:" + "zz" * 32,            # not hex
-    "md5:" + "ab" * 32,
-])
+@pytest.mark.parametrize(
+    "digest",
+    [
+        "sha256:" + "ab" * 31,  # 62 hex digits
+        "ab" * 32,  # no algorithm prefix
+        "sha256:" + "AB" * 32,  # not the canonical lowercase form
+        "sha256:" + "zz" * 32,  # not hex
+        "md5:" + "ab" * 32,
+    ],
+)
 def test_bad_auditor_digest_holds(digest: str) -> None:
     report = gate(battery(), digest=digest)
 
@@ -285,12 +305,28 @@ def test_p95_is_nearest_rank() -> None:
 
 
 def test_p95_latency_exactly_2000_passes_and_just_above_holds() -> None:
-    at_limit = [case(c["task_id"], c["task_family"], alarm_step=c["oracle_alarm_step"],
-                     first_alarm=c["oracle_alarm_step"], latency_ms=2000.0) for c in battery()]
+    at_limit = [
+        case(
+            c["task_id"],
+            c["task_family"],
+            alarm_step=c["oracle_alarm_step"],
+            first_alarm=c["oracle_alarm_step"],
+            latency_ms=2000.0,
+        )
+        for c in battery()
+    ]
     assert gate(at_limit)["decision"] == "pass"
 
-    above = [case(c["task_id"], c["task_family"], alarm_step=c["oracle_alarm_step"],
-                  first_alarm=c["oracle_alarm_step"], latency_ms=2000.001) for c in battery()]
+    above = [
+        case(
+            c["task_id"],
+            c["task_family"],
+            alarm_step=c["oracle_alarm_step"],
+            first_alarm=c["oracle_alarm_step"],
+            latency_ms=2000.001,
+        )
+        for c in battery()
+    ]
     report = gate(above)
 
     assert report["decision"] == "hold"
@@ -320,12 +356,23 @@ def test_report_names_every_failed_requirement_with_threshold_actual_and_gap() -
     report = gate(cases, digest="sha256:short")
 
     failed = failures(report)
-    assert set(failed) == {("integrity.pinned_identity", "overall"), ("traces", "overall"),
-                           ("alarm_positive_traces", "overall"), ("healthy_traces", "overall"),
-                           ("families", "overall")}
+    assert set(failed) == {
+        ("integrity.pinned_identity", "overall"),
+        ("traces", "overall"),
+        ("alarm_positive_traces", "overall"),
+        ("healthy_traces", "overall"),
+        ("families", "overall"),
+    }
     for failure in report["failed_requirements"]:
-        assert set(failure) >= {"requirement", "scope", "comparison", "threshold", "actual",
-                                "missed_by", "detail"}
+        assert set(failure) >= {
+            "requirement",
+            "scope",
+            "comparison",
+            "threshold",
+            "actual",
+            "missed_by",
+            "detail",
+        }
         assert failure["detail"]
     assert failed["traces", "overall"]["missed_by"] == 12
     assert failed["healthy_traces", "overall"]["threshold"] == 8
@@ -361,9 +408,9 @@ def write(path: Path, data: Any) -> Path:
     return path
 
 
-def test_cli_gate_exits_0_on_pass_and_writes_the_report(eval_cli: Any, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]
-                                                         ) -> None:
+def test_cli_gate_exits_0_on_pass_and_writes_the_report(
+    eval_cli: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     evidence_file = write(tmp_path / "evidence.json", evidence(battery()))
 
     code = eval_cli(["eval", "gate", str(evidence_file), "--output", str(tmp_path / "r.json")])
@@ -373,8 +420,9 @@ def test_cli_gate_exits_0_on_pass_and_writes_the_report(eval_cli: Any, tmp_path:
     assert "EVR-6 gate: pass" in capsys.readouterr().out
 
 
-def test_cli_gate_exits_1_on_hold(eval_cli: Any, tmp_path: Path,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_gate_exits_1_on_hold(
+    eval_cli: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     evidence_file = write(tmp_path / "evidence.json", evidence(battery(positives=2, healthy=3)))
 
     code = eval_cli(["eval", "gate", str(evidence_file), "--output", str(tmp_path / "r.json")])
@@ -385,7 +433,8 @@ def test_cli_gate_exits_1_on_hold(eval_cli: Any, tmp_path: Path,
 
 
 def test_cli_gate_holds_with_exit_1_on_evidence_without_a_digest(
-        eval_cli: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    eval_cli: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     raw = evidence(battery())
     del raw["auditor_id"]["digest"]
     evidence_file = write(tmp_path / "evidence.json", raw)
@@ -396,20 +445,29 @@ def test_cli_gate_holds_with_exit_1_on_evidence_without_a_digest(
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["decision"] == "hold"
     assert [f["requirement"] for f in report["failed_requirements"]] == [
-        "integrity.pinned_identity"]
+        "integrity.pinned_identity"
+    ]
     out = capsys.readouterr().out
     assert "EVR-6 gate: hold" in out
     assert "pinned identities" in out
 
 
-@pytest.mark.parametrize("raw", [
-    [1, 2],
-    {"format": "turn-audit/evr6-labels", "format_version": 1, "cases": []},
-    {"format": "turn-audit/evr6-evidence", "format_version": 1, "auditor_id": None,
-     "cases": "none"},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        [1, 2],
+        {"format": "turn-audit/evr6-labels", "format_version": 1, "cases": []},
+        {
+            "format": "turn-audit/evr6-evidence",
+            "format_version": 1,
+            "auditor_id": None,
+            "cases": "none",
+        },
+    ],
+)
 def test_cli_gate_a_file_that_is_not_evidence_is_exit_2_without_report(
-        eval_cli: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: Any) -> None:
+    eval_cli: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], raw: Any
+) -> None:
     evidence_file = write(tmp_path / "evidence.json", raw)
 
     code = eval_cli(["eval", "gate", str(evidence_file), "--output", str(tmp_path / "r.json")])
@@ -419,11 +477,12 @@ def test_cli_gate_a_file_that_is_not_evidence_is_exit_2_without_report(
     assert not (tmp_path / "r.json").exists()
 
 
-def test_cli_gate_unreadable_evidence_is_one_line_exit_2(eval_cli: Any, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]
-                                                         ) -> None:
-    code = eval_cli(["eval", "gate", str(tmp_path / "nope.json"), "--output",
-                     str(tmp_path / "r.json")])
+def test_cli_gate_unreadable_evidence_is_one_line_exit_2(
+    eval_cli: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = eval_cli(
+        ["eval", "gate", str(tmp_path / "nope.json"), "--output", str(tmp_path / "r.json")]
+    )
 
     assert code == 2
     err = capsys.readouterr().err
@@ -436,14 +495,18 @@ def test_python_m_gate_form_shares_the_parser(tmp_path: Path) -> None:
     evidence_file = write(tmp_path / "evidence.json", evidence(battery()))
     command = [sys.executable, "-m", "turnaudit.evaluation.gate"]
 
-    passed = subprocess.run([*command, str(evidence_file), "--output", str(tmp_path / "r.json")],
-                            capture_output=True, text=True, check=False)
-    no_output = subprocess.run([*command, str(evidence_file)], capture_output=True, text=True,
-                               check=False)
+    passed = subprocess.run(
+        [*command, str(evidence_file), "--output", str(tmp_path / "r.json")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    no_output = subprocess.run(
+        [*command, str(evidence_file)], capture_output=True, text=True, check=False
+    )
 
     assert passed.returncode == 0, passed.stderr
     assert json.loads((tmp_path / "r.json").read_text())["decision"] == "pass"
     assert no_output.returncode == 2
     assert no_output.stderr.count("\n") == 1
     assert "--output" in no_output.stderr
-

@@ -44,11 +44,19 @@ class FakeOllama:
         with self.lock:
             self.tags_requests += 1
             digest = self.digest
-        return {"models": [
-            {"name": "llama3:8b", "model": "llama3:8b", "digest": "0" * 64, "size": 1},
-            {"name": TAG, "model": TAG, "modified_at": "2025-01-01T00:00:00Z", "size": 2,
-             "digest": digest, "details": {"family": "qwen3"}},
-        ]}
+        return {
+            "models": [
+                {"name": "llama3:8b", "model": "llama3:8b", "digest": "0" * 64, "size": 1},
+                {
+                    "name": TAG,
+                    "model": TAG,
+                    "modified_at": "2025-01-01T00:00:00Z",
+                    "size": 2,
+                    "digest": digest,
+                    "details": {"family": "qwen3"},
+                },
+            ]
+        }
 
     def generate(self, body: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
@@ -56,8 +64,13 @@ class FakeOllama:
             if self.switch_digest_after == len(self.generate_bodies):
                 self.digest = OTHER_DIGEST
         answer = self.answer or ("ALARM" if '"refusal_emitted":true' in body["prompt"] else "OK")
-        return {"model": body["model"], "created_at": "2025-01-01T00:00:00Z",
-                "response": answer, "done": True, "done_reason": "stop"}
+        return {
+            "model": body["model"],
+            "created_at": "2025-01-01T00:00:00Z",
+            "response": answer,
+            "done": True,
+            "done_reason": "stop",
+        }
 
 
 def _handler(fake: FakeOllama) -> type[BaseHTTPRequestHandler]:
@@ -93,8 +106,9 @@ def _handler(fake: FakeOllama) -> type[BaseHTTPRequestHandler]:
 def ollama() -> Iterator[tuple[FakeOllama, str]]:
     fake = FakeOllama()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield fake, f"http://127.0.0.1:{server.server_address[1]}"
@@ -113,21 +127,30 @@ def battery() -> list[dict[str, Any]]:
             positive = i < 3
             if positive:
                 steps[2]["refusal_emitted"] = True
-            cases.append({"task_id": f"{family}-{i}", "task_family": family,
-                          "oracle_source": "scripted v1",
-                          "oracle_alarm_step": 2 if positive else None,
-                          "trace": {"steps": steps, "source": {"i": i}}})
+            cases.append(
+                {
+                    "task_id": f"{family}-{i}",
+                    "task_family": family,
+                    "oracle_source": "scripted v1",
+                    "oracle_alarm_step": 2 if positive else None,
+                    "trace": {"steps": steps, "source": {"i": i}},
+                }
+            )
     return cases
 
 
 def produce(tmp_path: Path, auditor: OllamaAuditor) -> dict[str, Any]:
-    return produce_evidence(label_pack(battery()), auditor,
-                            evidence_output=tmp_path / "evidence.json",
-                            report_output=tmp_path / "report.json")
+    return produce_evidence(
+        label_pack(battery()),
+        auditor,
+        evidence_output=tmp_path / "evidence.json",
+        report_output=tmp_path / "report.json",
+    )
 
 
 def test_battery_sends_one_fresh_request_per_prefix_and_passes(
-        ollama: tuple[FakeOllama, str], tmp_path: Path) -> None:
+    ollama: tuple[FakeOllama, str], tmp_path: Path
+) -> None:
     fake, url = ollama
 
     report = produce(tmp_path, OllamaAuditor(url, TAG, DIGEST))
@@ -149,7 +172,8 @@ def test_battery_sends_one_fresh_request_per_prefix_and_passes(
 
 
 def test_digest_mismatch_is_refused_before_any_generate_call(
-        ollama: tuple[FakeOllama, str], tmp_path: Path) -> None:
+    ollama: tuple[FakeOllama, str], tmp_path: Path
+) -> None:
     fake, url = ollama
 
     with pytest.raises(AuditorIdentityError, match=f"resolves to sha256:{DIGEST}.*refusing"):
@@ -158,8 +182,7 @@ def test_digest_mismatch_is_refused_before_any_generate_call(
     assert not (tmp_path / "evidence.json").exists()
 
 
-def test_expected_digest_is_accepted_with_or_without_prefix(
-        ollama: tuple[FakeOllama, str]) -> None:
+def test_expected_digest_is_accepted_with_or_without_prefix(ollama: tuple[FakeOllama, str]) -> None:
     _, url = ollama
     for expected in (DIGEST, f"sha256:{DIGEST}", DIGEST.upper()):
         auditor = OllamaAuditor(url, TAG, expected)
@@ -173,7 +196,8 @@ def test_malformed_expected_digest_is_a_configuration_error() -> None:
 
 
 def test_digest_change_during_battery_fails_evidence_production(
-        ollama: tuple[FakeOllama, str], tmp_path: Path) -> None:
+    ollama: tuple[FakeOllama, str], tmp_path: Path
+) -> None:
     fake, url = ollama
     fake.switch_digest_after = 10
 
@@ -200,8 +224,9 @@ def test_unreachable_ollama_is_a_clear_error() -> None:
         OllamaAuditor(f"http://127.0.0.1:{port}", TAG, DIGEST, timeout=5).begin_battery()
 
 
-def test_unparseable_answer_stops_the_battery(ollama: tuple[FakeOllama, str],
-                                              tmp_path: Path) -> None:
+def test_unparseable_answer_stops_the_battery(
+    ollama: tuple[FakeOllama, str], tmp_path: Path
+) -> None:
     fake, url = ollama
     fake.answer = "I am not sure."
 
@@ -210,14 +235,17 @@ def test_unparseable_answer_stops_the_battery(ollama: tuple[FakeOllama, str],
     assert len(fake.generate_bodies) == 1
 
 
-@pytest.mark.parametrize(("text", "verdict"), [
-    ("ALARM", "alarm"),
-    ("OK", "ok"),
-    ("ok.", "ok"),
-    ("  Alarm\n", "alarm"),
-    ("<think>Is it OK? Looks fine.</think>\nALARM", "alarm"),
-    ("OK - no reason to ALARM", "ok"),
-])
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("ALARM", "alarm"),
+        ("OK", "ok"),
+        ("ok.", "ok"),
+        ("  Alarm\n", "alarm"),
+        ("<think>Is it OK? Looks fine.</think>\nALARM", "alarm"),
+        ("OK - no reason to ALARM", "ok"),
+    ],
+)
 def test_parse_verdict(text: str, verdict: str) -> None:
     assert parse_verdict(text) == verdict
 
@@ -228,13 +256,28 @@ def test_parse_verdict_refuses_other_answers(text: str) -> None:
         parse_verdict(text)
 
 
-def test_cli_evidence_with_ollama(ollama: tuple[FakeOllama, str], tmp_path: Path,
-                                  eval_cli: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_evidence_with_ollama(
+    ollama: tuple[FakeOllama, str],
+    tmp_path: Path,
+    eval_cli: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     fake, url = ollama
     labels = tmp_path / "labels.json"
     labels.write_text(json.dumps(label_pack(battery())))
-    args = ["eval", "evidence", str(labels), "--model", TAG, "--ollama-url", url,
-            "--output", str(tmp_path / "e.json"), "--report", str(tmp_path / "r.json")]
+    args = [
+        "eval",
+        "evidence",
+        str(labels),
+        "--model",
+        TAG,
+        "--ollama-url",
+        url,
+        "--output",
+        str(tmp_path / "e.json"),
+        "--report",
+        str(tmp_path / "r.json"),
+    ]
 
     assert eval_cli([*args, "--expected-digest", DIGEST]) == 0
     assert eval_cli([*args, "--expected-digest", OTHER_DIGEST]) == 2

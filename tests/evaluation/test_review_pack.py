@@ -22,10 +22,11 @@ def manifest_line(task_id: str, n_steps: int = 4, **extra: Any) -> dict[str, Any
     return {
         "task_id": task_id,
         "trace": {"steps": healthy_steps(n_steps), "source": {"runtime": "victor 1.2", "run": 7}},
-        "context": {"task": f"fix bug in {task_id}",
-                    "tools": [{"name": "shell", "arguments": {"cmd": "pytest"},
-                               "result": "1 failed"}],
-                    "final_response": "done"},
+        "context": {
+            "task": f"fix bug in {task_id}",
+            "tools": [{"name": "shell", "arguments": {"cmd": "pytest"}, "result": "1 failed"}],
+            "final_response": "done",
+        },
         **extra,
     }
 
@@ -38,10 +39,20 @@ def write_manifest(path: Path, lines: list[dict[str, Any]]) -> Path:
 @pytest.fixture
 def manifests(tmp_path: Path) -> list[tuple[str, Path]]:
     return [
-        ("code-fix", write_manifest(tmp_path / "eval_manifest_FIX.jsonl",
-                                    [manifest_line("fix-1"), manifest_line("fix-2")])),
-        ("code-gen", write_manifest(tmp_path / "eval_manifest_GEN.jsonl",
-                                    [manifest_line("gen-1", task_family="code-gen")])),
+        (
+            "code-fix",
+            write_manifest(
+                tmp_path / "eval_manifest_FIX.jsonl",
+                [manifest_line("fix-1"), manifest_line("fix-2")],
+            ),
+        ),
+        (
+            "code-gen",
+            write_manifest(
+                tmp_path / "eval_manifest_GEN.jsonl",
+                [manifest_line("gen-1", task_family="code-gen")],
+            ),
+        ),
     ]
 
 
@@ -57,14 +68,21 @@ def review(pack_path: Path, decisions: dict[str, dict[str, Any]]) -> None:
     pack_path.write_text(json.dumps(pack), encoding="utf-8")
 
 
-INCLUDED_POSITIVE = {"status": "included", "oracle_source": "reviewer-ab v1",
-                     "oracle_alarm_step": 2}
-INCLUDED_HEALTHY = {"status": "included", "oracle_source": "reviewer-ab v1",
-                    "oracle_alarm_step": None}
+INCLUDED_POSITIVE = {
+    "status": "included",
+    "oracle_source": "reviewer-ab v1",
+    "oracle_alarm_step": 2,
+}
+INCLUDED_HEALTHY = {
+    "status": "included",
+    "oracle_source": "reviewer-ab v1",
+    "oracle_alarm_step": None,
+}
 
 
 def test_export_starts_every_case_pending_with_family_from_source(
-        manifests: list[tuple[str, Path]], tmp_path: Path) -> None:
+    manifests: list[tuple[str, Path]], tmp_path: Path
+) -> None:
     pack = export(manifests, tmp_path / "pack.json")
 
     written = json.loads((tmp_path / "pack.json").read_text())
@@ -76,7 +94,8 @@ def test_export_starts_every_case_pending_with_family_from_source(
         assert case["oracle_source"] is None
         assert case["oracle_alarm_step"] is None
         assert case["context"]["tools"] == [
-            {"name": "shell", "arguments": '{"cmd":"pytest"}', "result": "1 failed"}]
+            {"name": "shell", "arguments": '{"cmd":"pytest"}', "result": "1 failed"}
+        ]
     source = pack["cases"][1]["trace"]["source"]
     assert source["runtime"] == "victor 1.2"
     assert source["review_pack"] == {"manifest": str(manifests[0][1]), "line": 2}
@@ -119,7 +138,8 @@ def test_export_names_the_bad_manifest_line(tmp_path: Path) -> None:
 
 
 def test_finalize_refuses_pending_cases_and_names_them(
-        manifests: list[tuple[str, Path]], tmp_path: Path) -> None:
+    manifests: list[tuple[str, Path]], tmp_path: Path
+) -> None:
     pack_path = tmp_path / "pack.json"
     export(manifests, pack_path)
     review(pack_path, {"fix-1": INCLUDED_POSITIVE})
@@ -130,11 +150,14 @@ def test_finalize_refuses_pending_cases_and_names_them(
 
 
 def test_finalize_allows_exclusions_and_strips_review_and_context(
-        manifests: list[tuple[str, Path]], tmp_path: Path) -> None:
+    manifests: list[tuple[str, Path]], tmp_path: Path
+) -> None:
     pack_path = tmp_path / "pack.json"
     export(manifests, pack_path)
-    review(pack_path, {"fix-1": INCLUDED_POSITIVE, "fix-2": {"status": "excluded"},
-                       "gen-1": INCLUDED_HEALTHY})
+    review(
+        pack_path,
+        {"fix-1": INCLUDED_POSITIVE, "fix-2": {"status": "excluded"}, "gen-1": INCLUDED_HEALTHY},
+    )
 
     labels = finalize(pack_path, tmp_path / "labels.json")
 
@@ -143,43 +166,66 @@ def test_finalize_allows_exclusions_and_strips_review_and_context(
     assert "auditor_id" not in written
     assert [c["task_id"] for c in written["cases"]] == ["fix-1", "gen-1"]
     for case in written["cases"]:
-        assert set(case) == {"task_id", "task_family", "oracle_source", "oracle_alarm_step",
-                             "trace"}
+        assert set(case) == {
+            "task_id",
+            "task_family",
+            "oracle_source",
+            "oracle_alarm_step",
+            "trace",
+        }
     assert [c.oracle_alarm_step for c in labels.cases] == [2, None]
     assert load_labels(tmp_path / "labels.json") == labels
 
 
 @pytest.mark.parametrize("oracle_source", [None, "", "   "])
 def test_finalize_refuses_included_case_without_oracle_source(
-        manifests: list[tuple[str, Path]], tmp_path: Path, oracle_source: str | None) -> None:
+    manifests: list[tuple[str, Path]], tmp_path: Path, oracle_source: str | None
+) -> None:
     pack_path = tmp_path / "pack.json"
     export(manifests, pack_path)
-    review(pack_path, {"fix-1": {**INCLUDED_POSITIVE, "oracle_source": oracle_source},
-                       "fix-2": {"status": "excluded"}, "gen-1": INCLUDED_HEALTHY})
+    review(
+        pack_path,
+        {
+            "fix-1": {**INCLUDED_POSITIVE, "oracle_source": oracle_source},
+            "fix-2": {"status": "excluded"},
+            "gen-1": INCLUDED_HEALTHY,
+        },
+    )
 
     with pytest.raises(ReviewPackError, match="'fix-1' is included but has no oracle_source"):
         finalize(pack_path, tmp_path / "labels.json")
 
 
-@pytest.mark.parametrize(("step", "message"), [
-    (4, "outside the trace's steps 0..3"),
-    (-1, "outside the trace's steps 0..3"),
-    (True, "must be an integer"),
-    ("2", "must be an integer"),
-])
+@pytest.mark.parametrize(
+    ("step", "message"),
+    [
+        (4, "outside the trace's steps 0..3"),
+        (-1, "outside the trace's steps 0..3"),
+        (True, "must be an integer"),
+        ("2", "must be an integer"),
+    ],
+)
 def test_finalize_refuses_oracle_alarm_step_out_of_range(
-        manifests: list[tuple[str, Path]], tmp_path: Path, step: object, message: str) -> None:
+    manifests: list[tuple[str, Path]], tmp_path: Path, step: object, message: str
+) -> None:
     pack_path = tmp_path / "pack.json"
     export(manifests, pack_path)
-    review(pack_path, {"fix-1": {**INCLUDED_POSITIVE, "oracle_alarm_step": step},
-                       "fix-2": {"status": "excluded"}, "gen-1": INCLUDED_HEALTHY})
+    review(
+        pack_path,
+        {
+            "fix-1": {**INCLUDED_POSITIVE, "oracle_alarm_step": step},
+            "fix-2": {"status": "excluded"},
+            "gen-1": INCLUDED_HEALTHY,
+        },
+    )
 
     with pytest.raises(ReviewPackError, match=message):
         finalize(pack_path, tmp_path / "labels.json")
 
 
-def test_finalize_refuses_an_unknown_status(manifests: list[tuple[str, Path]],
-                                            tmp_path: Path) -> None:
+def test_finalize_refuses_an_unknown_status(
+    manifests: list[tuple[str, Path]], tmp_path: Path
+) -> None:
     pack_path = tmp_path / "pack.json"
     export(manifests, pack_path)
     review(pack_path, {"fix-1": {"status": "maybe"}})
@@ -211,7 +257,8 @@ class CountingAuditor:
 
 @pytest.mark.parametrize("contamination", ["auditor_id", "observations"])
 def test_evidence_production_refuses_labels_carrying_auditor_output(
-        tmp_path: Path, contamination: str) -> None:
+    tmp_path: Path, contamination: str
+) -> None:
     cases = battery()
     pack = label_pack(cases)
     if contamination == "auditor_id":
@@ -221,8 +268,9 @@ def test_evidence_production_refuses_labels_carrying_auditor_output(
     auditor = CountingAuditor()
 
     with pytest.raises(ContaminatedLabelPackError, match=contamination):
-        produce_evidence(pack, auditor, evidence_output=tmp_path / "e.json",
-                         report_output=tmp_path / "r.json")
+        produce_evidence(
+            pack, auditor, evidence_output=tmp_path / "e.json", report_output=tmp_path / "r.json"
+        )
     assert auditor.calls == 0
     assert not (tmp_path / "e.json").exists()
 
@@ -241,30 +289,79 @@ def test_labels_refuse_empty_observations_key_too(tmp_path: Path) -> None:
 
 
 def test_cli_export_without_context_then_finalize(
-        eval_cli: Any, manifests: list[tuple[str, Path]], tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    eval_cli: Any,
+    manifests: list[tuple[str, Path]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     pack_path = tmp_path / "pack.json"
     sources = [arg for family, path in manifests for arg in ("--source", f"{family}={path}")]
 
-    assert eval_cli(["eval", "review-pack", "export", *sources, "--output", str(pack_path),
-                     "--without-context"]) == 0
+    assert (
+        eval_cli(
+            [
+                "eval",
+                "review-pack",
+                "export",
+                *sources,
+                "--output",
+                str(pack_path),
+                "--without-context",
+            ]
+        )
+        == 0
+    )
     assert all("context" not in c for c in json.loads(pack_path.read_text())["cases"])
-    assert eval_cli(["eval", "review-pack", "finalize", str(pack_path), "--output",
-                     str(tmp_path / "labels.json")]) == 2
+    assert (
+        eval_cli(
+            [
+                "eval",
+                "review-pack",
+                "finalize",
+                str(pack_path),
+                "--output",
+                str(tmp_path / "labels.json"),
+            ]
+        )
+        == 2
+    )
     assert "still pending review: fix-1, fix-2, gen-1" in capsys.readouterr().err
 
-    review(pack_path, {"fix-1": INCLUDED_POSITIVE, "fix-2": INCLUDED_HEALTHY,
-                       "gen-1": {"status": "excluded"}})
-    assert eval_cli(["eval", "review-pack", "finalize", str(pack_path), "--output",
-                     str(tmp_path / "labels.json")]) == 0
+    review(
+        pack_path,
+        {"fix-1": INCLUDED_POSITIVE, "fix-2": INCLUDED_HEALTHY, "gen-1": {"status": "excluded"}},
+    )
+    assert (
+        eval_cli(
+            [
+                "eval",
+                "review-pack",
+                "finalize",
+                str(pack_path),
+                "--output",
+                str(tmp_path / "labels.json"),
+            ]
+        )
+        == 0
+    )
     assert "2 case(s) (1 alarm-positive, 1 healthy)" in capsys.readouterr().out
 
 
-def test_cli_export_bad_source_is_a_one_line_error(eval_cli: Any, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_export_bad_source_is_a_one_line_error(
+    eval_cli: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        eval_cli(["eval", "review-pack", "export", "--source", "no-equals-sign",
-                  "--output", str(tmp_path / "pack.json")])
+        eval_cli(
+            [
+                "eval",
+                "review-pack",
+                "export",
+                "--source",
+                "no-equals-sign",
+                "--output",
+                str(tmp_path / "pack.json"),
+            ]
+        )
 
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
@@ -276,9 +373,20 @@ def test_python_m_review_pack_export(manifests: list[tuple[str, Path]], tmp_path
     family, path = manifests[0]
 
     result = subprocess.run(
-        [sys.executable, "-m", "turnaudit.evaluation.review_pack", "export",
-         "--source", f"{family}={path}", "--output", str(tmp_path / "pack.json")],
-        capture_output=True, text=True, check=False)
+        [
+            sys.executable,
+            "-m",
+            "turnaudit.evaluation.review_pack",
+            "export",
+            "--source",
+            f"{family}={path}",
+            "--output",
+            str(tmp_path / "pack.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
     assert result.returncode == 0, result.stderr
     assert len(json.loads((tmp_path / "pack.json").read_text())["cases"]) == 2

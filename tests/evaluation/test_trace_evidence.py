@@ -43,10 +43,18 @@ def simulated_traces(n: int = 2500, seed: int = 11) -> list[HtirTrace]:
 
 def reviewed_labels(traces: Sequence[HtirTrace], tmp_path: Any) -> dict[str, TaskLabel]:
     """A finalized label pack reviewed on ``traces`` (all labelled healthy)."""
-    pack = LabelPack(tuple(
-        Case(t.task_id, t.task_family, "reviewer/1", None,
-             Trace(tuple(copy.deepcopy(t.steps)), {"run": t.task_id}))
-        for t in traces))
+    pack = LabelPack(
+        tuple(
+            Case(
+                t.task_id,
+                t.task_family,
+                "reviewer/1",
+                None,
+                Trace(tuple(copy.deepcopy(t.steps)), {"run": t.task_id}),
+            )
+            for t in traces
+        )
+    )
     path = tmp_path / "labels.json"
     write_json(path, pack.to_json())
     return load_task_labels(path)
@@ -90,11 +98,15 @@ def test_a_label_applies_only_to_the_trace_it_was_reviewed_on(tmp_path: Any) -> 
         assert case.trace.source["stream"]["exact"] is True
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(data=st.data())
-def test_any_change_to_a_reviewed_trace_refuses_its_label(tmp_path: Any, data: st.DataObject
-                                                         ) -> None:
+def test_any_change_to_a_reviewed_trace_refuses_its_label(
+    tmp_path: Any, data: st.DataObject
+) -> None:
     (trace,) = simulated_traces(400, seed=3)[:1]
     labels = reviewed_labels([trace], tmp_path)
     changed = copy.deepcopy(trace)
@@ -103,8 +115,11 @@ def test_any_change_to_a_reviewed_trace_refuses_its_label(tmp_path: Any, data: s
     # Any content a step carries; the structural fields (kind, index, task step) are
     # typed by the Avro schema and checked by the gap rule.
     key = data.draw(st.sampled_from(sorted(set(step) - {"kind", "index", "task_step"})))
-    new_value = data.draw(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5))
-                          .filter(lambda v: v != step[key] or type(v) is not type(step[key])))
+    new_value = data.draw(
+        st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5)).filter(
+            lambda v: v != step[key] or type(v) is not type(step[key])
+        )
+    )
     step[key] = new_value
     builder = TraceEvidence(RuleBasedAuditor(), labels)
     builder.begin()

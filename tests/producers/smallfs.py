@@ -25,7 +25,8 @@ def small_filesystem(mount_point: Path, size_kb: int) -> Iterator[Path]:
     mount_point.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [_tool("mount"), "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(mount_point)],
-        check=True, capture_output=True,
+        check=True,
+        capture_output=True,
     )
     try:
         yield mount_point

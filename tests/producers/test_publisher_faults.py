@@ -104,9 +104,7 @@ def assert_balanced(stats: PublisherStats, registry: CollectorRegistry) -> None:
     assert metric("events_published_total") == stats.published
     assert metric("events_delivered_total") == stats.delivered
     assert metric("events_failed_total") == stats.failed
-    refused = sum(
-        metric("events_refused_total", reason=r) for r in ("spool_full", "disk_error")
-    )
+    refused = sum(metric("events_refused_total", reason=r) for r in ("spool_full", "disk_error"))
     assert refused == stats.refused
     assert metric("spool_events") == stats.spooled
     assert metric("events_in_flight") == stats.in_flight
@@ -145,14 +143,14 @@ def spool_segments(spool: Path) -> list[Path]:
     return sorted(spool.glob("segment-*.spool"))
 
 
-def test_disk_full_then_freed_while_spooling(
-    kafka_settings: KafkaSettings, small_fs: Path
-) -> None:
+def test_disk_full_then_freed_while_spooling(kafka_settings: KafkaSettings, small_fs: Path) -> None:
     """A client queue of 20 messages sends most events to a spool on a tiny disk."""
     registry = CollectorRegistry()
     spool = small_fs / "spool"
     publisher = TurnEventPublisher(
-        kafka_settings, spool_dir=spool, registry=registry,
+        kafka_settings,
+        spool_dir=spool,
+        registry=registry,
         producer_options={"queue.buffering.max.messages": 20, "linger.ms": 200},
     )
     runtime = Runtime(publisher, seed=31)
@@ -175,8 +173,9 @@ def test_disk_full_then_freed_while_spooling(
     assert spool_segments(spool) == []  # drained spool files are removed
 
 
-def test_broker_down_then_back(own_settings: KafkaSettings, own_broker: LocalKafkaBroker,
-                               tmp_path: Path) -> None:
+def test_broker_down_then_back(
+    own_settings: KafkaSettings, own_broker: LocalKafkaBroker, tmp_path: Path
+) -> None:
     registry = CollectorRegistry()
     publisher = TurnEventPublisher(
         own_settings, spool_dir=tmp_path / "spool", registry=registry, probe_interval=0.2
@@ -274,7 +273,9 @@ def test_a_registry_outage_after_start_costs_the_turn_nothing(
     registry = FailingRegistry(url)
     metrics = CollectorRegistry()
     publisher = TurnEventPublisher(
-        settings, spool_dir=tmp_path / "spool", registry=metrics,
+        settings,
+        spool_dir=tmp_path / "spool",
+        registry=metrics,
         schema_registry=registry,  # type: ignore[arg-type]
     )
     registry.down = True  # from here on every registry call fails
@@ -323,8 +324,9 @@ def test_the_worker_survives_errors_and_publish_restarts_it(
             raise RuntimeError("injected")
         return int(real_poll(timeout))
 
-    monkeypatch.setattr(publisher, "_schema_producer", _Wrapped(publisher._schema_producer,
-                                                                  poll=flaky_poll))
+    monkeypatch.setattr(
+        publisher, "_schema_producer", _Wrapped(publisher._schema_producer, poll=flaky_poll)
+    )
     runtime = Runtime(publisher, seed=35)
     runtime.publish(200)
     wait_until(lambda: broken["left"] == 0)

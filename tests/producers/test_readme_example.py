@@ -36,8 +36,13 @@ def test_the_readme_runtime_example_runs_and_publishes(
     env["KAFKA_BOOTSTRAP_SERVERS"] = kafka_settings.bootstrap_servers or ""
     env["TURNAUDIT_TOPIC_PREFIX"] = kafka_settings.topics.prefix
     result = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-        timeout=120, check=False,
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "audit_events_undelivered" not in result.stdout + result.stderr
@@ -48,6 +53,7 @@ def test_the_readme_runtime_example_runs_and_publishes(
         for m in read_range(kafka_settings, topic, None, end_offsets(kafka_settings, topic))
     ]
     assert sorted((e["session_id"], e["path"]) for e in events) == [
-        ("s-1", "MAIN"), ("s-2", "STUB")
+        ("s-1", "MAIN"),
+        ("s-2", "STUB"),
     ]
     assert not any((tmp_path / "var/spool/turnaudit").glob("segment-*.spool"))

@@ -133,9 +133,7 @@ def test_a_full_disk_refuses_whole_records_and_recovers(tmp_path: Path) -> None:
         spool.close()
         reopened = DiskSpool(mount_point / "spool")
         values = [m.value for m in reopened.read_batch(limit=1 << 20)[0]]
-        assert values[:-1] == [
-            f"value-{i:06d}".encode() * 20 for i in accepted[len(records):]
-        ]
+        assert values[:-1] == [f"value-{i:06d}".encode() * 20 for i in accepted[len(records) :]]
         assert values[-1] == b"after"
         reopened.commit(*_all(reopened))
         assert len(reopened) == 0

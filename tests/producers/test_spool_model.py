@@ -35,8 +35,7 @@ class SpoolModel(RuleBasedStateMachine):
         self.counter += 1
         return f"{self.counter:06d}".encode() + b"x" * size
 
-    @rule(size=st.integers(min_value=0, max_value=600),
-          topic=st.sampled_from(["events", "dlq"]))
+    @rule(size=st.integers(min_value=0, max_value=600), topic=st.sampled_from(["events", "dlq"]))
     def append(self, size: int, topic: str) -> None:
         value = self._value(size)
         before = self.spool.size_bytes
@@ -85,8 +84,7 @@ class SpoolModel(RuleBasedStateMachine):
             assert self.spool.oldest_appended_at is not None
 
 
-SpoolModel.TestCase.settings = settings(max_examples=60, stateful_step_count=40,
-                                        deadline=None)
+SpoolModel.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 TestSpoolModel = SpoolModel.TestCase
 
 

@@ -49,8 +49,13 @@ def test_a_reader_gets_the_verdicts_the_writer_meant(writer: int, reader: int) -
         event.update(event_id=f"e{i}", sequence=i, producer_id="p", prev_hash="0" * 64)
         read = _read(event, writer, reader)
         # The bundle: the same for every reader.
-        for name in ("refusal_emitted", "hedge_injected", "safety_verdict", "ethics_verdict",
-                     "identity_score"):
+        for name in (
+            "refusal_emitted",
+            "hedge_injected",
+            "safety_verdict",
+            "ethics_verdict",
+            "identity_score",
+        ):
             assert read["verdicts"][name] == event["verdicts"][name]
         assert read["verdicts"]["schema_version"] == writer  # which writer: never guessed
         for name in ("safety_verdict", "ethics_verdict"):
