@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from tests.consumers.services import assigned, service_env, service_process
 from tests.consumers.streams import (
     consumed_everything,
     produce_raw,
@@ -22,13 +23,8 @@ from tests.consumers.streams import (
     total,
     wait_for,
 )
-from tests.consumers.test_service_processes import (
-    assigned,
-    log_lines,
-    service_env,
-    service_process,
-)
 from tests.identity_streams import Stamped, stamped_events
+from tests.jsonl import complete_json_lines
 from tests.publish_part import SESSIONS
 from turnaudit.consumers.metrics import VerdictMetricsService
 from turnaudit.consumers.settings import ServiceName
@@ -208,20 +204,22 @@ def test_redeliveries_after_a_consumer_sigkill_are_redeliveries_not_new_turns(
     )
     with service_process("logs", env, tmp_path / "first.log") as first:
         publisher.start()  # killed while it consumes a stream still being written
-        assert wait_for(lambda: len(log_lines(turns_file)) >= 300)
+        assert wait_for(lambda: len(complete_json_lines(turns_file)) >= 300)
         first.send_signal(signal.SIGKILL)
         first.wait(30)
-    killed_at = len(log_lines(turns_file))
+    killed_at = len(complete_json_lines(turns_file))
     publisher.join()
     # The runtime goes on while the service is down: the restarted service has
     # work left whenever the kill landed.
     finished(publisher_process(kafka_settings, tmp_path / "p2", 31, 3000, 1500, 3000))
     with service_process("logs", env, tmp_path / "second.log") as second:
         assert wait_for(lambda: assigned(env))  # running, its signal handlers installed
-        assert wait_for(lambda: len({ln["event_id"] for ln in log_lines(turns_file)}) >= 3000)
+        assert wait_for(
+            lambda: len({ln["event_id"] for ln in complete_json_lines(turns_file)}) >= 3000
+        )
         second.send_signal(signal.SIGTERM)
         assert second.wait(60) == 0
-    lines = log_lines(turns_file)
+    lines = complete_json_lines(turns_file)
     assert killed_at < 3000
     report = run_verify(kafka_settings, DECODE, RangeSpec(), log_file=turns_file).as_json()
     assert report["verdict"] == "ok", report["unexplained"]

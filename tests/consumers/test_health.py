@@ -13,8 +13,8 @@ from confluent_kafka import KafkaError
 from structlog.testing import capture_logs
 
 from tests.consumers.proxy import TcpForwarder
+from tests.consumers.services import TURNAUDIT
 from tests.consumers.streams import http_get, wait_for
-from tests.consumers.test_service_processes import TURNAUDIT
 from turnaudit.consumers.runtime.health import LOOP_STALL_S, ServiceHealth
 from turnaudit.kafka.local_broker import free_port
 from turnaudit.settings import KafkaSettings

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.consumers.streams import http_get, publish_simulated, scrape, total, wait_for
+from tests.consumers.services import assigned, service_env, service_process
+from tests.consumers.streams import publish_simulated, scrape, total, wait_for
 from tests.jsonl import complete_json_lines
-from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.producers.simulator import PACKS
 from turnaudit.serialization.schemas import shipped_catalog
@@ -28,45 +22,6 @@ from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker
-
-TURNAUDIT = str(Path(sys.executable).parent / "turnaudit")
-
-
-def service_env(settings: KafkaSettings, group: str, **extra: str) -> dict[str, str]:
-    assert settings.bootstrap_servers is not None
-    return {
-        "PATH": os.environ.get("PATH", ""),
-        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "TURNAUDIT_TOPIC_PREFIX": settings.topics.prefix,
-        "TURNAUDIT_GROUP_ID": group,
-        "TURNAUDIT_HTTP_HOST": "127.0.0.1",
-        "TURNAUDIT_HTTP_PORT": str(free_port()),
-        **extra,
-    }
-
-
-@contextmanager
-def service_process(
-    service: str, env: dict[str, str], log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("ab") as stderr:
-        proc = subprocess.Popen(
-            [TURNAUDIT, "sink", service], env=env, stdout=subprocess.DEVNULL, stderr=stderr
-        )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(30)
-
-
-def assigned(env: dict[str, str]) -> list[int]:
-    try:
-        code, body = http_get(int(env["TURNAUDIT_HTTP_PORT"]), "/healthz")
-    except OSError:
-        return []  # not listening yet
-    return list(json.loads(body)["assigned_partitions"]) if code == 200 else []
 
 
 def event_ids_on_topic(settings: KafkaSettings) -> set[str]:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.consumers.services import TURNAUDIT, service_env
 from tests.consumers.streams import (
     http_get,
     publish_simulated,
@@ -33,7 +34,6 @@ from tests.consumers.streams import (
     total,
     wait_for,
 )
-from tests.consumers.test_service_processes import TURNAUDIT, service_env
 from tests.jsonl import complete_json_lines
 from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.reading import end_offsets, read_range
