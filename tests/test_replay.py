@@ -3,7 +3,6 @@ every shipped schema version read into today's reader."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,14 +21,15 @@ from tests.verify_helpers import (
     DECODE,
     Stored,
     copy_to,
+    expected_lines,
     fresh_prefix,
     fresh_topics,
     publish,
+    read_lines,
     stored_range,
 )
 from turnaudit.cli import main
 from turnaudit.errors import ConfigurationError
-from turnaudit.events import occurred_moment
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify import RangeSpec, TurnCounts, metric_totals
@@ -44,43 +44,6 @@ def published(
     settings = fresh_topics(kafka_bootstrap)
     publish(settings, tmp_path_factory.mktemp("spool"), seed=23, events=600, versions=(1, 2, 3))
     return settings, stored_range(settings)
-
-
-def expected_lines(messages: list[Stored]) -> list[dict[str, Any]]:
-    """A direct read, decoded: what the replay must hold, partitions ascending, each by offset."""
-    ordered = sorted(messages, key=lambda m: (m.partition, m.offset))
-    found = []
-    for m in ordered:
-        decoded = DECODE(m.value)
-        found.append(
-            {
-                "partition": m.partition,
-                "offset": m.offset,
-                "writer_version": decoded.writer_version,
-                "event": json.loads(
-                    json.dumps(
-                        {
-                            **decoded.event,
-                            "occurred_at": occurred_moment(decoded.event["occurred_at"]),
-                        },
-                        default=_hexed,
-                    )
-                ),
-            }
-        )
-    return found
-
-
-def _hexed(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(type(value).__name__)
-
-
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def run_replay(

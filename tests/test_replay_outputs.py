@@ -16,14 +16,15 @@ import pytest
 import structlog
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.test_replay import PROJECT_DIR, expected_lines, read_lines
 from tests.verify_helpers import (
     DECODE,
     Stored,
     copy_to,
+    expected_lines,
     fresh_prefix,
     fresh_topics,
     publish,
+    read_lines,
     stored_range,
 )
 from turnaudit import replay as replay_module
@@ -34,6 +35,8 @@ from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify import RangeSpec, run_verify
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,18 @@
-"""Helpers for the verify tests: publish through the real publisher, copy ranges."""
+"""Helpers for the verify and replay tests: publish through the real publisher,
+copy ranges, and what a replay of a range must hold."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 
+from turnaudit.events import occurred_moment
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import TurnEventPublisher
@@ -86,3 +91,40 @@ def verify_in_memory(messages: list[Stored]) -> Verifier:
         offsets[m.partition] = offset + 1
         verifier.feed(m.partition, offset, m.key, m.value, m.timestamp)
     return verifier
+
+
+def expected_lines(messages: list[Stored]) -> list[dict[str, Any]]:
+    """A direct read, decoded: what the replay must hold, partitions ascending, each by offset."""
+    ordered = sorted(messages, key=lambda m: (m.partition, m.offset))
+    found = []
+    for m in ordered:
+        decoded = DECODE(m.value)
+        found.append(
+            {
+                "partition": m.partition,
+                "offset": m.offset,
+                "writer_version": decoded.writer_version,
+                "event": json.loads(
+                    json.dumps(
+                        {
+                            **decoded.event,
+                            "occurred_at": occurred_moment(decoded.event["occurred_at"]),
+                        },
+                        default=_hexed,
+                    )
+                ),
+            }
+        )
+    return found
+
+
+def _hexed(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(type(value).__name__)
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]

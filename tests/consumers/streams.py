@@ -165,3 +165,15 @@ def one_trace(settings: KafkaSettings, events: list[dict[str, Any]], group: str)
         assert wait_for(lambda: sink.published == 1, timeout=60)
     (trace,) = published_traces(settings)
     return trace
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def counter_samples(registry: CollectorRegistry) -> Samples:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name.endswith("_total")
+    }

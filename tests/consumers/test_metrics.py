@@ -12,7 +12,9 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from tests.consumers.events import encode, turn
 from tests.consumers.streams import (
+    Samples,
     consumed_everything,
+    counter_samples,
     publish_simulated,
     running,
     service_settings,
@@ -158,18 +160,6 @@ def test_counters_equal_the_simulators_truth_per_pack_and_output_policy(
         assert sample_total(registry, "turnaudit_action_risk_total", risk_tier=tier) == n
     for version, n in truth.by_schema_version.items():
         assert sample_total(registry, "turnaudit_turns_total", schema_version=str(version)) == n
-
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def counter_samples(registry: CollectorRegistry) -> Samples:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in registry.collect()
-        for s in family.samples
-        if s.name.endswith("_total")
-    }
 
 
 def test_a_batch_counts_exactly_what_its_turns_say_per_label_set() -> None:

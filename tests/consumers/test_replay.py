@@ -15,12 +15,12 @@ from prometheus_client import CollectorRegistry
 
 from tests.consumers.streams import (
     consumed_everything,
+    counter_samples,
     publish_simulated,
     running,
     service_settings,
     wait_for,
 )
-from tests.consumers.test_metrics import counter_samples
 from tests.verify_helpers import DECODE
 from turnaudit.cli import main
 from turnaudit.consumers.metrics import VerdictMetricsService

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.deploy.test_prometheus_rules import DEPLOY, RULE_TESTS
-
-PROJECT = DEPLOY.parents[1]
+PROJECT = Path(__file__).resolve().parents[2]
+DEPLOY = PROJECT / "deploy" / "prometheus"
+RULE_TESTS = sorted((DEPLOY / "tests").glob("*.yml"))
 IDENTITY_RULES = DEPLOY / "rules" / "identity.yml"
 ALERTS = [
     rule
