@@ -26,6 +26,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from turnaudit.consumers.runtime import ConsumedTurn, Sink
+from turnaudit.consumers.runtime.line_files import cut_torn_tail
 from turnaudit.htir import HtirTrace, TraceAssembler
 from turnaudit.kafka.clients import ReliableProducer
 from turnaudit.serialization.schema_topic import announce_schema
@@ -54,7 +55,10 @@ class HtirFeederSink(Sink):
         self._producer = ReliableProducer(kafka)
         announce_schema(self._producer.produce, kafka.topics.schemas, self._serialize.schema)
         self._assembler = TraceAssembler(idle_timeout)
-        # A trace republished after a restart is written to the manifest once.
+        # A trace republished after a restart is written to the manifest once;
+        # a line torn by a kill is cut, and its trace written again whole.
+        if manifest:
+            cut_torn_tail(manifest)
         self._in_manifest = _manifest_task_ids(manifest) if manifest else set()
         self._manifest: IO[str] | None = (
             open(manifest, "a", encoding="utf-8")  # noqa: SIM115 - open for the service's life

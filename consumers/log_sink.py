@@ -29,7 +29,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import IO, Any
 
 import orjson
@@ -37,6 +36,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
+from turnaudit.consumers.runtime.line_files import cut_torn_tail
 from turnaudit.consumers.settings import LogSinkSettings, ServiceSettings, SurfaceRedaction
 from turnaudit.events import EPOCH, occurred_millis, occurred_moment
 
@@ -298,38 +298,6 @@ class LogSink(Sink):
 
     def close(self) -> None:
         self._writer.close()
-
-
-def cut_torn_tail(path: Path) -> None:
-    """Cut a partial last line (a process killed mid-write) back to the last newline.
-
-    Its batch's offsets were never stored, so the restarted service writes
-    those turns again, whole: the file keeps only complete JSON lines.
-    """
-    try:
-        with path.open("r+b") as f:
-            end = f.seek(0, 2)
-            if end == 0:
-                return
-            f.seek(end - 1)
-            if f.read(1) == b"\n":
-                return
-            # Read back in blocks until the last newline (or the start of the file).
-            keep, pos = 0, end
-            while pos > 0:
-                step = min(65536, pos)
-                f.seek(pos - step)
-                cut = f.read(step).rfind(b"\n")
-                if cut >= 0:
-                    keep = pos - step + cut + 1
-                    break
-                pos -= step
-            f.truncate(keep)
-        structlog.get_logger("turnaudit.log_sink").warning(
-            "log_file_torn_tail_cut", path=str(path), bytes_cut=end - keep
-        )
-    except FileNotFoundError:
-        return
 
 
 def turn_lines(

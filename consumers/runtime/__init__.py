@@ -5,7 +5,8 @@
 * ``sink``: ``ConsumedTurn`` and the ``Sink`` base class with every hook;
 * ``health`` and ``http``: liveness, readiness, ``/metrics``;
 * ``consumer_metrics``: what every service exports about its consumption;
-* ``gc_sizing``: the collector sized to a batch.
+* ``gc_sizing``: the collector sized to a batch;
+* ``line_files``: files of lines a service appends to, whole lines only.
 
 Dead letters are written by ``turnaudit.kafka.dead_letters.DeadLetterWriter``
 and decoders built by ``turnaudit.serialization.decoders.decoder_for``.

@@ -162,6 +162,37 @@ def test_a_restarted_feeder_rebuilds_open_traces_whole(
     assert sorted(written) == sorted(by_task)
 
 
+@pytest.mark.parametrize("kept", [1, 0.5])
+def test_a_feeder_restarted_on_a_torn_manifest_line_writes_that_trace_again_whole(
+    kafka_settings: KafkaSettings, tmp_path: Path, kept: float
+) -> None:
+    # A feeder killed (or out of disk) while writing a manifest line leaves part
+    # of it; its turns' offsets were not stored, so the trace comes again.
+    publish_simulated(kafka_settings, 800, tmp_path / "spool", seed=33)
+    end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
+    manifest = tmp_path / "manifest.jsonl"
+    first, _ = feeder(kafka_settings, "feeder-torn-1", manifest)
+    with running(first):
+        assert wait_for(consumed_everything(first, end), timeout=90)
+    whole = manifest.read_bytes().split(b"\n")[:-1]
+    torn = whole[-1][: max(1, int(len(whole[-1]) * kept) - 1)]
+    manifest.write_bytes(b"".join(line + b"\n" for line in whole[:-1]) + torn)
+    # A group that never committed: every trace is published again.
+    second, _ = feeder(kafka_settings, "feeder-torn-2", manifest)
+    with running(second):
+        assert wait_for(consumed_everything(second, end), timeout=90)
+    again = manifest.read_bytes()
+    assert again.endswith(b"\n")
+    lines = [json.loads(line) for line in again.split(b"\n")[:-1]]
+    originals = [json.loads(line) for line in whole]
+    assert sorted(line["task_id"] for line in lines) == sorted(x["task_id"] for x in originals)
+    rewritten = next(x for x in lines if x["task_id"] == originals[-1]["task_id"])
+    assert rewritten["trace"]["steps"] == originals[-1]["trace"]["steps"]
+    # The manifest goes to review as it is, the family taken from its lines.
+    pack = review_pack.export([(None, manifest)], tmp_path / "pack.json")
+    assert len(pack["cases"]) == len(originals)
+
+
 def test_simulated_tasks_flow_to_a_gate_decision(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:

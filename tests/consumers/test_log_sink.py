@@ -32,7 +32,6 @@ from turnaudit.consumers.log_sink import (
     LogSink,
     LogSinkService,
     TurnLineWriter,
-    cut_torn_tail,
     service_logging,
     turn_fields,
 )
@@ -263,26 +262,6 @@ def test_a_batch_spanning_rotations_keeps_every_line_once_in_order(tmp_path: Pat
     offsets = [json.loads(t)["offset"] for f in files for t in f.read_text().splitlines()]
     assert offsets == list(range(30))
     assert all(0 < f.stat().st_size <= 2048 for f in files)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    lines=st.lists(
-        st.binary(min_size=1, max_size=300).map(lambda b: b.replace(b"\n", b" ")), max_size=30
-    ),
-    torn=st.binary(max_size=70_000).map(lambda b: b.replace(b"\n", b" ")),
-)
-def test_a_torn_tail_is_cut_back_to_the_last_whole_line(lines: list[bytes], torn: bytes) -> None:
-    # Any whole lines, then any partial line a killed process left (the block
-    # size of the backwards search included): only the whole lines remain.
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "turns.log"
-        whole = b"".join(line + b"\n" for line in lines)
-        path.write_bytes(whole + torn)
-        cut_torn_tail(path)
-        assert path.read_bytes() == whole
-        cut_torn_tail(path)  # idempotent on a whole file
-        assert path.read_bytes() == whole
 
 
 def test_a_restarted_log_sink_appends_after_the_last_whole_line(tmp_path: Path) -> None:
