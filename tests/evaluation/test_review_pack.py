@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from turnaudit.evaluation.errors import ContaminatedLabelPackError, ReviewPackError
 from turnaudit.evaluation.evidence import produce_evidence
@@ -121,12 +123,117 @@ def test_export_refuses_a_family_that_contradicts_the_source(tmp_path: Path) -> 
         export([("code-fix", manifest)], tmp_path / "pack.json")
 
 
-def test_export_refuses_duplicate_task_ids_across_manifests(tmp_path: Path) -> None:
+def test_export_refuses_one_task_id_under_two_families(tmp_path: Path) -> None:
     first = write_manifest(tmp_path / "a.jsonl", [manifest_line("same")])
     second = write_manifest(tmp_path / "b.jsonl", [manifest_line("same")])
 
-    with pytest.raises(ReviewPackError, match=r"more than once.*same"):
+    with pytest.raises(ReviewPackError, match=r"more than once.*different runs: 'same' at "):
         export([("code-fix", first), ("code-gen", second)], tmp_path / "pack.json")
+
+
+def test_without_a_family_each_line_gives_its_own(tmp_path: Path) -> None:
+    manifest = write_manifest(
+        tmp_path / "feeder.jsonl",
+        [manifest_line("a", task_family="code-fix"), manifest_line("b", task_family="code-gen")],
+    )
+
+    pack = export([(None, manifest)], tmp_path / "pack.json")
+
+    assert [(c["task_id"], c["task_family"]) for c in pack["cases"]] == [
+        ("a", "code-fix"),
+        ("b", "code-gen"),
+    ]
+
+
+@pytest.mark.parametrize("recorded", [None, "", "  ", 7])
+def test_without_a_family_a_line_recording_none_is_refused(
+    tmp_path: Path, recorded: object
+) -> None:
+    extra = {} if recorded is None else {"task_family": recorded}
+    manifest = write_manifest(tmp_path / "m.jsonl", [manifest_line("x", **extra)])
+
+    with pytest.raises(ReviewPackError, match=r"m.jsonl:1: task 'x' records no task_family"):
+        export([(None, manifest)], tmp_path / "pack.json")
+
+
+runs = st.dictionaries(
+    st.text("abcdefgh", min_size=1, max_size=4),
+    st.tuples(st.sampled_from(["code-fix", "code-gen"]), st.integers(1, 6)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(runs=runs, data=st.data())
+def test_copies_of_a_run_across_manifests_are_one_case(
+    tmp_path_factory: pytest.TempPathFactory, runs: dict[str, tuple[str, int]], data: st.DataObject
+) -> None:
+    # Each run written one to three times, into any of three manifests (feeder
+    # workers), in any order: one case per task, the copy read first.
+    folder = tmp_path_factory.mktemp("manifests")
+    copies = [
+        (task_id, data.draw(st.integers(0, 2)))
+        for task_id in runs
+        for _ in range(data.draw(st.integers(1, 3)))
+    ]
+    copies = data.draw(st.permutations(copies))
+    lines: list[list[dict[str, Any]]] = [[], [], []]
+    for task_id, worker in copies:
+        family, steps = runs[task_id]
+        lines[worker].append(manifest_line(task_id, steps, task_family=family))
+    paths = [write_manifest(folder / f"w{i}.jsonl", lines[i]) for i in range(3)]
+
+    pack = export([(None, path) for path in paths], folder / "pack.json")
+
+    assert sorted(c["task_id"] for c in pack["cases"]) == sorted(runs)
+    for case in pack["cases"]:
+        family, steps = runs[case["task_id"]]
+        assert case["task_family"] == family
+        assert len(case["trace"]["steps"]) == steps
+        where = case["trace"]["source"]["review_pack"]
+        first = next(
+            (i, n)
+            for i, manifest in enumerate(lines)
+            for n, line in enumerate(manifest, start=1)
+            if line["task_id"] == case["task_id"]
+        )
+        assert (where["manifest"], where["line"]) == (str(paths[first[0]]), first[1])
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.integers(1, 6),
+    change=st.sampled_from(["steps", "step verdict", "context", "source", "family"]),
+)
+def test_copies_of_a_task_that_differ_in_anything_are_refused_and_named(
+    tmp_path_factory: pytest.TempPathFactory, steps: int, change: str
+) -> None:
+    folder = tmp_path_factory.mktemp("manifests")
+    line = manifest_line("task-1", steps, task_family="code-fix")
+    other = json.loads(json.dumps(line))
+    if change == "steps":
+        other["trace"]["steps"] = healthy_steps(steps + 1)
+    elif change == "step verdict":
+        other["trace"]["steps"][-1]["identity_score"] = 0.1
+    elif change == "context":
+        other["context"]["final_response"] = "not done"
+    elif change == "source":
+        other["trace"]["source"]["run"] = 8
+    else:
+        other["task_family"] = "code-gen"
+    first = write_manifest(folder / "w0.jsonl", [manifest_line("ok", task_family="code-fix"), line])
+    second = write_manifest(folder / "w1.jsonl", [other])
+
+    with pytest.raises(ReviewPackError) as refused:
+        export([(None, first), (None, second)], folder / "pack.json")
+
+    assert f"'task-1' at {first}:2, {second}:1" in str(refused.value)
+    assert "'ok'" not in str(refused.value)
 
 
 def test_export_names_the_bad_manifest_line(tmp_path: Path) -> None:
@@ -357,7 +464,7 @@ def test_cli_export_bad_source_is_a_one_line_error(
                 "review-pack",
                 "export",
                 "--source",
-                "no-equals-sign",
+                "=m.jsonl",
                 "--output",
                 str(tmp_path / "pack.json"),
             ]
@@ -366,7 +473,7 @@ def test_cli_export_bad_source_is_a_one_line_error(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "expected FAMILY=PATH" in err
+    assert "expected FAMILY=PATH or PATH" in err
 
 
 def test_python_m_review_pack_export(manifests: list[tuple[str, Path]], tmp_path: Path) -> None:

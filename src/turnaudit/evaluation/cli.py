@@ -43,8 +43,10 @@ def configure_review_pack(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     export = actions.add_parser("export", help="manifests -> review pack, every case pending")
     export.add_argument("--source", action="append", required=True, type=_family_source,
-                        metavar="FAMILY=PATH",
-                        help="an eval-manifest JSONL and the task family of all its runs")
+                        metavar="[FAMILY=]PATH",
+                        help="an eval-manifest JSONL and the task family of all its runs; "
+                             "without FAMILY=, the family each line records (the feeder's "
+                             "manifests)")
     export.add_argument("--output", type=Path, required=True, help="review pack to write")
     export.add_argument("--without-context", action="store_true",
                         help="omit task, tool and final-response context from the pack")
@@ -83,10 +85,14 @@ def configure_gate(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(handler=_gate)
 
 
-def _family_source(text: str) -> tuple[str, Path]:
+def _family_source(text: str) -> tuple[str | None, Path]:
     family, sep, path = text.partition("=")
-    if not sep or not family.strip() or not path.strip():
-        raise argparse.ArgumentTypeError(f"expected FAMILY=PATH, got {text!r}")
+    if not sep:
+        if not text.strip():
+            raise argparse.ArgumentTypeError("expected FAMILY=PATH or PATH, got ''")
+        return None, Path(text).expanduser()
+    if not family.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"expected FAMILY=PATH or PATH, got {text!r}")
     return family.strip(), Path(path).expanduser()
 
 

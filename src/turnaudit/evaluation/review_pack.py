@@ -4,14 +4,18 @@ Eval-manifest (JSONL, UTF-8): one JSON object per line, one task run per line,
 the HTIR trace the feeder writes::
 
     {"task_id": "fix-0042",
-     "task_family": "code-fix",            # optional; must match --source if present
+     "task_family": "code-fix",            # must match --source FAMILY=PATH if present
      "trace": {"steps": [<HTIR step>, ...], "source": {<where the run came from>}},
      "context": {"task": "...",            # optional, for reviewers only
                  "tools": [{"name": "...", "arguments": ..., "result": ...}],
                  "final_response": "..."}}
 
-Blank lines are skipped. The family always comes from ``--source FAMILY=PATH``,
-never from outcomes or task text.
+Blank lines are skipped. The family comes from ``--source FAMILY=PATH`` or, for
+``--source PATH``, from each line's recorded ``task_family`` (the feeder records
+it; a line without one is refused), never from outcomes or task text. A run
+found twice (a feeder worker killed after writing its line, the trace written
+again by the next owner of its partition) is one case when the copies are equal,
+and refused, naming the task, when they differ.
 
 Review pack (JSON): ``{"format": "turn-audit/evr6-review-pack", "format_version": 1,
 "cases": [...]}``; each case is a label-pack case plus ``review`` ({"status":
@@ -93,7 +97,10 @@ def _bounded_context(raw: object, where: str) -> dict[str, Any]:
     return context
 
 
-def _manifest_cases(family: str, path: Path, without_context: bool) -> list[dict[str, Any]]:
+def _manifest_cases(
+    family: str | None, path: Path, without_context: bool
+) -> list[tuple[str, dict[str, Any]]]:
+    """The runs of one manifest as pending cases, each with where it was read."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -112,9 +119,15 @@ def _manifest_cases(family: str, path: Path, without_context: bool) -> list[dict
         task_id = run.get("task_id")
         if not isinstance(task_id, str) or not task_id.strip():
             raise ReviewPackError(f"{where}: task_id must be a non-empty string")
-        if run.get("task_family") not in (None, family):
+        recorded = run.get("task_family")
+        if family is None:
+            if not isinstance(recorded, str) or not recorded.strip():
+                raise ReviewPackError(
+                    f"{where}: task {task_id!r} records no task_family; give its source "
+                    f"as FAMILY=PATH")
+        elif recorded not in (None, family):
             raise ReviewPackError(
-                f"{where}: task {task_id!r} says family {run['task_family']!r} but its source "
+                f"{where}: task {task_id!r} says family {recorded!r} but its source "
                 f"was given as {family!r}")
         try:
             trace = parse_trace(run.get("trace"), "trace").to_json()
@@ -125,7 +138,7 @@ def _manifest_cases(family: str, path: Path, without_context: bool) -> list[dict
                            "review_pack": {"manifest": str(path), "line": number}}
         case: dict[str, Any] = {
             "task_id": task_id,
-            "task_family": family,
+            "task_family": family or recorded,
             "review": {"status": "pending"},
             "oracle_source": None,
             "oracle_alarm_step": None,
@@ -133,22 +146,39 @@ def _manifest_cases(family: str, path: Path, without_context: bool) -> list[dict
         }
         if not without_context:
             case["context"] = _bounded_context(run.get("context"), where)
-        cases.append(case)
+        cases.append((where, case))
     return cases
 
 
-def export(sources: Sequence[tuple[str, Path]], output: Path, without_context: bool = False
-           ) -> dict[str, Any]:
-    """Write a review pack with every run of every source pending review; return it."""
+def _without_location(case: Mapping[str, Any]) -> str:
+    """The case as canonical JSON, less where it was read: equal for two copies of one run."""
+    source = {k: v for k, v in case["trace"]["source"].items() if k != "review_pack"}
+    return canonical_json({**case, "trace": {**case["trace"], "source": source}})
+
+
+def export(sources: Sequence[tuple[str | None, Path]], output: Path,
+           without_context: bool = False) -> dict[str, Any]:
+    """Write a review pack with every run of every source pending review; return it.
+
+    ``sources``: (family, manifest) pairs; a family of None takes each line's own.
+    """
     if not sources:
-        raise ReviewPackError("no --source FAMILY=PATH given")
-    cases = [case for family, path in sources
-             for case in _manifest_cases(family, path, without_context)]
-    duplicates = sorted(task_id for task_id, n in Counter(c["task_id"] for c in cases).items()
-                        if n > 1)
-    if duplicates:
-        raise ReviewPackError(f"task ids appear more than once across the manifests: "
-                              f"{_ids(duplicates)}")
+        raise ReviewPackError("no --source FAMILY=PATH or --source PATH given")
+    first: dict[str, tuple[str, dict[str, Any]]] = {}
+    differing: dict[str, list[str]] = {}
+    for family, path in sources:
+        for where, case in _manifest_cases(family, path, without_context):
+            seen = first.setdefault(case["task_id"], (where, case))
+            if seen[1] is not case and _without_location(seen[1]) != _without_location(case):
+                differing.setdefault(case["task_id"], [seen[0]]).append(where)
+    if differing:
+        named = sorted(differing)[:ERROR_ID_LIMIT]
+        more = len(differing) - len(named)
+        raise ReviewPackError(
+            "task ids appear more than once across the manifests with different runs: "
+            + "; ".join(f"{task_id!r} at {', '.join(differing[task_id])}" for task_id in named)
+            + (f" and {more} more" if more else ""))
+    cases = [case for _, case in first.values()]
     pack = {"format": REVIEW_PACK_FORMAT, "format_version": FORMAT_VERSION,
             "instructions": REVIEW_INSTRUCTIONS, "cases": cases}
     write_json(output, pack)
