@@ -35,6 +35,7 @@ from tests.consumers.streams import (
     wait_for,
 )
 from tests.jsonl import complete_json_lines
+from turnaudit.evaluation import review_pack
 from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.kafka.topics import ensure_topics
@@ -298,6 +299,9 @@ def test_feeder_workers_publish_each_trace_whole_through_a_kill_and_an_added_wor
     )
     assert set(written) == set(expected)
     assert max(written.values()) <= 2
+    # The workers' manifests go to review as they are: each task one case.
+    pack = review_pack.export([(None, f) for f in files], tmp_path / "pack.json")
+    assert sorted(case["task_id"] for case in pack["cases"]) == sorted(expected)
 
 
 def written(folder: Path) -> list[str]:
