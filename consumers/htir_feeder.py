@@ -126,8 +126,14 @@ class HtirFeederSink(Sink):
         re-reads them from step 0 and publishes the whole trace (an idle close
         here would publish a trace missing the steps it reads)."""
         dropped = self._assembler.forget_partitions(partitions)
-        for task_id in dropped:
-            self._first_offsets.pop(task_id, None)
+        # Offsets held for those partitions go too, a closed trace's not yet
+        # acknowledged included: held on, they would pull the partition's
+        # committed offset back if it came back to this feeder.
+        self._first_offsets = {
+            task_id: held
+            for task_id, held in self._first_offsets.items()
+            if held[0] not in partitions
+        }
         self._open.set(self._assembler.open_traces)
         if dropped:
             log.info(

@@ -6,6 +6,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ from prometheus_client import CollectorRegistry
 from turnaudit.commands.demo_evaluation import run_evaluation_stage
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
 from turnaudit.consumers.htir_feeder import HtirFeederSink
-from turnaudit.consumers.runtime import ConsumerService, message_headers
+from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, message_headers
 from turnaudit.consumers.settings import ServiceName
+from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.errors import EventRefusedError
 from turnaudit.evaluation import review_pack
 from turnaudit.evaluation.auditors import RuleBasedAuditor
@@ -26,6 +28,7 @@ from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.labels import TaskLabel, labels_from_ground_truth
 from turnaudit.htir import HtirTrace
 from turnaudit.kafka.dead_letters import read_dead_letter_headers
+from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import TurnEventPublisher
@@ -34,7 +37,7 @@ from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
-from .events import task_turn
+from .events import encode, task_turn
 from .streams import (
     consumed_everything,
     feeder,
@@ -444,3 +447,29 @@ def test_open_traces_follow_their_partition_to_a_feeder_that_joins(
         assert turns == expected[trace.task_id], trace.task_id
     assert first_sink.published > 0
     assert second_sink.published > 0
+
+
+def test_a_revoked_partition_holds_no_offset_back_even_for_an_unacknowledged_trace(
+    kafka_settings: KafkaSettings,
+) -> None:
+    # A broker that never answers: a closed trace stays unacknowledged, its
+    # first turn's offset held back, until its partition is revoked.
+    unreachable = replace(kafka_settings, bootstrap_servers=f"127.0.0.1:{free_port()}")
+    sink = HtirFeederSink(unreachable, registry=CollectorRegistry(), idle_timeout=3600)
+    decode = TurnEventDeserializer(shipped_catalog())
+
+    def consumed(event: dict[str, Any], partition: int, offset: int) -> ConsumedTurn:
+        return ConsumedTurn(
+            decode(encode(event)), SequenceCheck(SequenceOutcome.IN_ORDER), "t", partition, offset
+        )
+
+    closed = [task_turn("s-a", "task-a", step, last=1) for step in (0, 1)]
+    still_open = task_turn("s-b", "task-b", 0, last=3)
+    sink.write([consumed(closed[0], 0, 40), consumed(still_open, 1, 7), consumed(closed[1], 0, 41)])
+    assert sink.published == 0  # not acknowledged
+    assert sink.held_offsets() == {0: 40, 1: 7}
+
+    sink.partitions_revoked({0})
+
+    assert sink.held_offsets() == {1: 7}
+    assert sink.open_traces == 1
