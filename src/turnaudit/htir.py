@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnaudit.events import occurred_millis
+
 SURFACE_LIMIT = 500  # surfaces are sensitive and long; the auditors need the gist
 
 
@@ -47,13 +49,6 @@ _STEP_FIELDS = (
     "result",
     "ok",
 )
-
-
-def occurred_millis(occurred: Any) -> int:
-    """A decoded ``occurred_at`` as epoch milliseconds, whether decoded as int or datetime."""
-    if isinstance(occurred, int):
-        return occurred
-    return int(occurred.timestamp() * 1000)
 
 
 def turn_steps(

@@ -263,7 +263,8 @@ class StreamTracker:
     Memory bounds (stated, enforced):
 
     * ``max_event_ids`` event ids remembered for dedupe (oldest forgotten first;
-      about 280 bytes each, so the default 500,000 takes about 140 MB). Within
+      a tracker at both default bounds, 500,000 ids and 100,000 streams, holds
+      about 190 MiB). Within
       the bound an unknown event id at a position already taken is a breach
       (``POSITION_REUSED``); once ids were forgotten it is taken for an old
       redelivery (counted in ``forgotten_event_ids``).

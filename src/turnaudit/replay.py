@@ -50,8 +50,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from turnaudit.errors import BrokerError, ConfigurationError
-from turnaudit.events import occurred_millis as occurred_at_millis
-from turnaudit.events import occurred_moment
+from turnaudit.events import occurred_millis, occurred_moment
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify import RangeSpec, resolve_range
@@ -78,11 +77,6 @@ READER_CONFIG: dict[str, object] = {
     "queued.max.messages.kbytes": 256 * 1024,
     "fetch.wait.max.ms": 100,
 }
-
-
-def occurred_millis(event: Mapping[str, Any]) -> int:
-    """The turn's ``occurred_at`` in epoch milliseconds, whether decoded as a datetime or an int."""
-    return occurred_at_millis(event["occurred_at"])
 
 
 # -- outputs ------------------------------------------------------------------------------
@@ -555,7 +549,7 @@ def in_window(decode: TurnEventDeserializer, batch: list[Message],
     kept = []
     for msg in batch:
         try:
-            millis = occurred_millis(decode(msg.value()).event)
+            millis = occurred_millis(decode(msg.value()).event["occurred_at"])
         except Exception:  # the decoder raises several types; the output reports them
             kept.append(msg)
             continue
@@ -574,7 +568,7 @@ def new_state(settings: KafkaSettings, request: ReplayRequest, topic: str,
         since, until = spec.since, spec.until
         if since is None or until is None:
             raise ConfigurationError("an event-time window needs both --from and --to")
-        window = (_millis(since), _millis(until))
+        window = (occurred_millis(since), occurred_millis(until))
         if request.slack is None:
             spec = RangeSpec(None, None, spec.from_offsets, spec.to_offsets)
         else:
@@ -589,10 +583,6 @@ def new_state(settings: KafkaSettings, request: ReplayRequest, topic: str,
         end = {p: end[p] for p in request.partitions}
     end = {p: max(end[p], start[p]) for p in end}
     return ReplayCheckpoint(fingerprint, topic, start, end, dict(start), 0, 0, 0, window=window)
-
-
-def _millis(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
 
 
 # -- reading in the stated order ----------------------------------------------------------
@@ -770,6 +760,6 @@ def parse_partitions(text: str) -> tuple[int, ...]:
 __all__: Sequence[str] = (
     "BLOCK_MESSAGES", "JsonlOutput", "OrderedReader", "OutputContext", "OutputKind",
     "OutputKinds", "ReplayCheckpoint", "ReplayOutput", "ReplayRequest", "ReplaySummary",
-    "ReplayTarget", "canonical_json", "occurred_millis", "parse_partitions", "replay",
+    "ReplayTarget", "canonical_json", "parse_partitions", "replay",
     "write_atomically",
 )

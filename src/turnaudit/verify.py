@@ -36,6 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from turnaudit.contracts import Breach, check_event, check_key
 from turnaudit.errors import BrokerError, ConfigurationError, SerializationError
+from turnaudit.events import occurred_millis
 from turnaudit.identity import (
     LEGACY_PRODUCER,
     StreamId,
@@ -541,10 +542,6 @@ class RangeSpec:
     to_offsets: Mapping[int, int] | None = None
 
 
-def _millis(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
-
-
 def resolve_range(
     settings: KafkaSettings, topic: str, spec: RangeSpec, timeout: float = 10.0
 ) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
@@ -564,10 +561,10 @@ def resolve_range(
         end = dict(high)
         if spec.since is not None:
             start = _offsets_at(consumer, topic=topic, partitions=partitions,
-                                millis=_millis(spec.since), high=high, timeout=timeout)
+                                millis=occurred_millis(spec.since), high=high, timeout=timeout)
         if spec.until is not None:
             end = _offsets_at(consumer, topic=topic, partitions=partitions,
-                              millis=_millis(spec.until), high=high, timeout=timeout)
+                              millis=occurred_millis(spec.until), high=high, timeout=timeout)
         for p, o in (spec.from_offsets or {}).items():
             if p not in low:
                 raise ConfigurationError(f"{topic} has no partition {p}")
