@@ -28,6 +28,7 @@ from turnaudit.consumers.runtime.validation import TurnEventValidation
 from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.kafka.reading import end_offsets
+from turnaudit.kafka.topics import topic_specs
 from turnaudit.replay import (
     OutputContext,
     ReplayOutput,
@@ -232,6 +233,21 @@ class VerifyReplayOutput(ReplayOutput):
             document, sort_keys=True, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
 
 
+def writable_topic(context: OutputContext, kind: str) -> str:
+    """The topic of ``--into KIND:NAME``, refused with one line when it is one of
+    the project's live topics (turn events, schemas, dead letters, HTIR traces,
+    auditor observations) or the replay's own source, or does not exist."""
+    topic = context.target.where
+    live = {spec.name for spec in topic_specs(context.settings)} | {context.topic}
+    if topic in live:
+        raise ConfigurationError(
+            f"--into {kind}:{topic}: a replay does not write to the live topic {topic}; "
+            f"choose a topic of its own"
+        )
+    end_offsets(context.settings, topic)  # one line if the topic does not exist
+    return topic
+
+
 class TopicReplayOutput(ReplayOutput):
     """Re-publishes the range's messages, unchanged, to another topic.
 
@@ -244,22 +260,14 @@ class TopicReplayOutput(ReplayOutput):
     since the last checkpoint are published again, so across an interruption
     the copy is at-least-once: a repeat has the same event id and source
     header (the services count it once; a reader can drop it by the header).
-    The project's live topics (turn events, dead letters, schemas) are refused.
+    The project's live topics and the source topic are refused.
     """
 
     resumable = True
 
     def __init__(self, context: OutputContext) -> None:
         settings = context.settings
-        self._topic = context.target.where
-        live = {settings.topics.turn_events, settings.topics.dlq, settings.topics.schemas,
-                context.topic}
-        if self._topic in live:
-            raise ConfigurationError(
-                f"--into topic:{self._topic}: a replay does not write to the live topic "
-                f"{self._topic}; choose a topic of its own"
-            )
-        end_offsets(settings, self._topic)  # one line if the topic does not exist
+        self._topic = writable_topic(context, "topic")
         self._producer = Producer(settings.client_config(
             {"linger.ms": 20, "compression.type": "lz4", "log_level": 0,
              "queue.buffering.max.messages": 200_000},

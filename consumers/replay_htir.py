@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import structlog
 from confluent_kafka import Message
 
-from turnaudit.consumers.replay import SinkReplayOutput
+from turnaudit.consumers.replay import SinkReplayOutput, writable_topic
 from turnaudit.consumers.runtime import ConsumedTurn, Sink
 from turnaudit.errors import TurnAuditError
 from turnaudit.evaluation.auditors import PrefixAuditor
@@ -128,11 +128,14 @@ class HtirFileReplayOutput(SinkReplayOutput):
 
 
 class HtirTopicReplayOutput(HtirFileReplayOutput):
-    """``htir-topic:NAME``: the traces published to ``NAME`` (which must exist), as they close."""
+    """``htir-topic:NAME``: the traces published to ``NAME`` (which must exist, and
+    not be a live topic), as they close. The trace schema is announced on the
+    schemas topic under its fingerprint, as the feeder announces it: the record
+    compaction keeps is the same."""
 
     def __init__(self, context: OutputContext) -> None:
+        self._topic = writable_topic(context, "htir-topic")
         super().__init__(context.decode)
-        self._topic = context.target.where
         self._producer = ReliableProducer(context.settings)
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         announce_schema(self._producer.produce, context.settings.topics.schemas,

@@ -32,6 +32,7 @@ from turnaudit.cli import main
 from turnaudit.commands.replay import OUTPUT_KINDS
 from turnaudit.consumers.replay import SOURCE_HEADER
 from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.topics import topic_specs
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify import RangeSpec, run_verify
@@ -319,6 +320,29 @@ def test_wrong_replay_arguments_get_one_line(
         assert said in err
         assert len(err.strip().splitlines()) == 1, err
     assert not list(tmp_path.glob("*.replay-checkpoint.json"))  # refused: nothing recorded
+
+
+@pytest.mark.parametrize("kind", ["topic", "htir-topic"])
+def test_every_live_topic_is_refused_as_a_replay_target_and_nothing_is_written(
+    published: tuple[KafkaSettings, list[Stored]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+) -> None:
+    settings, _ = published
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    monkeypatch.chdir(tmp_path)
+    live = [spec.name for spec in topic_specs(settings)]
+    before = {topic: end_offsets(settings, topic) for topic in live}
+    for topic in live:
+        assert main(["replay", "--into", f"{kind}:{topic}"]) == 2, topic
+        err = capsys.readouterr().err
+        assert f"{kind}:{topic}: a replay does not write to the live topic" in err
+        assert len(err.strip().splitlines()) == 1, err
+    assert {topic: end_offsets(settings, topic) for topic in live} == before
+    assert not list(tmp_path.glob("*.replay-checkpoint.json"))
 
 
 def test_event_time_window_reads_only_records_stored_within_the_slack(
