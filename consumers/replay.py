@@ -53,12 +53,15 @@ class SinkReplayOutput(ReplayOutput):
     an interrupted replay into it starts its range again.
     """
 
-    def __init__(self, sink: Sink, decode: TurnEventDeserializer, max_sessions: int = 100_000):
+    def __init__(self, sink: Sink, decode: TurnEventDeserializer, max_sessions: int = 100_000,
+                 *, start_gaps: bool = True):
+        """``start_gaps=False`` for an event-time window: a stream's first turn
+        in it is where the stream starts (see ``StreamTracker``)."""
         self.sink = sink
         # The runtime's own figures (consumed, rejected, identity) stay in a
         # registry of their own: the output holds the sink's series only.
         self._validation = TurnEventValidation(
-            decode, ConsumerMetrics(CollectorRegistry()), max_sessions
+            decode, ConsumerMetrics(CollectorRegistry()), max_sessions, start_gaps=start_gaps
         )
 
     def _examine(
@@ -121,8 +124,9 @@ class LogReplayOutput(SinkReplayOutput):
     needs_warmup = True
 
     def __init__(self, path: Path, decode: TurnEventDeserializer,
-                 settings: LogSinkSettings | None = None) -> None:
+                 settings: LogSinkSettings | None = None, *, start_gaps: bool = True) -> None:
         self._path = path
+        self._start_gaps = start_gaps
         self._settings = settings or LogSinkSettings()
         self._decode = decode
         self._logging = contextlib.ExitStack()
@@ -134,7 +138,8 @@ class LogReplayOutput(SinkReplayOutput):
         # One file, never rotated (its length is the checkpoint's position).
         settings = LogSinkSettings(self._settings.redaction, self._settings.hash_key,
                                    self._path, file_max_bytes=1 << 62, file_backups=0)
-        super().__init__(LogSink(settings, CollectorRegistry(), event_time=True), self._decode)
+        super().__init__(LogSink(settings, CollectorRegistry(), event_time=True), self._decode,
+                         start_gaps=self._start_gaps)
         self._opened = True
 
     def write(self, messages: Sequence[Message]) -> int:
@@ -163,10 +168,10 @@ class MetricsReplayOutput(SinkReplayOutput):
     """
 
     def __init__(self, decode: TurnEventDeserializer, replay_label: str, path: Path,
-                 settings: MetricsSettings | None = None):
+                 settings: MetricsSettings | None = None, *, start_gaps: bool = True):
         self.registry = CollectorRegistry()
         sink = VerdictMetricsSink(settings or MetricsSettings(), self.registry, clock=lambda: 0.0)
-        super().__init__(sink, decode)
+        super().__init__(sink, decode, start_gaps=start_gaps)
         self._label = replay_label
         self._path = path
 
@@ -213,7 +218,8 @@ class VerifyReplayOutput(ReplayOutput):
     def __init__(self, context: OutputContext) -> None:
         self._context = context
         _, _, self._low = resolve_range(context.settings, context.topic, context.request.spec)
-        self._verifier = Verifier(context.decode, log_start_offsets=self._low)
+        self._verifier = Verifier(context.decode, log_start_offsets=self._low,
+                                  start_gaps=not context.request.event_time)
 
     def write(self, messages: Sequence[Message]) -> int:
         undecodable = len(self._verifier.undecodable)

@@ -130,6 +130,30 @@ def test_a_gap_at_the_start_and_in_the_middle_are_gaps(data: st.DataObject) -> N
     assert tracker.currently_missing == len(dropped)
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_without_start_gaps_a_stream_starts_at_its_first_turn_seen(data: st.DataObject) -> None:
+    # An event-time window: turns before a stream's first one in the window are
+    # not gaps, even read from the log start; gaps after it still are.
+    events = stamped_events(60, sessions=3)
+    last = {stream_of(m.event): i for i, m in enumerate(events)}
+    droppable = [i for i in range(len(events)) if i not in last.values()]
+    dropped = data.draw(st.sets(st.sampled_from(droppable), max_size=12))
+    kept = [m for o, m in enumerate(events) if o not in dropped]
+    tracker = StreamTracker(start_gaps=False, log_start_offsets={0: 0})
+    feed(tracker, list(enumerate(kept)))
+    first_kept = {}
+    for m in kept:
+        first_kept.setdefault(stream_of(m.event), m.event["sequence"])
+    expected: dict[tuple[str, str], list[int]] = {}
+    for i in sorted(dropped):
+        stream, sequence = stream_of(events[i].event), events[i].event["sequence"]
+        if sequence > first_kept[stream]:
+            expected.setdefault(stream, []).append(sequence)
+    assert tracker.missing() == expected
+    assert tracker.currently_missing == sum(map(len, expected.values()))
+
+
 def test_a_consumer_that_joined_mid_log_does_not_invent_a_start_gap() -> None:
     events = stamped_events(40, sessions=1)
     tracker = StreamTracker()

@@ -82,9 +82,16 @@ class StreamTracking:
     """
 
     def __init__(
-        self, max_streams: int, metrics: ConsumerMetrics, max_event_ids: int = 500_000
+        self,
+        max_streams: int,
+        metrics: ConsumerMetrics,
+        max_event_ids: int = 500_000,
+        *,
+        start_gaps: bool = True,
     ) -> None:
-        self._tracker = StreamTracker(max_streams=max_streams, max_event_ids=max_event_ids)
+        self._tracker = StreamTracker(
+            max_streams=max_streams, max_event_ids=max_event_ids, start_gaps=start_gaps
+        )
         metrics.watch(self._tracker)
         # The tracker's own method: no call in between on the per-message path.
         self.observe: Callable[..., TrackResult] = self._tracker.observe
@@ -102,10 +109,12 @@ class TurnEventValidation(Validation):
         metrics: ConsumerMetrics,
         max_sessions: int,
         max_event_ids: int = 500_000,
+        *,
+        start_gaps: bool = True,
     ) -> None:
         self._decode = decode
         self._metrics = metrics
-        self._streams = StreamTracking(max_sessions, metrics, max_event_ids)
+        self._streams = StreamTracking(max_sessions, metrics, max_event_ids, start_gaps=start_gaps)
         self._observe = self._streams.observe
 
     def examine(

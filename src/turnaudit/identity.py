@@ -275,7 +275,9 @@ class StreamTracker:
     A stream first seen in a partition that was read from its log start must
     begin at position 0, so a gap at the start of a stream is a gap. Where a
     consumer resumed mid-log, a stream first seen there starts where it is
-    (its earlier positions were read by whoever read before).
+    (its earlier positions were read by whoever read before); so does every
+    stream with ``start_gaps=False`` (an event-time window: a stream's
+    earlier turns happened before the window, wherever they are stored).
     v1/v2 events (no producer id) form one legacy stream per session whose
     numbers restart with each publisher: they are deduped by event id, their
     gaps are reported, but a lower number with a new event id is a new turn.
@@ -288,6 +290,7 @@ class StreamTracker:
         max_streams: int = 100_000,
         max_missing: int = 1_000,
         log_start_offsets: Mapping[int, int] | None = None,
+        start_gaps: bool = True,
     ) -> None:
         # Bounded tables evict their oldest entry in O(1): ids in arrival order
         # beside their dict, streams in an OrderedDict (least recently seen
@@ -301,6 +304,7 @@ class StreamTracker:
         self._max_streams = max_streams
         self._max_missing = max_missing
         self._log_start = dict(log_start_offsets or {})
+        self._start_gaps = start_gaps
         self._first_offset: dict[int, int] = {}
         self.currently_missing = 0
         self.new_turns = 0  # messages that counted as a turn (new or late)
@@ -465,7 +469,7 @@ class StreamTracker:
         return skipped
 
     def _from_log_start(self, partition: int | None) -> bool:
-        if partition is None:
+        if partition is None or not self._start_gaps:
             return False
         return self._first_offset.get(partition) == self._log_start.get(partition, 0)
 

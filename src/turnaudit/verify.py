@@ -156,6 +156,7 @@ class Verifier:
         *,
         log_start_offsets: Mapping[int, int] | None = None,
         anchors: Mapping[StreamId, tuple[int, str]] | None = None,
+        start_gaps: bool = True,
     ) -> None:
         self._decode = decode
         # Stream heads from an earlier report: (position, chain hash) that must still be there.
@@ -164,7 +165,7 @@ class Verifier:
         # Unbounded: verify must be exact (memory grows with the range's event ids).
         self.tracker = StreamTracker(
             max_event_ids=1 << 62, max_streams=1 << 62, max_missing=1 << 62,
-            log_start_offsets=log_start_offsets,
+            log_start_offsets=log_start_offsets, start_gaps=start_gaps,
         )
         self.counts = TurnCounts()
         self.messages = 0

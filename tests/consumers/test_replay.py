@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,9 +14,11 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client import CollectorRegistry
 
+from tests.consumers.events import encode, turn
 from tests.consumers.streams import (
     consumed_everything,
     counter_samples,
+    produce_raw,
     publish_simulated,
     running,
     service_settings,
@@ -26,12 +29,14 @@ from turnaudit.cli import main
 from turnaudit.consumers.metrics import VerdictMetricsService
 from turnaudit.consumers.replay import MetricsReplayOutput
 from turnaudit.consumers.settings import ServiceName
+from turnaudit.events import occurred_millis
 from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
-from turnaudit.replay import ReplayRequest, ReplayTarget, occurred_millis, replay
+from turnaudit.replay import ReplayRequest, ReplayTarget, replay
 from turnaudit.serialization.decoders import decoder_for
-from turnaudit.settings import KafkaSettings
+from turnaudit.settings import KafkaSettings, TopicNames
 from turnaudit.verify import metric_totals
 
 
@@ -113,7 +118,7 @@ def publish_days(settings: KafkaSettings, spool: Path) -> dict[tuple[str, int], 
         for event in sim.events(250):
             key = (event["session_id"], event["turn"])
             assert key not in truth
-            truth[key] = occurred_millis(event)
+            truth[key] = occurred_millis(event["occurred_at"])
             publisher.publish(event)
     assert publisher.close().ok
     return truth
@@ -192,3 +197,39 @@ def test_a_one_day_window_into_every_output_holds_exactly_that_days_events(
         time.sleep(2)  # a few more polls of the live service
         assert counter_samples(registry) == counters
         assert committed(kafka_settings, group) == offsets
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("session_b_before", [1, 3])
+def test_an_event_time_window_opens_no_gap_for_a_stream_that_began_before_it(
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    session_b_before: int,
+) -> None:
+    # One partition; its first record happened in the window. Session B's first
+    # turns, stored after it, happened before the window: B starts, for the
+    # window, at its first turn in it, not with a gap. A turn of B lost inside
+    # the window is still a gap.
+    settings = replace(
+        kafka_settings, topics=TopicNames(f"t-{uuid.uuid4().hex[:10]}."), partitions=1
+    )
+    ensure_topics(settings)
+    inside = occurred_millis(DAY_2) + 60_000
+    before = occurred_millis(DAY_2) - 60_000
+    happened = {("s-a", 0): inside}
+    happened |= {("s-b", n): before + n for n in range(session_b_before)}
+    happened |= {("s-b", n): inside + n for n in range(session_b_before, 6) if n != 4}
+    events = [{**turn(session, n), "occurred_at": at} for (session, n), at in happened.items()]
+    produce_raw(settings, [(e["session_id"].encode(), encode(e)) for e in events])
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    window = ["--time", "event", "--from", DAY_2.isoformat(), "--to", DAY_3.isoformat()]
+    main(["replay", *window, "--into", f"verify:{tmp_path / 'verify.json'}"])
+    capsys.readouterr()
+
+    report = json.loads((tmp_path / "verify.json").read_text("utf-8"))
+    assert report["counts"]["turns"] == 1 + (6 - session_b_before) - 1
+    assert report["lost"] == 1  # turn 4 of s-b, and nothing before its first turn in the window
+    assert [f["kind"] for f in report["unexplained"]] == ["lost"]

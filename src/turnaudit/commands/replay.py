@@ -45,9 +45,11 @@ OUTPUT_KINDS = OutputKinds()
 OUTPUT_KINDS.add("jsonl", "decoded events, one canonical JSON line each",
                  lambda c: JsonlOutput(c.target.path, c.decode))
 OUTPUT_KINDS.add("logs", "the log sink's turn lines, stamped with each turn's time",
-                 lambda c: LogReplayOutput(c.target.path, c.decode, _log_settings()))
+                 lambda c: LogReplayOutput(c.target.path, c.decode, _log_settings(),
+                                           start_gaps=not c.request.event_time))
 OUTPUT_KINDS.add("metrics", "the verdict metrics as OpenMetrics text, job=turnaudit-replay",
-                 lambda c: MetricsReplayOutput(c.decode, c.label, c.target.path))
+                 lambda c: MetricsReplayOutput(c.decode, c.label, c.target.path,
+                                               start_gaps=not c.request.event_time))
 OUTPUT_KINDS.add("verify", "turnaudit verify's report over the range, as JSON",
                  VerifyReplayOutput)
 OUTPUT_KINDS.add("topic", "the messages re-published to another topic, keyed as the source",
