@@ -122,6 +122,27 @@ def test_partitions_interleave_in_blocks_and_a_resume_mid_block_gives_the_same_b
     assert cut.read_bytes() == whole.read_bytes()
 
 
+@pytest.mark.parametrize(("budget", "floor"), [(1, 1), (40, 14), (60_000, 2_000)])
+def test_the_block_order_holds_whatever_the_buffer_budget_pauses(
+    published: tuple[KafkaSettings, list[Stored]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    budget: int,
+    floor: int,
+) -> None:
+    # A tiny budget pauses and resumes partitions all the time: what comes out
+    # is still the stated order, each message once.
+    settings, stored = published
+    monkeypatch.setattr(replay_module, "BLOCK_MESSAGES", 7)
+    monkeypatch.setattr(replay_module, "_BUFFER_BUDGET", budget)
+    monkeypatch.setattr(replay_module, "_BUFFER_FLOOR", floor)
+    out = tmp_path / "out.jsonl"
+    into(settings, "jsonl", out, batch_size=50)
+    assert [(x["partition"], x["offset"]) for x in read_lines(out)] == [
+        (m.partition, m.offset) for m in block_order(stored, 7)
+    ]
+
+
 def test_log_output_is_the_same_bytes_twice_whatever_the_caller_has_bound(
     published: tuple[KafkaSettings, list[Stored]], tmp_path: Path
 ) -> None:

@@ -63,8 +63,11 @@ BLOCK_MESSAGES = 1000
 ORDER = (f"each partition by offset; partitions in ascending order, interleaved in blocks of "
          f"{BLOCK_MESSAGES} messages")
 GROUP_PREFIX = "turnaudit-replay."
-# A partition's buffer beyond this many messages pauses its fetching.
-_BUFFER_LIMIT = 20_000
+# Messages buffered ahead across all partitions: a partition holding its share
+# (at least two blocks) pauses its fetching, so memory does not grow with the
+# partition count (64 partitions at 20,000 each would hold 1.3 M messages).
+_BUFFER_BUDGET = 60_000
+_BUFFER_FLOOR = 2 * BLOCK_MESSAGES
 # librdkafka: fetch large and keep a deep local queue (a replay reads, it does not wait).
 READER_CONFIG: dict[str, object] = {
     "log_level": 0,
@@ -691,11 +694,12 @@ class OrderedReader:
     def _flow(self, consumer: Consumer, *, waiting: int) -> None:
         """Pause partitions whose buffer is full; resume them once it has drained."""
         topic, paused = self._state.topic, self._paused
+        limit = max(_BUFFER_FLOOR, _BUFFER_BUDGET // len(self._active))
         held = {p: len(self._buffers[p]) - self._heads[p] for p in self._active}
         stop = [p for p in self._active if p != waiting and p not in paused
-                and held[p] >= _BUFFER_LIMIT]
+                and held[p] >= limit]
         go = [p for p in paused if p in self._active
-              and (p == waiting or held[p] < _BUFFER_LIMIT // 2)]
+              and (p == waiting or held[p] < limit // 2)]
         if stop:
             consumer.pause([TopicPartition(topic, p) for p in stop])
             paused.update(stop)
