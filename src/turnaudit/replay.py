@@ -314,7 +314,7 @@ class ReplayRequest:
             return moment.isoformat() if moment is not None else None
 
         def offsets(found: Mapping[int, int] | None) -> dict[str, int] | None:
-            return {str(p): o for p, o in sorted(found.items())} if found is not None else None
+            return _by_partition(found) if found is not None else None
 
         described = {
             "topic": topic, "kind": target.kind,
