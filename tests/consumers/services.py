@@ -7,8 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from tests.consumers.streams import http_get
@@ -32,19 +32,26 @@ def service_env(settings: KafkaSettings, group: str, **extra: str) -> dict[str, 
 
 
 @contextmanager
-def service_process(
-    service: str, env: dict[str, str], log: Path
+def turnaudit_process(
+    argv: Sequence[str], env: dict[str, str], log: Path
 ) -> Iterator[subprocess.Popen[bytes]]:
+    """``turnaudit ARGV`` with ``env``, its stderr appended to ``log``; killed if still running."""
     with log.open("ab") as stderr:
         proc = subprocess.Popen(
-            [TURNAUDIT, "sink", service], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+            [TURNAUDIT, *argv], env=env, stdout=subprocess.DEVNULL, stderr=stderr
         )
     try:
         yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.wait(30)
+        proc.wait(60)
+
+
+def service_process(
+    service: str, env: dict[str, str], log: Path
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    return turnaudit_process(["sink", service], env, log)
 
 
 def assigned(env: dict[str, str]) -> list[int]:

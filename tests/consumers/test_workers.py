@@ -16,15 +16,15 @@ import sys
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.consumers.services import TURNAUDIT, service_env
+from tests.consumers.services import TURNAUDIT, service_env, turnaudit_process
 from tests.consumers.streams import (
     http_get,
     publish_simulated,
@@ -60,25 +60,12 @@ def six_partitions(kafka_bootstrap: str) -> KafkaSettings:
     return settings
 
 
-@contextmanager
 def workers_process(
     service: str, workers: int, env: dict[str, str], log: Path, *, command: Sequence[str] = ()
-) -> Iterator[subprocess.Popen[bytes]]:
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
     """``turnaudit sink SERVICE --workers N``, or ``command`` with ``--workers N``."""
     argv = [*command] if command else ["sink", service]
-    with log.open("ab") as stderr:
-        proc = subprocess.Popen(
-            [TURNAUDIT, "--log-level", "INFO", *argv, "--workers", str(workers)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(60)
+    return turnaudit_process(["--log-level", "INFO", *argv, "--workers", str(workers)], env, log)
 
 
 def health(port: int) -> tuple[int, dict[str, Any]]:
