@@ -7,16 +7,24 @@ PIP_STAMP  := $(VENV)/.installed
 JARS_DIR   := deploy/kafka/target/jars
 JARS_STAMP := $(JARS_DIR)/.resolved
 
-.PHONY: demo test setup jars lint typecheck bench clean broker-stop promtool
+.PHONY: demo test test-fast setup jars lint typecheck bench clean broker-stop promtool
 
 demo: setup
 	$(VENV)/bin/turnaudit demo
 
-# Lint and types first (seconds), then the whole suite with the broker.
+# Lint and types first (seconds), then the whole suite: the broker-free tier
+# (tests/unit/) and the broker tier (tests/broker/), which starts a real broker.
 test: setup promtool
 	$(VENV)/bin/ruff check .
 	$(MAKE) --no-print-directory typecheck
 	$(VENV)/bin/pytest
+
+# The edit loop: lint, types and the broker-free tier on both cores. No JVM
+# starts (tests/unit/conftest.py fails a test that reaches for Kafka).
+test-fast: setup promtool
+	$(VENV)/bin/ruff check .
+	$(MAKE) --no-print-directory typecheck
+	$(VENV)/bin/pytest -q -n 2 tests/unit
 
 # promtool checks and unit-tests the alert rules (Debian's prometheus package,
 # which is also the Prometheus server the alert delivery test starts).

@@ -1,8 +1,14 @@
-"""Session fixtures: one real Kafka broker per test session.
+"""Session fixtures and the two test tiers.
 
-With ``KAFKA_BOOTSTRAP_SERVERS`` set the tests use that cluster; otherwise
-they start the project's local KRaft broker on free ports in a temporary
-folder. If it cannot start, the tests that need it fail: they never skip.
+``tests/unit/`` runs without a broker or a JVM; ``tests/broker/`` holds what
+needs the real Kafka broker: one per test session, started here, or the
+cluster ``KAFKA_BOOTSTRAP_SERVERS`` names. If it cannot start, the tests that
+need it fail: they never skip.
+
+Where a test lives and whether it carries the ``broker`` mark must agree, and
+a test that uses the broker fixtures must carry it: the collection hook below
+refuses anything else, so ``pytest tests/unit`` (``make test-fast``) never
+reaches for Kafka.
 """
 
 from __future__ import annotations
@@ -15,23 +21,19 @@ from pathlib import Path
 import pytest
 import structlog
 
-from turnaudit.kafka.local_broker import LocalKafkaBroker, free_ports
+from tests.support.broker import local_broker_settings
+from tests.support.tiers import tier_violations
+from turnaudit.kafka.local_broker import LocalKafkaBroker
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, LocalBrokerSettings, TopicNames
+from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, TopicNames
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
 
 
-def local_broker_settings(home: Path) -> LocalBrokerSettings:
-    port, controller_port = free_ports(2)
-    return LocalBrokerSettings(
-        home=home,
-        jars_dir=PROJECT_DIR / "deploy/kafka/target/jars",
-        pom=PROJECT_DIR / "deploy/kafka/pom.xml",
-        port=port,
-        controller_port=controller_port,
-        heap="512m",
-    )
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    problems = tier_violations(items, TESTS)
+    if problems:
+        raise pytest.UsageError("tests in the wrong tier:\n  " + "\n  ".join(problems))
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ These describe *decoded* records: ``occurred_at`` is epoch milliseconds, the
 long an Avro ``timestamp-millis`` is on the wire (the project's decoder does
 not build a ``datetime`` per event; ``occurred_moment`` does, for the readers
 that print one), enums are their symbols. ``schemas/*.avsc`` is the
-source of truth; ``tests/test_events.py`` holds these types to it field by
+source of truth; ``tests/unit/test_events.py`` holds these types to it field by
 field, so a schema change that is not made here fails the tests.
 """
 

@@ -1,0 +1,1 @@
+"""The broker tier: every test here carries the ``broker`` mark (the root conftest checks)."""

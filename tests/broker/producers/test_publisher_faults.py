@@ -1,0 +1,374 @@
+"""Fault injection on the publisher: a really full filesystem, a really stopped
+broker, both at once, and a schema registry that goes away.
+
+The small filesystem is a tmpfs of a few hundred KB mounted by the test (the
+suite runs as root) and unmounted at teardown: its writes really fail with
+ENOSPC. After recovery every event that was not refused is on the topic exactly
+once by event id, in per-session order, and ``stats()`` and the metrics add up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from prometheus_client import CollectorRegistry
+
+from tests.support.broker import local_broker_settings
+from tests.support.smallfs import fill_disk, small_filesystem
+from turnaudit.errors import ConfigurationError, EventRefusedError, RegistryUnavailableError
+from turnaudit.kafka.local_broker import LocalKafkaBroker
+from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.topics import ensure_topics
+from turnaudit.producers.publisher import PublisherStats, TurnEventPublisher
+from turnaudit.producers.simulator import TurnRuntimeSimulator
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.settings import KafkaSettings, TopicNames
+
+pytestmark = pytest.mark.broker
+
+SMALL_FS_KB = 320
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    with small_filesystem(tmp_path / "small", SMALL_FS_KB) as mount_point:
+        yield mount_point
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroker]:
+    """A broker of this module's own: the tests stop and restart it."""
+    broker = LocalKafkaBroker(local_broker_settings(tmp_path_factory.mktemp("own-kafka")))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def own_settings(own_broker: LocalKafkaBroker) -> KafkaSettings:
+    if not own_broker.status().serving:
+        own_broker.start()
+    settings = KafkaSettings(
+        bootstrap_servers=own_broker.bootstrap_servers,
+        topics=TopicNames(f"f-{uuid.uuid4().hex[:8]}."),
+        partitions=3,
+    )
+    ensure_topics(settings)
+    return settings
+
+
+class Runtime:
+    """A turn runtime's side: publishes, keeps what was accepted and refused."""
+
+    def __init__(self, publisher: TurnEventPublisher, seed: int) -> None:
+        self.publisher = publisher
+        self.source = TurnRuntimeSimulator(seed).events(100_000)
+        self.accepted: list[str] = []
+        self.refused: dict[str, tuple[str, int]] = {}  # event id -> (session, sequence)
+        self.reasons: Counter[str] = Counter()
+
+    def publish(self, n: int, pause: float = 0.0) -> None:
+        for _ in range(n):
+            event = next(self.source)
+            try:
+                self.accepted.append(self.publisher.publish(event))
+            except EventRefusedError as exc:
+                self.reasons[exc.reason] += 1
+                self.refused[exc.event_id] = (event["session_id"], exc.sequence)
+            if pause:
+                time.sleep(pause)
+
+
+def assert_balanced(stats: PublisherStats, registry: CollectorRegistry) -> None:
+    assert stats.balanced, stats
+
+    def metric(name: str, **labels: str) -> float:
+        value = registry.get_sample_value(f"turnaudit_publisher_{name}", labels)
+        assert value is not None, name
+        return value
+
+    assert metric("events_published_total") == stats.published
+    assert metric("events_delivered_total") == stats.delivered
+    assert metric("events_failed_total") == stats.failed
+    refused = sum(metric("events_refused_total", reason=r) for r in ("spool_full", "disk_error"))
+    assert refused == stats.refused
+    assert metric("spool_events") == stats.spooled
+    assert metric("events_in_flight") == stats.in_flight
+    assert metric("delivery_latency_seconds_count") == stats.delivered
+
+
+def assert_on_topic_exactly_once_in_order(settings: KafkaSettings, runtime: Runtime) -> None:
+    decode = TurnEventDeserializer(shipped_catalog())
+    seen: Counter[str] = Counter()
+    sequences: dict[str, list[int]] = defaultdict(list)
+    topic = settings.topics.turn_events
+    for msg in read_range(settings, topic, None, end_offsets(settings, topic)):
+        event = decode(msg.value()).event
+        seen[event["event_id"]] += 1
+        sequences[event["session_id"]].append(event["sequence"])
+    assert set(seen) == set(runtime.accepted)  # every accepted event, no refused one
+    assert max(seen.values()) == 1  # exactly once by event id
+    refused_by_session: dict[str, set[int]] = defaultdict(set)
+    for session, sequence in runtime.refused.values():
+        refused_by_session[session].add(sequence)
+    for session, numbers in sequences.items():
+        assert numbers == sorted(numbers), session  # in per-session order
+        # The only gaps are the refused events' numbers.
+        expected = sorted(set(range(max(numbers) + 1)) - refused_by_session[session])
+        assert numbers == expected, session
+
+
+def wait_until(condition: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def spool_segments(spool: Path) -> list[Path]:
+    return sorted(spool.glob("segment-*.spool"))
+
+
+def test_disk_full_then_freed_while_spooling(kafka_settings: KafkaSettings, small_fs: Path) -> None:
+    """A client queue of 20 messages sends most events to a spool on a tiny disk."""
+    registry = CollectorRegistry()
+    spool = small_fs / "spool"
+    publisher = TurnEventPublisher(
+        kafka_settings,
+        spool_dir=spool,
+        registry=registry,
+        producer_options={"queue.buffering.max.messages": 20, "linger.ms": 200},
+    )
+    runtime = Runtime(publisher, seed=31)
+    filler = fill_disk(small_fs)
+    runtime.publish(400)  # the queue overflows into a spool that has no room
+    assert runtime.refused, "the full disk refused events"
+    assert set(runtime.reasons) == {"disk_error"}
+    assert publisher.refused_by_reason() == {"disk_error": len(runtime.refused)}
+    assert_balanced(publisher.stats(), registry)
+    filler.unlink()  # space is back
+    refused_before = len(runtime.refused)
+    runtime.publish(600)
+    report = publisher.close(timeout=120)
+    assert len(runtime.refused) == refused_before  # room again: nothing more refused
+    assert report.undelivered == 0
+    assert report.refused == refused_before
+    assert report.delivered == len(runtime.accepted)
+    assert_balanced(publisher.stats(), registry)
+    assert_on_topic_exactly_once_in_order(kafka_settings, runtime)
+    assert spool_segments(spool) == []  # drained spool files are removed
+
+
+def test_broker_down_then_back(
+    own_settings: KafkaSettings, own_broker: LocalKafkaBroker, tmp_path: Path
+) -> None:
+    registry = CollectorRegistry()
+    publisher = TurnEventPublisher(
+        own_settings, spool_dir=tmp_path / "spool", registry=registry, probe_interval=0.2
+    )
+    runtime = Runtime(publisher, seed=32)
+    runtime.publish(1500)
+    stopper = threading.Thread(target=own_broker.stop)
+    stopper.start()  # the broker goes away while events keep coming
+    runtime.publish(1500, pause=0.001)
+    stopper.join()
+    runtime.publish(1000)  # fully down: the spool takes them
+    wait_until(lambda: publisher.stats().spooled > 0)
+    stats = publisher.stats()
+    assert stats.oldest_spooled_age_s >= 0
+    assert stats.spool_bytes > 0
+    assert_balanced(stats, registry)
+    own_broker.start()
+    runtime.publish(1000)
+    report = publisher.close(timeout=120)
+    assert report.ok, report
+    assert not runtime.refused
+    assert report.delivered == 5000
+    assert_balanced(publisher.stats(), registry)
+    assert_on_topic_exactly_once_in_order(own_settings, runtime)
+    assert spool_segments(tmp_path / "spool") == []
+
+
+def test_broker_down_and_disk_full_at_once(
+    own_settings: KafkaSettings, own_broker: LocalKafkaBroker, small_fs: Path
+) -> None:
+    registry = CollectorRegistry()
+    spool = small_fs / "spool"
+    publisher = TurnEventPublisher(
+        own_settings, spool_dir=spool, registry=registry, probe_interval=0.2
+    )
+    runtime = Runtime(publisher, seed=33)
+    runtime.publish(300)
+    own_broker.stop()
+    wait_until(lambda: publisher.stats().in_flight == 0 or publisher._broker_down)
+    runtime.publish(100)
+    wait_until(lambda: publisher._spooling)
+    filler = fill_disk(small_fs)
+    runtime.publish(300)  # broker away and no room on disk: refused, counted, logged
+    assert runtime.refused
+    assert_balanced(publisher.stats(), registry)
+    # Space comes back before the broker does (the case that broke the count).
+    filler.unlink()
+    refused_before = len(runtime.refused)
+    runtime.publish(200)
+    assert len(runtime.refused) == refused_before
+    assert publisher.stats().spooled > 0
+    assert_balanced(publisher.stats(), registry)
+    own_broker.start()
+    runtime.publish(200)
+    report = publisher.close(timeout=120)
+    assert report.undelivered == 0, report
+    assert report.failed == 0
+    assert report.lost == 0
+    assert report.refused == refused_before
+    assert report.delivered == len(runtime.accepted)
+    stats = publisher.stats()
+    assert stats.worker_errors == 0
+    assert_balanced(stats, registry)
+    assert_on_topic_exactly_once_in_order(own_settings, runtime)
+    assert spool_segments(spool) == []
+
+
+class FailingRegistry:
+    """confluent-kafka's in-process mock registry, switched off on demand."""
+
+    def __init__(self, url: str) -> None:
+        self.inner = SchemaRegistryClient.new_client({"url": url})
+        self.down = False
+        self.calls_while_down = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                self.calls_while_down += 1
+                raise ConnectionError("schema registry unreachable")
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def test_a_registry_outage_after_start_costs_the_turn_nothing(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    url = f"mock://faults-{tmp_path.name}"
+    settings = dataclasses.replace(kafka_settings, schema_registry_url=url)
+    registry = FailingRegistry(url)
+    metrics = CollectorRegistry()
+    publisher = TurnEventPublisher(
+        settings,
+        spool_dir=tmp_path / "spool",
+        registry=metrics,
+        schema_registry=registry,  # type: ignore[arg-type]
+    )
+    registry.down = True  # from here on every registry call fails
+    runtime = Runtime(publisher, seed=34)
+    runtime.publish(500)
+    report = publisher.close(timeout=60)
+    assert registry.calls_while_down == 0  # the turn's path never asked it
+    assert report.ok
+    assert report.delivered == 500
+    assert_balanced(publisher.stats(), metrics)
+    registry.down = False  # a reader resolves the ids the publisher registered at start
+    decode = TurnEventDeserializer(shipped_catalog(), registry=registry.inner)
+    topic = settings.topics.turn_events
+    ids = Counter(
+        decode(m.value()).event["event_id"]
+        for m in read_range(settings, topic, None, end_offsets(settings, topic))
+    )
+    assert set(ids) == set(runtime.accepted)
+    assert max(ids.values()) == 1
+
+
+def test_a_registry_away_at_start_fails_before_the_first_turn(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    url = f"mock://away-{tmp_path.name}"
+    registry = FailingRegistry(url)
+    registry.down = True
+    with pytest.raises(RegistryUnavailableError, match="did not register TurnEvent v1"):
+        TurnEventPublisher(
+            dataclasses.replace(kafka_settings, schema_registry_url=url),
+            spool_dir=tmp_path / "spool",
+            schema_registry=registry,  # type: ignore[arg-type]
+        )
+
+
+def test_the_worker_survives_errors_and_publish_restarts_it(
+    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publisher = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
+    broken = {"left": 3}
+    real_poll = publisher._schema_producer.poll
+
+    def flaky_poll(timeout: float = 0) -> int:
+        if broken["left"]:
+            broken["left"] -= 1
+            raise RuntimeError("injected")
+        return int(real_poll(timeout))
+
+    monkeypatch.setattr(
+        publisher, "_schema_producer", _Wrapped(publisher._schema_producer, poll=flaky_poll)
+    )
+    runtime = Runtime(publisher, seed=35)
+    runtime.publish(200)
+    wait_until(lambda: broken["left"] == 0)
+    assert publisher._worker.is_alive()
+    assert publisher.stats().worker_errors == 3
+    report = publisher.close(timeout=60)
+    assert report.ok
+    assert report.delivered == 200
+
+
+class _Wrapped:
+    def __init__(self, inner: Any, **overrides: Any) -> None:
+        self._inner = inner
+        self.__dict__.update(overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_an_unusable_spool_directory_is_a_configuration_error(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ConfigurationError, match=r"spool directory .* is not usable"):
+        TurnEventPublisher(kafka_settings, spool_dir=blocker / "spool")
+    assert os.path.isfile(blocker)
+
+
+def test_events_published_after_close_wait_in_the_spool_for_the_next_publisher(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    first = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
+    runtime = Runtime(first, seed=36)
+    runtime.publish(50)
+    assert first.close(timeout=60).ok
+    runtime.publish(30)  # a late turn: kept, not lost
+    stats = first.stats()
+    assert stats.spooled == 30
+    assert stats.balanced
+    successor = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
+    assert successor.stats().inherited == 30
+    report = successor.close(timeout=60)
+    assert report.ok
+    assert report.delivered == 30
+    assert_on_topic_exactly_once_in_order(kafka_settings, runtime)

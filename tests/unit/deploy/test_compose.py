@@ -1,0 +1,133 @@
+"""docker-compose.yml: every command it runs exists, every variable it sets is read."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support import PROJECT_ROOT
+from turnaudit.cli import build_parser
+from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.settings import BOOTSTRAP_ENV
+
+COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
+
+
+class RecordingEnv(dict[str, str]):
+    """An environment that remembers every name looked up in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def names_the_settings_read() -> set[str]:
+    env = RecordingEnv()
+    for service in ServiceName:
+        ServiceSettings.from_env(service, env)
+    return env.read
+
+
+def our_services() -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, service in COMPOSE["services"].items():
+        if service.get("build") == ".":
+            yield name, service
+
+
+def test_the_system_has_every_part() -> None:
+    services = COMPOSE["services"]
+    assert services["kafka"]["image"].startswith("apache/kafka:")
+    assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert services["prometheus"]["image"].startswith("prom/prometheus")
+    assert services["grafana"]["image"].startswith("grafana/grafana")
+    commands = {tuple(s["command"][-2:]) for _, s in our_services()}
+    assert {("sink", "logs"), ("sink", "metrics"), ("--idle-timeout", "300")} <= commands
+    assert (PROJECT_ROOT / "Dockerfile").exists()
+    assert 'ENTRYPOINT ["turnaudit"]' in (PROJECT_ROOT / "Dockerfile").read_text()
+
+
+@pytest.mark.parametrize(("name", "service"), list(our_services()))
+def test_every_command_exists_in_the_cli(name: str, service: dict[str, Any]) -> None:
+    args = build_parser().parse_args(service["command"])
+    assert callable(args.handler), name
+
+
+@pytest.mark.parametrize(("name", "service"), list(our_services()))
+def test_every_environment_name_is_one_the_settings_read(
+    name: str, service: dict[str, Any]
+) -> None:
+    read = names_the_settings_read()
+    assert BOOTSTRAP_ENV in read
+    assert set(service["environment"]) <= read, (name, set(service["environment"]) - read)
+
+
+def test_compose_runs_the_kafka_version_the_local_broker_uses() -> None:
+    pom = (PROJECT_ROOT / "deploy/kafka/pom.xml").read_text()
+    version = pom.split("<kafka.version>")[1].split("</kafka.version>")[0]
+    assert COMPOSE["services"]["kafka"]["image"] == f"apache/kafka:{version}"
+
+
+def test_prometheus_scrapes_the_ports_the_services_listen_on() -> None:
+    config = yaml.safe_load((PROJECT_ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    targets = {
+        target
+        for job in config["scrape_configs"]
+        for static in job.get("static_configs", [])
+        for target in static["targets"]
+    }
+    for name, service in our_services():
+        port = service["environment"].get("TURNAUDIT_HTTP_PORT")
+        if port is not None:
+            assert f"{name}:{port}" in targets
+    assert "./deploy/prometheus:/etc/prometheus:ro" in COMPOSE["services"]["prometheus"]["volumes"]
+
+
+def _tool_version(tool: str) -> str:
+    found = shutil.which(tool)
+    assert found is not None, f"{tool} not found: run `make promtool`"
+    out = subprocess.run([found, "--version"], capture_output=True, text=True, check=True)
+    match = re.search(r"version (\d+\.\d+\.\d+)", out.stdout + out.stderr)
+    assert match, out
+    return match.group(1)
+
+
+def test_compose_runs_the_prometheus_the_suite_checks_the_rules_with() -> None:
+    image = COMPOSE["services"]["prometheus"]["image"]
+    assert image == f"prom/prometheus:v{_tool_version('promtool')}"
+
+
+def test_compose_runs_the_alertmanager_the_suite_checks_the_config_with() -> None:
+    image = COMPOSE["services"]["alertmanager"]["image"]
+    assert image == f"prom/alertmanager:v{_tool_version('amtool')}"
+    receiver = COMPOSE["services"]["alert-webhook"]["command"]
+    assert "/etc/alertmanager/webhook_receiver.py" in receiver
+
+
+def test_kafka_is_advertised_to_the_host_too() -> None:
+    kafka = COMPOSE["services"]["kafka"]
+    env = kafka["environment"]
+    advertised = dict(
+        entry.split("://", 1) for entry in env["KAFKA_ADVERTISED_LISTENERS"].split(",")
+    )
+    assert advertised["PLAINTEXT"] == "kafka:9092"  # the services inside compose
+    host_port = advertised["HOST"].rsplit(":", 1)[1]
+    assert advertised["HOST"] == f"localhost:{host_port}"
+    assert f"{host_port}:{host_port}" in kafka["ports"]
+    assert f"HOST://:{host_port}" in env["KAFKA_LISTENERS"].split(",")
+    assert "HOST:PLAINTEXT" in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")
+    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "PLAINTEXT"
+
+
+def test_the_compose_simulator_stamps_real_time() -> None:
+    args = build_parser().parse_args(COMPOSE["services"]["simulator"]["command"])
+    assert args.real_time is True
