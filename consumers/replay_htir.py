@@ -47,7 +47,12 @@ from turnaudit.consumers.runtime import ConsumedTurn, Sink
 from turnaudit.errors import TurnAuditError
 from turnaudit.evaluation.auditors import PrefixAuditor
 from turnaudit.evaluation.errors import NotReproducedError
-from turnaudit.evaluation.files import EvidenceFile, Observation, Verdict
+from turnaudit.evaluation.files import (
+    EvidenceFile,
+    Observation,
+    Verdict,
+    observation_from_record,
+)
 from turnaudit.evaluation.labels import TaskLabel
 from turnaudit.evaluation.trace_evidence import EvidenceTally, TraceEvidence
 from turnaudit.htir import HtirTrace, TraceAssembler, TraceClose
@@ -198,10 +203,7 @@ def recorded_observations(
         if dict(record["auditor_id"]) != dict(auditor_id):
             continue
         key = (str(record["task_id"]), tuple(record["source"]["event_ids"]))
-        found[key] = tuple(
-            Observation(int(o["prefix_end"]), _verdict(o["verdict"]), float(o["latency_ms"]))
-            for o in record["observations"]
-        )
+        found[key] = tuple(observation_from_record(o) for o in record["observations"])
     return found
 
 
@@ -282,8 +284,8 @@ def rebuild_evidence(
         earlier = recorded.get((trace.task_id, tuple(trace.event_ids)))
         if earlier is None:
             result.latencies_measured += 1
-        elif [(o.prefix_end, o.verdict) for o in earlier] != [
-            (o.prefix_end, o.verdict) for o in observations
+        elif [(o.prefix_end, o.verdict, o.tier) for o in earlier] != [
+            (o.prefix_end, o.verdict, o.tier) for o in observations
         ]:
             result.verdict_mismatches.append(trace.task_id)
         else:

@@ -1,4 +1,4 @@
-"""``turnaudit eval …``: the EVR-6 review pack, evidence producer and gate.
+"""``turnaudit eval …``: the EVR-6 review pack, evidence producer, gate and evidence bundle.
 
 The same parsers serve the ``python -m turnaudit.evaluation.<tool>`` forms through
 ``run_standalone``, so both spellings accept exactly the same arguments.
@@ -10,15 +10,22 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from turnaudit.argparsing import OneLineErrorParser
 from turnaudit.errors import ConfigurationError, TurnAuditError
 from turnaudit.evaluation import review_pack
-from turnaudit.evaluation.auditors import OllamaAuditor, PrefixAuditor, RuleBasedAuditor, RuleConfig
+from turnaudit.evaluation.auditors import (
+    OllamaAuditor,
+    PrefixAuditor,
+    RuleBasedAuditor,
+    RuleConfig,
+    TwoTierAuditor,
+)
+from turnaudit.evaluation.bundle import BundleInputs, check_bundle, make_bundle
+from turnaudit.evaluation.errors import BundleCheckError
 from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.files import read_json
-from turnaudit.evaluation.gate import exit_code, run_gate
+from turnaudit.evaluation.gate import GateReport, exit_code, run_gate
 
 DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
 Configure = Callable[[argparse.ArgumentParser], None]
@@ -36,6 +43,9 @@ def register(
     configure_evidence(tools.add_parser(
         "evidence", help="replay every prefix through the pinned auditor, then gate"))
     configure_gate(tools.add_parser("gate", help="apply the pre-registered gate to evidence"))
+    configure_bundle(tools.add_parser(
+        "bundle", help="the evidence artifact for a rollout PR: report, evidence, sources, "
+                       "auditor identity and label review in one archive; --check re-verifies"))
     return tools
 
 
@@ -67,8 +77,10 @@ def configure_evidence(parser: argparse.ArgumentParser) -> None:
 
 def add_auditor_arguments(parser: argparse.ArgumentParser, *, default: str) -> None:
     """The pinned auditor's options, shared with ``turnaudit auditor run``."""
-    parser.add_argument("--auditor", choices=("ollama", "rules"), default=default,
-                        help=f"auditor under test (default: {default})")
+    parser.add_argument("--auditor", choices=("two-tier", "ollama", "rules"), default=default,
+                        help="auditor under test: two-tier (the production auditor: the rules "
+                             "first, escalating what they cannot settle to the pinned model), "
+                             f"or one tier alone (default: {default})")
     parser.add_argument("--model", help="exact Ollama tag, e.g. qwen3.5:2b")
     parser.add_argument("--expected-digest", help="the tag's pinned SHA-256 (sha256: optional)")
     parser.add_argument("--ollama-url", default=DEFAULT_OLLAMA_URL,
@@ -76,13 +88,33 @@ def add_auditor_arguments(parser: argparse.ArgumentParser, *, default: str) -> N
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds per Ollama request (default 120)")
     parser.add_argument("--auditor-config", type=Path,
-                        help="JSON object of rule-auditor settings (rules only)")
+                        help="JSON object of rule-auditor settings (rules and two-tier)")
 
 
 def configure_gate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("evidence", type=Path, help="evidence file")
     parser.add_argument("--output", type=Path, required=True, help="gate report to write")
     parser.set_defaults(handler=_gate)
+
+
+def configure_bundle(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("archive", type=Path, nargs="?",
+                        help="with --check: the bundle to re-verify")
+    parser.add_argument("--check", action="store_true",
+                        help="re-verify ARCHIVE: every digest, and the gate decision "
+                             "recomputed from its evidence; exit 1 naming the first member "
+                             "that fails")
+    parser.add_argument("--report", type=Path, help="the gate report")
+    parser.add_argument("--evidence", type=Path, help="the evidence the report decided on")
+    parser.add_argument("--labels", type=Path,
+                        help="the independent labels: a finalized label pack, or the "
+                             "simulator's ground truth")
+    parser.add_argument("--review-pack", type=Path,
+                        help="the reviewed pack the labels were finalized from")
+    parser.add_argument("--source", type=Path, action="append", default=[],
+                        help="a source trace manifest (eval-manifest JSONL); repeat for each")
+    parser.add_argument("--output", type=Path, help="the archive to write (.tar)")
+    parser.set_defaults(handler=_bundle)
 
 
 def _family_source(text: str) -> tuple[str | None, Path]:
@@ -113,16 +145,23 @@ def _finalize(args: argparse.Namespace) -> int:
 def build_auditor(args: argparse.Namespace) -> PrefixAuditor:
     if args.auditor == "rules":
         if args.model or args.expected_digest:
-            raise ConfigurationError("--model/--expected-digest apply to --auditor ollama only")
-        settings = read_json(args.auditor_config) if args.auditor_config else {}
-        if not isinstance(settings, dict):
-            raise ConfigurationError(f"{args.auditor_config} must hold a JSON object")
-        return RuleBasedAuditor(RuleConfig.from_mapping(settings))
-    if args.auditor_config:
-        raise ConfigurationError("--auditor-config applies to --auditor rules only")
+            raise ConfigurationError(
+                "--model/--expected-digest apply to --auditor two-tier or ollama only")
+        return _rules(args)
+    if args.auditor_config and args.auditor != "two-tier":
+        raise ConfigurationError("--auditor-config applies to --auditor rules or two-tier only")
     if not args.model or not args.expected_digest:
-        raise ConfigurationError("--auditor ollama needs --model TAG and --expected-digest HEX")
-    return OllamaAuditor(args.ollama_url, args.model, args.expected_digest, timeout=args.timeout)
+        raise ConfigurationError(
+            f"--auditor {args.auditor} needs --model TAG and --expected-digest HEX")
+    model = OllamaAuditor(args.ollama_url, args.model, args.expected_digest, timeout=args.timeout)
+    return TwoTierAuditor(_rules(args), model) if args.auditor == "two-tier" else model
+
+
+def _rules(args: argparse.Namespace) -> RuleBasedAuditor:
+    settings = read_json(args.auditor_config) if args.auditor_config else {}
+    if not isinstance(settings, dict):
+        raise ConfigurationError(f"{args.auditor_config} must hold a JSON object")
+    return RuleBasedAuditor(RuleConfig.from_mapping(settings))
 
 
 def _evidence(args: argparse.Namespace) -> int:
@@ -136,18 +175,60 @@ def _gate(args: argparse.Namespace) -> int:
     return _print_report(run_gate(args.evidence, args.output), args.output)
 
 
-def print_report(report: dict[str, Any], path: Path) -> int:
+def _bundle(args: argparse.Namespace) -> int:
+    if args.check:
+        given = [f"--{name.replace('_', '-')}" for name in
+                 ("report", "evidence", "labels", "review_pack", "output")
+                 if getattr(args, name) is not None] + (["--source"] if args.source else [])
+        if args.archive is None or given:
+            raise ConfigurationError(
+                "--check takes only the ARCHIVE to re-verify"
+                + (f" (not {', '.join(given)})" if given else ""))
+        try:
+            summary = check_bundle(args.archive)
+        except BundleCheckError as exc:
+            # A finding about the archive, not a wrong argument: exit 1.
+            print(f"turnaudit eval bundle: {args.archive}: {exc}", file=sys.stderr)
+            return 1
+        print(f"bundle verified: {summary.members} members, every digest matches; gate "
+              f"decision {summary.decision} recomputed from {summary.cases} case(s); auditor "
+              f"{summary.auditor} <- {args.archive}")
+        return 0
+    missing = [f"--{name.replace('_', '-')}" for name in
+               ("report", "evidence", "labels", "output") if getattr(args, name) is None]
+    if args.archive is not None or missing or not args.source:
+        raise ConfigurationError(
+            "eval bundle needs --report, --evidence, --labels, --source (one or more) and "
+            "--output" + (f" (missing {', '.join(missing + ([] if args.source else ['--source']))})"
+                          if missing or not args.source else "")
+            + ("; ARCHIVE goes with --check only" if args.archive is not None else ""))
+    summary = make_bundle(BundleInputs(args.report, args.evidence, args.labels,
+                                       tuple(args.source), args.review_pack), args.output)
+    print(f"bundle: {summary.members} members ({summary.sources} source manifest(s), "
+          f"{summary.cases} case(s), gate decision {summary.decision}, auditor "
+          f"{summary.auditor}) -> {args.output}")
+    return 0
+
+
+def print_report(report: GateReport, path: Path) -> int:
     """The gate's decision and every failed requirement, one line each; the exit code."""
     return _print_report(report, path)
 
 
-def _print_report(report: dict[str, Any], path: Path) -> int:
+def _print_report(report: GateReport, path: Path) -> int:
     failed = report["failed_requirements"]
     print(f"EVR-6 gate: {report['decision']} ({len(failed)} requirement(s) failed) -> {path}")
     for failure in failed:
         print(f"  {failure['requirement']} [{failure['scope']}]: {failure['actual']} "
               f"vs {failure['comparison']} {failure['threshold']} "
               f"(missed by {failure['missed_by']}): {failure['detail']}")
+    tiers = report["tiers"]
+    if len(tiers["pinned"]) > 1:
+        decided = ", ".join(f"{t['tier']} {t['decided']}" for t in tiers["decided_by"])
+        print(f"  tiers: {decided} observation(s) decided; {tiers['escalations']} escalated")
+    scope = report["authorization"]
+    print(f"  a pass is {scope['pass_is']}: it does not {'; '.join(scope['pass_does_not'])}; "
+          f"still required: {scope['still_required']}")
     return exit_code(report)
 
 

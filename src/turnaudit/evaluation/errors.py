@@ -17,6 +17,34 @@ class ContaminatedLabelPackError(EvidenceFormatError):
     """A label pack carries auditor output (``auditor_id`` or ``observations``)."""
 
 
+class DependentLabelsError(ContaminatedLabelPackError):
+    """Labels name the auditor under test or carry its verdicts; ``cases`` names them."""
+
+    def __init__(self, message: str, cases: list[str]) -> None:
+        super().__init__(message)
+        self.cases = cases
+
+
+class UnversionedOracleError(EvidenceFormatError):
+    """An ``oracle_source`` is not a named, versioned source; ``cases`` names them."""
+
+    def __init__(self, message: str, cases: list[str]) -> None:
+        super().__init__(message)
+        self.cases = cases
+
+
+class BundleError(EvaluationError):
+    """An evidence bundle cannot be made from the given files (wrong or inconsistent input)."""
+
+
+class BundleCheckError(EvaluationError):
+    """An evidence bundle does not verify; ``member`` names the member that fails."""
+
+    def __init__(self, member: str, message: str) -> None:
+        super().__init__(f"{member}: {message}")
+        self.member = member
+
+
 class ReviewPackError(EvaluationError):
     """A manifest cannot be exported, or a review pack cannot be finalized."""
 

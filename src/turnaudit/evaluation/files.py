@@ -18,11 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypedDict, cast
 
 from turnaudit.evaluation.errors import ContaminatedLabelPackError, EvidenceFormatError
 
@@ -32,30 +33,152 @@ FORMAT_VERSION = 1
 
 Verdict = Literal["alarm", "ok"]
 VERDICTS: tuple[Verdict, ...] = ("alarm", "ok")
+# The tiers an auditor decides in: the rules (first tier) and the pinned model (second).
+Tier = Literal["rules", "model"]
+TIERS: tuple[Tier, ...] = ("rules", "model")
+# An HTIR step or a trace's source metadata: open-ended JSON objects whose keys the
+# feeder and the review-pack sources define, so they are not typed field by field here.
+JsonObject = dict[str, Any]
+
+# A versioned oracle source: NAME@VERSION, e.g. "reviewer-panel@2026-11" or
+# "sim-verifier@1.4.0" (docs/evaluation.md, "Independent labels").
+ORACLE_SOURCE_FORM = "NAME@VERSION"
+_ORACLE_SOURCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+-]*@[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def oracle_source_problem(oracle_source: object) -> str | None:
+    """Why ``oracle_source`` is not a named, versioned source (None when it is one)."""
+    if not isinstance(oracle_source, str) or not oracle_source.strip():
+        return "has no oracle_source"
+    if not _ORACLE_SOURCE.fullmatch(oracle_source):
+        return (f"oracle_source {oracle_source!r} is not a versioned source: write it as "
+                f"{ORACLE_SOURCE_FORM} (e.g. reviewer-panel@2026-11)")
+    return None
+
+
+class TierIdentityJson(TypedDict):
+    tier: str
+    name: str
+    version: str | None
+    digest: str
+
+
+class AuditorIdentityJson(TypedDict):
+    name: str
+    digest: str
+    tiers: list[TierIdentityJson]
+
+
+class ObservationJson(TypedDict):
+    prefix_end: int
+    verdict: Verdict
+    latency_ms: float
+    tier: Tier | None
+
+
+class TraceJson(TypedDict):
+    steps: list[JsonObject]
+    source: JsonObject
+
+
+class _CaseJsonRequired(TypedDict):
+    task_id: str
+    task_family: str
+    oracle_source: str
+    oracle_alarm_step: int | None
+    trace: TraceJson
+
+
+class CaseJson(_CaseJsonRequired, total=False):
+    observations: list[ObservationJson]  # absent in a label pack
+
+
+class LabelPackJson(TypedDict):
+    format: str
+    format_version: int
+    cases: list[CaseJson]
+
+
+class ExclusionJson(TypedDict):
+    task_id: str
+    reason: str
+    detail: str
+    source: JsonObject
+
+
+class EvidenceJson(TypedDict):
+    format: str
+    format_version: int
+    auditor_id: AuditorIdentityJson | None
+    cases: list[CaseJson]
+    exclusions: list[ExclusionJson]
+
+
+@dataclass(frozen=True)
+class TierIdentity:
+    """One tier of an auditor: which tier, what it is, its version (rule set) and digest."""
+
+    tier: Tier
+    name: str
+    version: str | None
+    digest: str
+
+    def to_json(self) -> TierIdentityJson:
+        return {"tier": self.tier, "name": self.name, "version": self.version,
+                "digest": self.digest}
+
+
+def composed_digest(tiers: Sequence[TierIdentity]) -> str:
+    """The one digest that pins every tier: sha256 of their canonical JSON, in order.
+
+    Changing any tier's name, rule-set version or digest changes it.
+    """
+    text = canonical_json([tier.to_json() for tier in tiers])
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
 class AuditorIdentity:
-    """The pinned auditor under test: a name and a ``sha256:<64 hex>`` digest."""
+    """The pinned auditor under test: a name and a ``sha256:<64 hex>`` digest.
+
+    ``tiers`` pins what decided: one tier for a single auditor (its digest is the
+    auditor's), two for the two-tier auditor (the auditor's digest is
+    ``composed_digest(tiers)``). Empty for evidence written before tiers were recorded.
+    """
 
     name: str
     digest: str
+    tiers: tuple[TierIdentity, ...] = ()
 
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "digest": self.digest}
+    def to_json(self) -> AuditorIdentityJson:
+        return {"name": self.name, "digest": self.digest,
+                "tiers": [tier.to_json() for tier in self.tiers]}
 
 
 @dataclass(frozen=True)
 class Observation:
-    """The auditor's verdict on the prefix ``steps[0..prefix_end]`` and its latency."""
+    """The auditor's verdict on the prefix ``steps[0..prefix_end]``, its latency through
+    the whole auditor, and the tier that decided (None for an auditor without tiers)."""
 
     prefix_end: int
     verdict: Verdict
     latency_ms: float
+    tier: Tier | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ObservationJson:
         return {"prefix_end": self.prefix_end, "verdict": self.verdict,
-                "latency_ms": self.latency_ms}
+                "latency_ms": self.latency_ms, "tier": self.tier}
+
+
+def observation_from_record(record: Mapping[str, object]) -> Observation:
+    """An observation as the worker publishes it (``auditor_observation`` v1 or v2)."""
+    verdict, tier = record.get("verdict"), record.get("tier")
+    prefix_end, latency = record.get("prefix_end"), record.get("latency_ms")
+    if verdict not in VERDICTS or tier not in (None, *TIERS):
+        raise EvidenceFormatError(f"recorded observation {record!r} has no valid verdict/tier")
+    if not isinstance(prefix_end, int) or not isinstance(latency, int | float):
+        raise EvidenceFormatError(f"recorded observation {record!r} has no prefix_end/latency")
+    return Observation(prefix_end, verdict, float(latency), tier)
 
 
 @dataclass(frozen=True)
@@ -65,7 +188,7 @@ class Trace:
     steps: tuple[Mapping[str, Any], ...]
     source: Mapping[str, Any]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TraceJson:
         return {"steps": [dict(step) for step in self.steps], "source": dict(self.source)}
 
 
@@ -84,8 +207,8 @@ class Case:
     def alarm_positive(self) -> bool:
         return self.oracle_alarm_step is not None
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> CaseJson:
+        data: CaseJson = {
             "task_id": self.task_id,
             "task_family": self.task_family,
             "oracle_source": self.oracle_source,
@@ -103,7 +226,7 @@ class LabelPack:
 
     cases: tuple[Case, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LabelPackJson:
         return {"format": LABELS_FORMAT, "format_version": FORMAT_VERSION,
                 "cases": [case.to_json() for case in self.cases]}
 
@@ -117,7 +240,7 @@ class Exclusion:
     detail: str
     source: Mapping[str, Any]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ExclusionJson:
         return {"task_id": self.task_id, "reason": self.reason, "detail": self.detail,
                 "source": dict(self.source)}
 
@@ -135,7 +258,7 @@ class EvidenceFile:
     exclusions: tuple[Exclusion, ...] = ()
     identity_problem: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> EvidenceJson:
         return {"format": EVIDENCE_FORMAT, "format_version": FORMAT_VERSION,
                 "auditor_id": None if self.auditor_id is None else self.auditor_id.to_json(),
                 "cases": [case.to_json() for case in self.cases],
@@ -229,8 +352,40 @@ def _header(data: Mapping[str, Any], expected_format: str, what: str) -> None:
 
 def parse_identity(value: object) -> AuditorIdentity:
     data = _object(value, "auditor_id")
-    return AuditorIdentity(name=_str(data, "name", "auditor_id"),
-                           digest=_str(data, "digest", "auditor_id"))
+    identity, problem = _evidence_identity({"auditor_id": data})
+    if identity is None:
+        raise EvidenceFormatError(problem or "auditor_id is not an auditor identity")
+    return identity
+
+
+def _parse_tiers(value: object) -> tuple[tuple[TierIdentity, ...], str | None]:
+    """``auditor_id.tiers`` (missing in evidence from before tiers: none), or what is wrong."""
+    if value is None:
+        return (), None
+    if not isinstance(value, list):
+        return (), f"auditor_id.tiers is {_clip(value)}, not an array"
+    tiers = []
+    for i, raw in enumerate(value):
+        tier = _parse_tier(raw, f"auditor_id.tiers[{i}]")
+        if isinstance(tier, str):
+            return (), tier
+        tiers.append(tier)
+    return tuple(tiers), None
+
+
+def _parse_tier(raw: object, where: str) -> TierIdentity | str:
+    """One tier's identity, or what is wrong with it."""
+    if not isinstance(raw, Mapping):
+        return f"{where} is {_clip(raw)}, not an object"
+    if raw.get("tier") not in TIERS:
+        return f"{where}.tier is {_clip(raw.get('tier'))}, not one of {list(TIERS)}"
+    for key in ("name", "digest"):
+        if not isinstance(raw.get(key), str):
+            return f"{where}.{key} is {_clip(raw.get(key))}, not a string"
+    version = raw.get("version")
+    if version is not None and not isinstance(version, str):
+        return f"{where}.version is {_clip(version)}, not a string or null"
+    return TierIdentity(cast(Tier, raw["tier"]), raw["name"], version, raw["digest"])
 
 
 def _evidence_identity(data: Mapping[str, Any]) -> tuple[AuditorIdentity | None, str | None]:
@@ -246,7 +401,10 @@ def _evidence_identity(data: Mapping[str, Any]) -> tuple[AuditorIdentity | None,
     for key in ("name", "digest"):
         if not isinstance(value.get(key), str):
             return None, f"auditor_id.{key} is {_clip(value.get(key))}, not a string"
-    return AuditorIdentity(name=value["name"], digest=value["digest"]), None
+    tiers, problem = _parse_tiers(value.get("tiers"))
+    if problem is not None:
+        return None, problem
+    return AuditorIdentity(name=value["name"], digest=value["digest"], tiers=tiers), None
 
 
 def _clip(value: object) -> str:
@@ -269,8 +427,13 @@ def _parse_observation(value: object, where: str) -> Observation:
     latency = data.get("latency_ms")
     if isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0:
         raise EvidenceFormatError(f"{where}.latency_ms must be a non-negative number")
+    tier = data.get("tier")
+    if tier is not None and tier not in TIERS:
+        raise EvidenceFormatError(f"{where}.tier must be one of {list(TIERS)} or null, "
+                                  f"got {tier!r}")
     return Observation(prefix_end=_int(data.get("prefix_end"), f"{where}.prefix_end"),
-                       verdict=cast(Verdict, verdict), latency_ms=float(latency))
+                       verdict=cast(Verdict, verdict), latency_ms=float(latency),
+                       tier=cast("Tier | None", tier))
 
 
 def parse_trace(value: object, where: str) -> Trace:

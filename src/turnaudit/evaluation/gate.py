@@ -18,6 +18,16 @@ lower them. Definitions the report relies on:
   both polarities, recall, false-alarm rate): a family too small to measure is not excused.
 - p95 latency is the nearest-rank percentile over every observation: the
   ceil(0.95 * n)-th smallest latency (1-based), always a latency actually measured.
+  An observation's latency is through the whole auditor: for the two-tier auditor,
+  the rules plus, when they escalated, the model; so the p95 covers the composed
+  auditor. The report also gives each tier's share of the decisions and its p95.
+- When ``auditor_id`` pins tiers, its digest must be the tiers' composed digest (one
+  tier: that tier's digest), the rules tier must name its rule-set version, and
+  every observation must name a pinned tier: a changed rule-set version or model
+  digest is a hold for integrity (pinned identities).
+
+A pass is an offline prerequisite for broader rollout and nothing more: the report
+says so in ``authorization``.
 
 Ratios are compared as exact fractions, so a precision of exactly 0.80 passes.
 """
@@ -30,9 +40,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict
 
-from turnaudit.evaluation.files import Case, EvidenceFile, load_evidence, write_json
+from turnaudit.evaluation.files import (
+    AuditorIdentity,
+    AuditorIdentityJson,
+    Case,
+    EvidenceFile,
+    composed_digest,
+    load_evidence,
+    write_json,
+)
 
 MIN_TRACES = 24
 MIN_ALARM_POSITIVE = 8
@@ -51,7 +69,125 @@ DIGEST_PATTERN = re.compile(r"sha256:[0-9a-f]{64}")
 DETAIL_CASE_LIMIT = 10
 
 Outcome = Literal["early", "late", "missed", "false_alarm", "clean"]
+Decision = Literal["pass", "hold"]
 Number = int | float | Fraction
+
+
+# --- the report's shape ------------------------------------------------------------------
+
+
+class TraceOutcomeReport(TypedDict):
+    task_id: str
+    task_family: str
+    oracle_alarm_step: int | None
+    first_alarm_step: int | None
+    outcome: Outcome
+
+
+class TallyReport(TypedDict):
+    traces: int
+    alarm_positive: int
+    healthy: int
+    true_positives: int
+    false_negatives: int
+    late_alarms: int
+    missed_alarms: int
+    false_alarms: int
+    precision: float | None
+    early_alarm_recall: float | None
+    false_alarm_rate: float | None
+    observations: int
+    p95_latency_ms: float | None
+    late_task_ids: list[str]
+
+
+class FailedRequirement(TypedDict):
+    requirement: str
+    scope: str
+    comparison: str
+    threshold: int | float
+    actual: int | float | None
+    missed_by: int | float | None
+    detail: str
+    integrity_requirement: NotRequired[str]  # integrity failures: the seed's name for it
+    cases: NotRequired[list[str]]  # integrity failures: every offending case
+
+
+class Thresholds(TypedDict):
+    min_traces: int
+    min_alarm_positive: int
+    min_healthy: int
+    min_families: int
+    min_traces_per_family: int
+    min_precision: float
+    min_early_alarm_recall: float
+    max_false_alarm_rate: float
+    max_p95_latency_ms: int
+    p95_definition: str
+
+
+class TierReport(TypedDict):
+    tier: str  # "rules", "model", or "none" for observations of an untiered auditor
+    decided: int
+    p95_latency_ms: float | None
+
+
+class TiersReport(TypedDict):
+    pinned: list[str]  # the auditor's tiers in order, first tier first
+    escalations: int  # observations decided past the first tier
+    decided_by: list[TierReport]
+
+
+class Authorization(TypedDict):
+    pass_is: str
+    pass_does_not: list[str]
+    still_required: str
+    hold_is: str
+    evidence_artifact: str
+
+
+class ExcludedTrace(TypedDict):
+    task_id: str
+    reason: str
+
+
+class GateReport(TypedDict):
+    format: str
+    format_version: int
+    decision: Decision
+    auditor_id: AuditorIdentityJson | None
+    thresholds: Thresholds
+    overall: TallyReport
+    families: dict[str, TallyReport]
+    tiers: TiersReport
+    traces: list[TraceOutcomeReport]
+    excluded_traces: list[ExcludedTrace]
+    failed_requirements: list[FailedRequirement]
+    authorization: Authorization
+
+
+# What a decision authorizes, in the terms of the evaluation's decision boundary.
+_AUTHORIZATION: Authorization = {
+    "pass_is": "an offline prerequisite for broader rollout of the per-turn auditor, and "
+               "nothing more",
+    "pass_does_not": [
+        "enable per_turn_auditor",
+        "change VICTOR_PER_TURN_AUDITOR (the runtime's per-turn auditor setting)",
+        "authorize a default flip",
+    ],
+    "still_required": "a later flag-OFF/ON A/B on real agent runs, where task success with "
+                      "the per-turn auditor ON must match or beat task success with it OFF",
+    "hold_is": "an expected experimental result, not permission to relax the pre-registered "
+               "thresholds",
+    "evidence_artifact": "keep this report, the source trace manifests, the auditor identity "
+                         "and the independent-label review together (turnaudit eval bundle) "
+                         "as the evidence for any rollout PR",
+}
+
+
+def authorization() -> Authorization:
+    """What a pass does and does not authorize (a fresh copy for each report)."""
+    return {**_AUTHORIZATION, "pass_does_not": list(_AUTHORIZATION["pass_does_not"])}
 
 
 @dataclass(frozen=True)
@@ -64,7 +200,7 @@ class TraceOutcome:
     first_alarm_step: int | None
     outcome: Outcome
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TraceOutcomeReport:
         return {"task_id": self.task_id, "task_family": self.task_family,
                 "oracle_alarm_step": self.oracle_alarm_step,
                 "first_alarm_step": self.first_alarm_step, "outcome": self.outcome}
@@ -127,7 +263,7 @@ class Tally:
     def false_alarm_rate(self) -> Fraction | None:
         return _ratio(self.count("false_alarm"), self.healthy)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TallyReport:
         def as_float(value: Fraction | None) -> float | None:
             return None if value is None else float(value)
 
@@ -157,7 +293,7 @@ def _number(value: Number) -> int | float:
 
 
 def _failure(requirement: str, scope: str, *, comparison: str, threshold: Number,
-             actual: Number | None, detail: str) -> dict[str, Any]:
+             actual: Number | None, detail: str) -> FailedRequirement:
     missed_by: int | float | None = None
     if actual is not None:
         gap = abs(Fraction(threshold) - Fraction(actual))
@@ -173,7 +309,7 @@ def _failure(requirement: str, scope: str, *, comparison: str, threshold: Number
 
 
 def _at_least(requirement: str, scope: str, threshold: Number, actual: Number | None,
-              detail: str) -> list[dict[str, Any]]:
+              detail: str) -> list[FailedRequirement]:
     if actual is not None and Fraction(actual) >= Fraction(threshold):
         return []
     return [_failure(requirement, scope, comparison=">=", threshold=threshold, actual=actual,
@@ -181,7 +317,7 @@ def _at_least(requirement: str, scope: str, threshold: Number, actual: Number | 
 
 
 def _at_most(requirement: str, scope: str, threshold: Number, actual: Number | None,
-             detail: str) -> list[dict[str, Any]]:
+             detail: str) -> list[FailedRequirement]:
     if actual is not None and Fraction(actual) <= Fraction(threshold):
         return []
     return [_failure(requirement, scope, comparison="<=", threshold=threshold, actual=actual,
@@ -195,10 +331,11 @@ SEED_INTEGRITY = {
     "integrity.prefix_coverage": "full ordered prefix coverage",
     "integrity.labels": "a named oracle label within the trace",
     "integrity.pinned_identity": "pinned identities",
+    "integrity.tier_attribution": "pinned identities",
 }
 
 
-def _integrity(requirement: str, problems: dict[str, str]) -> list[dict[str, Any]]:
+def _integrity(requirement: str, problems: dict[str, str]) -> list[FailedRequirement]:
     if not problems:
         return []
     listed = [f"{task_id}: {problem}" for task_id, problem in problems.items()]
@@ -248,7 +385,47 @@ def _label_problem(case: Case) -> str | None:
     return None
 
 
-def _integrity_failures(evidence: EvidenceFile) -> list[dict[str, Any]]:
+def _tier_problems(identity: AuditorIdentity) -> dict[str, str]:
+    """What is wrong with the tiers an identity pins (none pinned: nothing to check)."""
+    problems: dict[str, str] = {}
+    tiers = identity.tiers
+    if not tiers:
+        return problems
+    kinds = [tier.tier for tier in tiers]
+    if len(set(kinds)) != len(kinds):
+        problems["auditor_id.tiers"] = f"a tier appears twice: {kinds}"
+    for i, tier in enumerate(tiers):
+        where = f"auditor_id.tiers[{i}]"
+        if not tier.name.strip():
+            problems[f"{where}.name"] = "empty tier name"
+        if not DIGEST_PATTERN.fullmatch(tier.digest):
+            problems[f"{where}.digest"] = (
+                f"{tier.digest!r} is not sha256: followed by 64 lowercase hex digits")
+        if tier.tier == "rules" and not (tier.version or "").strip():
+            problems[f"{where}.version"] = "the rules tier names no rule-set version"
+    expected = tiers[0].digest if len(tiers) == 1 else composed_digest(tiers)
+    if identity.digest != expected:
+        pinned = ", ".join(f"{t.tier} {t.name}@{t.version or '-'} {t.digest[:19]}…"
+                           for t in tiers)
+        problems["auditor_id.tiers"] = (
+            f"the digest {identity.digest[:19]}… does not pin these tiers ({pinned}; they "
+            f"compose to {expected[:19]}…): a tier's rule-set version or model digest is not "
+            "the one the battery ran")
+    return problems
+
+
+def _tier_attribution_problem(tiers: tuple[str, ...]) -> Callable[[Case], str | None]:
+    def problem(case: Case) -> str | None:
+        for obs in case.observations or ():
+            if obs.tier not in tiers:
+                return (f"observation {obs.prefix_end} was decided by tier {obs.tier!r}, not "
+                        f"by a pinned tier {list(tiers)}")
+        return None
+
+    return problem
+
+
+def _integrity_failures(evidence: EvidenceFile) -> list[FailedRequirement]:
     def problems(check: Callable[[Case], str | None]) -> dict[str, str]:
         found: dict[str, str] = {}
         for case in evidence.cases:
@@ -273,6 +450,9 @@ def _integrity_failures(evidence: EvidenceFile) -> list[dict[str, Any]]:
             identity_problems["auditor_id.digest"] = (
                 f"{identity.digest!r} is not sha256: followed by 64 lowercase hex digits, "
                 "so the auditor under test is not pinned")
+        identity_problems.update(_tier_problems(identity))
+    pinned_tiers = tuple(t.tier for t in identity.tiers) if identity is not None else ()
+    attribution = problems(_tier_attribution_problem(pinned_tiers)) if pinned_tiers else {}
 
     return [
         *_integrity("integrity.unique_task_ids", duplicates),
@@ -280,10 +460,28 @@ def _integrity_failures(evidence: EvidenceFile) -> list[dict[str, Any]]:
         *_integrity("integrity.prefix_coverage", problems(_prefix_coverage_problem)),
         *_integrity("integrity.labels", problems(_label_problem)),
         *_integrity("integrity.pinned_identity", identity_problems),
+        *_integrity("integrity.tier_attribution", attribution),
     ]
 
 
-def _scope_failures(scope: str, tally: Tally) -> list[dict[str, Any]]:
+def _tiers_report(evidence: EvidenceFile) -> TiersReport:
+    pinned: list[str] = [t.tier for t in evidence.auditor_id.tiers] if evidence.auditor_id else []
+    latencies: dict[str, list[float]] = {}
+    for case in evidence.cases:
+        for obs in case.observations or ():
+            latencies.setdefault(obs.tier or "none", []).append(obs.latency_ms)
+    order = [*pinned, *sorted(set(latencies) - set(pinned))]
+    past_first = set(pinned[1:])
+    return {
+        "pinned": pinned,
+        "escalations": sum(len(latencies.get(tier, [])) for tier in past_first),
+        "decided_by": [{"tier": tier, "decided": len(latencies.get(tier, [])),
+                        "p95_latency_ms": p95_nearest_rank(latencies.get(tier, []))}
+                       for tier in order],
+    }
+
+
+def _scope_failures(scope: str, tally: Tally) -> list[FailedRequirement]:
     """Recall and false-alarm rate apply overall and to every family."""
     early, positives = tally.count("early"), tally.alarm_positive
     false_alarms, healthy = tally.count("false_alarm"), tally.healthy
@@ -296,7 +494,7 @@ def _scope_failures(scope: str, tally: Tally) -> list[dict[str, Any]]:
     ]
 
 
-def _family_failures(family: str, tally: Tally) -> list[dict[str, Any]]:
+def _family_failures(family: str, tally: Tally) -> list[FailedRequirement]:
     scope = f"family {family}"
     return [
         *_at_least("family_traces", scope, MIN_TRACES_PER_FAMILY, len(tally.outcomes),
@@ -316,7 +514,7 @@ def _tally(scored: Iterable[tuple[Case, TraceOutcome]]) -> Tally:
                                  for obs in case.observations or ()))
 
 
-def evaluate(evidence: EvidenceFile) -> dict[str, Any]:
+def evaluate(evidence: EvidenceFile) -> GateReport:
     """Apply the pre-registered gate; the report is JSON-serialisable."""
     scored = [(case, classify(case)) for case in evidence.cases]
     overall = _tally(scored)
@@ -346,10 +544,11 @@ def evaluate(evidence: EvidenceFile) -> dict[str, Any]:
     for name, tally in families.items():
         failed.extend(_family_failures(name, tally))
 
+    decision: Decision = "hold" if failed else "pass"
     return {
         "format": REPORT_FORMAT,
         "format_version": 1,
-        "decision": "hold" if failed else "pass",
+        "decision": decision,
         "auditor_id": None if evidence.auditor_id is None else evidence.auditor_id.to_json(),
         "thresholds": {
             "min_traces": MIN_TRACES,
@@ -366,21 +565,23 @@ def evaluate(evidence: EvidenceFile) -> dict[str, Any]:
         },
         "overall": overall.to_json(),
         "families": {name: tally.to_json() for name, tally in families.items()},
+        "tiers": _tiers_report(evidence),
         "traces": [outcome.to_json() for _, outcome in scored],
         "excluded_traces": [{"task_id": e.task_id, "reason": e.reason}
                             for e in evidence.exclusions],
         "failed_requirements": failed,
+        "authorization": authorization(),
     }
 
 
-def run_gate(evidence_path: Path, report_path: Path) -> dict[str, Any]:
+def run_gate(evidence_path: Path, report_path: Path) -> GateReport:
     """Load evidence, apply the gate, write the report; return it."""
     report = evaluate(load_evidence(evidence_path))
     write_json(report_path, report)
     return report
 
 
-def exit_code(report: dict[str, Any]) -> int:
+def exit_code(report: GateReport) -> int:
     """0 only on pass; 1 on hold (2 is left for usage and input errors)."""
     return 0 if report["decision"] == "pass" else 1
 

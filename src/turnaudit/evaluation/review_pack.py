@@ -23,7 +23,9 @@ Review pack (JSON): ``{"format": "turn-audit/evr6-review-pack", "format_version"
 exported ``--without-context``, ``context`` with every field clipped to
 ``CONTEXT_FIELD_LIMIT`` characters. Export starts every case pending with a null
 ``oracle_source`` and ``oracle_alarm_step``: a null step only means "healthy" once a
-reviewer sets the case to included and names the oracle. Finalize never runs an auditor.
+reviewer sets the case to included and names the oracle as a versioned source,
+``NAME@VERSION`` (e.g. ``reviewer-panel@2026-11``); finalize refuses any other form,
+naming every such case. Finalize never runs an auditor.
 """
 
 from __future__ import annotations
@@ -33,14 +35,17 @@ import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 from turnaudit.evaluation.errors import EvidenceFormatError, ReviewPackError
 from turnaudit.evaluation.files import (
     FORMAT_VERSION,
+    ORACLE_SOURCE_FORM,
     Case,
     LabelPack,
+    TraceJson,
     canonical_json,
+    oracle_source_problem,
     parse_oracle_alarm_step,
     parse_trace,
     read_json,
@@ -48,6 +53,41 @@ from turnaudit.evaluation.files import (
 )
 
 REVIEW_PACK_FORMAT = "turn-audit/evr6-review-pack"
+ReviewStatus = Literal["pending", "included", "excluded"]
+
+
+class ReviewContext(TypedDict, total=False):
+    """What a reviewer reads beside the trace, every field clipped."""
+
+    task: str
+    final_response: str
+    tools: list[dict[str, str]]
+    omitted_tools: int
+
+
+class Review(TypedDict):
+    status: ReviewStatus
+
+
+class ReviewCase(TypedDict):
+    """A case as exported: a label-pack case, pending review, with its context."""
+
+    task_id: str
+    task_family: str
+    review: Review
+    oracle_source: str | None
+    oracle_alarm_step: int | None
+    trace: TraceJson
+    context: NotRequired[ReviewContext]
+
+
+class ReviewPackJson(TypedDict):
+    format: str
+    format_version: int
+    instructions: str
+    cases: list[ReviewCase]
+
+
 CONTEXT_FIELD_LIMIT = 2_000
 CONTEXT_TOOL_LIMIT = 50
 STATUSES = ("pending", "included", "excluded")
@@ -55,7 +95,8 @@ STATUSES = ("pending", "included", "excluded")
 ERROR_ID_LIMIT = 20
 REVIEW_INSTRUCTIONS = (
     "For every case set review.status to included or excluded. An included case needs "
-    "oracle_source (who or what labelled it, with a version) and oracle_alarm_step: the "
+    f"oracle_source (who or what labelled it, with a version: {ORACLE_SOURCE_FORM}, e.g. "
+    "reviewer-panel@2026-11) and oracle_alarm_step: the "
     "first step index where intervention is justified, or null for a healthy trace. "
     "Never label from the auditor under test. The context may hold sensitive data: keep "
     "this file local."
@@ -75,15 +116,16 @@ def clip(value: Any) -> str:
     return text[:CONTEXT_FIELD_LIMIT] + f"…[truncated {len(text) - CONTEXT_FIELD_LIMIT} chars]"
 
 
-def _bounded_context(raw: object, where: str) -> dict[str, Any]:
+def _bounded_context(raw: object, where: str) -> ReviewContext:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
         raise ReviewPackError(f"{where}: context must be a JSON object")
-    context: dict[str, Any] = {}
-    for key in ("task", "final_response"):
-        if raw.get(key) is not None:
-            context[key] = clip(raw[key])
+    context: ReviewContext = {}
+    if raw.get("task") is not None:
+        context["task"] = clip(raw["task"])
+    if raw.get("final_response") is not None:
+        context["final_response"] = clip(raw["final_response"])
     tools = raw.get("tools") or []
     if not isinstance(tools, list):
         raise ReviewPackError(f"{where}: context.tools must be a JSON array")
@@ -99,7 +141,7 @@ def _bounded_context(raw: object, where: str) -> dict[str, Any]:
 
 def _manifest_cases(
     family: str | None, path: Path, without_context: bool
-) -> list[tuple[str, dict[str, Any]]]:
+) -> list[tuple[str, ReviewCase]]:
     """The runs of one manifest as pending cases, each with where it was read."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
@@ -136,9 +178,9 @@ def _manifest_cases(
         # Enough to find the original run again, even after the manifest moves.
         trace["source"] = {**trace["source"],
                            "review_pack": {"manifest": str(path), "line": number}}
-        case: dict[str, Any] = {
+        case: ReviewCase = {
             "task_id": task_id,
-            "task_family": family or recorded,
+            "task_family": family or str(recorded),
             "review": {"status": "pending"},
             "oracle_source": None,
             "oracle_alarm_step": None,
@@ -150,21 +192,21 @@ def _manifest_cases(
     return cases
 
 
-def _without_location(case: Mapping[str, Any]) -> str:
+def _without_location(case: ReviewCase) -> str:
     """The case as canonical JSON, less where it was read: equal for two copies of one run."""
     source = {k: v for k, v in case["trace"]["source"].items() if k != "review_pack"}
     return canonical_json({**case, "trace": {**case["trace"], "source": source}})
 
 
 def export(sources: Sequence[tuple[str | None, Path]], output: Path,
-           without_context: bool = False) -> dict[str, Any]:
+           without_context: bool = False) -> ReviewPackJson:
     """Write a review pack with every run of every source pending review; return it.
 
     ``sources``: (family, manifest) pairs; a family of None takes each line's own.
     """
     if not sources:
         raise ReviewPackError("no --source FAMILY=PATH or --source PATH given")
-    first: dict[str, tuple[str, dict[str, Any]]] = {}
+    first: dict[str, tuple[str, ReviewCase]] = {}
     differing: dict[str, list[str]] = {}
     for family, path in sources:
         for where, case in _manifest_cases(family, path, without_context):
@@ -179,8 +221,8 @@ def export(sources: Sequence[tuple[str | None, Path]], output: Path,
             + "; ".join(f"{task_id!r} at {', '.join(differing[task_id])}" for task_id in named)
             + (f" and {more} more" if more else ""))
     cases = [case for _, case in first.values()]
-    pack = {"format": REVIEW_PACK_FORMAT, "format_version": FORMAT_VERSION,
-            "instructions": REVIEW_INSTRUCTIONS, "cases": cases}
+    pack: ReviewPackJson = {"format": REVIEW_PACK_FORMAT, "format_version": FORMAT_VERSION,
+                            "instructions": REVIEW_INSTRUCTIONS, "cases": cases}
     write_json(output, pack)
     return pack
 
@@ -192,8 +234,9 @@ def _included_case(raw: Mapping[str, Any]) -> Case:
             and isinstance(family, str) and family.strip()):
         raise ReviewPackError(f"{where} needs a non-empty task_id and task_family")
     oracle_source = raw.get("oracle_source")
-    if not isinstance(oracle_source, str) or not oracle_source.strip():
-        raise ReviewPackError(f"{where} is included but has no oracle_source")
+    problem = oracle_source_problem(oracle_source)
+    if problem is not None or not isinstance(oracle_source, str):
+        raise ReviewPackError(f"{where} is included but {problem}")
     try:
         trace = parse_trace(raw.get("trace"), f"{where}.trace")
         step = parse_oracle_alarm_step(raw.get("oracle_alarm_step"),
@@ -233,6 +276,14 @@ def finalize(pack_path: Path, output: Path) -> LabelPack:
         raise ReviewPackError(f"{len(pending)} case(s) still pending review: {_ids(pending)}")
     if not by_status["included"]:
         raise ReviewPackError("every case is excluded: nothing to label")
+    unversioned = [f"{raw.get('task_id')!r} {problem}" for raw in by_status["included"]
+                   if (problem := oracle_source_problem(raw.get("oracle_source"))) is not None]
+    if unversioned:
+        raise ReviewPackError(
+            f"{len(unversioned)} included case(s) without a versioned oracle_source "
+            f"({ORACLE_SOURCE_FORM}): " + "; ".join(unversioned[:ERROR_ID_LIMIT])
+            + (f"; and {len(unversioned) - ERROR_ID_LIMIT} more"
+               if len(unversioned) > ERROR_ID_LIMIT else ""))
 
     labels = LabelPack(tuple(_included_case(raw) for raw in by_status["included"]))
     duplicates = sorted(task_id for task_id, n in Counter(c.task_id for c in labels.cases).items()

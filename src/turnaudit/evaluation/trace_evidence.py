@@ -18,6 +18,10 @@ Every refusal is an ``Exclusion`` in the evidence (reason, detail, source),
 logged and counted. Cases and exclusions are ordered by task id, so the file
 does not depend on the order traces arrived in.
 
+Labels must not come from the auditor under test: once the battery pins it,
+a label whose ``oracle_source`` names it (either tier, by name or digest) is
+refused, naming the tasks (``turnaudit.evaluation.independence``).
+
 The battery's end check comes first: ``finish`` asks the auditor to confirm it
 is still the pinned one and only then returns the evidence; on a mismatch it
 raises and there is no evidence.
@@ -29,7 +33,6 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
@@ -41,10 +44,12 @@ from turnaudit.evaluation.files import (
     Case,
     EvidenceFile,
     Exclusion,
+    JsonObject,
     Observation,
     Trace,
     trace_digest,
 )
+from turnaudit.evaluation.independence import refuse_dependent_labels
 from turnaudit.evaluation.labels import TaskLabel
 from turnaudit.htir import HtirTrace
 
@@ -86,7 +91,7 @@ class Admission:
         return self.label is not None and self.exclusion is None
 
 
-def case_source(trace: HtirTrace) -> dict[str, Any]:
+def case_source(trace: HtirTrace) -> JsonObject:
     """A case's ``trace.source``: where the run came from, down to every turn's offset."""
     return {
         **trace.source,
@@ -123,8 +128,12 @@ class TraceEvidence:
 
     def begin(self) -> AuditorIdentity:
         self._auditor.begin_battery()
-        self._pinned = self._auditor.identity
-        return self._pinned
+        pinned = self._auditor.identity
+        refuse_dependent_labels(
+            [{"task_id": task_id, "oracle_source": label.oracle_source}
+             for task_id, label in sorted(self._labels.items())], pinned)
+        self._pinned = pinned
+        return pinned
 
     def resume(self, previous: EvidenceFile, where: str) -> None:
         """Continue evidence (or a checkpoint) an earlier run of the same battery wrote."""

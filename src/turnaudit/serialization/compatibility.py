@@ -51,6 +51,7 @@ def check_full_transitive(
         writer_fields = {f["name"] for f in json.loads(writer.schema_json)["fields"]}
         for reader in catalog.versions:
             reader_fields = json.loads(reader.schema_json)["fields"]
+            reader_records = _named_records(json.loads(reader.schema_json))
             for record in samples:
                 buf = io.BytesIO()
                 fastavro.schemaless_writer(buf, writer.parsed, record)
@@ -72,6 +73,7 @@ def check_full_transitive(
                     writer_fields=writer_fields,
                     wv=writer.version,
                     rv=reader.version,
+                    reader_records=reader_records,
                 )
             results.append(PairResult(writer.version, reader.version, len(samples)))
     return results
@@ -95,11 +97,12 @@ def _compare(
     writer_fields: set[str],
     wv: int,
     rv: int,
+    reader_records: dict[str, Any] | None = None,
 ) -> None:
     for field in reader_fields:
         name = field["name"]
         if name in writer_fields:
-            expected = _normalise(written[name])
+            expected = _normalise(_as_read(written[name], field["type"], reader_records or {}))
         elif "default" in field:
             expected = field["default"]
         else:
@@ -126,6 +129,49 @@ def _check_meaning(read: dict[str, Any], wv: int, rv: int) -> None:
                 f"{read['verdicts'][name]!r}"
                 + (" (a documented loss expects null)" if name in lost else "")
             )
+
+
+def _named_records(schema: Any, found: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every record type a schema defines, by name, so a nested record can be resolved."""
+    found = {} if found is None else found
+    if isinstance(schema, list):
+        for branch in schema:
+            _named_records(branch, found)
+    elif isinstance(schema, dict):
+        if schema.get("type") == "record":
+            found[schema["name"]] = schema
+            for field in schema["fields"]:
+                _named_records(field["type"], found)
+        for key in ("items", "values"):
+            if key in schema:
+                _named_records(schema[key], found)
+        if isinstance(schema.get("type"), dict | list):
+            _named_records(schema["type"], found)
+    return found
+
+
+def _as_read(value: Any, reader_type: Any, records: dict[str, Any]) -> Any:
+    """A written value as the reader's schema resolves it: inside nested records, fields
+    the reader lacks are dropped and fields the writer lacks take the reader's default
+    (fastavro refuses a reader field without one before this is reached)."""
+    if isinstance(reader_type, str) and reader_type in records:
+        reader_type = records[reader_type]
+    if isinstance(reader_type, list):
+        branches = [b for b in reader_type if b != "null"]
+        # A value in a union of one type besides null resolves as that type.
+        reader_type = branches[0] if value is not None and len(branches) == 1 else None
+    kind = reader_type.get("type") if isinstance(reader_type, dict) else None
+    resolved = value
+    if kind == "record" and isinstance(value, dict):
+        resolved = {f["name"]: _as_read(value[f["name"]], f["type"], records)
+                    if f["name"] in value else f.get("default") for f in reader_type["fields"]}
+    elif kind == "array" and isinstance(value, list):
+        resolved = [_as_read(v, reader_type["items"], records) for v in value]
+    elif kind == "map" and isinstance(value, dict):
+        resolved = {k: _as_read(v, reader_type["values"], records) for k, v in value.items()}
+    elif isinstance(kind, dict | list):
+        resolved = _as_read(value, kind, records)
+    return resolved
 
 
 def _normalise(value: Any) -> Any:

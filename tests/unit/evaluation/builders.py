@@ -65,7 +65,7 @@ def case(
     return {
         "task_id": task_id,
         "task_family": family,
-        "oracle_source": "hand-review v1",
+        "oracle_source": "hand-review@v1",
         "oracle_alarm_step": alarm_step,
         "trace": {"steps": steps, "source": {"manifest": "runs.jsonl", "run": task_id}},
         "observations": [

@@ -61,7 +61,7 @@ def rule_battery() -> list[dict[str, Any]]:
                 {
                     "task_id": f"{family}-pos-{i}",
                     "task_family": family,
-                    "oracle_source": "scripted-fault v1",
+                    "oracle_source": "scripted-fault@v1",
                     "oracle_alarm_step": 2,
                     "trace": {"steps": steps, "source": {"seed": f * 10 + i}},
                 }
@@ -76,7 +76,7 @@ def rule_battery() -> list[dict[str, Any]]:
                 {
                     "task_id": f"{family}-ok-{i}",
                     "task_family": family,
-                    "oracle_source": "scripted-fault v1",
+                    "oracle_source": "scripted-fault@v1",
                     "oracle_alarm_step": None,
                     "trace": {"steps": steps, "source": {"seed": f * 10 + i + 5}},
                 }

@@ -131,7 +131,7 @@ def battery() -> list[dict[str, Any]]:
                 {
                     "task_id": f"{family}-{i}",
                     "task_family": family,
-                    "oracle_source": "scripted v1",
+                    "oracle_source": "scripted@v1",
                     "oracle_alarm_step": 2 if positive else None,
                     "trace": {"steps": steps, "source": {"i": i}},
                 }

@@ -72,12 +72,12 @@ def review(pack_path: Path, decisions: dict[str, dict[str, Any]]) -> None:
 
 INCLUDED_POSITIVE = {
     "status": "included",
-    "oracle_source": "reviewer-ab v1",
+    "oracle_source": "reviewer-ab@v1",
     "oracle_alarm_step": 2,
 }
 INCLUDED_HEALTHY = {
     "status": "included",
-    "oracle_source": "reviewer-ab v1",
+    "oracle_source": "reviewer-ab@v1",
     "oracle_alarm_step": None,
 }
 
@@ -299,7 +299,8 @@ def test_finalize_refuses_included_case_without_oracle_source(
         },
     )
 
-    with pytest.raises(ReviewPackError, match="'fix-1' is included but has no oracle_source"):
+    with pytest.raises(ReviewPackError,
+                       match=r"without a versioned oracle_source .*'fix-1' has no oracle_source"):
         finalize(pack_path, tmp_path / "labels.json")
 
 
