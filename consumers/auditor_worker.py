@@ -31,10 +31,10 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.consumers.runtime import (
+    BatchingSink,
     ConsumedTurn,
     ConsumerService,
     HtirTraceValidation,
-    Sink,
 )
 from turnaudit.consumers.settings import ServiceName, ServiceSettings
 from turnaudit.errors import TurnAuditError
@@ -83,7 +83,7 @@ def _read_checkpoint(path: Path) -> EvidenceFile:
     return parse_evidence({**raw, "format": EVIDENCE_FORMAT})
 
 
-class AuditorSink(Sink):
+class AuditorSink(BatchingSink):
     """Replays each new trace through the auditor; observations out, evidence kept."""
 
     def __init__(
@@ -96,6 +96,7 @@ class AuditorSink(Sink):
         evidence_path: Path | None,
         clock: Callable[[], float],
     ) -> None:
+        super().__init__()
         self._kafka = kafka
         self._evidence_path = evidence_path
         self._checkpoint = checkpoint_path(evidence_path) if evidence_path else None
@@ -132,7 +133,7 @@ class AuditorSink(Sink):
         self.builder.begin()
         self._resume_evidence()
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
+    def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
         before = self.tally.traces
         for turn in turns:
             self._handle(HtirTrace.from_avro(turn.decoded.event))

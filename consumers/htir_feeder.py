@@ -25,7 +25,7 @@ from typing import IO, ClassVar
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from turnaudit.consumers.runtime import ConsumedTurn, Sink
+from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
 from turnaudit.htir import HtirTrace, TraceAssembler
 from turnaudit.kafka.clients import ReliableProducer
@@ -37,7 +37,7 @@ from turnaudit.settings import KafkaSettings
 log = structlog.get_logger("turnaudit.htir_feeder")
 
 
-class HtirFeederSink(Sink):
+class HtirFeederSink(BatchingSink):
     # A turn that broke a contract is part of its task's trace (with its
     # breaches): it is often the step that most warrants an alarm.
     wants_breaching_turns: ClassVar[bool] = True
@@ -50,6 +50,7 @@ class HtirFeederSink(Sink):
         idle_timeout: float = 300.0,
         manifest: Path | None = None,
     ) -> None:
+        super().__init__()
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         self._producer = ReliableProducer(kafka)
@@ -85,7 +86,7 @@ class HtirFeederSink(Sink):
     def open_traces(self) -> int:
         return self._assembler.open_traces
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
+    def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
         closed: list[HtirTrace] = []
         for turn in turns:
             event = turn.event

@@ -228,13 +228,11 @@ class TurnLineWriter:
 
 
 class LogSink(Sink):
-    """Writes one JSON line per turn; ``write`` returns once the lines are flushed.
+    """Writes one JSON line per turn; ``flush`` returns once the lines are flushed.
 
-    Each turn is rendered as it is taken (``takes_turns_as_read``): the batch
-    holds bytes, not decoded records, until ``write`` writes them in one call.
+    Each turn is rendered as it is taken: the batch holds bytes, not decoded
+    records, until ``flush`` writes them in one call.
     """
-
-    takes_turns_as_read = True
 
     def __init__(
         self, settings: LogSinkSettings, registry: CollectorRegistry, *, event_time: bool = False
@@ -252,7 +250,7 @@ class LogSink(Sink):
             "Canonical turn lines written by the log sink.",
             registry=registry,
         )
-        # What was taken since the last write: under ``service_logging`` the
+        # What was taken since the last flush: under ``service_logging`` the
         # rendered lines, one after the other in one buffer kept from batch to
         # batch (500 separate line objects held until the write cost more
         # than rendering them: fresh memory for each); else the turns, for
@@ -274,9 +272,7 @@ class LogSink(Sink):
         self._rendered += render_line(turn, self._redact, context, self._event_time)
         self._rendered_lines += 1
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        for turn in turns:  # a caller that hands the batch here rather than to take()
-            self.take(turn)
+    def flush(self) -> None:
         rendered, chained = self._rendered, self._chained
         if rendered:
             self._writer.write_block(rendered)

@@ -89,7 +89,6 @@ _VERDICTS = frozenset(v.value for v in Verdict)
 class VerdictMetricsSink(Sink):
     """Counts each turn once; redeliveries the runtime recognised are not counted again."""
 
-    takes_turns_as_read = True
 
     def __init__(
         self,
@@ -160,7 +159,7 @@ class VerdictMetricsSink(Sink):
         # domain id keeps its label once given one (turnaudit.label_bounds), so
         # the closing and bounding is done once per distinct key, not per batch.
         self._resolved: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        # What ``take`` tallied since the last ``write``: turns by raw label
+        # What ``take`` tallied since the last ``flush``: turns by raw label
         # values, and their occurred_at (epoch ms). Ints and tuples of strings:
         # nothing the cyclic collector has to trace per turn.
         self._tally: dict[tuple[Any, ...], int] = {}
@@ -169,7 +168,7 @@ class VerdictMetricsSink(Sink):
 
     def take(self, turn: ConsumedTurn) -> None:
         """Tallies one turn by its raw label values (one tuple, one dict update):
-        the record goes at once, and ``write`` adds the batch with one ``inc(n)``
+        the record goes at once, and ``flush`` adds the batch with one ``inc(n)``
         per series (a counter's ``inc`` takes a lock, and most turns of a batch
         share a handful of label sets)."""
         # By event id: a restarted runtime's new turns count, a redelivery does not.
@@ -196,11 +195,7 @@ class VerdictMetricsSink(Sink):
         occurred = event["occurred_at"]
         self._occurred.append(occurred if type(occurred) is int else occurred_millis(occurred))
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        # ``take`` had the batch's turns (``takes_turns_as_read``); other callers
-        # may still hand them here.
-        for turn in turns:
-            self.take(turn)
+    def flush(self) -> None:
         occurred = self._occurred
         if not occurred:
             return

@@ -23,12 +23,14 @@ from turnaudit.consumers.log_sink import LogSink, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.consumers.runtime.gc_sizing import batch_sized_gc
+from turnaudit.consumers.runtime.handover import hand_over
 from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
 from turnaudit.consumers.runtime.validation import TurnEventValidation
 from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.kafka.reading import end_offsets
 from turnaudit.kafka.topics import topic_specs
+from turnaudit.records import Record
 from turnaudit.replay import (
     OutputContext,
     ReplayOutput,
@@ -40,6 +42,11 @@ from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.verify import Verifier, range_report, resolve_range
 
 REPLAY_JOB = "turnaudit-replay"
+
+
+def _count_only(*_args: object) -> None:
+    """A replay writes nothing to live topics: what the runtime would dead-letter is
+    counted (``hand_over`` returns how many) and set aside."""
 # Header on every message a topic replay publishes: where it was read.
 SOURCE_HEADER = "turnaudit-replay-source"
 
@@ -64,40 +71,26 @@ class SinkReplayOutput(ReplayOutput):
             decode, ConsumerMetrics(CollectorRegistry()), max_sessions, start_gaps=start_gaps
         )
 
-    def _examine(
-        self, messages: Sequence[Message], hand_over: Callable[[ConsumedTurn], None] | None
-    ) -> int:
-        """Validates every message and hands the sink's turns over; returns how many were
-        rejected. ``hand_over`` None: only the validation's state moves (warm-up)."""
-        rejected = 0
-        wants_breaching = self.sink.wants_breaching_turns
-        for msg in messages:
-            found = self._validation.examine(
-                msg.value(), msg.key(), msg.topic() or "", msg.partition() or 0,
-                msg.offset() or 0,
-            )
-            if not isinstance(found, ConsumedTurn):
-                rejected += 1
-            elif hand_over is not None and (found.rejection is None or wants_breaching):
-                hand_over(found)
-        return rejected
+    def _examine(self, messages: Sequence[Record], take: Callable[[ConsumedTurn], None]) -> int:
+        """The runtime's hand-over; a rejected message is counted, not dead-lettered."""
+        return hand_over(
+            messages,
+            self._validation.examine,
+            take,
+            _count_only,
+            wants_breaching=self.sink.wants_breaching_turns,
+        ).rejected
 
-    def warm(self, messages: Sequence[Message]) -> None:
+    def warm(self, messages: Sequence[Record]) -> None:
         """The validation's stream tracker sees the already-written prefix again."""
-        self._examine(messages, None)
+        self._examine(messages, _count_only)
 
-    def write(self, messages: Sequence[Message]) -> int:
+    def write(self, messages: Sequence[Record]) -> int:
         batch_sized_gc.enter(len(messages))  # as the runtime's loop does, for the same reason
         try:
-            if self.sink.takes_turns_as_read:
-                # As the runtime does: no decoded record is held until the batch ends.
-                rejected = self._examine(messages, self.sink.take)
-                self.sink.write(())
-            else:
-                turns: list[ConsumedTurn] = []
-                rejected = self._examine(messages, turns.append)
-                if turns:
-                    self.sink.write(turns)
+            # As the runtime does: no decoded record is held until the batch ends.
+            rejected = self._examine(messages, self.sink.take)
+            self.sink.flush()
         finally:
             batch_sized_gc.exit()
         self.sink.tick()
@@ -142,7 +135,7 @@ class LogReplayOutput(SinkReplayOutput):
                          start_gaps=self._start_gaps)
         self._opened = True
 
-    def write(self, messages: Sequence[Message]) -> int:
+    def write(self, messages: Sequence[Record]) -> int:
         return contextvars.Context().run(super().write, messages)
 
     def sync(self) -> int:
@@ -221,7 +214,7 @@ class VerifyReplayOutput(ReplayOutput):
         self._verifier = Verifier(context.decode, log_start_offsets=self._low,
                                   start_gaps=not context.request.event_time)
 
-    def write(self, messages: Sequence[Message]) -> int:
+    def write(self, messages: Sequence[Record]) -> int:
         undecodable = len(self._verifier.undecodable)
         for msg in messages:
             _, stamp = msg.timestamp()
@@ -289,7 +282,7 @@ class TopicReplayOutput(ReplayOutput):
         if error is not None:
             self._failures.append(str(error))
 
-    def write(self, messages: Sequence[Message]) -> int:
+    def write(self, messages: Sequence[Record]) -> int:
         for msg in messages:
             # A consumed message's headers are a list of (name, value) pairs.
             headers = list(cast("list[tuple[str, Any]]", msg.headers() or []))

@@ -40,10 +40,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import structlog
-from confluent_kafka import Message
 
 from turnaudit.consumers.replay import SinkReplayOutput, writable_topic
-from turnaudit.consumers.runtime import ConsumedTurn, Sink
+from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn
 from turnaudit.errors import TurnAuditError
 from turnaudit.evaluation.auditors import PrefixAuditor
 from turnaudit.evaluation.errors import NotReproducedError
@@ -58,6 +57,7 @@ from turnaudit.evaluation.trace_evidence import EvidenceTally, TraceEvidence
 from turnaudit.htir import HtirTrace, TraceAssembler, TraceClose
 from turnaudit.kafka.clients import ReliableProducer
 from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.records import Record
 from turnaudit.replay import (
     OutputContext,
     OutputKinds,
@@ -77,12 +77,13 @@ log = structlog.get_logger("turnaudit.replay_htir")
 _ACK_TIMEOUT_S = 30.0
 
 
-class TraceReplaySink(Sink):
+class TraceReplaySink(BatchingSink):
     """The feeder's assembly without a wall clock: traces close on end-of-task or at the end."""
 
     wants_breaching_turns: ClassVar[bool] = True
 
     def __init__(self, emit: Callable[[HtirTrace], None]) -> None:
+        super().__init__()
         self._emit = emit
         self._assembler = TraceAssembler(idle_timeout=math.inf)
 
@@ -90,7 +91,7 @@ class TraceReplaySink(Sink):
     def partial_turns_skipped(self) -> int:
         return self._assembler.partial_turns_skipped
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
+    def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
         for turn in turns:
             trace = self._assembler.add(
                 turn.event, topic=turn.topic, partition=turn.partition, offset=turn.offset,
@@ -152,7 +153,7 @@ class HtirTopicReplayOutput(HtirFileReplayOutput):
             self._topic, self._serialize(trace.to_avro()), trace.task_id.encode()
         )
 
-    def write(self, messages: Sequence[Message]) -> int:
+    def write(self, messages: Sequence[Record]) -> int:
         rejected = super().write(messages)
         self._acknowledged()
         return rejected

@@ -2,7 +2,8 @@
 
 * ``loop``: the consume loop, offsets, rebalances, drain (``ConsumerService``);
 * ``validation``: decode, contracts, stream tracking (message -> turn or rejection);
-* ``sink``: ``ConsumedTurn`` and the ``Sink`` base class with every hook;
+* ``sink``: ``ConsumedTurn``, the ``Sink`` base class with every hook, ``BatchingSink``;
+* ``handover`` and ``ledger``: the batch hand-over and the offset bookkeeping, pure;
 * ``health`` and ``http``: liveness, readiness, ``/metrics``;
 * ``consumer_metrics``: what every service exports about its consumption;
 * ``gc_sizing``: the collector sized to a batch;
@@ -13,8 +14,8 @@ and decoders built by ``turnaudit.serialization.decoders.decoder_for``.
 """
 
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics, MessageOutcome
-from turnaudit.consumers.runtime.loop import ConsumerService, message_headers
-from turnaudit.consumers.runtime.sink import ConsumedTurn, Rejection, Sink
+from turnaudit.consumers.runtime.loop import ConsumerService
+from turnaudit.consumers.runtime.sink import BatchingSink, ConsumedTurn, Rejection, Sink
 from turnaudit.consumers.runtime.validation import (
     HtirTraceValidation,
     TurnEventValidation,
@@ -22,6 +23,7 @@ from turnaudit.consumers.runtime.validation import (
 )
 
 __all__ = [
+    "BatchingSink",
     "ConsumedTurn",
     "ConsumerMetrics",
     "ConsumerService",
@@ -31,5 +33,4 @@ __all__ = [
     "Sink",
     "TurnEventValidation",
     "Validation",
-    "message_headers",
 ]

@@ -10,8 +10,8 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from turnaudit.contracts import Contract
+from turnaudit.dead_letters import DeadLetterOutcome, DeadLetterReason
 from turnaudit.identity import StreamTracker, TurnOutcome
-from turnaudit.kafka.dead_letters import DeadLetterOutcome, DeadLetterReason
 
 
 class MessageOutcome(enum.StrEnum):

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
-from confluent_kafka import KafkaError
+
+from turnaudit.records import ClientError
 
 log = structlog.get_logger("turnaudit.consumer")
 
@@ -30,7 +31,6 @@ LOOP_STALL_S = 30.0  # a loop silent for longer than this is stuck
 
 # "No broker can be reached" (one connection failing is not that: with
 # several brokers the others still serve, and a dropped connection is redone).
-_UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN})
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ class ServiceHealth:
         with self._lock:
             return sorted(self._assigned)
 
-    def client_error(self, error: KafkaError) -> None:
+    def client_error(self, error: ClientError) -> None:
         """librdkafka's error callback: while a broker is away, many times a second.
 
         An outage is said at once ("unreachable"), then errors at most once per
@@ -102,8 +102,8 @@ class ServiceHealth:
             self._on_client_error()
         now = self._clock()
         with self._lock:
-            self._last_error = error.str()
-            went_down = error.code() in _UNREACHABLE and self._down_since is None
+            self._last_error = error.text
+            went_down = error.brokers_down and self._down_since is None
             if went_down:
                 self._down_since = now
             self._suppressed += 1
@@ -122,13 +122,13 @@ class ServiceHealth:
             self._last_report, self._reported_once = now, True
             down = self._down_since is not None
         if announce_down:
-            log.error("kafka_broker_unreachable", error=error.str(), code=error.name())
+            log.error("kafka_broker_unreachable", error=error.text, code=error.name)
         else:
             log.warning(
                 "kafka_client_errors",
                 errors_since_last_report=count,
-                last_error=error.str(),
-                code=error.name(),
+                last_error=error.text,
+                code=error.name,
                 broker_unreachable=down,
             )
 

@@ -1,11 +1,13 @@
-"""The consume loop: batches, offsets, rebalances, drain.
+"""The consume loop: poll, rebalance, drain.
 
 * Consumer-group member (static membership when the settings name an
-  instance); batched ``consume``; each message goes through the service's
-  validation, then the batch to its sink.
+  instance) through ``turnaudit.kafka.consumer.KafkaConsumer``; batched
+  ``consume``; each batch through the pure hand-over (``handover``), then
+  the sink's ``flush``.
 * At-least-once: ``enable.auto.offset.store=false``; a batch's offsets are
-  stored only after the sink returned and its dead letters were settled
-  (written whole, written truncated, or counted as failed); the
+  stored only after the sink flushed and its dead letters were settled
+  (written whole, written truncated, or counted as failed); the offset
+  ledger (``ledger``) decides what may be stored and committed; the
   auto-committer commits stored offsets, and so do revocation and shutdown.
 * No message stops the loop: validation turns anything into a turn or a
   rejection, and a rejection into a dead letter.
@@ -22,21 +24,25 @@ import threading
 import time
 from collections.abc import Mapping
 from types import FrameType
-from typing import Any, cast
+from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics, MessageOutcome
 from turnaudit.consumers.runtime.gc_sizing import batch_sized_gc
+from turnaudit.consumers.runtime.handover import hand_over
 from turnaudit.consumers.runtime.health import ServiceHealth
 from turnaudit.consumers.runtime.http import ServiceHttp
-from turnaudit.consumers.runtime.sink import ConsumedTurn, Rejection, Sink
+from turnaudit.consumers.runtime.ledger import OffsetLedger
+from turnaudit.consumers.runtime.sink import Rejection, Sink
 from turnaudit.consumers.runtime.validation import TurnEventValidation, Validation
 from turnaudit.consumers.settings import ServiceSettings
+from turnaudit.errors import BrokerError
 from turnaudit.kafka.clients import ReliableProducer
-from turnaudit.kafka.dead_letters import DeadLetterReason, DeadLetterWriter
+from turnaudit.kafka.consumer import KafkaConsumer, error_callback
+from turnaudit.kafka.dead_letters import DeadLetterWriter
+from turnaudit.records import Record, record_headers, record_position
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import TurnEventDeserializer
 
@@ -80,7 +86,6 @@ class ConsumerService:
         self.topic = topic or settings.kafka.topics.turn_events
         self.stage = f"{settings.service.value}/{settings.group_id}"
         self._sink = sink
-        self._wants_breaching = sink.wants_breaching_turns
         self.metrics = ConsumerMetrics(registry)
         self._accepted = self.metrics.messages.labels(MessageOutcome.ACCEPTED.value)
         self._registry = registry
@@ -94,9 +99,7 @@ class ConsumerService:
         # applied once per partition, so a rebalance does not rewind.
         self._start_offsets = dict(start_offsets or {})
         self._stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._positions: dict[int, int] = {}  # next offset stored, per partition
-        self._delivered_to: dict[int, int] = {}  # next offset the sink was handed, per partition
+        self._ledger = OffsetLedger()
         self.assigned_once = threading.Event()
         self.health = ServiceHealth(
             {
@@ -109,27 +112,26 @@ class ConsumerService:
             report_interval_s=settings.client_error_report_s,
             on_client_error=self.metrics.client_errors.inc,
         )
-        self._consumer = Consumer(
-            # The user's librdkafka options win over the defaults, never over
-            # the guarantees (client_config layers them).
-            settings.kafka.client_config(
-                _CONSUMER_DEFAULTS,
-                **{
-                    "group.id": settings.group_id,
-                    "auto.offset.reset": settings.auto_offset_reset,
-                    **(
-                        {"group.instance.id": settings.group_instance_id}
-                        if settings.group_instance_id
-                        else {}
-                    ),
-                    **_CONSUMER_GUARANTEES,
-                },
-                stats_cb=self._on_stats,
-                error_cb=self.health.client_error,
-            )
+        # The user's librdkafka options win over the defaults, never over the guarantees.
+        self._consumer = KafkaConsumer(
+            settings.kafka,
+            self.topic,
+            _CONSUMER_DEFAULTS,
+            group_id=settings.group_id,
+            on_error=self.health.client_error,
+            on_stats=self._on_stats,
+            fixed={
+                "auto.offset.reset": settings.auto_offset_reset,
+                **(
+                    {"group.instance.id": settings.group_instance_id}
+                    if settings.group_instance_id
+                    else {}
+                ),
+                **_CONSUMER_GUARANTEES,
+            },
         )
         self._dead_letters = DeadLetterWriter(
-            ReliableProducer(settings.kafka, error_cb=self.health.client_error),
+            ReliableProducer(settings.kafka, error_cb=error_callback(self.health.client_error)),
             settings.kafka.topics.dlq,
             self.stage,
             on_settled=self.metrics.dead_letter_settled,
@@ -161,19 +163,13 @@ class ConsumerService:
 
     def positions(self) -> dict[int, int]:
         """Next offset stored per partition (everything before it is in the sink)."""
-        with self._lock:
-            return dict(self._positions)
+        return self._ledger.stored()
 
     def run(self) -> None:
         """Consume until ``stop()`` (or a signal), then drain and close."""
         if self._http is not None:
             self._http.start()
-        self._consumer.subscribe(
-            [self.topic],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        self._consumer.subscribe(self)
         self.health.running = True
         log.info(
             "consumer_started",
@@ -183,105 +179,64 @@ class ConsumerService:
             http_port=self.http_port,
         )
         batch_sized_gc.enter(self.settings.batch_size)
-        sink, health = self._sink, self.health
+        consume, health = self._consumer.consume, self.health
+        batch_size, timeout = self.settings.batch_size, self.settings.batch_timeout_s
         try:
             while not self._stopping.is_set():
                 health.last_loop = time.monotonic()
-                messages = self._consumer.consume(
-                    self.settings.batch_size, self.settings.batch_timeout_s
-                )
-                if messages:
-                    self._handle_batch(messages)
-                self._tick(sink)
+                records = consume(batch_size, timeout)
+                if records:
+                    self._handle_batch(records)
+                self._tick()
         finally:
             health.running = False
             batch_sized_gc.exit()
             self._shutdown()
 
-    def _tick(self, sink: Sink) -> None:
+    def _tick(self) -> None:
         try:
-            sink.tick()
-            held = sink.held_offsets()
+            self._sink.tick()
+            held = self._sink.held_offsets()
         except Exception as exc:  # a sink may fail in any way; the next poll ticks again
             self.metrics.sink_failures.inc()
             log.error("sink_tick_failed", error=repr(exc))
             return
         if held is not None:
             # A tick may have released held offsets (a trace closed).
-            self._store(self._delivered_to, held)
+            stored = self._ledger.to_store(held)
+            if stored:
+                self._consumer.store(stored)
 
     # -- one batch ---------------------------------------------------------------
-    def _handle_batch(self, messages: list[Message]) -> None:
-        turns: list[ConsumedTurn] = []
-        next_offsets: dict[int, int] = {}
-        examine = self._validation.examine
-        wants_breaching = self._wants_breaching
-        # A sink that takes each turn as it is checked gets it at once, and the
-        # decoded record goes as soon as the sink is done with it; any other
-        # sink gets the batch's turns in ``write``.
-        hand_over = self._sink.take if self._sink.takes_turns_as_read else turns.append
-        handed = 0
-        for msg in messages:
-            error = msg.error()
-            if error is not None:
-                self._on_message_error(error)
-                continue
-            # _position(msg), inline: this loop runs once per message.
-            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-            if topic is None or partition is None or offset is None:
-                _position(msg)  # raises, naming the message's error
-                continue
-            next_offsets[partition] = offset + 1
-            try:
-                turn = examine(msg.value(), msg.key(), topic, partition, offset)
-            except Exception as exc:  # validations do not raise; if one does, still move on
-                turn = Rejection(DeadLetterReason.UNDECODABLE, f"validation failed: {exc!r}")
-            if type(turn) is ConsumedTurn:
-                if turn.rejection is None:
-                    hand_over(turn)
-                    handed += 1
-                    continue
-                self._dead_letter(msg, turn.rejection)
-                if wants_breaching:
-                    hand_over(turn)
-                    handed += 1
-            else:
-                self._dead_letter(msg, cast(Rejection, turn))
-        if not self._deliver(turns, handed):
+    def _handle_batch(self, records: list[Record]) -> None:
+        batch = hand_over(
+            records,
+            self._validation.examine,
+            self._sink.take,
+            self._dead_letter,
+            wants_breaching=self._sink.wants_breaching_turns,
+        )
+        if not self._deliver(batch.handed):
             return  # stopping before the batch was safe: it is redelivered, offsets untouched
-        self._delivered_to.update(next_offsets)
+        self._ledger.delivered(batch.next_offsets)
         try:
             held = self._sink.held_offsets()
         except Exception as exc:  # counted like a failed tick; offsets wait for the next one
             self.metrics.sink_failures.inc()
             log.error("sink_held_offsets_failed", error=repr(exc))
             return
-        self._store(next_offsets, held)
-        self._accepted.inc(handed)
+        stored = self._ledger.to_store(held, batch.next_offsets)
+        if stored:
+            self._consumer.store(stored)
+        self._accepted.inc(batch.handed)
 
-    def _store(self, next_offsets: Mapping[int, int], held: Mapping[int, int] | None) -> None:
-        """Store offsets the sink has the data for, never past what it still holds."""
-        if held is not None:
-            next_offsets = {p: min(o, held.get(p, o)) for p, o in next_offsets.items()}
-        assigned = set(self.health.partitions()) if next_offsets else set()
-        with self._lock:
-            advanced = {
-                p: o for p, o in next_offsets.items()
-                if p in assigned and o > self._positions.get(p, -1)
-            }
-            self._positions.update(advanced)
-        if advanced:
-            self._consumer.store_offsets(
-                offsets=[TopicPartition(self.topic, p, o) for p, o in advanced.items()]
-            )
-
-    def _dead_letter(self, msg: Message, rejection: Rejection) -> None:
-        topic, partition, offset = _position(msg)
-        value = msg.value()
+    def _dead_letter(self, record: Record, rejection: Rejection) -> None:
+        topic, partition, offset = record_position(record)
+        value = record.value()
         self._dead_letters.write(
             value=value,
-            key=msg.key(),
-            original_headers=message_headers(msg),  # type: ignore[arg-type]
+            key=record.key(),
+            original_headers=record_headers(record),
             reason=rejection.reason.value,
             error=rejection.error,
             topic=topic,
@@ -301,64 +256,48 @@ class ConsumerService:
             size=len(value or b""),
         )
 
-    def _deliver(self, turns: list[ConsumedTurn], handed: int) -> bool:
-        """Sink write, then dead letters settled; retried until done or stopping."""
+    def _deliver(self, handed: int) -> bool:
+        """Sink flush, then dead letters settled; retried until done or stopping."""
         attempt = 0
-        written = handed == 0
+        flushed = handed == 0
         while True:
             try:
-                if not written:
-                    self._sink.write(turns)
-                    written = True
+                if not flushed:
+                    self._sink.flush()
+                    flushed = True
                 if self._dead_letters.pending() == 0 or self._dead_letters.flush(1.0) == 0:
                     return True
             except Exception as exc:  # a sink may fail in any way; the batch is retried
                 self.metrics.sink_failures.inc()
                 log.error("sink_write_failed", error=repr(exc), turns=handed, attempt=attempt)
             if self._stopping.is_set():
-                log.warning("batch_abandoned_at_shutdown", turns=handed, written=written)
+                log.warning("batch_abandoned_at_shutdown", turns=handed, written=flushed)
                 return False
             self._stopping.wait(_SINK_RETRY_BACKOFF_S[min(attempt, len(_SINK_RETRY_BACKOFF_S) - 1)])
             attempt += 1
 
-    # -- callbacks -----------------------------------------------------------------
-    def _on_message_error(self, error: KafkaError) -> None:
-        if error.code() == KafkaError._PARTITION_EOF:
-            return
-        if error.fatal():
-            raise KafkaException(error)
-        self.health.client_error(error)
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        starts = []
-        for tp in partitions:
-            start = self._start_offsets.pop(tp.partition, None)
-            if start is not None:
-                tp.offset = start
-            starts.append(tp)
-        if any(tp.offset >= 0 for tp in starts):
-            consumer.assign(starts)
-        self.health.assigned({tp.partition for tp in partitions})
-        log.info("partitions_assigned", partitions=sorted(tp.partition for tp in partitions))
+    # -- rebalances (the consumer's RebalanceListener) ------------------------------
+    def assigned(self, partitions: list[int]) -> Mapping[int, int]:
+        starts = {p: o for p in partitions if (o := self._start_offsets.pop(p, None)) is not None}
+        self._ledger.assigned(partitions)
+        self.health.assigned(set(partitions))
+        log.info("partitions_assigned", partitions=sorted(partitions))
         self.assigned_once.set()
+        return starts
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._commit([tp.partition for tp in partitions])
+    def revoked(self, partitions: set[int]) -> None:
+        self._commit(partitions)
         self._forget(partitions)
-        log.info("partitions_revoked", partitions=sorted(tp.partition for tp in partitions))
+        log.info("partitions_revoked", partitions=sorted(partitions))
 
-    def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def lost(self, partitions: set[int]) -> None:
         # Another member owns them already: committing now could rewind its work.
         self._forget(partitions)
-        log.warning("partitions_lost", partitions=sorted(tp.partition for tp in partitions))
+        log.warning("partitions_lost", partitions=sorted(partitions))
 
-    def _forget(self, partitions: list[TopicPartition]) -> None:
-        gone = {tp.partition for tp in partitions}
+    def _forget(self, gone: set[int]) -> None:
         self.health.revoked(gone)
-        with self._lock:
-            for p in gone:
-                self._positions.pop(p, None)
-                self._delivered_to.pop(p, None)
+        self._ledger.forget(gone)
         self._validation.forget_partitions(gone)
         try:
             self._sink.partitions_revoked(gone)
@@ -369,18 +308,13 @@ class ConsumerService:
             with contextlib.suppress(KeyError):  # no statistics arrived for it yet
                 self.metrics.lag.remove(self.topic, str(p))
 
-    def _commit(self, partitions: list[int] | None = None) -> None:
-        with self._lock:
-            offsets = [
-                TopicPartition(self.topic, p, o)
-                for p, o in self._positions.items()
-                if partitions is None or p in partitions
-            ]
+    def _commit(self, partitions: set[int] | None = None) -> None:
+        offsets = self._ledger.to_commit(partitions)
         if not offsets:
             return
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
+            self._consumer.commit(offsets)
+        except BrokerError as exc:
             log.warning("offset_commit_failed", error=str(exc))
 
     def _on_stats(self, stats_json: str) -> None:
@@ -409,16 +343,3 @@ class ConsumerService:
             if self._http is not None:
                 self._http.close()
         log.info("consumer_stopped", group_id=self.settings.group_id)
-
-
-def message_headers(msg: Message) -> list[tuple[str, bytes | None]]:
-    """A consumed message's headers: a list of (name, bytes) pairs (the stubs allow more)."""
-    return cast(list[tuple[str, bytes | None]], msg.headers() or [])
-
-
-def _position(msg: Message) -> tuple[str, int, int]:
-    """Topic, partition, offset of a consumed message (only error events lack them)."""
-    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-    if topic is None or partition is None or offset is None:
-        raise KafkaException(f"consumed message without a position: {msg.error()}")
-    return topic, partition, offset

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import ClassVar, NamedTuple, cast
 
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
+from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.events import TurnEvent
 from turnaudit.identity import Placement
-from turnaudit.kafka.dead_letters import DeadLetterReason
 from turnaudit.serialization.wire import DecodedTurnEvent
 
 IN_ORDER = SequenceCheck(SequenceOutcome.IN_ORDER)
@@ -53,41 +53,38 @@ class Sink(abc.ABC):
 
     Hooks, in the order the runtime calls them:
 
-    * ``take(turn)``, only for a sink with ``takes_turns_as_read``: each turn
-      of the batch in hand as soon as it was checked, in order, so the
-      runtime holds no decoded record until the batch ends (a sink that counts
-      or renders each turn keeps only what it made of it).
-    * ``write(turns)`` once per batch: returns once the sink holds the batch
-      (flushed to its output, or counted). Raising makes the runtime retry
-      the same batch; its offsets are stored only after a successful write.
-      A sink with ``takes_turns_as_read`` gets no turns here (``take`` had
-      them): its ``write`` makes what it took since the last successful
-      ``write`` durable, and keeps it pending while it raises.
+    * ``take(turn)``: each turn of the batch in hand as soon as it was checked,
+      in order, so the runtime holds no decoded record until the batch ends (a
+      sink that counts or renders each turn keeps only what it made of it).
+    * ``flush()`` once per batch that handed it turns: returns once what it
+      took since the last successful ``flush`` is durable (written to its
+      output, or counted). Raising makes the runtime call ``flush`` again; what
+      was taken stays pending, and the batch's offsets are stored only after a
+      successful flush.
     * ``tick()`` on every poll, even an empty one (a sink that closes work on
       a quiet stream); a failure is counted and logged, the next poll ticks again.
-    * ``held_offsets()`` after every write and tick: per partition, the first
+    * ``held_offsets()`` after every flush and tick: per partition, the first
       offset the sink still needs after a restart (stored offsets never pass
       it), or ``None`` for a sink that holds nothing back.
     * ``partitions_revoked(partitions)`` when partitions move to another
       member of the group (revoked, or lost): what the sink keeps for them
       (open work, held offsets) is the new owner's to rebuild, from the
       offsets stored so far.
-    * ``close()`` once, after the last write, when the service stops.
+    * ``close()`` once, after the last flush, when the service stops.
 
     ``wants_breaching_turns``: also hand over turns that broke a contract
     (with their breaches), besides dead-lettering them.
+
+    A sink that writes whole batches derives from ``BatchingSink`` instead.
     """
 
     wants_breaching_turns: ClassVar[bool] = False
-    takes_turns_as_read: ClassVar[bool] = False
-
-    def take(self, turn: ConsumedTurn) -> None:
-        raise NotImplementedError(
-            f"{type(self).__name__} sets takes_turns_as_read and must define take()"
-        )
 
     @abc.abstractmethod
-    def write(self, turns: Sequence[ConsumedTurn]) -> None: ...
+    def take(self, turn: ConsumedTurn) -> None: ...
+
+    @abc.abstractmethod
+    def flush(self) -> None: ...
 
     def tick(self) -> None:
         return
@@ -100,3 +97,23 @@ class Sink(abc.ABC):
 
     def close(self) -> None:
         return
+
+
+class BatchingSink(Sink):
+    """A sink that writes the turns of a batch together: ``take`` keeps them,
+    ``flush`` hands them to ``write_batch`` and forgets them once it returned."""
+
+    def __init__(self) -> None:
+        self._pending: list[ConsumedTurn] = []
+
+    def take(self, turn: ConsumedTurn) -> None:
+        self._pending.append(turn)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.write_batch(self._pending)
+            self._pending = []  # written: a failure above keeps them for the retry
+
+    @abc.abstractmethod
+    def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
+        """Make these turns durable; raising keeps them pending."""

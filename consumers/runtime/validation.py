@@ -15,10 +15,10 @@ import structlog
 from turnaudit.consumers.runtime.consumer_metrics import CHAIN_BREAK_KINDS, ConsumerMetrics
 from turnaudit.consumers.runtime.sink import IN_ORDER, ConsumedTurn, Rejection
 from turnaudit.contracts import Contract, check_event, check_key, identity_breach
+from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.errors import SchemaNotFoundError, SerializationError, UnknownFramingError
 from turnaudit.htir import HtirTrace
 from turnaudit.identity import StreamTracker, TrackResult, TurnOutcome
-from turnaudit.kafka.dead_letters import DeadLetterReason
 from turnaudit.serialization.wire import (
     DecodedTurnEvent,
     TurnEventDeserializer,

@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from multiprocessing.connection import wait as wait_for_sentinels
@@ -221,14 +221,9 @@ class RedeliveryMarkingSink(Sink):
         self._next: dict[int, int] = {}  # this worker's next offset per partition
         self._floor: dict[int, int] = {}  # the service's delivered offset when picked up
         self.on_marked: Callable[[int], None] = lambda _n: None
-        # The batch in hand: next offset per partition, turns for an inner sink
-        # that wants them in ``write``, how many were marked.
+        # The batch in hand: next offset per partition, how many were marked.
         self._batch_next: dict[int, int] = {}
-        self._pending: list[ConsumedTurn] = []
         self._marked = 0
-
-    # Takes each turn as read, so an inner sink that does too keeps doing so.
-    takes_turns_as_read = True
 
     def take(self, turn: ConsumedTurn) -> None:
         partition, offset = turn.partition, turn.offset
@@ -241,20 +236,15 @@ class RedeliveryMarkingSink(Sink):
         if offset < self._floor.get(partition, -1) and turn.sequence.counts_as_turn:
             turn = turn._replace(sequence=REDELIVERED)
             self._marked += 1
-        if self._inner.takes_turns_as_read:
-            self._inner.take(turn)
-        else:
-            self._pending.append(turn)
+        self._inner.take(turn)
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        for turn in turns:  # a caller that hands the batch here rather than to take()
-            self.take(turn)
-        self._inner.write(self._pending)  # raising keeps the batch pending for the retry
+    def flush(self) -> None:
+        self._inner.flush()  # raising keeps the batch pending for the retry
         for partition, offset in self._batch_next.items():
             self._next[partition] = offset
             self._delivered.labels(self._topic, str(partition)).set(offset)
         marked = self._marked
-        self._batch_next, self._pending, self._marked = {}, [], 0
+        self._batch_next, self._marked = {}, 0
         if marked:
             self.on_marked(marked)
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from tests.support.events import encode, turn
+from tests.support.sinks import deliver
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.consumers.settings import MetricsSettings, ServiceName, ServiceSettings
@@ -46,7 +47,7 @@ def pack_stream(packs: int) -> list[ConsumedTurn]:
 def test_twelve_packs_with_default_settings_are_twelve_named_series() -> None:
     registry = CollectorRegistry()
     sink = VerdictMetricsSink(MetricsSettings(), registry)
-    sink.write(pack_stream(12))
+    deliver(sink, pack_stream(12))
     named = values(registry, "turnaudit_turns_total", "pack")
     assert named == {f"pack-{n:05d}" for n in range(12)}
     assert OTHER not in named
@@ -74,7 +75,7 @@ def test_ten_thousand_packs_are_the_limit_plus_other_and_the_bound_is_reported()
     stream = pack_stream(10_000)
     with structlog.testing.capture_logs() as logs:
         for start in range(0, len(stream), 500):
-            sink.write(stream[start : start + 500])
+            deliver(sink, stream[start : start + 500])
     named = values(registry, "turnaudit_turns_total", "pack")
     assert named == {f"pack-{n:05d}" for n in range(DEFAULT_LABEL_LIMIT)} | {OTHER}
     assert gauge(registry, "turnaudit_metrics_label_bound_reached", "pack") == 1
@@ -97,7 +98,7 @@ def test_ten_thousand_packs_are_the_limit_plus_other_and_the_bound_is_reported()
 def test_an_allow_list_still_wins_over_the_default_naming() -> None:
     registry = CollectorRegistry()
     sink = VerdictMetricsSink(MetricsSettings(packs=frozenset({"pack-00003"})), registry)
-    sink.write(pack_stream(12))
+    deliver(sink, pack_stream(12))
     assert values(registry, "turnaudit_turns_total", "pack") == {"pack-00003", OTHER}
     assert gauge(registry, "turnaudit_metrics_label_limit", "pack") == 0
     assert gauge(registry, "turnaudit_metrics_label_bound_reached", "pack") == 0

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from turnaudit.consumers.log_sink import TURN_EVENT, LogSinkService, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsService
-from turnaudit.consumers.runtime import ConsumerService, message_headers
+from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import (
     LogSinkSettings,
     MetricsSettings,
@@ -25,9 +25,10 @@ from turnaudit.consumers.settings import (
     ServiceSettings,
 )
 from turnaudit.contracts import Contract
-from turnaudit.kafka.dead_letters import read_dead_letter_headers
+from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.producers.simulator import PACKS, GroundTruth
+from turnaudit.records import record_headers
 from turnaudit.settings import KafkaSettings
 from turnaudit.verdicts import OutputPolicy
 
@@ -166,7 +167,7 @@ def _reconcile(
                     lines += 1
                     ids.add(line["event_id"])
     dead_letters = sum(
-        read_dead_letter_headers(message_headers(msg)).get("stage") in stages
+        read_dead_letter_headers(record_headers(msg)).get("stage") in stages
         for msg in read_range(
             settings, settings.topics.dlq, dlq_before, end_offsets(settings, settings.topics.dlq)
         )

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from tests.support.events import encode, task_turn
+from tests.support.sinks import deliver
 from tests.support.streams import (
     consumed_everything,
     feeder,
@@ -35,6 +36,7 @@ from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, message_headers
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
+from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.errors import EventRefusedError
 from turnaudit.evaluation import review_pack
 from turnaudit.evaluation.auditors import RuleBasedAuditor
@@ -42,7 +44,6 @@ from turnaudit.evaluation.errors import ContaminatedLabelPackError, ReviewPackEr
 from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.labels import TaskLabel, labels_from_ground_truth
 from turnaudit.htir import HtirTrace
-from turnaudit.kafka.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.producers.adapter import TurnAuditEmitter
@@ -464,7 +465,9 @@ def test_a_revoked_partition_holds_no_offset_back_even_for_an_unacknowledged_tra
 
     closed = [task_turn("s-a", "task-a", step, last=1) for step in (0, 1)]
     still_open = task_turn("s-b", "task-b", 0, last=3)
-    sink.write([consumed(closed[0], 0, 40), consumed(still_open, 1, 7), consumed(closed[1], 0, 41)])
+    deliver(
+        sink, [consumed(closed[0], 0, 40), consumed(still_open, 1, 7), consumed(closed[1], 0, 41)]
+    )
     assert sink.published == 0  # not acknowledged
     assert sink.held_offsets() == {0: 40, 1: 7}
 

@@ -23,23 +23,25 @@ from tests.support.streams import (
     service_settings,
     wait_for,
 )
-from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink, message_headers
+from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn, ConsumerService
 from turnaudit.consumers.settings import ServiceName
-from turnaudit.kafka.dead_letters import read_dead_letter_headers
+from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.records import record_headers
 from turnaudit.serialization.schemas import schema_from_json, shipped_catalog
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker
 
 
-class RecordingSink(Sink):
+class RecordingSink(BatchingSink):
     def __init__(self) -> None:
+        super().__init__()
         self.positions: set[tuple[int, int]] = set()
         self.event_ids: set[str] = set()
         self._lock = threading.Lock()
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
+    def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
         with self._lock:
             for t in turns:
                 self.positions.add((t.partition, t.offset))
@@ -116,7 +118,7 @@ def test_bad_messages_in_valid_traffic_every_valid_event_in_every_bad_one_accoun
     letters = {
         (int(h["partition"]), int(h["offset"])): h
         for h in (
-            read_dead_letter_headers(message_headers(m))
+            read_dead_letter_headers(record_headers(m))
             for m in read_range(
                 kafka_settings,
                 kafka_settings.topics.dlq,

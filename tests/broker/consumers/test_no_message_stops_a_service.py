@@ -28,10 +28,10 @@ from tests.support.streams import (
     wait_for,
 )
 from turnaudit.consumers.metrics import VerdictMetricsService
-from turnaudit.consumers.runtime import message_headers
 from turnaudit.consumers.settings import ServiceName
-from turnaudit.kafka.dead_letters import TRUNCATED_VALUE_BYTES, read_dead_letter_headers
+from turnaudit.dead_letters import TRUNCATED_VALUE_BYTES, read_dead_letter_headers
 from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.records import record_headers
 from turnaudit.serialization.schemas import schema_from_json, shipped_catalog
 from turnaudit.settings import KafkaSettings
 
@@ -70,7 +70,7 @@ def consume_all(service: VerdictMetricsService, settings: KafkaSettings) -> None
 def dead_letters(settings: KafkaSettings) -> list[tuple[dict[str, str], bytes, bytes]]:
     end = end_offsets(settings, settings.topics.dlq)
     return [
-        (read_dead_letter_headers(message_headers(m)), m.value() or b"", m.key() or b"")
+        (read_dead_letter_headers(record_headers(m)), m.value() or b"", m.key() or b"")
         for m in read_range(settings, settings.topics.dlq, None, end)
     ]
 

@@ -24,12 +24,13 @@ from tests.support.streams import (
     wait_for,
 )
 from turnaudit.consumers.metrics import VerdictMetricsService
-from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink, message_headers
+from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.runtime.gc_sizing import GC_OBJECTS_PER_MESSAGE as _GC_OBJECTS_PER_MESSAGE
 from turnaudit.consumers.settings import MetricsSettings, ServiceName
-from turnaudit.kafka.dead_letters import DeadLetterReason, read_dead_letter_headers
+from turnaudit.dead_letters import DeadLetterReason, read_dead_letter_headers
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.producers.simulator import PACKS
+from turnaudit.records import record_headers
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker
@@ -85,7 +86,7 @@ def test_poison_messages_go_to_the_dlq_with_their_reason_and_the_service_keeps_c
         for m in read_range(kafka_settings, kafka_settings.topics.turn_events, None, end)
     }
     for letter in letters:
-        headers = read_dead_letter_headers(message_headers(letter))
+        headers = read_dead_letter_headers(record_headers(letter))
         value, reason = poison[letter.key() or b""]
         assert letter.value() == value
         assert headers["reason"] == reason
@@ -130,15 +131,16 @@ def test_sequence_gaps_and_redeliveries_are_counted_not_dead_lettered(
     assert sum(end_offsets(kafka_settings, kafka_settings.topics.dlq).values()) == 0
 
 
-class FlakySink(Sink):
-    """Fails its first ``failures`` writes, then records every event id it gets."""
+class FlakySink(BatchingSink):
+    """Fails its first ``failures`` batch writes, then records every event id it gets."""
 
     def __init__(self, failures: int) -> None:
+        super().__init__()
         self.failures = failures
         self.ids: list[str] = []
         self.gc_gen0: set[int] = set()  # the collector's threshold while the service runs
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
+    def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
         self.gc_gen0.add(gc.get_threshold()[0])
         if self.failures:
             self.failures -= 1
@@ -146,29 +148,32 @@ class FlakySink(Sink):
         self.ids += [t.event["event_id"] for t in turns]
 
 
-class FlakyTakingSink(FlakySink):
-    """Takes each turn as it is checked; its failing writes keep what they took pending."""
-
-    takes_turns_as_read = True
+class FlakyTakingSink(Sink):
+    """Keeps each turn's id as it is taken; its failing flushes keep them pending."""
 
     def __init__(self, failures: int) -> None:
-        super().__init__(failures)
+        self.failures = failures
+        self.ids: list[str] = []
+        self.gc_gen0: set[int] = set()
         self.pending: list[str] = []
-        self.empty_writes = 0
+        self.flushes = 0
 
     def take(self, turn: ConsumedTurn) -> None:
         self.pending.append(turn.event["event_id"])
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        self.empty_writes += not turns
-        super().write(turns)  # raises while failing: the taken turns stay pending
+    def flush(self) -> None:
+        self.flushes += 1
+        self.gc_gen0.add(gc.get_threshold()[0])
+        if self.failures:
+            self.failures -= 1
+            raise OSError("disk full")  # the taken turns stay pending
         self.ids += self.pending
         self.pending = []
 
 
 @pytest.mark.parametrize("sink_kind", [FlakySink, FlakyTakingSink])
 def test_a_failing_sink_gets_the_same_batch_again_and_nothing_is_lost(
-    kafka_settings: KafkaSettings, sink_kind: type[FlakySink]
+    kafka_settings: KafkaSettings, sink_kind: type[FlakySink | FlakyTakingSink]
 ) -> None:
     events = [turn(f"s-flaky-{n % 7}", n // 7) for n in range(300)]
     produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e)) for e in events])
@@ -184,7 +189,7 @@ def test_a_failing_sink_gets_the_same_batch_again_and_nothing_is_lost(
     assert sorted(sink.ids) == sorted(e["event_id"] for e in events)
     if isinstance(sink, FlakyTakingSink):
         assert sink.pending == []
-        assert sink.empty_writes >= 3  # the batch's write, retried, with no turns handed
+        assert sink.flushes >= 3  # the batch's flush, retried
     assert registry.get_sample_value("turnaudit_sink_failures_total") == 2
     # The collector was sized to a batch while the service ran, and is back after.
     assert sink.gc_gen0 == {max(threshold[0], settings.batch_size * _GC_OBJECTS_PER_MESSAGE)}

@@ -16,7 +16,7 @@ import avro.schema
 import pytest
 
 from tests.support.broker import local_broker_settings
-from turnaudit.kafka.dead_letters import read_dead_letter_headers
+from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.local_broker import LocalKafkaBroker, free_port
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.kafka.topics import ensure_topics

@@ -6,6 +6,8 @@ from confluent_kafka import KafkaError
 from structlog.testing import capture_logs
 
 from turnaudit.consumers.runtime.health import LOOP_STALL_S, ServiceHealth
+from turnaudit.kafka.consumer import client_error
+from turnaudit.records import ClientError
 
 
 class Clock:
@@ -25,12 +27,14 @@ def health(clock: Clock, report_s: float = 30.0) -> ServiceHealth:
     return h
 
 
-def down() -> KafkaError:
-    return KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down")
+def down() -> ClientError:
+    return client_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
 
 
-def refused() -> KafkaError:
-    return KafkaError(KafkaError._TRANSPORT, "Connect to 127.0.0.1:1 failed: Connection refused")
+def refused() -> ClientError:
+    return client_error(
+        KafkaError(KafkaError._TRANSPORT, "Connect to 127.0.0.1:1 failed: Connection refused")
+    )
 
 
 def test_readiness_needs_partitions_and_a_broker_liveness_only_a_turning_loop() -> None:

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from tests.support.events import encode, turn
+from tests.support.sinks import deliver
 from turnaudit.consumers.log_sink import (
     TURN_EVENT,
     LogSink,
@@ -60,7 +61,7 @@ def test_one_line_per_turn_with_the_verdicts_and_where_it_was_read() -> None:
     registry = CollectorRegistry()
     sink = LogSink(LogSinkSettings(), registry)
     with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
-        sink.write([consumed(REFUSED, offset=7), consumed(turn("s-2", 0), offset=8)])
+        deliver(sink, [consumed(REFUSED, offset=7), consumed(turn("s-2", 0), offset=8)])
     assert [line["event"] for line in logs] == ["turn", "turn"]
     line = logs[0]
     assert line["event_id"] == "s-1-4"
@@ -98,8 +99,8 @@ def test_hash_redaction_is_a_keyed_hmac_and_full_keeps_the_text() -> None:
     hashed = LogSink(LogSinkSettings(SurfaceRedaction.HASH, KEY), CollectorRegistry())
     full = LogSink(LogSinkSettings(SurfaceRedaction.FULL), CollectorRegistry())
     with capture_logs() as logs:
-        hashed.write([consumed(REFUSED)])
-        full.write([consumed(REFUSED)])
+        deliver(hashed, [consumed(REFUSED)])
+        deliver(full, [consumed(REFUSED)])
     expected = "hmac-sha256:" + hmac.new(KEY, b"[refusal] no", hashlib.sha256).hexdigest()
     assert logs[0]["surface_hmac"] == expected
     assert "surface" not in logs[0]
@@ -117,7 +118,7 @@ def test_file_output_rotates_by_size_and_every_line_is_json(tmp_path: Path) -> N
     settings = LogSinkSettings(file=tmp_path / "turns.jsonl", file_max_bytes=4096, file_backups=50)
     with service_logging():
         sink = LogSink(settings, CollectorRegistry())
-        sink.write([consumed(turn(f"s-{n}", 0), offset=n) for n in range(40)])
+        deliver(sink, [consumed(turn(f"s-{n}", 0), offset=n) for n in range(40)])
         sink.close()
     files = sorted(tmp_path.glob("turns.jsonl*"))
     lines = [json.loads(t) for f in files for t in f.read_text().splitlines()]
@@ -136,7 +137,7 @@ def test_event_time_lines_carry_the_turns_time_and_render_the_same_bytes_twice(
         with service_logging():
             settings = LogSinkSettings(file=tmp_path / name)
             sink = LogSink(settings, CollectorRegistry(), event_time=True)
-            sink.write(batch)
+            deliver(sink, batch)
             sink.close()
         outputs.append((tmp_path / name).read_bytes())
     assert outputs[0] == outputs[1]
@@ -174,8 +175,8 @@ def test_lines_rendered_by_the_sink_are_the_lines_the_structlog_chain_renders(
     turns = simulated_turns(300)
     with service_logging(), structlog.contextvars.bound_contextvars(deployment="eu-1"):
         sink = LogSink(settings, CollectorRegistry())
-        sink.write(turns[:120])
-        sink.write(turns[120:])
+        deliver(sink, turns[:120])
+        deliver(sink, turns[120:])
         sink.close()
         # The same turns, one structlog call each through the configured chain.
         writer = TurnLineWriter(LogSinkSettings(file=tmp_path / "chain.jsonl"))
@@ -211,7 +212,7 @@ def test_lines_to_stdout_follow_what_was_printed_before(capsys: pytest.CaptureFi
     with service_logging():
         sink = LogSink(LogSinkSettings(), CollectorRegistry())
         sys.stdout.write("before\n")
-        sink.write([consumed(REFUSED, offset=7), consumed(turn("s-2", 0), offset=8)])
+        deliver(sink, [consumed(REFUSED, offset=7), consumed(turn("s-2", 0), offset=8)])
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "before"
     lines = [json.loads(text) for text in out[1:]]
@@ -223,8 +224,8 @@ def test_a_batch_spanning_rotations_keeps_every_line_once_in_order(tmp_path: Pat
     settings = LogSinkSettings(file=tmp_path / "turns.jsonl", file_max_bytes=2048, file_backups=50)
     with service_logging():
         sink = LogSink(settings, CollectorRegistry())
-        sink.write([consumed(turn(f"s-{n}", 0), offset=n) for n in range(25)])
-        sink.write([consumed(turn(f"s-{n}", 0), offset=n) for n in range(25, 30)])
+        deliver(sink, [consumed(turn(f"s-{n}", 0), offset=n) for n in range(25)])
+        deliver(sink, [consumed(turn(f"s-{n}", 0), offset=n) for n in range(25, 30)])
         sink.close()
     # Oldest backup first: turns.jsonl.N ... turns.jsonl.1, then turns.jsonl.
     backups = sorted(tmp_path.glob("turns.jsonl.*"), key=lambda f: -int(f.suffix.lstrip(".")))
@@ -239,23 +240,22 @@ def test_a_restarted_log_sink_appends_after_the_last_whole_line(tmp_path: Path) 
     path.write_bytes(b'{"event_id": "a"}\n{"event_id": "b", "ses')
     with service_logging():
         writer = LogSink(LogSinkSettings(file=path), CollectorRegistry())
-        writer.write([consumed(REFUSED)])
+        deliver(writer, [consumed(REFUSED)])
         writer.close()
     lines = path.read_bytes().splitlines()
     assert lines[0] == b'{"event_id": "a"}'
     assert [orjson.loads(line)["event_id"] for line in lines[1:]] == [REFUSED["event_id"]]
 
 
-def test_turns_taken_as_read_are_written_at_the_batch_write_and_kept_until_it_succeeds(
+def test_turns_taken_are_written_at_the_flush_and_kept_until_it_succeeds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     turns = simulated_turns(40)
     with service_logging():
         sink = LogSink(LogSinkSettings(file=tmp_path / "taken.jsonl"), CollectorRegistry())
-        assert sink.takes_turns_as_read
         for t in turns[:30]:
             sink.take(t)
-        assert (tmp_path / "taken.jsonl").read_bytes() == b""  # nothing before the write
+        assert (tmp_path / "taken.jsonl").read_bytes() == b""  # nothing before the flush
         write_block = sink._writer.write_block
         failures = iter([OSError("disk full")])
 
@@ -266,12 +266,12 @@ def test_turns_taken_as_read_are_written_at_the_batch_write_and_kept_until_it_su
 
         monkeypatch.setattr(sink._writer, "write_block", failing_once)
         with pytest.raises(OSError, match="disk full"):
-            sink.write([])
-        sink.write([])  # the runtime's retry: the taken lines are still pending
-        sink.write(turns[30:])  # handed to write directly, as before
+            sink.flush()
+        sink.flush()  # the runtime's retry: the taken lines are still pending
+        deliver(sink, turns[30:])
         sink.close()
         whole = LogSink(LogSinkSettings(file=tmp_path / "whole.jsonl"), CollectorRegistry())
-        whole.write(turns)
+        deliver(whole, turns)
         whole.close()
     taken = [json.loads(t) for t in (tmp_path / "taken.jsonl").read_text().splitlines()]
     expected = [json.loads(t) for t in (tmp_path / "whole.jsonl").read_text().splitlines()]

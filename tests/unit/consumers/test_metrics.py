@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Histogram
 
 from tests.support.events import encode, turn
+from tests.support.sinks import deliver
 from tests.support.streams import (
     Samples,
     counter_samples,
@@ -60,10 +61,10 @@ def test_a_flood_of_new_pack_and_domain_ids_adds_no_series() -> None:
     registry = CollectorRegistry()
     settings = MetricsSettings(packs=frozenset({"medical"}), domains=frozenset({"howto"}))
     sink = VerdictMetricsSink(settings, registry)
-    sink.write([consumed(turn("s-a", 0, pack="medical"))])
-    sink.write([consumed(turn(f"s-{n}", 0, pack=f"pack-{n}")) for n in range(100)])
+    deliver(sink, [consumed(turn("s-a", 0, pack="medical"))])
+    deliver(sink, [consumed(turn(f"s-{n}", 0, pack=f"pack-{n}")) for n in range(100)])
     after_100 = series(registry)
-    sink.write([consumed(turn(f"s-{n}", 0, pack=f"pack-{n}")) for n in range(100, 300)])
+    deliver(sink, [consumed(turn(f"s-{n}", 0, pack=f"pack-{n}")) for n in range(100, 300)])
     assert series(registry) == after_100
     packs = {dict(labels).get("pack") for _, labels in after_100} - {None}
     assert packs == {"medical", OTHER}
@@ -81,7 +82,7 @@ def test_a_recognised_redelivery_is_not_counted_twice() -> None:
         surface="[refusal] no",
         surface_before_hedge="[refusal] no",
     )
-    sink.write([consumed(event), consumed(event, SequenceOutcome.DUPLICATE)])
+    deliver(sink, [consumed(event), consumed(event, SequenceOutcome.DUPLICATE)])
     assert sample_total(registry, "turnaudit_turns_total") == 1
     assert sample_total(registry, "turnaudit_refused_turns_total") == 1
 
@@ -92,7 +93,7 @@ def test_delay_from_the_turns_time_to_counted_is_observed() -> None:
     sink = VerdictMetricsSink(
         MetricsSettings(), registry, clock=lambda: occurred.timestamp() + 0.04
     )
-    sink.write(
+    deliver(sink,
         [
             consumed(
                 turn(
@@ -130,10 +131,10 @@ def test_a_batch_counts_exactly_what_its_turns_say_per_label_set() -> None:
     batched, one_by_one = CollectorRegistry(), CollectorRegistry()
     sink = VerdictMetricsSink(settings, batched, clock=lambda: 4e9)
     for start in range(0, len(turns), 500):
-        sink.write(turns[start : start + 500])
+        deliver(sink, turns[start : start + 500])
     single = VerdictMetricsSink(settings, one_by_one, clock=lambda: 4e9)
     for t in turns:
-        single.write([t])
+        deliver(single, [t])
 
     # The expected series, tallied turn by turn from the events themselves.
     expected: Samples = {}
@@ -194,7 +195,7 @@ def test_a_batch_counts_exactly_what_its_turns_say_per_label_set() -> None:
 def test_a_batch_of_redeliveries_only_counts_nothing() -> None:
     registry = CollectorRegistry()
     sink = VerdictMetricsSink(MetricsSettings(), registry)
-    sink.write([consumed(turn("s-r", n), SequenceOutcome.DUPLICATE) for n in range(3)])
+    deliver(sink, [consumed(turn("s-r", n), SequenceOutcome.DUPLICATE) for n in range(3)])
     assert sink.counted == 0
     assert sample_total(registry, "turnaudit_turns_total") == 0
     assert registry.get_sample_value("turnaudit_turn_count_delay_seconds_count") == 0
@@ -235,18 +236,17 @@ def test_a_labelled_histogram_refuses_a_batch_as_it_refuses_observe() -> None:
     assert str(by_batch.value) == str(by_observe.value)
 
 
-def test_turns_taken_one_by_one_are_counted_only_when_the_batch_is_written() -> None:
+def test_turns_taken_one_by_one_are_counted_only_when_the_batch_is_flushed() -> None:
     registry = CollectorRegistry()
     sink = VerdictMetricsSink(MetricsSettings(), registry)
-    assert sink.takes_turns_as_read
     turns = [consumed(turn(f"s-take-{n}", 0)) for n in range(5)]
     for t in turns:
         sink.take(t)
     assert sample_total(registry, "turnaudit_turns_total") == 0
     assert registry.get_sample_value("turnaudit_turn_count_delay_seconds_count") == 0
-    sink.write([])
+    sink.flush()
     assert sample_total(registry, "turnaudit_turns_total") == 5
     assert registry.get_sample_value("turnaudit_turn_count_delay_seconds_count") == 5
-    sink.write([])  # nothing taken since: nothing added
+    sink.flush()  # nothing taken since: nothing added
     assert sample_total(registry, "turnaudit_turns_total") == 5
     assert sink.counted == 5

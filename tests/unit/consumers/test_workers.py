@@ -108,14 +108,15 @@ def test_mirroring_registry_puts_callback_figures_into_the_multiprocess_files(
 
 MARKING_SCRIPT = """
 import sys
-from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
+from turnaudit.consumers.runtime.sink import BatchingSink, ConsumedTurn
 from turnaudit.consumers.runtime.workers import RedeliveryMarkingSink
 from turnaudit.identity import TrackResult, TurnOutcome
 
-class Kept(Sink):
+class Kept(BatchingSink):
     def __init__(self):
+        super().__init__()
         self.turns = []
-    def write(self, turns):
+    def write_batch(self, turns):
         self.turns.extend(turns)
 
 def turns(partition, offsets):
@@ -133,7 +134,9 @@ for batch in sys.argv[2:]:
         continue
     writer = other if batch.startswith("other:") else sink
     partition, first, last = map(int, batch.removeprefix("other:").split(":"))
-    writer.write(turns(partition, range(first, last)))
+    for turn in turns(partition, range(first, last)):
+        writer.take(turn)
+    writer.flush()
 print(sum(marked), ",".join(f"{t.partition}:{t.offset}" for t in kept.turns
                             if t.sequence.redelivered))
 """

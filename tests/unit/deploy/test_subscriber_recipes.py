@@ -6,7 +6,7 @@ import avro.schema
 
 from tests.support import PROJECT_ROOT
 from turnaudit.commands.schemas import java_long
-from turnaudit.kafka.dead_letters import DeadLetterReason, dead_letter_headers
+from turnaudit.dead_letters import DeadLetterReason, dead_letter_headers
 from turnaudit.kafka.topics import topic_specs
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.settings import KafkaSettings, TopicNames
