@@ -42,11 +42,6 @@ def examine_by_kind(value: bytes | None, key: bytes | None, topic: str, partitio
                         rejection=breach)
 
 
-records_strategy = st.lists(
-    st.tuples(st.integers(0, 3), st.sampled_from(KINDS)), max_size=60
-).map(lambda rows: _numbered(rows))
-
-
 def _numbered(rows: list[tuple[int, str]]) -> list[StoredRecord]:
     """Records in consumer order: each partition's offsets increase."""
     next_offset: dict[int, int] = {}
@@ -56,6 +51,11 @@ def _numbered(rows: list[tuple[int, str]]) -> list[StoredRecord]:
         next_offset[partition] = offset + random.Random(offset).randint(1, 3)
         out.append(StoredRecord("t", partition, offset, b"k", kind.encode()))
     return out
+
+
+records_strategy = st.lists(
+    st.tuples(st.integers(0, 3), st.sampled_from(KINDS)), max_size=60
+).map(_numbered)
 
 
 @given(records=records_strategy, wants_breaching=st.booleans())
