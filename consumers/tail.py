@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO, cast
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from turnaudit.contracts import check_event
-from turnaudit.errors import BrokerError, SerializationError
+from turnaudit.errors import SerializationError
 from turnaudit.events import TurnEvent, occurred_moment
+from turnaudit.kafka.offsets import offsets_at
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -90,35 +91,6 @@ def format_turn(
     return f"{head} | {_verdict_text(event)} {where}"
 
 
-def start_positions(
-    consumer: Consumer, topic: str, since: datetime | None, timeout: float = 10.0
-) -> list[TopicPartition]:
-    """Every partition of ``topic`` at its end, or at the first message at/after ``since``."""
-    metadata = consumer.list_topics(topic, timeout=timeout)
-    if topic not in metadata.topics or metadata.topics[topic].error is not None:
-        raise BrokerError(f"topic {topic} does not exist")
-    partitions = sorted(metadata.topics[topic].partitions)
-    if since is None:
-        # The end as it is now, resolved before the caller says "ready": a
-        # logical OFFSET_END would be resolved at the first fetch and skip
-        # whatever arrived in between.
-        return [
-            TopicPartition(
-                topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p), timeout)[1]
-            )
-            for p in partitions
-        ]
-    millis = int(since.timestamp() * 1000)
-    found = consumer.offsets_for_times(
-        [TopicPartition(topic, p, millis) for p in partitions], timeout=timeout
-    )
-    # -1: nothing at or after that time in this partition yet; start at its end.
-    return [
-        TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END)
-        for tp in found
-    ]
-
-
 def tail_turns(
     settings: KafkaSettings,
     out: TextIO,
@@ -133,6 +105,10 @@ def tail_turns(
     """Print turns until ``stop`` is set or ``limit`` lines were printed; return the count."""
     topic = settings.topics.turn_events
     decode = decoder_for(settings)  # both framings, every known version
+    # Resolved before the caller hears "ready": from now, the end as it is now
+    # (a logical end would be resolved at the first fetch and skip whatever
+    # arrived in between); from a time, the first offset at or after it.
+    start = offsets_at(settings, topic, since)
     consumer = Consumer(
         settings.client_config(
             **{
@@ -147,7 +123,7 @@ def tail_turns(
     stop = stop or threading.Event()
     printed = 0
     try:
-        consumer.assign(start_positions(consumer, topic, since))
+        consumer.assign([TopicPartition(topic, p, o) for p, o in sorted(start.items())])
         if on_ready is not None:
             on_ready()
         while not stop.is_set() and (limit is None or printed < limit):

@@ -51,9 +51,9 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.events import occurred_millis, occurred_moment
+from turnaudit.kafka.offsets import RangeSpec, resolve_range
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import RangeSpec, resolve_range
 
 CHECKPOINT_SUFFIX = ".replay-checkpoint.json"
 CHECKPOINT_FORMAT = 2
@@ -577,7 +577,8 @@ def new_state(settings: KafkaSettings, request: ReplayRequest, topic: str,
         else:
             spec = RangeSpec(since - request.slack, until + request.slack,
                              spec.from_offsets, spec.to_offsets)
-    start, end, _ = resolve_range(settings, topic, spec, timeout=min(timeout, 30.0))
+    resolved = resolve_range(settings, topic, spec, timeout=min(timeout, 30.0))
+    start, end = resolved.start, resolved.end
     if request.partitions is not None:
         missing = sorted(set(request.partitions) - set(end))
         if missing:

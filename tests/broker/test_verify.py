@@ -99,7 +99,9 @@ def findings(verifier_report: dict[str, Any], kind: str) -> list[dict[str, Any]]
 
 def report_of(messages: list[Stored]) -> dict[str, Any]:
     return VerifyReport(
-        {"topic": "copy", "description": "in memory"}, verify_in_memory(messages), {}
+        {"topic": "copy", "description": "in memory", "partitions": {}, "from": None,
+         "to": None, "from_log_start": True},
+        verify_in_memory(messages),
     ).as_json()
 
 

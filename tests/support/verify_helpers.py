@@ -13,7 +13,8 @@ from typing import Any
 from confluent_kafka import Producer
 
 from turnaudit.events import occurred_moment
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import GroundTruth, TurnRuntimeSimulator

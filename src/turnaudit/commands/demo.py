@@ -22,7 +22,8 @@ from turnaudit.commands.verify import demo_rows as verify_demo_rows
 from turnaudit.contracts import SequenceOutcome, SessionSequenceTracker, check_event
 from turnaudit.errors import SerializationError
 from turnaudit.evaluation.trace_evidence import ExclusionReason
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import CloseReport
 from turnaudit.producers.simulator import GroundTruth

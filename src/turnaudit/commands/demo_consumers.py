@@ -15,8 +15,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from turnaudit.consumers.log_sink import TURN_EVENT, LogSinkService, service_logging
-from turnaudit.consumers.metrics import VerdictMetricsService
+from turnaudit.consumers.log_sink import log_sink_service, service_logging
+from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import (
     LogSinkSettings,
@@ -26,10 +26,22 @@ from turnaudit.consumers.settings import (
 )
 from turnaudit.contracts import Contract
 from turnaudit.dead_letters import read_dead_letter_headers
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.producers.simulator import PACKS, GroundTruth
 from turnaudit.records import record_headers
 from turnaudit.settings import KafkaSettings
+from turnaudit.telemetry import (
+    ACTION_RISK_TOTAL,
+    CONTRACT_BREACHES_TOTAL,
+    HEDGED_TURNS_TOTAL,
+    LOG_LINES_TOTAL,
+    REFUSED_TURNS_TOTAL,
+    SEQUENCE_GAPS_TOTAL,
+    STUB_TURNS_TOTAL,
+    TURN_LOG_EVENT,
+    TURNS_TOTAL,
+)
 from turnaudit.verdicts import OutputPolicy
 
 DEFAULT_LOG_FILE = Path("var/demo/turns.jsonl")
@@ -97,13 +109,13 @@ def run_consumer_stage(
 
     with service_logging("WARNING"):
         services: list[ConsumerService] = [
-            LogSinkService(
+            log_sink_service(
                 service_settings(ServiceName.LOG_SINK),
                 registry=log_registry,
                 start_offsets=start,
                 serve_http=False,
             ),
-            VerdictMetricsService(
+            verdict_metrics_service(
                 service_settings(ServiceName.VERDICT_METRICS),
                 registry=metrics_registry,
                 start_offsets=start,
@@ -163,7 +175,7 @@ def _reconcile(
         with path.open(encoding="utf-8") as lines_file:
             for text in lines_file:
                 line = json.loads(text)
-                if line.get("event") == TURN_EVENT:
+                if line.get("event") == TURN_LOG_EVENT:
                     lines += 1
                     ids.add(line["event_id"])
     dead_letters = sum(
@@ -179,19 +191,19 @@ def _reconcile(
         ReconciliationRow("distinct event ids in the log", len(ids), truth.events),
         ReconciliationRow(
             "log lines (sink counter)",
-            sample_total(log_registry, "turnaudit_log_lines_total"),
+            sample_total(log_registry, LOG_LINES_TOTAL),
             published,
         ),
-        ReconciliationRow("turns counted", sample_total(m, "turnaudit_turns_total"), truth.events),
+        ReconciliationRow("turns counted", sample_total(m, TURNS_TOTAL), truth.events),
         ReconciliationRow(
-            "refused turns counted", sample_total(m, "turnaudit_refused_turns_total"), truth.refused
+            "refused turns counted", sample_total(m, REFUSED_TURNS_TOTAL), truth.refused
         ),
         ReconciliationRow(
-            "hedged turns counted", sample_total(m, "turnaudit_hedged_turns_total"), truth.hedged
+            "hedged turns counted", sample_total(m, HEDGED_TURNS_TOTAL), truth.hedged
         ),
         ReconciliationRow(
             "stub turns counted",
-            sample_total(m, "turnaudit_stub_turns_total"),
+            sample_total(m, STUB_TURNS_TOTAL),
             truth.by_path["STUB"],
         ),
     ]
@@ -199,17 +211,17 @@ def _reconcile(
         rows += [
             ReconciliationRow(
                 f"  turns, pack {pack}",
-                sample_total(m, "turnaudit_turns_total", pack=pack),
+                sample_total(m, TURNS_TOTAL, pack=pack),
                 truth.by_pack[pack],
             ),
             ReconciliationRow(
                 f"  refused, pack {pack}",
-                sample_total(m, "turnaudit_refused_turns_total", pack=pack),
+                sample_total(m, REFUSED_TURNS_TOTAL, pack=pack),
                 truth.refused_by_pack[pack],
             ),
             ReconciliationRow(
                 f"  hedged, pack {pack}",
-                sample_total(m, "turnaudit_hedged_turns_total", pack=pack),
+                sample_total(m, HEDGED_TURNS_TOTAL, pack=pack),
                 truth.hedged_by_pack[pack],
             ),
         ]
@@ -217,7 +229,7 @@ def _reconcile(
         rows.append(
             ReconciliationRow(
                 f"action risk {policy.value}",
-                sample_total(m, "turnaudit_action_risk_total", output_policy=policy.value),
+                sample_total(m, ACTION_RISK_TOTAL, output_policy=policy.value),
                 truth.by_output_policy[policy.value],
             )
         )
@@ -225,12 +237,12 @@ def _reconcile(
         ReconciliationRow(
             "contract breaches (consumers)",
             sum(
-                sample_total(m, "turnaudit_contract_breaches_total", contract=c.value)
+                sample_total(m, CONTRACT_BREACHES_TOTAL, contract=c.value)
                 for c in Contract
             ),
             0,
         ),
-        ReconciliationRow("sequence gaps", sample_total(m, "turnaudit_sequence_gaps_total"), 0),
+        ReconciliationRow("sequence gaps", sample_total(m, SEQUENCE_GAPS_TOTAL), 0),
         ReconciliationRow("dead letters (consumers)", dead_letters, 0),
     ]
     return rows

@@ -37,12 +37,11 @@ from turnaudit.evaluation.bundle import BundleInputs, check_bundle, make_bundle
 from turnaudit.evaluation.files import write_json
 from turnaudit.evaluation.gate import evaluate
 from turnaudit.evaluation.labels import labels_from_ground_truth
-from turnaudit.kafka.reading import end_offsets
+from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.replay import CHECKPOINT_SUFFIX, ReplayRequest
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import RangeSpec
 
 DEFAULT_OUTPUT = Path("var/demo")
 log = structlog.get_logger("turnaudit.demo")

@@ -27,6 +27,7 @@ from turnaudit.consumers.replay import (
 )
 from turnaudit.consumers.replay_htir import register_htir_outputs
 from turnaudit.consumers.settings import LogSinkSettings, ServiceName, ServiceSettings
+from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.replay import (
     JsonlOutput,
     OutputKinds,
@@ -39,7 +40,6 @@ from turnaudit.replay import (
 from turnaudit.replay_group import replay_group
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import RangeSpec
 
 OUTPUT_KINDS = OutputKinds()
 OUTPUT_KINDS.add("jsonl", "decoded events, one canonical JSON line each",

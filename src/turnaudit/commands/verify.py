@@ -10,9 +10,10 @@ from pathlib import Path
 from turnaudit.argparsing import add_range_arguments
 from turnaudit.cluster import connect
 from turnaudit.commands.demo_consumers import ReconciliationRow
+from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import RangeSpec, load_anchors, run_verify
+from turnaudit.verify import load_anchors, run_verify
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,10 +61,9 @@ def demo_rows(
     report = run_verify(
         settings, decoder_for(settings), RangeSpec(from_offsets=start_offsets)
     )
-    summary = report.as_json()
     return [
-        ReconciliationRow("verify: turns on the stream", summary["counts"]["turns"],
+        ReconciliationRow("verify: turns on the stream", report.verifier.counts.turns,
                           expected_turns),
-        ReconciliationRow("verify: turns lost", summary["lost"], 0),
-        ReconciliationRow("verify: unexplained findings", len(summary["unexplained"]), 0),
+        ReconciliationRow("verify: turns lost", report.verifier.lost_positions(), 0),
+        ReconciliationRow("verify: unexplained findings", len(report.unexplained()), 0),
     ]

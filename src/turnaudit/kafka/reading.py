@@ -10,58 +10,19 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from turnaudit.errors import BrokerError
+from turnaudit.kafka.offsets import end_offsets
 from turnaudit.settings import KafkaSettings
+
+# end_offsets lives in turnaudit.kafka.offsets; named here for the modules that
+# still import it from this one.
+__all__ = ["end_offsets", "read_range"]
 
 # librdkafka's own log lines (one per failed connection attempt) stay off
 # stderr; failures reach the caller as exceptions.
 _QUIET = {"log_level": 0}
-_LEADERSHIP_ERRORS = frozenset({
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TIMED_OUT,
-    KafkaError._TRANSPORT,
-})
-
-
-def end_offsets(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> dict[int, int]:
-    """The high watermark of every partition of ``topic``."""
-    consumer = Consumer(
-        settings.client_config(_QUIET, **{"group.id": f"turnaudit-probe-{uuid.uuid4().hex}"})
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=timeout)
-        if topic not in metadata.topics or metadata.topics[topic].error is not None:
-            raise BrokerError(f"topic {topic} does not exist")
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return {
-                    p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1]
-                    for p in metadata.topics[topic].partitions
-                }
-            except KafkaException as exc:
-                # Right after topic creation a leader may not be known yet;
-                # librdkafka does not flag every such error as retriable.
-                error = exc.args[0]
-                transient = error.retriable() or error.code() in _LEADERSHIP_ERRORS
-                if not transient or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-    except KafkaException as exc:
-        raise BrokerError(f"cannot read offsets of {topic}: {exc}") from exc
-    finally:
-        consumer.close()
 
 
 def read_range(

@@ -26,7 +26,8 @@ from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.errors import TurnAuditError
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.serialization.schemas import WriterSchema, schema_from_json
 from turnaudit.settings import KafkaSettings
 

@@ -1,0 +1,32 @@
+"""The files verify reads: a log sink's JSON lines and an earlier report's stream heads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from turnaudit.errors import ConfigurationError
+from turnaudit.identity import StreamId
+from turnaudit.verify.reconciliation import LogReconciliation, compare_log, logged_turns
+
+
+def reconcile_log(path: Path, turns: set[str]) -> LogReconciliation:
+    """Compare a log sink's JSON lines (``event: turn``) with the range's turns."""
+    try:
+        with path.open("rb") as handle:
+            logged = logged_turns(handle)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the log-sink file {path}: {exc}") from exc
+    return compare_log(str(path), logged, turns)
+
+
+def load_anchors(path: Path) -> dict[StreamId, tuple[int, str]]:
+    """The stream heads of an earlier ``verify --json`` report."""
+    try:
+        heads = json.loads(path.read_text("utf-8"))["streams"]["heads"]
+        return {(h["session_id"], h["producer_id"]): (int(h["position"]), str(h["hash"]))
+                for h in heads}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigurationError(
+            f"{path} is not a verify --json report with stream heads: {exc!r}"
+        ) from exc

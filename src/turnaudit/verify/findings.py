@@ -1,0 +1,64 @@
+"""What verify reports about a message or a stream: one finding, its place, its JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypedDict
+
+from turnaudit.identity import StreamId
+
+# Findings listed per kind in the report (all are counted).
+EXAMPLES = 20
+
+
+class Where(TypedDict, total=False):
+    """Where a finding is: a message's place, its stream and position, or a stream's."""
+
+    partition: int
+    offset: int
+    session_id: str
+    producer_id: str
+    position: int
+    event_id: str
+    positions: list[int]
+
+
+class _FindingHead(TypedDict):
+    kind: str
+    detail: str
+
+
+class FindingJson(_FindingHead, Where):
+    """A finding in the report: ``kind``, ``detail``, then the keys of its ``Where``."""
+
+
+@dataclass
+class Finding:
+    kind: str
+    detail: str
+    where: Where
+
+    def as_json(self) -> FindingJson:
+        found: FindingJson = {"kind": self.kind, "detail": self.detail, **self.where}
+        return found
+
+    @property
+    def place(self) -> tuple[int, int] | None:
+        """(partition, offset) of a finding about one message."""
+        if "partition" in self.where and "offset" in self.where:
+            return self.where["partition"], self.where["offset"]
+        return None
+
+
+def stream_where(stream: StreamId) -> Where:
+    return Where(session_id=stream[0], producer_id=stream[1])
+
+
+def message_where(partition: int, offset: int) -> Where:
+    return Where(partition=partition, offset=offset)
+
+
+def positions_text(positions: list[int]) -> str:
+    """The first positions of a list, and how many there are in all when more."""
+    shown = ", ".join(map(str, positions[:EXAMPLES]))
+    return shown + (f" … ({len(positions)} in all)" if len(positions) > EXAMPLES else "")

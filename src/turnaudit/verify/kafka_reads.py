@@ -1,0 +1,67 @@
+"""What verify reads from Kafka: the range's messages into a ``Verifier``, and the
+dead letters of the range (no consumer group, nothing committed)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from turnaudit.dead_letters import read_dead_letter_headers
+from turnaudit.kafka.offsets import RangeSpec, resolve_range
+from turnaudit.kafka.reading import read_range
+from turnaudit.settings import KafkaSettings
+from turnaudit.verify.report import DeadLetters
+from turnaudit.verify.verifier import Verifier
+
+
+def feed_range(
+    settings: KafkaSettings,
+    topic: str,
+    verifier: Verifier,
+    *,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    timeout: float,
+) -> None:
+    """Every message of ``[start, end)`` into ``verifier``, each partition by offset."""
+    for msg in read_range(settings, topic, start, end, timeout=timeout):
+        _, stamp = msg.timestamp()
+        verifier.feed(msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value(), stamp)
+
+
+def dead_letters_in_range(
+    settings: KafkaSettings,
+    topic: str,
+    *,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    first_ms: int | None,
+    last_ms: int | None,
+) -> DeadLetters:
+    """Dead letters of the range: consumer-side ones by their origin offset, producer-side
+    ones (no origin offset) by time."""
+    dlq = settings.topics.dlq
+    by_reason: Counter[str] = Counter()
+    by_stage: Counter[str] = Counter()
+    positions: set[tuple[int, int]] = set()
+    count = 0
+    letters = resolve_range(settings, dlq, RangeSpec())
+    for msg in read_range(settings, dlq, letters.start, letters.end):
+        headers = read_dead_letter_headers(msg.headers())
+        if headers.get("topic") != topic:
+            continue
+        partition, offset = headers.get("partition", ""), headers.get("offset", "")
+        if partition and offset:
+            p, o = int(partition), int(offset)
+            if not start.get(p, 0) <= o < end.get(p, 0):
+                continue
+            positions.add((p, o))
+        else:
+            _, stamp = msg.timestamp()
+            if first_ms is None or last_ms is None or not first_ms <= stamp <= last_ms:
+                continue
+        count += 1
+        by_reason[headers.get("reason", "?")] += 1
+        by_stage[headers.get("stage", "?")] += 1
+    return DeadLetters(count, dict(sorted(by_reason.items())), dict(sorted(by_stage.items())),
+                       frozenset(positions))

@@ -1,0 +1,208 @@
+"""The verify report: what is unexplained, its JSON (``verify --json``) and its summary.
+
+Pure: built from a fed ``Verifier``, the range as resolved, the range's dead
+letters and the reconciliations; the JSON keys are those verify has always
+written, in the same order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal, NotRequired, TypedDict
+
+from turnaudit.identity import LEGACY_PRODUCER
+from turnaudit.verify.counts import CountsJson
+from turnaudit.verify.findings import EXAMPLES, Finding, FindingJson
+from turnaudit.verify.reconciliation import (
+    LogJson,
+    LogReconciliation,
+    MetricsJson,
+    MetricsReconciliation,
+)
+from turnaudit.verify.verifier import HeadJson, Verifier
+
+AT_LEAST_ONCE_BOUND = (
+    "at-least-once: every turn on the stream must be logged and counted; a log line or a "
+    "stream copy repeated for the same event id is a redelivery (reported, never a second "
+    "turn); counters must equal the stream's counts exactly (services count by event id)"
+)
+
+# The range as resolved: ``partitions`` maps a partition to [start, end).
+RangeJson = TypedDict("RangeJson", {
+    "topic": str,
+    "description": str,
+    "partitions": dict[str, list[int]],
+    "from": str | None,
+    "to": str | None,
+    "from_log_start": bool,
+})
+
+
+class DeadLettersJson(TypedDict):
+    count: int
+    by_reason: dict[str, int]
+    by_stage: dict[str, int]
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """The dead letters of a range: consumer-side ones at their origin ``positions``
+    (partition, offset), producer-side ones counted by time."""
+
+    count: int = 0
+    by_reason: dict[str, int] = field(default_factory=dict)
+    by_stage: dict[str, int] = field(default_factory=dict)
+    positions: frozenset[tuple[int, int]] = frozenset()
+
+    def as_json(self) -> DeadLettersJson:
+        return DeadLettersJson(count=self.count, by_reason=self.by_reason,
+                               by_stage=self.by_stage)
+
+
+class StreamsJson(TypedDict):
+    total: int
+    chained: int
+    legacy_v1_v2: int
+    anchors_checked: int
+    heads: list[HeadJson]
+
+
+class DuplicatesJson(TypedDict):
+    count: int
+    examples: list[FindingJson]
+
+
+class ReplayJson(TypedDict):
+    label: str
+    event_time: bool
+
+
+class ReportJson(TypedDict):
+    verdict: Literal["ok", "unexplained"]
+    range: RangeJson
+    messages: int
+    counts: CountsJson
+    streams: StreamsJson
+    lost: int
+    uncounted: int
+    not_logged: int
+    redeliveries: int
+    duplicates: DuplicatesJson
+    undecodable: int
+    dead_letters: DeadLettersJson
+    log_sink: LogJson | None
+    metrics: list[MetricsJson]
+    at_least_once_bound: str
+    unexplained_by_kind: dict[str, int]
+    unexplained: list[FindingJson]
+    # Added by a replay into ``verify:``: which replay wrote the report.
+    replay: NotRequired[ReplayJson]
+
+
+@dataclass
+class VerifyReport:
+    range: RangeJson
+    verifier: Verifier
+    dead_letters: DeadLetters = field(default_factory=DeadLetters)
+    log: LogReconciliation | None = None
+    metrics: list[MetricsReconciliation] = field(default_factory=list)
+
+    def unexplained(self) -> list[Finding]:
+        v = self.verifier
+        dead_lettered = self.dead_letters.positions
+        found = list(v.findings) + v.lost() + v.anchor_findings()
+        found += [f for f in v.undecodable if f.place not in dead_lettered]
+        if self.log is not None and not self.log.agrees:
+            found.append(Finding("not_logged", f"{len(self.log.not_logged)} turn(s) of the "
+                                 f"range are not in {self.log.path}", {}))
+        for m in self.metrics:
+            if not m.agrees:
+                found.append(Finding("uncounted", f"{m.url} counted {m.counted}, the stream "
+                                     f"has {m.expected}", {}))
+        return found
+
+    @property
+    def ok(self) -> bool:
+        return not self.unexplained()
+
+    def as_json(self) -> ReportJson:
+        v = self.verifier
+        unexplained = self.unexplained()
+        kinds = Counter(f.kind for f in unexplained)
+        return ReportJson(
+            verdict="ok" if not unexplained else "unexplained",
+            range=self.range,
+            messages=v.messages,
+            counts=v.counts.as_json(),
+            streams=StreamsJson(
+                total=len(v.streams),
+                chained=sum(1 for s in v.streams if s[1] != LEGACY_PRODUCER),
+                legacy_v1_v2=sum(1 for s in v.streams if s[1] == LEGACY_PRODUCER),
+                anchors_checked=len(v.anchors),
+                heads=v.heads(),
+            ),
+            lost=v.lost_positions(),
+            uncounted=max(
+                [0] + [m.expected["turns"] - m.counted["turns"] for m in self.metrics]
+            ),
+            not_logged=0 if self.log is None else len(self.log.not_logged),
+            redeliveries=v.redeliveries,
+            duplicates=DuplicatesJson(
+                count=len(v.duplicates),
+                examples=[d.as_json() for d in v.duplicates[:EXAMPLES]]),
+            undecodable=len(v.undecodable),
+            dead_letters=self.dead_letters.as_json(),
+            log_sink=None if self.log is None else self.log.as_json(),
+            metrics=[m.as_json() for m in self.metrics],
+            at_least_once_bound=AT_LEAST_ONCE_BOUND,
+            unexplained_by_kind=dict(sorted(kinds.items())),
+            unexplained=[f.as_json() for f in unexplained[: EXAMPLES * 5]],
+        )
+
+    def human(self) -> str:
+        j = self.as_json()
+        c = j["counts"]
+        r = j["range"]
+        lines = [
+            f"turnaudit verify: {r['topic']} {r['description']}",
+            f"  messages read {j['messages']}; turns {c['turns']} (main {c['main']}, stub "
+            f"{c['stub']}), refused {c['refused']}, hedged {c['hedged']}",
+            "  schema versions: " + ", ".join(
+                f"v{k} {n}" for k, n in c["by_schema_version"].items()) or "  (no turns)",
+            "  action risk by output policy: " + (", ".join(
+                f"{k} {n}" for k, n in c["action_risk_by_policy"].items()) or "none"),
+            "  per pack: " + "; ".join(
+                f"{p} {d['turns']} turns/{d['refused']} refused/{d['hedged']} hedged/"
+                f"{d['stub']} stub"
+                for p, d in c["per_pack"].items()),
+            f"  ordered streams {j['streams']['total']} ({j['streams']['chained']} chained, "
+            f"{j['streams']['legacy_v1_v2']} v1/v2 without a chain)",
+            f"  lost {j['lost']}, uncounted {j['uncounted']}, not logged {j['not_logged']}; "
+            f"redeliveries {j['redeliveries']}, duplicate copies {j['duplicates']['count']}, "
+            f"undecodable {j['undecodable']}",
+            f"  dead letters in the range: {j['dead_letters']['count']} "
+            + str(j["dead_letters"]["by_reason"]),
+        ]
+        if self.log is not None:
+            lines.append(
+                f"  log sink {self.log.path}: {self.log.lines} lines, {self.log.distinct} turns, "
+                f"{self.log.repeated_lines} repeated (redeliveries), "
+                f"{len(self.log.not_logged)} not logged: "
+                + ("agrees" if self.log.agrees else "DISAGREES"))
+        for m in self.metrics:
+            lines.append(f"  counters {m.url}: {m.counted} vs stream {m.expected}: "
+                         + ("agree" if m.agrees else "DISAGREE"))
+        lines.append(f"  bound: {AT_LEAST_ONCE_BOUND}")
+        unexplained = self.unexplained()
+        for f in unexplained[:EXAMPLES]:
+            at = ", ".join(f"{k} {v}" for k, v in f.where.items() if k != "positions")
+            lines.append(f"  UNEXPLAINED {f.kind}: {f.detail}" + (f" [{at}]" if at else ""))
+        if len(unexplained) > EXAMPLES:
+            lines.append(f"  … {len(unexplained) - EXAMPLES} more unexplained findings (--json)")
+        lines.append(
+            "verify: every turn accounted for" if not unexplained
+            else f"verify: {len(unexplained)} unexplained finding(s): "
+            + ", ".join(f"{k} {n}" for k, n in j["unexplained_by_kind"].items())
+        )
+        return "\n".join(lines)

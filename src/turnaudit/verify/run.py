@@ -1,0 +1,83 @@
+"""``run_verify``: a range of the stream read from Kafka, verified, reconciled with a
+log-sink file and verdict-metrics scrapes; ``range_report`` for a range already fed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC
+from pathlib import Path
+
+from turnaudit.identity import StreamId
+from turnaudit.kafka.offsets import RangeSpec, resolve_range
+from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.settings import KafkaSettings
+from turnaudit.verify.files import reconcile_log
+from turnaudit.verify.kafka_reads import dead_letters_in_range, feed_range
+from turnaudit.verify.report import RangeJson, VerifyReport
+from turnaudit.verify.scrape import reconcile_metrics
+from turnaudit.verify.verifier import Verifier
+
+
+def run_verify(
+    settings: KafkaSettings,
+    decode: TurnEventDeserializer,
+    spec: RangeSpec,
+    *,
+    topic: str | None = None,
+    log_file: Path | None = None,
+    metrics_urls: Iterable[str] = (),
+    anchors: Mapping[StreamId, tuple[int, str]] | None = None,
+    timeout: float = 300.0,
+) -> VerifyReport:
+    topic = topic or settings.topics.turn_events
+    start, end, low = resolve_range(settings, topic, spec)
+    verifier = Verifier(decode, log_start_offsets=low, anchors=anchors)
+    feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
+    report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
+    if log_file is not None:
+        report.log = reconcile_log(log_file, verifier.event_ids)
+    report.metrics = [reconcile_metrics(url, verifier.counts) for url in metrics_urls]
+    return report
+
+
+def range_report(
+    settings: KafkaSettings,
+    topic: str,
+    spec: RangeSpec,
+    verifier: Verifier,
+    *,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
+    low: Mapping[int, int],
+) -> VerifyReport:
+    """The report of a range ``verifier`` has been fed, with the range's dead letters."""
+    dead = dead_letters_in_range(settings, topic, start=start, end=end,
+                                 first_ms=verifier.first_timestamp,
+                                 last_ms=verifier.last_timestamp)
+    return VerifyReport(range_json(topic, spec, start, end, low), verifier, dead)
+
+
+def range_json(
+    topic: str, spec: RangeSpec, start: Mapping[int, int], end: Mapping[int, int],
+    low: Mapping[int, int],
+) -> RangeJson:
+    return {
+        "topic": topic,
+        "description": describe_range(spec, start, end),
+        "partitions": {str(p): [start.get(p, 0), e] for p, e in sorted(end.items())},
+        "from": None if spec.since is None else spec.since.astimezone(UTC).isoformat(),
+        "to": None if spec.until is None else spec.until.astimezone(UTC).isoformat(),
+        "from_log_start": all(start.get(p, 0) == low.get(p, 0) for p in end),
+    }
+
+
+def describe_range(spec: RangeSpec, start: Mapping[int, int], end: Mapping[int, int]) -> str:
+    parts = []
+    if spec.since or spec.until:
+        parts.append(f"from {spec.since.isoformat() if spec.since else 'the start'} to "
+                     f"{spec.until.isoformat() if spec.until else 'the end'}")
+    elif not (spec.from_offsets or spec.to_offsets):
+        parts.append("the whole retained stream")
+    parts.append("offsets " + ", ".join(f"p{p} [{start.get(p, 0)}, {e})" for p, e in
+                                         sorted(end.items())))
+    return "; ".join(parts)

@@ -1,0 +1,203 @@
+"""``Verifier``: everything verify concludes from the messages of one range.
+
+Fed every message of a range (partition, offset, key, value), it decodes with
+the shared reader (every schema version), checks contracts 1-4 and 6 on each
+event, and tracks every ordered stream with an unbounded ``StreamTracker``
+(dedupe by event id, gaps, late arrivals, the hash chain). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypedDict
+
+from turnaudit.contracts import Breach, check_event, check_key
+from turnaudit.errors import SerializationError
+from turnaudit.identity import (
+    LEGACY_PRODUCER,
+    StreamId,
+    StreamTracker,
+    TrackResult,
+    TurnOutcome,
+    chain_hash,
+)
+from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.verify.counts import TurnCounts
+from turnaudit.verify.findings import (
+    EXAMPLES,
+    Finding,
+    Where,
+    message_where,
+    positions_text,
+    stream_where,
+)
+
+# Stream heads of an earlier report: (position, chain hash) per stream.
+Anchors = Mapping[StreamId, tuple[int, str]]
+
+
+class HeadJson(TypedDict):
+    """A chained stream's last position and its chain hash."""
+
+    session_id: str
+    producer_id: str
+    position: int
+    hash: str
+
+
+class Verifier:
+    """Everything verify concludes from the messages of one range."""
+
+    def __init__(
+        self,
+        decode: TurnEventDeserializer,
+        *,
+        log_start_offsets: Mapping[int, int] | None = None,
+        anchors: Anchors | None = None,
+        start_gaps: bool = True,
+    ) -> None:
+        self._decode = decode
+        # Stream heads from an earlier report: (position, chain hash) that must still be there.
+        self.anchors = dict(anchors or {})
+        self._anchored_hash: dict[StreamId, str] = {}
+        # Unbounded: verify must be exact (memory grows with the range's event ids).
+        self.tracker = StreamTracker(
+            max_event_ids=1 << 62, max_streams=1 << 62, max_missing=1 << 62,
+            log_start_offsets=log_start_offsets, start_gaps=start_gaps,
+        )
+        self.counts = TurnCounts()
+        self.messages = 0
+        self.redeliveries = 0
+        self.duplicates: list[Finding] = []
+        self.findings: list[Finding] = []  # unexplained
+        self.undecodable: list[Finding] = []
+        self.event_ids: set[str] = set()
+        self.streams: set[StreamId] = set()
+        self.first_timestamp: int | None = None
+        self.last_timestamp: int | None = None
+
+    def feed(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        self.messages += 1
+        if timestamp_ms is not None and timestamp_ms > 0:
+            if self.first_timestamp is None or timestamp_ms < self.first_timestamp:
+                self.first_timestamp = timestamp_ms
+            if self.last_timestamp is None or timestamp_ms > self.last_timestamp:
+                self.last_timestamp = timestamp_ms
+        try:
+            decoded = self._decode(value)
+        except SerializationError as exc:
+            self.undecodable.append(
+                Finding("undecodable", str(exc), message_where(partition, offset)))
+            return
+        event = decoded.event
+        try:
+            stream: StreamId = (event["session_id"], event.get("producer_id") or LEGACY_PRODUCER)
+            result = self.tracker.observe(event, value or b"", partition=partition, offset=offset)
+            breaches = check_event(event)
+        except (KeyError, TypeError, ValueError) as exc:
+            self.undecodable.append(Finding("undecodable", f"not a TurnEvent: {exc!r}",
+                                            message_where(partition, offset)))
+            return
+        self.streams.add(stream)
+        key_breach = check_key(key, event)
+        ordinary = (result.outcome is TurnOutcome.NEW and result.chain_break is None
+                    and key_breach is None and not breaches)
+        if not ordinary:
+            # Where a finding is: built only for the few messages that have one.
+            where = Where(partition=partition, offset=offset, session_id=stream[0],
+                          producer_id=stream[1], position=result.sequence,
+                          event_id=event["event_id"])
+            self._report(result, key_breach, breaches, where)
+            if not result.counts_as_turn:
+                return
+        anchor = self.anchors.get(stream)
+        if anchor is not None and anchor[0] == result.sequence:
+            self._anchored_hash[stream] = chain_hash(value or b"")
+        # A breach is still a turn that happened: counted, and reported above.
+        self.event_ids.add(event["event_id"])
+        self.counts.add(event, decoded.writer_version)
+
+    def _report(
+        self, result: TrackResult, key_breach: Breach | None, breaches: list[Breach],
+        where: Where,
+    ) -> None:
+        if key_breach is not None:
+            self.findings.append(Finding("key_mismatch", key_breach.detail, where))
+        self.findings += classify(result, where)
+        if result.outcome is TurnOutcome.REDELIVERY:
+            self.redeliveries += 1
+        elif result.outcome is TurnOutcome.DUPLICATE:
+            self.duplicates.append(
+                Finding("duplicate", "the same event stored again (same content)", where))
+        if not result.counts_as_turn:
+            return
+        for breach in breaches:
+            self.findings.append(Finding(f"contract:{breach.contract.value}", breach.detail,
+                                         where))
+
+    def heads(self) -> list[HeadJson]:
+        """Each chained stream's last position and its chain hash: keep them, and pass the
+        report to a later ``verify --heads`` to detect a truncated or rewritten tail."""
+        return [
+            HeadJson(session_id=stream[0], producer_id=stream[1], position=position,
+                     hash=digest)
+            for stream, (position, digest) in sorted(self.tracker.heads().items())
+            if stream[1] != LEGACY_PRODUCER
+        ]
+
+    def anchor_findings(self) -> list[Finding]:
+        found = []
+        heads = self.tracker.heads()
+        for stream, (position, digest) in sorted(self.anchors.items()):
+            where = stream_where(stream)
+            where["position"] = position
+            if stream not in self.streams:
+                found.append(Finding("anchor_absent", "a stream an earlier report anchored has "
+                                     "no event in this range", where))
+            elif stream in heads and heads[stream][0] < position:
+                found.append(Finding(
+                    "truncated", f"the stream ends at position {heads[stream][0]}, an earlier "
+                    f"report saw it reach {position}", where))
+            elif stream in self._anchored_hash and self._anchored_hash[stream] != digest:
+                found.append(Finding("rewritten", f"position {position} has another chain hash "
+                                     "than an earlier report saw", where))
+        return found
+
+    def lost(self) -> list[Finding]:
+        found = []
+        for stream, positions in sorted(self.tracker.missing().items()):
+            where = stream_where(stream)
+            where["positions"] = positions[:EXAMPLES]
+            found.append(Finding(
+                "lost", f"{len(positions)} position(s) never arrived: {positions_text(positions)}",
+                where))
+        return found
+
+    def lost_positions(self) -> int:
+        return sum(len(p) for p in self.tracker.missing().values())
+
+
+def classify(result: TrackResult, where: Where) -> list[Finding]:
+    """The unexplained findings one tracked message makes (redeliveries and duplicate
+    copies are explained: counted by the ``Verifier``, not listed here)."""
+    found = []
+    if result.outcome is TurnOutcome.CONTENT_CHANGED:
+        found.append(Finding(
+            "content_changed", "an event id seen before comes back with other content", where))
+    elif result.outcome is TurnOutcome.POSITION_REUSED:
+        found.append(Finding(
+            "position_reused", result.chain_break or "position already taken", where))
+    if result.chain_break and result.outcome is not TurnOutcome.POSITION_REUSED:
+        found.append(Finding("chain_break", result.chain_break, where))
+    if result.gap_closed:
+        found.append(Finding(
+            "late_arrival",
+            f"position {result.sequence} stored after later positions of its stream", where))
+    return found

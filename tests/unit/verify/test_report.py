@@ -1,0 +1,86 @@
+"""The typed report writes what verify has always written: the JSON of a range with
+every kind of finding, and its summary, byte for byte as before the package split."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.unit.verify import scenario
+from turnaudit.verify import (
+    DeadLetters,
+    Verifier,
+    VerifyReport,
+    reconcile_log,
+    reconcile_metrics,
+)
+from turnaudit.verify.report import RangeJson
+
+# The log file's path as the golden report names it.
+GOLDEN_LOG = "/tmp/golden-turns.jsonl"
+
+
+def golden_report(tmp_path: Path) -> VerifyReport:
+    verifier = Verifier(scenario.DECODE, log_start_offsets={0: 0, 1: 0, 2: 0},
+                        anchors=scenario.anchors())
+    scenario.feed_all(verifier.feed)
+    undecodable = {f.place for f in verifier.undecodable}
+    assert len(undecodable) == 1
+    range_json: RangeJson = {
+        "topic": "turns", "description": "the whole retained stream; offsets p0 [0, 23)",
+        "partitions": {"0": [0, 23], "1": [0, 22], "2": [0, 22]}, "from": None, "to": None,
+        "from_log_start": True,
+    }
+    report = VerifyReport(
+        range_json, verifier,
+        DeadLetters(1, {"undecodable": 1}, {"validation": 1},
+                    frozenset(p for p in undecodable if p is not None)),
+    )
+    log = scenario.log_file(tmp_path / "turns.jsonl", sorted(verifier.event_ids))
+    report.log = reconcile_log(log, verifier.event_ids)
+    report.log.path = GOLDEN_LOG
+    c = verifier.counts
+    report.metrics = [
+        reconcile_metrics("http://a/metrics", c,
+                          scenario.metrics_text(c.turns, c.refused, c.hedged, c.stub)),
+        reconcile_metrics("http://b/metrics", c,
+                          scenario.metrics_text(c.turns - 2, c.refused, c.hedged - 1, c.stub)),
+    ]
+    return report
+
+
+def test_the_json_report_is_byte_for_byte_the_one_verify_wrote(tmp_path: Path) -> None:
+    report = golden_report(tmp_path)
+    assert scenario.dump(report.as_json()) == (scenario.GOLDEN / "report.json").read_text()
+
+
+def test_the_summary_is_line_for_line_the_one_verify_printed(tmp_path: Path) -> None:
+    report = golden_report(tmp_path)
+    assert report.human() + "\n" == (scenario.GOLDEN / "report.txt").read_text()
+
+
+def test_every_kind_of_finding_is_in_the_golden_report() -> None:
+    document = json.loads((scenario.GOLDEN / "report.json").read_text())
+    assert set(document["unexplained_by_kind"]) == {
+        "anchor_absent", "chain_break", "content_changed", "contract:refusal_hedge_exclusive",
+        "contract:stub_fields", "key_mismatch", "late_arrival", "lost", "not_logged",
+        "position_reused", "rewritten", "truncated", "uncounted",
+    }
+    assert document["duplicates"]["count"] == 1
+    assert document["redeliveries"] == 1
+    assert document["undecodable"] == 1  # dead-lettered: explained
+
+
+def test_a_report_without_dead_letters_or_reconciliations_is_ok_when_nothing_is_wrong() -> None:
+    verifier = Verifier(scenario.DECODE)
+    for m in scenario.stamped_events(12, seed=9, producers=1, sessions=2):
+        verifier.feed(0, verifier.messages, m.key, m.value)
+    report = VerifyReport(
+        {"topic": "t", "description": "d", "partitions": {}, "from": None, "to": None,
+         "from_log_start": True}, verifier)
+    document = report.as_json()
+    assert report.ok
+    assert document["verdict"] == "ok"
+    assert document["dead_letters"] == {"count": 0, "by_reason": {}, "by_stage": {}}
+    assert document["counts"]["turns"] == 12
+    assert report.human().endswith("verify: every turn accounted for")
