@@ -135,7 +135,7 @@ def test_manifest_lines_round_trip_through_review_pack_export_and_finalize(tmp_p
     assert {c["review"]["status"] for c in pack["cases"]} == {"pending"}
     for case in pack["cases"]:
         case["review"]["status"] = "included"
-        case["oracle_source"] = "test-reviewer/1"
+        case["oracle_source"] = "test-reviewer@1"
     pack_path.write_text(json.dumps(pack))
     labels = review_pack.finalize(pack_path, tmp_path / "labels.json")
     assert len(labels.cases) == len(closed)

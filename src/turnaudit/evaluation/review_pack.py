@@ -276,14 +276,17 @@ def finalize(pack_path: Path, output: Path) -> LabelPack:
         raise ReviewPackError(f"{len(pending)} case(s) still pending review: {_ids(pending)}")
     if not by_status["included"]:
         raise ReviewPackError("every case is excluded: nothing to label")
-    unversioned = [f"{raw.get('task_id')!r} {problem}" for raw in by_status["included"]
-                   if (problem := oracle_source_problem(raw.get("oracle_source"))) is not None]
-    if unversioned:
+    by_source: dict[str, list[str]] = {}
+    for raw in by_status["included"]:
+        problem = oracle_source_problem(raw.get("oracle_source"))
+        if problem is not None:
+            by_source.setdefault(problem, []).append(repr(raw.get("task_id")))
+    if by_source:
+        count = sum(len(ids) for ids in by_source.values())
         raise ReviewPackError(
-            f"{len(unversioned)} included case(s) without a versioned oracle_source "
-            f"({ORACLE_SOURCE_FORM}): " + "; ".join(unversioned[:ERROR_ID_LIMIT])
-            + (f"; and {len(unversioned) - ERROR_ID_LIMIT} more"
-               if len(unversioned) > ERROR_ID_LIMIT else ""))
+            f"{count} included case(s) without a versioned oracle_source "
+            f"({ORACLE_SOURCE_FORM}): " + "; ".join(
+                f"{_ids(ids)} {problem}" for problem, ids in by_source.items()))
 
     labels = LabelPack(tuple(_included_case(raw) for raw in by_status["included"]))
     duplicates = sorted(task_id for task_id, n in Counter(c.task_id for c in labels.cases).items()
