@@ -185,7 +185,7 @@ RecordedKey = tuple[str, tuple[str, ...]]
 
 
 def recorded_observations(
-    settings: KafkaSettings, auditor_id: Mapping[str, str], timeout: float = 120.0
+    settings: KafkaSettings, auditor_id: Mapping[str, object], timeout: float = 120.0
 ) -> dict[RecordedKey, tuple[Observation, ...]]:
     """The live worker's observations by (task id, the trace's event ids), for one auditor.
 
