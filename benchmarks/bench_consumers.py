@@ -47,8 +47,8 @@ from fastavro import schemaless_reader
 from prometheus_client import CollectorRegistry
 
 from turnaudit.commands.simulate import publish_simulation
-from turnaudit.consumers.log_sink import LogSinkService, service_logging
-from turnaudit.consumers.metrics import VerdictMetricsService, VerdictMetricsSink
+from turnaudit.consumers.log_sink import log_sink_service, service_logging
+from turnaudit.consumers.metrics import VerdictMetricsSink, verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.settings import (
     LogSinkSettings,
@@ -299,7 +299,7 @@ def measure_row(
             )
         elif row == "log sink":
             log_file = Path(workdir) / f"throughput-{uuid.uuid4().hex}.jsonl"
-            service = LogSinkService(
+            service = log_sink_service(
                 service_settings(
                     settings, ServiceName.LOG_SINK, log=LogSinkSettings(file=log_file)
                 ),
@@ -307,7 +307,7 @@ def measure_row(
                 serve_http=False,
             )
         else:
-            service = VerdictMetricsService(
+            service = verdict_metrics_service(
                 service_settings(settings, ServiceName.VERDICT_METRICS),
                 registry=CollectorRegistry(),
                 serve_http=False,

@@ -40,13 +40,13 @@ from _broker import benchmark_cluster
 from bench_consumers import NoSink, service_rate, service_settings
 
 from turnaudit.consumers.log_sink import service_logging
-from turnaudit.consumers.metrics import VerdictMetricsService
+from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.identity import StreamTracker, TrackResult, TurnOutcome, TurnStamper
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.producers.publisher import _DEFAULTS, _GUARANTEES, TurnEventPublisher
+from turnaudit.producers.publisher import GUARANTEES, PRODUCER_DEFAULTS, TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
@@ -74,7 +74,7 @@ def spread(values: list[float], unit: float, label: str) -> str:
 # -- 1. publish() ----------------------------------------------------------------------
 def baseline_round(settings: KafkaSettings, batch: list[dict[str, Any]]) -> float:
     header, parsed = b"\xc3\x01" + V3.fingerprint, V3.parsed
-    producer = Producer(settings.client_config(**{**_DEFAULTS, **_GUARANTEES}))
+    producer = Producer(settings.client_config(**{**PRODUCER_DEFAULTS, **GUARANTEES}))
     topic = settings.topics.turn_events
     started = time.perf_counter()
     for record in batch:
@@ -149,7 +149,7 @@ class NoIdentity:
 
 def service(settings: KafkaSettings, kind: str, identity: bool) -> ConsumerService:
     if kind == "metrics":
-        svc: ConsumerService = VerdictMetricsService(
+        svc: ConsumerService = verdict_metrics_service(
             service_settings(settings, ServiceName.VERDICT_METRICS),
             registry=CollectorRegistry(), serve_http=False)
     else:

@@ -30,8 +30,8 @@ from bench_consumers import NoSink  # the same no-sink row as the throughput ben
 from fastavro import schemaless_reader
 from prometheus_client import CollectorRegistry
 
-from turnaudit.consumers.log_sink import LogSinkService, service_logging
-from turnaudit.consumers.metrics import VerdictMetricsService
+from turnaudit.consumers.log_sink import log_sink_service, service_logging
+from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.consumers.runtime.gc_sizing import batch_sized_gc
@@ -115,10 +115,10 @@ def _service(row: str, tmp: str) -> ConsumerService:
             _settings(tmp, ServiceName.LOG_SINK), NoSink(), registry=registry, serve_http=False
         )
     if row == "log sink":
-        return LogSinkService(
+        return log_sink_service(
             _settings(tmp, ServiceName.LOG_SINK), registry=registry, serve_http=False
         )
-    return VerdictMetricsService(
+    return verdict_metrics_service(
         _settings(tmp, ServiceName.VERDICT_METRICS), registry=registry, serve_http=False
     )
 

@@ -352,12 +352,11 @@ def _escape_line_breaks(rendered: bytes) -> bytes:
     return rendered
 
 
-class LogSinkService(ConsumerService):
+def log_sink_service(
+    settings: ServiceSettings, *, registry: CollectorRegistry, **options: Any
+) -> ConsumerService:
     """The log sink on the turn-events topic."""
-
-    def __init__(self, settings: ServiceSettings, *, registry: CollectorRegistry, **options: Any):
-        self.sink = LogSink(settings.log, registry)
-        super().__init__(settings, self.sink, registry=registry, **options)
+    return ConsumerService(settings, LogSink(settings.log, registry), registry=registry, **options)
 
 
 @contextmanager

@@ -268,9 +268,10 @@ class VerdictMetricsSink(Sink):
         """Counters live in the registry; nothing to flush."""
 
 
-class VerdictMetricsService(ConsumerService):
+def verdict_metrics_service(
+    settings: ServiceSettings, *, registry: CollectorRegistry, **options: Any
+) -> ConsumerService:
     """The verdict metrics service on the turn-events topic."""
-
-    def __init__(self, settings: ServiceSettings, *, registry: CollectorRegistry, **options: Any):
-        self.sink = VerdictMetricsSink(settings.metrics, registry)
-        super().__init__(settings, self.sink, registry=registry, **options)
+    return ConsumerService(
+        settings, VerdictMetricsSink(settings.metrics, registry), registry=registry, **options
+    )

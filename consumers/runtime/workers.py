@@ -20,19 +20,8 @@
   line (index, pid, exit code or signal), ``turnaudit_worker_restarts_total``,
   then a restart under the same member name, after a back-off that grows
   while it keeps dying young (1 s, doubling to 30 s; reset after a minute up).
-* Redeliveries across workers: a worker that dies after its sink had a batch
-  but before its offsets were committed leaves that batch to be read again
-  by whoever owns the partition next, a process that never saw it.
-  ``RedeliveryMarkingSink`` records, after each write, the next offset the
-  service's sinks were handed per partition (``turnaudit_consumer_delivered_offset``,
-  the maximum over every worker of this run); a worker that picks a partition
-  up below it marks those turns as redelivered (``turnaudit_redelivered_turns_total``,
-  not counted again by the metrics sink, ``"redelivered": true`` in the log
-  sink's lines). The mark is set only after the sink returned, so a kill in
-  between leaves a turn counted twice, never not at all.
-* Callback figures a worker reads at scrape time (custom collectors, gauges
-  with ``set_function``) do not reach the multiprocess files by themselves;
-  ``MirroringRegistry`` copies them into file-backed metrics every second.
+* Redeliveries across workers are marked (``redelivery``); callback figures
+  reach the multiprocess files through ``worker_metrics.MirroringRegistry``.
 """
 
 from __future__ import annotations
@@ -47,26 +36,22 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from multiprocessing.connection import wait as wait_for_sentinels
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
-from prometheus_client.registry import Collector
 
 from turnaudit.consumers.runtime.health import WORKER_STATE_SUFFIX, ServiceHealth, WorkersHealth
 from turnaudit.consumers.runtime.http import ServiceHttp
 from turnaudit.consumers.runtime.loop import ConsumerService
-from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
+from turnaudit.consumers.runtime.worker_metrics import MirroringRegistry, WorkerProcesses
 from turnaudit.consumers.settings import ServiceSettings
 
 log = structlog.get_logger("turnaudit.workers")
@@ -117,169 +102,6 @@ def worker_settings(settings: ServiceSettings, plan: WorkerPlan) -> ServiceSetti
 
 
 # -- in the worker process -----------------------------------------------------------
-
-
-class MirroringRegistry(CollectorRegistry):
-    """A worker's registry: callback figures copied into the multiprocess files.
-
-    Counters and histograms made with ``registry=`` write their files
-    themselves; a custom collector or a ``set_function`` gauge exists only in
-    this process, so ``mirror()`` copies its samples into file-backed metrics
-    of the same name (counters by their increase, gauges summed over the
-    live workers).
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._callbacks: list[Collector] = []
-        self._counters: dict[str, tuple[Counter, dict[tuple[str, ...], float]]] = {}
-        self._gauges: dict[str, Gauge] = {}
-        self._lock = threading.Lock()
-
-    def register(self, collector: Collector) -> None:
-        super().register(collector)
-        with self._lock:
-            self._callbacks.append(collector)
-
-    def mirror(self) -> None:
-        with self._lock:
-            collectors = [c for c in self._callbacks if _reads_at_scrape_time(c)]
-        for collector in collectors:
-            for family in collector.collect():
-                if family.type == "counter":
-                    self._mirror_counter(family)
-                elif family.type == "gauge":
-                    self._mirror_gauge(family)
-
-    def _mirror_counter(self, family: Any) -> None:
-        samples = [s for s in family.samples if s.name.endswith("_total")]
-        if not samples:
-            return
-        labels = sorted(samples[0].labels)
-        entry = self._counters.get(family.name)
-        if entry is None:
-            entry = self._counters[family.name] = (
-                Counter(family.name, family.documentation, labels, registry=None),
-                {},
-            )
-        counter, last = entry
-        for sample in samples:
-            values = tuple(sample.labels[k] for k in labels)
-            increase = sample.value - last.get(values, 0.0)
-            if increase > 0:
-                (counter.labels(*values) if labels else counter).inc(increase)
-                last[values] = sample.value
-
-    def _mirror_gauge(self, family: Any) -> None:
-        if not family.samples:
-            return
-        labels = sorted(family.samples[0].labels)
-        gauge = self._gauges.get(family.name)
-        if gauge is None:
-            gauge = self._gauges[family.name] = Gauge(
-                family.name, family.documentation, labels, registry=None,
-                multiprocess_mode="livesum",
-            )
-        for sample in family.samples:
-            values = tuple(sample.labels[k] for k in labels)
-            (gauge.labels(*values) if labels else gauge).set(sample.value)
-
-
-DELIVERED_OFFSET = "turnaudit_consumer_delivered_offset"
-
-
-@dataclass(frozen=True, slots=True)
-class _Redelivered:
-    """The placement of a turn another worker of this run had already handed to its sink."""
-
-    counts_as_turn: bool = False
-    redelivered: bool = True
-
-
-REDELIVERED = _Redelivered()
-
-
-class RedeliveryMarkingSink(Sink):
-    """A worker's sink: turns another worker already delivered are marked redelivered.
-
-    For sinks that take accepted turns only (``wants_breaching_turns`` false).
-    """
-
-    def __init__(self, inner: Sink, topic: str, metrics_dir: str) -> None:
-        if inner.wants_breaching_turns:
-            raise ValueError("RedeliveryMarkingSink wraps sinks of accepted turns only")
-        self._inner = inner
-        self._topic = topic
-        self._metrics_dir = metrics_dir
-        self._delivered = Gauge(
-            DELIVERED_OFFSET,
-            "Next offset handed to a sink of this service, per partition (every worker's maximum).",
-            ["topic", "partition"],
-            registry=None,
-            multiprocess_mode="max",
-        )
-        self._next: dict[int, int] = {}  # this worker's next offset per partition
-        self._floor: dict[int, int] = {}  # the service's delivered offset when picked up
-        self.on_marked: Callable[[int], None] = lambda _n: None
-        # The batch in hand: next offset per partition, how many were marked.
-        self._batch_next: dict[int, int] = {}
-        self._marked = 0
-
-    def take(self, turn: ConsumedTurn) -> None:
-        partition, offset = turn.partition, turn.offset
-        batch = self._batch_next
-        if partition not in batch and self._next.get(partition) != offset:
-            # Picked up where this worker had not just left off: another
-            # worker may have delivered some of it already.
-            self._floor[partition] = self._service_delivered(partition)
-        batch[partition] = max(batch.get(partition, 0), offset + 1)
-        if offset < self._floor.get(partition, -1) and turn.sequence.counts_as_turn:
-            turn = turn._replace(sequence=REDELIVERED)
-            self._marked += 1
-        self._inner.take(turn)
-
-    def flush(self) -> None:
-        self._inner.flush()  # raising keeps the batch pending for the retry
-        for partition, offset in self._batch_next.items():
-            self._next[partition] = offset
-            self._delivered.labels(self._topic, str(partition)).set(offset)
-        marked = self._marked
-        self._batch_next, self._marked = {}, 0
-        if marked:
-            self.on_marked(marked)
-
-    def partitions_revoked(self, partitions: set[int]) -> None:
-        """Partitions revoked or lost: whoever reads them next may go further."""
-        for partition in partitions:
-            self._next.pop(partition, None)
-            self._floor.pop(partition, None)
-        self._inner.partitions_revoked(partitions)
-
-    def _service_delivered(self, partition: int) -> int:
-        wanted = {"topic": self._topic, "partition": str(partition)}
-        collector = MultiProcessCollector(None, path=self._metrics_dir)  # type: ignore[no-untyped-call]
-        for family in collector.collect():  # type: ignore[no-untyped-call]
-            if family.name == DELIVERED_OFFSET:
-                for sample in family.samples:
-                    if sample.labels == wanted:
-                        return int(sample.value)
-        return -1
-
-    def tick(self) -> None:
-        self._inner.tick()
-
-    def held_offsets(self) -> Mapping[int, int] | None:
-        return self._inner.held_offsets()
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-def _reads_at_scrape_time(collector: Collector) -> bool:
-    if not isinstance(collector, MetricWrapperBase):
-        return True  # a custom collector
-    # Gauge.set_function replaces the instance's _child_samples (prometheus_client).
-    return "_child_samples" in vars(collector)
 
 
 def run_worker(
@@ -415,7 +237,7 @@ class WorkerSupervisor:
             "turnaudit_workers", "Worker processes the service runs.", registry=registry
         )
         self._workers_gauge.set(count)
-        registry.register(_WorkerProcesses(self))
+        registry.register(WorkerProcesses(self.pids))
         self.health = WorkersHealth(
             {
                 "service": settings.service.value,
@@ -628,42 +450,5 @@ def _describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-class _WorkerProcesses(Collector):
-    """Each worker's resident memory and CPU time, read from /proc at scrape time."""
-
-    def __init__(self, supervisor: WorkerSupervisor) -> None:
-        self._supervisor = supervisor
-
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        memory = GaugeMetricFamily(
-            "turnaudit_worker_resident_memory_bytes",
-            "Resident memory of each worker process.",
-            labels=["worker"],
-        )
-        cpu = CounterMetricFamily(
-            "turnaudit_worker_cpu_seconds",
-            "CPU time (user and system) of each worker process since it started.",
-            labels=["worker"],
-        )
-        for index, pid in self._supervisor.pids().items():
-            figures = process_figures(pid) if pid is not None else None
-            if figures is not None:
-                memory.add_metric([str(index)], figures[0])
-                cpu.add_metric([str(index)], figures[1])
-        yield memory
-        yield cpu
 
 
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def process_figures(pid: int) -> tuple[float, float] | None:
-    """(resident bytes, CPU seconds) of a process, or None once it is gone."""
-    try:
-        resident = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE
-        # Fields after the command name (which may hold spaces): utime, stime are 14, 15.
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError, ValueError):
-        return None
-    return float(resident), (int(fields[11]) + int(fields[12])) / _TICKS

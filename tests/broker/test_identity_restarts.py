@@ -28,7 +28,7 @@ from tests.support.streams import (
     total,
     wait_for,
 )
-from turnaudit.consumers.metrics import VerdictMetricsService
+from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.reading import end_offsets
@@ -86,7 +86,7 @@ def test_restarted_interleaved_and_spool_draining_publishers_lose_and_miscount_n
     truth = TurnRuntimeSimulator(seed, schema_versions=(3,), concurrent_sessions=SESSIONS)
     list(truth.events(count))
     registry = CollectorRegistry()
-    service = VerdictMetricsService(
+    service = verdict_metrics_service(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, "g-identity"),
         registry=registry,
     )
@@ -146,7 +146,7 @@ def test_a_reorder_raises_the_missing_figure_and_the_late_turn_brings_it_back(
 ) -> None:
     events = one_stream(6)
     registry = CollectorRegistry()
-    service = VerdictMetricsService(
+    service = verdict_metrics_service(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, "g-late"), registry=registry
     )
     topic = kafka_settings.topics.turn_events
@@ -171,7 +171,7 @@ def test_a_reorder_raises_the_missing_figure_and_the_late_turn_brings_it_back(
 def test_a_wrong_key_is_dead_lettered_with_its_reason(kafka_settings: KafkaSettings) -> None:
     events = one_stream(2)
     registry = CollectorRegistry()
-    service = VerdictMetricsService(
+    service = verdict_metrics_service(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, "g-key"), registry=registry
     )
     with running(service):

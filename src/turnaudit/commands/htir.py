@@ -8,7 +8,12 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from turnaudit.commands.sink import add_workers_argument, run_service, worker_service_settings
+from turnaudit.commands.sink import (
+    add_workers_argument,
+    consumer_service,
+    run_service,
+    worker_service_settings,
+)
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.workers import WorkerPlan, per_worker_path
@@ -55,7 +60,7 @@ class FeederWorker:
         sink = HtirFeederSink(
             settings.kafka, registry=registry, idle_timeout=self.idle_timeout, manifest=manifest
         )
-        return ConsumerService(settings, sink, registry=registry, serve_http=not plan.supervised)
+        return consumer_service(settings, sink, plan, registry)
 
 
 def _feed(args: argparse.Namespace) -> int:

@@ -15,11 +15,11 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 
 from turnaudit.argparsing import positive_int
 from turnaudit.cluster import connect
-from turnaudit.consumers.log_sink import LogSink, LogSinkService, service_logging
-from turnaudit.consumers.metrics import VerdictMetricsService, VerdictMetricsSink
+from turnaudit.consumers.log_sink import LogSink, service_logging
+from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumerService, Sink
+from turnaudit.consumers.runtime.redelivery import RedeliveryMarkingSink
 from turnaudit.consumers.runtime.workers import (
-    RedeliveryMarkingSink,
     ServiceFactory,
     WorkerPlan,
     WorkerSupervisor,
@@ -123,27 +123,35 @@ def worker_service_settings(name: ServiceName, plan: WorkerPlan) -> ServiceSetti
     return worker_settings(service_settings(name, own_port=not plan.supervised), plan)
 
 
-def _marking(settings: ServiceSettings, sink: Sink, plan: WorkerPlan,
-             registry: CollectorRegistry) -> ConsumerService:
-    """A worker's service: redeliveries from other workers marked (RedeliveryMarkingSink)."""
-    marking = RedeliveryMarkingSink(sink, settings.kafka.topics.turn_events, plan.metrics_dir)
-    service = ConsumerService(settings, marking, registry=registry, serve_http=False)
-    marking.on_marked = service.metrics.redelivered.inc
+def consumer_service(
+    settings: ServiceSettings, sink: Sink, plan: WorkerPlan, registry: CollectorRegistry
+) -> ConsumerService:
+    """The one way a service is built: its sink on the consumer runtime. A supervised
+    worker serves no HTTP (its supervisor does) and, for a sink of accepted turns,
+    marks the turns another worker already delivered (``RedeliveryMarkingSink``)."""
+    if not plan.supervised:
+        return ConsumerService(settings, sink, registry=registry)
+    marking = None
+    if not sink.wants_breaching_turns:
+        sink = marking = RedeliveryMarkingSink(
+            sink, settings.kafka.topics.turn_events, plan.metrics_dir
+        )
+    service = ConsumerService(settings, sink, registry=registry, serve_http=False)
+    if marking is not None:
+        marking.on_marked = service.metrics.redelivered.inc
     return service
 
 
 def log_sink_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
     settings = worker_service_settings(ServiceName.LOG_SINK, plan)
-    if not plan.supervised:
-        return LogSinkService(settings, registry=registry)
-    return _marking(settings, LogSink(settings.log, registry), plan, registry)
+    return consumer_service(settings, LogSink(settings.log, registry), plan, registry)
 
 
 def verdict_metrics_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
     settings = worker_service_settings(ServiceName.VERDICT_METRICS, plan)
-    if not plan.supervised:
-        return VerdictMetricsService(settings, registry=registry)
-    return _marking(settings, VerdictMetricsSink(settings.metrics, registry), plan, registry)
+    return consumer_service(
+        settings, VerdictMetricsSink(settings.metrics, registry), plan, registry
+    )
 
 
 def _logs(args: argparse.Namespace) -> int:

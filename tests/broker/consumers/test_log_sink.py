@@ -16,7 +16,7 @@ from tests.support.streams import (
     wait_for,
 )
 from turnaudit.consumers.log_sink import (
-    LogSinkService,
+    log_sink_service,
     service_logging,
 )
 from turnaudit.consumers.settings import LogSinkSettings, ServiceName
@@ -33,7 +33,7 @@ def test_n_simulated_events_give_exactly_n_distinct_event_ids(
     log_settings = LogSinkSettings(file=tmp_path / "turns.jsonl")
     end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
     with service_logging():
-        service = LogSinkService(
+        service = log_sink_service(
             service_settings(kafka_settings, ServiceName.LOG_SINK, "g-logs", log=log_settings),
             registry=CollectorRegistry(),
             serve_http=False,

@@ -16,7 +16,7 @@ from tests.support.streams import (
 )
 from turnaudit.commands.demo_consumers import sample_total
 from turnaudit.consumers.metrics import (
-    VerdictMetricsService,
+    verdict_metrics_service,
 )
 from turnaudit.consumers.settings import MetricsSettings, ServiceName
 from turnaudit.kafka.reading import end_offsets
@@ -32,7 +32,7 @@ def test_counters_equal_the_simulators_truth_per_pack_and_output_policy(
 ) -> None:
     truth = publish_simulated(kafka_settings, 3000, tmp_path / "spool", seed=11)
     registry = CollectorRegistry()
-    service = VerdictMetricsService(
+    service = verdict_metrics_service(
         service_settings(
             kafka_settings,
             ServiceName.VERDICT_METRICS,

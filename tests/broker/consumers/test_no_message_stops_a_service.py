@@ -27,7 +27,7 @@ from tests.support.streams import (
     service_settings,
     wait_for,
 )
-from turnaudit.consumers.metrics import VerdictMetricsService
+from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.dead_letters import TRUNCATED_VALUE_BYTES, read_dead_letter_headers
 from turnaudit.kafka.reading import end_offsets, read_range
@@ -52,8 +52,8 @@ def around(settings: KafkaSettings, bad: list[bytes], *, valid: int = 20) -> Non
 
 
 @contextmanager
-def metrics_service(settings: KafkaSettings, group: str) -> Iterator[VerdictMetricsService]:
-    service = VerdictMetricsService(
+def metrics_service(settings: KafkaSettings, group: str) -> Iterator[verdict_metrics_service]:
+    service = verdict_metrics_service(
         service_settings(settings, ServiceName.VERDICT_METRICS, group),
         registry=CollectorRegistry(),
     )
@@ -61,7 +61,7 @@ def metrics_service(settings: KafkaSettings, group: str) -> Iterator[VerdictMetr
         yield service
 
 
-def consume_all(service: VerdictMetricsService, settings: KafkaSettings) -> None:
+def consume_all(service: verdict_metrics_service, settings: KafkaSettings) -> None:
     end = end_offsets(settings, settings.topics.turn_events)
     assert wait_for(consumed_everything(service, end))
     assert service.health.liveness().ok  # the same run: it never stopped
@@ -86,7 +86,7 @@ def limit_topic(settings: KafkaSettings, topic: str, max_bytes: int) -> None:
         future.result(10)
 
 
-def counted(service: VerdictMetricsService) -> float:
+def counted(service: verdict_metrics_service) -> float:
     """Turns the metrics service counted, over every label."""
     return sum(
         s.value
@@ -96,7 +96,7 @@ def counted(service: VerdictMetricsService) -> float:
     )
 
 
-def value(service: VerdictMetricsService, name: str, **labels: str) -> float:
+def value(service: verdict_metrics_service, name: str, **labels: str) -> float:
     return service._registry.get_sample_value(name, labels) or 0.0
 
 

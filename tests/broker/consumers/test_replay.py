@@ -26,7 +26,7 @@ from tests.support.streams import (
 )
 from tests.support.verify_helpers import DECODE
 from turnaudit.cli import main
-from turnaudit.consumers.metrics import VerdictMetricsService
+from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.replay import MetricsReplayOutput
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.events import occurred_millis
@@ -54,11 +54,11 @@ def committed(settings: KafkaSettings, group: str) -> dict[int, int]:
 
 def live_metrics_service(
     kafka_settings: KafkaSettings,
-) -> tuple[str, CollectorRegistry, VerdictMetricsService]:
+) -> tuple[str, CollectorRegistry, verdict_metrics_service]:
     """A live verdict metrics service in a group of its own: (group, registry, service)."""
     group = f"live-{uuid.uuid4().hex[:8]}"
     registry = CollectorRegistry()
-    service = VerdictMetricsService(
+    service = verdict_metrics_service(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, group),
         registry=registry,
         serve_http=False,

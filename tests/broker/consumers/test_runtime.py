@@ -23,7 +23,7 @@ from tests.support.streams import (
     total,
     wait_for,
 )
-from turnaudit.consumers.metrics import VerdictMetricsService
+from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.runtime.gc_sizing import GC_OBJECTS_PER_MESSAGE as _GC_OBJECTS_PER_MESSAGE
 from turnaudit.consumers.settings import MetricsSettings, ServiceName
@@ -63,7 +63,7 @@ def test_poison_messages_go_to_the_dlq_with_their_reason_and_the_service_keeps_c
         "g-poison",
         metrics=MetricsSettings(packs=frozenset(PACKS)),
     )
-    service = VerdictMetricsService(settings, registry=CollectorRegistry())
+    service = verdict_metrics_service(settings, registry=CollectorRegistry())
     assert service.http_port is not None
     with running(service):
         produce_raw(kafka_settings, [(k, v) for k, (v, _) in poison.items()])
@@ -115,7 +115,7 @@ def test_sequence_gaps_and_redeliveries_are_counted_not_dead_lettered(
     # Sequences 0, 1, 3, 3: one gap of one turn, one redelivery.
     events = [turn("s-gap", n) for n in (0, 1, 3, 3)]
     produce_raw(kafka_settings, [(b"s-gap", encode(e)) for e in events])
-    service = VerdictMetricsService(
+    service = verdict_metrics_service(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, "g-gaps"),
         registry=CollectorRegistry(),
     )
@@ -247,7 +247,7 @@ def test_a_sink_failing_on_revocation_is_counted_and_the_group_goes_on(
 
 
 def test_metrics_and_healthz_over_http_and_lag_per_partition(kafka_settings: KafkaSettings) -> None:
-    service = VerdictMetricsService(
+    service = verdict_metrics_service(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, "g-http"),
         registry=CollectorRegistry(),
     )

@@ -61,7 +61,7 @@ import sys
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
-from turnaudit.consumers.runtime.workers import MirroringRegistry
+from turnaudit.consumers.runtime.worker_metrics import MirroringRegistry
 
 class Figures:
     def __init__(self):
@@ -109,7 +109,7 @@ def test_mirroring_registry_puts_callback_figures_into_the_multiprocess_files(
 MARKING_SCRIPT = """
 import sys
 from turnaudit.consumers.runtime.sink import BatchingSink, ConsumedTurn
-from turnaudit.consumers.runtime.workers import RedeliveryMarkingSink
+from turnaudit.consumers.runtime.redelivery import RedeliveryMarkingSink
 from turnaudit.identity import TrackResult, TurnOutcome
 
 class Kept(BatchingSink):

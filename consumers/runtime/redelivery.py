@@ -1,0 +1,112 @@
+"""Redeliveries across worker processes, marked.
+
+A worker that dies after its sink had a batch but before its offsets were
+committed leaves that batch to be read again by whoever owns the partition
+next, a process that never saw it. ``RedeliveryMarkingSink`` records, after
+each flush, the next offset the service's sinks were handed per partition
+(``turnaudit_consumer_delivered_offset``, the maximum over every worker of
+this run); a worker that picks a partition up below it marks those turns as
+redelivered (``turnaudit_redelivered_turns_total``, not counted again by the
+metrics sink, ``"redelivered": true`` in the log sink's lines). The mark is
+set only after the sink returned, so a kill in between leaves a turn counted
+twice, never not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import Gauge
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
+
+DELIVERED_OFFSET = "turnaudit_consumer_delivered_offset"
+
+
+@dataclass(frozen=True, slots=True)
+class _Redelivered:
+    """The placement of a turn another worker of this run had already handed to its sink."""
+
+    counts_as_turn: bool = False
+    redelivered: bool = True
+
+
+REDELIVERED = _Redelivered()
+
+
+class RedeliveryMarkingSink(Sink):
+    """A worker's sink: turns another worker already delivered are marked redelivered.
+
+    For sinks that take accepted turns only (``wants_breaching_turns`` false).
+    """
+
+    def __init__(self, inner: Sink, topic: str, metrics_dir: str) -> None:
+        if inner.wants_breaching_turns:
+            raise ValueError("RedeliveryMarkingSink wraps sinks of accepted turns only")
+        self._inner = inner
+        self._topic = topic
+        self._metrics_dir = metrics_dir
+        self._delivered = Gauge(
+            DELIVERED_OFFSET,
+            "Next offset handed to a sink of this service, per partition (every worker's maximum).",
+            ["topic", "partition"],
+            registry=None,
+            multiprocess_mode="max",
+        )
+        self._next: dict[int, int] = {}  # this worker's next offset per partition
+        self._floor: dict[int, int] = {}  # the service's delivered offset when picked up
+        self.on_marked: Callable[[int], None] = lambda _n: None
+        # The batch in hand: next offset per partition, how many were marked.
+        self._batch_next: dict[int, int] = {}
+        self._marked = 0
+
+    def take(self, turn: ConsumedTurn) -> None:
+        partition, offset = turn.partition, turn.offset
+        batch = self._batch_next
+        if partition not in batch and self._next.get(partition) != offset:
+            # Picked up where this worker had not just left off: another
+            # worker may have delivered some of it already.
+            self._floor[partition] = self._service_delivered(partition)
+        batch[partition] = max(batch.get(partition, 0), offset + 1)
+        if offset < self._floor.get(partition, -1) and turn.sequence.counts_as_turn:
+            turn = turn._replace(sequence=REDELIVERED)
+            self._marked += 1
+        self._inner.take(turn)
+
+    def flush(self) -> None:
+        self._inner.flush()  # raising keeps the batch pending for the retry
+        for partition, offset in self._batch_next.items():
+            self._next[partition] = offset
+            self._delivered.labels(self._topic, str(partition)).set(offset)
+        marked = self._marked
+        self._batch_next, self._marked = {}, 0
+        if marked:
+            self.on_marked(marked)
+
+    def partitions_revoked(self, partitions: set[int]) -> None:
+        """Partitions revoked or lost: whoever reads them next may go further."""
+        for partition in partitions:
+            self._next.pop(partition, None)
+            self._floor.pop(partition, None)
+        self._inner.partitions_revoked(partitions)
+
+    def _service_delivered(self, partition: int) -> int:
+        wanted = {"topic": self._topic, "partition": str(partition)}
+        collector = MultiProcessCollector(None, path=self._metrics_dir)  # type: ignore[no-untyped-call]
+        for family in collector.collect():  # type: ignore[no-untyped-call]
+            if family.name == DELIVERED_OFFSET:
+                for sample in family.samples:
+                    if sample.labels == wanted:
+                        return int(sample.value)
+        return -1
+
+    def tick(self) -> None:
+        self._inner.tick()
+
+    def held_offsets(self) -> Mapping[int, int] | None:
+        return self._inner.held_offsets()
+
+    def close(self) -> None:
+        self._inner.close()
