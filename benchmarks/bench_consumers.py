@@ -57,7 +57,7 @@ from turnaudit.consumers.settings import (
     ServiceSettings,
 )
 from turnaudit.kafka.local_broker import LocalKafkaBroker, free_port, free_ports
-from turnaudit.kafka.reading import end_offsets
+from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator

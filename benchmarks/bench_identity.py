@@ -44,7 +44,8 @@ from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.identity import StreamTracker, TrackResult, TurnOutcome, TurnStamper
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import GUARANTEES, PRODUCER_DEFAULTS, TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator

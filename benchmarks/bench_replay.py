@@ -33,7 +33,7 @@ from _broker import PROJECT_DIR, benchmark_cluster
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from turnaudit.commands.replay import OUTPUT_KINDS
-from turnaudit.kafka.reading import end_offsets
+from turnaudit.kafka.offsets import end_offsets
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.replay import READER_CONFIG, ReplayRequest, ReplayTarget, replay

@@ -9,18 +9,17 @@ it cannot decode still gets a line, so nothing on the topic is invisible.
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO, cast
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
-
 from turnaudit.contracts import check_event
 from turnaudit.errors import SerializationError
 from turnaudit.events import TurnEvent, occurred_moment
+from turnaudit.kafka.consumer import READER, KafkaConsumer
 from turnaudit.kafka.offsets import offsets_at
+from turnaudit.records import Record
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -109,21 +108,17 @@ def tail_turns(
     # (a logical end would be resolved at the first fetch and skip whatever
     # arrived in between); from a time, the first offset at or after it.
     start = offsets_at(settings, topic, since)
-    consumer = Consumer(
-        settings.client_config(
-            **{
-                "group.id": f"turnaudit-tail-{uuid.uuid4().hex}",  # never commits: a viewer
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "fetch.wait.max.ms": 100,
-                "log_level": 0,  # librdkafka's connection noise off stderr
-            }
-        )
+    consumer = KafkaConsumer(
+        settings,
+        topic,
+        READER,  # a viewer: joins no group, commits nothing
+        {"fetch.wait.max.ms": 100},
+        on_error=lambda error: out.write(f"! consumer error: {error.text}\n"),
     )
     stop = stop or threading.Event()
     printed = 0
     try:
-        consumer.assign([TopicPartition(topic, p, o) for p, o in sorted(start.items())])
+        consumer.assign(dict(sorted(start.items())))
         if on_ready is not None:
             on_ready()
         while not stop.is_set() and (limit is None or printed < limit):
@@ -142,13 +137,8 @@ def tail_turns(
 
 
 def _line_for(
-    msg: Message, decode: TurnEventDeserializer, filters: TailFilter, show_verdicts: bool
+    msg: Record, decode: TurnEventDeserializer, filters: TailFilter, show_verdicts: bool
 ) -> str | None:
-    error = msg.error()
-    if error is not None:
-        if error.code() == KafkaError._PARTITION_EOF:
-            return None
-        return f"! consumer error: {error.str()}"
     try:
         decoded = decode(msg.value())
     except SerializationError as exc:

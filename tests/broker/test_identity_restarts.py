@@ -31,7 +31,7 @@ from tests.support.streams import (
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.kafka.local_broker import free_port
-from turnaudit.kafka.reading import end_offsets
+from turnaudit.kafka.offsets import end_offsets
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer

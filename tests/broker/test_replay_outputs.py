@@ -32,7 +32,8 @@ from turnaudit import replay as replay_module
 from turnaudit.cli import main
 from turnaudit.commands.replay import OUTPUT_KINDS
 from turnaudit.consumers.replay import SOURCE_HEADER
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import topic_specs
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
 from turnaudit.settings import KafkaSettings

@@ -21,7 +21,8 @@ from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName, ServiceSettings
 from turnaudit.htir import HtirTrace
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer

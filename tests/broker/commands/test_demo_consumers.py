@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.streams import publish_simulated
 from turnaudit.commands.demo_consumers import run_consumer_stage
-from turnaudit.kafka.reading import end_offsets
+from turnaudit.kafka.offsets import end_offsets
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker

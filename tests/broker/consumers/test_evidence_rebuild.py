@@ -36,7 +36,8 @@ from turnaudit.evaluation.files import (
 )
 from turnaudit.evaluation.labels import TaskLabel, labels_from_ground_truth, load_task_labels
 from turnaudit.htir import HtirTrace
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import admin_client
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.serialization.decoders import decoder_for

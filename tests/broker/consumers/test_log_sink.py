@@ -20,7 +20,7 @@ from turnaudit.consumers.log_sink import (
     service_logging,
 )
 from turnaudit.consumers.settings import LogSinkSettings, ServiceName
-from turnaudit.kafka.reading import end_offsets
+from turnaudit.kafka.offsets import end_offsets
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker

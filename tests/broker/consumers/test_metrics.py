@@ -19,7 +19,7 @@ from turnaudit.consumers.metrics import (
     verdict_metrics_service,
 )
 from turnaudit.consumers.settings import MetricsSettings, ServiceName
-from turnaudit.kafka.reading import end_offsets
+from turnaudit.kafka.offsets import end_offsets
 from turnaudit.producers.simulator import PACKS
 from turnaudit.settings import KafkaSettings
 from turnaudit.verdicts import OutputPolicy

@@ -30,7 +30,8 @@ from tests.support.streams import (
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.dead_letters import TRUNCATED_VALUE_BYTES, read_dead_letter_headers
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.records import record_headers
 from turnaudit.serialization.schemas import schema_from_json, shipped_catalog
 from turnaudit.settings import KafkaSettings

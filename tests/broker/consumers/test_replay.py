@@ -30,7 +30,8 @@ from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.replay import MetricsReplayOutput
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.events import occurred_millis
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator

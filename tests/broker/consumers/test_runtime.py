@@ -28,7 +28,8 @@ from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn, ConsumerServ
 from turnaudit.consumers.runtime.gc_sizing import GC_OBJECTS_PER_MESSAGE as _GC_OBJECTS_PER_MESSAGE
 from turnaudit.consumers.settings import MetricsSettings, ServiceName
 from turnaudit.dead_letters import DeadLetterReason, read_dead_letter_headers
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.producers.simulator import PACKS
 from turnaudit.records import record_headers
 from turnaudit.settings import KafkaSettings

@@ -15,7 +15,8 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.support.jsonl import complete_json_lines
 from tests.support.services import assigned, service_env, service_process
 from tests.support.streams import publish_simulated, scrape, total, wait_for
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.producers.simulator import PACKS
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer

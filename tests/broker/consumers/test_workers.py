@@ -35,7 +35,8 @@ from tests.support.streams import (
     wait_for,
 )
 from turnaudit.evaluation import review_pack
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.simulator import PACKS
 from turnaudit.serialization.schemas import shipped_catalog

@@ -33,7 +33,8 @@ from tests.support.streams import (
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.serialization.schemas import decoding_schema, shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
