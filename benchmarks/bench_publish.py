@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _broker import benchmark_cluster
 
 from turnaudit.errors import EventRefusedError
-from turnaudit.producers.publisher import _DEFAULTS, _GUARANTEES, TurnEventPublisher
+from turnaudit.producers.publisher import GUARANTEES, PRODUCER_DEFAULTS, TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
@@ -66,8 +66,8 @@ def records(n: int) -> list[dict[str, Any]]:
 def baseline_round(settings: KafkaSettings, batch: list[dict[str, Any]]) -> float:
     schema = shipped_catalog().latest
     header, parsed = b"\xc3\x01" + schema.fingerprint, schema.parsed
-    config = {k: v for k, v in _GUARANTEES.items() if k != "delivery.report.only.error"}
-    producer = Producer(settings.client_config(_DEFAULTS, **config))
+    config = {k: v for k, v in GUARANTEES.items() if k != "delivery.report.only.error"}
+    producer = Producer(settings.client_config(PRODUCER_DEFAULTS, **config))
     topic = settings.topics.turn_events
     started = time.perf_counter()
     for record in batch:
@@ -245,7 +245,7 @@ def main() -> None:
         for record in copy.deepcopy(source[:500]):
             publisher.publish(record)
         broker.stop()
-        wait_for(lambda: publisher._spooling)  # until the publisher noticed
+        wait_for(lambda: publisher._route.spooling)  # until the publisher noticed
         latency_rounds("broker down, every event to the on-disk spool", publisher,
                        down_batch, args.rounds)
         with full_tmpfs(tmp / "small") as small:
@@ -254,7 +254,7 @@ def main() -> None:
             else:
                 full = TurnEventPublisher(settings, spool_dir=small / "spool",
                                           probe_interval=0.5, registry=CollectorRegistry())
-                wait_for(lambda: full._spooling)  # the broker is down: it spools
+                wait_for(lambda: full._route.spooling)  # the broker is down: it spools
                 fill(small)
                 latency_rounds("disk full (broker down, spool on a full tmpfs), every event "
                                "refused", full, down_batch, args.rounds)

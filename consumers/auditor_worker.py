@@ -51,7 +51,7 @@ from turnaudit.evaluation.files import (
 from turnaudit.evaluation.labels import TaskLabel
 from turnaudit.evaluation.trace_evidence import EvidenceTally, TraceEvidence
 from turnaudit.htir import HtirTrace
-from turnaudit.kafka.clients import ReliableProducer
+from turnaudit.kafka.producer import KafkaProducer
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
@@ -100,7 +100,7 @@ class AuditorSink(BatchingSink):
         self._kafka = kafka
         self._evidence_path = evidence_path
         self._checkpoint = checkpoint_path(evidence_path) if evidence_path else None
-        self._producer = ReliableProducer(kafka)
+        self._producer = KafkaProducer.reliable(kafka)
         self._encode = SingleObjectSerializer(shipped_catalog("auditor_observation").latest)
         announce_schema(self._producer.produce, kafka.topics.schemas, self._encode.schema)
         self.builder = TraceEvidence(auditor, labels, clock)

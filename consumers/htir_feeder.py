@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
 from turnaudit.htir import HtirTrace, TraceAssembler
-from turnaudit.kafka.clients import ReliableProducer
+from turnaudit.kafka.producer import KafkaProducer
 from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
@@ -53,7 +53,7 @@ class HtirFeederSink(BatchingSink):
         super().__init__()
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
-        self._producer = ReliableProducer(kafka)
+        self._producer = KafkaProducer.reliable(kafka)
         announce_schema(self._producer.produce, kafka.topics.schemas, self._serialize.schema)
         self._assembler = TraceAssembler(idle_timeout)
         # A trace republished after a restart is written to the manifest once;

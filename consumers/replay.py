@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 from prometheus_client import CollectorRegistry, Metric
 from prometheus_client.openmetrics.exposition import generate_latest
 from prometheus_client.registry import Collector
@@ -28,6 +28,7 @@ from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
 from turnaudit.consumers.runtime.validation import TurnEventValidation
 from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
 from turnaudit.errors import BrokerError, ConfigurationError
+from turnaudit.kafka.producer import DeliveryCallback, KafkaProducer
 from turnaudit.kafka.reading import end_offsets
 from turnaudit.kafka.topics import topic_specs
 from turnaudit.records import Record
@@ -267,11 +268,11 @@ class TopicReplayOutput(ReplayOutput):
     def __init__(self, context: OutputContext) -> None:
         settings = context.settings
         self._topic = writable_topic(context, "topic")
-        self._producer = Producer(settings.client_config(
+        self._producer = KafkaProducer(settings.client_config(
             {"linger.ms": 20, "compression.type": "lz4", "log_level": 0,
              "queue.buffering.max.messages": 200_000},
             **{"enable.idempotence": True, "acks": "all"},
-        ))
+        ), log_failures=False)
         self._failures: list[str] = []
         self._published = 0
 
@@ -291,8 +292,9 @@ class TopicReplayOutput(ReplayOutput):
             while True:
                 try:
                     self._producer.produce(self._topic, msg.value(), msg.key(), headers=headers,
-                                           timestamp=stamp if kind else 0,
-                                           on_delivery=self._delivered)
+                                           timestamp=stamp if kind else 0,  # (its _delivered
+                                           # names librdkafka's types: what a report carries)
+                                           on_delivery=cast("DeliveryCallback", self._delivered))
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it
                     self._producer.poll(0.1)

@@ -55,7 +55,7 @@ from turnaudit.evaluation.files import (
 from turnaudit.evaluation.labels import TaskLabel
 from turnaudit.evaluation.trace_evidence import EvidenceTally, TraceEvidence
 from turnaudit.htir import HtirTrace, TraceAssembler, TraceClose
-from turnaudit.kafka.clients import ReliableProducer
+from turnaudit.kafka.producer import KafkaProducer
 from turnaudit.kafka.reading import end_offsets, read_range
 from turnaudit.records import Record
 from turnaudit.replay import (
@@ -142,7 +142,7 @@ class HtirTopicReplayOutput(HtirFileReplayOutput):
     def __init__(self, context: OutputContext) -> None:
         self._topic = writable_topic(context, "htir-topic")
         super().__init__(context.decode)
-        self._producer = ReliableProducer(context.settings)
+        self._producer = KafkaProducer.reliable(context.settings)
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         announce_schema(self._producer.produce, context.settings.topics.schemas,
                         self._serialize.schema)

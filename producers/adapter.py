@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
 from turnaudit.contracts import Breach, check_event
+from turnaudit.events import OutgoingTurnEvent, RuntimeIdentity, TaskContext
 from turnaudit.verdicts import (
     UNKNOWN_DOMAIN_SURFACE,
     ActionAssessment,
@@ -82,7 +83,7 @@ class TurnEventBuilder:
         if schema_version not in SHIPPED_SCHEMA_VERSIONS:
             raise ValueError(f"schema version {schema_version} is not shipped")
         self.schema_version = schema_version
-        self._runtime = {
+        self._runtime: RuntimeIdentity = {
             "name": runtime.name,
             "version": runtime.version,
             "instance_id": runtime.instance_id,
@@ -107,7 +108,7 @@ class TurnEventBuilder:
         refusal_emitted: bool,
         action: ActionAssessment | None = None,
         tool_steps: Sequence[ToolCall] = (),
-    ) -> dict[str, Any]:
+    ) -> OutgoingTurnEvent:
         """A main-path turn. ``surface_before_hedge`` is the surface after any
         refusal replaced it and before hedge injection; ``surface`` is what the
         runtime returned. ``hedge_injected`` is exactly "the runtime changed it"."""
@@ -121,17 +122,19 @@ class TurnEventBuilder:
         return self._event(
             ctx,
             TurnPath.MAIN,
-            verdicts,
-            action,
-            tool_steps,
-            input_tokens=list(input_tokens),
-            surface=surface,
-            walk_surface=walk_surface,
-            articulation_surface=articulation_surface,
-            cycle_cost_total=float(cycle_cost_total),
-            vault_hits=int(vault_hits),
-            versor_condition=float(versor_condition),
-            flagged=bool(flagged),
+            verdicts=verdicts,
+            action=action,
+            tool_steps=tool_steps,
+            fields=_Surfaces(
+                input_tokens=list(input_tokens),
+                surface=surface,
+                walk_surface=walk_surface,
+                articulation_surface=articulation_surface,
+                cycle_cost_total=float(cycle_cost_total),
+                vault_hits=int(vault_hits),
+                versor_condition=float(versor_condition),
+                flagged=bool(flagged),
+            ),
         )
 
     def stub_turn(
@@ -143,7 +146,7 @@ class TurnEventBuilder:
         safety_verdict: SafetyVerdict | None,
         ethics_verdict: EthicsVerdict | None,
         refusal_surface: str | None = None,
-    ) -> dict[str, Any] | None:
+    ) -> OutgoingTurnEvent | None:
         """A stub turn (cold start, unknown domain), with ADR-0039's values.
 
         ``ctx.turn`` is the runtime's turn counter minus one (finalize_turn
@@ -162,31 +165,43 @@ class TurnEventBuilder:
         return self._event(
             ctx,
             TurnPath.STUB,
-            verdicts,
-            None,
-            (),
-            input_tokens=list(input_tokens),
-            surface=refusal_surface if refusal_surface is not None else UNKNOWN_DOMAIN_SURFACE,
-            walk_surface=UNKNOWN_DOMAIN_SURFACE,
-            articulation_surface=UNKNOWN_DOMAIN_SURFACE,
-            cycle_cost_total=0.0,
-            vault_hits=0,
-            versor_condition=float(versor_condition),
-            flagged=False,
+            verdicts=verdicts,
+            action=None,
+            tool_steps=(),
+            fields=_Surfaces(
+                input_tokens=list(input_tokens),
+                surface=refusal_surface if refusal_surface is not None
+                else UNKNOWN_DOMAIN_SURFACE,
+                walk_surface=UNKNOWN_DOMAIN_SURFACE,
+                articulation_surface=UNKNOWN_DOMAIN_SURFACE,
+                cycle_cost_total=0.0,
+                vault_hits=0,
+                versor_condition=float(versor_condition),
+                flagged=False,
+            ),
         )
 
     def _event(
         self,
         ctx: TurnContext,
         path: TurnPath,
+        *,
         verdicts: TurnVerdicts,
         action: ActionAssessment | None,
         tool_steps: Sequence[ToolCall],
-        **fields: Any,
-    ) -> dict[str, Any]:
+        fields: _Surfaces,
+    ) -> OutgoingTurnEvent:
         occurred = ctx.occurred_at or datetime.now(UTC)
         bundle = verdicts.to_avro(self.schema_version)
-        event: dict[str, Any] = {
+        task: TaskContext | None = None
+        if ctx.task is not None:
+            task = {
+                "task_id": ctx.task.task_id,
+                "task_family": ctx.task.task_family,
+                "step": ctx.task.step,
+                "end_of_task": ctx.task.end_of_task,
+            }
+        event: OutgoingTurnEvent = {
             "event_id": "",  # assigned by the publisher
             "session_id": ctx.session_id,
             "sequence": -1,  # assigned by the publisher
@@ -198,16 +213,16 @@ class TurnEventBuilder:
             "path": path.value,
             "pack_id": ctx.pack_id,
             "domain": ctx.domain,
-            "task": None
-            if ctx.task is None
-            else {
-                "task_id": ctx.task.task_id,
-                "task_family": ctx.task.task_family,
-                "step": ctx.task.step,
-                "end_of_task": ctx.task.end_of_task,
-            },
+            "task": task,
             "turn": ctx.turn,
-            **fields,
+            "input_tokens": fields.input_tokens,
+            "surface": fields.surface,
+            "walk_surface": fields.walk_surface,
+            "articulation_surface": fields.articulation_surface,
+            "cycle_cost_total": fields.cycle_cost_total,
+            "vault_hits": fields.vault_hits,
+            "versor_condition": fields.versor_condition,
+            "flagged": fields.flagged,
             "identity_score": bundle["identity_score"],
             "verdicts": bundle,
             "action_assessment": None if action is None else action.to_avro(),
@@ -225,11 +240,25 @@ class TurnEventBuilder:
         return event
 
 
+@dataclass(frozen=True, slots=True)
+class _Surfaces:
+    """What a turn produced, beside its context and verdicts."""
+
+    input_tokens: list[str]
+    surface: str
+    walk_surface: str
+    articulation_surface: str
+    cycle_cost_total: float
+    vault_hits: int
+    versor_condition: float
+    flagged: bool
+
+
 class EventSink(Protocol):
-    def publish(self, event: dict[str, Any]) -> str: ...
+    def publish(self, event: OutgoingTurnEvent) -> str: ...
 
 
-BreachHandler = Callable[[dict[str, Any], list[Breach]], None]
+BreachHandler = Callable[[OutgoingTurnEvent, list[Breach]], None]
 
 
 class TurnAuditEmitter:
@@ -246,7 +275,7 @@ class TurnAuditEmitter:
         self.emitted = 0
         self.breached = 0
 
-    def emit(self, event: dict[str, Any] | None) -> str | None:
+    def emit(self, event: OutgoingTurnEvent | None) -> str | None:
         if event is None:  # the correct() fallback: nothing happened, nothing to record
             return None
         breaches = check_event(event)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from turnaudit.events import OutgoingTurnEvent
 from turnaudit.producers.adapter import (
     RuntimeInfo,
     TaskStep,
@@ -106,7 +107,7 @@ class GroundTruth:
     def hedged(self) -> int:
         return sum(self.hedged_by_pack.values())
 
-    def count(self, event: dict[str, Any]) -> None:
+    def count(self, event: OutgoingTurnEvent) -> None:
         pack = event["pack_id"]
         bundle = event["verdicts"]
         self.events += 1
@@ -178,7 +179,7 @@ class TurnRuntimeSimulator:
         self._task_counter = 0
         self.truth = GroundTruth(seed)
 
-    def events(self, count: int) -> Iterator[dict[str, Any]]:
+    def events(self, count: int) -> Iterator[OutgoingTurnEvent]:
         sessions = [self._new_session() for _ in range(self._concurrent)]
         produced = 0
         while produced < count:
@@ -233,7 +234,7 @@ class TurnRuntimeSimulator:
         session.task, session.task_step = task, 0
 
     # -- one turn --------------------------------------------------------------
-    def _turn(self, session: _Session) -> dict[str, Any] | None:
+    def _turn(self, session: _Session) -> OutgoingTurnEvent | None:
         rng = self._rng
         self._clock += timedelta(milliseconds=rng.randint(5, 400))
         session.turn += 1
@@ -272,7 +273,7 @@ class TurnRuntimeSimulator:
 
     def _stub_turn(
         self, session: _Session, ctx: TurnContext, tokens: list[str]
-    ) -> dict[str, Any] | None:
+    ) -> OutgoingTurnEvent | None:
         refused = self._rng.random() < 0.1
         safety = SafetyVerdict(not refused, (self._rng.choice(BOUNDARIES),) if refused else ())
         return session.builder.stub_turn(
@@ -284,7 +285,9 @@ class TurnRuntimeSimulator:
             refusal_surface=f"{REFUSAL_PREFIX} I can't help with that." if refused else None,
         )
 
-    def _main_turn(self, session: _Session, ctx: TurnContext, tokens: list[str]) -> dict[str, Any]:
+    def _main_turn(
+        self, session: _Session, ctx: TurnContext, tokens: list[str]
+    ) -> OutgoingTurnEvent:
         rng = self._rng
         task = session.task
         at_or_after_failure = (

@@ -39,9 +39,9 @@ from turnaudit.consumers.runtime.sink import Rejection, Sink
 from turnaudit.consumers.runtime.validation import TurnEventValidation, Validation
 from turnaudit.consumers.settings import ServiceSettings
 from turnaudit.errors import BrokerError
-from turnaudit.kafka.clients import ReliableProducer
-from turnaudit.kafka.consumer import KafkaConsumer, error_callback
+from turnaudit.kafka.consumer import KafkaConsumer
 from turnaudit.kafka.dead_letters import DeadLetterWriter
+from turnaudit.kafka.producer import KafkaProducer
 from turnaudit.records import Record, record_headers, record_position
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import TurnEventDeserializer
@@ -131,7 +131,7 @@ class ConsumerService:
             },
         )
         self._dead_letters = DeadLetterWriter(
-            ReliableProducer(settings.kafka, error_cb=error_callback(self.health.client_error)),
+            KafkaProducer.reliable(settings.kafka, error_cb=self.health.client_error),
             settings.kafka.topics.dlq,
             self.stage,
             on_settled=self.metrics.dead_letter_settled,

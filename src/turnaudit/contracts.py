@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from turnaudit.events import OutgoingTurnEvent, TurnEvent
 from turnaudit.identity import TrackResult, TurnOutcome
 from turnaudit.verdicts import (
     UNKNOWN_DOMAIN_SURFACE,
@@ -46,8 +47,13 @@ class Breach:
         return f"{self.contract.value}: {self.detail}"
 
 
-def check_event(event: Mapping[str, Any]) -> list[Breach]:
-    """Contracts 1-4 on one event; an empty list means the event keeps them all."""
+# The decoders still hand plain dicts (``Mapping[str, Any]``) to some readers.
+CheckedEvent = TurnEvent | OutgoingTurnEvent | Mapping[str, Any]
+
+
+def check_event(event: CheckedEvent) -> list[Breach]:
+    """Contracts 1-4 on one event, decoded (``TurnEvent``) or built by a runtime
+    (``OutgoingTurnEvent``); an empty list means the event keeps them all."""
     breaches: list[Breach] = []
     bundle = event["verdicts"]
     if bundle["refusal_emitted"] and bundle["hedge_injected"]:
@@ -97,8 +103,10 @@ def check_event(event: Mapping[str, Any]) -> list[Breach]:
     # v2 events carry verdicts only in the bundle (a later reader sees its
     # defaults there); v1, v3 and the event's own identity_score must agree.
     mismatched = None
-    for name in _V2_PER_FIELD if bundle.get("schema_version") == 2 else _PER_FIELD:
-        if name in event and event[name] != bundle[name]:
+    fields: Mapping[str, object] = event  # the per-field verdicts, looked up by name
+    in_bundle: Mapping[str, object] = bundle
+    for name in _V2_PER_FIELD if bundle["schema_version"] == 2 else _PER_FIELD:
+        if name in fields and fields[name] != in_bundle[name]:
             if mismatched is None:
                 mismatched = [name]
             else:

@@ -11,7 +11,7 @@ field, so a schema change that is not made here fails the tests.
 
 # No ``from __future__ import annotations``: the tests read these hints at runtime.
 from datetime import UTC, datetime, timedelta
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The epoch milliseconds a datetime holds (0001-01-01 to 9999-12-31T23:59:59.999Z):
@@ -152,3 +152,20 @@ class TurnEvent(TurnEventV3):
     versions get v3's added fields at their defaults (``producer_id`` empty:
     no ordered stream of its own); a v2 record's per-field verdicts are null
     (the documented loss; contract 4 then compares nothing)."""
+
+
+class OutgoingTurnEvent(_TurnEventFields):
+    """A TurnEvent on its way out, any shipped version: what the runtime
+    adapter builds, the contracts check and the publisher stamps and writes.
+
+    The identity fields are there from the start (empty, ``sequence`` -1)
+    and the publisher fills them in its own copy. The fields only some
+    versions have are not required: per-field verdicts (v1, v3) and tool
+    steps (v2, v3).
+    """
+
+    producer_id: str
+    prev_hash: str
+    safety_verdict: NotRequired[SafetyVerdict | None]
+    ethics_verdict: NotRequired[EthicsVerdict | None]
+    tool_steps: NotRequired[list[ToolStep]]

@@ -32,17 +32,15 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from turnaudit.serialization.framing import body_start
+
+if TYPE_CHECKING:
+    from turnaudit.events import OutgoingTurnEvent
 
 CHAIN_DOMAIN = b"turnaudit.chain.v1\x00"
 GENESIS_HASH = "0" * 64
-# The Avro body follows a 10-byte single-object header (C3 01 + fingerprint)
-# or a 5-byte Confluent header (00 + schema id): the chain covers the body,
-# so a stream copied between registries keeps its chain.
-_SINGLE_OBJECT_MAGIC = b"\xc3\x01"
-_SINGLE_OBJECT_HEADER = 10
-_CONFLUENT_HEADER = 5
-
 # The legacy stream of v1/v2 events, which carry no producer identity.
 LEGACY_PRODUCER = ""
 
@@ -50,12 +48,11 @@ StreamId = tuple[str, str]  # (session_id, producer_id)
 
 
 def avro_body(value: bytes) -> bytes:
-    """The Avro body of a framed TurnEvent message (the whole value if unframed)."""
-    if value[:2] == _SINGLE_OBJECT_MAGIC:
-        return value[_SINGLE_OBJECT_HEADER:]
-    if value[:1] == b"\x00":
-        return value[_CONFLUENT_HEADER:]
-    return value
+    """The Avro body of a framed TurnEvent message (the whole value if unframed).
+
+    The chain covers the body, not the framing header (``serialization.framing``),
+    so a stream copied between registries keeps its chain."""
+    return value[body_start(value) :]
 
 
 _DOMAIN_DIGEST = hashlib.sha256(CHAIN_DOMAIN)
@@ -64,12 +61,8 @@ _DOMAIN_DIGEST = hashlib.sha256(CHAIN_DOMAIN)
 def chain_hash(value: bytes) -> str:
     """The chain hash of a framed message: hex SHA-256 of the domain tag and its Avro body."""
     digest = _DOMAIN_DIGEST.copy()
-    if value[:2] == _SINGLE_OBJECT_MAGIC:
-        digest.update(memoryview(value)[_SINGLE_OBJECT_HEADER:])
-    elif value[:1] == b"\x00":
-        digest.update(memoryview(value)[_CONFLUENT_HEADER:])
-    else:
-        digest.update(value)
+    start = body_start(value)
+    digest.update(memoryview(value)[start:] if start else value)
     return digest.hexdigest()
 
 
@@ -107,10 +100,12 @@ class _ProducerStream:
 class TurnStamper:
     """Assigns event id, producer id, stream position and predecessor hash.
 
-    Call ``stamp`` before encoding and ``commit`` with the encoded bytes once
-    they are handed on (Kafka or the spool); an event whose encoding failed
-    never used up a position. Not thread-safe: the publisher calls it under
-    its lock, which also keeps a stream's positions in hand-over order.
+    Call ``stamp`` before encoding (it writes the identity fields into the
+    event it is given: the publisher gives it its own copy, never the
+    runtime's) and ``commit`` with the encoded bytes once they are handed on
+    (Kafka or the spool); an event whose encoding failed never used up a
+    position. Not thread-safe: the publisher calls it under its lock, which
+    also keeps a stream's positions in hand-over order.
 
     Memory: one entry per session, at most ``max_sessions`` (least recently
     stamped evicted). A session stamped again after its eviction continues in
@@ -134,7 +129,9 @@ class TurnStamper:
         self._current_producer = self.producer_id
         self.published = 0
 
-    def stamp(self, event: dict[str, Any]) -> str:
+    def stamp(self, event: OutgoingTurnEvent) -> str:
+        """Write the identity into ``event`` (event id, producer id, position,
+        predecessor hash); returns the event id."""
         key = _stamp_key(event)
         stream = self._streams.get(key)
         if stream is None:
@@ -145,14 +142,15 @@ class TurnStamper:
         event["prev_hash"] = "" if key[1] else stream.last_hash
         return event_id
 
-    def commit(self, event: Mapping[str, Any], value: bytes) -> None:
+    def commit(self, event: OutgoingTurnEvent, value: bytes) -> None:
+        """The stamped ``event`` was handed on, encoded as ``value``."""
         key = _stamp_key(event)
         stream = self._streams.get(key)
         if stream is None:
             stream = self._streams[key] = _ProducerStream(event["producer_id"])
         else:
             self._streams.move_to_end(key)  # most recently stamped last
-        stream.next_sequence = int(event["sequence"]) + 1
+        stream.next_sequence = event["sequence"] + 1
         stream.last_hash = chain_hash(value)
         self.published += 1
         if len(self._streams) > self._max_sessions:
@@ -164,11 +162,11 @@ class TurnStamper:
         return self._new_id()
 
 
-def _stamp_key(event: Mapping[str, Any]) -> tuple[str, bool]:
+def _stamp_key(event: OutgoingTurnEvent) -> tuple[str, bool]:
     """(session, legacy): v1/v2 events (no identity fields in their schema) are
     numbered apart from the session's v3 stream, which must start at 0."""
-    verdicts = event.get("verdicts") or {}
-    return (event["session_id"], verdicts.get("schema_version", 3) < 3)
+    verdicts = event.get("verdicts")
+    return (event["session_id"], verdicts is not None and verdicts["schema_version"] < 3)
 
 
 # -- consumer side ------------------------------------------------------------------

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+
+from turnaudit import events as avro
 
 # The surface a stub turn records when no refusal fired (ADR-0039's table).
 UNKNOWN_DOMAIN_SURFACE = "[unknown-domain]"
@@ -69,7 +70,7 @@ class IdentityScore:
     score: float
     threshold: float = 0.5
 
-    def to_avro(self) -> dict[str, Any]:
+    def to_avro(self) -> avro.IdentityScore:
         return {"score": self.score, "threshold": self.threshold}
 
 
@@ -78,7 +79,7 @@ class SafetyVerdict:
     passed: bool
     violated_boundary_ids: tuple[str, ...] = ()
 
-    def to_avro(self) -> dict[str, Any]:
+    def to_avro(self) -> avro.SafetyVerdict:
         return {"passed": self.passed, "violated_boundary_ids": list(self.violated_boundary_ids)}
 
 
@@ -88,7 +89,7 @@ class EthicsVerdict:
     violated_predicate_ids: tuple[str, ...] = ()
     hedge_recommended: bool = False
 
-    def to_avro(self) -> dict[str, Any]:
+    def to_avro(self) -> avro.EthicsVerdict:
         return {
             "passed": self.passed,
             "violated_predicate_ids": list(self.violated_predicate_ids),
@@ -106,12 +107,15 @@ class TurnVerdicts:
     refusal_emitted: bool
     hedge_injected: bool
 
-    def to_avro(self, schema_version: int) -> dict[str, Any]:
+    def to_avro(self, schema_version: int) -> avro.TurnVerdicts:
         return {
             "schema_version": schema_version,
-            "identity_score": _opt(self.identity_score),
-            "safety_verdict": _opt(self.safety_verdict),
-            "ethics_verdict": _opt(self.ethics_verdict),
+            "identity_score": None if self.identity_score is None
+            else self.identity_score.to_avro(),
+            "safety_verdict": None if self.safety_verdict is None
+            else self.safety_verdict.to_avro(),
+            "ethics_verdict": None if self.ethics_verdict is None
+            else self.ethics_verdict.to_avro(),
             "refusal_emitted": self.refusal_emitted,
             "hedge_injected": self.hedge_injected,
         }
@@ -179,7 +183,7 @@ class ActionAssessment:
         """The critique ran (execution SEAL); the action's risk comes from the critic."""
         return cls(target, Verdict.SEAL, action_risk_verdict, risk_tier, human_decision_required)
 
-    def to_avro(self) -> dict[str, Any]:
+    def to_avro(self) -> avro.ActionAssessment:
         return {
             "target": self.target,
             "execution_verdict": self.execution_verdict.value,
@@ -190,7 +194,3 @@ class ActionAssessment:
             "injection_detected": self.injection_detected,
             "critic_available": self.critic_available,
         }
-
-
-def _opt(value: IdentityScore | SafetyVerdict | EthicsVerdict | None) -> dict[str, Any] | None:
-    return None if value is None else value.to_avro()

@@ -7,12 +7,12 @@ import contextlib
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 from turnaudit.argparsing import non_negative_int
 from turnaudit.cluster import connect
 from turnaudit.contracts import Breach
 from turnaudit.errors import ConfigurationError, EventRefusedError
+from turnaudit.events import OutgoingTurnEvent
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import CloseReport, TurnEventPublisher
@@ -101,7 +101,7 @@ def publish_simulation(
     )
     publisher = TurnEventPublisher(settings, spool_dir=args.spool_dir)
 
-    def to_dead_letters(event: dict[str, Any], breaches: list[Breach]) -> None:
+    def to_dead_letters(event: OutgoingTurnEvent, breaches: list[Breach]) -> None:
         publisher.dead_letter(
             event, f"contract:{breaches[0].contract.value}", "; ".join(map(str, breaches))
         )

@@ -34,7 +34,7 @@ from turnaudit.dead_letters import (
     dead_letter_headers,
     read_dead_letter_headers,
 )
-from turnaudit.kafka.clients import ReliableProducer
+from turnaudit.kafka.producer import KafkaProducer
 
 log = structlog.get_logger("turnaudit.dead_letters")
 
@@ -56,7 +56,7 @@ class DeadLetterWriter:
 
     def __init__(
         self,
-        producer: ReliableProducer,
+        producer: KafkaProducer,
         topic: str,
         stage: str,
         *,

@@ -34,6 +34,14 @@ from turnaudit.errors import (
     UnknownFramingError,
 )
 from turnaudit.events import MAX_MILLIS, MIN_MILLIS
+from turnaudit.serialization.framing import (
+    CONFLUENT_HEADER_LEN,
+    CONFLUENT_MAGIC,
+    SINGLE_OBJECT_HEADER_LEN,
+    SINGLE_OBJECT_MAGIC,
+    confluent_header,
+    single_object_header,
+)
 from turnaudit.serialization.registry import ensure_compatibility
 from turnaudit.serialization.schemas import (
     SchemaCatalog,
@@ -42,10 +50,12 @@ from turnaudit.serialization.schemas import (
     schema_from_json,
 )
 
-SINGLE_OBJECT_MAGIC = b"\xc3\x01"
-SINGLE_OBJECT_HEADER_LEN = 10
-CONFLUENT_MAGIC = 0
-CONFLUENT_HEADER_LEN = 5
+__all__ = [  # the framing constants, re-exported where readers of the wire look
+    "CONFLUENT_HEADER_LEN",
+    "CONFLUENT_MAGIC",
+    "SINGLE_OBJECT_HEADER_LEN",
+    "SINGLE_OBJECT_MAGIC",
+]
 
 # A function that returns the schema JSON for an unknown fingerprint, or None.
 FingerprintResolver = Callable[[bytes], str | None]
@@ -89,7 +99,7 @@ class SingleObjectSerializer(FramedSerializer):
     """Avro single-object encoding (``C3 01`` + fingerprint + body)."""
 
     def __init__(self, schema: WriterSchema) -> None:
-        super().__init__(schema, SINGLE_OBJECT_MAGIC + schema.fingerprint)
+        super().__init__(schema, single_object_header(schema.fingerprint))
 
 
 class ConfluentIdSerializer(FramedSerializer):
@@ -97,7 +107,7 @@ class ConfluentIdSerializer(FramedSerializer):
     obtained once: encoding never calls the registry."""
 
     def __init__(self, schema: WriterSchema, schema_id: int) -> None:
-        super().__init__(schema, b"\x00" + schema_id.to_bytes(4, "big"))
+        super().__init__(schema, confluent_header(schema_id))
         self.schema_id = schema_id
 
 

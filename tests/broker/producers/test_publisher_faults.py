@@ -27,7 +27,8 @@ from tests.support.broker import local_broker_settings
 from tests.support.smallfs import fill_disk, small_filesystem
 from turnaudit.errors import ConfigurationError, EventRefusedError, RegistryUnavailableError
 from turnaudit.kafka.local_broker import LocalKafkaBroker
-from turnaudit.kafka.reading import end_offsets, read_range
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import PublisherStats, TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
@@ -213,9 +214,9 @@ def test_broker_down_and_disk_full_at_once(
     runtime = Runtime(publisher, seed=33)
     runtime.publish(300)
     own_broker.stop()
-    wait_until(lambda: publisher.stats().in_flight == 0 or publisher._broker_down)
+    wait_until(lambda: publisher.stats().in_flight == 0 or publisher._route.broker_down)
     runtime.publish(100)
-    wait_until(lambda: publisher._spooling)
+    wait_until(lambda: publisher._route.spooling)
     filler = fill_disk(small_fs)
     runtime.publish(300)  # broker away and no room on disk: refused, counted, logged
     assert runtime.refused
@@ -323,26 +324,16 @@ def test_the_worker_survives_errors_and_publish_restarts_it(
             raise RuntimeError("injected")
         return int(real_poll(timeout))
 
-    monkeypatch.setattr(
-        publisher, "_schema_producer", _Wrapped(publisher._schema_producer, poll=flaky_poll)
-    )
+    monkeypatch.setattr(publisher._failover, "_also_poll", flaky_poll)
     runtime = Runtime(publisher, seed=35)
     runtime.publish(200)
     wait_until(lambda: broken["left"] == 0)
-    assert publisher._worker.is_alive()
+    assert publisher._failover.worker is not None
+    assert publisher._failover.worker.is_alive()
     assert publisher.stats().worker_errors == 3
     report = publisher.close(timeout=60)
     assert report.ok
     assert report.delivered == 200
-
-
-class _Wrapped:
-    def __init__(self, inner: Any, **overrides: Any) -> None:
-        self._inner = inner
-        self.__dict__.update(overrides)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 def test_an_unusable_spool_directory_is_a_configuration_error(
