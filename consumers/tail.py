@@ -113,7 +113,7 @@ def tail_turns(
         topic,
         READER,  # a viewer: joins no group, commits nothing
         {"fetch.wait.max.ms": 100},
-        on_error=lambda error: out.write(f"! consumer error: {error.text}\n"),
+        on_error=lambda error: print(f"! consumer error: {error.text}", file=out),
     )
     stop = stop or threading.Event()
     printed = 0

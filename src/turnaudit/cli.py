@@ -22,10 +22,9 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from confluent_kafka import KafkaException
-
 from turnaudit.argparsing import OneLineErrorParser
 from turnaudit.errors import BrokerError, MissingToolError, PublishError, TurnAuditError
+from turnaudit.kafka.errors import ClientException, client_exception_text
 from turnaudit.logconfig import LOG_LEVELS, configure_cli_logging
 
 USAGE_EXIT = 2
@@ -100,8 +99,8 @@ def describe_failure(exc: Exception) -> tuple[int, str]:
             exc, MissingToolError
         )
         return (RUNTIME_EXIT if runtime else USAGE_EXIT), _one_line(str(exc))
-    if isinstance(exc, KafkaException):
-        return RUNTIME_EXIT, "Kafka: " + _one_line(exc.args[0].str() if exc.args else str(exc))
+    if isinstance(exc, ClientException):
+        return RUNTIME_EXIT, "Kafka: " + _one_line(client_exception_text(exc))
     if isinstance(exc, OSError):
         where = f" ({exc.filename})" if exc.filename else ""
         hint = {

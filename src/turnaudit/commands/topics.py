@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from confluent_kafka import KafkaException
-
 from turnaudit.cluster import connect
 from turnaudit.errors import BrokerError, ConfigurationError
+from turnaudit.kafka.errors import ClientException
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.settings import KafkaSettings
 
@@ -45,7 +44,7 @@ def _create(args: argparse.Namespace) -> int:
         try:
             created = ensure_topics(settings)
             break
-        except (BrokerError, KafkaException) as exc:
+        except (BrokerError, ClientException) as exc:
             if time.monotonic() >= deadline:
                 raise BrokerError(f"{where}: {exc}") from exc
             time.sleep(1.0)

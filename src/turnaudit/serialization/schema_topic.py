@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable
 
 import structlog
-from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.errors import TurnAuditError
+from turnaudit.kafka.errors import ClientException
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.serialization.schemas import WriterSchema, schema_from_json
@@ -104,7 +104,7 @@ class SchemaTopicResolver:
             end = end_offsets(self._settings, self._topic)
             for msg in read_range(self._settings, self._topic, self._read_up_to, end):
                 self.learn(msg.key(), msg.value(), msg.partition(), msg.offset())
-        except (TurnAuditError, KafkaException) as exc:
+        except (TurnAuditError, ClientException) as exc:
             # The caller dead-letters the message as "unknown schema"; replaying
             # it later, once the topic answers, decodes it.
             log.warning("schema_topic_unreadable", topic=self._topic, error=str(exc))

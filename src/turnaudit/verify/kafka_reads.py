@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.offsets import RangeSpec, resolve_range
 from turnaudit.kafka.reading import read_range
+from turnaudit.records import record_headers
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.report import DeadLetters
 from turnaudit.verify.verifier import Verifier
@@ -47,7 +48,7 @@ def dead_letters_in_range(
     count = 0
     letters = resolve_range(settings, dlq, RangeSpec())
     for msg in read_range(settings, dlq, letters.start, letters.end):
-        headers = read_dead_letter_headers(msg.headers())
+        headers = read_dead_letter_headers(record_headers(msg))
         if headers.get("topic") != topic:
             continue
         partition, offset = headers.get("partition", ""), headers.get("offset", "")
