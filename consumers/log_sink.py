@@ -39,9 +39,9 @@ from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
 from turnaudit.consumers.settings import LogSinkSettings, ServiceSettings, SurfaceRedaction
 from turnaudit.events import EPOCH, occurred_millis, occurred_moment
+from turnaudit.telemetry import LOG_LINES_TOTAL, TURN_LOG_EVENT
 
 TURN_LOGGER = "turnaudit.turns"
-TURN_EVENT = "turn"
 SURFACE_FIELDS = ("surface", "walk_surface", "articulation_surface")
 
 Redactor = Callable[[str], str]
@@ -110,7 +110,7 @@ def turn_fields(
         fields["topic"] = turn.topic
         fields["partition"] = turn.partition
         fields["offset"] = turn.offset
-        fields["event"] = TURN_EVENT
+        fields["event"] = TURN_LOG_EVENT
     return fields
 
 
@@ -246,7 +246,7 @@ class LogSink(Sink):
         self._log = structlog.wrap_logger(self._writer)
         self._redact = surface_redactor(settings)
         self.lines = Counter(
-            "turnaudit_log_lines",
+            LOG_LINES_TOTAL,
             "Canonical turn lines written by the log sink.",
             registry=registry,
         )
@@ -280,7 +280,7 @@ class LogSink(Sink):
             log = self._log.bind()
             for turn in chained:
                 log.info(
-                    TURN_EVENT,
+                    TURN_LOG_EVENT,
                     **turn_fields(turn, self._redact),
                     topic=turn.topic,
                     partition=turn.partition,

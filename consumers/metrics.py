@@ -23,6 +23,13 @@ from turnaudit.consumers.settings import MetricsSettings, ServiceSettings
 from turnaudit.events import occurred_millis
 from turnaudit.label_bounds import BoundedLabelSet, LabelBoundMetrics
 from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.telemetry import (
+    ACTION_RISK_TOTAL,
+    HEDGED_TURNS_TOTAL,
+    REFUSED_TURNS_TOTAL,
+    STUB_TURNS_TOTAL,
+    TURNS_TOTAL,
+)
 from turnaudit.verdicts import OutputPolicy, RiskTier, TurnPath, Verdict
 
 OTHER = "other"
@@ -115,31 +122,31 @@ class VerdictMetricsSink(Sink):
         self._versions = frozenset(str(s.version) for s in shipped_catalog().versions)
         self._clock = clock
         self.turns = Counter(
-            "turnaudit_turns",
+            TURNS_TOTAL,
             "Turns counted, by pack, domain, path and writer schema version.",
             ["pack", "domain", "path", "schema_version"],
             registry=registry,
         )
         self.refused = Counter(
-            "turnaudit_refused_turns",
+            REFUSED_TURNS_TOTAL,
             "Turns whose bundle says refusal_emitted.",
             ["pack", "domain"],
             registry=registry,
         )
         self.hedged = Counter(
-            "turnaudit_hedged_turns",
+            HEDGED_TURNS_TOTAL,
             "Turns whose bundle says hedge_injected.",
             ["pack", "domain"],
             registry=registry,
         )
         self.stub = Counter(
-            "turnaudit_stub_turns",
+            STUB_TURNS_TOTAL,
             "Stub-path turns (cold start, unknown domain).",
             ["pack", "domain"],
             registry=registry,
         )
         self.action_risk = Counter(
-            "turnaudit_action_risk",
+            ACTION_RISK_TOTAL,
             "Action assessments by output policy, risk tier and action-risk verdict.",
             ["output_policy", "risk_tier", "action_risk_verdict"],
             registry=registry,

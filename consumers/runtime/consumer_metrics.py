@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 from turnaudit.contracts import Contract
 from turnaudit.dead_letters import DeadLetterOutcome, DeadLetterReason
 from turnaudit.identity import StreamTracker, TurnOutcome
+from turnaudit.telemetry import CONTRACT_BREACHES_TOTAL, SEQUENCE_GAPS_TOTAL
 
 
 class MessageOutcome(enum.StrEnum):
@@ -34,13 +35,13 @@ class ConsumerMetrics:
             registry=registry,
         )
         self.contract_breaches = Counter(
-            "turnaudit_contract_breaches",
+            CONTRACT_BREACHES_TOTAL,
             "Contract breaches found (PIPELINE.md 1-5), by contract.",
             ["contract"],
             registry=registry,
         )
         self.sequence_gaps = Counter(
-            "turnaudit_sequence_gaps",
+            SEQUENCE_GAPS_TOTAL,
             "Sessions whose sequence numbers skipped (turns missing).",
             registry=registry,
         )

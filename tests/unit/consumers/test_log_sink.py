@@ -22,7 +22,6 @@ from structlog.testing import capture_logs
 from tests.support.events import encode, turn
 from tests.support.sinks import deliver
 from turnaudit.consumers.log_sink import (
-    TURN_EVENT,
     LogSink,
     TurnLineWriter,
     service_logging,
@@ -34,6 +33,7 @@ from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.telemetry import TURN_LOG_EVENT
 from turnaudit.verdicts import ActionAssessment, RiskTier, SafetyVerdict, Verdict
 
 KEY = b"test-key"
@@ -184,7 +184,7 @@ def test_lines_rendered_by_the_sink_are_the_lines_the_structlog_chain_renders(
         redact = LogSink(settings, CollectorRegistry())._redact
         for turn in turns:
             chain.info(
-                TURN_EVENT,
+                TURN_LOG_EVENT,
                 **turn_fields(turn, redact),
                 topic=turn.topic,
                 partition=turn.partition,
