@@ -44,7 +44,7 @@ from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.identity import StreamTracker, TrackResult, TurnOutcome, TurnStamper
-from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import GUARANTEES, PRODUCER_DEFAULTS, TurnEventPublisher
@@ -52,7 +52,7 @@ from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings, TopicNames
-from turnaudit.verify import RangeSpec, run_verify
+from turnaudit.verify import run_verify
 
 V3 = shipped_catalog().version(3)
 

@@ -31,12 +31,12 @@ from tests.support.streams import (
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.kafka.local_broker import free_port
-from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import RangeSpec, run_verify
+from turnaudit.verify import run_verify
 
 pytestmark = pytest.mark.broker
 

@@ -31,9 +31,10 @@ from tests.support.verify_helpers import (
 )
 from turnaudit.cli import main
 from turnaudit.errors import ConfigurationError
+from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import RangeSpec, TurnCounts, metric_totals
+from turnaudit.verify import TurnCounts, metric_totals
 
 pytestmark = pytest.mark.broker
 
