@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from turnaudit.kafka.local_broker import LocalKafkaBroker, free_ports
 from turnaudit.kafka.topics import ensure_topics
+from turnaudit.local_broker import LocalKafkaBroker, free_ports
 from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, LocalBrokerSettings, TopicNames
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent

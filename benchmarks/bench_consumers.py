@@ -56,9 +56,9 @@ from turnaudit.consumers.settings import (
     ServiceName,
     ServiceSettings,
 )
-from turnaudit.kafka.local_broker import LocalKafkaBroker, free_port, free_ports
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.topics import ensure_topics
+from turnaudit.local_broker import LocalKafkaBroker, free_port, free_ports
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog

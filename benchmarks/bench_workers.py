@@ -57,10 +57,10 @@ from _broker import benchmark_cluster
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
+from turnaudit.local_broker import free_port
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.settings import KafkaSettings, TopicNames

@@ -23,8 +23,8 @@ import structlog
 
 from tests.support.broker import local_broker_settings
 from tests.support.tiers import tier_violations
-from turnaudit.kafka.local_broker import LocalKafkaBroker
 from turnaudit.kafka.topics import ensure_topics
+from turnaudit.local_broker import LocalKafkaBroker
 from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, TopicNames
 
 TESTS = Path(__file__).resolve().parent

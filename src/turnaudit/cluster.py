@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from turnaudit.kafka.local_broker import LocalKafkaBroker
 from turnaudit.kafka.topics import CLUSTER_HINT, LOCAL_BROKER_HINT, require_cluster
+from turnaudit.local_broker import LocalKafkaBroker
 from turnaudit.settings import KafkaSettings, LocalBrokerSettings
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import BOUND_S, Case, run_case
-from turnaudit.kafka.local_broker import free_port
+from turnaudit.local_broker import free_port
 
 pytestmark = pytest.mark.broker
 

@@ -30,8 +30,8 @@ from tests.support.streams import (
 )
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.settings import ServiceName
-from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
+from turnaudit.local_broker import free_port
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer

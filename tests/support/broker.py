@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support import PROJECT_ROOT
-from turnaudit.kafka.local_broker import free_ports
+from turnaudit.local_broker import free_ports
 from turnaudit.settings import LocalBrokerSettings
 
 

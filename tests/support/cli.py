@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support import PROJECT_ROOT
-from turnaudit.kafka.local_broker import free_port, free_ports
+from turnaudit.local_broker import free_port, free_ports
 
 CONNECT_TIMEOUT_S = 2
 BOUND_S = 25.0  # no case may take longer (the slowest waits CONNECT_TIMEOUT_S or --wait)

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from turnaudit.kafka.local_broker import free_ports
+from turnaudit.local_broker import free_ports
 from turnaudit.settings import KafkaSettings
 
 TURNAUDIT = Path(sys.executable).parent / "turnaudit"

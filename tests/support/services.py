@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from tests.support.streams import http_get
-from turnaudit.kafka.local_broker import free_port
+from turnaudit.local_broker import free_port
 from turnaudit.settings import KafkaSettings
 
 TURNAUDIT = str(Path(sys.executable).parent / "turnaudit")

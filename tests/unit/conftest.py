@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from turnaudit.kafka.local_broker import LocalKafkaBroker
+from turnaudit.local_broker import LocalKafkaBroker
 
 NO_BROKER = "the unit tier has no broker: a test that needs one belongs in tests/broker/"
 

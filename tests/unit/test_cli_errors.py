@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import BOUND_S, CONNECT_TIMEOUT_S, LOCAL_PORT, Case, Outcome, run_case
-from turnaudit.kafka.local_broker import free_port
+from turnaudit.local_broker import free_port
 
 # Commands that talk to a cluster, with the arguments they need to get that far.
 CLUSTER_COMMANDS = {

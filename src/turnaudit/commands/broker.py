@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from turnaudit.kafka.local_broker import LocalKafkaBroker
 from turnaudit.kafka.topics import ensure_topics
+from turnaudit.local_broker import LocalKafkaBroker
 from turnaudit.settings import KafkaSettings, LocalBrokerSettings
 
 

@@ -48,6 +48,16 @@ LOCAL_BROKER_HINT = "is the broker running? (turnaudit broker start)"
 CLUSTER_HINT = "is the cluster up, and KAFKA_BOOTSTRAP_SERVERS right?"
 
 
+def cluster_answers(bootstrap_servers: str, timeout: float) -> bool:
+    """Whether a cluster at ``bootstrap_servers`` answers a metadata request in time."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except Exception:  # KafkaException until the listener accepts requests
+        return False
+    return bool(metadata.brokers)
+
+
 def admin_client(settings: KafkaSettings) -> AdminClient:
     try:
         return AdminClient(settings.client_config())

@@ -13,7 +13,7 @@ import pytest
 from tests.support.proxy import TcpForwarder
 from tests.support.services import TURNAUDIT
 from tests.support.streams import http_get, wait_for
-from turnaudit.kafka.local_broker import free_port
+from turnaudit.local_broker import free_port
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker

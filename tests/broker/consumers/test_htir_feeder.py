@@ -44,9 +44,9 @@ from turnaudit.evaluation.errors import ContaminatedLabelPackError, ReviewPackEr
 from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.labels import TaskLabel, labels_from_ground_truth
 from turnaudit.htir import HtirTrace
-from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
+from turnaudit.local_broker import free_port
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator

@@ -17,10 +17,10 @@ import pytest
 
 from tests.support.broker import local_broker_settings
 from turnaudit.dead_letters import read_dead_letter_headers
-from turnaudit.kafka.local_broker import LocalKafkaBroker, free_port
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
+from turnaudit.local_broker import LocalKafkaBroker, free_port
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator

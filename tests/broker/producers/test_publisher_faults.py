@@ -26,10 +26,10 @@ from prometheus_client import CollectorRegistry
 from tests.support.broker import local_broker_settings
 from tests.support.smallfs import fill_disk, small_filesystem
 from turnaudit.errors import ConfigurationError, EventRefusedError, RegistryUnavailableError
-from turnaudit.kafka.local_broker import LocalKafkaBroker
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
+from turnaudit.local_broker import LocalKafkaBroker
 from turnaudit.producers.publisher import PublisherStats, TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog

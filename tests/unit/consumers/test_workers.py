@@ -22,7 +22,7 @@ from tests.support.streams import (
     scrape,
     total,
 )
-from turnaudit.kafka.local_broker import free_port
+from turnaudit.local_broker import free_port
 from turnaudit.settings import KafkaSettings
 
 PARTITIONS = 6

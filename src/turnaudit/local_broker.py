@@ -17,9 +17,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
-
 from turnaudit.errors import BrokerError, MissingToolError
+from turnaudit.kafka.topics import cluster_answers
 from turnaudit.settings import LocalBrokerSettings
 
 _SERVER_PROPERTIES = """\
@@ -256,12 +255,7 @@ class LocalKafkaBroker:
         return pid if ours else None
 
     def _serves(self) -> bool:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
-        try:
-            metadata = admin.list_topics(timeout=2)
-        except Exception:  # KafkaException until the listener accepts requests
-            return False
-        return bool(metadata.brokers)
+        return cluster_answers(self.bootstrap_servers, timeout=2)
 
     def _log_tail(self, lines: int = 30) -> str:
         try:

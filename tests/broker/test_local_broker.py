@@ -12,8 +12,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 from tests.support import PROJECT_ROOT
 from tests.support.cli import broker_ports, run_turnaudit
 from turnaudit.errors import BrokerError
-from turnaudit.kafka.local_broker import free_port
 from turnaudit.kafka.topics import ensure_topics
+from turnaudit.local_broker import free_port
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker
