@@ -230,12 +230,10 @@ def quixstreams_peer(settings: KafkaSettings, end: dict[int, int]) -> Measuremen
 class NoSink(Sink):
     """Takes every turn and keeps nothing: the runtime's own cost."""
 
-    takes_turns_as_read = True
-
     def take(self, turn: ConsumedTurn) -> None:
         pass
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
+    def flush(self) -> None:
         pass
 
     def close(self) -> None:
@@ -416,8 +414,8 @@ class TimedMetricsSink(VerdictMetricsSink):
         super().take(turn)
         self.taken_ms.append(turn.decoded.event["occurred_at"])
 
-    def write(self, turns: Sequence[ConsumedTurn]) -> None:
-        super().write(turns)
+    def flush(self) -> None:
+        super().flush()
         now_ms = time.time() * 1000
         self.delays_ms.extend(now_ms - ms for ms in self.taken_ms)
         self.taken_ms = []
