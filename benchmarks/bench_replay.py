@@ -30,9 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from _broker import PROJECT_DIR, benchmark_cluster
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from turnaudit.commands.replay import OUTPUT_KINDS
+from turnaudit.kafka.consumer import BEGINNING, KafkaConsumer
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
@@ -92,13 +92,13 @@ def bare(settings: KafkaSettings) -> Callable[[], int]:
 
     def loop() -> int:
         end = {p: o for p, o in end_offsets(settings, topic).items() if o > 0}
-        consumer = Consumer(settings.client_config(
-            READER_CONFIG, **{"group.id": f"bench-bare-{uuid.uuid4().hex}"}))
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in end])
+        consumer = KafkaConsumer(settings, topic, READER_CONFIG,
+                                 group_id=f"bench-bare-{uuid.uuid4().hex}")
+        consumer.assign(dict.fromkeys(end, BEGINNING))
         count = 0
         try:
             while end:
-                for msg in consumer.consume(num_messages=10_000, timeout=0.2):
+                for msg in consumer.consume(10_000, 0.2):
                     decode(msg.value())
                     count += 1
                     p = msg.partition()

@@ -28,7 +28,6 @@ from tests.support.verify_helpers import (
     read_lines,
     stored_range,
 )
-from turnaudit import replay as replay_module
 from turnaudit.cli import main
 from turnaudit.commands.replay import OUTPUT_KINDS
 from turnaudit.consumers.replay import SOURCE_HEADER
@@ -36,6 +35,7 @@ from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import topic_specs
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
+from turnaudit.replay import order as replay_order
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify import RangeSpec, run_verify
 
@@ -98,7 +98,7 @@ def test_partitions_interleave_in_blocks_and_a_resume_mid_block_gives_the_same_b
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings, stored = published
-    monkeypatch.setattr(replay_module, "BLOCK_MESSAGES", 7)
+    monkeypatch.setattr(replay_order, "BLOCK_MESSAGES", 7)
     whole = tmp_path / "whole.jsonl"
     into(settings, "jsonl", whole, batch_size=1000)
     lines = read_lines(whole)
@@ -136,9 +136,9 @@ def test_the_block_order_holds_whatever_the_buffer_budget_pauses(
     # A tiny budget pauses and resumes partitions all the time: what comes out
     # is still the stated order, each message once.
     settings, stored = published
-    monkeypatch.setattr(replay_module, "BLOCK_MESSAGES", 7)
-    monkeypatch.setattr(replay_module, "_BUFFER_BUDGET", budget)
-    monkeypatch.setattr(replay_module, "_BUFFER_FLOOR", floor)
+    monkeypatch.setattr(replay_order, "BLOCK_MESSAGES", 7)
+    monkeypatch.setattr(replay_order, "_BUFFER_BUDGET", budget)
+    monkeypatch.setattr(replay_order, "_BUFFER_FLOOR", floor)
     out = tmp_path / "out.jsonl"
     into(settings, "jsonl", out, batch_size=50)
     assert [(x["partition"], x["offset"]) for x in read_lines(out)] == [
@@ -158,7 +158,7 @@ def test_log_output_is_the_same_bytes_twice_whatever_the_caller_has_bound(
     lines = [json.loads(x) for x in first.read_text("utf-8").splitlines()]
     assert len(lines) == len(stored)
     assert [(x["partition"], x["offset"]) for x in lines] == [
-        (m.partition, m.offset) for m in block_order(stored, replay_module.BLOCK_MESSAGES)
+        (m.partition, m.offset) for m in block_order(stored, replay_order.BLOCK_MESSAGES)
     ]
     assert all("request_id" not in x for x in lines)
     # Each line is stamped with its turn's time, not the clock's.

@@ -28,7 +28,7 @@ from turnaudit.commands.demo_consumers import ReconciliationRow
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import service_logging
-from turnaudit.consumers.replay_htir import file_digest, rebuild_evidence
+from turnaudit.consumers.replay.evidence import file_digest, rebuild_evidence
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.settings import ServiceName, ServiceSettings
 from turnaudit.errors import TurnAuditError

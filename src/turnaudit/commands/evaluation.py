@@ -3,7 +3,7 @@
 ``eval rebuild`` re-derives traces and evidence from a range of the turn
 stream: a replay (manual assignment, no group, nothing committed) into the
 HTIR feeder's assembly, then the auditor worker's evidence logic with the
-given labels and pinned auditor (``turnaudit.consumers.replay_htir``). For
+given labels and pinned auditor (``turnaudit.consumers.replay.evidence``). For
 the same range, labels and auditor it writes the same evidence file as the
 live worker, so a second team can reproduce a gate decision from the stream.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from turnaudit.argparsing import add_range_arguments
 from turnaudit.cluster import connect
-from turnaudit.consumers.replay_htir import file_digest, rebuild_evidence
+from turnaudit.consumers.replay.evidence import file_digest, rebuild_evidence
 from turnaudit.evaluation import cli as evaluation_cli
 from turnaudit.evaluation.errors import AuditorIdentityError, NotReproducedError
 from turnaudit.evaluation.files import write_json

@@ -2,9 +2,9 @@
 
 The output kinds are registered in :data:`OUTPUT_KINDS`, one ``add`` per kind:
 a name, a one-line help and a factory taking the
-:class:`~turnaudit.replay.OutputContext` (settings, decoder, topic, target,
+:class:`~turnaudit.replay.outputs.OutputContext` (settings, decoder, topic, target,
 request, label, recorded range) and returning a
-:class:`~turnaudit.replay.ReplayOutput`.
+:class:`~turnaudit.replay.outputs.ReplayOutput`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from turnaudit.consumers.replay import (
     MetricsReplayOutput,
     TopicReplayOutput,
     VerifyReplayOutput,
+    register_htir_outputs,
 )
-from turnaudit.consumers.replay_htir import register_htir_outputs
 from turnaudit.consumers.settings import LogSinkSettings, ServiceName, ServiceSettings
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.replay import (
@@ -36,8 +36,8 @@ from turnaudit.replay import (
     ReplayTarget,
     parse_partitions,
     replay,
+    replay_group,
 )
-from turnaudit.replay_group import replay_group
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 

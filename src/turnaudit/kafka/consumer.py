@@ -42,6 +42,11 @@ READER: dict[str, Any] = {
 }
 
 ErrorCallback = Callable[[ClientError], None]
+# A commit the broker refuses while the group rebalances (or the client closes).
+_REBALANCING = frozenset({
+    KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION,
+    KafkaError.UNKNOWN_MEMBER_ID, KafkaError._DESTROY,
+})
 
 
 def client_error(error: KafkaError) -> ClientError:
@@ -148,6 +153,24 @@ class KafkaConsumer:
             [self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost
         )
 
+    def subscribe_assigning(self, listener: RebalanceListener) -> None:
+        """Join the group, reading only the partitions ``listener.assigned`` returns a
+        start for: the others stay this member's in the group, unread."""
+
+        def on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            starts = listener.assigned([tp.partition for tp in partitions])
+            consumer.assign(self._partitions(starts))
+
+        def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            listener.revoked({tp.partition for tp in partitions})
+
+        def on_lost(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            listener.lost({tp.partition for tp in partitions})
+
+        self._client.subscribe(
+            [self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost
+        )
+
     def assign(self, starts: Mapping[int, int]) -> None:
         """Read these partitions from these offsets (``BEGINNING``, ``END`` allowed)."""
         self._client.assign(self._partitions(starts))
@@ -188,6 +211,16 @@ class KafkaConsumer:
     def seek(self, partition: int, offset: int) -> None:
         self._client.seek(TopicPartition(self.topic, partition, offset))
 
+    def seek_each(self, offsets: Mapping[int, int]) -> bool:
+        """Seek each partition; False (the rest not sought) when one cannot be sought
+        yet (a partition just assigned, not fetching)."""
+        try:
+            for partition, offset in offsets.items():
+                self._client.seek(TopicPartition(self.topic, partition, offset))
+        except KafkaException:
+            return False
+        return True
+
     # -- positions ---------------------------------------------------------------------
     def store(self, offsets: Mapping[int, int]) -> None:
         """Store next offsets for the auto-committer (``enable.auto.offset.store=false``)."""
@@ -205,6 +238,23 @@ class KafkaConsumer:
             self._client.commit(offsets=partitions, asynchronous=False)
         except KafkaException as exc:
             raise BrokerError(f"cannot commit offsets of {self.topic}: {exc}") from exc
+
+    def commit_unless_rebalancing(
+        self, offsets: Mapping[int, int], metadata: Mapping[int, str] | None = None
+    ) -> bool:
+        """``commit``, or False when the broker refuses it because the group is
+        rebalancing (the revocation that follows is the time to commit)."""
+        # A TopicPartition's metadata is set when it is built (the attribute is read-only).
+        noted = metadata or {}
+        partitions = [TopicPartition(self.topic, p, o, metadata=noted[p]) if p in noted
+                      else TopicPartition(self.topic, p, o) for p, o in offsets.items()]
+        try:
+            self._client.commit(offsets=partitions, asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() in _REBALANCING:
+                return False
+            raise BrokerError(f"cannot commit offsets of {self.topic}: {exc}") from exc
+        return True
 
     def committed(self, partitions: Iterable[int], timeout: float) -> dict[int, Committed]:
         try:

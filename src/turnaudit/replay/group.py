@@ -26,57 +26,46 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from confluent_kafka import (
-    Consumer,
-    ConsumerGroupState,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient
-
 from turnaudit.errors import BrokerError, ConfigurationError
-from turnaudit.replay import (
-    GROUP_PREFIX,
-    READER_CONFIG,
+from turnaudit.kafka.admin import GroupAdmin
+from turnaudit.kafka.consumer import KafkaConsumer
+from turnaudit.records import Record
+from turnaudit.replay.checkpoint import ReplayCheckpoint
+from turnaudit.replay.outputs import ReplayOutput
+from turnaudit.replay.reader import READER_CONFIG
+from turnaudit.replay.request import ReplayRequest, ReplayTarget
+from turnaudit.replay.run import (
     BatchHook,
-    OutputContext,
-    OutputFactory,
-    OutputKinds,
-    ReplayCheckpoint,
-    ReplayOutput,
-    ReplayRequest,
+    Outputs,
+    Prologue,
     ReplaySummary,
-    ReplayTarget,
+    closing,
     in_window,
-    new_state,
-    output_factory,
 )
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
+GROUP_PREFIX = "turnaudit-replay."
 _BOUND_TAG = "turnaudit-replay/1"
-_REBALANCING = frozenset({
-    KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION,
-    KafkaError.UNKNOWN_MEMBER_ID, KafkaError._DESTROY,
-})
 
 
-def _bound_metadata(fingerprint: str, start: int, end: int) -> str:
+def bound_metadata(fingerprint: str, start: int, end: int) -> str:
+    """The commit metadata recording a partition's bound for the group."""
     return f"{_BOUND_TAG} {fingerprint[:16]} {start} {end}"
 
 
-def _parse_bound(metadata: str | None) -> tuple[str, int, int] | None:
+def parse_bound(metadata: str | None) -> tuple[str, int, int] | None:
+    """(fingerprint prefix, start, end) of :func:`bound_metadata`; None for anything else."""
     parts = (metadata or "").split()
     if len(parts) != 4 or parts[0] != _BOUND_TAG:
         return None
     return parts[1], int(parts[2]), int(parts[3])
 
 
-class _GroupMember:
+class GroupMember:
     """One process of a replay group: Kafka assigns it partitions, the group's committed
-    offsets carry each partition's recorded bound (``start end`` in the commit metadata)."""
+    offsets carry each partition's recorded bound (``start end`` in the commit metadata).
+    The consumer's ``RebalanceListener``."""
 
     def __init__(self, settings: KafkaSettings, *, group: str, own: ReplayCheckpoint,
                  output: ReplayOutput, local: ReplayCheckpoint, checkpoint: Path,
@@ -96,98 +85,90 @@ class _GroupMember:
         self.started = members <= 1
         # Assigned before the group is complete: where each partition will start.
         self.waiting: dict[int, int] = {}
-        self.admin = AdminClient(settings.client_config({"log_level": 0}))
-        self.consumer = Consumer(settings.client_config(READER_CONFIG, **{
-            "group.id": self.group, "auto.offset.reset": "earliest",
+        self.admin = GroupAdmin(settings)
+        self.consumer = KafkaConsumer(settings, self.topic, READER_CONFIG, group_id=self.group,
+                                      fixed={
+            "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "range",
             # A member joining is noticed by the others at their next heartbeat: the
             # default 3 s would be most of a short replay's time.
             "heartbeat.interval.ms": 250,
-        }))
+        })
 
     def subscribe(self) -> None:
-        self.consumer.subscribe([self.topic], on_assign=self._assigned,
-                                on_revoke=self._revoked, on_lost=self._lost)
+        self.consumer.subscribe_assigning(self)
 
-    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    # -- RebalanceListener -----------------------------------------------------------------
+    def assigned(self, partitions: list[int]) -> Mapping[int, int]:
+        """The partitions to read and where from: the group's committed offset, or the
+        range's start for a partition no member has held (its bound recorded now)."""
         if self.closing:
-            return
+            return {}
         fingerprint = self.own.fingerprint
-        found = consumer.committed(partitions, timeout=30)
-        record = []
-        for tp in found:
-            p = tp.partition
-            bound = _parse_bound(tp.metadata)
+        record = {}
+        for p, found in self.consumer.committed(partitions, timeout=30).items():
+            bound = parse_bound(found.metadata)
             if bound is not None:
                 if bound[0] != fingerprint[:16]:
                     self.error = (f"replay group {self.group} is replaying a range with other "
                                   "arguments; use another --group name")
                     continue
                 self.bounds[p] = (bound[1], bound[2])
-                self.next[p] = max(tp.offset, bound[1])
+                self.next[p] = max(found.offset, bound[1])
             elif p in self.own.end:
                 self.bounds[p] = (self.own.start[p], self.own.end[p])
-                self.next[p] = self.own.start[p]
-                record.append(TopicPartition(self.topic, p, self.own.start[p],
-                                             metadata=_bound_metadata(fingerprint,
-                                                                      *self.bounds[p])))
+                self.next[p] = record[p] = self.own.start[p]
         if record:  # the first member to hold a partition records its bound for the group
             self._commit(record)
-        assigned = [TopicPartition(self.topic, p, self.next[p])
-                    for p in sorted(self.next) if self.next[p] < self.bounds[p][1]]
-        consumer.assign(assigned)
+        assigned = {p: self.next[p] for p in sorted(self.next)
+                    if self.next[p] < self.bounds[p][1]}
         if not self.started:
             # Nothing is read before the group is complete: messages fetched meanwhile
             # are dropped (take() skips partitions not in ``next``) and each partition
             # is sought back to its start when reading begins.
-            self.waiting.update({tp.partition: tp.offset for tp in assigned})
+            self.waiting.update(assigned)
             self.next.clear()
+        return assigned
 
+    def revoked(self, partitions: set[int]) -> None:
+        if not self.closing:  # a closing member has committed already
+            self.commit()
+        for p in partitions:
+            self.next.pop(p, None)
+            self.waiting.pop(p, None)
+
+    def lost(self, partitions: set[int]) -> None:
+        for p in partitions:  # another member holds them now: committing would be wrong
+            self.next.pop(p, None)
+            self.waiting.pop(p, None)
+
+    # -- reading and committing --------------------------------------------------------------
     def start_when_joined(self) -> None:
         """Begin reading once the group is stable with ``members`` members."""
-        found = self.admin.describe_consumer_groups([self.group])[self.group].result(30)
-        if found.state is not ConsumerGroupState.STABLE or len(found.members) < self.members:
+        found = self.admin.describe_group(self.group, timeout=30)
+        if not found.stable or found.members < self.members:
             return
-        try:
-            for p, offset in self.waiting.items():
-                self.consumer.seek(TopicPartition(self.topic, p, offset))
-        except KafkaException:
+        if not self.consumer.seek_each(self.waiting):
             return  # a partition not fetching yet cannot be sought: next check
         self.next.update(self.waiting)
         self.waiting.clear()
         self.started = True
-
-    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if not self.closing:  # a closing member has committed already
-            self.commit()
-        for tp in partitions:
-            self.next.pop(tp.partition, None)
-            self.waiting.pop(tp.partition, None)
-
-    def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:  # another member holds them now: committing would be wrong
-            self.next.pop(tp.partition, None)
-            self.waiting.pop(tp.partition, None)
 
     def commit(self) -> None:
         """Output durable, then the local position, then the group's offsets: a crash in
         between repeats messages (at-least-once), never loses one."""
         self.local.output_bytes = self.output.sync()
         self.local.save(self.checkpoint)
-        held = [TopicPartition(self.topic, p, o, metadata=_bound_metadata(
-                    self.own.fingerprint, *self.bounds[p])) for p, o in sorted(self.next.items())]
-        if held:
-            self._commit(held)
+        if self.next:
+            self._commit(dict(sorted(self.next.items())))
 
-    def _commit(self, offsets: list[TopicPartition]) -> None:
+    def _commit(self, offsets: dict[int, int]) -> None:
         """Commit now; during a rebalance the broker refuses, and the revocation that
         follows commits the same offsets (or, if the partitions are lost, the next
         owner reads those messages again)."""
-        try:
-            self.consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            if exc.args[0].code() not in _REBALANCING:
-                raise
+        fingerprint = self.own.fingerprint
+        self.consumer.commit_unless_rebalancing(
+            offsets, {p: bound_metadata(fingerprint, *self.bounds[p]) for p in offsets})
 
     def run(self, decode: TurnEventDeserializer, *, batch_size: int, timeout: float,
             after_batch: BatchHook | None, checkpoint_every: int,
@@ -197,7 +178,7 @@ class _GroupMember:
         since_sync, synced_at, checked_at, asked_at = 0, time.monotonic(), 0.0, 0.0
         last_message = time.monotonic()
         while True:
-            got = self.consumer.consume(num_messages=batch_size, timeout=0.2)
+            got = self.consumer.consume(batch_size, 0.2)
             if self.error is not None:
                 raise ConfigurationError(self.error)
             batch, finished = self.take(got)
@@ -232,13 +213,11 @@ class _GroupMember:
                     raise BrokerError(f"no message of {self.topic} for {timeout:.0f} s in "
                                       f"replay group {self.group}")
 
-    def take(self, got: Sequence[Message]) -> tuple[list[Message], bool]:
+    def take(self, got: Sequence[Record]) -> tuple[list[Record], bool]:
         """The messages of the range (and whether one finished a partition)."""
         batch = []
         finished = []
         for msg in got:
-            if msg.error() is not None:
-                raise BrokerError(f"reading {self.topic}: {msg.error()}")
             p, offset = msg.partition(), msg.offset()
             if p is None or offset is None or p not in self.next:
                 continue
@@ -248,18 +227,17 @@ class _GroupMember:
             batch.append(msg)
             self.next[p] = offset + 1
             if self.next[p] >= end:
-                finished.append(TopicPartition(self.topic, p))
+                finished.append(p)
         if finished:
             self.consumer.pause(finished)
         return batch, bool(finished)
 
     def range_done(self) -> bool:
         """Every partition of the range committed at its recorded end, by any member."""
-        found = self.consumer.committed(
-            [TopicPartition(self.topic, p) for p in sorted(self.own.end)], timeout=30)
-        for tp in found:
-            bound = _parse_bound(tp.metadata)
-            if bound is None or tp.offset < bound[2]:
+        found = self.consumer.committed(sorted(self.own.end), timeout=30)
+        for committed in found.values():
+            bound = parse_bound(committed.metadata)
+            if bound is None or committed.offset < bound[2]:
                 return False
         return True
 
@@ -274,72 +252,43 @@ def replay_group(
     batch_size: int = 500,
     timeout: float = 300.0,
     after_batch: BatchHook | None = None,
-    outputs: Mapping[str, OutputFactory] | OutputKinds | None = None,
+    outputs: Outputs | None = None,
     checkpoint_every: int = 50_000,
     checkpoint_seconds: float = 5.0,
     members: int = 1,
 ) -> ReplaySummary:
-    """One of several processes sharing the range of ``request`` through Kafka.
+    """One of several processes sharing the range of ``request`` through Kafka (see the
+    module doc).
 
     ``members``: read nothing until the group is stable with that many
-    members, so the range is split between them from the start.
-
-    The processes (same arguments and ``group``, each its own ``target``) join
-    the consumer group ``turnaudit-replay.GROUP``, which no live service uses.
-    Kafka assigns the partitions; on assignment a member starts each partition
-    at the group's committed offset, or, for a partition no member has held
-    yet, at the range's start, and records the partition's bound (start and
-    end, resolved by that first member) in the commit's metadata, so every
-    member stops at the same bound. Offsets are committed at every checkpoint
-    and when a partition is taken away, after the output is durable. A member
-    exits once every partition of the range is committed at its end.
-
-    Each member's output holds the messages it read, per partition by offset,
-    partitions interleaved as they arrived; merged and ordered by (partition,
-    offset) the outputs hold every message of the range once. If a member is
-    killed, the messages it wrote after its last commit are read again by the
-    member that takes its partitions over (duplicates, never a loss); a
-    member restarted on the same output cuts it back to its last checkpoint.
+    members, so the range is split between them from the start. Only
+    resumable outputs (``jsonl``, ``logs``, ``topic``): a whole-range output
+    is computed in one process.
     """
     if not group or any(c.isspace() for c in group):
         raise ConfigurationError(f"--group {group!r}: a name without spaces")
-    factory = output_factory(target.kind, decode, outputs)
-    topic = request.topic or settings.topics.turn_events
-    fingerprint = request.fingerprint(topic, target)
-    own = new_state(settings, request, topic, fingerprint, timeout)
-    resumed = target.checkpoint.exists()
-    local = ReplayCheckpoint.load(target.checkpoint) if resumed else ReplayCheckpoint(
-        fingerprint, topic, {}, {}, {}, 0, 0, 0, window=own.window)
-    if local.fingerprint != fingerprint:
-        raise ConfigurationError(
-            f"{target.checkpoint} belongs to a replay with other arguments; "
-            "use another output or remove it (and the output) to start over"
-        )
-    context = OutputContext(settings, decode, topic, target, request, fingerprint[:12],
-                            own.start, own.end)
-    output = factory(context)
+    run = Prologue.of(settings, decode, request, target, outputs, batch_size=batch_size,
+                      checkpoint_every=checkpoint_every)
+    own = run.resolve(timeout)
+    local = run.recorded or ReplayCheckpoint(run.fingerprint, run.topic, {}, {}, {}, 0, 0, 0,
+                                             window=own.window)
+    output = run.build(own.start, own.end)
     if not output.resumable:
         output.close()
         raise ConfigurationError(
             f"--group: a {target.kind} output is computed over the whole range in one "
             "process; share a range with jsonl, logs or topic outputs"
         )
-    member = _GroupMember(settings, group=group, own=own, output=output, local=local,
-                          checkpoint=target.checkpoint, members=members)
-    try:
-        output.open(local.output_bytes)
-        member.subscribe()
-        member.run(decode, batch_size=batch_size, timeout=timeout, after_batch=after_batch,
-                   checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds)
-        member.commit()
-        output.finish()
-        local.complete = True
-        local.save(target.checkpoint)
-    finally:
-        member.closing = True
+    member = GroupMember(settings, group=group, own=own, output=output, local=local,
+                         checkpoint=target.checkpoint, members=members)
+    with closing(output):
         try:
-            member.consumer.close()
+            output.open(local.output_bytes)
+            member.subscribe()
+            member.run(decode, batch_size=batch_size, timeout=timeout, after_batch=after_batch,
+                       checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds)
+            member.commit()
+            return run.conclude(output, local)
         finally:
-            output.close()
-    return ReplaySummary(topic, dict(local.start), dict(local.end), local.events,
-                         local.undecodable, resumed, target.where, local.outside_window)
+            member.closing = True
+            member.consumer.close()
