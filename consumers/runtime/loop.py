@@ -85,7 +85,7 @@ class ConsumerService:
         self.settings = settings
         self.topic = topic or settings.kafka.topics.turn_events
         self.stage = f"{settings.service.value}/{settings.group_id}"
-        self._sink = sink
+        self.sink = sink
         self.metrics = ConsumerMetrics(registry)
         self._accepted = self.metrics.messages.labels(MessageOutcome.ACCEPTED.value)
         self._registry = registry
@@ -195,8 +195,8 @@ class ConsumerService:
 
     def _tick(self) -> None:
         try:
-            self._sink.tick()
-            held = self._sink.held_offsets()
+            self.sink.tick()
+            held = self.sink.held_offsets()
         except Exception as exc:  # a sink may fail in any way; the next poll ticks again
             self.metrics.sink_failures.inc()
             log.error("sink_tick_failed", error=repr(exc))
@@ -212,15 +212,15 @@ class ConsumerService:
         batch = hand_over(
             records,
             self._validation.examine,
-            self._sink.take,
+            self.sink.take,
             self._dead_letter,
-            wants_breaching=self._sink.wants_breaching_turns,
+            wants_breaching=self.sink.wants_breaching_turns,
         )
         if not self._deliver(batch.handed):
             return  # stopping before the batch was safe: it is redelivered, offsets untouched
         self._ledger.delivered(batch.next_offsets)
         try:
-            held = self._sink.held_offsets()
+            held = self.sink.held_offsets()
         except Exception as exc:  # counted like a failed tick; offsets wait for the next one
             self.metrics.sink_failures.inc()
             log.error("sink_held_offsets_failed", error=repr(exc))
@@ -263,7 +263,7 @@ class ConsumerService:
         while True:
             try:
                 if not flushed:
-                    self._sink.flush()
+                    self.sink.flush()
                     flushed = True
                 if self._dead_letters.pending() == 0 or self._dead_letters.flush(1.0) == 0:
                     return True
@@ -300,7 +300,7 @@ class ConsumerService:
         self._ledger.forget(gone)
         self._validation.forget_partitions(gone)
         try:
-            self._sink.partitions_revoked(gone)
+            self.sink.partitions_revoked(gone)
         except Exception as exc:  # a sink may fail in any way; the rebalance goes on
             self.metrics.sink_failures.inc()
             log.error("sink_partitions_revoked_failed", partitions=sorted(gone), error=repr(exc))
@@ -338,7 +338,7 @@ class ConsumerService:
         self._commit()
         self._consumer.close()  # leaves the group (a dynamic member's partitions move at once)
         try:
-            self._sink.close()
+            self.sink.close()
         finally:
             if self._http is not None:
                 self._http.close()
