@@ -52,7 +52,7 @@ from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings, TopicNames
-from turnaudit.verify import run_verify
+from turnaudit.verify.run import run_verify
 
 V3 = shipped_catalog().version(3)
 

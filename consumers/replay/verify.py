@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from turnaudit.kafka.offsets import resolve_range
 from turnaudit.records import Record
 from turnaudit.replay.files import write_atomically
 from turnaudit.replay.outputs import OutputContext, ReplayOutput
-from turnaudit.verify import Verifier, range_report, resolve_range
+from turnaudit.verify.run import range_report
+from turnaudit.verify.verifier import Verifier
 
 
 class VerifyReplayOutput(ReplayOutput):

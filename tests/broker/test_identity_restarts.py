@@ -36,7 +36,7 @@ from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import run_verify
+from turnaudit.verify.run import run_verify
 
 pytestmark = pytest.mark.broker
 

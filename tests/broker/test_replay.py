@@ -34,7 +34,8 @@ from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import TurnCounts, metric_totals
+from turnaudit.verify.counts import TurnCounts
+from turnaudit.verify.reconciliation import metric_totals
 
 pytestmark = pytest.mark.broker
 

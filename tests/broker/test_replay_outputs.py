@@ -31,13 +31,13 @@ from tests.support.verify_helpers import (
 from turnaudit.cli import main
 from turnaudit.commands.replay import OUTPUT_KINDS
 from turnaudit.consumers.replay import SOURCE_HEADER
-from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import topic_specs
 from turnaudit.replay import ReplayCheckpoint, ReplayRequest, ReplayTarget, replay
 from turnaudit.replay import order as replay_order
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import RangeSpec, run_verify
+from turnaudit.verify.run import run_verify
 
 pytestmark = pytest.mark.broker
 

@@ -31,7 +31,7 @@ from turnaudit.producers.simulator import GroundTruth
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import VerifyReport
+from turnaudit.verify.report import VerifyReport
 
 pytestmark = pytest.mark.broker
 

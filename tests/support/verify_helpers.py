@@ -21,7 +21,7 @@ from turnaudit.producers.simulator import GroundTruth, TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings, TopicNames
-from turnaudit.verify import Verifier
+from turnaudit.verify.verifier import Verifier
 
 DECODE = TurnEventDeserializer(shipped_catalog())
 

@@ -1,6 +1,13 @@
-"""The import layering: the core never imports producers/ or consumers/, and
-consumers/ never imports producers/. Only the CLI (``cli.py``, ``commands/``)
-wires stages together.
+"""The import layering, as docs/architecture.md draws it.
+
+* The core never imports producers/ or consumers/; consumers/ never imports
+  producers/, nor producers/ consumers/. Only the CLI (``cli.py``,
+  ``commands/``) wires stages together.
+* Kafka behind one door: only ``src/turnaudit/kafka/`` imports
+  ``confluent_kafka`` (and the schema-registry client, named below).
+* Pure modules (the domain, the pure cores of the runtime, verify and replay)
+  import nothing from ``turnaudit.kafka`` and nothing that reaches the network.
+* Replay takes its ranges from ``turnaudit.kafka.offsets``, never from verify.
 """
 
 from __future__ import annotations
@@ -26,13 +33,46 @@ WIRING = ("src/turnaudit/commands/", "src/turnaudit/cli.py")
 
 @dataclass(frozen=True)
 class Rule:
-    folder: str
+    folder: str  # a folder, or one module's file
     forbidden: tuple[str, ...]
+    allowed: tuple[str, ...] = ()  # files or folders of ``folder`` the rule leaves out
 
 
+# The Confluent Schema Registry client: the one use of confluent_kafka outside kafka/.
+REGISTRY_CLIENT = ("src/turnaudit/serialization/registry.py",)
+# Modules with no I/O: what they import from Kafka's side is a mistake.
+PURE = (
+    "src/turnaudit/contracts.py",
+    "src/turnaudit/dead_letters.py",
+    "src/turnaudit/events.py",
+    "src/turnaudit/htir.py",
+    "src/turnaudit/identity.py",
+    "src/turnaudit/label_bounds.py",
+    "src/turnaudit/records.py",
+    "src/turnaudit/telemetry.py",
+    "src/turnaudit/verdicts.py",
+    "src/turnaudit/verify/counts.py",
+    "src/turnaudit/verify/findings.py",
+    "src/turnaudit/verify/reconciliation.py",
+    "src/turnaudit/verify/report.py",
+    "src/turnaudit/verify/verifier.py",
+    "src/turnaudit/replay/order.py",
+    "consumers/runtime/handover.py",
+    "consumers/runtime/ledger.py",
+    "consumers/runtime/sink.py",
+)
+IO = ("turnaudit.kafka", "confluent_kafka", "urllib", "http", "socket",
+      "turnaudit.verify.files", "turnaudit.verify.scrape", "turnaudit.verify.kafka_reads",
+      "turnaudit.verify.run")
 RULES = (
-    Rule("src/turnaudit", ("turnaudit.producers", "turnaudit.consumers")),
+    Rule("src/turnaudit", ("turnaudit.producers", "turnaudit.consumers"), WIRING),
     Rule("consumers", ("turnaudit.producers",)),
+    Rule("producers", ("turnaudit.consumers",)),
+    Rule("src/turnaudit", ("confluent_kafka",), ("src/turnaudit/kafka/", *REGISTRY_CLIENT)),
+    Rule("consumers", ("confluent_kafka",)),
+    Rule("producers", ("confluent_kafka",)),
+    Rule("src/turnaudit/replay", ("turnaudit.verify",)),
+    *(Rule(module, IO) for module in PURE),
 )
 
 
@@ -70,18 +110,39 @@ def imported(root: Path, path: Path) -> list[tuple[int, str]]:
 def layering_violations(root: Path) -> list[str]:
     violations = []
     for rule in RULES:
-        for path in sorted((root / rule.folder).rglob("*.py")):
+        where = root / rule.folder
+        paths = [where] if where.suffix == ".py" else sorted(where.rglob("*.py"))
+        for path in paths:
             relative = path.relative_to(root).as_posix()
-            if relative.startswith(WIRING):
+            if relative.startswith(rule.allowed):
                 continue
             for line, name in imported(root, path):
                 if any(name == f or name.startswith(f + ".") for f in rule.forbidden):
                     violations.append(f"{relative}:{line} imports {name}")
-    return violations
+    return sorted(set(violations))
 
 
 def test_the_project_keeps_its_layers() -> None:
     assert layering_violations(PROJECT) == []
+
+
+def test_every_module_a_rule_names_exists() -> None:
+    """A rule about a module that moved would silently check nothing."""
+    named = [r.folder for r in RULES] + [a for r in RULES for a in r.allowed]
+    assert [n for n in named if not (PROJECT / n).exists()] == []
+
+
+def test_only_kafka_imports_confluent_kafka() -> None:
+    """The grep a reader would run, independent of the rules above."""
+    importers = sorted(
+        path.relative_to(PROJECT).as_posix()
+        for folder in PACKAGES
+        for path in (PROJECT / folder).rglob("*.py")
+        if any(name.split(".")[0] == "confluent_kafka" for _, name in imported(PROJECT, path))
+    )
+    assert [p for p in importers if not p.startswith("src/turnaudit/kafka/")] == list(
+        REGISTRY_CLIENT
+    )
 
 
 def test_the_check_finds_a_forbidden_import_added_to_a_copy(tmp_path: Path) -> None:
@@ -92,10 +153,18 @@ def test_the_check_finds_a_forbidden_import_added_to_a_copy(tmp_path: Path) -> N
     assert layering_violations(tmp_path) == []
     added = {
         "src/turnaudit/contracts.py": "from turnaudit.producers.simulator import PACKS\n",
-        "src/turnaudit/kafka/clients.py": "import turnaudit.consumers.runtime\n",
+        "src/turnaudit/kafka/consumer.py": "import turnaudit.consumers.runtime\n",
         "src/turnaudit/serialization/wire.py": "from turnaudit import consumers\n",
         "consumers/log_sink.py": "from ..producers import publisher\n",
         "consumers/runtime/loop.py": "from turnaudit.producers.spool import Spool\n",
+        "producers/spool.py": "from turnaudit.consumers.runtime import sink\n",
+        "src/turnaudit/htir.py": "from confluent_kafka import Consumer\n",
+        "consumers/tail.py": "import confluent_kafka\n",
+        "producers/adapter.py": "from confluent_kafka.admin import AdminClient\n",
+        "src/turnaudit/identity.py": "from turnaudit.kafka.reading import read_range\n",
+        "consumers/runtime/handover.py": "from turnaudit import kafka\n",
+        "src/turnaudit/verify/report.py": "import urllib.request\n",
+        "src/turnaudit/replay/run.py": "from turnaudit.verify.verifier import Verifier\n",
     }
     for relative, line in added.items():
         with (tmp_path / relative).open("a", encoding="utf-8") as source:

@@ -13,7 +13,8 @@ from turnaudit.commands.demo_consumers import ReconciliationRow
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify import load_anchors, run_verify
+from turnaudit.verify.files import load_anchors
+from turnaudit.verify.run import run_verify
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -17,39 +17,3 @@ dead-lettered, a turn the log sink did not write or the counters did not
 count. Explained, reported: redeliveries and duplicate copies of the same
 event (at-least-once), dead letters with their reasons.
 """
-
-from turnaudit.kafka.offsets import RangeSpec, resolve_range
-from turnaudit.verify.counts import TurnCounts
-from turnaudit.verify.files import load_anchors, reconcile_log
-from turnaudit.verify.findings import Finding
-from turnaudit.verify.reconciliation import (
-    LogReconciliation,
-    MetricsReconciliation,
-    metric_totals,
-)
-from turnaudit.verify.report import AT_LEAST_ONCE_BOUND, DeadLetters, ReportJson, VerifyReport
-from turnaudit.verify.run import range_report, run_verify
-from turnaudit.verify.scrape import reconcile_metrics
-from turnaudit.verify.verifier import Verifier
-
-__all__ = [
-    "AT_LEAST_ONCE_BOUND",
-    "DeadLetters",
-    "Finding",
-    "LogReconciliation",
-    "MetricsReconciliation",
-    # RangeSpec and resolve_range belong to turnaudit.kafka.offsets; named here for
-    # the modules that still import them from verify.
-    "RangeSpec",
-    "ReportJson",
-    "TurnCounts",
-    "Verifier",
-    "VerifyReport",
-    "load_anchors",
-    "metric_totals",
-    "range_report",
-    "reconcile_log",
-    "reconcile_metrics",
-    "resolve_range",
-    "run_verify",
-]

@@ -38,7 +38,7 @@ from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.replay import ReplayRequest, ReplayTarget, replay
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings, TopicNames
-from turnaudit.verify import metric_totals
+from turnaudit.verify.reconciliation import metric_totals
 
 pytestmark = pytest.mark.broker
 

@@ -7,14 +7,10 @@ import json
 from pathlib import Path
 
 from tests.unit.verify import scenario
-from turnaudit.verify import (
-    DeadLetters,
-    Verifier,
-    VerifyReport,
-    reconcile_log,
-    reconcile_metrics,
-)
-from turnaudit.verify.report import RangeJson
+from turnaudit.verify.files import reconcile_log
+from turnaudit.verify.report import DeadLetters, RangeJson, VerifyReport
+from turnaudit.verify.scrape import reconcile_metrics
+from turnaudit.verify.verifier import Verifier
 
 # The log file's path as the golden report names it.
 GOLDEN_LOG = "/tmp/golden-turns.jsonl"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.unit.verify import scenario
 from turnaudit.identity import chain_hash
-from turnaudit.verify import Verifier
+from turnaudit.verify.verifier import Verifier
 
 OPS = ("remove", "duplicate", "redeliver", "edit", "resend_changed", "swap", "forge", "truncate")
 
