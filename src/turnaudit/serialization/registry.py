@@ -14,15 +14,22 @@
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
-from turnaudit.errors import ConfigurationError, SerializationError
+from turnaudit.errors import ConfigurationError, RegistryUnavailableError, SerializationError
+from turnaudit.serialization.schemas import WriterSchema
 
 ENV = "TURNAUDIT_SCHEMA_REGISTRY_"
 COMPATIBILITY = "FULL_TRANSITIVE"
+# The registry client type, for callers that hand one in (tests, a runtime's own).
+RegistryClient = SchemaRegistryClient
 
 
 def registry_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -60,6 +67,59 @@ def auto_register_from_env(env: Mapping[str, str]) -> bool:
     return text == "true"
 
 
+class ConfluentSerializer:
+    """Encodes records in the Confluent wire format.
+
+    With ``auto_register`` the schema is registered under the topic's subject,
+    whose compatibility level is set to FULL_TRANSITIVE first; without it the
+    schema must have been registered beforehand and is only looked up.
+    """
+
+    def __init__(
+        self, schema: WriterSchema, registry: RegistryClient, *, auto_register: bool = True
+    ) -> None:
+        self.schema = schema
+        self._registry = registry
+        self._auto_register = auto_register
+        self._compatible_subjects: set[str] = set()
+        self._inner = AvroSerializer(
+            registry, schema.schema_json, conf={"auto.register.schemas": auto_register}
+        )
+
+    def __call__(self, record: dict[str, Any], ctx: SerializationContext | None = None) -> bytes:
+        ctx = ctx if ctx is not None else SerializationContext("", MessageField.VALUE)
+        if self._auto_register and ctx.topic not in self._compatible_subjects:
+            # Before the first registration under the subject (topic name strategy).
+            ensure_compatibility(self._registry, f"{ctx.topic}-value")
+            self._compatible_subjects.add(ctx.topic)
+        try:
+            out = self._inner(record, ctx)
+        except Exception as exc:  # the registry client raises many unrelated types
+            raise SerializationError(
+                f"record does not fit {self.schema.name} v{self.schema.version} "
+                f"or the registry refused it: {exc}"
+            ) from exc
+        if out is None:  # pragma: no cover - AvroSerializer returns None only for None input
+            raise SerializationError("the registry serializer produced no bytes")
+        return bytes(out)
+
+    def bind(self, topic: str) -> Callable[[dict[str, Any]], bytes]:
+        """A one-argument serializer for one topic (the context is built once)."""
+        ctx = SerializationContext(topic, MessageField.VALUE)
+        return lambda record: self(record, ctx)
+
+
+def registry_client(url: str, extra: Mapping[str, str] | None = None) -> RegistryClient:
+    """The process's Schema Registry client for ``url`` (one per URL, so its
+    schema caches are shared); ``mock://…`` gives the library's in-process registry."""
+    return _registry_client(url, tuple(sorted((extra or {}).items())))
+
+
+@functools.cache
+def _registry_client(url: str, extra: tuple[tuple[str, str], ...]) -> RegistryClient:
+    return SchemaRegistryClient.new_client({"url": url, **dict(extra)})
+
+
 def ensure_compatibility(registry: SchemaRegistryClient, subject: str) -> None:
     """Set ``subject``'s compatibility level to FULL_TRANSITIVE and read it back."""
     if type(registry).__name__ == "MockSchemaRegistryClient":
@@ -75,3 +135,45 @@ def ensure_compatibility(registry: SchemaRegistryClient, subject: str) -> None:
         raise SerializationError(
             f"the registry reports compatibility {level} for {subject}, not {COMPATIBILITY}"
         )
+
+
+def schema_ids(
+    registry: RegistryClient,
+    subject: str,
+    schemas: Sequence[WriterSchema],
+    *,
+    auto_register: bool,
+    where: str,
+) -> dict[int, int]:
+    """Each schema's id under ``subject`` (by version): registered (the subject's
+    compatibility set first), or, without ``auto_register``, only looked up.
+    ``RegistryUnavailableError`` names the version the registry did not give."""
+    out: dict[int, int] = {}
+    for schema in schemas:
+        avro = Schema(schema.schema_json, "AVRO")
+        schema_id: int | None
+        try:
+            if auto_register:
+                # Once, before the subject's first registration; the client's
+                # in-process mock:// registry keeps no compatibility levels.
+                if not out and not where.startswith("mock://"):
+                    ensure_compatibility(registry, subject)
+                schema_id = registry.register_schema(subject, avro)
+            else:  # registered beforehand by the operator: only looked up
+                schema_id = registry.lookup_schema(subject, avro).schema_id
+        except Exception as exc:  # the registry client raises many unrelated types
+            raise RegistryUnavailableError(
+                f"schema registry {where} did not {'register' if auto_register else 'find'} "
+                f"TurnEvent v{schema.version} under {subject}: {_one_line(exc)}"
+            ) from exc
+        if schema_id is None:
+            raise RegistryUnavailableError(
+                f"schema registry {where} has no id for TurnEvent v{schema.version} "
+                f"under {subject}"
+            )
+        out[schema.version] = schema_id
+    return out
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

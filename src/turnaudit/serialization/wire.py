@@ -14,17 +14,13 @@ re-raised as this package's ``SerializationError`` subclasses.
 from __future__ import annotations
 
 import enum
-import functools
 import io
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NamedTuple, cast
 
 import fastavro
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro.read import SchemaResolutionError
 
 from turnaudit.errors import (
@@ -42,7 +38,11 @@ from turnaudit.serialization.framing import (
     confluent_header,
     single_object_header,
 )
-from turnaudit.serialization.registry import ensure_compatibility
+from turnaudit.serialization.registry import (
+    ConfluentSerializer,
+    RegistryClient,
+    registry_client,
+)
 from turnaudit.serialization.schemas import (
     SchemaCatalog,
     WriterSchema,
@@ -50,11 +50,14 @@ from turnaudit.serialization.schemas import (
     schema_from_json,
 )
 
-__all__ = [  # the framing constants, re-exported where readers of the wire look
+__all__ = [  # the framing constants and the registry's client, where readers of the wire look
     "CONFLUENT_HEADER_LEN",
     "CONFLUENT_MAGIC",
     "SINGLE_OBJECT_HEADER_LEN",
     "SINGLE_OBJECT_MAGIC",
+    "ConfluentSerializer",
+    "RegistryClient",
+    "registry_client",
 ]
 
 # A function that returns the schema JSON for an unknown fingerprint, or None.
@@ -71,10 +74,6 @@ class Framing(enum.StrEnum):
     CONFLUENT = "confluent"
 
 
-def _context(ctx: SerializationContext | None) -> SerializationContext:
-    return ctx if ctx is not None else SerializationContext("", MessageField.VALUE)
-
-
 class FramedSerializer:
     """Encodes records with one writer schema behind a fixed framing header."""
 
@@ -83,7 +82,8 @@ class FramedSerializer:
         self._header = header
         self._parsed = schema.parsed
 
-    def __call__(self, record: dict[str, Any], ctx: SerializationContext | None = None) -> bytes:
+    def __call__(self, record: dict[str, Any], ctx: object = None) -> bytes:
+        """``ctx``: a serialization context, as confluent-kafka's serializers take (unused)."""
         buf = io.BytesIO()
         buf.write(self._header)
         try:
@@ -109,59 +109,6 @@ class ConfluentIdSerializer(FramedSerializer):
     def __init__(self, schema: WriterSchema, schema_id: int) -> None:
         super().__init__(schema, confluent_header(schema_id))
         self.schema_id = schema_id
-
-
-class ConfluentSerializer:
-    """Encodes records in the Confluent wire format.
-
-    With ``auto_register`` the schema is registered under the topic's subject,
-    whose compatibility level is set to FULL_TRANSITIVE first; without it the
-    schema must have been registered beforehand and is only looked up.
-    """
-
-    def __init__(
-        self, schema: WriterSchema, registry: SchemaRegistryClient, *, auto_register: bool = True
-    ) -> None:
-        self.schema = schema
-        self._registry = registry
-        self._auto_register = auto_register
-        self._compatible_subjects: set[str] = set()
-        self._inner = AvroSerializer(
-            registry, schema.schema_json, conf={"auto.register.schemas": auto_register}
-        )
-
-    def __call__(self, record: dict[str, Any], ctx: SerializationContext | None = None) -> bytes:
-        ctx = _context(ctx)
-        if self._auto_register and ctx.topic not in self._compatible_subjects:
-            # Before the first registration under the subject (topic name strategy).
-            ensure_compatibility(self._registry, f"{ctx.topic}-value")
-            self._compatible_subjects.add(ctx.topic)
-        try:
-            out = self._inner(record, ctx)
-        except Exception as exc:  # the registry client raises many unrelated types
-            raise SerializationError(
-                f"record does not fit {self.schema.name} v{self.schema.version} "
-                f"or the registry refused it: {exc}"
-            ) from exc
-        if out is None:  # pragma: no cover - AvroSerializer returns None only for None input
-            raise SerializationError("the registry serializer produced no bytes")
-        return bytes(out)
-
-    def bind(self, topic: str) -> Callable[[dict[str, Any]], bytes]:
-        """A one-argument serializer for one topic (the context is built once)."""
-        ctx = SerializationContext(topic, MessageField.VALUE)
-        return lambda record: self(record, ctx)
-
-
-def registry_client(url: str, extra: Mapping[str, str] | None = None) -> SchemaRegistryClient:
-    """The process's Schema Registry client for ``url`` (one per URL, so its
-    schema caches are shared); ``mock://…`` gives the library's in-process registry."""
-    return _registry_client(url, tuple(sorted((extra or {}).items())))
-
-
-@functools.cache
-def _registry_client(url: str, extra: tuple[tuple[str, str], ...]) -> SchemaRegistryClient:
-    return SchemaRegistryClient.new_client({"url": url, **dict(extra)})
 
 
 class DecodedTurnEvent(NamedTuple):
@@ -250,7 +197,7 @@ class TurnEventDeserializer:
         self,
         catalog: SchemaCatalog,
         *,
-        registry: SchemaRegistryClient | None = None,
+        registry: RegistryClient | None = None,
         resolver: FingerprintResolver | None = None,
     ) -> None:
         self._catalog = catalog
@@ -300,7 +247,7 @@ class TurnEventDeserializer:
         )
 
     def __call__(
-        self, payload: bytes | None, ctx: SerializationContext | None = None
+        self, payload: bytes | None, ctx: object = None
     ) -> DecodedTurnEvent:
         if not payload:
             raise UnknownFramingError("empty message: no Avro framing")

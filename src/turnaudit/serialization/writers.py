@@ -13,11 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-
-from turnaudit.errors import RegistryUnavailableError, SerializationError
+from turnaudit.errors import SerializationError
 from turnaudit.events import OutgoingTurnEvent
-from turnaudit.serialization.registry import ensure_compatibility
+from turnaudit.serialization.registry import RegistryClient, schema_ids
 from turnaudit.serialization.schemas import SchemaCatalog
 from turnaudit.serialization.wire import (
     ConfluentIdSerializer,
@@ -26,8 +24,8 @@ from turnaudit.serialization.wire import (
 )
 from turnaudit.settings import KafkaSettings
 
-# The registry client type, for callers that hand one in (tests, a runtime's own).
-RegistryClient = SchemaRegistryClient
+__all__ = ["RegistryClient", "TurnEventWriters", "turn_event_writers"]
+
 Writer = Callable[[Any], bytes]
 
 
@@ -63,35 +61,12 @@ def turn_event_writers(
         return TurnEventWriters(
             {s.version: SingleObjectSerializer(s) for s in catalog.versions}, registered=False
         )
-    subject = f"{topic}-value"  # TopicNameStrategy, as confluent-kafka's own
-    out: dict[int, Writer] = {}
-    auto_register = settings.schema_registry_auto_register
-    for schema in catalog.versions:
-        avro = Schema(schema.schema_json, "AVRO")
-        schema_id: int | None
-        try:
-            if auto_register:
-                # Once, before the subject's first registration; the client's
-                # in-process mock:// registry keeps no compatibility levels.
-                if not out and not (url or "").startswith("mock://"):
-                    ensure_compatibility(registry, subject)
-                schema_id = registry.register_schema(subject, avro)
-            else:  # registered beforehand by the operator: only looked up
-                schema_id = registry.lookup_schema(subject, avro).schema_id
-        except Exception as exc:  # the registry client raises many unrelated types
-            raise RegistryUnavailableError(
-                f"schema registry {url or 'client'} did not "
-                f"{'register' if auto_register else 'find'} TurnEvent "
-                f"v{schema.version} under {subject}: {_one_line(exc)}"
-            ) from exc
-        if schema_id is None:
-            raise RegistryUnavailableError(
-                f"schema registry {url or 'client'} has no id for TurnEvent "
-                f"v{schema.version} under {subject}"
-            )
-        out[schema.version] = ConfluentIdSerializer(schema, schema_id)
-    return TurnEventWriters(out, registered=True)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    ids = schema_ids(
+        registry, f"{topic}-value",  # TopicNameStrategy, as confluent-kafka's own
+        catalog.versions, auto_register=settings.schema_registry_auto_register,
+        where=url or "client",
+    )
+    return TurnEventWriters(
+        {s.version: ConfluentIdSerializer(s, ids[s.version]) for s in catalog.versions},
+        registered=True,
+    )

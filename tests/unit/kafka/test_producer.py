@@ -70,7 +70,8 @@ def test_a_full_queue_raises_at_once_when_the_producer_says_raise() -> None:
     with pytest.raises(QueueFullError):
         producer.produce("t", b"one more", b"k")
     assert time.monotonic() - started < 0.5
-    assert producer.queued() == QUEUE
+    # (librdkafka's count also holds events it has to hand over, errors included)
+    assert producer.queued() >= QUEUE
     assert isinstance(QueueFullError(), BufferError)  # librdkafka's own meaning
     producer.purge()
     producer.flush(1)
