@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from turnaudit.errors import ConfigurationError, PublishError
 from turnaudit.kafka.consumer import error_callback
@@ -42,7 +42,7 @@ log = structlog.get_logger("turnaudit.kafka")
 
 # Delivery guarantees: idempotent, acknowledged by all replicas, retried until
 # delivered (a broker outage delays, never fails, a message).
-RELIABLE: dict[str, Any] = {
+RELIABLE: dict[str, object] = {
     "enable.idempotence": True,
     "acks": "all",
     "message.timeout.ms": 0,
@@ -50,7 +50,7 @@ RELIABLE: dict[str, Any] = {
 # log_level 0: librdkafka's own log lines (one per failed connection attempt,
 # many a second while a broker is away) stay off stderr; errors still reach
 # error_cb, which the services rate-limit.
-DEFAULTS: dict[str, Any] = {"linger.ms": 5, "log_level": 0}
+DEFAULTS: dict[str, object] = {"linger.ms": 5, "log_level": 0}
 
 OnFull = Literal["wait", "raise"]
 Header = tuple[str, str | bytes | None]
@@ -83,6 +83,14 @@ DeliveryCallback = Callable[[DeliveryError | None, DeliveredMessage], None]
 # Client-wide errors (rare) arrive as the project's ``ClientError``, as the
 # consumer wrapper hands them.
 ErrorCallback = Callable[[ClientError], None]
+
+
+class _Keywords(TypedDict, total=False):
+    """What ``produce`` passes on to librdkafka beyond topic, value and key."""
+
+    headers: list[Header]
+    timestamp: int
+    on_delivery: Callable[[KafkaError | None, Message], None]
 
 
 class QueueFullError(BufferError):
@@ -237,7 +245,7 @@ class KafkaProducer:
         report) always raises. A refusal raises ``ProduceError``.
         """
         client = self._client or self._opened()
-        kwargs: dict[str, Any] | None = None
+        kwargs: _Keywords | None = None
         try:
             if headers is None and on_delivery is None and not timestamp:
                 client.produce(topic, value, key)  # the common case: no keywords to build
@@ -258,8 +266,8 @@ class KafkaProducer:
         headers: Sequence[Header] | None,
         timestamp: int,
         on_delivery: DeliveryCallback | None,
-    ) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
+    ) -> _Keywords:
+        kwargs: _Keywords = {}
         if headers:
             kwargs["headers"] = list(headers)
         if timestamp:
@@ -271,7 +279,7 @@ class KafkaProducer:
     @staticmethod
     def _wait_for_room(
         client: Producer, topic: str, value: bytes | None, key: bytes | None,
-        kwargs: dict[str, Any],
+        kwargs: _Keywords,
     ) -> None:
         while True:
             client.poll(_WAIT_POLL_S)  # the queue is full: let it deliver
