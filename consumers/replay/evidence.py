@@ -18,7 +18,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
@@ -79,6 +79,27 @@ def _verdict(value: Any) -> Verdict:
     return "alarm" if value == "alarm" else "ok"
 
 
+class RebuiltRange(TypedDict):
+    topic: str
+    start: dict[str, int]
+    end: dict[str, int]
+    events: int
+    undecodable: int
+
+
+class RebuildDescription(TypedDict):
+    """What `turnaudit eval rebuild` prints: the range, the traces and the cases."""
+
+    range: RebuiltRange
+    traces: int
+    turns_of_tasks_begun_before_the_range: int
+    cases: int
+    exclusions: dict[str, int]
+    unlabelled_traces: int
+    latencies_recorded: int
+    latencies_measured: int
+
+
 @dataclass
 class RebuildResult:
     evidence: EvidenceFile
@@ -90,7 +111,7 @@ class RebuildResult:
     latencies_measured: int = 0  # cases observed afresh (no record, or asked to)
     verdict_mismatches: list[str] = field(default_factory=list)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> RebuildDescription:
         return {
             "range": {
                 "topic": self.replay.topic,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypedDict
 
 from turnaudit.events import occurred_moment
 from turnaudit.records import Record
@@ -13,6 +13,16 @@ from turnaudit.replay.canonical import canonical_json
 from turnaudit.replay.files import open_for_resume
 from turnaudit.replay.outputs import ReplayOutput
 from turnaudit.serialization.wire import TurnEventDeserializer
+
+
+class JsonlLine(TypedDict, total=False):
+    """One line of the JSONL output: where the message was, then its event or an error."""
+
+    partition: int | None
+    offset: int | None
+    error: str  # undecodable: what the decoder raised
+    writer_version: int
+    event: dict[str, Any]  # the decoded event in today's shape, occurred_at as ISO time
 
 
 class JsonlOutput(ReplayOutput):
@@ -58,7 +68,7 @@ class JsonlOutput(ReplayOutput):
 
 def jsonl_line(decode: TurnEventDeserializer, msg: Record) -> tuple[bytes, bool]:
     """One canonical JSON line: where the message was, and its event (or why it is not one)."""
-    where: dict[str, Any] = {"partition": msg.partition(), "offset": msg.offset()}
+    where: JsonlLine = {"partition": msg.partition(), "offset": msg.offset()}
     try:
         decoded = decode(msg.value())
     except Exception as exc:  # the decoder raises several types; the line records which

@@ -38,7 +38,7 @@ def checkpoints(draw: st.DrawFn) -> ReplayCheckpoint:
     )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(checkpoints())
 def test_a_saved_checkpoint_loads_as_it_was(state: ReplayCheckpoint) -> None:
     assert ReplayCheckpoint.from_json(json.loads(json.dumps(state.as_json()))) == state
@@ -59,7 +59,7 @@ def test_save_replaces_the_file_and_load_reads_it(tmp_path: Path) -> None:
     assert written["start"] == {"0": 0, "3": 5}  # partitions as JSON keys them
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(state=checkpoints(), data=st.data())
 def test_a_torn_checkpoint_is_refused(state: ReplayCheckpoint, data: st.DataObject,
                                       tmp_path_factory: pytest.TempPathFactory) -> None:

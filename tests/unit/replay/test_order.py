@@ -139,7 +139,7 @@ def run(state: ReplayCheckpoint, contents: dict[int, Partition], rnd: random.Ran
     return emitted
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(partitions(), st.integers(1, 6), st.randoms(use_true_random=False))
 def test_every_record_once_in_the_stated_block_order(
     contents: dict[int, Partition], block: int, rnd: random.Random
@@ -150,7 +150,7 @@ def test_every_record_once_in_the_stated_block_order(
     assert state.next == {p: c.end if c.in_range else c.start for p, c in contents.items()}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(partitions(), st.integers(1, 6), st.integers(1, 3), st.integers(1, 4),
        st.randoms(use_true_random=False))
 def test_the_order_holds_whatever_the_buffer_budget_pauses(
@@ -162,7 +162,7 @@ def test_the_order_holds_whatever_the_buffer_budget_pauses(
     assert emitted == reference(contents, block)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(partitions(), st.integers(1, 6), st.randoms(use_true_random=False), st.data())
 def test_resuming_any_saved_checkpoint_gives_the_same_remaining_order(
     contents: dict[int, Partition], block: int, rnd: random.Random, data: st.DataObject

@@ -3,15 +3,27 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from tests.support import PROJECT_ROOT
-from tests.unit.verify.test_purity import imported_by
 
 CORE = PROJECT_ROOT / "src" / "turnaudit" / "replay"
 PURE = ("canonical", "checkpoint", "files", "jsonl", "order", "outputs")
 FORBIDDEN = ("confluent_kafka", "turnaudit.kafka", "turnaudit.replay.reader",
              "turnaudit.replay.run", "turnaudit.replay.group", "urllib", "http", "socket")
+
+
+def imported_by(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
 
 
 @pytest.mark.parametrize("module", PURE)
