@@ -7,7 +7,7 @@ PIP_STAMP  := $(VENV)/.installed
 JARS_DIR   := deploy/kafka/target/jars
 JARS_STAMP := $(JARS_DIR)/.resolved
 
-.PHONY: demo test test-fast setup jars lint typecheck bench clean broker-stop promtool
+.PHONY: demo test test-fast setup native jars lint typecheck bench clean broker-stop promtool
 
 demo: setup
 	$(VENV)/bin/turnaudit demo
@@ -49,7 +49,7 @@ subscriber-tools:
 	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kcat jq xxd; }
 
-setup: $(PIP_STAMP) $(JARS_STAMP)
+setup: $(PIP_STAMP) $(NATIVE_STAMP) $(JARS_STAMP)
 
 $(PIP_STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { echo "python3 not found: install Python 3.11 or newer"; exit 1; }
@@ -57,6 +57,20 @@ $(PIP_STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# The native Avro decoder (native/, a Rust crate with PyO3), built from source
+# into .venv/ by maturin whenever its sources change. The package requires it:
+# without cargo, setup stops here with one line (no slower fallback is installed).
+NATIVE_STAMP := $(VENV)/.installed-native
+NATIVE_SRC   := native/Cargo.toml native/Cargo.lock native/pyproject.toml \
+                native/turnaudit_native.pyi $(wildcard native/src/*.rs)
+native: $(NATIVE_STAMP)
+
+$(NATIVE_STAMP): $(NATIVE_SRC) | $(PIP_STAMP)
+	@command -v cargo >/dev/null || { echo "cargo not found: the native decoder (native/) needs Rust and cargo 1.95 or newer (https://rustup.rs)"; exit 1; }
+	$(PY) -m pip install -q 'maturin>=1.8,<2'
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --locked -m native/Cargo.toml
 	touch $@
 
 jars: $(JARS_STAMP)
@@ -88,7 +102,7 @@ broker-stop: setup
 	$(VENV)/bin/turnaudit broker stop
 
 clean:
-	rm -rf $(VENV) deploy/kafka/target var
+	rm -rf $(VENV) deploy/kafka/target native/target var
 
 # mypy cannot follow the package-dir mapping: type-check a symlinked view of
 # the one `turnaudit` namespace instead.

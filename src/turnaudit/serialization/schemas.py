@@ -56,6 +56,7 @@ class DecodingSchema:
 
     parsed: Any  # fastavro's parsed schema, timestamp-millis read as a long
     long_time_fields: tuple[str, ...]  # top-level fields whose logical type was dropped
+    raw: Any = None  # the same schema as JSON objects (what the native decoder compiles)
 
 
 def decoding_schema(schema_json: str) -> DecodingSchema:
@@ -84,7 +85,7 @@ def decoding_schema(schema_json: str) -> DecodingSchema:
 
     stripped = strip(raw, None)
     parsed = fastavro.parse_schema(stripped, named_schemas={})
-    return DecodingSchema(parsed, tuple(top_level))
+    return DecodingSchema(parsed, tuple(top_level), stripped)
 
 
 @dataclass(frozen=True)

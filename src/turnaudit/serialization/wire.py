@@ -18,9 +18,11 @@ import io
 import json
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 import fastavro
+import structlog
 from fastavro.read import SchemaResolutionError
 
 from turnaudit.errors import (
@@ -30,6 +32,7 @@ from turnaudit.errors import (
     UnknownFramingError,
 )
 from turnaudit.events import MAX_MILLIS, MIN_MILLIS
+from turnaudit.serialization import native
 from turnaudit.serialization.framing import (
     CONFLUENT_HEADER_LEN,
     CONFLUENT_MAGIC,
@@ -59,6 +62,8 @@ __all__ = [  # the framing constants and the registry's client, where readers of
     "RegistryClient",
     "registry_client",
 ]
+
+log = structlog.get_logger("turnaudit.serialization")
 
 # A function that returns the schema JSON for an unknown fingerprint, or None.
 FingerprintResolver = Callable[[bytes], str | None]
@@ -143,8 +148,12 @@ class _ReadPlan:
         *,
         unusable: str | None = None,
         time_fields: tuple[str, ...] = (),
+        native_decoder: Any = None,
     ):
         self.writer = writer
+        # The compiled native decoder (the body to the record, trailing bytes
+        # and time fields checked), or None: fastavro reads this schema.
+        self.native = native_decoder
         self.reader = reader  # None: decode with the writer schema, then fill defaults
         self.version = version
         # Defaults of fields the writer lacks: immutable ones set in one
@@ -176,6 +185,38 @@ class _ReadPlan:
         return record
 
 
+@dataclass(frozen=True)
+class DecoderStats:
+    """Which decoder reads the writer schemas a ``TurnEventDeserializer`` has met."""
+
+    native_schemas: int  # compiled by the native decoder
+    fastavro_schemas: int  # read by fastavro: resolved into the reader, or refused by the compiler
+
+
+def _read_natively(
+    plan: _ReadPlan, payload: bytes, body_start: int, framing: Framing
+) -> DecodedTurnEvent:
+    """The body decoded by the plan's native decoder: read in place, bytes after
+    the record and time fields beyond a date's range refused, with the errors
+    of the fastavro path (``TurnEventDeserializer.__call__``)."""
+    try:
+        record = plan.native(payload, body_start)
+    except native.TrailingBytesError as exc:
+        raise SerializationError(
+            f"Avro body has {exc.args[0]} trailing bytes after a record of schema {plan.origin}"
+        ) from None
+    except Exception as exc:  # DecodeError, UnicodeDecodeError, MemoryError
+        raise SerializationError(
+            f"Avro body does not decode with schema {plan.origin}: {exc!r}"
+        ) from exc
+    if plan.fill_shared:
+        record.update(plan.fill_shared)
+    for name, default in plan.fill_copied:
+        record[name] = default.copy()
+    # Shipped versions only: the plan knows its version.
+    return _tuple_new(DecodedTurnEvent, (record, plan.version, framing, plan.origin))
+
+
 def _named(plan: _ReadPlan, origin: str) -> _ReadPlan:
     plan.origin = origin
     return plan
@@ -191,6 +232,12 @@ class TurnEventDeserializer:
       ``resolver`` (the compacted schemas topic) and resolved into the current
       reader by Avro schema resolution; registry ids likewise through the
       Schema Registry client.
+
+    Bodies are decoded by the native decoder (``turnaudit.serialization.native``)
+    for every writer schema it compiles (every shipped version); fastavro, the
+    reference, reads the others (schemas learned at run time, resolved into the
+    reader), counted in ``stats()`` and logged once per schema. Both give the
+    same records and the same errors.
     """
 
     def __init__(
@@ -206,6 +253,8 @@ class TurnEventDeserializer:
         self._registry = registry
         self._resolver = resolver
         self._lock = threading.Lock()
+        self._native_schemas = 0
+        self._fastavro_schemas = 0
         self._by_fp: dict[bytes, _ReadPlan] = {
             s.fingerprint: _named(self._plan_for_shipped(s), s.fingerprint.hex())
             for s in catalog.versions
@@ -227,9 +276,27 @@ class TurnEventDeserializer:
             )
         fill = [(f["name"], f["default"]) for f in added]
         decoding = decoding_schema(schema.schema_json)
+        try:
+            compiled = native.compile_decoder(decoding)
+            self._native_schemas += 1
+        except native.UnsupportedSchemaError as exc:
+            compiled = None
+            self._count_fastavro(f"{schema.name} v{schema.version}", f"not compiled: {exc}")
         return _ReadPlan(
-            decoding.parsed, None, schema.version, fill, time_fields=decoding.long_time_fields
+            decoding.parsed,
+            None,
+            schema.version,
+            fill,
+            time_fields=decoding.long_time_fields,
+            native_decoder=compiled,
         )
+
+    def _count_fastavro(self, schema: str, why: str) -> None:
+        self._fastavro_schemas += 1
+        log.info("schema_read_by_fastavro", schema=schema, reason=why)
+
+    def stats(self) -> DecoderStats:
+        return DecoderStats(self._native_schemas, self._fastavro_schemas)
 
     def _plan_for_foreign(self, schema_json: str, origin: str) -> _ReadPlan:
         try:
@@ -242,6 +309,7 @@ class TurnEventDeserializer:
                 None, None, None, [], unusable=f"writer schema {origin} is not a record"
             )
         writer = decoding_schema(schema_json)
+        # Resolved into the reader: fastavro's schema resolution, the reference.
         return _ReadPlan(
             writer.parsed, self._reader, None, [], time_fields=writer.long_time_fields
         )
@@ -269,6 +337,8 @@ class TurnEventDeserializer:
             )
         if plan.unusable is not None:
             raise UnusableSchemaError(plan.unusable)
+        if plan.native is not None:
+            return _read_natively(plan, payload, body_start, framing)
         # The body read in place, after the header (no copy of it).
         body = io.BytesIO(payload)
         body.seek(body_start)
@@ -315,6 +385,8 @@ class TurnEventDeserializer:
             plan = self._by_fp.get(fp)
             if plan is None:
                 plan = _named(self._plan_for_foreign(schema_json, fp.hex()), fp.hex())
+                if plan.unusable is None:
+                    self._count_fastavro(fp.hex(), "resolved into the reader schema")
                 self._by_fp[fp] = plan
         return plan
 
@@ -342,5 +414,9 @@ class TurnEventDeserializer:
                     shipped = self._catalog.by_fingerprint().get(fp)
                     if shipped is not None:
                         plan = self._plan_for_shipped(shipped)
+                    else:
+                        self._count_fastavro(
+                            f"registry:{schema_id}", "resolved into the reader schema"
+                        )
                 self._by_registry_id[schema_id] = _named(plan, f"registry:{schema_id}")
         return plan

@@ -1,0 +1,49 @@
+"""The native Avro decoder (the Rust crate in ``native/``, module ``turnaudit_native``).
+
+Every shipped writer schema is compiled once into a ``Decoder`` that turns a
+message body into exactly the dict fastavro's ``schemaless_reader`` gives for
+that schema, raising where fastavro raises, and refusing bytes after the record.
+Schemas it does not promise to decode like fastavro (reader schemas, logical
+types, recursive types) are refused when compiled: the caller keeps fastavro
+for them and counts them.
+
+The project requires the module: ``make setup`` builds it from source (Rust and
+cargo, see README.md). Without it the import fails with one line saying so;
+there is no silent slow path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import turnaudit_native as _native
+except ImportError as exc:  # pragma: no cover - the environment, not the code
+    raise ImportError(
+        "turnaudit's native decoder (module turnaudit_native, crate native/) is not "
+        "installed: run `make setup` (it needs Rust's cargo >= 1.95, https://rustup.rs)"
+    ) from exc
+
+from turnaudit.events import MAX_MILLIS, MIN_MILLIS
+from turnaudit.serialization.schemas import DecodingSchema
+
+Decoder = _native.Decoder
+DecodeError = _native.DecodeError
+TrailingBytesError = _native.TrailingBytesError
+UnsupportedSchemaError = _native.UnsupportedSchemaError
+
+__all__ = [
+    "DecodeError",
+    "Decoder",
+    "TrailingBytesError",
+    "UnsupportedSchemaError",
+    "compile_decoder",
+]
+
+
+def compile_decoder(decoding: DecodingSchema) -> Any:
+    """The native decoder of a writer schema as the project's readers decode it.
+
+    Raises ``UnsupportedSchemaError`` for a schema the native compiler refuses.
+    """
+    return Decoder(decoding.raw, decoding.long_time_fields, MIN_MILLIS, MAX_MILLIS)
