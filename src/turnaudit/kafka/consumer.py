@@ -11,7 +11,8 @@ its rebalances through a ``RebalanceListener`` that speaks partitions, not
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -171,9 +172,18 @@ class KafkaConsumer:
             [self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost
         )
 
+    @contextmanager
+    def _failing_as(self, action: str) -> Iterator[None]:
+        """librdkafka's exception as the project's ``BrokerError``, naming what failed."""
+        try:
+            yield
+        except KafkaException as exc:
+            raise BrokerError(f"cannot {action} {self.topic}: {exc}") from exc
+
     def assign(self, starts: Mapping[int, int]) -> None:
         """Read these partitions from these offsets (``BEGINNING``, ``END`` allowed)."""
-        self._client.assign(self._partitions(starts))
+        with self._failing_as("assign partitions of"):
+            self._client.assign(self._partitions(starts))
 
     # -- reading -----------------------------------------------------------------------
     def consume(self, max_records: int, timeout: float) -> list[Record]:
@@ -203,13 +213,16 @@ class KafkaConsumer:
         return records
 
     def pause(self, partitions: Iterable[int]) -> None:
-        self._client.pause([TopicPartition(self.topic, p) for p in partitions])
+        with self._failing_as("pause partitions of"):
+            self._client.pause([TopicPartition(self.topic, p) for p in partitions])
 
     def resume(self, partitions: Iterable[int]) -> None:
-        self._client.resume([TopicPartition(self.topic, p) for p in partitions])
+        with self._failing_as("resume partitions of"):
+            self._client.resume([TopicPartition(self.topic, p) for p in partitions])
 
     def seek(self, partition: int, offset: int) -> None:
-        self._client.seek(TopicPartition(self.topic, partition, offset))
+        with self._failing_as("seek in"):
+            self._client.seek(TopicPartition(self.topic, partition, offset))
 
     def seek_each(self, offsets: Mapping[int, int]) -> bool:
         """Seek each partition; False (the rest not sought) when one cannot be sought
@@ -224,18 +237,14 @@ class KafkaConsumer:
     # -- positions ---------------------------------------------------------------------
     def store(self, offsets: Mapping[int, int]) -> None:
         """Store next offsets for the auto-committer (``enable.auto.offset.store=false``)."""
-        self._client.store_offsets(offsets=self._partitions(offsets))
+        with self._failing_as("store offsets of"):
+            self._client.store_offsets(offsets=self._partitions(offsets))
 
     def commit(self, offsets: Mapping[int, int], metadata: Mapping[int, str] | None = None,
                ) -> None:
         """Commit next offsets now, with optional metadata per partition."""
-        partitions = self._partitions(offsets)
-        if metadata:
-            for tp in partitions:
-                if tp.partition in metadata:
-                    tp.metadata = metadata[tp.partition]
         try:
-            self._client.commit(offsets=partitions, asynchronous=False)
+            self._commit(offsets, metadata)
         except KafkaException as exc:
             raise BrokerError(f"cannot commit offsets of {self.topic}: {exc}") from exc
 
@@ -244,17 +253,20 @@ class KafkaConsumer:
     ) -> bool:
         """``commit``, or False when the broker refuses it because the group is
         rebalancing (the revocation that follows is the time to commit)."""
-        # A TopicPartition's metadata is set when it is built (the attribute is read-only).
-        noted = metadata or {}
-        partitions = [TopicPartition(self.topic, p, o, metadata=noted[p]) if p in noted
-                      else TopicPartition(self.topic, p, o) for p, o in offsets.items()]
         try:
-            self._client.commit(offsets=partitions, asynchronous=False)
+            self._commit(offsets, metadata)
         except KafkaException as exc:
             if exc.args[0].code() in _REBALANCING:
                 return False
             raise BrokerError(f"cannot commit offsets of {self.topic}: {exc}") from exc
         return True
+
+    def _commit(self, offsets: Mapping[int, int], metadata: Mapping[int, str] | None) -> None:
+        # A TopicPartition's metadata is set when it is built (the attribute is read-only).
+        noted = metadata or {}
+        partitions = [TopicPartition(self.topic, p, o, metadata=noted[p]) if p in noted
+                      else TopicPartition(self.topic, p, o) for p, o in offsets.items()]
+        self._client.commit(offsets=partitions, asynchronous=False)
 
     def committed(self, partitions: Iterable[int], timeout: float) -> dict[int, Committed]:
         try:
