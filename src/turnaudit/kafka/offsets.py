@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.events import occurred_millis
@@ -226,3 +227,21 @@ def resolve_range(
         if spec.until is not None:
             until = _offsets_for_time(consumer, topic, partitions, spec.until, timeout)
     return plan_range(topic, spec, marks, since=since, until=until)
+
+
+def delete_records_before(
+    settings: KafkaSettings, topic: str, offsets: Mapping[int, int], timeout: float = 30.0
+) -> dict[int, int]:
+    """Move the log start of ``topic``'s partitions to ``offsets`` (every record before
+    is deleted), as time retention does; returns the new log start per partition.
+
+    For tests and drills of retention (``delete_records`` needs the topic's delete ACL)."""
+    admin = AdminClient(settings.client_config(_QUIET))
+    wanted = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
+    try:
+        futures = admin.delete_records(wanted, request_timeout=timeout,
+                                       operation_timeout=timeout)
+        return {tp.partition: future.result(timeout).low_watermark
+                for tp, future in futures.items()}
+    except KafkaException as exc:
+        raise BrokerError(f"cannot delete records of {topic}: {exc}") from exc

@@ -20,7 +20,7 @@ from turnaudit.verify.reconciliation import (
     MetricsJson,
     MetricsReconciliation,
 )
-from turnaudit.verify.verifier import HeadJson, Verifier
+from turnaudit.verify.verifier import HeadJson, RetainedJson, Verifier
 
 AT_LEAST_ONCE_BOUND = (
     "at-least-once: every turn on the stream must be logged and counted; a log line or a "
@@ -78,6 +78,17 @@ class ReplayJson(TypedDict):
     event_time: bool
 
 
+class RetentionJson(TypedDict):
+    """Where the range began at a log start retention had moved: the log starts, the
+    streams whose first retained turn follows it (never lost), the anchored streams
+    retention took whole."""
+
+    log_start: dict[str, int]
+    began_before_retention: int
+    examples: list[RetainedJson]
+    anchors_expired: int
+
+
 class ReportJson(TypedDict):
     verdict: Literal["ok", "unexplained"]
     range: RangeJson
@@ -98,6 +109,8 @@ class ReportJson(TypedDict):
     unexplained: list[FindingJson]
     # Added by a replay into ``verify:``: which replay wrote the report.
     replay: NotRequired[ReplayJson]
+    # Only where a partition was read from a log start past 0.
+    retention: NotRequired[RetentionJson]
 
 
 @dataclass
@@ -130,7 +143,7 @@ class VerifyReport:
         v = self.verifier
         unexplained = self.unexplained()
         kinds = Counter(f.kind for f in unexplained)
-        return ReportJson(
+        document = ReportJson(
             verdict="ok" if not unexplained else "unexplained",
             range=self.range,
             messages=v.messages,
@@ -159,6 +172,14 @@ class VerifyReport:
             unexplained_by_kind=dict(sorted(kinds.items())),
             unexplained=[f.as_json() for f in unexplained[: EXAMPLES * 5]],
         )
+        if v.retained_from:
+            document["retention"] = RetentionJson(
+                log_start={str(p): v.log_start[p] for p in sorted(v.retained_from)},
+                began_before_retention=v.began_before_retention,
+                examples=list(v.retained_examples),
+                anchors_expired=v.anchors_expired(),
+            )
+        return document
 
     def human(self) -> str:
         j = self.as_json()
@@ -184,6 +205,14 @@ class VerifyReport:
             f"  dead letters in the range: {j['dead_letters']['count']} "
             + str(j["dead_letters"]["by_reason"]),
         ]
+        retention = j.get("retention")
+        if retention is not None:
+            lines.append(
+                "  retention: read from a moved log start ("
+                + ", ".join(f"p{p} {o}" for p, o in retention["log_start"].items())
+                + f"); {retention['began_before_retention']} stream(s) began before "
+                f"retention (not lost), {retention['anchors_expired']} anchored stream(s) "
+                "expired")
         if self.log is not None:
             lines.append(
                 f"  log sink {self.log.path}: {self.log.lines} lines, {self.log.distinct} turns, "

@@ -36,6 +36,16 @@ from turnaudit.verify.findings import (
 Anchors = Mapping[StreamId, tuple[int, str]]
 
 
+class RetainedJson(TypedDict):
+    """A stream that began before retention: its oldest retained position and where."""
+
+    session_id: str
+    producer_id: str
+    partition: int
+    offset: int
+    position: int
+
+
 class HeadJson(TypedDict):
     """A chained stream's last position and its chain hash."""
 
@@ -60,10 +70,24 @@ class Verifier:
         # Stream heads from an earlier report: (position, chain hash) that must still be there.
         self.anchors = dict(anchors or {})
         self._anchored_hash: dict[StreamId, str] = {}
+        # Retention: a partition whose log start is past 0 lost its beginning to time
+        # retention (or delete_records). Read from there, a stream first seen past
+        # position 0 began before retention: the tracker opens no gap at its start, and
+        # only an anchor (a head proved earlier) can make its missing prefix a finding.
+        low = dict(log_start_offsets or {})
+        self.log_start = low
+        self._moved = {p: o for p, o in low.items() if o > 0}
+        self._start_gaps = start_gaps
+        self._first_fed: dict[int, int] = {}
+        self.retained_from: set[int] = set()  # partitions read from a moved log start
+        self.began_before_retention = 0
+        self.retained_examples: list[RetainedJson] = []
+        self.prefix_findings: list[Finding] = []
         # Unbounded: verify must be exact (memory grows with the range's event ids).
         self.tracker = StreamTracker(
             max_event_ids=1 << 62, max_streams=1 << 62, max_missing=1 << 62,
-            log_start_offsets=log_start_offsets, start_gaps=start_gaps,
+            log_start_offsets={p: -1 if o > 0 else o for p, o in low.items()},
+            start_gaps=start_gaps,
         )
         self.counts = TurnCounts()
         self.messages = 0
@@ -85,6 +109,10 @@ class Verifier:
         timestamp_ms: int | None = None,
     ) -> None:
         self.messages += 1
+        if partition not in self._first_fed:
+            self._first_fed[partition] = offset
+            if self._moved.get(partition) == offset:
+                self.retained_from.add(partition)
         if timestamp_ms is not None and timestamp_ms > 0:
             if self.first_timestamp is None or timestamp_ms < self.first_timestamp:
                 self.first_timestamp = timestamp_ms
@@ -105,7 +133,11 @@ class Verifier:
             self.undecodable.append(Finding("undecodable", f"not a TurnEvent: {exc!r}",
                                             message_where(partition, offset)))
             return
-        self.streams.add(stream)
+        if stream not in self.streams:
+            self.streams.add(stream)
+            if (result.sequence > 0 and partition in self.retained_from and self._start_gaps
+                    and result.counts_as_turn):
+                self._began_earlier(stream, event, partition, offset, result.sequence)
         key_breach = check_key(key, event)
         ordinary = (result.outcome is TurnOutcome.NEW and result.chain_break is None
                     and key_breach is None and not breaches)
@@ -142,6 +174,36 @@ class Verifier:
             self.findings.append(Finding(f"contract:{breach.contract.value}", breach.detail,
                                          where))
 
+    def _began_earlier(
+        self, stream: StreamId, event: Mapping[str, object], partition: int, offset: int,
+        sequence: int,
+    ) -> None:
+        """A stream first seen past position 0 in a partition read from a moved log start:
+        it began before retention, unless an anchor proves its earlier head and the
+        positions after that head are gone (a prefix deleted before anyone proved it)."""
+        where = Where(partition=partition, offset=offset, session_id=stream[0],
+                      producer_id=stream[1], position=sequence)
+        anchor = self.anchors.get(stream)
+        if anchor is not None and sequence > anchor[0] + 1:
+            gone = list(range(anchor[0] + 1, sequence))
+            where["positions"] = gone[:EXAMPLES]
+            self.prefix_findings.append(Finding(
+                "truncated", f"{len(gone)} position(s) after the head an earlier report proved "
+                f"({anchor[0]}) are gone from the start of the retained log: "
+                f"{positions_text(gone)}", where))
+            return
+        if (anchor is not None and sequence == anchor[0] + 1 and stream[1] != LEGACY_PRODUCER
+                and (event.get("prev_hash") or "") != anchor[1]):
+            self.prefix_findings.append(Finding(
+                "rewritten", f"the first retained position {sequence} does not chain to the "
+                f"head an earlier report proved ({anchor[0]})", where))
+            return
+        self.began_before_retention += 1
+        if len(self.retained_examples) < EXAMPLES:
+            self.retained_examples.append(RetainedJson(
+                session_id=stream[0], producer_id=stream[1], partition=partition,
+                offset=offset, position=sequence))
+
     def heads(self) -> list[HeadJson]:
         """Each chained stream's last position and its chain hash: keep them, and pass the
         report to a later ``verify --heads`` to detect a truncated or rewritten tail."""
@@ -152,13 +214,22 @@ class Verifier:
             if stream[1] != LEGACY_PRODUCER
         ]
 
+    def anchors_expired(self) -> int:
+        """Anchored streams with no event left, in a range read from a moved log start:
+        retention may have taken the whole stream (reported, not a finding)."""
+        if not self.retained_from:
+            return 0
+        return sum(1 for stream in self.anchors if stream not in self.streams)
+
     def anchor_findings(self) -> list[Finding]:
-        found = []
+        found = list(self.prefix_findings)
         heads = self.tracker.heads()
         for stream, (position, digest) in sorted(self.anchors.items()):
             where = stream_where(stream)
             where["position"] = position
             if stream not in self.streams:
+                if self.retained_from:
+                    continue  # counted by anchors_expired
                 found.append(Finding("anchor_absent", "a stream an earlier report anchored has "
                                      "no event in this range", where))
             elif stream in heads and heads[stream][0] < position:
