@@ -7,12 +7,15 @@
    process and fresh group, rounds in rotated order: a raw consume (no decode,
    the I/O limit); the bare loop (consume + strip the single-object header +
    plain fastavro ``schemaless_reader`` by fingerprint, not the project's
-   deserializer); a quixstreams ``Application`` peer doing the metrics job
-   (turns/refused/hedged/stub per pack; ``pip install -e '.[bench]'``); the
-   shared runtime with a sink that keeps nothing; the log sink and the verdict
-   metrics service as the CLI builds them. Printed: events/s, CPU us per event,
-   and every ratio to bare and to quixstreams taken within one round, as
-   median (min-max) over rounds (goals: >= 0.85x bare, >= 1.5x quixstreams).
+   deserializer); the ceiling (consume + the project's deserializer alone,
+   the native decoder: what no service can beat); a quixstreams
+   ``Application`` peer doing the metrics job (turns/refused/hedged/stub per
+   pack; ``pip install -e '.[bench]'``); the shared runtime with a sink that
+   keeps nothing; the log sink and the verdict metrics service as the CLI
+   builds them. Printed: events/s, CPU us per event,
+   and every ratio to bare, to quixstreams, to the ceiling and to raw consume
+   taken within one round, as median (min-max) over rounds. Events are schema
+   v3 (``--versions`` for others).
 2. Delay from ``publish()`` to counted by the metrics service at a steady
    rate (default 5,000 events/s, the publisher in its own process): p50, p99
    (goal p99 <= 100 ms). occurred_at is set at publish time (millisecond
@@ -62,6 +65,7 @@ from turnaudit.local_broker import LocalKafkaBroker, free_port, free_ports
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings, LocalBrokerSettings, TopicNames
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -171,6 +175,30 @@ def bare_loop(settings: KafkaSettings, end: dict[int, int]) -> Measurement:
     return total / elapsed, 1e6 * cpu / total
 
 
+def ceiling_loop(settings: KafkaSettings, end: dict[int, int]) -> Measurement:
+    """Consume + the project's deserializer (the native decoder) and nothing else.
+
+    The same loop as the bare one with the services' decoder: the ceiling of
+    every service, which must decode and then do its job.
+    """
+    decode = TurnEventDeserializer(shipped_catalog())
+    assigned_at: list[tuple[float, float]] = []
+    consumer = _bench_consumer(settings, "ceiling", assigned_at)
+    positions: dict[int, int] = {}
+    total = sum(end.values())
+    seen = 0
+    while seen < total:
+        for msg in consumer.consume(500, 0.05):
+            if msg.error() is None:
+                decode(msg.value())
+                positions[msg.partition() or 0] = (msg.offset() or 0) + 1
+                seen += 1
+    elapsed = time.perf_counter() - assigned_at[0][0]
+    cpu = _cpu_seconds() - assigned_at[0][1]
+    consumer.close()
+    return total / elapsed, 1e6 * cpu / total
+
+
 def quixstreams_peer(settings: KafkaSettings, end: dict[int, int]) -> Measurement:
     """quixstreams ``Application``, the same plain decode, counters per pack.
 
@@ -269,11 +297,12 @@ ROWS = (
     "raw consume (no decode)",
     "bare loop (plain fastavro)",
     "quixstreams peer",
+    "ceiling (native decode)",
     "runtime, no sink",
     "log sink",
     "verdict metrics",
 )
-BARE, QUIX = ROWS[1], ROWS[2]
+RAW, BARE, QUIX, CEILING = ROWS[0], ROWS[1], ROWS[2], ROWS[3]
 
 
 def measure_row(
@@ -287,6 +316,8 @@ def measure_row(
         return bare_loop(settings, end)
     if row == QUIX:
         return quixstreams_peer(settings, end)
+    if row == CEILING:
+        return ceiling_loop(settings, end)
     with service_logging("WARNING"):
         if row == "runtime, no sink":
             service: ConsumerService = ConsumerService(
@@ -340,12 +371,14 @@ def spread(values: Sequence[float]) -> str:
     return f"{statistics.median(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
 
 
-def throughput(bootstrap: str, events: int, rounds: int, workdir: Path) -> None:
+def throughput(
+    bootstrap: str, events: int, rounds: int, workdir: Path, versions: tuple[int, ...]
+) -> None:
     settings = fresh_settings(bootstrap)
     args = argparse.Namespace(
         events=events,
         seed=1,
-        schema_versions=(1, 2),
+        schema_versions=versions,
         sessions=200,
         rate=0,
         spool_dir=workdir / "spool-throughput",
@@ -354,13 +387,15 @@ def throughput(bootstrap: str, events: int, rounds: int, workdir: Path) -> None:
     end = end_offsets(settings, settings.topics.turn_events)
     total = sum(end.values())
     print(
-        f"\n1. throughput: {total} messages, {rounds} rounds in rotated order, "
-        "each row in its own process and fresh group"
+        f"\n1. throughput: {total} messages (schema v{', v'.join(map(str, versions))}), "
+        f"{rounds} rounds in rotated order, each row in its own process and fresh group"
     )
     rates: dict[str, list[float]] = {row: [] for row in ROWS}
     cpu: dict[str, list[float]] = {row: [] for row in ROWS}
     vs_bare: dict[str, list[float]] = {row: [] for row in ROWS}
     vs_quix: dict[str, list[float]] = {row: [] for row in ROWS}
+    vs_ceiling: dict[str, list[float]] = {row: [] for row in ROWS}
+    vs_raw: dict[str, list[float]] = {row: [] for row in ROWS}
     for r in range(rounds):
         order = ROWS[r % len(ROWS) :] + ROWS[: r % len(ROWS)]
         this_round: dict[str, float] = {}
@@ -373,17 +408,21 @@ def throughput(bootstrap: str, events: int, rounds: int, workdir: Path) -> None:
         for row in ROWS:
             vs_bare[row].append(this_round[row] / this_round[BARE])
             vs_quix[row].append(this_round[row] / this_round[QUIX])
+            vs_ceiling[row].append(this_round[row] / this_round[CEILING])
+            vs_raw[row].append(this_round[row] / this_round[RAW])
         print(f"  round {r + 1}: " + ", ".join(f"{row} {this_round[row]:,.0f}/s" for row in order))
     print(
         f"\n  {'consumer':<28} {'events/s (median, min-max)':>34}  {'CPU us/event':>12}  "
-        f"{'vs bare: median (min-max)':>26}  {'vs quixstreams':>20}"
+        f"{'vs bare: median (min-max)':>26}  {'vs quixstreams':>20}  {'vs ceiling':>20}  "
+        f"{'vs raw consume':>20}"
     )
     for row in ROWS:
         med = statistics.median(rates[row])
         print(
             f"  {row:<28} {med:>12,.0f} ({min(rates[row]):>8,.0f}-{max(rates[row]):>8,.0f})  "
             f"{statistics.median(cpu[row]):>12.1f}  {spread(vs_bare[row]):>26}  "
-            f"{spread(vs_quix[row]):>20}"
+            f"{spread(vs_quix[row]):>20}  {spread(vs_ceiling[row]):>20}  "
+            f"{spread(vs_raw[row]):>20}"
         )
 
 
@@ -527,6 +566,8 @@ def main() -> None:
     parser.add_argument("--latency-seconds", type=float)
     parser.add_argument("--memory-minutes", type=float)
     parser.add_argument("--only", choices=("throughput", "latency", "memory"))
+    parser.add_argument("--versions", type=int, nargs="+", default=[3],
+                        help="schema versions of the throughput messages (default: v3)")
     args = parser.parse_args()
     events = args.events or (30_000 if args.quick else 100_000)
     latency_seconds = args.latency_seconds or (10.0 if args.quick else 30.0)
@@ -552,7 +593,7 @@ def main() -> None:
         print(f"broker {bootstrap}; {os.cpu_count()} CPUs")
         try:
             if args.only in (None, "throughput"):
-                throughput(bootstrap, events, args.rounds, workdir)
+                throughput(bootstrap, events, args.rounds, workdir, tuple(args.versions))
             if args.only in (None, "latency"):
                 latency(bootstrap, args.rate, latency_seconds, workdir)
             if args.only in (None, "memory"):

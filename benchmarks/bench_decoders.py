@@ -9,7 +9,10 @@ This compares, on the same simulated messages, in process and without a broker:
 
 * plain fastavro ``schemaless_reader`` (the bare loop's decode);
 * the project's ``TurnEventDeserializer`` (either framing, any version, the
-  trailing-bytes and timestamp-range checks);
+  trailing-bytes and timestamp-range checks), as shipped: the native decoder
+  (``native/``, Rust) for every shipped version;
+* the same deserializer on its fastavro path (every plan's native decoder
+  removed): the project's decoder before the native one, and its reference;
 * cavro (``pip install -e '.[bench]'``), a Cython Avro codec, decoding records
   to dicts, when it is installed: the one faster decoder for Python found.
 
@@ -46,6 +49,15 @@ def plain_fastavro() -> Decode:
 
 def project_decoder() -> Decode:
     decode = TurnEventDeserializer(shipped_catalog())
+    if decode.stats().fastavro_schemas:
+        raise RuntimeError("a shipped schema is not compiled by the native decoder")
+    return lambda payload: decode(payload).event
+
+
+def project_fastavro_path() -> Decode:
+    decode = TurnEventDeserializer(shipped_catalog())
+    for plan in decode._by_fp.values():
+        plan.native = None  # the fastavro path: the project's decoder before the native one
     return lambda payload: decode(payload).event
 
 
@@ -69,10 +81,14 @@ def agreement(decoders: dict[str, Decode], msgs: list[FakeMessage]) -> None:
     # The project's records are not compared: occurred_at is epoch ms there, and
     # fields a version lacks hold their defaults.
     for name, decode in decoders.items():
-        if name == "project decoder":
+        if name.startswith("project"):
             continue
         differ = sum(decode(m.value()) != reference(m.value()) for m in msgs)
         print(f"  {name:<16} records equal to fastavro's: {len(msgs) - differ:,} of {len(msgs):,}")
+    project, before = decoders["project decoder"], decoders["project, fastavro"]
+    differ = sum(project(m.value()) != before(m.value()) for m in msgs)
+    print(f"  {'project decoder':<16} records equal to its fastavro path's: "
+          f"{len(msgs) - differ:,} of {len(msgs):,}")
     padded = msgs[0].value() + b"\x00\x00\x00"
     for name, decode in decoders.items():
         try:
@@ -101,6 +117,7 @@ def main() -> None:
     decoders: dict[str, Decode] = {
         "plain fastavro": plain_fastavro(),
         "project decoder": project_decoder(),
+        "project, fastavro": project_fastavro_path(),
     }
     cavro = cavro_decoder()
     if cavro is None:
