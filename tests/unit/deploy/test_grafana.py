@@ -70,12 +70,17 @@ def test_the_dashboard_covers_what_on_call_needs() -> None:
 def test_pack_and_job_variables_select_every_panel() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
-    assert {"pack", "job"} <= set(variables)
-    assert "turnaudit_turns_total" in variables["pack"]["definition"]
-    for variable in variables.values():
-        assert variable["includeAll"]
-        assert variable["multi"]
-        assert variable["allValue"] == ".*"
+    assert {"DS_PROMETHEUS", "pack", "job"} <= set(variables)
+    assert variables["DS_PROMETHEUS"]["type"] == "datasource"
+    assert variables["DS_PROMETHEUS"]["query"] == "prometheus"
+    assert "turnaudit_turns_total" in variables["pack"]["query"]
+    # The services: every job exporting turn-audit metrics, whatever it is called.
+    assert variables["job"]["query"].startswith('label_values({__name__=~"turnaudit_.+"')
+    for name in ("pack", "job"):
+        assert variables[name]["includeAll"]
+        assert variables[name]["multi"]
+    assert variables["pack"]["allValue"] == ".*"
+    assert "allValue" not in variables["job"]  # All = the jobs found, not every job
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
             expr = target["expr"]
@@ -92,16 +97,16 @@ def test_a_panel_lists_the_firing_alerts() -> None:
     ]
     assert firing
     assert firing[0]["gridPos"]["y"] == 0
+    assert 'alertname=~"TurnAudit.+"' in firing[0]["targets"][0]["expr"]
 
 
-def test_panels_use_the_provisioned_datasource() -> None:
-    provisioned = yaml.safe_load(
-        (DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text()
-    )["datasources"]
-    uids = {d["uid"] for d in provisioned}
-    for panel in json.loads(DASHBOARD.read_text())["panels"]:
-        assert panel["datasource"]["uid"] in uids
-        assert all(t["datasource"]["uid"] in uids for t in panel["targets"])
+def test_panels_read_the_datasource_of_the_import_input() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["__inputs"][0]["name"] == "DS_PROMETHEUS"
+    assert dashboard["__inputs"][0]["pluginId"] == "prometheus"
+    for panel in dashboard["panels"]:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+        assert all(t["datasource"] == panel["datasource"] for t in panel["targets"])
 
 
 def test_the_dashboard_provider_points_where_compose_mounts_the_dashboards() -> None:
