@@ -15,9 +15,16 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 import structlog
+from opentelemetry import trace as trace_api
 
 from turnaudit.contracts import Breach, check_event
-from turnaudit.events import OutgoingTurnEvent, RuntimeIdentity, TaskContext
+from turnaudit.events import (
+    ModelIdentity,
+    OutgoingTurnEvent,
+    RuntimeIdentity,
+    TaskContext,
+    TraceContext,
+)
 from turnaudit.verdicts import (
     UNKNOWN_DOMAIN_SURFACE,
     ActionAssessment,
@@ -30,8 +37,8 @@ from turnaudit.verdicts import (
 
 log = structlog.get_logger("turnaudit.adapter")
 
-LATEST_SCHEMA_VERSION = 3
-SHIPPED_SCHEMA_VERSIONS = (1, 2, 3)
+LATEST_SCHEMA_VERSION = 4
+SHIPPED_SCHEMA_VERSIONS = (1, 2, 3, 4)
 
 
 def inject_hedge(surface: str, hedge_prefix: str) -> str:
@@ -39,6 +46,49 @@ def inject_hedge(surface: str, hedge_prefix: str) -> str:
     if surface.startswith(hedge_prefix):
         return surface
     return f"{hedge_prefix} {surface}"
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """A W3C trace context: the span a turn belongs to (lower-case hex ids)."""
+
+    trace_id: str
+    span_id: str
+    sampled: bool = True
+
+    def __post_init__(self) -> None:
+        for name, digits in (("trace_id", 32), ("span_id", 16)):
+            value = getattr(self, name)
+            if (len(value) != digits or value.strip("0123456789abcdef")
+                    or value == "0" * digits):
+                raise ValueError(f"{name} must be {digits} lower-case hex digits, not all "
+                                 f"zero: {value!r}")
+
+    def to_avro(self) -> TraceContext:
+        return {"trace_id": self.trace_id, "span_id": self.span_id,
+                "trace_flags": 1 if self.sampled else 0}
+
+
+def current_trace() -> Trace | None:
+    """The OpenTelemetry span current in this context, if one is active and valid."""
+    span = trace_api.get_current_span().get_span_context()
+    if not span.is_valid:
+        return None
+    return Trace(f"{span.trace_id:032x}", f"{span.span_id:016x}",
+                 bool(span.trace_flags & trace_api.TraceFlags.SAMPLED))
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """The model behind a turn, in OpenTelemetry GenAI terms."""
+
+    provider: str  # gen_ai.provider.name
+    request_model: str  # gen_ai.request.model
+    response_model: str | None = None  # gen_ai.response.model
+
+    def to_avro(self) -> ModelIdentity:
+        return {"provider": self.provider, "request_model": self.request_model,
+                "response_model": self.response_model}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +124,11 @@ class TurnContext:
     turn: int
     occurred_at: datetime | None = None  # None: now
     task: TaskStep | None = None
+    # v4: the joins to the runtime's telemetry. ``trace`` None: the OpenTelemetry
+    # span current when the event is built, if one is active (``current_trace``).
+    trace: Trace | None = None
+    response_id: str | None = None  # gen_ai.response.id
+    model: Model | None = None
 
 
 class TurnEventBuilder:
@@ -237,6 +292,12 @@ class TurnEventBuilder:
                 {"name": t.name, "arguments": t.arguments, "result": t.result, "ok": t.ok}
                 for t in tool_steps
             ]
+        if self.schema_version >= 4:
+            trace = ctx.trace or current_trace()
+            event["breaches"] = []  # the emitter records what the contracts find
+            event["trace_context"] = None if trace is None else trace.to_avro()
+            event["response_id"] = ctx.response_id
+            event["model"] = None if ctx.model is None else ctx.model.to_avro()
         return event
 
 

@@ -147,11 +147,38 @@ class TurnEventV3(_TurnEventFields):
     tool_steps: list[ToolStep]
 
 
-class TurnEvent(TurnEventV3):
-    """What a reader hands on: today's reader shape (v3). Records of older
-    versions get v3's added fields at their defaults (``producer_id`` empty:
-    no ordered stream of its own); a v2 record's per-field verdicts are null
-    (the documented loss; contract 4 then compares nothing)."""
+class TraceContext(TypedDict):
+    """W3C trace context of the runtime's span: lower-case hex ids."""
+
+    trace_id: str
+    span_id: str
+    trace_flags: int
+
+
+class ModelIdentity(TypedDict):
+    """The model behind a turn, in OpenTelemetry GenAI terms."""
+
+    provider: str
+    request_model: str
+    response_model: str | None
+
+
+class TurnEventV4(TurnEventV3):
+    """Schema v4: the contracts a turn breaks travel with it; the joins to the
+    runtime's trace (span), the model response and the model."""
+
+    breaches: list[str]
+    trace_context: TraceContext | None
+    response_id: str | None
+    model: ModelIdentity | None
+
+
+class TurnEvent(TurnEventV4):
+    """What a reader hands on: today's reader shape (v4). Records of older
+    versions get the added fields at their defaults (``producer_id`` empty:
+    no ordered stream of its own; no breaches, trace or model); a v2 record's
+    per-field verdicts are null (the documented loss; contract 4 then compares
+    nothing)."""
 
 
 class OutgoingTurnEvent(_TurnEventFields):
@@ -160,8 +187,8 @@ class OutgoingTurnEvent(_TurnEventFields):
 
     The identity fields are there from the start (empty, ``sequence`` -1)
     and the publisher fills them in its own copy. The fields only some
-    versions have are not required: per-field verdicts (v1, v3) and tool
-    steps (v2, v3).
+    versions have are not required: per-field verdicts (v1, v3, v4), tool
+    steps (v2 on) and v4's breaches, trace context, response id and model.
     """
 
     producer_id: str
@@ -169,3 +196,7 @@ class OutgoingTurnEvent(_TurnEventFields):
     safety_verdict: NotRequired[SafetyVerdict | None]
     ethics_verdict: NotRequired[EthicsVerdict | None]
     tool_steps: NotRequired[list[ToolStep]]
+    breaches: NotRequired[list[str]]
+    trace_context: NotRequired[TraceContext | None]
+    response_id: NotRequired[str | None]
+    model: NotRequired[ModelIdentity | None]

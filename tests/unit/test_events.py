@@ -21,6 +21,7 @@ BY_VERSION: dict[int, type[Any]] = {
     1: events.TurnEventV1,
     2: events.TurnEventV2,
     3: events.TurnEventV3,
+    4: events.TurnEventV4,
 }
 
 

@@ -32,8 +32,8 @@ def _read(record: dict[str, Any], writer: int, reader: int) -> dict[str, Any]:
     return read
 
 
-def test_v1_to_v3_are_shipped_and_full_transitive() -> None:
-    assert VERSIONS == [1, 2, 3]
+def test_v1_to_v4_are_shipped_and_full_transitive() -> None:
+    assert VERSIONS == [1, 2, 3, 4]
     pairs = {(r.writer, r.reader) for r in check_full_transitive(CATALOG, 100)}
     assert pairs == {(w, r) for w in VERSIONS for r in VERSIONS}
 
@@ -66,7 +66,7 @@ def test_a_reader_gets_the_verdicts_the_writer_meant(writer: int, reader: int) -
             else:
                 assert read[name] == event["verdicts"][name]
                 checked += event["verdicts"][name] is not None
-        if writer == 3 and {"producer_id", "prev_hash"} <= reader_fields:
+        if writer >= 3 and {"producer_id", "prev_hash"} <= reader_fields:
             assert (read["producer_id"], read["prev_hash"]) == ("p", "0" * 64)
         elif "producer_id" in reader_fields:
             # Older data has no stream identity: the legacy stream, no chain.
@@ -76,7 +76,8 @@ def test_a_reader_gets_the_verdicts_the_writer_meant(writer: int, reader: int) -
 
 
 def test_the_documented_loss_is_only_v2_data_at_the_per_field_verdicts() -> None:
-    assert set(DOCUMENTED_LOSSES) == {(2, 1), (2, 3)}
-    assert {"safety_verdict", "ethics_verdict"} <= _fields(3)
+    assert set(DOCUMENTED_LOSSES) == {(2, 1), (2, 3), (2, 4)}
+    assert {"safety_verdict", "ethics_verdict"} <= _fields(3) & _fields(4)
     assert not {"safety_verdict", "ethics_verdict"} & _fields(2)
     assert "deprecated" in json.loads(CATALOG.version(3).schema_json)["doc"]
+    assert "deprecated" in json.loads(CATALOG.version(4).schema_json)["doc"]

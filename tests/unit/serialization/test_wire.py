@@ -57,13 +57,13 @@ def millis(decoded: dict[str, Any]) -> dict[str, Any]:
     return decoded
 
 
-def test_shipped_versions_are_one_to_three_with_distinct_fingerprints() -> None:
-    assert [s.version for s in CATALOG.versions] == [1, 2, 3]
-    assert len({s.fingerprint for s in CATALOG.versions}) == 3
+def test_shipped_versions_are_one_to_four_with_distinct_fingerprints() -> None:
+    assert [s.version for s in CATALOG.versions] == [1, 2, 3, 4]
+    assert len({s.fingerprint for s in CATALOG.versions}) == 4
     assert all(len(s.fingerprint) == 8 for s in CATALOG.versions)
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_single_object_round_trip(version: int) -> None:
     schema = CATALOG.version(version)
     serialize = SingleObjectSerializer(schema)
@@ -146,7 +146,7 @@ def test_a_record_that_does_not_fit_the_schema_is_a_serialization_error() -> Non
         SingleObjectSerializer(CATALOG.latest)(record)
 
 
-def future_v3() -> str:
+def future_writer() -> str:
     """A newer writer (as a future producer would ship): one extra field."""
     raw = json.loads(CATALOG.latest.schema_json)
     raw["fields"].append({"name": "region", "type": "string", "default": "eu"})
@@ -154,36 +154,37 @@ def future_v3() -> str:
 
 
 def test_a_foreign_fingerprint_resolves_through_the_schemas_topic_resolver() -> None:
-    v3 = schema_from_json(future_v3(), name="turn_event", version=3)
+    future = schema_from_json(future_writer(), name="turn_event", version=5)
     record = events(2, 1)[0]
-    record["verdicts"]["schema_version"] = 3
+    record["verdicts"]["schema_version"] = 5
     record["region"] = "us"
-    payload = SingleObjectSerializer(v3)(record)
+    payload = SingleObjectSerializer(future)(record)
     asked: list[bytes] = []
 
     def resolver(fp: bytes) -> str | None:
         asked.append(fp)
-        return future_v3() if fp == v3.fingerprint else None
+        return future_writer() if fp == future.fingerprint else None
 
     decode = TurnEventDeserializer(CATALOG, resolver=resolver)
     decoded = decode(payload)
     decode(payload)
-    assert asked == [v3.fingerprint]  # resolved once, then cached
-    assert decoded.writer_version == 3
+    assert asked == [future.fingerprint]  # resolved once, then cached
+    assert decoded.writer_version == 5
     assert "region" not in decoded.event  # read into today's reader shape
     assert decoded.event["session_id"] == record["session_id"]
 
 
 def test_schemas_check_passes_for_the_shipped_versions() -> None:
     results = check_full_transitive(CATALOG, records_per_version=100)
-    assert {(r.writer, r.reader) for r in results} == {(w, r) for w in (1, 2, 3) for r in (1, 2, 3)}
+    versions = (1, 2, 3, 4)
+    assert {(r.writer, r.reader) for r in results} == {(w, r) for w in versions for r in versions}
     assert all(r.records == 100 for r in results)
 
 
 def test_schemas_check_fails_for_a_version_adding_a_field_without_default() -> None:
     raw = json.loads(CATALOG.latest.schema_json)
     raw["fields"].append({"name": "region", "type": "string"})
-    broken = schema_from_json(json.dumps(raw), name="turn_event", version=3)
+    broken = schema_from_json(json.dumps(raw), name="turn_event", version=5)
     with pytest.raises(SchemaCompatibilityError, match="region"):
         check_full_transitive(SchemaCatalog("turn_event", (*CATALOG.versions, broken)), 20)
 
@@ -193,7 +194,7 @@ def test_schemas_check_fails_for_a_changed_field_type() -> None:
     for field in raw["fields"]:
         if field["name"] == "vault_hits":
             field["type"] = "string"
-    broken = schema_from_json(json.dumps(raw), name="turn_event", version=3)
+    broken = schema_from_json(json.dumps(raw), name="turn_event", version=5)
     with pytest.raises(SchemaCompatibilityError):
         check_full_transitive(SchemaCatalog("turn_event", (*CATALOG.versions, broken)), 20)
 
@@ -227,7 +228,7 @@ def test_encoded_body_is_plain_avro() -> None:
     assert got["event_id"] == record["event_id"]
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_decoding_schema_reads_timestamp_millis_as_the_long_with_the_same_fingerprint(
     version: int,
 ) -> None:
