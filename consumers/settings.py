@@ -35,6 +35,7 @@ class ServiceName(enum.StrEnum):
     VERDICT_METRICS = "verdict-metrics"
     HTIR_FEEDER = "htir-feeder"
     AUDITOR_WORKER = "auditor-worker"
+    VERIFY_FOLLOW = "verify-follow"
 
 
 DEFAULT_HTTP_PORTS = {
@@ -42,6 +43,7 @@ DEFAULT_HTTP_PORTS = {
     ServiceName.VERDICT_METRICS: 9308,
     ServiceName.HTIR_FEEDER: 9310,
     ServiceName.AUDITOR_WORKER: 9311,
+    ServiceName.VERIFY_FOLLOW: 9312,
 }
 # TURNAUDIT_GROUP_INSTANCE_ID=none: dynamic membership (no instance id).
 NO_INSTANCE_ID = "none"

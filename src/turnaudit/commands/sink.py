@@ -17,7 +17,7 @@ from turnaudit.argparsing import positive_int
 from turnaudit.cluster import connect
 from turnaudit.consumers.log_sink import LogSink, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink
-from turnaudit.consumers.runtime import ConsumerService, Sink
+from turnaudit.consumers.runtime import ConsumerService, Sink, Validation
 from turnaudit.consumers.runtime.redelivery import RedeliveryMarkingSink
 from turnaudit.consumers.runtime.workers import (
     ServiceFactory,
@@ -124,19 +124,26 @@ def worker_service_settings(name: ServiceName, plan: WorkerPlan) -> ServiceSetti
 
 
 def consumer_service(
-    settings: ServiceSettings, sink: Sink, plan: WorkerPlan, registry: CollectorRegistry
+    settings: ServiceSettings,
+    sink: Sink,
+    plan: WorkerPlan,
+    registry: CollectorRegistry,
+    *,
+    validation: Validation | None = None,
 ) -> ConsumerService:
-    """The one way a service is built: its sink on the consumer runtime. A supervised
-    worker serves no HTTP (its supervisor does) and, for a sink of accepted turns,
-    marks the turns another worker already delivered (``RedeliveryMarkingSink``)."""
+    """The one way a service is built: its sink on the consumer runtime (with its own
+    ``validation``, else the runtime's). A supervised worker serves no HTTP (its
+    supervisor does) and, for a sink of accepted turns, marks the turns another
+    worker already delivered (``RedeliveryMarkingSink``)."""
     if not plan.supervised:
-        return ConsumerService(settings, sink, registry=registry)
+        return ConsumerService(settings, sink, registry=registry, validation=validation)
     marking = None
     if not sink.wants_breaching_turns:
         sink = marking = RedeliveryMarkingSink(
             sink, settings.kafka.topics.turn_events, plan.metrics_dir
         )
-    service = ConsumerService(settings, sink, registry=registry, serve_http=False)
+    service = ConsumerService(settings, sink, registry=registry, serve_http=False,
+                              validation=validation)
     if marking is not None:
         marking.on_marked = service.metrics.redelivered.inc
     return service

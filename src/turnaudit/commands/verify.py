@@ -4,16 +4,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
+
+from prometheus_client import CollectorRegistry
 
 from turnaudit.argparsing import add_range_arguments
 from turnaudit.cluster import connect
 from turnaudit.commands.demo_consumers import ReconciliationRow
+from turnaudit.commands.sink import (
+    WORKERS_HELP,
+    consumer_service,
+    run_service,
+    worker_count,
+    worker_service_settings,
+)
+from turnaudit.consumers.runtime import ConsumerService
+from turnaudit.consumers.runtime.workers import WorkerPlan
+from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.verify_follow import FollowMetrics, FollowValidation, VerifyFollowSink
+from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.offsets import RangeSpec
+from turnaudit.kafka.state_topic import ensure_verify_state_topic
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.files import load_anchors
+from turnaudit.verify.follow import FollowState
 from turnaudit.verify.run import run_verify
 
 
@@ -35,10 +52,48 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds the range may take to read")
+    parser.add_argument("--follow", action="store_true",
+                        help="run as a service that keeps proving the stream as it arrives "
+                        "(its own consumer group, /metrics turnaudit_verify_*, checkpoints in "
+                        "<prefix>verify-state; settings from TURNAUDIT_* like the sinks)")
+    parser.add_argument("--grace", type=float, default=None, metavar="SECONDS",
+                        help="--follow: a missing position is lost only this long after its "
+                        f"gap opened (default {GRACE_ENV} or {DEFAULT_GRACE_S:g})")
+    parser.add_argument("--workers", type=worker_count, default=None,
+                        help="--follow: " + WORKERS_HELP)
     parser.set_defaults(handler=_verify)
 
 
+GRACE_ENV = "TURNAUDIT_VERIFY_GRACE_S"
+DEFAULT_GRACE_S = 900.0
+
+
+def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
+    """One member of the follower's group: the proof, its checkpoint sink, the runtime."""
+    settings = worker_service_settings(ServiceName.VERIFY_FOLLOW, plan)
+    state = FollowState(grace_s=float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S)))
+    metrics = FollowMetrics(registry)
+    sink = VerifyFollowSink(settings.kafka, state, metrics)
+    validation = FollowValidation(decoder_for(settings.kafka, registry=registry), state,
+                                  metrics, sink.load)
+    return consumer_service(settings, sink, plan, registry, validation=validation)
+
+
+def _follow(args: argparse.Namespace) -> int:
+    if args.since or args.until or args.from_offsets or args.to_offsets or args.json:
+        raise ConfigurationError("--follow proves the stream as it arrives: no range, no --json")
+    if args.grace is not None:
+        if args.grace < 0:
+            raise ConfigurationError("--grace must be 0 or more seconds")
+        os.environ[GRACE_ENV] = str(args.grace)  # the workers inherit it
+    settings, _ = connect(KafkaSettings.from_env(), start_local=False)
+    ensure_verify_state_topic(settings)
+    return run_service(ServiceName.VERIFY_FOLLOW, verify_follow_worker, args)
+
+
 def _verify(args: argparse.Namespace) -> int:
+    if args.follow:
+        return _follow(args)
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
     decode = decoder_for(settings)
     spec = RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets)
