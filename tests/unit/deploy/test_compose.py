@@ -13,7 +13,8 @@ import yaml
 
 from tests.support import PROJECT_ROOT
 from turnaudit.cli import build_parser
-from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.consumers.settings import DEFAULT_HTTP_PORTS, ServiceName, ServiceSettings
+from turnaudit.evaluation.labels import load_task_labels
 from turnaudit.settings import BOOTSTRAP_ENV
 
 COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
@@ -52,6 +53,7 @@ def test_the_system_has_every_part() -> None:
     assert services["grafana"]["image"].startswith("grafana/grafana")
     commands = {tuple(s["command"][-2:]) for _, s in our_services()}
     assert {("sink", "logs"), ("sink", "metrics"), ("--idle-timeout", "300")} <= commands
+    assert any(s["command"][2:4] == ["auditor", "run"] for _, s in our_services())
     assert (PROJECT_ROOT / "Dockerfile").exists()
     assert 'ENTRYPOINT ["turnaudit"]' in (PROJECT_ROOT / "Dockerfile").read_text()
 
@@ -131,3 +133,37 @@ def test_kafka_is_advertised_to_the_host_too() -> None:
 def test_the_compose_simulator_stamps_real_time() -> None:
     args = build_parser().parse_args(COMPOSE["services"]["simulator"]["command"])
     assert args.real_time is True
+
+
+def test_the_auditor_worker_runs_on_the_label_pack_compose_mounts() -> None:
+    worker = COMPOSE["services"]["auditor-worker"]
+    args = build_parser().parse_args(worker["command"])
+    mounts = dict(v.split(":")[:2][::-1] for v in worker["volumes"] if v.startswith("./"))
+    host = mounts[str(args.labels.parent)]
+    assert load_task_labels(PROJECT_ROOT / host / args.labels.name) == {}
+    assert worker["environment"]["TURNAUDIT_HTTP_PORT"] == str(
+        DEFAULT_HTTP_PORTS[ServiceName.AUDITOR_WORKER]
+    )
+
+
+def test_every_scraped_service_is_watched_by_the_service_down_alert() -> None:
+    config = yaml.safe_load((PROJECT_ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    rules = yaml.safe_load((PROJECT_ROOT / "deploy/prometheus/rules/turnaudit.yml").read_text())
+    (down,) = [
+        r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "TurnAuditServiceDown"
+    ]
+    watched = set(re.search(r'job=~"([^"]+)"', down["expr"]).group(1).split("|"))  # type: ignore[union-attr]
+    services = {name for name, s in our_services() if "TURNAUDIT_HTTP_PORT" in s["environment"]}
+    scraped = {job["job_name"] for job in config["scrape_configs"]}
+    assert services <= scraped
+    assert watched == services
+    for name in COMPOSE["services"]["prometheus"]["depends_on"]:
+        assert name in COMPOSE["services"]
+
+
+def test_the_runtime_job_is_scraped_from_target_files() -> None:
+    config = yaml.safe_load((PROJECT_ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    (runtime,) = [j for j in config["scrape_configs"] if j["job_name"] == "turn-runtime"]
+    assert runtime["file_sd_configs"][0]["files"] == ["/etc/prometheus/runtimes/*.json"]
+    # The simulator serves no /metrics (said in docker-compose.yml): nothing to scrape.
+    assert "--metrics-port" not in COMPOSE["services"]["simulator"]["command"]
