@@ -431,7 +431,9 @@ class GrafanaAlertSpec:
     extra: dict[str, str] = field(default_factory=dict)
 
 
-# Per alert, the dashboard panel its notification links to.
+# Per alert, the dashboard panel its notification links to; an alert not named here links
+# to the firing-alerts panel (FIRING_PANEL).
+FIRING_PANEL = 15
 ALERT_PANELS: Mapping[str, int] = {
     "TurnAuditRefusalRateHigh": 1,
     "TurnAuditHedgeRateHigh": 2,
@@ -548,11 +550,10 @@ def grafana_specs() -> list[GrafanaAlertSpec]:
     recorded = recording_rules()
     specs = []
     for alert in prometheus_alerts():
-        if alert.name not in ALERT_PANELS:
-            raise SystemExit(f"{alert.name} ({alert.source}): add it to ALERT_PANELS")
         expr = standalone(alert.expr, recorded)
         silence = SILENCE_PAGES[alert.name](expr) if alert.name in SILENCE_PAGES else None
-        specs.append(GrafanaAlertSpec(alert, expr, ALERT_PANELS[alert.name], silence))
+        panel = ALERT_PANELS.get(alert.name, FIRING_PANEL)
+        specs.append(GrafanaAlertSpec(alert, expr, panel, silence))
     return specs
 
 
