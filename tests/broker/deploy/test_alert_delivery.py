@@ -351,10 +351,6 @@ def evaluate_dashboard(prom: Prometheus) -> None:
     )
     for group in grafana_rules["groups"]:
         for rule in group["rules"]:
-            prom.query(rule["data"][0]["model"]["expr"])  # asserts Prometheus answers
-    refusal = next(
-        r for g in grafana_rules["groups"] for r in g["rules"]
-        if r["title"] == "TurnAuditRefusalRateHigh"
-    )
-    firing = prom.query(refusal["data"][0]["model"]["expr"])
-    assert {s["metric"]["pack"] for s in firing} == {SPIKE_PACK}
+            # Asserts Prometheus answers. (Their windows are the shipped 5 minutes, not this
+            # test's 30 s: whether they fire is tested in tests/unit/deploy.)
+            prom.query(rule["data"][0]["model"]["expr"])
