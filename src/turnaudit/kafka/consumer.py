@@ -133,7 +133,8 @@ class KafkaConsumer:
 
     # -- membership --------------------------------------------------------------------
     def subscribe(self, listener: RebalanceListener) -> None:
-        """Join the group; ``listener`` hears every assignment, revocation and loss."""
+        """Join the group; ``listener`` hears every assignment, revocation and loss.
+        Partitions it returns no start for resume from the group's committed offsets."""
 
         def on_assign(consumer: Consumer, partitions: list[TopicPartition]) -> None:
             starts = listener.assigned([tp.partition for tp in partitions])
@@ -144,15 +145,7 @@ class KafkaConsumer:
             if starts:
                 consumer.assign(partitions)
 
-        def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            listener.revoked({tp.partition for tp in partitions})
-
-        def on_lost(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
-            listener.lost({tp.partition for tp in partitions})
-
-        self._client.subscribe(
-            [self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost
-        )
+        self._join(listener, on_assign)
 
     def subscribe_assigning(self, listener: RebalanceListener) -> None:
         """Join the group, reading only the partitions ``listener.assigned`` returns a
@@ -162,6 +155,10 @@ class KafkaConsumer:
             starts = listener.assigned([tp.partition for tp in partitions])
             consumer.assign(self._partitions(starts))
 
+        self._join(listener, on_assign)
+
+    def _join(self, listener: RebalanceListener,
+              on_assign: Callable[[Consumer, list[TopicPartition]], None]) -> None:
         def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
             listener.revoked({tp.partition for tp in partitions})
 
