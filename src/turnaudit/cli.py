@@ -9,7 +9,10 @@ and what to do, never a traceback (``--log-level DEBUG`` adds it):
 * exit 2: usage and configuration (a wrong argument or setting, a missing tool,
   an input file that is not what it must be);
 * exit 1: a runtime failure (a cluster that does not answer, an error while
-  the command ran).
+  the command ran);
+* exit 3: access denied: the cluster refused who the command is (a wrong
+  password, a revoked credential, a certificate it does not trust) or what it
+  asked (no ACL allows it).
 """
 
 from __future__ import annotations
@@ -23,12 +26,20 @@ import traceback
 from collections.abc import Sequence
 
 from turnaudit.argparsing import OneLineErrorParser
-from turnaudit.errors import BrokerError, MissingToolError, PublishError, TurnAuditError
+from turnaudit.errors import (
+    AccessDeniedError,
+    BrokerError,
+    MissingToolError,
+    PublishError,
+    TurnAuditError,
+)
+from turnaudit.kafka.acls import is_denial
 from turnaudit.kafka.errors import ClientException, client_exception_text
 from turnaudit.logconfig import LOG_LEVELS, configure_cli_logging
 
 USAGE_EXIT = 2
 RUNTIME_EXIT = 1
+DENIED_EXIT = 3
 LOG_LEVEL_ENV = "TURNAUDIT_LOG_LEVEL"
 
 # Command groups, in the order `turnaudit --help` lists them.
@@ -38,6 +49,7 @@ COMMAND_MODULES = (
     "turnaudit.commands.simulate",
     "turnaudit.commands.demo",
     "turnaudit.commands.topics",
+    "turnaudit.commands.acls",
     "turnaudit.commands.sink",
     "turnaudit.commands.tail",
     "turnaudit.commands.htir",
@@ -94,6 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def describe_failure(exc: Exception) -> tuple[int, str]:
     """The exit code and the one line for a command's failure."""
+    if isinstance(exc, AccessDeniedError):
+        return DENIED_EXIT, _one_line(str(exc))
+    if isinstance(exc, BrokerError | PublishError | ClientException) and is_denial(
+        client_exception_text(exc)
+    ):
+        return DENIED_EXIT, "access denied: " + _one_line(client_exception_text(exc))
     if isinstance(exc, TurnAuditError):
         runtime = isinstance(exc, BrokerError | PublishError) and not isinstance(
             exc, MissingToolError

@@ -77,3 +77,8 @@ class RegistryUnavailableError(PublishError):
 
 class BrokerUnreachableError(BrokerError):
     """No broker of the cluster answered within the time allowed."""
+
+
+class AccessDeniedError(BrokerError):
+    """The cluster refused who the client is (authentication, TLS trust) or what
+    it asked (an ACL): ``turnaudit`` exits 3 with the reason."""

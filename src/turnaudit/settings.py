@@ -62,6 +62,153 @@ class TopicNames:
         return f"{self.prefix}auditor-observations"
 
 
+class Secret:
+    """A password held in memory: its ``repr`` and ``str`` never show it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[type[Secret], tuple[str]]:  # worker processes get it too
+        return (Secret, (self._value,))
+
+
+SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
+SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
+
+
+@dataclass(frozen=True)
+class KafkaCredentials:
+    """Who a service is on the cluster: a SASL principal and its password."""
+
+    username: str
+    password: Secret
+    mechanism: str = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How a client reaches a secured cluster: protocol, principal, trusted CA.
+
+    Read from ``TURNAUDIT_KAFKA_SECURITY_PROTOCOL``, ``TURNAUDIT_KAFKA_USERNAME``,
+    ``TURNAUDIT_KAFKA_PASSWORD`` or ``TURNAUDIT_KAFKA_PASSWORD_FILE``,
+    ``TURNAUDIT_KAFKA_SASL_MECHANISM`` and ``TURNAUDIT_KAFKA_CA_FILE``; mapped
+    into librdkafka's ``security.protocol``, ``sasl.*`` and ``ssl.ca.location``.
+    The password is never logged: its ``repr`` is masked.
+    """
+
+    protocol: str = "plaintext"
+    credentials: KafkaCredentials | None = None
+    ca_file: Path | None = None
+
+    @property
+    def principal(self) -> str | None:
+        return self.credentials.username if self.credentials else None
+
+    def client_options(self) -> dict[str, str]:
+        options: dict[str, str] = {}
+        if self.protocol != "plaintext":
+            options["security.protocol"] = self.protocol
+        if self.credentials is not None:
+            options["sasl.mechanisms"] = self.credentials.mechanism
+            options["sasl.username"] = self.credentials.username
+            options["sasl.password"] = self.credentials.password.reveal()
+        if self.ca_file is not None:
+            options["ssl.ca.location"] = str(self.ca_file)
+        return options
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> KafkaSecurity:
+        username = env.get(ENV_PREFIX + "KAFKA_USERNAME", "").strip()
+        password = _password(env)
+        if password is not None and not username:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}KAFKA_PASSWORD given without {ENV_PREFIX}KAFKA_USERNAME: "
+                "name the principal"
+            )
+        if username and password is None:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}KAFKA_USERNAME={username} has no password: set "
+                f"{ENV_PREFIX}KAFKA_PASSWORD_FILE (or {ENV_PREFIX}KAFKA_PASSWORD)"
+            )
+        mechanism = env.get(ENV_PREFIX + "KAFKA_SASL_MECHANISM", "").strip().upper()
+        mechanism = mechanism or SASL_MECHANISMS[0]
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}KAFKA_SASL_MECHANISM={mechanism!r}: choose "
+                f"{', '.join(SASL_MECHANISMS)}"
+            )
+        ca_text = env.get(ENV_PREFIX + "KAFKA_CA_FILE", "").strip()
+        ca_file = Path(ca_text) if ca_text else None
+        if ca_file is not None and not ca_file.is_file():
+            raise ConfigurationError(
+                f"{ENV_PREFIX}KAFKA_CA_FILE={ca_file}: no such file (name the PEM file of the "
+                "CA that signed the brokers' certificates)"
+            )
+        protocol = env.get(ENV_PREFIX + "KAFKA_SECURITY_PROTOCOL", "").strip().lower()
+        if not protocol:
+            sasl, tls = bool(username), ca_file is not None
+            protocol = {
+                (True, True): "sasl_ssl", (True, False): "sasl_ssl",
+                (False, True): "ssl", (False, False): "plaintext",
+            }[(sasl, tls)]
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}KAFKA_SECURITY_PROTOCOL={protocol!r}: choose "
+                f"{', '.join(SECURITY_PROTOCOLS)}"
+            )
+        if protocol.startswith("sasl") and not username:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}KAFKA_SECURITY_PROTOCOL={protocol} needs "
+                f"{ENV_PREFIX}KAFKA_USERNAME and {ENV_PREFIX}KAFKA_PASSWORD_FILE"
+            )
+        credentials = (
+            KafkaCredentials(username, password, mechanism)
+            if username and password is not None
+            else None
+        )
+        return cls(protocol, credentials, ca_file)
+
+
+def _password(env: Mapping[str, str]) -> Secret | None:
+    inline = env.get(ENV_PREFIX + "KAFKA_PASSWORD")
+    file_text = env.get(ENV_PREFIX + "KAFKA_PASSWORD_FILE", "").strip()
+    if inline and file_text:
+        raise ConfigurationError(
+            f"both {ENV_PREFIX}KAFKA_PASSWORD and {ENV_PREFIX}KAFKA_PASSWORD_FILE are set: "
+            "keep one"
+        )
+    if file_text:
+        try:
+            value = Path(file_text).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}KAFKA_PASSWORD_FILE={file_text} cannot be read "
+                f"({exc.strerror or exc})"
+            ) from None
+        if not value:
+            raise ConfigurationError(f"{ENV_PREFIX}KAFKA_PASSWORD_FILE={file_text} is empty")
+        return Secret(value)
+    if inline:
+        return Secret(inline)
+    return None
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     """Where the cluster is, how topics are named and laid out, client options."""
@@ -75,12 +222,17 @@ class KafkaSettings:
     schema_registry_auto_register: bool = True
     client_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     partitions: int = 6
-    replication_factor: int = 1
+    # None: 3 on a cluster of 3 or more brokers, else 1 (min.insync.replicas: 2, else 1).
+    replication_factor: int | None = None
     # Turn events must outlive the longest replay window the users need.
     turn_events_retention_ms: int = 30 * 24 * HOUR_MS
     dlq_retention_ms: int = 30 * 24 * HOUR_MS
     # How long a command waits for the cluster to answer before saying it cannot.
     connect_timeout_s: float = 10.0
+    # Protocol, principal and trusted CA (below the passthrough options, which win).
+    security: KafkaSecurity = field(default_factory=KafkaSecurity)
+    # min.insync.replicas of the created topics (None: the cluster's default).
+    min_insync_replicas: int | None = None
 
     def with_bootstrap(self, bootstrap_servers: str) -> KafkaSettings:
         return replace(self, bootstrap_servers=bootstrap_servers)
@@ -99,7 +251,10 @@ class KafkaSettings:
         }
         for layer in defaults:
             config.update(layer)
-        return {**config, **self.client_options, **overrides}
+        return {**config, **self.security.client_options(), **self.client_options, **overrides}
+
+    def with_security(self, security: KafkaSecurity) -> KafkaSettings:
+        return replace(self, security=security)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSettings:
@@ -127,17 +282,31 @@ class KafkaSettings:
             schema_registry_auto_register=auto_register_from_env(env),
             client_options=MappingProxyType(client_options),
             partitions=_int(env, "TOPIC_PARTITIONS", 6, minimum=1),
-            replication_factor=_int(env, "TOPIC_REPLICATION_FACTOR", 1, minimum=1),
+            replication_factor=_optional_int(env, "TOPIC_REPLICATION_FACTOR", minimum=1),
             turn_events_retention_ms=_int(env, "TURN_EVENTS_RETENTION_HOURS", 30 * 24, minimum=1)
             * HOUR_MS,
             dlq_retention_ms=_int(env, "DLQ_RETENTION_HOURS", 30 * 24, minimum=1) * HOUR_MS,
             connect_timeout_s=_int(env, "CONNECT_TIMEOUT_S", 10, minimum=1),
+            security=KafkaSecurity.from_env(env),
+            min_insync_replicas=_optional_int(env, "TOPIC_MIN_INSYNC_REPLICAS", minimum=1),
         )
+
+
+BROKER_SECURITY = ("plaintext", "sasl_ssl")
+BROKER_NODE_COUNTS = (1, 3)
 
 
 @dataclass(frozen=True)
 class LocalBrokerSettings:
-    """The project-local single-node KRaft broker used by the demo and the tests."""
+    """The project-local KRaft broker used by the demo and the tests.
+
+    One node by default; ``nodes=3``: three combined broker+controller nodes on
+    loopback, node ``i`` on ``port + 2(i-1)`` and ``controller_port + 2(i-1)``
+    unless ``ports``/``controller_ports`` name them. ``security="sasl_ssl"``:
+    SASL/SCRAM-SHA-512 over TLS, certificates made with keytool at start,
+    credentials added at format time, the StandardAuthorizer with ``admin`` as
+    its super user.
+    """
 
     home: Path = Path("var/kafka")  # data, config, logs and pid file
     jars_dir: Path = Path("deploy/kafka/target/jars")
@@ -145,10 +314,41 @@ class LocalBrokerSettings:
     port: int = 9092
     controller_port: int = 9093
     heap: str = "768m"
+    nodes: int = 1
+    security: str = "plaintext"
+    ports: tuple[int, ...] = ()  # per node; empty: derived from port
+    controller_ports: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.nodes not in BROKER_NODE_COUNTS:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}BROKER_NODES={self.nodes}: choose 1 or 3 (a KRaft quorum)"
+            )
+        if self.security not in BROKER_SECURITY:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}BROKER_SECURITY={self.security!r}: choose plaintext or sasl_ssl"
+            )
+        for name, given in (("PORTS", self.ports), ("CONTROLLER_PORTS", self.controller_ports)):
+            if given and len(given) != self.nodes:
+                raise ConfigurationError(
+                    f"{ENV_PREFIX}BROKER_{name} names {len(given)} ports for {self.nodes} nodes"
+                )
+
+    @property
+    def secured(self) -> bool:
+        return self.security == "sasl_ssl"
+
+    def node_ports(self) -> list[tuple[int, int]]:
+        """(client port, controller port) of each node, node 1 first."""
+        ports = self.ports or tuple(self.port + 2 * i for i in range(self.nodes))
+        controllers = self.controller_ports or tuple(
+            self.controller_port + 2 * i for i in range(self.nodes)
+        )
+        return list(zip(ports, controllers, strict=True))
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{port}" for port, _ in self.node_ports())
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LocalBrokerSettings:
@@ -161,7 +361,37 @@ class LocalBrokerSettings:
             port=_int(env, "BROKER_PORT", 9092, minimum=1, maximum=MAX_PORT),
             controller_port=_int(env, "BROKER_CONTROLLER_PORT", 9093, minimum=1, maximum=MAX_PORT),
             heap=env.get(ENV_PREFIX + "BROKER_HEAP", "768m"),
+            nodes=_int(env, "BROKER_NODES", 1, minimum=1),
+            security=env.get(ENV_PREFIX + "BROKER_SECURITY", "plaintext").strip().lower()
+            or "plaintext",
+            ports=_ports(env, "BROKER_PORTS"),
+            controller_ports=_ports(env, "BROKER_CONTROLLER_PORTS"),
         )
+
+
+def _ports(env: Mapping[str, str], name: str) -> tuple[int, ...]:
+    raw = env.get(ENV_PREFIX + name, "").strip()
+    if not raw:
+        return ()
+    ports = []
+    for part in raw.split(","):
+        try:
+            port = int(part)
+        except ValueError:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}{name}={raw!r}: give comma-separated port numbers"
+            ) from None
+        if not 1 <= port <= MAX_PORT:
+            raise ConfigurationError(f"{ENV_PREFIX}{name}={raw!r}: {port} is not a port")
+        ports.append(port)
+    return tuple(ports)
+
+
+def _optional_int(env: Mapping[str, str], name: str, *, minimum: int) -> int | None:
+    raw = env.get(ENV_PREFIX + name)
+    if raw is None or raw.strip() == "":
+        return None
+    return _int(env, name, minimum, minimum=minimum)
 
 
 def _int(

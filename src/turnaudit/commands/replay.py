@@ -18,7 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from turnaudit.argparsing import add_range_arguments, positive_int
-from turnaudit.cluster import connect
+from turnaudit.cluster import connect, require_access
 from turnaudit.consumers.replay import (
     LogReplayOutput,
     MetricsReplayOutput,
@@ -121,6 +121,7 @@ def _replay(args: argparse.Namespace) -> int:
         slack=None if args.slack is None else timedelta(seconds=args.slack),
     )
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
+    require_access(settings, reads=[args.topic or settings.topics.turn_events])
 
     progress = Progress(terminal=sys.stderr.isatty())
     decode = decoder_for(settings)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from turnaudit.argparsing import non_negative_int
-from turnaudit.cluster import connect
+from turnaudit.cluster import connect, require_access
 from turnaudit.contracts import Breach
 from turnaudit.errors import ConfigurationError, EventRefusedError
 from turnaudit.events import OutgoingTurnEvent
@@ -128,6 +128,7 @@ def _simulate(args: argparse.Namespace) -> int:
     settings, where = connect(KafkaSettings.from_env(), start_local=False)
     print(where)
     ensure_topics(settings)
+    require_access(settings, writes=[settings.topics.turn_events, settings.topics.schemas])
     sim, report, emitter, elapsed = publish_simulation(settings, args, real_time=args.real_time)
     print(
         f"published {emitter.emitted} turns in {elapsed:.1f}s "

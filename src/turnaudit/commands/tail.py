@@ -9,7 +9,7 @@ import threading
 from types import FrameType
 
 from turnaudit.argparsing import iso_time, positive_int
-from turnaudit.cluster import connect
+from turnaudit.cluster import connect, require_access
 from turnaudit.consumers.tail import TailFilter, tail_turns
 from turnaudit.settings import KafkaSettings
 
@@ -38,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _tail(args: argparse.Namespace) -> int:
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
+    require_access(settings, reads=[settings.topics.turn_events, settings.topics.schemas])
     stop = threading.Event()
 
     def handle(_signum: int, _frame: FrameType | None) -> None:

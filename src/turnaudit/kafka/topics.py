@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from turnaudit.errors import BrokerError, BrokerUnreachableError, ConfigurationError
+from turnaudit.errors import (
+    AccessDeniedError,
+    BrokerError,
+    BrokerUnreachableError,
+    ConfigurationError,
+)
+from turnaudit.kafka.acls import denial_text
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.topics")
@@ -48,14 +55,29 @@ LOCAL_BROKER_HINT = "is the broker running? (turnaudit broker start)"
 CLUSTER_HINT = "is the cluster up, and KAFKA_BOOTSTRAP_SERVERS right?"
 
 
-def cluster_answers(bootstrap_servers: str, timeout: float) -> bool:
-    """Whether a cluster at ``bootstrap_servers`` answers a metadata request in time."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+def cluster_answers(
+    bootstrap_servers: str, timeout: float, config: dict[str, str] | None = None
+) -> bool:
+    """Whether a cluster at ``bootstrap_servers`` answers a metadata request in time
+    (``config``: the client's security options, for a secured cluster)."""
+    admin = AdminClient({**(config or {}), "bootstrap.servers": bootstrap_servers, "log_level": 0})
     try:
         metadata = admin.list_topics(timeout=timeout)
     except Exception:  # KafkaException until the listener accepts requests
         return False
     return bool(metadata.brokers)
+
+
+def broker_ids(
+    bootstrap_servers: str, timeout: float, config: dict[str, str] | None = None
+) -> set[int]:
+    """The node ids of the brokers the cluster's metadata names now (empty: no answer)."""
+    admin = AdminClient({**(config or {}), "bootstrap.servers": bootstrap_servers, "log_level": 0})
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except Exception:
+        return set()
+    return set(metadata.brokers)
 
 
 def admin_client(settings: KafkaSettings) -> AdminClient:
@@ -72,16 +94,29 @@ def require_cluster(
     with what to do) when none does within ``wait`` seconds (default: the
     settings' connect timeout). Asks again every second until then."""
     timeout = settings.connect_timeout_s if wait is None else wait
-    admin = admin_client(settings)
+    denied: list[str] = []  # an authentication or TLS refusal: no point waiting on
+
+    def on_error(error: KafkaError) -> None:
+        text = denial_text(error)
+        if text:
+            denied.append(text)
+
+    try:
+        admin = AdminClient(settings.client_config(error_cb=on_error))
+    except KafkaException as exc:
+        raise ConfigurationError(f"Kafka client settings: {exc.args[0].str()}") from None
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
         try:
-            admin.list_topics(timeout=max(0.5, min(left, 5.0)))
-            return
+            admin.list_topics(timeout=max(0.5, min(left, 2.0 if denied == [] else 0.5)))
+            if not denied:
+                return
         except KafkaException as exc:
             log.debug("cluster_not_answering", error=str(exc), left_s=round(left, 1))
         admin.poll(0)  # serves librdkafka's own log lines to their (silent) logger
+        if denied:
+            raise AccessDeniedError(f"{settings.bootstrap_servers}: {denied[-1]}")
         if time.monotonic() >= deadline:
             raise BrokerUnreachableError(
                 f"cannot reach {settings.bootstrap_servers} within {timeout:g} s: {hint}"
@@ -89,33 +124,134 @@ def require_cluster(
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
 
-def ensure_topics(settings: KafkaSettings, timeout: float = 30.0) -> list[str]:
-    """Create the project's topics that do not exist yet; return the names created."""
+@dataclass(frozen=True)
+class Replication:
+    """Replication factor and min.insync.replicas of the created topics."""
+
+    factor: int
+    min_insync: int
+
+
+def plan_replication(
+    brokers: int,
+    factor: int | None = None,
+    min_insync: int | None = None,
+    *,
+    allow_unsafe: bool = False,
+    topic: str = "the audit topic",
+) -> Replication:
+    """The replication the topics get on a cluster of ``brokers`` brokers.
+
+    Defaults: 3 and 2 where the cluster has 3 brokers or more, else 1 and 1.
+    Refused (``ConfigurationError``, one line) unless ``allow_unsafe``: a
+    min.insync.replicas equal to the replication factor on a cluster of more
+    than one broker (one broker down stops every acks=all write), and a
+    replication factor of 1 on such a cluster (one broker lost loses turns).
+    Always refused: more replicas than brokers, min.insync.replicas above the
+    replication factor (nothing could ever be written with acks=all).
+    """
+    rf = factor if factor is not None else (3 if brokers >= 3 else 1)
+    isr = min_insync if min_insync is not None else (min(2, rf - 1) if rf > 1 else 1)
+    if rf < 1 or isr < 1:
+        raise ConfigurationError("replication factor and min.insync.replicas must be 1 or more")
+    if rf > brokers:
+        raise ConfigurationError(
+            f"replication factor {rf} needs {rf} brokers; the cluster has {brokers}"
+        )
+    if isr > rf:
+        raise ConfigurationError(
+            f"min.insync.replicas {isr} above replication factor {rf}: "
+            "no acks=all write could ever succeed"
+        )
+    if brokers > 1 and not allow_unsafe:
+        if rf == 1:
+            raise ConfigurationError(
+                f"replication factor 1 for {topic} on a cluster of {brokers} brokers: one "
+                "broker lost loses turns (give --replication-factor 3, or --allow-unsafe)"
+            )
+        if isr >= rf:
+            raise ConfigurationError(
+                f"min.insync.replicas {isr} with replication factor {rf} for {topic}: one "
+                "broker down stops every write (give fewer, or --allow-unsafe)"
+            )
+    return Replication(rf, isr)
+
+
+def cluster_size(admin: AdminClient, timeout: float) -> int:
+    try:
+        return len(admin.list_topics(timeout=timeout).brokers)
+    except KafkaException as exc:
+        raise BrokerError(f"cannot read the cluster's metadata: {exc.args[0].str()}") from exc
+
+
+def ensure_topics(
+    settings: KafkaSettings,
+    timeout: float = 30.0,
+    *,
+    allow_unsafe: bool = False,
+    strict: bool = False,
+) -> list[str]:
+    """Create the project's topics that do not exist yet; return the names created.
+
+    Replication: the settings' (``TURNAUDIT_TOPIC_REPLICATION_FACTOR``,
+    ``TURNAUDIT_TOPIC_MIN_INSYNC_REPLICAS``), else what the cluster's size
+    allows (see ``plan_replication``), checked only when a topic is missing.
+
+    On a secured cluster a principal that may not create topics (every one but
+    the admin) leaves them to the admin: the refusal is logged, not raised,
+    unless ``strict`` (``turnaudit topics create``), and a topic it cannot see
+    is not waited for.
+    """
     admin = admin_client(settings)
     wanted = topic_specs(settings)
-    futures = admin.create_topics(
-        [
-            NewTopic(
-                s.name,
-                num_partitions=s.partitions,
-                replication_factor=settings.replication_factor,
-                config=s.config,
-            )
-            for s in wanted
-        ],
-        operation_timeout=timeout,
-        request_timeout=timeout,
-    )
+    try:
+        metadata = admin.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise BrokerError(f"cannot read the cluster's metadata: {exc.args[0].str()}") from exc
+    missing = [s for s in wanted if s.name not in metadata.topics]
     created: list[str] = []
-    for name, future in futures.items():
-        try:
-            future.result(timeout=timeout)
-            created.append(name)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise BrokerError(f"could not create topic {name}: {exc.args[0].str()}") from exc
-    _wait_for_leaders(admin, [s.name for s in wanted], timeout)
-    existing = [s for s in wanted if s.name not in created]
+    denied: dict[str, str] = {}
+    if missing:
+        replication = plan_replication(
+            len(metadata.brokers),
+            settings.replication_factor,
+            settings.min_insync_replicas,
+            allow_unsafe=allow_unsafe,
+            topic=settings.topics.turn_events,
+        )
+        futures = admin.create_topics(
+            [
+                NewTopic(
+                    s.name,
+                    num_partitions=s.partitions,
+                    replication_factor=replication.factor,
+                    config={**s.config, "min.insync.replicas": str(replication.min_insync)},
+                )
+                for s in missing
+            ],
+            operation_timeout=timeout,
+            request_timeout=timeout,
+        )
+        for name, future in futures.items():
+            try:
+                future.result(timeout=timeout)
+                created.append(name)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                text = denial_text(error)
+                if text is None:
+                    raise BrokerError(f"could not create topic {name}: {error.str()}") from exc
+                if strict:
+                    raise AccessDeniedError(f"could not create topic {name}: {text}") from exc
+                denied[name] = text
+    if denied:
+        reason = next(iter(denied.values()))
+        log.info("topics_left_to_the_admin", topics=sorted(denied), reason=reason)
+    visible = [s for s in wanted if s.name not in denied]
+    _wait_for_leaders(admin, [s.name for s in visible], timeout)
+    existing = [s for s in visible if s.name not in created]
     if existing:
         _check_existing(admin, existing, timeout)
     return sorted(created)
@@ -128,9 +264,16 @@ _REQUIRED = {"cleanup.policy"}
 
 def _check_existing(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
     resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in specs]
-    described = {
-        r.name: f.result(timeout=timeout) for r, f in admin.describe_configs(resources).items()
-    }
+    described: dict[str, Any] = {}
+    for resource, future in admin.describe_configs(resources).items():
+        try:
+            described[resource.name] = future.result(timeout=timeout)
+        except KafkaException as exc:
+            if denial_text(exc.args[0]) is None:
+                raise
+            # A principal without DescribeConfigs trusts the admin's topic settings.
+            log.info("topic_config_unchecked", topic=resource.name, reason=exc.args[0].str())
+    specs = [s for s in specs if s.name in described]
     for spec in specs:
         actual = described[spec.name]
         for key, wanted in spec.config.items():
