@@ -12,6 +12,7 @@ from turnaudit.consumers.log_sink import LogSink
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumerMetrics
 from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
+from turnaudit.consumers.verify_follow import FollowMetrics
 from turnaudit.producers.metrics import PublisherMetrics
 from turnaudit.settings import KafkaSettings
 
@@ -49,6 +50,7 @@ def exported_sample_names() -> set[str]:
     # (and librdkafka does not log its connection attempts).
     nowhere = KafkaSettings(bootstrap_servers="127.0.0.1:9", client_options={"log_level": "0"})
     HtirFeederSink(nowhere, registry=registry)
+    FollowMetrics(registry)  # verify --follow
     PublisherMetrics(registry)  # the runtimes' side, scraped from each runtime
     names: set[str] = {"up", "ALERTS"}  # series Prometheus itself makes
     for family in registry.collect():
