@@ -10,7 +10,7 @@ across releases (the modules behind it may move; these names stay):
 * ``DecodedTurnEvent``: ``event`` (the record in today's reader shape), ``writer_version``,
   ``framing``, ``writer_fingerprint``. ``turn_event(decoded)`` gives ``event`` typed as a
   ``TurnEvent``, so ``mypy --strict`` reaches its fields.
-* ``TurnEvent`` and the per-version ``TurnEventV1`` .. ``TurnEventV3``, with their parts
+* ``TurnEvent`` and the per-version ``TurnEventV1`` .. ``TurnEventV4``, with their parts
   (``TurnVerdicts``, ``ActionAssessment``, ...): ``TypedDict`` s held to ``schemas/*.avsc``.
   ``occurred_at`` is epoch milliseconds; ``occurred_moment`` makes it a ``datetime``.
 * ``RangeSpec`` / ``resolve_range`` / ``read_range``: a bounded range of a topic (by broker
@@ -34,14 +34,17 @@ from turnaudit.events import (
     ActionAssessment,
     EthicsVerdict,
     IdentityScore,
+    ModelIdentity,
     RuntimeIdentity,
     SafetyVerdict,
     TaskContext,
     ToolStep,
+    TraceContext,
     TurnEvent,
     TurnEventV1,
     TurnEventV2,
     TurnEventV3,
+    TurnEventV4,
     TurnVerdicts,
     occurred_moment,
 )
@@ -59,6 +62,7 @@ __all__ = [
     "Framing",
     "IdentityScore",
     "KafkaSettings",
+    "ModelIdentity",
     "RangeSpec",
     "ReadTurn",
     "Record",
@@ -68,11 +72,13 @@ __all__ = [
     "SerializationError",
     "TaskContext",
     "ToolStep",
+    "TraceContext",
     "TurnEvent",
     "TurnEventDeserializer",
     "TurnEventV1",
     "TurnEventV2",
     "TurnEventV3",
+    "TurnEventV4",
     "TurnVerdicts",
     "decoder_for",
     "occurred_moment",
