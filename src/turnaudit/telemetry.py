@@ -13,7 +13,9 @@ constant.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
@@ -40,3 +42,21 @@ TURN_COUNTERS: Final[Mapping[str, str]] = MappingProxyType({
     "hedged": HEDGED_TURNS_TOTAL,
     "stub": STUB_TURNS_TOTAL,
 })
+
+
+def rotated_log_files(path: Path) -> list[Path]:
+    """A log sink's file and its rotated copies, oldest first.
+
+    The log sink rotates with ``logging.handlers.RotatingFileHandler``: the current
+    file is ``path``, the copies ``path.1`` (the newest) to ``path.N`` (the oldest,
+    N = ``TURNAUDIT_LOG_FILE_BACKUPS``). Only the files that exist are listed; the
+    current file comes last, also when it is absent from the list.
+    """
+    pattern = re.compile(re.escape(path.name) + r"\.([1-9][0-9]*)")
+    copies = []
+    if path.parent.is_dir():
+        for entry in path.parent.iterdir():
+            match = pattern.fullmatch(entry.name)
+            if match:
+                copies.append((int(match.group(1)), entry))
+    return [p for _, p in sorted(copies, reverse=True)] + [path]

@@ -44,8 +44,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--log-file", type=Path,
                         help="a log sink's JSON-lines file: every turn of the range must be in it")
     parser.add_argument("--metrics-url", action="append", default=[], metavar="URL",
-                        help="a verdict-metrics /metrics URL whose counters must equal the "
+                        help="a verdict-metrics /metrics URL: each pack's turns, refused, "
+                        "hedged and stub counters must have risen over the range by the "
                         "range's counts (repeatable)")
+    parser.add_argument("--metrics-before", action="append", default=[], metavar="PAGE",
+                        help="the /metrics page of the same service saved at the range's "
+                        "start (curl URL > PAGE), one per --metrics-url in order; without "
+                        "it the service must have read exactly this range since it started")
+    parser.add_argument("--metrics-settle", type=float, default=10.0, metavar="SECONDS",
+                        help="how long the scrape at the range's end is retried while the "
+                        "service is still reading the range (default 10)")
     parser.add_argument("--heads", type=Path, metavar="REPORT",
                         help="an earlier verify --json report: every stream head it saw must "
                         "still be there, unchanged (catches a truncated or rewritten tail)")
@@ -97,9 +105,13 @@ def _verify(args: argparse.Namespace) -> int:
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
     decode = decoder_for(settings)
     spec = RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets)
+    if len(args.metrics_before) > len(args.metrics_url):
+        raise ConfigurationError("--metrics-before: one page per --metrics-url, in order")
+    before = [_read_page(Path(p)) for p in args.metrics_before]
     report = run_verify(
         settings, decode, spec, topic=args.topic, log_file=args.log_file,
-        metrics_urls=args.metrics_url, timeout=args.timeout,
+        metrics_urls=args.metrics_url, metrics_before=before,
+        metrics_settle_s=args.metrics_settle, timeout=args.timeout,
         anchors=load_anchors(args.heads) if args.heads else None,
     )
     if args.json:
@@ -108,6 +120,13 @@ def _verify(args: argparse.Namespace) -> int:
     else:
         print(report.human())
     return 0 if report.ok else 1
+
+
+def _read_page(path: Path) -> str:
+    try:
+        return path.read_text("utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"--metrics-before: cannot read {path}: {exc}") from exc
 
 
 def demo_rows(

@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.identity import StreamId
+from turnaudit.telemetry import rotated_log_files
 from turnaudit.verify.reconciliation import LogReconciliation, compare_log, logged_turns
 
 
 def reconcile_log(path: Path, turns: set[str]) -> LogReconciliation:
-    """Compare a log sink's JSON lines (``event: turn``) with the range's turns."""
-    try:
-        with path.open("rb") as handle:
-            logged = logged_turns(handle)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the log-sink file {path}: {exc}") from exc
+    """Compare a log sink's JSON lines (``event: turn``), in ``path`` and its rotated
+    copies (``rotated_log_files``), with the range's turns."""
+    logged: Counter[str] = Counter()
+    for file in rotated_log_files(path):
+        try:
+            with file.open("rb") as handle:
+                logged.update(logged_turns(handle))
+        except FileNotFoundError:
+            if file == path and len(rotated_log_files(path)) == 1:
+                raise ConfigurationError(f"cannot read the log-sink file {path}: it does "
+                                         "not exist") from None
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read the log-sink file {file}: {exc}") from exc
     return compare_log(str(path), logged, turns)
 
 

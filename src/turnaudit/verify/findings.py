@@ -21,6 +21,8 @@ class Where(TypedDict, total=False):
     position: int
     event_id: str
     positions: list[int]
+    pack: str
+    counter: str
 
 
 class _FindingHead(TypedDict):

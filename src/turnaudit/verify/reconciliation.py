@@ -29,11 +29,20 @@ class LogJson(TypedDict):
     agrees: bool
 
 
+class CounterGapJson(TypedDict):
+    pack: str
+    counter: str
+    counted: int
+    stream: int
+
+
 class MetricsJson(TypedDict):
     url: str
     counted: TurnFigures
     stream: TurnFigures
     uncounted: dict[str, int]
+    baseline: bool
+    disagreements: list[CounterGapJson]
     agrees: bool
 
 
@@ -81,35 +90,120 @@ def compare_log(path: str, logged: Counter[str], turns: set[str]) -> LogReconcil
         path, lines, len(seen), lines - len(seen), sorted(turns - seen), len(seen - turns))
 
 
+ByPack = dict[str, TurnFigures]
+FIGURES = ("turns", "refused", "hedged", "stub")
+
+
+def _zero() -> TurnFigures:
+    return TurnFigures(turns=0, refused=0, hedged=0, stub=0)
+
+
+def _total(by_pack: ByPack) -> TurnFigures:
+    total = _zero()
+    for figures in by_pack.values():
+        for name in FIGURES:
+            total[name] += figures[name]  # type: ignore[literal-required]
+    return total
+
+
+@dataclass(frozen=True)
+class CounterGap:
+    """One pack's counter whose change over the range is not the range's count."""
+
+    pack: str
+    counter: str  # the exposed sample name, e.g. ``turnaudit_turns_total``
+    counted: int
+    stream: int
+
+    def text(self) -> str:
+        return (f"pack {self.pack}: {self.counter} rose by {self.counted} over the range, "
+                f"the stream has {self.stream}")
+
+    def as_json(self) -> CounterGapJson:
+        return CounterGapJson(pack=self.pack, counter=self.counter, counted=self.counted,
+                              stream=self.stream)
+
+
 @dataclass
 class MetricsReconciliation:
+    """A verdict-metrics service's counters against the range's counts, per pack.
+
+    ``counted`` is the counters' change over the range: the scrape at the range's end
+    less the scrape at its start (``baseline``), or the scrape itself when the service
+    read exactly this range since it started.
+    """
+
     url: str
-    counted: TurnFigures
-    expected: TurnFigures
+    counted_by_pack: ByPack
+    expected_by_pack: ByPack
+    baseline: bool = False
+
+    @property
+    def counted(self) -> TurnFigures:
+        return _total(self.counted_by_pack)
+
+    @property
+    def expected(self) -> TurnFigures:
+        return _total(self.expected_by_pack)
+
+    def disagreements(self) -> list[CounterGap]:
+        gaps = []
+        for pack in sorted(set(self.counted_by_pack) | set(self.expected_by_pack)):
+            counted = self.counted_by_pack.get(pack, _zero())
+            stream = self.expected_by_pack.get(pack, _zero())
+            for name in FIGURES:
+                c, s = counted[name], stream[name]  # type: ignore[literal-required]
+                if c != s:
+                    gaps.append(CounterGap(pack, TURN_COUNTERS[name], c, s))
+        return gaps
 
     @property
     def agrees(self) -> bool:
-        return self.counted == self.expected
+        return not self.disagreements()
 
     def as_json(self) -> MetricsJson:
         counted, expected = self.counted, self.expected
         return MetricsJson(
             url=self.url, counted=counted, stream=expected,
-            uncounted={"turns": expected["turns"] - counted["turns"],
-                       "refused": expected["refused"] - counted["refused"],
-                       "hedged": expected["hedged"] - counted["hedged"],
-                       "stub": expected["stub"] - counted["stub"]},
+            uncounted={name: expected[name] - counted[name]  # type: ignore[literal-required]
+                       for name in FIGURES},
+            baseline=self.baseline,
+            disagreements=[g.as_json() for g in self.disagreements()],
             agrees=self.agrees,
         )
 
 
-def metric_totals(text: str) -> TurnFigures:
-    """The turn counters of a ``/metrics`` page, summed over their labels."""
-    totals = dict.fromkeys(TURN_COUNTERS, 0.0)
+def metric_figures_by_pack(text: str) -> ByPack:
+    """The turn counters of a ``/metrics`` page, per ``pack`` label (summed over the
+    other labels; a sample without one is under ``""``)."""
     wanted = {name: figure for figure, name in TURN_COUNTERS.items()}
+    sums: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in wanted:
-                totals[wanted[sample.name]] += sample.value
-    return TurnFigures(turns=int(totals["turns"]), refused=int(totals["refused"]),
-                       hedged=int(totals["hedged"]), stub=int(totals["stub"]))
+            figure = wanted.get(sample.name)
+            if figure is not None:
+                pack = sums.setdefault(sample.labels.get("pack", ""), dict.fromkeys(FIGURES, 0.0))
+                pack[figure] += sample.value
+    return {pack: TurnFigures(turns=int(f["turns"]), refused=int(f["refused"]),
+                              hedged=int(f["hedged"]), stub=int(f["stub"]))
+            for pack, f in sorted(sums.items())}
+
+
+def counters_change(after: ByPack, before: ByPack | None) -> ByPack:
+    """Each pack's counters at the range's end less at its start (a pack absent at the
+    start counted 0 then); packs whose counters did not move are left out."""
+    change: ByPack = {}
+    for pack, figures in after.items():
+        start = (before or {}).get(pack, _zero())
+        moved = TurnFigures(turns=figures["turns"] - start["turns"],
+                            refused=figures["refused"] - start["refused"],
+                            hedged=figures["hedged"] - start["hedged"],
+                            stub=figures["stub"] - start["stub"])
+        if any(moved[name] for name in FIGURES):  # type: ignore[literal-required]
+            change[pack] = moved
+    return change
+
+
+def metric_totals(text: str) -> TurnFigures:
+    """The turn counters of a ``/metrics`` page, summed over their labels."""
+    return _total(metric_figures_by_pack(text))

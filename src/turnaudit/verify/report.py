@@ -13,7 +13,7 @@ from typing import Literal, NotRequired, TypedDict
 
 from turnaudit.identity import LEGACY_PRODUCER
 from turnaudit.verify.counts import CountsJson
-from turnaudit.verify.findings import EXAMPLES, Finding, FindingJson
+from turnaudit.verify.findings import EXAMPLES, Finding, FindingJson, Where
 from turnaudit.verify.reconciliation import (
     LogJson,
     LogReconciliation,
@@ -130,9 +130,9 @@ class VerifyReport:
             found.append(Finding("not_logged", f"{len(self.log.not_logged)} turn(s) of the "
                                  f"range are not in {self.log.path}", {}))
         for m in self.metrics:
-            if not m.agrees:
-                found.append(Finding("uncounted", f"{m.url} counted {m.counted}, the stream "
-                                     f"has {m.expected}", {}))
+            found += [Finding("uncounted", f"{m.url}: {gap.text()}",
+                              Where(pack=gap.pack, counter=gap.counter))
+                      for gap in m.disagreements()]
         return found
 
     @property

@@ -1,9 +1,10 @@
 """``run_verify``: a range of the stream read from Kafka, verified, reconciled with a
-log-sink file and verdict-metrics scrapes; ``range_report`` for a range already fed."""
+log sink's files and the change of verdict-metrics counters over the range;
+``range_report`` for a range already fed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC
 from pathlib import Path
 
@@ -26,6 +27,8 @@ def run_verify(
     topic: str | None = None,
     log_file: Path | None = None,
     metrics_urls: Iterable[str] = (),
+    metrics_before: Sequence[str | None] = (),
+    metrics_settle_s: float = 10.0,
     anchors: Mapping[StreamId, tuple[int, str]] | None = None,
     timeout: float = 300.0,
 ) -> VerifyReport:
@@ -36,7 +39,12 @@ def run_verify(
     report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
     if log_file is not None:
         report.log = reconcile_log(log_file, verifier.event_ids)
-    report.metrics = [reconcile_metrics(url, verifier.counts) for url in metrics_urls]
+    before = list(metrics_before)
+    report.metrics = [
+        reconcile_metrics(url, verifier.counts, before=before[i] if i < len(before) else None,
+                          settle_s=metrics_settle_s)
+        for i, url in enumerate(metrics_urls)
+    ]
     return report
 
 

@@ -5,7 +5,7 @@ before the package split, and must stay byte for byte the same."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,12 +115,14 @@ def anchors() -> dict[tuple[str, str], tuple[int, str]]:
     }
 
 
-def metrics_text(turns: int, refused: int, hedged: int, stub: int) -> str:
+def metrics_text(by_pack: Mapping[str, Mapping[str, int]]) -> str:
+    """A verdict-metrics page with these figures (turns, refused, hedged, stub) per pack."""
     registry = CollectorRegistry()
-    for name, value in (("turnaudit_turns", turns), ("turnaudit_refused_turns", refused),
-                        ("turnaudit_hedged_turns", hedged), ("turnaudit_stub_turns", stub)):
+    for figure, name in (("turns", "turnaudit_turns"), ("refused", "turnaudit_refused_turns"),
+                         ("hedged", "turnaudit_hedged_turns"), ("stub", "turnaudit_stub_turns")):
         counter = Counter(name, "x", ["pack"], registry=registry)
-        counter.labels(pack="medical").inc(value)
+        for pack, figures in by_pack.items():
+            counter.labels(pack=pack).inc(figures[figure])
     return generate_latest(registry).decode()
 
 
