@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 import structlog
 
@@ -36,13 +36,38 @@ LOOP_STALL_S = 30.0  # a loop silent for longer than this is stuck
 @dataclass(frozen=True, slots=True)
 class Verdict:
     ok: bool
-    body: dict[str, Any]
+    body: dict[str, object]  # the JSON a health endpoint answers
+
+
+class ReadinessJson(TypedDict, total=False):
+    """What a worker reports of its readiness (``Verdict.body`` as read back)."""
+
+    status: str
+    reasons: list[str]
+    assigned_partitions: list[int]
+    seconds_since_poll: float
+
+
+class WorkerStateJson(TypedDict):
+    """A worker's state file, written every second (``workers._StateReporter``)."""
+
+    index: int
+    pid: int
+    written_at: float
+    live: bool
+    ready: bool
+    running: bool
+    readiness: ReadinessJson
+
+
+# The service a health body names: service, group, instance, topic.
+Identity = Mapping[str, str | None]
 
 
 class ServiceHealth:
     def __init__(
         self,
-        identity: dict[str, Any],
+        identity: Identity,
         *,
         unassigned_bound_s: float,
         report_interval_s: float,
@@ -143,18 +168,22 @@ class ServiceHealth:
             log.warning("kafka_broker_reachable", unreachable_for_s=round(down_for, 1))
 
     # -- what it tells the world -----------------------------------------------------
-    def liveness(self) -> Verdict:
+    def _liveness_reasons(self) -> tuple[list[str], float]:
+        """Why the service is not live (none: it is), and the seconds since its last poll."""
         age = self._clock() - self.last_loop
-        reasons = []
         if not self.running:
-            reasons.append("the consume loop is not running")
-        elif age >= LOOP_STALL_S:
-            reasons.append(f"the consume loop has not polled for {age:.0f} s")
+            return ["the consume loop is not running"], age
+        if age >= LOOP_STALL_S:
+            return [f"the consume loop has not polled for {age:.0f} s"], age
+        return [], age
+
+    def liveness(self) -> Verdict:
+        reasons, age = self._liveness_reasons()
         return Verdict(not reasons, self._body(reasons, age, "ok" if not reasons else "unhealthy"))
 
     def readiness(self) -> Verdict:
-        live = self.liveness()
-        reasons = list(live.body["reasons"])
+        unlive, _ = self._liveness_reasons()
+        reasons = list(unlive)
         now = self._clock()
         with self._lock:
             if self.stopping:
@@ -171,10 +200,10 @@ class ServiceHealth:
                 reasons.append(
                     f"no partition assigned for {now - self._unassigned_since:.0f} s"
                 )
-        status = "ok" if not reasons else "unhealthy" if not live.ok else "not_ready"
+        status = "ok" if not reasons else "unhealthy" if unlive else "not_ready"
         return Verdict(not reasons, self._body(reasons, now - self.last_loop, status))
 
-    def _body(self, reasons: list[str], age: float, status: str) -> dict[str, Any]:
+    def _body(self, reasons: list[str], age: float, status: str) -> dict[str, object]:
         return {
             "status": status,
             "reasons": reasons,
@@ -213,7 +242,7 @@ class WorkersHealth:
 
     def __init__(
         self,
-        identity: dict[str, Any],
+        identity: Identity,
         state_dir: Path,
         *,
         pids: Callable[[], dict[int, int | None]],
@@ -230,9 +259,10 @@ class WorkersHealth:
     def worker_exited(self, index: int, how: str) -> None:
         self._exits[index] = how
 
-    def _states(self, pids: dict[int, int | None]) -> dict[int, dict[str, Any] | None]:
-        states: dict[int, dict[str, Any] | None] = {}
+    def _states(self, pids: dict[int, int | None]) -> dict[int, WorkerStateJson | None]:
+        states: dict[int, WorkerStateJson | None] = {}
         for index in pids:
+            state: WorkerStateJson | None
             try:
                 state = json.loads(
                     (self._state_dir / f"worker-{index}{WORKER_STATE_SUFFIX}").read_text()
@@ -253,7 +283,7 @@ class WorkersHealth:
         now = self._clock()
         reasons: list[str] = []
         hard: list[str] = []  # liveness reasons
-        workers: list[dict[str, Any]] = []
+        workers: list[dict[str, object]] = []
         pids = self._pids()
         assigned: set[int] = set()
         idle: list[str] = []

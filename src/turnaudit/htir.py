@@ -19,7 +19,7 @@ import enum
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 from turnaudit.events import occurred_millis
 
@@ -30,6 +30,76 @@ class TraceClose(enum.StrEnum):
     END_OF_TASK = "END_OF_TASK"
     IDLE_TIMEOUT = "IDLE_TIMEOUT"
     SHUTDOWN = "SHUTDOWN"
+
+
+class StepAction(TypedDict):
+    """A turn step's action assessment: the verdicts, without the reasons."""
+
+    execution_verdict: str
+    action_risk_verdict: str
+    risk_tier: str
+    human_decision_required: bool
+    output_policy: str
+
+
+class HtirStep(TypedDict, total=False):
+    """One step of a trace, the flat shape the auditors read: a tool call (``name``,
+    ``arguments``, ``result``, ``ok``) or a turn (its verdicts); ``None`` fields left out."""
+
+    index: int  # set when the step joins a trace
+    kind: Required[str]  # "tool" or "turn"
+    event_id: Required[str]
+    task_step: Required[int]
+    occurred_at: Required[int]
+    sequence: int
+    turn: int
+    path: str
+    refusal_emitted: bool
+    hedge_injected: bool
+    identity_score: float
+    identity_threshold: float
+    safety_passed: bool
+    ethics_passed: bool
+    violated_boundary_ids: list[str]
+    violated_predicate_ids: list[str]
+    action: StepAction
+    contract_breaches: list[str]
+    surface: str
+    name: str
+    arguments: str
+    result: str
+    ok: bool
+
+
+class TurnOffsetJson(TypedDict):
+    partition: int
+    offset: int
+
+
+class TraceSourceJson(TypedDict):
+    """Where a trace's turns were read."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    first_sequence: int
+    last_sequence: int
+    runtime_name: str
+    runtime_version: str
+    event_ids: list[str]
+    turn_offsets: list[TurnOffsetJson]
+
+
+class PartitionRanges(TypedDict):
+    partition: int
+    offset_ranges: list[list[int]]
+
+
+class StreamRanges(TypedDict):
+    topic: str
+    exact: bool
+    partitions: list[PartitionRanges]
 
 
 _STEP_FIELDS = (
@@ -53,12 +123,12 @@ _STEP_FIELDS = (
 
 def turn_steps(
     event: Mapping[str, Any], contract_breaches: Sequence[str] = ()
-) -> list[dict[str, Any]]:
+) -> list[HtirStep]:
     """The HTIR steps of one TurnEvent (without indices): its tool calls, then the turn."""
     task = event["task"]
     millis = occurred_millis(event["occurred_at"])
     common = {"event_id": event["event_id"], "task_step": task["step"], "occurred_at": millis}
-    steps: list[dict[str, Any]] = [
+    steps: list[dict[str, object]] = [
         {
             "kind": "tool",
             **common,
@@ -108,7 +178,8 @@ def turn_steps(
             "surface": event["surface"][:SURFACE_LIMIT],
         }
     )
-    return [{k: v for k, v in s.items() if v is not None} for s in steps]
+    # The flat shape: a field the turn has no value for is left out.
+    return [cast(HtirStep, {k: v for k, v in s.items() if v is not None}) for s in steps]
 
 
 @dataclass
@@ -119,7 +190,7 @@ class HtirTrace:
     topic: str
     partition: int
     runtime: Mapping[str, str]
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[HtirStep] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)
     sequences: list[int] = field(default_factory=list)
     event_ids: list[str] = field(default_factory=list)
@@ -165,7 +236,7 @@ class HtirTrace:
         return None
 
     @property
-    def source(self) -> dict[str, Any]:
+    def source(self) -> TraceSourceJson:
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -179,7 +250,7 @@ class HtirTrace:
             "turn_offsets": [{"partition": p, "offset": o} for p, o in self.turn_offsets],
         }
 
-    def stream_ranges(self) -> dict[str, Any]:
+    def stream_ranges(self) -> StreamRanges:
         """Topic, partitions and offset ranges (inclusive) of the turns the trace came from.
 
         The turns of one session are interleaved with other sessions' turns, so
@@ -189,7 +260,7 @@ class HtirTrace:
         by_partition: dict[int, list[int]] = {}
         for partition, offset in found:
             by_partition.setdefault(partition, []).append(offset)
-        partitions = []
+        partitions: list[PartitionRanges] = []
         for partition in sorted(by_partition):
             ranges: list[list[int]] = []
             for offset in sorted(set(by_partition[partition])):
@@ -200,7 +271,7 @@ class HtirTrace:
             partitions.append({"partition": partition, "offset_ranges": ranges})
         return {"topic": self.topic, "exact": bool(self.turn_offsets), "partitions": partitions}
 
-    def to_avro(self) -> dict[str, Any]:
+    def to_avro(self) -> dict[str, object]:
         steps = [
             {name: s.get(name) for name in _STEP_FIELDS}
             | {
@@ -248,19 +319,15 @@ class HtirTrace:
         ]
         return trace
 
-    def manifest_line(self, *, with_context: bool = True) -> dict[str, Any]:
+    def manifest_line(self, *, with_context: bool = True) -> dict[str, object]:
         """The eval-manifest JSONL line the review-pack export reads."""
-        line: dict[str, Any] = {
+        source: dict[str, object] = dict(self.source)
+        source |= {"session_id": self.session_id,
+                   "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value}
+        line: dict[str, object] = {
             "task_id": self.task_id,
             "task_family": self.task_family,
-            "trace": {
-                "steps": self.steps,
-                "source": {
-                    **self.source,
-                    "session_id": self.session_id,
-                    "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value,
-                },
-            },
+            "trace": {"steps": self.steps, "source": source},
         }
         if with_context:
             turns = [s for s in self.steps if s["kind"] == "turn"]
@@ -290,12 +357,12 @@ class HtirTrace:
 _TURN_ONLY_LISTS = ("violated_boundary_ids", "violated_predicate_ids", "contract_breaches")
 
 
-def _from_avro_step(step: Mapping[str, Any]) -> dict[str, Any]:
+def _from_avro_step(step: Mapping[str, Any]) -> HtirStep:
     out = {k: v for k, v in step.items() if v is not None}
     if out["kind"] == "tool":  # Avro gave the turn-only lists their defaults
         for name in _TURN_ONLY_LISTS:
             out.pop(name, None)
-    return out
+    return cast(HtirStep, out)
 
 
 class TraceAssembler:
