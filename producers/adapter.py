@@ -2,7 +2,8 @@
 
 A runtime calls ``TurnEventBuilder.main_turn`` after a real turn and
 ``stub_turn`` from its stub path; ``TurnAuditEmitter.emit`` checks the
-pipeline's contracts and publishes. The ``correct()`` fallback, where no real
+pipeline's contracts and publishes (a breaching v4 turn too, carrying its
+breaches). The ``correct()`` fallback, where no real
 turn happened, calls ``stub_turn`` without tokens and gets ``None``: nothing
 is emitted.
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, cast
 
 import structlog
 from opentelemetry import trace as trace_api
+from prometheus_client import CollectorRegistry
 
 from turnaudit.contracts import Breach, check_event
 from turnaudit.events import (
@@ -25,6 +27,8 @@ from turnaudit.events import (
     TaskContext,
     TraceContext,
 )
+from turnaudit.label_bounds import DEFAULT_LABEL_LIMIT
+from turnaudit.producers.metrics import BreachMetrics
 from turnaudit.verdicts import (
     UNKNOWN_DOMAIN_SURFACE,
     ActionAssessment,
@@ -325,30 +329,62 @@ BreachHandler = Callable[[OutgoingTurnEvent, list[Breach]], None]
 class TurnAuditEmitter:
     """Checks PIPELINE.md's contracts 1-4, then publishes.
 
-    A breaching event is never published as if valid: it goes to
-    ``on_breach`` (the CLI and the simulator send it to the dead-letter topic)
-    and is logged and counted.
+    A breaching turn is still a turn that happened: a v4 event is published
+    like any other, carrying the contracts it broke in ``breaches`` (a copy of
+    the event; the runtime's own is not changed), so consumers count it as
+    the turn it is and as a breach. The breach is also reported to the
+    runtime: logged, counted (``turnaudit_publisher_breaches_total{pack,
+    contract}`` on ``registry``) and handed to ``on_recorded`` when given.
+
+    An event built for v1-v3 has no ``breaches`` field: it cannot say what it
+    broke, so it is never published as if valid; it goes to ``on_breach``
+    (the CLI and the simulator send it to the dead-letter topic), as before.
+    Without ``on_breach`` such an event is dropped, logged and counted.
     """
 
-    def __init__(self, sink: EventSink, on_breach: BreachHandler) -> None:
+    def __init__(
+        self,
+        sink: EventSink,
+        on_breach: BreachHandler | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+        on_recorded: BreachHandler | None = None,
+        max_packs: int = DEFAULT_LABEL_LIMIT,
+    ) -> None:
         self._sink = sink
         self._on_breach = on_breach
+        self._on_recorded = on_recorded
+        self._metrics = BreachMetrics(registry, max_packs=max_packs)
         self.emitted = 0
-        self.breached = 0
+        self.breached = 0  # breaching turns, published (v4) or dead-lettered (v1-v3)
+        self.dead_lettered = 0  # breaching turns that could not carry their breaches
 
     def emit(self, event: OutgoingTurnEvent | None) -> str | None:
         if event is None:  # the correct() fallback: nothing happened, nothing to record
             return None
         breaches = check_event(event)
-        if breaches:
-            self.breached += 1
-            log.error(
-                "turn_event_contract_breach",
-                session_id=event["session_id"],
-                turn=event["turn"],
-                breaches=[str(b) for b in breaches],
-            )
-            self._on_breach(event, breaches)
+        if not breaches:
+            self.emitted += 1
+            return self._sink.publish(event)
+        self.breached += 1
+        recorded = "breaches" in event
+        log.error(
+            "turn_event_contract_breach",
+            session_id=event["session_id"],
+            turn=event["turn"],
+            pack_id=event["pack_id"],
+            breaches=[str(b) for b in breaches],
+            recorded=recorded,
+        )
+        self._metrics.count(event["pack_id"], [b.contract for b in breaches])
+        if not recorded:  # v1-v3: no field to carry them; the dead-letter topic, as before
+            self.dead_lettered += 1
+            if self._on_breach is not None:
+                self._on_breach(event, breaches)
             return None
+        marked = cast("OutgoingTurnEvent", dict(event))
+        marked["breaches"] = list(dict.fromkeys(b.contract.value for b in breaches))
+        if self._on_recorded is not None:
+            self._on_recorded(marked, breaches)
         self.emitted += 1
-        return self._sink.publish(event)
+        return self._sink.publish(marked)

@@ -4,17 +4,21 @@ Counts are read from the publisher's ``stats()`` when Prometheus scrapes, so
 the metrics always add up exactly like ``stats()`` does and ``publish()`` pays
 nothing for them. Delivery latency is observed on the publisher's own thread,
 from librdkafka's delivery reports. No label but ``reason`` (a closed set).
+``BreachMetrics`` is the emitter's: breaching turns by pack (bounded) and contract.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+from turnaudit.contracts import Contract
+from turnaudit.label_bounds import BoundedLabelSet
 
 if TYPE_CHECKING:
     from prometheus_client import Metric
@@ -113,3 +117,27 @@ class LatencyHistogram:
             cumulative += count
             buckets.append((bound, cumulative))
         return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=total)
+
+
+class BreachMetrics:
+    """Breaching turns the runtime built, per pack and contract (``turnaudit_publisher_
+    breaches_total``): the runtime's own view, before any consumer reads the turn.
+
+    Both labels are bounded: ``contract`` is a closed set, ``pack`` names the
+    first ``max_packs`` packs seen and calls the rest ``other``.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None, *, max_packs: int) -> None:
+        self._packs = BoundedLabelSet("pack", limit=max_packs)
+        self.breaches = Counter(
+            f"{PREFIX}_breaches",
+            "Turns the runtime built that broke a pipeline contract, by pack and contract "
+            "(published with their breaches; v1-v3 events go to the dead-letter topic)",
+            ["pack", "contract"],
+            registry=registry,
+        )
+
+    def count(self, pack_id: str, contracts: Iterable[Contract]) -> None:
+        pack = self._packs(pack_id)
+        for contract in dict.fromkeys(contracts):
+            self.breaches.labels(pack, contract.value).inc()
