@@ -24,7 +24,6 @@ import threading
 import time
 from collections.abc import Mapping
 from types import FrameType
-from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -49,11 +48,11 @@ from turnaudit.serialization.wire import TurnEventDeserializer
 log = structlog.get_logger("turnaudit.consumer")
 
 # Options the delivery guarantee rests on; TURNAUDIT_KAFKA_OPTIONS cannot change them.
-_CONSUMER_GUARANTEES: dict[str, Any] = {
+_CONSUMER_GUARANTEES: dict[str, bool] = {
     "enable.auto.offset.store": False,
     "enable.auto.commit": True,
 }
-_CONSUMER_DEFAULTS: dict[str, Any] = {
+_CONSUMER_DEFAULTS: dict[str, int] = {
     "auto.commit.interval.ms": 1000,
     "statistics.interval.ms": 2000,  # feeds the lag gauge and readiness
     "fetch.wait.max.ms": 50,  # a quiet stream still arrives within the latency budget

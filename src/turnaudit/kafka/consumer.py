@@ -34,9 +34,9 @@ BEGINNING = OFFSET_BEGINNING
 END = OFFSET_END
 # librdkafka's own log lines (one per failed connection attempt) stay off
 # stderr; errors reach the error callback or the caller.
-QUIET: dict[str, Any] = {"log_level": 0}
+QUIET: dict[str, int] = {"log_level": 0}
 # A reader that commits nothing and reads only what it is assigned.
-READER: dict[str, Any] = {
+READER: dict[str, int | bool] = {
     **QUIET,
     "enable.auto.commit": False,
     "enable.partition.eof": False,
