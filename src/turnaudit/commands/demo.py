@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from turnaudit.cluster import connect
 from turnaudit.commands.demo_consumers import ReconciliationRow, run_consumer_stage
@@ -21,6 +20,7 @@ from turnaudit.commands.simulate import add_simulation_arguments, publish_simula
 from turnaudit.commands.verify import demo_rows as verify_demo_rows
 from turnaudit.contracts import SequenceOutcome, SessionSequenceTracker, check_event
 from turnaudit.errors import SerializationError
+from turnaudit.evaluation.gate import GateReport
 from turnaudit.evaluation.trace_evidence import ExclusionReason
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
@@ -113,14 +113,15 @@ def _stream_rows(
     return rows
 
 
-def _gate_lines(report: dict[str, Any]) -> list[str]:
+def _gate_lines(report: GateReport) -> list[str]:
     def pct(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.2f}"
 
     overall = report["overall"]
+    auditor = report["auditor_id"]
+    pinned = "none pinned" if auditor is None else f"{auditor['name']} {auditor['digest'][:19]}…"
     lines = [
-        f"  decision: {report['decision'].upper()}   auditor {report['auditor_id']['name']} "
-        f"{report['auditor_id']['digest'][:19]}…",
+        f"  decision: {report['decision'].upper()}   auditor {pinned}",
         f"  overall: {overall['traces']} traces ({overall['alarm_positive']} alarm-positive, "
         f"{overall['healthy']} healthy), precision {pct(overall['precision'])}, early-alarm "
         f"recall {pct(overall['early_alarm_recall'])}, false-alarm rate "

@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -35,7 +34,7 @@ from turnaudit.errors import TurnAuditError
 from turnaudit.evaluation.auditors import RuleBasedAuditor
 from turnaudit.evaluation.bundle import BundleInputs, check_bundle, make_bundle
 from turnaudit.evaluation.files import write_json
-from turnaudit.evaluation.gate import evaluate
+from turnaudit.evaluation.gate import GateReport, evaluate
 from turnaudit.evaluation.labels import labels_from_ground_truth
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.producers.simulator import GroundTruth
@@ -50,7 +49,7 @@ log = structlog.get_logger("turnaudit.demo")
 @dataclass(frozen=True)
 class EvaluationOutcome:
     rows: list[ReconciliationRow]
-    report: dict[str, Any]
+    report: GateReport
     evidence_path: Path
     report_path: Path
     manifest_path: Path
@@ -136,9 +135,8 @@ def run_evaluation_stage(
         ReconciliationRow("evidence bundle re-verified (digests, gate decision recomputed)",
                           int(bundle_verified), 1),
     ]
-    # demo.py renders the report as a plain mapping; at runtime a TypedDict is one.
     return EvaluationOutcome(
-        rows, cast("dict[str, Any]", report), evidence_path, report_path, manifest, bundle_path,
+        rows, report, evidence_path, report_path, manifest, bundle_path,
         dict(sorted(tally.excluded.items())),
     )
 
