@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -81,12 +82,32 @@ class Ledger:
         self.refused_by_reason: dict[str, int] = {}
         self.dead_lettered = 0
         self.worker_errors = 0
+        self.aged_out = 0  # purged from librdkafka for age (max_unacked_s), into the spool
+        # When each event still in librdkafka was handed to it (monotonic s), in
+        # hand-over order; one is taken off per report. Under a hung broker this
+        # is exact; with some partitions answering, the head is an estimate of
+        # the oldest unacknowledged event (reports are not in hand-over order
+        # across partitions).
+        self.handed_at: deque[float] = deque()
 
     # -- steps (under ``lock``, except ``delivered``) ---------------------------------
     def to_client(self) -> None:
         """publish(): handed to librdkafka."""
         self.published += 1
         self.produced += 1
+        self.handed_at.append(time.monotonic())
+
+    def reported(self) -> None:
+        """librdkafka reported an event handed to it (delivered, failed or purged)."""
+        if self.handed_at:
+            self.handed_at.popleft()  # deque.popleft is atomic: no lock needed
+
+    def oldest_unacked_age(self, now: float) -> float:
+        """Seconds since the oldest event still in librdkafka was handed to it."""
+        try:
+            return max(0.0, now - self.handed_at[0])
+        except IndexError:
+            return 0.0
 
     def to_spool(self) -> None:
         """publish(): appended to the spool."""
@@ -103,6 +124,7 @@ class Ledger:
         """A spooled event handed to librdkafka (it stays on disk until reported)."""
         self.spooled -= 1
         self.produced += 1
+        self.handed_at.append(time.monotonic())
 
     def failed(self) -> None:
         """librdkafka reported an event refused for good (kept in rejected/)."""

@@ -66,6 +66,13 @@ class Route:
         self.broker_down = self.spooling = True
         return news
 
+    def unacked_too_old(self, now: float) -> None:
+        """The oldest event in librdkafka waited longer than the age bound: treat
+        the broker as away (a hung broker is not declared down by librdkafka for
+        a long time), spool from now on, and probe it after one interval."""
+        self.broker_down = self.spooling = True
+        self._last_probe = now
+
     def probe_due(self, now: float) -> bool:
         """Whether to ask the broker now (spooling, broker down, interval passed)."""
         waited = now - self._last_probe
@@ -135,8 +142,12 @@ class Failover:
         ledger: Ledger,
         probe_interval: float,
         delivered: Callable[[DeliveredMessage], None],
+        max_unacked_s: float | None = None,
     ) -> None:
         self.topic = topic
+        # Age bound: an event librdkafka has not had acknowledged within this
+        # many seconds is moved to the spool (with everything queued behind it).
+        self.max_unacked_s = max_unacked_s
         self._delivered = delivered  # counts a delivered event (and its latency)
         self.spool = open_spool(spool_dir, spool_max_bytes)
         # Messages the broker refused for good, for an operator to inspect.
@@ -189,8 +200,10 @@ class Failover:
             msg.topic() or self.topic, _bytes(msg.key()), _bytes(msg.value()),
             bytes_headers(msg.headers()),
         )
+        if is_event:
+            self._ledger.reported()
         if is_purged(err):
-            # Purged at close(): back to the spool (a drained one never left it).
+            # Purged at close() or for age: back to the spool (a drained one never left it).
             # An in-flight one may also have reached the broker: a duplicate
             # with the same event id.
             with self._ledger.lock:
@@ -238,6 +251,7 @@ class Failover:
             try:
                 producer.poll(_POLL_S)
                 self._also_poll()
+                self._enforce_age_bound(producer)
                 if not route.spooling:
                     continue
                 if route.probe_due(time.monotonic()) and route.probed(
@@ -250,6 +264,39 @@ class Failover:
                 self._ledger.worker_errors += 1
                 log.error("publisher_worker_error", error=repr(exc))
                 self._closing.wait(WORKER_PAUSE_S)
+
+    def _enforce_age_bound(self, producer: KafkaProducer) -> None:
+        """Move what librdkafka holds to the spool once its oldest event waited
+        longer than ``max_unacked_s`` (a hung broker answers nothing, yet
+        librdkafka declares it down only after a minute or more)."""
+        bound = self.max_unacked_s
+        now = time.monotonic()
+        if bound is None or self._ledger.oldest_unacked_age(now) <= bound:
+            return
+        if self._batch is not None:
+            return  # a drain batch is on disk already; it settles first
+        with self._ledger.lock:  # from here on publish() spools, behind what comes back
+            self.route.unacked_too_old(now)
+            queued = producer.queued()
+        log.warning("unacknowledged_events_to_spool", events=queued, max_unacked_s=bound)
+        producer.purge()
+        deadline = time.monotonic() + 5.0
+        while producer.queued() and time.monotonic() < deadline:
+            producer.poll(_POLL_S)  # serves the purge reports: they fill the hand-back
+        producer.poll(0)
+        with self._ledger.lock:
+            handback, self._handback = self._handback, []
+            self._ledger.aged_out += sum(m.topic == self.topic for m in handback)
+        try:
+            # Older than anything publish() spooled since: in front, order kept.
+            # A late delivery of an in-flight original is a duplicate with the
+            # same event id, which readers count once.
+            self.spool.requeue_front(handback)
+        except (PublishError, OSError) as exc:
+            with self._ledger.lock:
+                lost = sum(m.topic == self.topic for m in handback)
+                self._ledger.lose(lost)
+            log.critical("undelivered_events_not_kept", events=lost, error=str(exc))
 
     def _drain_once(self, producer: KafkaProducer) -> None:
         if self._batch is not None:  # left by an error: finish it before reading more
@@ -296,6 +343,7 @@ class Failover:
                     with self._ledger.lock:
                         if is_event:
                             self._ledger.drained()
+                            self._ledger.reported()
                             self._ledger.failed()
                     self.reject(message, exc.error)
                     batch.reported[index] = True

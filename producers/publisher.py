@@ -28,7 +28,14 @@ The contract of ``publish(event)``:
   (``inherited``: events a previous publisher left in the spool).
 
 Durability: events in librdkafka's queue are in memory (a killed process loses
-them); spooled events are on disk. ``close()`` flushes, moves what the broker
+them); spooled events are on disk. Memory holds a bounded age of events: once
+the oldest event in librdkafka's queue waited ``max_unacked_s`` seconds
+(``TURNAUDIT_MAX_UNACKED_S``, default 5; 0 turns the bound off) without an
+acknowledgement, everything librdkafka holds is purged into the front of the
+spool and new events are spooled, whether or not librdkafka has declared the
+brokers down (a hung broker is not declared down for a minute or more). An
+in-flight original may still be delivered late: a duplicate with the same
+event id, which readers count once. ``close()`` flushes, moves what the broker
 did not acknowledge into the spool (delivered by the next publisher on the same
 folder) and returns a report; it never raises for delivery problems.
 
@@ -43,6 +50,7 @@ counts live in ``turnaudit.producers.accounting``.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,6 +107,23 @@ PRODUCER_DEFAULTS: dict[str, object] = {
 }
 
 
+DEFAULT_MAX_UNACKED_S = 5.0
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A non-negative number of seconds from the environment, or ``default``."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ConfigurationError(f"{name}={raw!r}: expected a number of seconds >= 0")
+    return value
+
+
 class TurnEventPublisher:
     """Publishes TurnEvents built by the adapter (``OutgoingTurnEvent``)."""
 
@@ -115,8 +140,11 @@ class TurnEventPublisher:
         registry: CollectorRegistry | None = None,
         schema_registry: RegistryClient | None = None,
         producer_id: str | None = None,
+        max_unacked_s: float | None = None,
     ) -> None:
         catalog = catalog or shipped_catalog()
+        if max_unacked_s is None:
+            max_unacked_s = env_seconds("TURNAUDIT_MAX_UNACKED_S", DEFAULT_MAX_UNACKED_S)
         self.topic = settings.topics.turn_events
         self._dlq_topic = settings.topics.dlq
         clash = set(GUARANTEES) & set(producer_options or {})
@@ -128,6 +156,7 @@ class TurnEventPublisher:
         self._failover = Failover(
             topic=self.topic, spool_dir=spool_dir, spool_max_bytes=spool_max_bytes,
             ledger=ledger, probe_interval=probe_interval, delivered=self._delivered,
+            max_unacked_s=max_unacked_s if max_unacked_s > 0 else None,
         )
         ledger.inherited = ledger.spooled = self._failover.spool.pending_by_topic[self.topic]
         self._route = self._failover.route
@@ -254,6 +283,7 @@ class TurnEventPublisher:
             self._failover.on_report(err, msg)
 
     def _delivered(self, msg: DeliveredMessage) -> None:
+        self._ledger.reported()
         self._ledger.delivered += 1
         latency = msg.latency()
         if latency is not None:
