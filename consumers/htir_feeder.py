@@ -38,9 +38,8 @@ log = structlog.get_logger("turnaudit.htir_feeder")
 
 
 class HtirFeederSink(BatchingSink):
-    # A turn that broke a contract is part of its task's trace (with its
-    # breaches): it is often the step that most warrants an alarm.
-    wants_breaching_turns: ClassVar[bool] = True
+    # Tracks its own progress (held offsets): no redelivery marks.
+    marks_redeliveries: ClassVar[bool] = False
 
     def __init__(
         self,

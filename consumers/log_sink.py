@@ -98,6 +98,8 @@ def turn_fields(
         "output_policy": None if action is None else action["output_policy"],
         "human_decision_required": None if action is None else action["human_decision_required"],
         "redelivered": turn.sequence.redelivered,
+        # The contracts the turn broke (``contract: detail``), empty for most turns.
+        "breaches": list(turn.breaches),
     }
     if redact is not None:
         suffix = "" if redact is str else "_hmac"

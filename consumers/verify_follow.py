@@ -148,7 +148,7 @@ class VerifyFollowSink(Sink):
     """Checkpoints the proof at every flush; offsets are stored only after it is durable."""
 
     # Nothing is rejected (the validation never does); no redelivery marking either.
-    wants_breaching_turns = True
+    marks_redeliveries = False
 
     def __init__(
         self,

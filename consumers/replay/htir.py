@@ -45,7 +45,8 @@ _ACK_TIMEOUT_S = 30.0
 class TraceReplaySink(BatchingSink):
     """The feeder's assembly without a wall clock: traces close on end-of-task or at the end."""
 
-    wants_breaching_turns: ClassVar[bool] = True
+    # Tracks its own progress (held offsets): no redelivery marks.
+    marks_redeliveries: ClassVar[bool] = False
 
     def __init__(self, emit: Callable[[HtirTrace], None]) -> None:
         super().__init__()

@@ -48,7 +48,6 @@ class SinkReplayOutput(ReplayOutput):
             self._validation.examine,
             take,
             _count_only,
-            wants_breaching=self.sink.wants_breaching_turns,
         ).rejected
 
     def warm(self, messages: Sequence[Record]) -> None:

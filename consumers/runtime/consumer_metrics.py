@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily
@@ -12,6 +13,7 @@ from prometheus_client.registry import Collector
 from turnaudit.contracts import Contract
 from turnaudit.dead_letters import DeadLetterOutcome, DeadLetterReason
 from turnaudit.identity import StreamTracker, TurnOutcome
+from turnaudit.label_bounds import DEFAULT_LABEL_LIMIT, OTHER, BoundedLabelSet
 from turnaudit.telemetry import CONTRACT_BREACHES_TOTAL, SEQUENCE_GAPS_TOTAL
 
 
@@ -21,7 +23,18 @@ class MessageOutcome(enum.StrEnum):
 
 
 class ConsumerMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        packs: frozenset[str] = frozenset(),
+        pack_limit: int = DEFAULT_LABEL_LIMIT,
+    ) -> None:
+        # The pack label of the breach counter: bounded like every pack label
+        # (the verdict-metrics sink's allow-list and limit).
+        self._packs = BoundedLabelSet("pack", allowed=packs, limit=pack_limit)
+        self._breach_children: dict[tuple[str, str], Any] = {}
+        self._breach_packs: set[str] = set()  # pack labels whose series exist
         self.messages = Counter(
             "turnaudit_consumer_messages",
             "Messages consumed, by outcome.",
@@ -36,8 +49,9 @@ class ConsumerMetrics:
         )
         self.contract_breaches = Counter(
             CONTRACT_BREACHES_TOTAL,
-            "Contract breaches found (PIPELINE.md 1-5), by contract.",
-            ["contract"],
+            "Breaching turns (PIPELINE.md contracts 1-7; found here or recorded by the "
+            "producer), by pack and contract; the turn itself is counted like any other.",
+            ["pack", "contract"],
             registry=registry,
         )
         self.sequence_gaps = Counter(
@@ -133,10 +147,26 @@ class ConsumerMetrics:
             self.messages.labels(outcome.value)
         for reason in DeadLetterReason:
             self.dead_letters.labels(reason.value)
-        for contract in Contract:
-            self.contract_breaches.labels(contract.value)
         for kind in CHAIN_BREAK_KINDS:
             self.chain_breaks.labels(kind)
+
+    def breach(self, pack_id: str, contract: str) -> None:
+        """One breach of ``contract`` (a ``Contract`` value, else ``other``) by a turn of a pack."""
+        key = (pack_id, contract)
+        child = self._breach_children.get(key)
+        if child is None:
+            pack = self._packs(pack_id)
+            if len(self._breach_children) > 10_000:  # raw ids flooding in: start over
+                self._breach_children.clear()
+            if pack not in self._breach_packs:
+                self._breach_packs.add(pack)
+                # A pack's series all exist from its first breach on, at 0, so
+                # increase() sees the next breach of any other contract.
+                for known in Contract:
+                    self.contract_breaches.labels(pack, known.value)
+            name = contract if contract in _CONTRACTS else OTHER
+            child = self._breach_children[key] = self.contract_breaches.labels(pack, name)
+        child.inc()
 
     def watch(self, tracker: StreamTracker) -> None:
         """Export the figures the stream tracker keeps itself."""
@@ -163,4 +193,5 @@ class _TrackerCount(Collector):
         yield CounterMetricFamily(self._name, self._documentation, value=self.source())
 
 
+_CONTRACTS = frozenset(c.value for c in Contract)
 CHAIN_BREAK_KINDS = ("chain", TurnOutcome.CONTENT_CHANGED.value, TurnOutcome.POSITION_REUSED.value)

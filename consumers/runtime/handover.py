@@ -39,12 +39,10 @@ def hand_over(
     examine: Examine,
     take: Callable[[ConsumedTurn], None],
     reject: Callable[[Record, Rejection], None],
-    *,
-    wants_breaching: bool,
 ) -> HandedBatch:
-    """Every record in order: a valid turn to ``take``; a rejected record to
-    ``reject``; a turn that broke a contract to ``reject`` and, for a sink that
-    wants breaching turns, also to ``take``. The batch covers every record."""
+    """Every record in order: a turn (a breaching one too, with its breaches)
+    to ``take``; a record that cannot be read to ``reject``. The batch covers
+    every record."""
     batch = HandedBatch()
     next_offsets = batch.next_offsets
     handed = rejected = 0
@@ -59,15 +57,8 @@ def hand_over(
         except Exception as exc:  # validations do not raise; if one does, still move on
             turn = Rejection(DeadLetterReason.UNDECODABLE, f"validation failed: {exc!r}")
         if type(turn) is ConsumedTurn:
-            if turn.rejection is None:
-                take(turn)
-                handed += 1
-                continue
-            reject(record, turn.rejection)
-            rejected += 1
-            if wants_breaching:
-                take(turn)
-                handed += 1
+            take(turn)
+            handed += 1
         else:
             reject(record, cast(Rejection, turn))
             rejected += 1

@@ -85,7 +85,9 @@ class ConsumerService:
         self.topic = topic or settings.kafka.topics.turn_events
         self.stage = f"{settings.service.value}/{settings.group_id}"
         self.sink = sink
-        self.metrics = ConsumerMetrics(registry)
+        self.metrics = ConsumerMetrics(
+            registry, packs=settings.metrics.packs, pack_limit=settings.metrics.label_limit
+        )
         self._accepted = self.metrics.messages.labels(MessageOutcome.ACCEPTED.value)
         self._registry = registry
         self._validation = validation or TurnEventValidation(
@@ -213,7 +215,6 @@ class ConsumerService:
             self._validation.examine,
             self.sink.take,
             self._dead_letter,
-            wants_breaching=self.sink.wants_breaching_turns,
         )
         if not self._deliver(batch.handed):
             return  # stopping before the batch was safe: it is redelivered, offsets untouched

@@ -39,12 +39,12 @@ REDELIVERED = _Redelivered()
 class RedeliveryMarkingSink(Sink):
     """A worker's sink: turns another worker already delivered are marked redelivered.
 
-    For sinks that take accepted turns only (``wants_breaching_turns`` false).
+    For sinks of counted turns (``marks_redeliveries``).
     """
 
     def __init__(self, inner: Sink, topic: str, metrics_dir: str) -> None:
-        if inner.wants_breaching_turns:
-            raise ValueError("RedeliveryMarkingSink wraps sinks of accepted turns only")
+        if not inner.marks_redeliveries:
+            raise ValueError("RedeliveryMarkingSink wraps sinks that take redelivery marks only")
         self._inner = inner
         self._topic = topic
         self._metrics_dir = metrics_dir

@@ -37,10 +37,10 @@ class ConsumedTurn(NamedTuple):
     topic: str
     partition: int
     offset: int
-    # Contract breaches; the turn also goes to the dead-letter topic
-    # (``rejection``), and reaches only sinks that want breaching turns.
+    # Contract breaches ("contract: detail"), found by the consumer's own check
+    # or recorded by the producer (the event's ``breaches``): a breaching turn
+    # is still a turn, handed to every sink with what it broke.
     breaches: tuple[str, ...] = ()
-    rejection: Rejection | None = None
 
     @property
     def event(self) -> TurnEvent:
@@ -72,13 +72,17 @@ class Sink(abc.ABC):
       offsets stored so far.
     * ``close()`` once, after the last flush, when the service stops.
 
-    ``wants_breaching_turns``: also hand over turns that broke a contract
-    (with their breaches), besides dead-lettering them.
+    Every turn that decodes is handed over, a breaching one with its
+    ``breaches``; only what cannot be read goes to the dead-letter topic.
+
+    ``marks_redeliveries``: under ``--workers``, a sink of counted turns gets the
+    turns another worker already handed over marked redelivered
+    (``RedeliveryMarkingSink``); a sink that tracks its own progress says no.
 
     A sink that writes whole batches derives from ``BatchingSink`` instead.
     """
 
-    wants_breaching_turns: ClassVar[bool] = False
+    marks_redeliveries: ClassVar[bool] = True
 
     @abc.abstractmethod
     def take(self, turn: ConsumedTurn) -> None: ...

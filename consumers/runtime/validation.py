@@ -8,13 +8,13 @@ wrong, the message is rejected with a typed reason and the error.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import structlog
 
 from turnaudit.consumers.runtime.consumer_metrics import CHAIN_BREAK_KINDS, ConsumerMetrics
 from turnaudit.consumers.runtime.sink import IN_ORDER, ConsumedTurn, Rejection
-from turnaudit.contracts import Contract, check_event, check_key, identity_breach
+from turnaudit.contracts import Breach, Contract, check_event, check_key, identity_breach
 from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.errors import SchemaNotFoundError, SerializationError, UnknownFramingError
 from turnaudit.htir import HtirTrace
@@ -43,6 +43,18 @@ _DECODE_FAILURES: tuple[tuple[type[SerializationError], DeadLetterReason], ...] 
 
 def contract_reason(contract: Contract) -> DeadLetterReason:
     return DeadLetterReason(f"contract:{contract.value}")
+
+
+def breach_texts(found: Sequence[Breach], recorded: Sequence[str]) -> tuple[str, ...]:
+    """A turn's breaches as ``contract: detail``: the consumer's own findings,
+    then what the producer recorded that the consumer did not find itself."""
+    texts = [str(b) for b in found]
+    seen = {b.contract.value for b in found}
+    for name in recorded:
+        if name not in seen:
+            seen.add(name)
+            texts.append(f"{name}: recorded by the producer")
+    return tuple(texts)
 
 
 def decode_failure(exc: SerializationError) -> Rejection:
@@ -134,22 +146,41 @@ class TurnEventValidation(Validation):
         if sequence.outcome is not _NEW or sequence.missing_opened or (
             sequence.chain_break is not None or key_breach is not None
         ):  # the common case (a new turn in order) is counted by the tracker itself
-            self._count_identity(sequence, key_breach is not None, topic, partition, offset)
+            self._count_identity(
+                sequence, key_breach is not None, topic, partition, offset, pack_id=event["pack_id"]
+            )
         if key_breach is not None:
             breaches.insert(0, key_breach)
-        if breaches:
-            for breach in breaches:
-                self._metrics.contract_breaches.labels(breach.contract.value).inc()
-            text = tuple(map(str, breaches))
-            rejection = Rejection(
-                contract_reason(breaches[0].contract), "; ".join(text), event.get("event_id")
-            )
-            return ConsumedTurn(decoded, sequence, topic, partition, offset, text, rejection)
+        recorded = event.get("breaches")  # v4: what the producer's own check found
+        if breaches or recorded:
+            text = breach_texts(breaches, recorded or ())
+            if sequence.counts_as_turn:  # a redelivery's breaches were counted with the turn
+                pack = event["pack_id"]
+                for contract in dict.fromkeys(t.partition(":")[0] for t in text):
+                    self._metrics.breach(pack, contract)
+                log.warning(
+                    "turn_contract_breach",
+                    event_id=event.get("event_id"),
+                    session_id=event.get("session_id"),
+                    pack_id=pack,
+                    breaches=list(text),
+                    topic=topic,
+                    partition=partition,
+                    offset=offset,
+                )
+            return ConsumedTurn(decoded, sequence, topic, partition, offset, text)
         # The named tuple built without its Python-level __new__ (one per message).
-        return _tuple_new(ConsumedTurn, (decoded, sequence, topic, partition, offset, (), None))
+        return _tuple_new(ConsumedTurn, (decoded, sequence, topic, partition, offset, ()))
 
     def _count_identity(
-        self, result: TrackResult, key_mismatch: bool, topic: str, partition: int, offset: int
+        self,
+        result: TrackResult,
+        key_mismatch: bool,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        pack_id: str,
     ) -> None:
         """The stream tracker's verdict on one message, in the metrics and the log."""
         metrics = self._metrics
@@ -158,7 +189,7 @@ class TurnEventValidation(Validation):
         if result.missing_opened:
             metrics.sequence_gaps.inc()
             metrics.missing_turns.inc(result.missing_opened)
-            metrics.contract_breaches.labels(Contract.SEQUENCE.value).inc()
+            metrics.breach(pack_id, Contract.SEQUENCE.value)
         if result.gap_closed:
             metrics.gaps_closed.inc()
         if key_mismatch:
@@ -167,7 +198,7 @@ class TurnEventValidation(Validation):
         if breach is not None:
             kind = result.outcome.value if result.outcome.value in CHAIN_BREAK_KINDS else "chain"
             metrics.chain_breaks.labels(kind).inc()
-            metrics.contract_breaches.labels(Contract.CHAIN.value).inc()
+            metrics.breach(pack_id, Contract.CHAIN.value)
         if result.missing_opened or breach is not None:
             log.warning(
                 "turn_stream_gap" if breach is None else "turn_chain_break",

@@ -134,11 +134,11 @@ def consumer_service(
     """The one way a service is built: its sink on the consumer runtime (with its own
     ``validation``, else the runtime's). A supervised worker serves no HTTP (its
     supervisor does) and, for a sink of accepted turns, marks the turns another
-    worker already delivered (``RedeliveryMarkingSink``)."""
+    worker already delivered (``RedeliveryMarkingSink``), if it takes the marks."""
     if not plan.supervised:
         return ConsumerService(settings, sink, registry=registry, validation=validation)
     marking = None
-    if not sink.wants_breaching_turns:
+    if sink.marks_redeliveries:
         sink = marking = RedeliveryMarkingSink(
             sink, settings.kafka.topics.turn_events, plan.metrics_dir
         )

@@ -49,8 +49,6 @@ def poison_messages() -> dict[bytes, tuple[bytes, str]]:
             DeadLetterReason.UNKNOWN_SCHEMA.value,
         ),
     }
-    for reason, event in breaking_events().items():
-        poison[event["session_id"].encode()] = (encode(event), reason)
     return poison
 
 
@@ -68,6 +66,10 @@ def test_poison_messages_go_to_the_dlq_with_their_reason_and_the_service_keeps_c
     assert service.http_port is not None
     with running(service):
         produce_raw(kafka_settings, [(k, v) for k, (v, _) in poison.items()])
+        # Turns an outside producer wrote in breach of a contract: flagged and counted.
+        breaching = breaking_events()
+        produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e))
+                                     for e in breaching.values()])
         truth = publish_simulated(kafka_settings, 2000, tmp_path / "spool")
         end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
         assert wait_for(consumed_everything(service, end))
@@ -75,9 +77,10 @@ def test_poison_messages_go_to_the_dlq_with_their_reason_and_the_service_keeps_c
         health_code, health = http_get(service.http_port, "/healthz")
 
     # The good messages after the poison were all counted, per pack.
-    assert total(samples, "turnaudit_turns_total") == truth.events
+    assert total(samples, "turnaudit_turns_total") == truth.events + len(breaching)
     for pack, n in truth.by_pack.items():
-        assert total(samples, "turnaudit_turns_total", pack=pack) == n
+        extra = sum(e["pack_id"] == pack for e in breaching.values())
+        assert total(samples, "turnaudit_turns_total", pack=pack) == n + extra
     # Each poison message: in the DLQ once, original bytes and key, where it came from, why.
     dlq_end = end_offsets(kafka_settings, kafka_settings.topics.dlq)
     letters = list(read_range(kafka_settings, kafka_settings.topics.dlq, None, dlq_end))
@@ -103,6 +106,10 @@ def test_poison_messages_go_to_the_dlq_with_their_reason_and_the_service_keeps_c
         "bundle_matches_fields",
     ):
         assert total(samples, "turnaudit_contract_breaches_total", contract=contract) == 1
+    # The hedged refusal is a refusal of its pack, counted as one.
+    both = breaching["contract:refusal_hedge_exclusive"]
+    assert total(samples, "turnaudit_contract_breaches_total", pack=both["pack_id"],
+                 contract="refusal_hedge_exclusive") == 1
     assert total(samples, "turnaudit_consumer_messages_total", outcome="dead_lettered") == len(
         poison
     )
@@ -127,7 +134,7 @@ def test_sequence_gaps_and_redeliveries_are_counted_not_dead_lettered(
     assert registry_value("turnaudit_sequence_gaps_total") == 1
     assert registry_value("turnaudit_sequence_missing_turns_total") == 1
     assert registry_value("turnaudit_redelivered_turns_total") == 1
-    assert registry_value("turnaudit_contract_breaches_total", {"contract": "sequence"}) == 1
+    assert registry_value("turnaudit_contract_breaches_total", {"pack": events[0]["pack_id"], "contract": "sequence"}) == 1
     assert service.sink.counted == 3
     assert sum(end_offsets(kafka_settings, kafka_settings.topics.dlq).values()) == 0
 

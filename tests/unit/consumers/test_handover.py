@@ -37,9 +37,9 @@ def examine_by_kind(value: bytes | None, key: bytes | None, topic: str, partitio
         raise ValueError("a validation bug")
     if kind == "rejected":
         return Rejection(DeadLetterReason.UNKNOWN_FRAMING, "no framing")
-    breach = Rejection(DeadLetterReason.CONTRACT_STUB_FIELDS, "stub") if kind == "breach" else None
+    breaches = ("stub_fields: stub",) if kind == "breach" else ()
     return ConsumedTurn(None, PLACED, topic, partition, offset,  # type: ignore[arg-type]
-                        rejection=breach)
+                        breaches)
 
 
 def _numbered(rows: list[tuple[int, str]]) -> list[StoredRecord]:
@@ -58,9 +58,9 @@ records_strategy = st.lists(
 ).map(_numbered)
 
 
-@given(records=records_strategy, wants_breaching=st.booleans())
+@given(records=records_strategy)
 def test_every_record_is_taken_or_rejected_as_the_model_says(
-    records: list[StoredRecord], wants_breaching: bool
+    records: list[StoredRecord],
 ) -> None:
     taken: list[tuple[int, int]] = []
     rejected: list[tuple[int, int, DeadLetterReason]] = []
@@ -70,7 +70,6 @@ def test_every_record_is_taken_or_rejected_as_the_model_says(
 
     batch = hand_over(
         records, examine_by_kind, lambda t: taken.append((t.partition, t.offset)), reject,
-        wants_breaching=wants_breaching,
     )
     # The reference model, record by record.
     want_taken, want_rejected, next_offsets = [], [], {}
@@ -78,10 +77,9 @@ def test_every_record_is_taken_or_rejected_as_the_model_says(
         where = (r.partition_id, r.offset_value)
         next_offsets[r.partition_id] = r.offset_value + 1
         kind = r.value_bytes.decode() if r.value_bytes else ""
-        if kind == "valid" or (kind == "breach" and wants_breaching):
+        if kind in {"valid", "breach"}:  # a breaching turn is a turn: taken, not rejected
             want_taken.append(where)
         reason = {
-            "breach": DeadLetterReason.CONTRACT_STUB_FIELDS,
             "rejected": DeadLetterReason.UNKNOWN_FRAMING,
             "raises": DeadLetterReason.UNDECODABLE,
         }.get(kind)
@@ -93,7 +91,7 @@ def test_every_record_is_taken_or_rejected_as_the_model_says(
     assert (batch.handed, batch.rejected) == (len(want_taken), len(want_rejected))
 
 
-def test_real_validation_hands_valid_turns_on_and_rejects_breaches_and_bad_bytes() -> None:
+def test_real_validation_hands_breaching_turns_on_and_rejects_only_bad_bytes() -> None:
     catalog = shipped_catalog()
     validation = TurnEventValidation(
         TurnEventDeserializer(catalog), ConsumerMetrics(CollectorRegistry()), max_sessions=100
@@ -109,12 +107,19 @@ def test_real_validation_hands_valid_turns_on_and_rejects_breaches_and_bad_bytes
     records = [StoredRecord("t", 0, n, k, v) for n, (k, v) in enumerate(zip(keys, values,
                                                                           strict=True))]
     taken: list[str] = []
+    found: list[str] = []
     reasons: list[str] = []
+
+    def take(t: ConsumedTurn) -> None:
+        taken.append(t.event["event_id"])
+        found.extend(b.partition(":")[0] for b in t.breaches[:1])
+
     batch = hand_over(
-        records, validation.examine, lambda t: taken.append(t.event["event_id"]),
-        lambda _r, rejection: reasons.append(rejection.reason.value), wants_breaching=False,
+        records, validation.examine, take,
+        lambda _r, rejection: reasons.append(rejection.reason.value),
     )
-    assert taken == [e["event_id"] for e in valid]
-    assert reasons[0] in {r.value for r in DeadLetterReason if not r.value.startswith("contract")}
-    assert sorted(reasons[1:]) == sorted(breaches)
+    assert taken == [e["event_id"] for e in valid] + [e["event_id"] for e in breaches.values()]
+    (reason,) = reasons
+    assert reason in {r.value for r in DeadLetterReason if not r.value.startswith("contract")}
+    assert sorted(f"contract:{c}" for c in found) == sorted(breaches)
     assert batch.next_offsets == {0: len(records)}
