@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any, TextIO, cast
 
 from turnaudit.contracts import check_event
 from turnaudit.errors import SerializationError
 from turnaudit.events import TurnEvent, occurred_moment
 from turnaudit.kafka.consumer import READER, KafkaConsumer
-from turnaudit.kafka.offsets import offsets_at
+from turnaudit.kafka.offsets import (
+    EventWindow,
+    RangeSpec,
+    event_time_range,
+    offsets_at,
+    resolve_range,
+)
 from turnaudit.records import Record
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
@@ -29,10 +35,13 @@ from turnaudit.settings import KafkaSettings
 class TailFilter:
     pack: str | None = None
     session: str | None = None
+    window: EventWindow | None = None  # --time event: only turns that happened in it
 
     def accepts(self, event: TurnEvent) -> bool:
-        return (self.pack is None or event["pack_id"] == self.pack) and (
-            self.session is None or event["session_id"] == self.session
+        return (
+            (self.pack is None or event["pack_id"] == self.pack)
+            and (self.session is None or event["session_id"] == self.session)
+            and (self.window is None or self.window.holds(event["occurred_at"]))
         )
 
 
@@ -95,19 +104,31 @@ def tail_turns(
     out: TextIO,
     *,
     since: datetime | None = None,
+    event_time: bool = False,
+    slack: timedelta | None = None,
     filters: TailFilter = TailFilter(),
     show_verdicts: bool = True,
     limit: int | None = None,
     stop: threading.Event | None = None,
     on_ready: Callable[[], None] | None = None,
 ) -> int:
-    """Print turns until ``stop`` is set or ``limit`` lines were printed; return the count."""
+    """Print turns until ``stop`` is set or ``limit`` lines were printed; return the count.
+
+    ``event_time``: ``since`` selects by the turns' ``occurred_at`` (``event_time_range``,
+    as ``replay --time event``), not by the records' Kafka timestamps."""
     topic = settings.topics.turn_events
     decode = decoder_for(settings)  # both framings, every known version
     # Resolved before the caller hears "ready": from now, the end as it is now
     # (a logical end would be resolved at the first fetch and skip whatever
     # arrived in between); from a time, the first offset at or after it.
-    start = offsets_at(settings, topic, since)
+    if event_time:
+        # The turns that happened from ``since`` on: read from ``since - slack`` by broker
+        # time (the whole retained stream without a slack), keep those in the window.
+        spec, window = event_time_range(RangeSpec(since), slack, open_end=True)
+        filters = replace(filters, window=window)
+        start = resolve_range(settings, topic, spec).start
+    else:
+        start = offsets_at(settings, topic, since)
     consumer = KafkaConsumer(
         settings,
         topic,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 
@@ -89,3 +89,33 @@ def add_range_arguments(parser: argparse.ArgumentParser, *, to_help: str) -> Non
                         help="first offset per partition, e.g. 0:1200,1:980")
     parser.add_argument("--to-offsets", type=partition_offsets, metavar="P:O,…",
                         help="end offset (exclusive) per partition")
+
+
+def add_time_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--time broker|event`` and ``--slack`` (``replay``, ``verify``, ``eval rebuild``,
+    ``tail``): what ``--from``/``--to`` select; the rule is
+    ``turnaudit.kafka.offsets.event_time_range``."""
+    parser.add_argument(
+        "--time", choices=("broker", "event"), default="broker",
+        help="what --from/--to select: broker (default: the records' Kafka timestamps, "
+        "resolved with offsets_for_times) or event (the turns' occurred_at, filtered after "
+        "reading the broker range widened by --slack)")
+    parser.add_argument(
+        "--slack", type=non_negative_seconds, metavar="SECONDS",
+        help="with --time event: read records stored from SECONDS before --from to SECONDS "
+        "after --to (default: the whole retained stream)")
+
+
+def non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds are 0 or more")
+    return value
+
+
+def event_time_options(args: argparse.Namespace) -> tuple[bool, timedelta | None]:
+    """``(event_time, slack)`` from ``add_time_arguments``' options."""
+    return args.time == "event", None if args.slack is None else timedelta(seconds=args.slack)

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from turnaudit.argparsing import add_range_arguments
+from turnaudit.argparsing import add_range_arguments, add_time_arguments, event_time_options
 from turnaudit.cluster import connect
 from turnaudit.consumers.replay.evidence import file_digest, rebuild_evidence
 from turnaudit.evaluation import cli as evaluation_cli
@@ -44,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_range_arguments(
         rebuild, to_help="end of the range (exclusive; default: the high-water marks now)"
     )
+    add_time_arguments(rebuild)
     rebuild.add_argument("--partitions", metavar="P,…", help="only these partitions, e.g. 0,2")
     rebuild.add_argument("--topic", help="turn-events topic (default: the configured one)")
     rebuild.add_argument("--labels", type=Path, required=True,
@@ -64,10 +65,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _rebuild(args: argparse.Namespace) -> int:
     labels = load_task_labels(args.labels)
     auditor = evaluation_cli.build_auditor(args)
+    event_time, slack = event_time_options(args)
     request = ReplayRequest(
         RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets),
         parse_partitions(args.partitions) if args.partitions else None,
         args.topic,
+        event_time=event_time,
+        slack=slack,
     )
     settings, where = connect(KafkaSettings.from_env(), start_local=False)
     decode = decoder_for(settings)

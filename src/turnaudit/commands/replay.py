@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
 
-from turnaudit.argparsing import add_range_arguments, positive_int
+from turnaudit.argparsing import (
+    add_range_arguments,
+    add_time_arguments,
+    event_time_options,
+    positive_int,
+)
 from turnaudit.cluster import connect, require_access
 from turnaudit.consumers.replay import (
     LogReplayOutput,
@@ -80,15 +84,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--partitions", metavar="P,…", help="only these partitions, e.g. 0,2")
     parser.add_argument("--topic", help="topic to replay (default: the configured turn events)")
-    parser.add_argument(
-        "--time", choices=("broker", "event"), default="broker",
-        help="what --from/--to select: broker (default: the records' Kafka timestamps, "
-        "resolved with offsets_for_times) or event (the turns' occurred_at, filtered after "
-        "reading the broker range widened by --slack)")
-    parser.add_argument(
-        "--slack", type=float, metavar="SECONDS",
-        help="with --time event: read records stored from SECONDS before --from to SECONDS "
-        "after --to (default: the whole retained stream)")
+    add_time_arguments(parser)
     parser.add_argument(
         "--group", metavar="NAME",
         help="share the range with other replay processes of the same arguments: consumer "
@@ -113,12 +109,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _replay(args: argparse.Namespace) -> int:
     target = ReplayTarget.parse(args.into, OUTPUT_KINDS, args.checkpoint)
+    event_time, slack = event_time_options(args)
     request = ReplayRequest(
         RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets),
         parse_partitions(args.partitions) if args.partitions else None,
         args.topic,
-        event_time=args.time == "event",
-        slack=None if args.slack is None else timedelta(seconds=args.slack),
+        event_time=event_time,
+        slack=slack,
     )
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
     require_access(settings, reads=[args.topic or settings.topics.turn_events])

@@ -8,9 +8,15 @@ import sys
 import threading
 from types import FrameType
 
-from turnaudit.argparsing import iso_time, positive_int
+from turnaudit.argparsing import (
+    event_time_options,
+    iso_time,
+    non_negative_seconds,
+    positive_int,
+)
 from turnaudit.cluster import connect, require_access
 from turnaudit.consumers.tail import TailFilter, tail_turns
+from turnaudit.errors import ConfigurationError
 from turnaudit.settings import KafkaSettings
 
 
@@ -30,6 +36,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="ISO-TIME",
         help="start at this time (e.g. 2026-11-01T12:00:00Z; no zone = UTC) instead of now",
     )
+    parser.add_argument(
+        "--time", choices=("broker", "event"), default="broker",
+        help="what --from selects: broker (default: the records' Kafka timestamps) or event "
+        "(the turns' occurred_at, from the records stored --slack before --from on)")
+    parser.add_argument(
+        "--slack", type=non_negative_seconds, metavar="SECONDS",
+        help="with --time event: read records stored from SECONDS before --from "
+        "(default: the whole retained stream)")
     parser.add_argument("--pack", help="only turns of this pack id")
     parser.add_argument("--session", help="only turns of this session id")
     parser.add_argument("--limit", type=positive_int, help="stop after this many lines")
@@ -37,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _tail(args: argparse.Namespace) -> int:
+    event_time, slack = event_time_options(args)
+    if event_time and args.since is None:
+        raise ConfigurationError("--time event selects turns from --from: give --from")
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
     require_access(settings, reads=[settings.topics.turn_events, settings.topics.schemas])
     stop = threading.Event()
@@ -50,6 +67,8 @@ def _tail(args: argparse.Namespace) -> int:
         settings,
         sys.stdout,
         since=args.since,
+        event_time=event_time,
+        slack=slack,
         filters=TailFilter(pack=args.pack, session=args.session),
         show_verdicts=args.show_verdicts,
         limit=args.limit,

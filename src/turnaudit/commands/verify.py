@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from turnaudit.argparsing import add_range_arguments
+from turnaudit.argparsing import add_range_arguments, add_time_arguments, event_time_options
 from turnaudit.cluster import connect
 from turnaudit.commands.demo_consumers import ReconciliationRow
 from turnaudit.commands.sink import (
@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="prove that every turn of a range is on the stream once, chained, logged and counted",
     )
     add_range_arguments(parser, to_help="end of the range (exclusive)")
+    add_time_arguments(parser)
     parser.add_argument("--topic", help="turn-events topic to verify (default: the configured one)")
     parser.add_argument("--log-file", type=Path,
                         help="a log sink's JSON-lines file: every turn of the range must be in it")
@@ -108,10 +109,12 @@ def _verify(args: argparse.Namespace) -> int:
     if len(args.metrics_before) > len(args.metrics_url):
         raise ConfigurationError("--metrics-before: one page per --metrics-url, in order")
     before = [_read_page(Path(p)) for p in args.metrics_before]
+    event_time, slack = event_time_options(args)
     report = run_verify(
         settings, decode, spec, topic=args.topic, log_file=args.log_file,
         metrics_urls=args.metrics_url, metrics_before=before,
         metrics_settle_s=args.metrics_settle, timeout=args.timeout,
+        event_time=event_time, slack=slack,
         anchors=load_anchors(args.heads) if args.heads else None,
     )
     if args.json:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -43,6 +43,43 @@ class RangeSpec:
     until: datetime | None = None
     from_offsets: Mapping[int, int] | None = None
     to_offsets: Mapping[int, int] | None = None
+
+
+class EventWindow(NamedTuple):
+    """Turns whose ``occurred_at`` (epoch milliseconds) is in ``[low, high)``."""
+
+    low: int
+    high: int
+
+    def holds(self, occurred: int | datetime) -> bool:
+        return self.low <= occurred_millis(occurred) < self.high
+
+
+# The end of a window left open (``tail --time event`` has no end).
+OPEN_END_MS = (1 << 63) - 1
+
+
+def event_time_range(
+    spec: RangeSpec, slack: timedelta | None, *, open_end: bool = False
+) -> tuple[RangeSpec, EventWindow]:
+    """The broker range to read for an event-time window, and the window.
+
+    ``spec.since``/``spec.until`` select turns by ``occurred_at`` (``[since, until)``).
+    The broker range is the whole retained stream, or, with ``slack``, the records
+    stored from ``slack`` before ``since`` to ``slack`` after ``until`` by Kafka
+    timestamp (for a stream whose turns are stored within ``slack`` of happening);
+    ``from_offsets``/``to_offsets`` still apply. The one rule of ``replay``, ``verify``,
+    ``eval rebuild`` and ``tail`` (``open_end``: no ``until``, the window never ends).
+    """
+    since, until = spec.since, spec.until
+    if since is None or (until is None and not open_end):
+        raise ConfigurationError("an event-time window needs both --from and --to")
+    window = EventWindow(occurred_millis(since),
+                         OPEN_END_MS if until is None else occurred_millis(until))
+    if slack is None:
+        return RangeSpec(None, None, spec.from_offsets, spec.to_offsets), window
+    return RangeSpec(since - slack, None if until is None else until + slack,
+                     spec.from_offsets, spec.to_offsets), window
 
 
 class Watermarks(NamedTuple):

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turnaudit.errors import ConfigurationError
-from turnaudit.events import occurred_millis
-from turnaudit.kafka.offsets import RangeSpec, resolve_range
+from turnaudit.kafka.offsets import EventWindow, event_time_range, resolve_range
 from turnaudit.records import Record
 from turnaudit.replay.checkpoint import ReplayCheckpoint
 from turnaudit.replay.jsonl import JsonlOutput
@@ -191,15 +190,8 @@ def new_state(settings: KafkaSettings, request: ReplayRequest, topic: str,
     """Resolve the request's broker range now: the bound every resume keeps."""
     spec, window = request.spec, None
     if request.event_time:
-        since, until = spec.since, spec.until
-        if since is None or until is None:
-            raise ConfigurationError("an event-time window needs both --from and --to")
-        window = (occurred_millis(since), occurred_millis(until))
-        if request.slack is None:
-            spec = RangeSpec(None, None, spec.from_offsets, spec.to_offsets)
-        else:
-            spec = RangeSpec(since - request.slack, until + request.slack,
-                             spec.from_offsets, spec.to_offsets)
+        spec, found = event_time_range(spec, request.slack)
+        window = (found.low, found.high)
     resolved = resolve_range(settings, topic, spec, timeout=min(timeout, 30.0))
     start, end = resolved.start, resolved.end
     if request.partitions is not None:
@@ -254,15 +246,15 @@ def in_window(decode: TurnEventDeserializer, batch: list[Record],
     """
     if state.window is None:
         return batch
-    low, high = state.window
+    window = EventWindow(*state.window)
     kept = []
     for msg in batch:
         try:
-            millis = occurred_millis(decode(msg.value()).event["occurred_at"])
+            inside = window.holds(decode(msg.value()).event["occurred_at"])
         except Exception:  # the decoder raises several types; the output reports them
             kept.append(msg)
             continue
-        if low <= millis < high:
+        if inside:
             kept.append(msg)
         else:
             state.outside_window += 1

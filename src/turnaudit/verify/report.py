@@ -111,6 +111,13 @@ class ReportJson(TypedDict):
     replay: NotRequired[ReplayJson]
     # Only where a partition was read from a log start past 0.
     retention: NotRequired[RetentionJson]
+    # Only with ``--time event``: the window by occurred_at, and the turns read outside it.
+    event_time: NotRequired[EventTimeJson]
+
+
+class EventTimeJson(TypedDict):
+    window_ms: list[int]
+    outside_window: int
 
 
 @dataclass
@@ -172,6 +179,9 @@ class VerifyReport:
             unexplained_by_kind=dict(sorted(kinds.items())),
             unexplained=[f.as_json() for f in unexplained[: EXAMPLES * 5]],
         )
+        if v.event_window is not None:
+            document["event_time"] = EventTimeJson(window_ms=list(v.event_window),
+                                                   outside_window=v.outside_window)
         if v.retained_from:
             document["retention"] = RetentionJson(
                 log_start={str(p): v.log_start[p] for p in sorted(v.retained_from)},
@@ -205,6 +215,10 @@ class VerifyReport:
             f"  dead letters in the range: {j['dead_letters']['count']} "
             + str(j["dead_letters"]["by_reason"]),
         ]
+        event_time = j.get("event_time")
+        if event_time is not None:
+            lines.append(f"  by event time: {event_time['outside_window']} turn(s) read from the "
+                         "broker range happened outside the window (left out)")
         retention = j.get("retention")
         if retention is not None:
             lines.append(

@@ -5,11 +5,11 @@ log sink's files and the change of verdict-metrics counters over the range;
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC
+from datetime import UTC, timedelta
 from pathlib import Path
 
 from turnaudit.identity import StreamId
-from turnaudit.kafka.offsets import RangeSpec, resolve_range
+from turnaudit.kafka.offsets import RangeSpec, event_time_range, resolve_range
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.files import reconcile_log
@@ -31,10 +31,19 @@ def run_verify(
     metrics_settle_s: float = 10.0,
     anchors: Mapping[StreamId, tuple[int, str]] | None = None,
     timeout: float = 300.0,
+    event_time: bool = False,
+    slack: timedelta | None = None,
 ) -> VerifyReport:
     topic = topic or settings.topics.turn_events
-    start, end, low = resolve_range(settings, topic, spec)
-    verifier = Verifier(decode, log_start_offsets=low, anchors=anchors)
+    broker_spec, window = spec, None
+    if event_time:
+        broker_spec, found = event_time_range(spec, slack)
+        window = (found.low, found.high)
+    start, end, low = resolve_range(settings, topic, broker_spec)
+    # By event time a session's first turn in the window is where its stream starts for
+    # the window (its earlier turns happened before it), as in ``replay --into verify:``.
+    verifier = Verifier(decode, log_start_offsets=low, anchors=anchors,
+                        start_gaps=not event_time, event_window=window)
     feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
     report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
     if log_file is not None:

@@ -9,10 +9,11 @@ event, and tracks every ordered stream with an unbounded ``StreamTracker``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from turnaudit.contracts import Breach, check_event, check_key
 from turnaudit.errors import SerializationError
+from turnaudit.events import occurred_millis
 from turnaudit.identity import (
     LEGACY_PRODUCER,
     StreamId,
@@ -65,8 +66,13 @@ class Verifier:
         log_start_offsets: Mapping[int, int] | None = None,
         anchors: Anchors | None = None,
         start_gaps: bool = True,
+        event_window: tuple[int, int] | None = None,
     ) -> None:
         self._decode = decode
+        # ``--time event``: only turns whose occurred_at (epoch ms) is in [low, high)
+        # count; the others are tallied in ``outside_window`` and otherwise ignored.
+        self.event_window = event_window
+        self.outside_window = 0
         # Stream heads from an earlier report: (position, chain hash) that must still be there.
         self.anchors = dict(anchors or {})
         self._anchored_hash: dict[StreamId, str] = {}
@@ -100,6 +106,20 @@ class Verifier:
         self.first_timestamp: int | None = None
         self.last_timestamp: int | None = None
 
+    def _in_window(self, event: Mapping[str, Any]) -> bool:
+        assert self.event_window is not None
+        low, high = self.event_window
+        try:
+            return low <= occurred_millis(event["occurred_at"]) < high
+        except (KeyError, TypeError, ValueError):
+            return True  # not a TurnEvent: the checks that follow report it
+
+    def _stamped(self, timestamp_ms: int) -> None:
+        if self.first_timestamp is None or timestamp_ms < self.first_timestamp:
+            self.first_timestamp = timestamp_ms
+        if self.last_timestamp is None or timestamp_ms > self.last_timestamp:
+            self.last_timestamp = timestamp_ms
+
     def feed(
         self,
         partition: int,
@@ -114,10 +134,7 @@ class Verifier:
             if self._moved.get(partition) == offset:
                 self.retained_from.add(partition)
         if timestamp_ms is not None and timestamp_ms > 0:
-            if self.first_timestamp is None or timestamp_ms < self.first_timestamp:
-                self.first_timestamp = timestamp_ms
-            if self.last_timestamp is None or timestamp_ms > self.last_timestamp:
-                self.last_timestamp = timestamp_ms
+            self._stamped(timestamp_ms)
         try:
             decoded = self._decode(value)
         except SerializationError as exc:
@@ -125,6 +142,9 @@ class Verifier:
                 Finding("undecodable", str(exc), message_where(partition, offset)))
             return
         event = decoded.event
+        if self.event_window is not None and not self._in_window(event):
+            self.outside_window += 1
+            return
         try:
             stream: StreamId = (event["session_id"], event.get("producer_id") or LEGACY_PRODUCER)
             result = self.tracker.observe(event, value or b"", partition=partition, offset=offset)
