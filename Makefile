@@ -6,6 +6,9 @@ PY    := $(VENV)/bin/python
 PIP_STAMP  := $(VENV)/.installed
 JARS_DIR   := deploy/kafka/target/jars
 JARS_STAMP := $(JARS_DIR)/.resolved
+NATIVE_STAMP := $(VENV)/.installed-native
+NATIVE_SRC   := native/Cargo.toml native/Cargo.lock native/pyproject.toml \
+                native/turnaudit_native.pyi $(wildcard native/src/*.rs)
 
 .PHONY: demo test test-fast setup native jars lint typecheck bench clean broker-stop promtool
 
@@ -62,9 +65,6 @@ $(PIP_STAMP): pyproject.toml
 # The native Avro decoder (native/, a Rust crate with PyO3), built from source
 # into .venv/ by maturin whenever its sources change. The package requires it:
 # without cargo, setup stops here with one line (no slower fallback is installed).
-NATIVE_STAMP := $(VENV)/.installed-native
-NATIVE_SRC   := native/Cargo.toml native/Cargo.lock native/pyproject.toml \
-                native/turnaudit_native.pyi $(wildcard native/src/*.rs)
 native: $(NATIVE_STAMP)
 
 $(NATIVE_STAMP): $(NATIVE_SRC) | $(PIP_STAMP)
