@@ -171,10 +171,14 @@ PANELS: tuple[PanelSpec, ...] = (
     ),
     PanelSpec(
         8, "Contract breaches (last 1h)", (12, 32, 12, 8), "short",
-        [Target(f"sum by (job, contract) (increase(turnaudit_contract_breaches_total{J}[1h]))",
-                "{{job}} {{contract}}")],
-        "Events that broke a contract (docs/contracts.md), by service and contract "
-        "(alert: TurnAuditContractBreach).",
+        [Target(f"sum by (job, pack, contract) "
+                f"(increase(turnaudit_contract_breaches_total{J}[1h]))",
+                "{{job}} {{pack}} {{contract}}"),
+         Target(f"sum by (pack, contract) (increase(turnaudit_publisher_breaches_total{J}[1h]))",
+                "runtimes {{pack}} {{contract}}")],
+        "Turns that broke a contract (docs/contracts.md), by service, pack and contract; they "
+        "are counted as turns too (alerts: TurnAuditContractBreach, "
+        "TurnAuditRuntimeContractBreach).",
         kind="bargauge",
     ),
     PanelSpec(
@@ -277,7 +281,8 @@ PANELS: tuple[PanelSpec, ...] = (
          Target(f"sum(rate(turnaudit_publisher_events_rejected_total{J}[5m]))",
                 "rejected (DLQ)")],
         "What the runtimes' publishers did with turn events (alerts "
-        "TurnAuditPublisherRefusing, TurnAuditRuntimeSilent, TurnAuditStreamSilent).",
+        "TurnAuditPublisherRefusing, TurnAuditPublisherDeadLettering, TurnAuditRuntimeSilent, "
+        "TurnAuditStreamSilent).",
     ),
     PanelSpec(
         23, "Publisher spool: age of the oldest event", (12, 88, 12, 8), "s",
@@ -438,6 +443,8 @@ ALERT_PANELS: Mapping[str, int] = {
     "TurnAuditRefusalRateHigh": 1,
     "TurnAuditHedgeRateHigh": 2,
     "TurnAuditContractBreach": 8,
+    "TurnAuditRuntimeContractBreach": 8,
+    "TurnAuditPublisherDeadLettering": 22,
     "TurnAuditSequenceGaps": 9,
     "TurnAuditDeadLettersGrowing": 10,
     "TurnAuditDeadLetterFailures": 16,

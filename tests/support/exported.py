@@ -13,7 +13,7 @@ from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumerMetrics
 from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
 from turnaudit.consumers.verify_follow import FollowMetrics
-from turnaudit.producers.metrics import PublisherMetrics
+from turnaudit.producers.metrics import BreachMetrics, PublisherMetrics
 from turnaudit.settings import KafkaSettings
 
 _SUFFIXES = {
@@ -52,6 +52,7 @@ def exported_sample_names() -> set[str]:
     HtirFeederSink(nowhere, registry=registry)
     FollowMetrics(registry)  # verify --follow
     PublisherMetrics(registry)  # the runtimes' side, scraped from each runtime
+    BreachMetrics(registry, max_packs=100)  # the runtimes' adapter
     names: set[str] = {"up", "ALERTS"}  # series Prometheus itself makes
     for family in registry.collect():
         for suffix in _SUFFIXES.get(family.type, ("",)):
