@@ -80,6 +80,7 @@ from turnaudit.kafka.producer import (
 )
 from turnaudit.producers.accounting import CloseReport, Ledger, PublisherStats
 from turnaudit.producers.failover import Failover, bytes_headers
+from turnaudit.producers.heads import DEFAULT_HEAD_INTERVAL_S, HeadsFile
 from turnaudit.producers.metrics import PublisherMetrics
 from turnaudit.producers.spool import SpooledMessage
 from turnaudit.serialization.schema_topic import announce_schema
@@ -141,6 +142,7 @@ class TurnEventPublisher:
         schema_registry: RegistryClient | None = None,
         producer_id: str | None = None,
         max_unacked_s: float | None = None,
+        head_interval_s: float | None = None,
     ) -> None:
         catalog = catalog or shipped_catalog()
         if max_unacked_s is None:
@@ -181,6 +183,15 @@ class TurnEventPublisher:
         # so the process that drains a spool never renumbers them.
         self._stamper = TurnStamper(producer_id=producer_id, id_factory=id_factory)
         self.producer_id = self._stamper.producer_id
+        # Stream heads beside the spool, written by their own thread; a
+        # predecessor's (a crash) are announced on <prefix>stream-heads.
+        if head_interval_s is None:
+            head_interval_s = env_seconds("TURNAUDIT_HEAD_INTERVAL_S", DEFAULT_HEAD_INTERVAL_S)
+        self._heads_announcer = KafkaProducer.plain(settings).open()
+        self._heads = HeadsFile(
+            spool_dir, producer_id=self.producer_id, interval_s=max(head_interval_s, 0.001),
+            lock=ledger.lock, announcer=self._heads_announcer, prefix=settings.topics.prefix,
+        )
         self._closed = False
         self._lost = 0
         self.metrics.attach(self)
@@ -202,7 +213,8 @@ class TurnEventPublisher:
         with ledger.lock:
             event_id = self._stamper.stamp(stamped)
             value = self._write(stamped)  # raises before a position is used up
-            self._stamper.commit(stamped, value)
+            self._heads.dirty[(session, stamped["producer_id"])] = (
+                stamped["sequence"], self._stamper.commit(stamped, value))
             if not route.spooling:
                 try:
                     self._producer.produce(self.topic, value, key)
@@ -315,6 +327,7 @@ class TurnEventPublisher:
         deadline = time.monotonic() + timeout
         self._failover.close(deadline)
         self._schema_producer.flush(min(5.0, max(0.0, deadline - time.monotonic())))
+        self._heads.close(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
         self._closed = True
         report = self._report()
         if report.ok:

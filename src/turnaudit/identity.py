@@ -142,8 +142,9 @@ class TurnStamper:
         event["prev_hash"] = "" if key[1] else stream.last_hash
         return event_id
 
-    def commit(self, event: OutgoingTurnEvent, value: bytes) -> None:
-        """The stamped ``event`` was handed on, encoded as ``value``."""
+    def commit(self, event: OutgoingTurnEvent, value: bytes) -> str:
+        """The stamped ``event`` was handed on, encoded as ``value``; returns its
+        chain hash (the stream's new head)."""
         key = _stamp_key(event)
         stream = self._streams.get(key)
         if stream is None:
@@ -157,6 +158,7 @@ class TurnStamper:
             self._streams.popitem(last=False)
             self._generation += 1
             self._current_producer = f"{self.producer_id}.{self._generation}"
+        return stream.last_hash
 
     def new_event_id(self) -> str:
         return self._new_id()

@@ -48,6 +48,9 @@ def topic_specs(settings: KafkaSettings) -> list[TopicSpec]:
         ),
         TopicSpec(t.htir_traces, settings.partitions, {"retention.ms": keep_events}),
         TopicSpec(t.auditor_observations, settings.partitions, {"retention.ms": keep_events}),
+        # Each publisher stream's last recorded head, keyed by stream: compacted.
+        TopicSpec(f"{t.prefix}stream-heads", 1,
+                  {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}),
     ]
 
 

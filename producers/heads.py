@@ -1,0 +1,196 @@
+"""Stream heads on local disk, beside the spool: a crash is measured to the turn.
+
+``HeadsFile`` keeps ``<spool_dir>/heads.jsonl``: a header line (producer id,
+head interval), then lines of stream heads (session, producer id, last
+sequence handed on, its chain hash), appended by the publisher's own
+background thread every ``interval_s`` with what changed since (one ``write``
+per interval; ``publish()`` only puts the head in a dict under the lock it
+already holds). A clean close appends the final heads and an ``ended`` line.
+
+On start, a predecessor's file is renamed to ``heads-<ns>.pending``; the
+background thread announces every pending file's heads on the compacted
+``<prefix>stream-heads`` topic (``ended`` True when the file had its ended
+line, False when the predecessor was cut by a crash) and deletes the file
+once the broker acknowledged them all; retried until then.
+
+Reading tolerates a torn tail: lines are taken up to the first one that does
+not parse (a crash mid-write cuts there); reading never raises on content.
+Bound: a crash loses at most the head writes of the last interval, so a
+``lost_in_crash`` count derived from the heads is exact up to the turns
+handed on in the last ``interval_s`` before the crash (it never over-counts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from turnaudit.kafka.producer import DeliveredMessage, DeliveryError, KafkaProducer
+from turnaudit.stream_heads import HeadAnnouncement, StreamHead, stream_heads_topic
+
+log = structlog.get_logger("turnaudit.publisher")
+
+HEADS_FILE = "heads.jsonl"
+DEFAULT_HEAD_INTERVAL_S = 0.2
+ANNOUNCE_RETRY_S = 5.0
+
+Stream = tuple[str, str]
+
+
+@dataclass
+class RecordedHeads:
+    """What one heads file says."""
+
+    producer_id: str = ""
+    interval_ms: int = 0
+    heads: dict[Stream, StreamHead] = field(default_factory=dict)
+    ended: bool = False
+    lines: int = 0  # whole lines read (a torn tail is not counted)
+
+
+def read_heads(path: Path) -> RecordedHeads:
+    """The heads of a file, up to its first line that does not parse."""
+    out = RecordedHeads()
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return out
+    # The part after the last newline is a torn write (or nothing): never read.
+    for raw in data.split(b"\n")[:-1]:
+        try:
+            line = json.loads(raw)
+            if not isinstance(line, dict):
+                break
+            if "header" in line:
+                out.producer_id = str(line["producer_id"])
+                out.interval_ms = int(line["interval_ms"])
+            elif "ended" in line:
+                out.ended = True
+            else:
+                head = StreamHead(str(line["s"]), str(line["p"]), int(line["q"]), str(line["h"]))
+                out.heads[head.stream] = head
+        except (ValueError, KeyError, TypeError):
+            break  # torn: cut back here
+        out.lines += 1
+    return out
+
+
+def head_line(head: StreamHead) -> bytes:
+    return json.dumps({"s": head.session_id, "p": head.producer_id, "q": head.sequence,
+                       "h": head.hash}, separators=(",", ":")).encode() + b"\n"
+
+
+class HeadsFile:
+    """The publisher's heads, written off the turn's path; see the module docstring."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        producer_id: str,
+        interval_s: float,
+        lock: threading.Lock,
+        announcer: KafkaProducer | None,
+        prefix: str,
+    ) -> None:
+        self.directory = directory
+        self.path = directory / HEADS_FILE
+        self.interval_s = interval_s
+        self.producer_id = producer_id
+        self._lock = lock  # the publisher's: publish() fills ``dirty`` under it
+        self.dirty: dict[Stream, tuple[int, str]] = {}
+        self._heads: dict[Stream, StreamHead] = {}
+        self._announcer = announcer
+        self._topic = stream_heads_topic(prefix)
+        self._closing = threading.Event()
+        self.writes = 0
+        self.write_errors = 0
+        if self.path.exists():  # a predecessor's: announced by the thread, then deleted
+            self.path.rename(directory / f"heads-{time.time_ns()}.pending")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        header = {"header": 1, "producer_id": producer_id,
+                  "interval_ms": round(interval_s * 1000), "started": time.time()}
+        os.write(self._fd, json.dumps(header).encode() + b"\n")
+        self._thread = threading.Thread(target=self._run, name="turnaudit-heads", daemon=True)
+        self._thread.start()
+
+    # -- the background thread --------------------------------------------------------
+    def _run(self) -> None:
+        next_announce = 0.0
+        while not self._closing.wait(self.interval_s):
+            try:
+                self.write_now()
+                if time.monotonic() >= next_announce:
+                    if not self.announce_pending():
+                        next_announce = time.monotonic() + ANNOUNCE_RETRY_S
+                    else:
+                        next_announce = float("inf")
+            except Exception as exc:  # the thread outlives any error
+                self.write_errors += 1
+                log.error("stream_heads_write_failed", error=repr(exc))
+
+    def write_now(self) -> None:
+        """Append the heads that changed since the last write (one ``write``)."""
+        with self._lock:
+            dirty, self.dirty = self.dirty, {}
+        if not dirty:
+            return
+        lines = []
+        for (session, producer), (sequence, digest) in dirty.items():
+            head = self._heads[(session, producer)] = StreamHead(session, producer, sequence,
+                                                                 digest)
+            lines.append(head_line(head))
+        os.write(self._fd, b"".join(lines))
+        self.writes += 1
+
+    def pending_files(self) -> list[Path]:
+        return sorted(self.directory.glob("heads-*.pending"))
+
+    def announce_pending(self, timeout: float = 10.0) -> bool:
+        """Announce every predecessor's heads; True once none is left."""
+        for path in self.pending_files():
+            recorded = read_heads(path)
+            if recorded.heads and not self._announce(recorded, timeout):
+                return False
+            path.unlink(missing_ok=True)
+            log.warning("stream_heads_announced", file=path.name, streams=len(recorded.heads),
+                        ended=recorded.ended, predecessor=recorded.producer_id)
+        return True
+
+    def _announce(self, recorded: RecordedHeads, timeout: float) -> bool:
+        if self._announcer is None:
+            return False
+        failed = []
+
+        def report(err: DeliveryError | None, _msg: DeliveredMessage) -> None:
+            if err is not None:
+                failed.append(err)
+
+        for head in recorded.heads.values():
+            note = HeadAnnouncement(head, recorded.ended, recorded.interval_ms, self.producer_id)
+            self._announcer.produce(self._topic, note.encode(), note.key(), on_delivery=report)
+        left = self._announcer.flush(timeout)
+        return left == 0 and not failed
+
+    # -- close --------------------------------------------------------------------------
+    def close(self, timeout: float = 5.0) -> None:
+        """Final heads and the ended line; then announce them as ended (best effort:
+        a successor announces them otherwise)."""
+        self._closing.set()
+        self._thread.join()
+        try:
+            self.write_now()
+            os.write(self._fd, b'{"ended":1}\n')
+        finally:
+            os.close(self._fd)
+        recorded = RecordedHeads(self.producer_id, round(self.interval_s * 1000),
+                                 dict(self._heads), ended=True)
+        if not recorded.heads or self._announce(recorded, timeout):
+            self.path.unlink(missing_ok=True)
+        self.announce_pending(timeout=min(timeout, 2.0))
