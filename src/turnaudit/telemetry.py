@@ -14,7 +14,7 @@ constant.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Final
@@ -44,19 +44,16 @@ TURN_COUNTERS: Final[Mapping[str, str]] = MappingProxyType({
 })
 
 
-def rotated_log_files(path: Path) -> list[Path]:
-    """A log sink's file and its rotated copies, oldest first.
+def rotated_log_files(path: Path, names: Iterable[str]) -> list[Path]:
+    """A log sink's file and its rotated copies, oldest first, among ``names`` (the
+    names in ``path``'s folder).
 
     The log sink rotates with ``logging.handlers.RotatingFileHandler``: the current
     file is ``path``, the copies ``path.1`` (the newest) to ``path.N`` (the oldest,
-    N = ``TURNAUDIT_LOG_FILE_BACKUPS``). Only the files that exist are listed; the
-    current file comes last, also when it is absent from the list.
+    N = ``TURNAUDIT_LOG_FILE_BACKUPS``). The current file comes last, listed whether or
+    not it is among ``names``.
     """
     pattern = re.compile(re.escape(path.name) + r"\.([1-9][0-9]*)")
-    copies = []
-    if path.parent.is_dir():
-        for entry in path.parent.iterdir():
-            match = pattern.fullmatch(entry.name)
-            if match:
-                copies.append((int(match.group(1)), entry))
-    return [p for _, p in sorted(copies, reverse=True)] + [path]
+    copies = sorted(((int(m.group(1)), name) for name in names
+                     if (m := pattern.fullmatch(name))), reverse=True)
+    return [path.with_name(name) for _, name in copies] + [path]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -16,14 +17,19 @@ def reconcile_log(path: Path, turns: set[str]) -> LogReconciliation:
     """Compare a log sink's JSON lines (``event: turn``), in ``path`` and its rotated
     copies (``rotated_log_files``), with the range's turns."""
     logged: Counter[str] = Counter()
-    for file in rotated_log_files(path):
+    try:
+        files = rotated_log_files(path, os.listdir(path.parent))
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the log-sink file {path}: {exc}") from exc
+    for file in files:
         try:
             with file.open("rb") as handle:
                 logged.update(logged_turns(handle))
         except FileNotFoundError:
-            if file == path and len(rotated_log_files(path)) == 1:
+            if len(files) == 1:
                 raise ConfigurationError(f"cannot read the log-sink file {path}: it does "
                                          "not exist") from None
+            # rotated away (or the current file not reopened yet) while being read
         except OSError as exc:
             raise ConfigurationError(f"cannot read the log-sink file {file}: {exc}") from exc
     return compare_log(str(path), logged, turns)
