@@ -168,7 +168,9 @@ def test_a_reorder_raises_the_missing_figure_and_the_late_turn_brings_it_back(
     assert total(down, "turnaudit_chain_breaks_total") == 0
 
 
-def test_a_wrong_key_is_dead_lettered_with_its_reason(kafka_settings: KafkaSettings) -> None:
+def test_a_wrong_key_is_flagged_and_counted_not_dead_lettered(
+    kafka_settings: KafkaSettings,
+) -> None:
     events = one_stream(2)
     registry = CollectorRegistry()
     service = verdict_metrics_service(
@@ -182,11 +184,12 @@ def test_a_wrong_key_is_dead_lettered_with_its_reason(kafka_settings: KafkaSetti
         )
         assert wait_for(lambda: total(scrape(port), "turnaudit_key_mismatches_total") == 1)
         samples = scrape(port)
-    assert total(samples, "turnaudit_dead_letters_total", reason="contract:key_is_session_id") == 1
-    assert total(samples, "turnaudit_turns_total") == 1
+    assert total(samples, "turnaudit_dead_letters_total") == 0
+    assert total(samples, "turnaudit_contract_breaches_total", contract="key_is_session_id") == 1
+    assert total(samples, "turnaudit_turns_total") == 2  # the turn happened: counted
     report = run_verify(kafka_settings, DECODE, RangeSpec())
     j = report.as_json()
-    assert j["dead_letters"]["by_reason"] == {"contract:key_is_session_id": 1}
+    assert j["dead_letters"]["count"] == 0
     assert [f["kind"] for f in j["unexplained"]] == ["key_mismatch"]
 
 

@@ -1,5 +1,8 @@
 """The verify report: what is unexplained, its JSON (``verify --json``) and its summary.
 
+Breaching turns (a contract broken, the turn recorded) have a section of their
+own: counted as turns, listed, explained.
+
 Pure: built from a fed ``Verifier``, the range as resolved, the range's dead
 letters and the reconciliations; the JSON keys are those verify has always
 written, in the same order.
@@ -13,6 +16,7 @@ from typing import Literal, NotRequired, TypedDict
 
 from turnaudit.identity import LEGACY_PRODUCER
 from turnaudit.verify.counts import CountsJson
+from turnaudit.verify.crash import StreamEnds, StreamEndsJson
 from turnaudit.verify.findings import EXAMPLES, Finding, FindingJson, Where
 from turnaudit.verify.reconciliation import (
     LogJson,
@@ -73,6 +77,15 @@ class DuplicatesJson(TypedDict):
     examples: list[FindingJson]
 
 
+class BreachingJson(TypedDict):
+    """Turns that broke a contract: counted as the turns they are, and listed (explained)."""
+
+    count: int
+    by_contract: dict[str, int]
+    by_pack: dict[str, int]
+    turns: list[FindingJson]
+
+
 class ReplayJson(TypedDict):
     label: str
     event_time: bool
@@ -100,6 +113,7 @@ class ReportJson(TypedDict):
     not_logged: int
     redeliveries: int
     duplicates: DuplicatesJson
+    breaching_turns: BreachingJson
     undecodable: int
     dead_letters: DeadLettersJson
     log_sink: LogJson | None
@@ -113,6 +127,8 @@ class ReportJson(TypedDict):
     retention: NotRequired[RetentionJson]
     # Only with ``--time event``: the window by occurred_at, and the turns read outside it.
     event_time: NotRequired[EventTimeJson]
+    # Where announced streams ended: cleanly, or cut by a crash, and the turns lost.
+    stream_ends: NotRequired[StreamEndsJson]
 
 
 class EventTimeJson(TypedDict):
@@ -127,12 +143,15 @@ class VerifyReport:
     dead_letters: DeadLetters = field(default_factory=DeadLetters)
     log: LogReconciliation | None = None
     metrics: list[MetricsReconciliation] = field(default_factory=list)
+    stream_ends: StreamEnds | None = None
 
     def unexplained(self) -> list[Finding]:
         v = self.verifier
         dead_lettered = self.dead_letters.positions
         found = list(v.findings) + v.lost() + v.anchor_findings()
         found += [f for f in v.undecodable if f.place not in dead_lettered]
+        if self.stream_ends is not None:
+            found += self.stream_ends.findings()
         if self.log is not None and not self.log.agrees:
             found.append(Finding("not_logged", f"{len(self.log.not_logged)} turn(s) of the "
                                  f"range are not in {self.log.path}", {}))
@@ -171,6 +190,11 @@ class VerifyReport:
             duplicates=DuplicatesJson(
                 count=len(v.duplicates),
                 examples=[d.as_json() for d in v.duplicates[:EXAMPLES]]),
+            breaching_turns=BreachingJson(
+                count=len(v.breaching),
+                by_contract=dict(sorted(v.breaches_by_contract.items())),
+                by_pack=dict(sorted(v.breaching_by_pack.items())),
+                turns=[b.as_json() for b in v.breaching[: EXAMPLES * 5]]),
             undecodable=len(v.undecodable),
             dead_letters=self.dead_letters.as_json(),
             log_sink=None if self.log is None else self.log.as_json(),
@@ -182,6 +206,8 @@ class VerifyReport:
         if v.event_window is not None:
             document["event_time"] = EventTimeJson(window_ms=list(v.event_window),
                                                    outside_window=v.outside_window)
+        if self.stream_ends is not None:
+            document["stream_ends"] = self.stream_ends.as_json()
         if v.retained_from:
             document["retention"] = RetentionJson(
                 log_start={str(p): v.log_start[p] for p in sorted(v.retained_from)},
@@ -215,10 +241,27 @@ class VerifyReport:
             f"  dead letters in the range: {j['dead_letters']['count']} "
             + str(j["dead_letters"]["by_reason"]),
         ]
+        breaching = j["breaching_turns"]
+        if breaching["count"]:
+            lines.append(
+                f"  breaching turns {breaching['count']} (counted as turns, explained): "
+                + ", ".join(f"{k} {n}" for k, n in breaching["by_contract"].items())
+                + "; per pack " + ", ".join(f"{k} {n}" for k, n in breaching["by_pack"].items()))
+            for f in self.verifier.breaching[:EXAMPLES]:
+                at = ", ".join(f"{k} {v}" for k, v in f.where.items() if k != "positions")
+                lines.append(f"  BREACHING {f.detail} [{at}]")
+            if breaching["count"] > EXAMPLES:
+                lines.append(f"  … {breaching['count'] - EXAMPLES} more breaching turns (--json)")
         event_time = j.get("event_time")
         if event_time is not None:
             lines.append(f"  by event time: {event_time['outside_window']} turn(s) read from the "
                          "broker range happened outside the window (left out)")
+        ends = j.get("stream_ends")
+        if ends is not None:
+            lines.append(
+                f"  stream ends announced {ends['announced']}: {ends['ended_cleanly']} ended "
+                f"cleanly, {ends['cut']} cut by a crash, lost in crash {ends['lost_in_crash']} "
+                f"(exact up to the last head write: head interval {ends['head_interval_ms']} ms)")
         retention = j.get("retention")
         if retention is not None:
             lines.append(

@@ -3,12 +3,16 @@
 Fed every message of a range (partition, offset, key, value), it decodes with
 the shared reader (every schema version), checks contracts 1-4 and 6 on each
 event, and tracks every ordered stream with an unbounded ``StreamTracker``
-(dedupe by event id, gaps, late arrivals, the hash chain). Pure: no I/O.
+(dedupe by event id, gaps, late arrivals, the hash chain). A turn that broke a
+contract 1-4 (found here, or recorded by its producer in v4's ``breaches``) is
+counted like any turn and listed in ``breaching``: on the record, not lost.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from turnaudit.contracts import Breach, check_event, check_key
@@ -101,6 +105,11 @@ class Verifier:
         self.duplicates: list[Finding] = []
         self.findings: list[Finding] = []  # unexplained
         self.undecodable: list[Finding] = []
+        # Turns that broke a contract (1-4, by verify's own check or recorded by the
+        # producer in v4's ``breaches``): counted like any turn and listed, not lost.
+        self.breaching: list[Finding] = []
+        self.breaches_by_contract: Counter[str] = Counter()
+        self.breaching_by_pack: Counter[str] = Counter()
         self.event_ids: set[str] = set()
         self.streams: set[StreamId] = set()
         self.first_timestamp: int | None = None
@@ -159,14 +168,17 @@ class Verifier:
                     and result.counts_as_turn):
                 self._began_earlier(stream, event, partition, offset, result.sequence)
         key_breach = check_key(key, event)
+        recorded = event.get("breaches") or ()
         ordinary = (result.outcome is TurnOutcome.NEW and result.chain_break is None
-                    and key_breach is None and not breaches)
+                    and key_breach is None and not breaches and not recorded)
         if not ordinary:
             # Where a finding is: built only for the few messages that have one.
             where = Where(partition=partition, offset=offset, session_id=stream[0],
                           producer_id=stream[1], position=result.sequence,
                           event_id=event["event_id"])
             self._report(result, key_breach, breaches, where)
+            if result.counts_as_turn and (breaches or recorded):
+                self._breaching(event, breaches, recorded, where)
             if not result.counts_as_turn:
                 return
         anchor = self.anchors.get(stream)
@@ -188,11 +200,22 @@ class Verifier:
         elif result.outcome is TurnOutcome.DUPLICATE:
             self.duplicates.append(
                 Finding("duplicate", "the same event stored again (same content)", where))
-        if not result.counts_as_turn:
-            return
-        for breach in breaches:
-            self.findings.append(Finding(f"contract:{breach.contract.value}", breach.detail,
-                                         where))
+
+    def _breaching(
+        self, event: Mapping[str, Any], breaches: list[Breach], recorded: Sequence[str],
+        where: Where,
+    ) -> None:
+        """A turn that broke a contract: counted as a turn (by ``feed``) and listed here."""
+        details = {b.contract.value: b.detail for b in breaches}
+        for name in recorded:
+            details.setdefault(name, "recorded by the producer")
+        pack = str(event.get("pack_id", ""))
+        self.breaching_by_pack[pack] += 1
+        self.breaches_by_contract.update(details.keys())
+        listed = Where(**where)
+        listed["pack"] = pack
+        self.breaching.append(Finding(
+            "breaching_turn", "; ".join(f"{c}: {d}" for c, d in details.items()), listed))
 
     def _began_earlier(
         self, stream: StreamId, event: Mapping[str, object], partition: int, offset: int,

@@ -59,13 +59,18 @@ def test_the_summary_is_line_for_line_the_one_verify_printed(tmp_path: Path) -> 
 def test_every_kind_of_finding_is_in_the_golden_report() -> None:
     document = json.loads((scenario.GOLDEN / "report.json").read_text())
     assert set(document["unexplained_by_kind"]) == {
-        "anchor_absent", "chain_break", "content_changed", "contract:refusal_hedge_exclusive",
-        "contract:stub_fields", "key_mismatch", "late_arrival", "lost", "not_logged",
+        "anchor_absent", "chain_break", "content_changed", "key_mismatch", "late_arrival",
+        "lost", "not_logged",
         "position_reused", "rewritten", "truncated", "uncounted",
     }
     assert document["duplicates"]["count"] == 1
     assert document["redeliveries"] == 1
     assert document["undecodable"] == 1  # dead-lettered: explained
+    # Breaching turns are counted as turns and listed, not unexplained.
+    assert document["breaching_turns"]["by_contract"] == {
+        "refusal_hedge_exclusive": 1, "stub_fields": 1}
+    assert [t["event_id"] for t in document["breaching_turns"]["turns"]] == [
+        "breach-1-0", "breach-2-0"]
 
 
 def test_a_report_without_dead_letters_or_reconciliations_is_ok_when_nothing_is_wrong() -> None:
