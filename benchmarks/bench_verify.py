@@ -1,0 +1,133 @@
+"""One-shot ``verify`` over a topic: throughput against a bare consume + decode loop over
+the same topic in the same run, and each one's peak resident memory.
+
+Each loop runs in a child process of its own (``--child``), so its RSS peak
+(``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own; the timing starts after
+the imports. Rounds rotate which loop goes first. ``verify`` is ``run_verify`` on the
+whole retained stream (the range's dead letters read too), as ``turnaudit verify`` does.
+
+    .venv/bin/python benchmarks/bench_verify.py [--events 100000] [--rounds 3]
+        [--partitions 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from _broker import PROJECT_DIR, benchmark_cluster
+
+from turnaudit.kafka.consumer import BEGINNING, KafkaConsumer
+from turnaudit.kafka.offsets import RangeSpec, end_offsets
+from turnaudit.producers.publisher import TurnEventPublisher
+from turnaudit.producers.simulator import TurnRuntimeSimulator
+from turnaudit.replay import READER_CONFIG
+from turnaudit.serialization.decoders import decoder_for
+from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.verify.run import run_verify
+
+LOOPS = ("bare consume+decode", "verify")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--child", choices=LOOPS)
+    parser.add_argument("--bootstrap")
+    parser.add_argument("--prefix")
+    args = parser.parse_args()
+    if args.child:
+        settings = KafkaSettings(bootstrap_servers=args.bootstrap,
+                                 topics=TopicNames(args.prefix))
+        print(json.dumps(child(settings, args.child)))
+        return
+    with benchmark_cluster(partitions=args.partitions) as (settings, _), \
+            tempfile.TemporaryDirectory(prefix="turnaudit-bench-verify-") as work:
+        began = time.perf_counter()
+        publisher = TurnEventPublisher(settings, spool_dir=Path(work) / "spool")
+        for event in TurnRuntimeSimulator(3, schema_versions=(3,)).events(args.events):
+            publisher.publish(event)
+        assert publisher.close().ok
+        print(f"published {args.events} turns in {time.perf_counter() - began:.0f} s",
+              flush=True)
+        rounds(settings, args.events, args.rounds, args.partitions)
+
+
+def rounds(settings: KafkaSettings, events: int, rounds: int, partitions: int) -> None:
+    found: dict[str, list[dict[str, float]]] = {name: [] for name in LOOPS}
+    for round_no in range(rounds):
+        for name in LOOPS[round_no % 2:] + LOOPS[:round_no % 2]:
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", name, "--bootstrap",
+                 settings.bootstrap_servers or "", "--prefix", settings.topics.prefix],
+                check=True, capture_output=True, text=True, cwd=PROJECT_DIR)
+            result = json.loads(out.stdout.splitlines()[-1])
+            assert result["count"] == events, result
+            found[name].append(result)
+    print(f"{events} turns, {partitions} partitions, {rounds} rounds (rotated), "
+          "one process per loop")
+    bare = found[LOOPS[0]]
+    for name in LOOPS:
+        rates = [r["count"] / r["seconds"] for r in found[name]]
+        ratios = [r["count"] / r["seconds"] / (b["count"] / b["seconds"])
+                  for r, b in zip(found[name], bare, strict=True)]
+        cpu = [1e6 * r["cpu"] / r["count"] for r in found[name]]
+        rss = [r["maxrss_kb"] / 1024 for r in found[name]]
+        print(f"{name:20} turns/s median {statistics.median(rates):8.0f} "
+              f"(min {min(rates):.0f}, max {max(rates):.0f}) | x bare per round median "
+              f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})"
+              f" | CPU us/turn median {statistics.median(cpu):.1f} | RSS peak MiB median "
+              f"{statistics.median(rss):.0f} (max {max(rss):.0f})")
+    extra = statistics.median(r["maxrss_kb"] for r in found["verify"]) - \
+        statistics.median(r["maxrss_kb"] for r in bare)
+    print(f"verify's RSS peak above the bare loop's: {extra / 1024:.0f} MiB, "
+          f"{extra * 1024 / events:.0f} bytes per turn")
+
+
+def child(settings: KafkaSettings, name: str) -> dict[str, float]:
+    began, began_cpu = time.perf_counter(), time.process_time()
+    if name == "verify":
+        report = run_verify(settings, decoder_for(settings), RangeSpec())
+        count = report.verifier.messages
+    else:
+        count = bare(settings)
+    return {"count": count, "seconds": time.perf_counter() - began,
+            "cpu": time.process_time() - began_cpu,
+            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+
+def bare(settings: KafkaSettings) -> int:
+    """The fastest plain loop: one consumer assigned every partition with the replay's
+    fetch settings, consume in large batches, decode each message, nothing else."""
+    decode = decoder_for(settings)
+    topic = settings.topics.turn_events
+    end = {p: o for p, o in end_offsets(settings, topic).items() if o > 0}
+    consumer = KafkaConsumer(settings, topic, READER_CONFIG,
+                             group_id=f"bench-bare-{uuid.uuid4().hex}")
+    consumer.assign(dict.fromkeys(end, BEGINNING))
+    count = 0
+    try:
+        while end:
+            for msg in consumer.consume(10_000, 0.2):
+                decode(msg.value())
+                count += 1
+                p = msg.partition()
+                if p in end and (msg.offset() or 0) + 1 >= end[p]:
+                    del end[p]
+    finally:
+        consumer.close()
+    return count
+
+
+if __name__ == "__main__":
+    main()
