@@ -1,5 +1,10 @@
 """The dead-letter topic's message shape: closed reasons, the ``dlq.*`` headers.
 
+Beside its own ``dlq.*`` headers a dead letter carries Kafka Connect's
+dead-letter headers (``__connect.errors.topic``, ``.partition``, ``.offset``,
+``.exception.class.name``, ``.exception.message``), so tools built for
+Connect's convention read where it came from and why.
+
 Pure: the writer that puts dead letters on the topic is
 ``turnaudit.kafka.dead_letters``; readers (``verify``, the subscribers' guide)
 need only this.
@@ -26,11 +31,34 @@ class DeadLetterReason(enum.StrEnum):
 
 
 HEADER_PREFIX = "dlq."
+CONNECT_HEADER_PREFIX = "__connect.errors."
+# The reason's exception, named as Connect names the exception class of a dead letter.
+_EXCEPTION_CLASSES: dict[str, str] = {
+    DeadLetterReason.UNKNOWN_FRAMING.value: "turnaudit.errors.UnknownFramingError",
+    DeadLetterReason.UNKNOWN_SCHEMA.value: "turnaudit.errors.SchemaNotFoundError",
+    DeadLetterReason.UNUSABLE_SCHEMA.value: "turnaudit.serialization.wire.UnusableSchemaError",
+    DeadLetterReason.UNDECODABLE.value: "turnaudit.errors.SerializationError",
+}
 ERROR_HEADER_BYTES = 4096
 TRUNCATED_VALUE_BYTES = 64 * 1024
 TRUNCATED_KEY_BYTES = 1024
 
 Headers = list[tuple[str, str | bytes | None]]
+
+
+def exception_class_name(reason: str) -> str:
+    """The exception class a reason stands for (Connect's ``exception.class.name``)."""
+    known = _EXCEPTION_CLASSES.get(reason)
+    if known is not None:
+        return known
+    if reason.startswith("contract:"):
+        return "turnaudit.contracts.Breach"
+    return "turnaudit.errors.TurnAuditError"
+
+
+def is_dead_letter_header(name: str) -> bool:
+    """A header the dead-letter writer sets (``dlq.*`` or Connect's ``__connect.errors.*``)."""
+    return name.startswith(HEADER_PREFIX) or name.startswith(CONNECT_HEADER_PREFIX)
 
 
 def dead_letter_headers(
@@ -42,14 +70,23 @@ def dead_letter_headers(
     offset: int | None,
     stage: str,
 ) -> Headers:
-    """Headers of a dead-letter message: where it came from and why it is here."""
+    """Headers of a dead-letter message: where it came from and why it is here, as
+    ``dlq.*`` and as Kafka Connect's ``__connect.errors.*``."""
+    message = error.encode()[:ERROR_HEADER_BYTES]
+    where_partition = b"" if partition is None else str(partition).encode()
+    where_offset = b"" if offset is None else str(offset).encode()
     return [
         ("dlq.reason", reason.encode()),
-        ("dlq.error", error.encode()[:ERROR_HEADER_BYTES]),
+        ("dlq.error", message),
         ("dlq.topic", topic.encode()),
-        ("dlq.partition", b"" if partition is None else str(partition).encode()),
-        ("dlq.offset", b"" if offset is None else str(offset).encode()),
+        ("dlq.partition", where_partition),
+        ("dlq.offset", where_offset),
         ("dlq.stage", stage.encode()),
+        (CONNECT_HEADER_PREFIX + "topic", topic.encode()),
+        (CONNECT_HEADER_PREFIX + "partition", where_partition),
+        (CONNECT_HEADER_PREFIX + "offset", where_offset),
+        (CONNECT_HEADER_PREFIX + "exception.class.name", exception_class_name(reason).encode()),
+        (CONNECT_HEADER_PREFIX + "exception.message", message),
     ]
 
 

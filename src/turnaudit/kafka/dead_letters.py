@@ -26,12 +26,12 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from turnaudit.dead_letters import (
     ERROR_HEADER_BYTES,
-    HEADER_PREFIX,
     TRUNCATED_KEY_BYTES,
     TRUNCATED_VALUE_BYTES,
     DeadLetterOutcome,
     Headers,
     dead_letter_headers,
+    is_dead_letter_header,
     read_dead_letter_headers,
 )
 from turnaudit.kafka.producer import KafkaProducer
@@ -81,7 +81,9 @@ class DeadLetterWriter:
         partition: int | None,
         offset: int | None,
     ) -> None:
-        headers: Headers = [(k, v) for k, v in original_headers if not k.startswith(HEADER_PREFIX)]
+        headers: Headers = [
+            (k, v) for k, v in original_headers if not is_dead_letter_header(k)
+        ]
         headers += dead_letter_headers(
             reason=reason, error=error, topic=topic, partition=partition, offset=offset,
             stage=self.stage,
@@ -129,7 +131,7 @@ class DeadLetterWriter:
         *,
         from_callback: bool,
     ) -> None:
-        dlq_headers: Headers = [(k, v) for k, v in headers if k.startswith(HEADER_PREFIX)]
+        dlq_headers: Headers = [(k, v) for k, v in headers if is_dead_letter_header(k)]
         if err.code() not in _SIZE_ERRORS:
             self._fail(dlq_headers, err)
             return
