@@ -84,6 +84,13 @@ class ConsumerMetrics:
             "by its id.",
         )
         registry.register(self.forgotten_event_ids)
+        self.registry_retries = _TrackerCount(
+            "turnaudit_schema_registry_retries",
+            "Schema-id lookups retried after a transient Schema Registry error (connection "
+            "refused, timeout, 408/429/5xx), before a message would be dead-lettered as "
+            "unknown_schema.",
+        )
+        registry.register(self.registry_retries)
         self.gaps_closed = Counter(
             "turnaudit_stream_gaps_closed",
             "Missing positions filled by a late arrival.",

@@ -90,12 +90,16 @@ class ConsumerService:
         )
         self._accepted = self.metrics.messages.labels(MessageOutcome.ACCEPTED.value)
         self._registry = registry
-        self._validation = validation or TurnEventValidation(
-            deserializer or decoder_for(settings.kafka, registry=registry),
-            self.metrics,
-            settings.max_sessions,
-            settings.max_event_ids,
-        )
+        if validation is None:
+            decoder = deserializer or decoder_for(settings.kafka, registry=registry)
+            self.metrics.registry_retries.source = lambda: decoder.registry_retries
+            validation = TurnEventValidation(
+                decoder,
+                self.metrics,
+                settings.max_sessions,
+                settings.max_event_ids,
+            )
+        self._validation = validation
         # Start positions for a fresh group (the demo reads only its own run);
         # applied once per partition, so a rebalance does not rewind.
         self._start_offsets = dict(start_offsets or {})

@@ -17,7 +17,8 @@ import enum
 import io
 import json
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -191,6 +192,23 @@ class DecoderStats:
 
     native_schemas: int  # compiled by the native decoder
     fastavro_schemas: int  # read by fastavro: resolved into the reader, or refused by the compiler
+    registry_retries: int = 0  # schema-id lookups retried after a transient registry error
+
+
+# Waits between attempts to resolve a schema id while the registry fails transiently
+# (connection refused, a timeout, 408/429/5xx): about 3.6 s in all before the message
+# is given up as unknown_schema.
+REGISTRY_RETRY_BACKOFF_S: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0)
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def registry_error_is_transient(exc: BaseException) -> bool:
+    """A registry error that may pass: a retriable HTTP status, or no answer at all
+    (a network error, a timeout). A registry that answered "not found" is final."""
+    status = getattr(exc, "http_status_code", None)
+    if isinstance(status, int):
+        return status in _TRANSIENT_STATUS
+    return not isinstance(exc, (ValueError, KeyError, TypeError, AttributeError))
 
 
 def _read_natively(
@@ -246,11 +264,16 @@ class TurnEventDeserializer:
         *,
         registry: RegistryClient | None = None,
         resolver: FingerprintResolver | None = None,
+        registry_backoff: Sequence[float] = REGISTRY_RETRY_BACKOFF_S,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._catalog = catalog
         self._current = catalog.latest
         self._reader = decoding_schema(self._current.schema_json).parsed
         self._registry = registry
+        self._registry_backoff = tuple(registry_backoff)
+        self._sleep = sleep
+        self.registry_retries = 0  # read by the services' metrics at scrape time
         self._resolver = resolver
         self._lock = threading.Lock()
         self._native_schemas = 0
@@ -296,7 +319,7 @@ class TurnEventDeserializer:
         log.info("schema_read_by_fastavro", schema=schema, reason=why)
 
     def stats(self) -> DecoderStats:
-        return DecoderStats(self._native_schemas, self._fastavro_schemas)
+        return DecoderStats(self._native_schemas, self._fastavro_schemas, self.registry_retries)
 
     def _plan_for_foreign(self, schema_json: str, origin: str) -> _ReadPlan:
         try:
@@ -390,18 +413,33 @@ class TurnEventDeserializer:
                 self._by_fp[fp] = plan
         return plan
 
+    def _registry_schema(self, registry: RegistryClient, schema_id: int) -> str:
+        """The writer schema of a registry id; a transient registry error is retried with
+        the bounded backoff (each retry counted) before the id is given up as not found."""
+        attempt = 0
+        while True:
+            try:
+                return registry.get_schema(schema_id).schema_str or ""
+            except Exception as exc:  # the registry client raises many unrelated types
+                if attempt >= len(self._registry_backoff) or not registry_error_is_transient(exc):
+                    tried = f" after {attempt + 1} attempts" if attempt else ""
+                    raise SchemaNotFoundError(
+                        f"schema id {schema_id} not found in the registry{tried}: {exc}"
+                    ) from exc
+                log.warning("schema_registry_retry", schema_id=schema_id, attempt=attempt + 1,
+                            error=str(exc)[:300])
+                self._sleep(self._registry_backoff[attempt])
+                attempt += 1
+                with self._lock:
+                    self.registry_retries += 1
+
     def _resolve_registry_id(self, schema_id: int) -> _ReadPlan:
         if self._registry is None:
             raise SchemaNotFoundError(
                 f"Confluent-framed message (schema id {schema_id}) "
                 "but no Schema Registry is configured"
             )
-        try:
-            schema_json = self._registry.get_schema(schema_id).schema_str or ""
-        except Exception as exc:  # the registry client raises many unrelated types
-            raise SchemaNotFoundError(
-                f"schema id {schema_id} not found in the registry: {exc}"
-            ) from exc
+        schema_json = self._registry_schema(self._registry, schema_id)
         with self._lock:
             plan = self._by_registry_id.get(schema_id)
             if plan is None:

@@ -1,0 +1,135 @@
+"""A consumer resolving a Confluent schema id retries a transient registry error (connection
+refused, 5xx) with a bounded backoff, counted, before the message is given up as
+unknown_schema; a registry that answers "not found" is not asked again."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.support.events import turn
+from turnaudit.consumers.runtime import ConsumedTurn, Rejection, TurnEventValidation
+from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
+from turnaudit.dead_letters import DeadLetterReason
+from turnaudit.errors import SchemaNotFoundError
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import (
+    REGISTRY_RETRY_BACKOFF_S,
+    ConfluentIdSerializer,
+    RegistryClient,
+    TurnEventDeserializer,
+)
+
+CATALOG = shipped_catalog()
+V4 = CATALOG.version(4)
+
+
+class FlakyRegistry:
+    """Answers GET /schemas/ids/<id>: ``failures`` times 503, then the schema (or 404)."""
+
+    def __init__(self, failures: int, *, known: bool = True) -> None:
+        self.failures = failures
+        self.requests = 0
+        registry = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                registry.requests += 1
+                if registry.requests <= registry.failures:
+                    status, reply = 503, {"error_code": 50301, "message": "unavailable"}
+                elif not known:
+                    status, reply = 404, {"error_code": 40403, "message": "Schema not found"}
+                else:
+                    status, reply = 200, {"schema": V4.schema_json}
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_: object) -> None:
+                """Quiet."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def flaky() -> Iterator[FlakyRegistry]:
+    registry = FlakyRegistry(failures=2)
+    yield registry
+    registry.server.shutdown()
+
+
+def message() -> bytes:
+    return ConfluentIdSerializer(V4, 31)(turn("s-reg", 0))
+
+
+def decoder(url: str, slept: list[float]) -> TurnEventDeserializer:
+    return TurnEventDeserializer(
+        # The client's own retries off: the retries seen are the decoder's.
+        CATALOG, registry=RegistryClient({"url": url, "max.retries": 0}), sleep=slept.append)
+
+
+def test_a_registry_that_fails_then_recovers_costs_no_dead_letter(flaky: FlakyRegistry) -> None:
+    slept: list[float] = []
+    decode = decoder(flaky.url, slept)
+    metrics = ConsumerMetrics(CollectorRegistry())
+    metrics.registry_retries.source = lambda: decode.registry_retries
+    validation = TurnEventValidation(decode, metrics, max_sessions=10)
+    result = validation.examine(message(), b"s-reg", "t", 0, 0)
+    assert isinstance(result, ConsumedTurn)
+    assert result.event["session_id"] == "s-reg"
+    assert slept == list(REGISTRY_RETRY_BACKOFF_S[:2])
+    assert decode.registry_retries == decode.stats().registry_retries == 2
+    assert next(iter(metrics.registry_retries.collect())).samples[0].value == 2
+    # Resolved once: the next message of the id asks nobody.
+    assert isinstance(validation.examine(message(), b"s-reg", "t", 0, 1), ConsumedTurn)
+    assert flaky.requests == 3
+
+
+def test_an_outage_longer_than_the_backoff_is_unknown_schema_after_bounded_retries() -> None:
+    down = FlakyRegistry(failures=100)
+    try:
+        slept: list[float] = []
+        validation = TurnEventValidation(
+            decoder(down.url, slept), ConsumerMetrics(CollectorRegistry()), max_sessions=10)
+        result = validation.examine(message(), b"s-reg", "t", 0, 0)
+    finally:
+        down.server.shutdown()
+    assert isinstance(result, Rejection)
+    assert result.reason is DeadLetterReason.UNKNOWN_SCHEMA
+    assert slept == list(REGISTRY_RETRY_BACKOFF_S)
+    assert down.requests == len(REGISTRY_RETRY_BACKOFF_S) + 1
+
+
+def test_connection_refused_is_retried() -> None:
+    gone = FlakyRegistry(failures=0)
+    url = gone.url
+    gone.server.shutdown()
+    gone.server.server_close()
+    slept: list[float] = []
+    decode = decoder(url, slept)
+    with pytest.raises(SchemaNotFoundError, match="after 5 attempts"):
+        decode(message())
+    assert decode.registry_retries == len(REGISTRY_RETRY_BACKOFF_S)
+
+
+def test_a_schema_the_registry_does_not_know_is_not_retried() -> None:
+    unknown = FlakyRegistry(failures=0, known=False)
+    try:
+        slept: list[float] = []
+        decode = decoder(unknown.url, slept)
+        with pytest.raises(SchemaNotFoundError):
+            decode(message())
+    finally:
+        unknown.server.shutdown()
+    assert slept == []
+    assert unknown.requests == 1
