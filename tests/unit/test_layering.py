@@ -52,6 +52,7 @@ PURE = (
     "src/turnaudit/telemetry.py",
     "src/turnaudit/verdicts.py",
     "src/turnaudit/verify/counts.py",
+    "src/turnaudit/verify/crash.py",
     "src/turnaudit/verify/findings.py",
     "src/turnaudit/verify/reconciliation.py",
     "src/turnaudit/verify/report.py",

@@ -7,10 +7,12 @@ from collections import Counter
 from collections.abc import Mapping
 
 from turnaudit.dead_letters import read_dead_letter_headers
+from turnaudit.errors import BrokerError
 from turnaudit.kafka.offsets import RangeSpec, resolve_range
 from turnaudit.kafka.reading import read_range
 from turnaudit.records import record_headers
 from turnaudit.settings import KafkaSettings
+from turnaudit.stream_heads import HeadAnnouncement, decode_announcement, stream_heads_topic
 from turnaudit.verify.report import DeadLetters
 from turnaudit.verify.verifier import Verifier
 
@@ -66,3 +68,20 @@ def dead_letters_in_range(
         by_stage[headers.get("stage", "?")] += 1
     return DeadLetters(count, dict(sorted(by_reason.items())), dict(sorted(by_stage.items())),
                        frozenset(positions))
+
+
+def stream_head_announcements(settings: KafkaSettings, timeout: float = 60.0) -> list[
+        HeadAnnouncement]:
+    """Every announcement on ``<prefix>stream-heads`` (in offset order; none when the
+    topic does not exist: publishers before stream heads never created it)."""
+    topic = stream_heads_topic(settings.topics.prefix)
+    try:
+        heads = resolve_range(settings, topic, RangeSpec())
+    except BrokerError:
+        return []
+    out = []
+    for msg in read_range(settings, topic, heads.start, heads.end, timeout=timeout):
+        note = decode_announcement(msg.value())
+        if note is not None:
+            out.append(note)
+    return out

@@ -16,6 +16,7 @@ from typing import Literal, NotRequired, TypedDict
 
 from turnaudit.identity import LEGACY_PRODUCER
 from turnaudit.verify.counts import CountsJson
+from turnaudit.verify.crash import StreamEnds, StreamEndsJson
 from turnaudit.verify.findings import EXAMPLES, Finding, FindingJson, Where
 from turnaudit.verify.reconciliation import (
     LogJson,
@@ -126,6 +127,8 @@ class ReportJson(TypedDict):
     retention: NotRequired[RetentionJson]
     # Only with ``--time event``: the window by occurred_at, and the turns read outside it.
     event_time: NotRequired[EventTimeJson]
+    # Where announced streams ended: cleanly, or cut by a crash, and the turns lost.
+    stream_ends: NotRequired[StreamEndsJson]
 
 
 class EventTimeJson(TypedDict):
@@ -140,12 +143,15 @@ class VerifyReport:
     dead_letters: DeadLetters = field(default_factory=DeadLetters)
     log: LogReconciliation | None = None
     metrics: list[MetricsReconciliation] = field(default_factory=list)
+    stream_ends: StreamEnds | None = None
 
     def unexplained(self) -> list[Finding]:
         v = self.verifier
         dead_lettered = self.dead_letters.positions
         found = list(v.findings) + v.lost() + v.anchor_findings()
         found += [f for f in v.undecodable if f.place not in dead_lettered]
+        if self.stream_ends is not None:
+            found += self.stream_ends.findings()
         if self.log is not None and not self.log.agrees:
             found.append(Finding("not_logged", f"{len(self.log.not_logged)} turn(s) of the "
                                  f"range are not in {self.log.path}", {}))
@@ -200,6 +206,8 @@ class VerifyReport:
         if v.event_window is not None:
             document["event_time"] = EventTimeJson(window_ms=list(v.event_window),
                                                    outside_window=v.outside_window)
+        if self.stream_ends is not None:
+            document["stream_ends"] = self.stream_ends.as_json()
         if v.retained_from:
             document["retention"] = RetentionJson(
                 log_start={str(p): v.log_start[p] for p in sorted(v.retained_from)},
@@ -248,6 +256,12 @@ class VerifyReport:
         if event_time is not None:
             lines.append(f"  by event time: {event_time['outside_window']} turn(s) read from the "
                          "broker range happened outside the window (left out)")
+        ends = j.get("stream_ends")
+        if ends is not None:
+            lines.append(
+                f"  stream ends announced {ends['announced']}: {ends['ended_cleanly']} ended "
+                f"cleanly, {ends['cut']} cut by a crash, lost in crash {ends['lost_in_crash']} "
+                f"(exact up to the last head write: head interval {ends['head_interval_ms']} ms)")
         retention = j.get("retention")
         if retention is not None:
             lines.append(

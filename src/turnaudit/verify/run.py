@@ -12,8 +12,13 @@ from turnaudit.identity import StreamId
 from turnaudit.kafka.offsets import RangeSpec, event_time_range, resolve_range
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
+from turnaudit.verify.crash import stream_ends
 from turnaudit.verify.files import reconcile_log
-from turnaudit.verify.kafka_reads import dead_letters_in_range, feed_range
+from turnaudit.verify.kafka_reads import (
+    dead_letters_in_range,
+    feed_range,
+    stream_head_announcements,
+)
 from turnaudit.verify.report import RangeJson, VerifyReport
 from turnaudit.verify.scrape import reconcile_metrics
 from turnaudit.verify.verifier import Verifier
@@ -46,6 +51,12 @@ def run_verify(
                         start_gaps=not event_time, event_window=window)
     feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
     report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
+    # Where each announced stream ended (cleanly or cut by a crash), against the range.
+    report.stream_ends = stream_ends(
+        stream_head_announcements(settings, timeout=timeout), verifier.tracker.heads(),
+        whole_stream=report.range["from_log_start"] and not verifier.retained_from
+        and all(start.get(p, 0) == 0 for p in end),
+    )
     if log_file is not None:
         report.log = reconcile_log(log_file, verifier.event_ids)
     before = list(metrics_before)

@@ -1,0 +1,115 @@
+"""Where each announced stream ended, against what the range holds: a crash is
+measured to the turn. Pure: no I/O.
+
+A publisher writes each stream's head (last sequence handed on) to local disk
+every head interval; a clean close announces its streams as ended there, a
+successor on the same spool directory announces a crashed predecessor's last
+written heads as cut (``<prefix>stream-heads``). For each announced stream,
+``lost_in_crash`` is the announced head's sequence minus the last sequence
+the range holds: turns the publisher handed on (accepted by ``publish()``)
+that never reached the stream. It is exact up to the turns handed on in the
+last head interval before the crash (those have no head on disk: never
+over-counted, possibly under-counted by that interval's turns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, TypedDict
+
+from turnaudit.identity import StreamId
+from turnaudit.stream_heads import HeadAnnouncement
+from turnaudit.verify.findings import EXAMPLES, Finding, stream_where
+
+
+class StreamEndJson(TypedDict):
+    session_id: str
+    producer_id: str
+    status: Literal["ended", "cut"]
+    announced_sequence: int
+    last_seen: int | None
+    lost_in_crash: int
+
+
+class StreamEndsJson(TypedDict):
+    announced: int
+    ended_cleanly: int
+    cut: int
+    lost_in_crash: int
+    not_in_range: int  # announced streams the range does not hold (read from a later start)
+    head_interval_ms: int
+    bound: str
+    cut_streams: list[StreamEndJson]
+
+
+BOUND = ("lost_in_crash counts turns publish() accepted that never reached the stream, up to "
+         "the publisher's last head write: turns handed on in the last head interval before a "
+         "crash are not counted (never over-counted)")
+
+
+@dataclass
+class StreamEnds:
+    streams: list[StreamEndJson] = field(default_factory=list)
+    not_in_range: int = 0
+    head_interval_ms: int = 0
+
+    @property
+    def lost_in_crash(self) -> int:
+        return sum(s["lost_in_crash"] for s in self.streams)
+
+    def findings(self) -> list[Finding]:
+        found = []
+        for s in self.streams:
+            if s["lost_in_crash"] <= 0:
+                continue
+            where = stream_where((s["session_id"], s["producer_id"]))
+            where["position"] = s["announced_sequence"]
+            how = "was cut by a crash" if s["status"] == "cut" else "ended cleanly"
+            seen = "nothing" if s["last_seen"] is None else f"position {s['last_seen']}"
+            found.append(Finding(
+                "lost_in_crash", f"the stream {how} at position {s['announced_sequence']}; the "
+                f"range holds {seen}: {s['lost_in_crash']} turn(s) never on the stream", where))
+        return found
+
+    def as_json(self) -> StreamEndsJson:
+        cut = [s for s in self.streams if s["status"] == "cut"]
+        return StreamEndsJson(
+            announced=len(self.streams) + self.not_in_range,
+            ended_cleanly=sum(1 for s in self.streams if s["status"] == "ended"),
+            cut=len(cut),
+            lost_in_crash=self.lost_in_crash,
+            not_in_range=self.not_in_range,
+            head_interval_ms=self.head_interval_ms,
+            bound=BOUND,
+            cut_streams=cut[: EXAMPLES * 5],
+        )
+
+
+def stream_ends(
+    announcements: Iterable[HeadAnnouncement],
+    seen: Mapping[StreamId, tuple[int, str]],
+    *,
+    whole_stream: bool,
+) -> StreamEnds:
+    """Compare announced heads with the last position ``seen`` per stream. A stream the
+    range does not hold counts as wholly lost only when the range is the whole stream
+    (read from offset 0); otherwise it is counted as not in the range."""
+    latest: dict[StreamId, HeadAnnouncement] = {}
+    for note in announcements:
+        latest[note.head.stream] = note  # the compacted topic: the last one wins
+    out = StreamEnds()
+    for stream, note in sorted(latest.items()):
+        out.head_interval_ms = max(out.head_interval_ms, note.interval_ms)
+        last = seen.get(stream)
+        if last is None and not whole_stream:
+            out.not_in_range += 1
+            continue
+        last_seen = None if last is None else last[0]
+        lost = note.head.sequence - (-1 if last_seen is None else last_seen)
+        out.streams.append(StreamEndJson(
+            session_id=stream[0], producer_id=stream[1],
+            status="ended" if note.ended else "cut",
+            announced_sequence=note.head.sequence, last_seen=last_seen,
+            lost_in_crash=max(0, lost)))
+    return out

@@ -1,0 +1,89 @@
+"""A publisher SIGKILLed while its broker is hung (SIGSTOPped JVM) with turns in
+librdkafka's memory: a successor on the same spool directory announces the
+streams as cut, and verify counts the turns lost in the crash, to the turn."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import PROJECT_ROOT
+from tests.support.broker import local_broker_settings
+from turnaudit.kafka.offsets import RangeSpec
+from turnaudit.kafka.topics import ensure_topics
+from turnaudit.local_broker import LocalKafkaBroker
+from turnaudit.producers.publisher import TurnEventPublisher
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.verify.run import run_verify
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture(scope="module")
+def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroker]:
+    broker = LocalKafkaBroker(local_broker_settings(tmp_path_factory.mktemp("crash-kafka")))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def test_a_crash_under_a_hung_broker_is_counted_to_the_turn(
+    own_broker: LocalKafkaBroker, tmp_path: Path
+) -> None:
+    settings = KafkaSettings(bootstrap_servers=own_broker.bootstrap_servers,
+                             topics=TopicNames(f"c-{uuid.uuid4().hex[:8]}."), partitions=3)
+    ensure_topics(settings)
+    spool = tmp_path / "spool"
+    env = {**os.environ, "TURNAUDIT_MAX_UNACKED_S": "60"}  # keep them in memory: the crash case
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.crash_part", settings.bootstrap_servers,
+         settings.topics.prefix, str(spool), "11"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, env=env,
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    jvm = own_broker.status().pid
+    assert jvm is not None
+    try:
+        child.stdin.write("publish 40 wait\n")
+        child.stdin.flush()
+        first = child.stdout.readline().split()
+        os.kill(jvm, signal.SIGSTOP)  # hung, not down
+        child.stdin.write("publish 60\n")
+        child.stdin.flush()
+        second = child.stdout.readline().split()
+        child.kill()  # SIGKILL with 60 turns in librdkafka's memory
+        child.wait()
+    finally:
+        os.kill(jvm, signal.SIGCONT)
+    published, spooled = int(second[1]), int(second[5])
+    assert published == 100
+    assert int(first[3]) == 40  # delivered before the broker hung
+    assert spooled == 0
+    successor = TurnEventPublisher(settings, spool_dir=spool, probe_interval=0.2)
+    successor.close(timeout=20)
+    report = run_verify(settings, TurnEventDeserializer(shipped_catalog()), RangeSpec(),
+                        timeout=60)
+    ends = report.as_json()["stream_ends"]
+    on_topic = report.verifier.counts.turns
+    # Exact: the child waited a second (five head intervals) after its last turn.
+    assert ends["lost_in_crash"] == published - on_topic
+    # Never more than the child saw unacknowledged (the broker may have taken some
+    # whose acknowledgement the hang held back).
+    assert 0 < ends["lost_in_crash"] <= published - int(second[3])
+    assert ends["cut"] >= 1
+    assert ends["ended_cleanly"] == 0
+    assert not report.ok
+    assert report.as_json()["unexplained_by_kind"]["lost_in_crash"] == sum(
+        1 for s in ends["cut_streams"] if s["lost_in_crash"])
