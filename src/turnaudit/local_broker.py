@@ -15,6 +15,7 @@ only the ``admin`` super user do what no ACL allows.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -561,8 +562,16 @@ class LocalKafkaBroker:
         return broker_ids(self.bootstrap_servers, 2, self._admin_config()) >= wanted
 
     def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM every node at once (one by one, the last ones wait out a quorum
+        already gone), then wait for each; SIGKILL what is left at ``timeout``."""
         for node in self._nodes:
-            self._stop_node(node, signal.SIGTERM, timeout)
+            pid = node.pid()
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for node in self._nodes:
+            self._stop_node(node, signal.SIGTERM, max(0.0, deadline - time.monotonic()))
 
     def kill_node(self, node_id: int) -> int:
         """SIGKILL one node (a crash, for failover tests); return the pid it had."""

@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import run_turnaudit
-from tests.support.clusters import cluster_settings, principal_env, running, secure_setup
+from tests.support.clusters import (
+    cluster_settings,
+    principal_env,
+    reconciled,
+    running,
+    secure_setup,
+)
 from tests.support.services import turnaudit_process
 from tests.support.streams import http_get
 from turnaudit.kafka.acls import apply_acls, delete_user, plan_acls, upsert_user
@@ -124,7 +130,7 @@ def test_every_service_and_command_works_with_only_its_principal(
             f"http://127.0.0.1:{metrics_port}/metrics",
             cwd=tmp_path,
         )
-    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert reconciled(verified.stdout, verified.returncode), verified.stdout + verified.stderr
     assert "lost 0" in verified.stdout
 
     feeder_env = principal_env(broker, "htir-feeder", PREFIX, TURNAUDIT_HTTP_PORT=str(free_port()))

@@ -7,15 +7,17 @@ with the AdminClient (as a principal allowed to, the cluster's super user);
 
 The principals (SCRAM user names; every one can be renamed with ``names``):
 
-* ``runtime``: the only writer of turn-events; writes schemas and dead letters.
+* ``runtime``: the only writer of turn-events; writes schemas, dead letters and
+  stream heads (its checkpoints).
 * ``log-sink``, ``verdict-metrics``: read turn-events in their own group,
   write only dead letters.
 * ``htir-feeder``: reads turn-events in its own group, writes HTIR traces,
   their schemas and dead letters.
 * ``auditor``: reads HTIR traces (groups ``<prefix>auditor-*``), writes
   observations, their schemas and dead letters.
-* ``reconciler`` (``verify``, ``replay``): reads turn-events and dead letters,
-  in throwaway reader groups; writes nothing.
+* ``reconciler`` (``verify``, ``replay``): reads turn-events, dead letters and
+  stream heads, in throwaway reader groups; writes only ``verify --follow``'s
+  checkpoints (``<prefix>verify-state``, groups ``<prefix>verify-*``).
 * ``subscriber-<team>``: reads turn-events in groups ``<team>-*``;
   nothing else but the schemas topic (the writer schemas it needs to decode).
 
@@ -101,10 +103,16 @@ def plan_acls(
         for name in READER_GROUP_PREFIXES:
             group(role_user, name, prefixed=True)
 
+    # Checkpoints: each publisher stream's last head (a successor announces a
+    # predecessor's), and verify --follow's own progress.
+    stream_heads = f"{prefix}stream-heads"
+    verify_state = f"{prefix}verify-state"
+
     runtime = user[Role.RUNTIME]
     topic(runtime, t.turn_events, "write")
     topic(runtime, t.schemas, "write")
     topic(runtime, t.dlq, "write")
+    topic(runtime, stream_heads, "write")
 
     for role in (Role.LOG_SINK, Role.VERDICT_METRICS, Role.HTIR_FEEDER):
         name = user[role]
@@ -129,8 +137,11 @@ def plan_acls(
     topic(reconciler, t.turn_events, "read")
     topic(reconciler, t.schemas, "read")
     topic(reconciler, t.dlq, "read")
+    topic(reconciler, stream_heads, "read")
+    topic(reconciler, verify_state, "read", "write")
     reader_groups(reconciler)
     group(reconciler, f"{prefix}replay-", prefixed=True)
+    group(reconciler, f"{prefix}verify-", prefixed=True)  # verify --follow
 
     for team in subscribers:
         name = subscriber_principal(team)
