@@ -1,0 +1,84 @@
+"""A/B: the same benchmark from two checkouts, rounds alternated, in one run.
+
+    .venv/bin/python benchmarks/ab.py --a /tmp/before --a-python /tmp/before/.venv/bin/python \\
+        --b . --b-python .venv/bin/python --rounds 3 -- bench_consumers.py --only throughput --quick
+
+Each round runs A's ``benchmarks/<script>`` then B's (the order flips every
+round), each one round of its own rows. Rows are read from the script's
+summary table (consumer name, events/s, CPU µs per event, ratio to the bare
+loop of the same round). Printed per row: A and B medians (min-max) of the
+ratio to bare and of CPU µs per event, and B/A of the medians. The ratio to
+the bare loop is the figure that survives a loaded machine: both sides of it
+ran in the same round, on the same broker, under the same load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROW = re.compile(
+    r"^\s{2}(?P<name>\S.*?)\s{2,}(?P<rate>[\d,]+)\s+\(.*?\)\s+(?P<cpu>[\d.]+)\s+"
+    r"(?P<bare>[\d.]+)x"
+)
+
+
+def run_once(tree: Path, python: str, script: list[str]) -> dict[str, tuple[float, float]]:
+    """Row -> (ratio to bare, CPU µs per event) of one round."""
+    out = subprocess.run(
+        [python, str(tree / "benchmarks" / script[0]), *script[1:], "--rounds", "1"],
+        cwd=tree, capture_output=True, text=True, check=True, env=os.environ.copy(),
+    ).stdout
+    rows = {}
+    for line in out.splitlines():
+        found = ROW.match(line)
+        if found:
+            rows[found["name"].strip()] = (float(found["bare"]), float(found["cpu"]))
+    if not rows:
+        raise SystemExit(f"no summary rows in the output of {tree}:\n{out[-2000:]}")
+    return rows
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--a", type=Path, required=True, help="checkout A (the baseline)")
+    parser.add_argument("--a-python", required=True)
+    parser.add_argument("--b", type=Path, required=True, help="checkout B")
+    parser.add_argument("--b-python", required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("script", nargs="+", help="the benchmark script and its arguments")
+    args = parser.parse_args()
+    sides = {"A": (args.a.resolve(), args.a_python), "B": (args.b.resolve(), args.b_python)}
+    results: dict[str, dict[str, list[tuple[float, float]]]] = {"A": {}, "B": {}}
+    for n in range(args.rounds):
+        order = ("A", "B") if n % 2 == 0 else ("B", "A")
+        for side in order:
+            tree, python = sides[side]
+            for row, figures in run_once(tree, python, args.script).items():
+                results[side].setdefault(row, []).append(figures)
+            print(f"round {n + 1}: {side} done", file=sys.stderr)
+    print(f"{'row':32} {'A vs bare':>20} {'B vs bare':>20} {'B/A':>6}"
+          f" {'A CPU us':>20} {'B CPU us':>20} {'B/A':>6}")
+    for row, a in results["A"].items():
+        b = results["B"].get(row)
+        if not b:
+            continue
+        a_bare, a_cpu = [x for x, _ in a], [y for _, y in a]
+        b_bare, b_cpu = [x for x, _ in b], [y for _, y in b]
+        print(f"{row:32} {spread(a_bare):>20} {spread(b_bare):>20} "
+              f"{statistics.median(b_bare) / statistics.median(a_bare):6.2f} "
+              f"{spread(a_cpu):>20} {spread(b_cpu):>20} "
+              f"{statistics.median(b_cpu) / statistics.median(a_cpu):6.2f}")
+
+
+if __name__ == "__main__":
+    main()
