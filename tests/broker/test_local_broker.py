@@ -35,7 +35,7 @@ def test_broker_start_status_stop(tmp_path: Path) -> None:
         started = turnaudit("broker", "start", env=env)
         assert started.returncode == 0, started.stderr
         assert "serving on 127.0.0.1:" + env["TURNAUDIT_BROKER_PORT"] in started.stdout
-        assert "topics: 5 created under prefix 'cli-test.'" in started.stdout
+        assert "topics: 6 created under prefix 'cli-test.'" in started.stdout
         again = turnaudit("broker", "start", env=env)  # idempotent: already serving
         assert again.returncode == 0
         assert "topics: 0 created" in again.stdout
