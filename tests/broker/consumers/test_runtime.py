@@ -134,7 +134,8 @@ def test_sequence_gaps_and_redeliveries_are_counted_not_dead_lettered(
     assert registry_value("turnaudit_sequence_gaps_total") == 1
     assert registry_value("turnaudit_sequence_missing_turns_total") == 1
     assert registry_value("turnaudit_redelivered_turns_total") == 1
-    assert registry_value("turnaudit_contract_breaches_total", {"pack": events[0]["pack_id"], "contract": "sequence"}) == 1
+    breach = {"pack": events[0]["pack_id"], "contract": "sequence"}
+    assert registry_value("turnaudit_contract_breaches_total", breach) == 1
     assert service.sink.counted == 3
     assert sum(end_offsets(kafka_settings, kafka_settings.topics.dlq).values()) == 0
 
