@@ -500,5 +500,9 @@ class StreamTracker:
             if st.next - 1 in st.own
         }
 
+    def last_positions(self) -> dict[StreamId, int]:
+        """Each stream's highest position seen (whether or not its hash is still kept)."""
+        return {s: st.next - 1 for s, st in self._streams.items() if st.next > 0}
+
     def __len__(self) -> int:
         return len(self._streams)

@@ -88,7 +88,7 @@ class StreamEnds:
 
 def stream_ends(
     announcements: Iterable[HeadAnnouncement],
-    seen: Mapping[StreamId, tuple[int, str]],
+    seen: Mapping[StreamId, int],
     *,
     whole_stream: bool,
 ) -> StreamEnds:
@@ -105,7 +105,7 @@ def stream_ends(
         if last is None and not whole_stream:
             out.not_in_range += 1
             continue
-        last_seen = None if last is None else last[0]
+        last_seen = last
         lost = note.head.sequence - (-1 if last_seen is None else last_seen)
         out.streams.append(StreamEndJson(
             session_id=stream[0], producer_id=stream[1],

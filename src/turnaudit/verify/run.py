@@ -53,7 +53,7 @@ def run_verify(
     report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
     # Where each announced stream ended (cleanly or cut by a crash), against the range.
     report.stream_ends = stream_ends(
-        stream_head_announcements(settings, timeout=timeout), verifier.tracker.heads(),
+        stream_head_announcements(settings, timeout=timeout), verifier.tracker.last_positions(),
         whole_stream=report.range["from_log_start"] and not verifier.retained_from
         and all(start.get(p, 0) == 0 for p in end),
     )
