@@ -10,13 +10,15 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from tests.support import PROJECT_ROOT
-from turnaudit.producers.metrics import PublisherMetrics
+from turnaudit.producers.metrics import BreachMetrics, PublisherMetrics
 
 RULES = PROJECT_ROOT / "deploy/prometheus/rules/publisher.yml"
 RULE_TESTS = PROJECT_ROOT / "deploy/prometheus/tests/publisher_test.yml"
 ALERTS = {
     "TurnAuditPublisherSpooling",
     "TurnAuditPublisherRefusing",
+    "TurnAuditPublisherDeadLettering",
+    "TurnAuditRuntimeContractBreach",
     "TurnAuditRuntimeSilent",
     "TurnAuditStreamSilent",
 }
@@ -62,6 +64,7 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
 def test_the_rules_read_only_metrics_the_publisher_exports() -> None:
     registry = CollectorRegistry()
     PublisherMetrics(registry)
+    BreachMetrics(registry, max_packs=10)  # the emitter's, on the runtime's registry
     exported = {family.name for family in registry.collect()}
     used = {
         name
