@@ -33,7 +33,7 @@ from tests.support.streams import (
 from turnaudit.commands.demo_evaluation import run_evaluation_stage
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
 from turnaudit.consumers.htir_feeder import HtirFeederSink
-from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, message_headers
+from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.dead_letters import read_dead_letter_headers
@@ -50,6 +50,7 @@ from turnaudit.local_broker import free_port
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
+from turnaudit.records import record_headers
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -367,7 +368,7 @@ def test_the_worker_serves_metrics_and_health_and_dead_letters_a_bad_trace(
     assert total(samples, "turnaudit_dead_letters_total", reason="unknown_framing") == 1
     dlq = kafka_settings.topics.dlq
     (letter,) = read_range(kafka_settings, dlq, None, end_offsets(kafka_settings, dlq))
-    headers = read_dead_letter_headers(message_headers(letter))
+    headers = read_dead_letter_headers(record_headers(letter))
     assert headers["stage"] == "auditor-worker/auditor-http"
     assert headers["topic"] == kafka_settings.topics.htir_traces
 
