@@ -64,6 +64,11 @@ class WorkerStateJson(TypedDict):
 Identity = Mapping[str, str | None]
 
 
+def is_denial(error: ClientError) -> bool:
+    """An ACL refused the service's principal (group, topic, cluster or transactional id)."""
+    return error.name.endswith("AUTHORIZATION_FAILED")
+
+
 class ServiceHealth:
     def __init__(
         self,
@@ -96,12 +101,14 @@ class ServiceHealth:
         self._reported_once = True
         self._last_down_report: float | None = None
         self._announced_down = False  # an "unreachable" line went out for this outage
+        self._denied: str | None = None  # the last authorization denial, until an assignment
 
     # -- what the runtime tells it -------------------------------------------------
     def assigned(self, partitions: set[int]) -> None:
         with self._lock:
             self._joined = True
             self._assigned |= partitions
+            self._denied = None
         self.broker_reachable()
 
     def revoked(self, partitions: set[int]) -> None:
@@ -128,6 +135,8 @@ class ServiceHealth:
         now = self._clock()
         with self._lock:
             self._last_error = error.text
+            if is_denial(error):
+                self._denied = error.text
             went_down = error.brokers_down and self._down_since is None
             if went_down:
                 self._down_since = now
@@ -192,6 +201,8 @@ class ServiceHealth:
                 reasons.append(
                     f"broker unreachable for {now - self._down_since:.0f} s: {self._last_error}"
                 )
+            if self._denied is not None:
+                reasons.append(f"authorization denied: {self._denied}")
             if not self._joined:
                 reasons.append(
                     f"no partition assigned yet ({now - self._unassigned_since:.0f} s since start)"

@@ -374,11 +374,6 @@ def test_a_service_with_a_wrong_password_is_503_with_the_reason(
     assert "wrong" not in (tmp_path / "err").read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ServiceHealth keeps a group/topic authorization error "
-    "out of its readiness reasons (consumers/runtime/health.py)",
-)
 def test_a_service_run_as_another_principal_is_503_naming_the_denial(
     secured: tuple[LocalKafkaBroker, KafkaSettings], tmp_path: Path
 ) -> None:

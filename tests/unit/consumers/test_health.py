@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaError
 from structlog.testing import capture_logs
 
-from turnaudit.consumers.runtime.health import LOOP_STALL_S, ServiceHealth
+from turnaudit.consumers.runtime.health import LOOP_STALL_S, ServiceHealth, is_denial
 from turnaudit.kafka.consumer import client_error
 from turnaudit.records import ClientError
 
@@ -107,3 +107,29 @@ def test_a_flapping_broker_makes_at_most_three_lines_per_interval() -> None:
             clock.now += 0.5
     assert len(logs) <= 3 * (30 / 10 + 1)
     assert [e["event"] for e in logs][:2] == ["kafka_broker_unreachable", "kafka_broker_reachable"]
+
+
+DENIALS = {"GROUP_AUTHORIZATION_FAILED", "TOPIC_AUTHORIZATION_FAILED",
+           "CLUSTER_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+           "DELEGATION_TOKEN_AUTHORIZATION_FAILED"}
+
+
+def every_kafka_error() -> list[ClientError]:
+    codes = {v for k, v in vars(KafkaError).items() if k.isupper() or k.startswith("_")
+             if isinstance(v, int) and not isinstance(v, bool)}
+    return [client_error(KafkaError(code, "refused by the broker")) for code in sorted(codes)]
+
+
+def test_every_authorization_error_and_only_those_make_a_denial_reason_until_assigned() -> None:
+    errors = every_kafka_error()
+    assert {e.name for e in errors} >= DENIALS  # the table covers librdkafka's denials
+    for error in errors:
+        clock = Clock()
+        h = health(clock)
+        h.client_error(error)
+        reasons = h.readiness().body["reasons"]
+        denied = [r for r in reasons if r.startswith("authorization denied: ")]
+        assert bool(denied) == (error.name in DENIALS), (error.name, reasons)
+        assert is_denial(error) == (error.name in DENIALS)
+        h.assigned({0})  # the principal got its partitions: the denial is over
+        assert not any("authorization" in r for r in h.readiness().body["reasons"])
