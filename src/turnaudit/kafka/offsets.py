@@ -194,7 +194,11 @@ def _probe(settings: KafkaSettings, topic: str) -> Iterator[Consumer]:
 
 def _partitions(consumer: Consumer, topic: str, timeout: float) -> list[int]:
     metadata = consumer.list_topics(topic, timeout=timeout)
-    if topic not in metadata.topics or metadata.topics[topic].error is not None:
+    error = metadata.topics[topic].error if topic in metadata.topics else None
+    if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        # A topic the principal may not describe looks absent to it; say which it is.
+        raise BrokerError(f"not authorized for topic {topic} (TOPIC_AUTHORIZATION_FAILED)")
+    if topic not in metadata.topics or error is not None:
         raise BrokerError(f"topic {topic} does not exist")
     return sorted(metadata.topics[topic].partitions)
 
