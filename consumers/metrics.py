@@ -26,6 +26,10 @@ from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.telemetry import (
     ACTION_RISK_TOTAL,
     HEDGED_TURNS_TOTAL,
+    REDRIVEN_HEDGED_TURNS_TOTAL,
+    REDRIVEN_REFUSED_TURNS_TOTAL,
+    REDRIVEN_STUB_TURNS_TOTAL,
+    REDRIVEN_TURNS_TOTAL,
     REFUSED_TURNS_TOTAL,
     STUB_TURNS_TOTAL,
     TURNS_TOTAL,
@@ -94,7 +98,13 @@ _VERDICTS = frozenset(v.value for v in Verdict)
 
 
 class VerdictMetricsSink(Sink):
-    """Counts each turn once; redeliveries the runtime recognised are not counted again."""
+    """Counts each turn once; redeliveries the runtime recognised are not counted again.
+
+    A turn redriven from the dead-letter topic (``turnaudit dlq redrive``) is
+    counted once too, but in the ``turnaudit_redriven_*`` counters (by pack) and
+    not in the count delay: a burst of old turns leaves the live rates the alerts
+    read as they were; ``verify`` adds both.
+    """
 
 
     def __init__(
@@ -151,6 +161,30 @@ class VerdictMetricsSink(Sink):
             ["output_policy", "risk_tier", "action_risk_verdict"],
             registry=registry,
         )
+        self.redriven = Counter(
+            REDRIVEN_TURNS_TOTAL,
+            "Turns redriven from the dead-letter topic, by pack (not in turnaudit_turns_total).",
+            ["pack"],
+            registry=registry,
+        )
+        self.redriven_refused = Counter(
+            REDRIVEN_REFUSED_TURNS_TOTAL,
+            "Redriven turns whose bundle says refusal_emitted.",
+            ["pack"],
+            registry=registry,
+        )
+        self.redriven_hedged = Counter(
+            REDRIVEN_HEDGED_TURNS_TOTAL,
+            "Redriven turns whose bundle says hedge_injected.",
+            ["pack"],
+            registry=registry,
+        )
+        self.redriven_stub = Counter(
+            REDRIVEN_STUB_TURNS_TOTAL,
+            "Redriven stub-path turns.",
+            ["pack"],
+            registry=registry,
+        )
         self.delay = Histogram(
             "turnaudit_turn_count_delay_seconds",
             "Delay from the turn's occurred_at to the turn being counted.",
@@ -172,6 +206,8 @@ class VerdictMetricsSink(Sink):
         self._tally: dict[tuple[Any, ...], int] = {}
         self._actions: dict[tuple[Any, ...], int] = {}  # by output policy, tier, verdict
         self._occurred: list[int] = []
+        self._redriven_tally: dict[tuple[Any, ...], int] = {}  # by (pack, refused, hedged, stub)
+        self._redriven_count = 0
 
     def take(self, turn: ConsumedTurn) -> None:
         """Tallies one turn by its raw label values (one tuple, one dict update):
@@ -184,6 +220,9 @@ class VerdictMetricsSink(Sink):
         decoded = turn.decoded
         event = decoded.event
         bundle = event["verdicts"]
+        if turn.redriven:
+            self._take_redriven(event["pack_id"], bundle, event["path"])
+            return
         action = event["action_assessment"]
         key = (
             event["pack_id"],
@@ -202,7 +241,25 @@ class VerdictMetricsSink(Sink):
         occurred = event["occurred_at"]
         self._occurred.append(occurred if type(occurred) is int else occurred_millis(occurred))
 
+    def _take_redriven(self, pack_id: str, bundle: Any, path: str) -> None:
+        key = (pack_id, bool(bundle["refusal_emitted"]), bool(bundle["hedge_injected"]),
+               path == TurnPath.STUB.value)
+        self._redriven_tally[key] = self._redriven_tally.get(key, 0) + 1
+
+    def _flush_redriven(self) -> None:
+        tally, self._redriven_tally = self._redriven_tally, {}
+        for (pack_id, refused, hedged, stub), n in tally.items():
+            pack = self._packs(pack_id)
+            self._child((self.redriven, pack)).inc(n)
+            for counted, metric in ((refused, self.redriven_refused),
+                                    (hedged, self.redriven_hedged), (stub, self.redriven_stub)):
+                if counted:
+                    self._child((metric, pack)).inc(n)
+            self.counted += n
+
     def flush(self) -> None:
+        if self._redriven_tally:
+            self._flush_redriven()
         occurred = self._occurred
         if not occurred:
             return

@@ -19,6 +19,7 @@ from turnaudit.telemetry import CONTRACT_BREACHES_TOTAL, SEQUENCE_GAPS_TOTAL
 
 class MessageOutcome(enum.StrEnum):
     ACCEPTED = "accepted"  # handed to the sink
+    REDRIVEN = "redriven"  # handed to the sink, written back from the dead-letter topic
     DEAD_LETTERED = "dead_lettered"
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from turnaudit.consumers.runtime.sink import ConsumedTurn, Rejection
-from turnaudit.dead_letters import DeadLetterReason
+from turnaudit.dead_letters import DeadLetterReason, is_redriven
 from turnaudit.records import Record
 
 
@@ -32,6 +32,7 @@ class HandedBatch:
     next_offsets: dict[int, int] = field(default_factory=dict)  # per partition
     handed: int = 0  # turns the sink took
     rejected: int = 0  # records ``reject`` got
+    redriven: int = 0  # of the handed turns, those redriven from the dead-letter topic
 
 
 def hand_over(
@@ -45,7 +46,7 @@ def hand_over(
     every record."""
     batch = HandedBatch()
     next_offsets = batch.next_offsets
-    handed = rejected = 0
+    handed = rejected = redriven = 0
     for record in records:
         # record_position, inline: this loop runs once per message.
         topic, partition, offset = record.topic(), record.partition(), record.offset()
@@ -57,10 +58,14 @@ def hand_over(
         except Exception as exc:  # validations do not raise; if one does, still move on
             turn = Rejection(DeadLetterReason.UNDECODABLE, f"validation failed: {exc!r}")
         if type(turn) is ConsumedTurn:
+            raw_headers = record.headers()  # None for a live turn: one call, no copy
+            if raw_headers is not None and is_redriven(raw_headers):
+                turn = turn._replace(redriven=True)
+                redriven += 1
             take(turn)
             handed += 1
         else:
             reject(record, cast(Rejection, turn))
             rejected += 1
-    batch.handed, batch.rejected = handed, rejected
+    batch.handed, batch.rejected, batch.redriven = handed, rejected, redriven
     return batch

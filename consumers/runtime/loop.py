@@ -89,6 +89,7 @@ class ConsumerService:
             registry, packs=settings.metrics.packs, pack_limit=settings.metrics.label_limit
         )
         self._accepted = self.metrics.messages.labels(MessageOutcome.ACCEPTED.value)
+        self._redriven = self.metrics.messages.labels(MessageOutcome.REDRIVEN.value)
         self._registry = registry
         if validation is None:
             decoder = deserializer or decoder_for(settings.kafka, registry=registry)
@@ -232,7 +233,9 @@ class ConsumerService:
         stored = self._ledger.to_store(held, batch.next_offsets)
         if stored:
             self._consumer.store(stored)
-        self._accepted.inc(batch.handed)
+        self._accepted.inc(batch.handed - batch.redriven)
+        if batch.redriven:
+            self._redriven.inc(batch.redriven)
 
     def _dead_letter(self, record: Record, rejection: Rejection) -> None:
         topic, partition, offset = record_position(record)

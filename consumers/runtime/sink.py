@@ -41,6 +41,9 @@ class ConsumedTurn(NamedTuple):
     # or recorded by the producer (the event's ``breaches``): a breaching turn
     # is still a turn, handed to every sink with what it broke.
     breaches: tuple[str, ...] = ()
+    # Written back from the dead-letter topic by ``turnaudit dlq redrive`` (its
+    # ``turnaudit.redriven-from`` header): counted apart from live traffic.
+    redriven: bool = False
 
     @property
     def event(self) -> TurnEvent:

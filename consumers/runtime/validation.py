@@ -170,7 +170,7 @@ class TurnEventValidation(Validation):
                 )
             return ConsumedTurn(decoded, sequence, topic, partition, offset, text)
         # The named tuple built without its Python-level __new__ (one per message).
-        return _tuple_new(ConsumedTurn, (decoded, sequence, topic, partition, offset, ()))
+        return _tuple_new(ConsumedTurn, (decoded, sequence, topic, partition, offset, (), False))
 
     def _count_identity(
         self,

@@ -31,6 +31,11 @@ class DeadLetterReason(enum.StrEnum):
 
 
 HEADER_PREFIX = "dlq."
+# Set on a parked original that ``turnaudit dlq redrive`` wrote back to its topic:
+# ``dlq:<partition>:<offset>`` of the letter, and ``<topic>:<partition>:<offset>``
+# of the original. Consumers count a turn carrying it apart from live traffic.
+REDRIVEN_FROM_HEADER = "turnaudit.redriven-from"
+REDRIVEN_ORIGIN_HEADER = "turnaudit.redriven-origin"
 CONNECT_HEADER_PREFIX = "__connect.errors."
 # The reason's exception, named as Connect names the exception class of a dead letter.
 _EXCEPTION_CLASSES: dict[str, str] = {
@@ -59,6 +64,16 @@ def exception_class_name(reason: str) -> str:
 def is_dead_letter_header(name: str) -> bool:
     """A header the dead-letter writer sets (``dlq.*`` or Connect's ``__connect.errors.*``)."""
     return name.startswith(HEADER_PREFIX) or name.startswith(CONNECT_HEADER_PREFIX)
+
+
+def is_redriven(headers: object) -> bool:
+    """Whether a record's raw headers (librdkafka's list or dict, or None) mark it as
+    redriven from the dead-letter topic."""
+    if isinstance(headers, list):
+        return any(pair[0] == REDRIVEN_FROM_HEADER for pair in headers)
+    if isinstance(headers, dict):
+        return REDRIVEN_FROM_HEADER in headers
+    return False
 
 
 def dead_letter_headers(

@@ -26,6 +26,13 @@ HEDGED_TURNS_TOTAL: Final = "turnaudit_hedged_turns_total"
 STUB_TURNS_TOTAL: Final = "turnaudit_stub_turns_total"
 # Verdict metrics: turns with an action assessment, labelled by output policy.
 ACTION_RISK_TOTAL: Final = "turnaudit_action_risk_total"
+# Verdict metrics: turns redriven from the dead-letter topic (``turnaudit dlq redrive``),
+# by pack: counted here once instead of in the live counters above, so a burst of old
+# turns does not move the live rates the alerts read; verify adds both.
+REDRIVEN_TURNS_TOTAL: Final = "turnaudit_redriven_turns_total"
+REDRIVEN_REFUSED_TURNS_TOTAL: Final = "turnaudit_redriven_refused_turns_total"
+REDRIVEN_HEDGED_TURNS_TOTAL: Final = "turnaudit_redriven_hedged_turns_total"
+REDRIVEN_STUB_TURNS_TOTAL: Final = "turnaudit_redriven_stub_turns_total"
 # Every consumer service: contract breaches (by contract) and sequence gaps opened.
 CONTRACT_BREACHES_TOTAL: Final = "turnaudit_contract_breaches_total"
 SEQUENCE_GAPS_TOTAL: Final = "turnaudit_sequence_gaps_total"
@@ -41,6 +48,13 @@ TURN_COUNTERS: Final[Mapping[str, str]] = MappingProxyType({
     "refused": REFUSED_TURNS_TOTAL,
     "hedged": HEDGED_TURNS_TOTAL,
     "stub": STUB_TURNS_TOTAL,
+})
+# Their redriven counterparts, by the same figure.
+REDRIVEN_TURN_COUNTERS: Final[Mapping[str, str]] = MappingProxyType({
+    "turns": REDRIVEN_TURNS_TOTAL,
+    "refused": REDRIVEN_REFUSED_TURNS_TOTAL,
+    "hedged": REDRIVEN_HEDGED_TURNS_TOTAL,
+    "stub": REDRIVEN_STUB_TURNS_TOTAL,
 })
 
 

@@ -13,7 +13,7 @@ from typing import TypedDict
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from turnaudit.telemetry import TURN_COUNTERS, TURN_LOG_EVENT
+from turnaudit.telemetry import REDRIVEN_TURN_COUNTERS, TURN_COUNTERS, TURN_LOG_EVENT
 from turnaudit.verify.counts import TurnFigures
 from turnaudit.verify.findings import EXAMPLES
 
@@ -175,8 +175,10 @@ class MetricsReconciliation:
 
 def metric_figures_by_pack(text: str) -> ByPack:
     """The turn counters of a ``/metrics`` page, per ``pack`` label (summed over the
-    other labels; a sample without one is under ``""``)."""
-    wanted = {name: figure for figure, name in TURN_COUNTERS.items()}
+    other labels; a sample without one is under ``""``); a turn redriven from the
+    dead-letter topic is counted in its own counter, added to the live one's figure."""
+    wanted = {name: figure for counters in (TURN_COUNTERS, REDRIVEN_TURN_COUNTERS)
+              for figure, name in counters.items()}
     sums: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
