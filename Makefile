@@ -10,14 +10,14 @@ NATIVE_STAMP := $(VENV)/.installed-native
 NATIVE_SRC   := native/Cargo.toml native/Cargo.lock native/pyproject.toml \
                 native/turnaudit_native.pyi $(wildcard native/src/*.rs)
 
-.PHONY: demo test test-fast setup native jars lint typecheck bench clean broker-stop promtool
+.PHONY: demo test test-fast setup native jars lint typecheck bench clean broker-stop promtool otelcol
 
 demo: setup
 	$(VENV)/bin/turnaudit demo
 
 # Lint and types first (seconds), then the whole suite: the broker-free tier
 # (tests/unit/) and the broker tier (tests/broker/), which starts a real broker.
-test: setup promtool
+test: setup promtool otelcol
 	$(VENV)/bin/ruff check .
 	$(MAKE) --no-print-directory typecheck
 	$(VENV)/bin/pytest
@@ -73,6 +73,19 @@ $(NATIVE_STAMP): $(NATIVE_SRC) | $(PIP_STAMP)
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --locked -m native/Cargo.toml
 	touch $@
 
+# The OpenTelemetry Collector the `sink otel` broker test exports to, built from
+# Go modules (deploy/otelcol/: OTLP receiver, file and debug exporters) into the
+# ignored deploy/otelcol/bin/. Needs the Go toolchain (1.26 or newer).
+OTELCOL_STAMP := deploy/otelcol/bin/.built
+OTELCOL_SRC   := deploy/otelcol/main.go deploy/otelcol/components.go \
+                 deploy/otelcol/go.mod deploy/otelcol/go.sum
+otelcol: $(OTELCOL_STAMP)
+
+$(OTELCOL_STAMP): $(OTELCOL_SRC)
+	@command -v go >/dev/null || { echo "go not found: the OpenTelemetry Collector (deploy/otelcol/) needs the Go toolchain 1.26 or newer (https://go.dev/dl/)"; exit 1; }
+	cd deploy/otelcol && go build -trimpath -o bin/otelcol-turnaudit .
+	touch $@
+
 jars: $(JARS_STAMP)
 
 $(JARS_STAMP): deploy/kafka/pom.xml
@@ -102,7 +115,7 @@ broker-stop: setup
 	$(VENV)/bin/turnaudit broker stop
 
 clean:
-	rm -rf $(VENV) deploy/kafka/target native/target var
+	rm -rf $(VENV) deploy/kafka/target deploy/otelcol/bin native/target var
 
 # mypy cannot follow the package-dir mapping: type-check a symlinked view of
 # the one `turnaudit` namespace instead.

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/connector"
+	"go.opentelemetry.io/collector/exporter"
+	"go.opentelemetry.io/collector/exporter/debugexporter"
+	"go.opentelemetry.io/collector/extension"
+	"go.opentelemetry.io/collector/otelcol"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
+)
+
+// components is the factories map: one receiver (OTLP), two exporters (file,
+// debug), no processors, extensions or connectors.
+func components() (otelcol.Factories, error) {
+	var err error
+	factories := otelcol.Factories{
+		// The collector's own telemetry (logs; metrics are turned off in config).
+		Telemetry: otelconftelemetry.NewFactory(),
+	}
+	if factories.Extensions, err = otelcol.MakeFactoryMap[extension.Factory](); err != nil {
+		return otelcol.Factories{}, err
+	}
+	if factories.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](
+		otlpreceiver.NewFactory(),
+	); err != nil {
+		return otelcol.Factories{}, err
+	}
+	if factories.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](
+		debugexporter.NewFactory(),
+		fileexporter.NewFactory(),
+	); err != nil {
+		return otelcol.Factories{}, err
+	}
+	if factories.Processors, err = otelcol.MakeFactoryMap[processor.Factory](); err != nil {
+		return otelcol.Factories{}, err
+	}
+	if factories.Connectors, err = otelcol.MakeFactoryMap[connector.Factory](); err != nil {
+		return otelcol.Factories{}, err
+	}
+	factories.ReceiverModules = map[component.Type]string{
+		otlpreceiver.NewFactory().Type(): "go.opentelemetry.io/collector/receiver/otlpreceiver v0.161.0",
+	}
+	factories.ExporterModules = map[component.Type]string{
+		debugexporter.NewFactory().Type(): "go.opentelemetry.io/collector/exporter/debugexporter v0.161.0",
+		fileexporter.NewFactory().Type():  "github.com/open-telemetry/opentelemetry-collector-contrib/exporter/fileexporter v0.161.0",
+	}
+	return factories, nil
+}
