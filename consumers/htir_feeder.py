@@ -13,6 +13,10 @@ At-least-once across restarts: the offsets of turns that sit in a still-open
 trace are held back (``held_offsets``), so a restarted feeder re-reads them and
 rebuilds the trace; a trace already published may then be published again
 with the same task id, which the auditor worker ignores.
+
+Surfaces and tool I/O are in a trace (topic and manifest alike) only as the
+surface policy lets them through (``TURNAUDIT_LOG_SURFACES``, dropped by
+default; ``turnaudit.redaction``); the manifest file is its owner's only.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
+from turnaudit.files import open_private
 from turnaudit.htir import HtirTrace, TraceAssembler
 from turnaudit.kafka.producer import KafkaProducer
+from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
@@ -48,20 +54,21 @@ class HtirFeederSink(BatchingSink):
         registry: CollectorRegistry,
         idle_timeout: float = 300.0,
         manifest: Path | None = None,
+        redaction: Redaction = DROPPED,
     ) -> None:
         super().__init__()
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         self._producer = KafkaProducer.reliable(kafka)
         announce_schema(self._producer.produce, kafka.topics.schemas, self._serialize.schema)
-        self._assembler = TraceAssembler(idle_timeout)
+        self._assembler = TraceAssembler(idle_timeout, redaction=redaction)
         # A trace republished after a restart is written to the manifest once;
         # a line torn by a kill is cut, and its trace written again whole.
         if manifest:
             cut_torn_tail(manifest)
         self._in_manifest = _manifest_task_ids(manifest) if manifest else set()
         self._manifest: IO[str] | None = (
-            open(manifest, "a", encoding="utf-8")  # noqa: SIM115 - open for the service's life
+            open_private(manifest, "a", parents=True)  # open for the service's life
             if manifest
             else None
         )

@@ -15,14 +15,14 @@ say) the lines go through the configured chain, one call per turn.
 
 Surface texts and input tokens may hold user content: by default they are not
 written; ``TURNAUDIT_LOG_SURFACES`` chooses ``drop``, ``hash`` (HMAC-SHA256
-with ``TURNAUDIT_LOG_HASH_KEY``, so equal texts stay comparable) or ``full``.
+with ``TURNAUDIT_LOG_HASH_KEY``, so equal texts stay comparable) or ``keep``,
+the one policy of every writer (``turnaudit.redaction``). Log files, rotated
+ones too, are their owner's only (``turnaudit.files``).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
 import logging
 import logging.handlers
 import sys
@@ -37,12 +37,13 @@ from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
-from turnaudit.consumers.settings import LogSinkSettings, ServiceSettings, SurfaceRedaction
+from turnaudit.consumers.settings import LogSinkSettings, ServiceSettings
 from turnaudit.events import EPOCH, occurred_millis, occurred_moment
+from turnaudit.files import open_private, private_dir
+from turnaudit.redaction import SURFACE_FIELDS, TOKEN_SEPARATOR, Redaction, SurfacePolicy
 from turnaudit.telemetry import LOG_LINES_TOTAL, TURN_LOG_EVENT
 
 TURN_LOGGER = "turnaudit.turns"
-SURFACE_FIELDS = ("surface", "walk_surface", "articulation_surface")
 
 Redactor = Callable[[str], str]
 
@@ -54,12 +55,16 @@ _ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_APPEND_NEWLINE
 
 def surface_redactor(settings: LogSinkSettings) -> Redactor | None:
     """How a surface text is written; None: it is not written at all."""
-    if settings.redaction is SurfaceRedaction.DROP:
+    surfaces = settings.surfaces
+    if not surfaces.writes:
         return None
-    if settings.redaction is SurfaceRedaction.FULL:
+    if surfaces.policy is SurfacePolicy.KEEP:
         return str
-    key = settings.hash_key
-    return lambda text: "hmac-sha256:" + hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+    return functools.partial(_hashed, surfaces)
+
+
+def _hashed(surfaces: Redaction, text: str) -> str:
+    return str(surfaces.text(text))  # hash: always a text
 
 
 def turn_fields(
@@ -107,7 +112,7 @@ def turn_fields(
         for name, text in zip(SURFACE_FIELDS, surfaces, strict=True):
             fields[name + suffix] = redact(text)
         # Tokens joined with a separator no token contains, so the hash is of one text.
-        fields["input_tokens" + suffix] = redact("\x1f".join(event["input_tokens"]))
+        fields["input_tokens" + suffix] = redact(TOKEN_SEPARATOR.join(event["input_tokens"]))
     if where:
         fields["topic"] = turn.topic
         fields["partition"] = turn.partition
@@ -148,9 +153,9 @@ class TurnLineWriter:
         self._text: IO[str] = sys.stdout
         self._size = 0  # bytes in the current file (rotation without a stat per line)
         if settings.file is not None:
-            settings.file.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(settings.file.parent)
             cut_torn_tail(settings.file)
-            self._rotating = logging.handlers.RotatingFileHandler(
+            self._rotating = _PrivateRotatingFileHandler(
                 settings.file,
                 maxBytes=settings.file_max_bytes,
                 backupCount=settings.file_backups,
@@ -227,6 +232,14 @@ class TurnLineWriter:
         self.flush()
         if self._rotating is not None:
             self._rotating.close()
+
+
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """Rotation as the stdlib does it, every file it opens owner-only (rotated files
+    are renamed, so they keep the mode)."""
+
+    def _open(self) -> Any:
+        return open_private(self.baseFilename, self.mode, encoding=self.encoding)
 
 
 class LogSink(Sink):

@@ -15,17 +15,13 @@ from pathlib import Path
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.label_bounds import DEFAULT_LABEL_LIMIT
+from turnaudit.redaction import Redaction, SurfacePolicy, surface_redaction
 
 # _int: the project's one parser of whole-number variables, same messages everywhere.
 from turnaudit.settings import ENV_PREFIX, MAX_PORT, KafkaSettings, _int, check_writable_file
 
-
-class SurfaceRedaction(enum.StrEnum):
-    """What the log sink writes for surface texts (they may hold user content)."""
-
-    DROP = "drop"  # not written at all (the default)
-    HASH = "hash"  # HMAC-SHA256 with a key from the settings: equal texts stay comparable
-    FULL = "full"  # the text itself
+# The one surface policy (turnaudit.redaction), under the name the log sink gave it.
+SurfaceRedaction = SurfacePolicy
 
 
 class ServiceName(enum.StrEnum):
@@ -82,10 +78,12 @@ class LogSinkSettings:
     file_backups: int = 10
 
     def __post_init__(self) -> None:
-        if self.redaction is SurfaceRedaction.HASH and not self.hash_key:
-            raise ConfigurationError(
-                f"{ENV_PREFIX}LOG_SURFACES=hash needs a key in {ENV_PREFIX}LOG_HASH_KEY"
-            )
+        Redaction(self.redaction, self.hash_key)  # raises when hash has no key
+
+    @property
+    def surfaces(self) -> Redaction:
+        """The surface policy every writer of the service applies (``turnaudit.redaction``)."""
+        return Redaction(self.redaction, self.hash_key)
 
 
 @dataclass(frozen=True)
@@ -121,6 +119,11 @@ class ServiceSettings:
     log: LogSinkSettings = field(default_factory=LogSinkSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
+    @property
+    def surfaces(self) -> Redaction:
+        """What every writer of the service puts out for surface texts and tool I/O."""
+        return self.log.surfaces
+
     def with_kafka(self, kafka: KafkaSettings) -> ServiceSettings:
         return replace(self, kafka=kafka)
 
@@ -132,14 +135,7 @@ class ServiceSettings:
         reset = _text(env, "AUTO_OFFSET_RESET", "earliest")
         if reset not in ("earliest", "latest"):
             raise ConfigurationError(f"{ENV_PREFIX}AUTO_OFFSET_RESET must be earliest or latest")
-        surfaces = _text(env, "LOG_SURFACES", SurfaceRedaction.DROP.value)
-        try:
-            redaction = SurfaceRedaction(surfaces)
-        except ValueError:
-            choices = "|".join(r.value for r in SurfaceRedaction)
-            raise ConfigurationError(
-                f"{ENV_PREFIX}LOG_SURFACES={surfaces!r}: choose {choices}"
-            ) from None
+        surfaces = surface_redaction(env)
         log_file = _text(env, "LOG_FILE", "")
         if log_file and service is ServiceName.LOG_SINK:
             check_writable_file(Path(log_file), f"{ENV_PREFIX}LOG_FILE")
@@ -169,8 +165,8 @@ class ServiceSettings:
             client_error_report_s=_int(env, "CLIENT_ERROR_REPORT_S", 30, minimum=1),
             workers=_int(env, "WORKERS", 1, minimum=1, maximum=MAX_WORKERS),
             log=LogSinkSettings(
-                redaction=redaction,
-                hash_key=_text(env, "LOG_HASH_KEY", "").encode(),
+                redaction=surfaces.policy,
+                hash_key=surfaces.key,
                 file=Path(log_file) if log_file else None,
                 file_max_bytes=_int(env, "LOG_FILE_MAX_BYTES", 100 * 1024 * 1024, minimum=1024),
                 file_backups=_int(env, "LOG_FILE_BACKUPS", 10, minimum=1),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -37,6 +37,7 @@ from turnaudit.evaluation.trace_evidence import EvidenceTally, TraceEvidence
 from turnaudit.htir import HtirTrace
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
+from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay.request import ReplayRequest, ReplayTarget
 from turnaudit.replay.run import ReplaySummary, replay
 from turnaudit.serialization.schemas import shipped_catalog
@@ -140,14 +141,17 @@ def rebuild_evidence(
     traces_path: Path,
     measure_latency: bool = False,
     timeout: float = 300.0,
+    redaction: Redaction = DROPPED,
 ) -> RebuildResult:
     """Traces and evidence re-derived from a range of the turn stream (see the module doc).
 
     Raises ``NotReproducedError`` when the re-run auditor disagrees with a
     recorded verdict, and ``AuditorIdentityError`` when the end-of-battery check fails:
-    in both cases there is no evidence.
+    in both cases there is no evidence. ``redaction``: the live feeder's surface policy,
+    so the rebuilt traces (and the evidence holding them) are the same bytes.
     """
-    output = HtirFileReplayOutput(decode, traces_path)
+    output = HtirFileReplayOutput(decode, traces_path, redaction)
+    request = replace(request, surfaces=redaction)
     summary = replay(settings, decode, request, ReplayTarget.file("htir", traces_path),
                      timeout=timeout, outputs={"htir": lambda _context: output})
     # Exactly the record the live worker decodes from the traces topic.

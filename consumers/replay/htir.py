@@ -33,6 +33,7 @@ from turnaudit.errors import TurnAuditError
 from turnaudit.htir import HtirTrace, TraceAssembler, TraceClose
 from turnaudit.kafka.producer import KafkaProducer
 from turnaudit.records import Record
+from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay.files import write_atomically
 from turnaudit.replay.outputs import OutputContext, OutputKinds
 from turnaudit.serialization.schema_topic import announce_schema
@@ -48,10 +49,12 @@ class TraceReplaySink(BatchingSink):
     # Tracks its own progress (held offsets): no redelivery marks.
     marks_redeliveries: ClassVar[bool] = False
 
-    def __init__(self, emit: Callable[[HtirTrace], None]) -> None:
+    def __init__(
+        self, emit: Callable[[HtirTrace], None], redaction: Redaction = DROPPED
+    ) -> None:
         super().__init__()
         self._emit = emit
-        self._assembler = TraceAssembler(idle_timeout=math.inf)
+        self._assembler = TraceAssembler(idle_timeout=math.inf, redaction=redaction)
 
     @property
     def partial_turns_skipped(self) -> int:
@@ -84,9 +87,10 @@ class HtirFileReplayOutput(SinkReplayOutput):
     an interrupted replay into it reads its range again.
     """
 
-    def __init__(self, decode: TurnEventDeserializer, path: Path | None = None) -> None:
+    def __init__(self, decode: TurnEventDeserializer, path: Path | None = None,
+                 redaction: Redaction = DROPPED) -> None:
         self.traces: list[HtirTrace] = []
-        self.trace_sink = TraceReplaySink(self._closed)
+        self.trace_sink = TraceReplaySink(self._closed, redaction)
         self._path = path
         super().__init__(self.trace_sink, decode)
 
@@ -107,7 +111,7 @@ class HtirTopicReplayOutput(HtirFileReplayOutput):
 
     def __init__(self, context: OutputContext) -> None:
         self._topic = writable_topic(context, "htir-topic")
-        super().__init__(context.decode)
+        super().__init__(context.decode, redaction=context.request.surfaces)
         self._producer = KafkaProducer.reliable(context.settings)
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         announce_schema(self._producer.produce, context.settings.topics.schemas,
@@ -139,6 +143,6 @@ class HtirTopicReplayOutput(HtirFileReplayOutput):
 def register_htir_outputs(kinds: OutputKinds) -> None:
     """The replay output kinds of this module (``turnaudit replay --into``)."""
     kinds.add("htir", "HTIR traces, one canonical JSON line each, in closing order",
-              lambda c: HtirFileReplayOutput(c.decode, c.target.path))
+              lambda c: HtirFileReplayOutput(c.decode, c.target.path, c.request.surfaces))
     kinds.add("htir-topic", "HTIR traces published to an existing topic as they close",
               HtirTopicReplayOutput, writes_file=False)

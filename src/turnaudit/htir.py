@@ -11,6 +11,14 @@ turn missing from the middle of a task (task steps 0, 1, 3) is not renumbered
 away: the steps keep sequential indices, and the trace says which task steps
 are missing (``missing_task_steps``), so the auditor worker keeps such a trace
 out of the evidence with that reason.
+
+A step's surface and a tool step's arguments and result go through the surface
+policy (``turnaudit.redaction``) as the step is made: dropped (left out, the
+default), keyed hashes (of the whole surface) or kept (the surface cut at
+``SURFACE_LIMIT``). Nothing built from a trace (the traces topic, manifests,
+review packs, evidence, replays) holds more than the policy let through. The
+rule-based auditor reads none of them; a model auditor reads them, so it needs
+``keep`` (docs/redaction.md).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Required, TypedDict, cast
 
 from turnaudit.events import occurred_millis
+from turnaudit.redaction import DROPPED, Redaction, SurfacePolicy
 
 SURFACE_LIMIT = 500  # surfaces are sensitive and long; the auditors need the gist
 
@@ -122,9 +131,12 @@ _STEP_FIELDS = (
 
 
 def turn_steps(
-    event: Mapping[str, Any], contract_breaches: Sequence[str] = ()
+    event: Mapping[str, Any],
+    contract_breaches: Sequence[str] = (),
+    redaction: Redaction = DROPPED,
 ) -> list[HtirStep]:
-    """The HTIR steps of one TurnEvent (without indices): its tool calls, then the turn."""
+    """The HTIR steps of one TurnEvent (without indices): its tool calls, then the turn;
+    surface and tool I/O as ``redaction`` lets them through (dropped by default)."""
     task = event["task"]
     millis = occurred_millis(event["occurred_at"])
     common = {"event_id": event["event_id"], "task_step": task["step"], "occurred_at": millis}
@@ -133,8 +145,8 @@ def turn_steps(
             "kind": "tool",
             **common,
             "name": t["name"],
-            "arguments": t["arguments"],
-            "result": t["result"],
+            "arguments": redaction.text(t["arguments"]),
+            "result": redaction.text(t["result"]),
             "ok": t["ok"],
         }
         for t in event.get("tool_steps", ())
@@ -175,11 +187,18 @@ def turn_steps(
                 )
             },
             "contract_breaches": list(contract_breaches),
-            "surface": event["surface"][:SURFACE_LIMIT],
+            "surface": _surface(event["surface"], redaction),
         }
     )
     # The flat shape: a field the turn has no value for is left out.
     return [cast(HtirStep, {k: v for k, v in s.items() if v is not None}) for s in steps]
+
+
+def _surface(text: str, redaction: Redaction) -> str | None:
+    # Kept: the gist; hashed: the whole text, so it compares with the log sink's hash.
+    if redaction.policy is SurfacePolicy.KEEP:
+        return text[:SURFACE_LIMIT]
+    return redaction.text(text)
 
 
 @dataclass
@@ -199,6 +218,8 @@ class HtirTrace:
     turn_offsets: list[tuple[int, int]] = field(default_factory=list)
     closed_by: TraceClose | None = None
     last_seen: float = 0.0
+    # What the steps hold of surfaces and tool I/O (applied as each turn is added).
+    redaction: Redaction = field(default=DROPPED, compare=False, repr=False)
 
     def add(
         self,
@@ -209,7 +230,7 @@ class HtirTrace:
     ) -> None:
         if event["event_id"] in self.event_ids:
             return  # an at-least-once redelivery: the step is already in the trace
-        for step in turn_steps(event, breaches):
+        for step in turn_steps(event, breaches, self.redaction):
             step["index"] = len(self.steps)
             self.steps.append(step)
         self.offsets.append(offset)
@@ -368,12 +389,19 @@ def _from_avro_step(step: Mapping[str, Any]) -> HtirStep:
 class TraceAssembler:
     """Collects task turns into traces; closes one on end-of-task or when idle.
 
-    A trace starts at the task's step 0, so it is never published in part.
+    A trace starts at the task's step 0, so it is never published in part. Its
+    steps hold surfaces and tool I/O as ``redaction`` says (dropped by default).
     """
 
-    def __init__(self, idle_timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        idle_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+        redaction: Redaction = DROPPED,
+    ) -> None:
         self.idle_timeout = idle_timeout
         self._clock = clock
+        self.redaction = redaction
         self._open: dict[str, HtirTrace] = {}
         # Turns of tasks first seen after their step 0: their trace was already
         # published (before a restart re-read them, or closed when idle).
@@ -415,6 +443,7 @@ class TraceAssembler:
                 topic,
                 partition,
                 event["runtime"],
+                redaction=self.redaction,
             )
             self._open[task["task_id"]] = trace
         trace.add(event, offset, breaches, partition)

@@ -27,6 +27,7 @@ from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import CloseReport
 from turnaudit.producers.simulator import GroundTruth
+from turnaudit.redaction import surface_redaction
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
@@ -170,10 +171,11 @@ def _demo(args: argparse.Namespace) -> int:
         ),
         ("consumer services: log sink and verdict metrics", run_consumer_stage(
             settings, truth, emitter.emitted, args.timeout, start_offsets=before,
-            log_file=OUTPUT_DIR / "turns.jsonl")),
+            log_file=OUTPUT_DIR / "turns.jsonl", redaction=surface_redaction())),
     ]
     evaluation = run_evaluation_stage(
-        settings, truth, args.timeout, start_offsets=before, output_dir=OUTPUT_DIR
+        settings, truth, args.timeout, start_offsets=before, output_dir=OUTPUT_DIR,
+        redaction=surface_redaction(),
     )
     sections.append(("HTIR traces and the auditor-evaluation worker", evaluation.rows))
     for title, rows in sections:

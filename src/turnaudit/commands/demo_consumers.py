@@ -26,10 +26,12 @@ from turnaudit.consumers.settings import (
 )
 from turnaudit.contracts import Contract
 from turnaudit.dead_letters import read_dead_letter_headers
+from turnaudit.files import private_dir
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.producers.simulator import PACKS, GroundTruth
 from turnaudit.records import record_headers
+from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.settings import KafkaSettings
 from turnaudit.telemetry import (
     ACTION_RISK_TOTAL,
@@ -76,6 +78,7 @@ def run_consumer_stage(
     *,
     start_offsets: Mapping[int, int] | None = None,
     log_file: Path = DEFAULT_LOG_FILE,
+    redaction: Redaction = DROPPED,
 ) -> list[ReconciliationRow]:
     """Consume the run with both services and reconcile; rows say observed vs expected.
 
@@ -89,9 +92,9 @@ def run_consumer_stage(
     start = dict(start_offsets or {})
     wanted = {p: e for p, e in end.items() if e > start.get(p, 0)}
     run_id = uuid.uuid4().hex[:8]
-    log_file.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(log_file.parent)
     log_file.unlink(missing_ok=True)
-    log_settings = LogSinkSettings(file=log_file)
+    log_settings = LogSinkSettings(redaction.policy, redaction.key, file=log_file)
     allowed = MetricsSettings(
         packs=frozenset(PACKS) | frozenset(truth.by_pack),
         domains=frozenset(d for domains in PACKS.values() for d in domains),

@@ -36,8 +36,10 @@ from turnaudit.evaluation.bundle import BundleInputs, check_bundle, make_bundle
 from turnaudit.evaluation.files import write_json
 from turnaudit.evaluation.gate import GateReport, evaluate
 from turnaudit.evaluation.labels import labels_from_ground_truth
+from turnaudit.files import private_dir
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.producers.simulator import GroundTruth
+from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay import CHECKPOINT_SUFFIX, ReplayRequest
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
@@ -68,8 +70,9 @@ def run_evaluation_stage(
     start_offsets: Mapping[int, int],
     output_dir: Path = DEFAULT_OUTPUT,
     idle_timeout: float = 2.0,
+    redaction: Redaction = DROPPED,
 ) -> EvaluationOutcome:
-    output_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(output_dir)
     manifest = output_dir / "htir-manifest.jsonl"
     manifest.unlink(missing_ok=True)
     traces_before = end_offsets(settings, settings.topics.htir_traces)
@@ -78,7 +81,7 @@ def run_evaluation_stage(
     run_id = uuid.uuid4().hex[:8]
     feeder_registry = CollectorRegistry()
     sink = HtirFeederSink(settings, registry=feeder_registry, idle_timeout=idle_timeout,
-                          manifest=manifest)
+                          manifest=manifest, redaction=redaction)
     feeder = ConsumerService(
         ServiceSettings(ServiceName.HTIR_FEEDER, settings, f"turnaudit-demo-htir-{run_id}"),
         sink, registry=feeder_registry, start_offsets=start_offsets, serve_http=False,
@@ -116,6 +119,7 @@ def run_evaluation_stage(
         settings, decoder_for(settings),
         ReplayRequest(RangeSpec(from_offsets=dict(start_offsets), to_offsets=turns_end)),
         labels, RuleBasedAuditor(), traces_path=_fresh(output_dir / "rebuilt-traces.htir.jsonl"),
+        redaction=redaction,
     )
     write_json(rebuilt_path, rebuild.evidence.to_json())
     labels_path, bundle_path = output_dir / "labels.json", output_dir / "evidence-bundle.tar"

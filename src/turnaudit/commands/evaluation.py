@@ -25,6 +25,7 @@ from turnaudit.evaluation.files import write_json
 from turnaudit.evaluation.gate import evaluate
 from turnaudit.evaluation.labels import load_task_labels
 from turnaudit.kafka.offsets import RangeSpec
+from turnaudit.redaction import surface_redaction
 from turnaudit.replay import ReplayRequest, parse_partitions
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
@@ -80,7 +81,8 @@ def _rebuild(args: argparse.Namespace) -> int:
         try:
             result = rebuild_evidence(
                 settings, decode, request, labels, auditor, traces_path=traces_path,
-                measure_latency=args.measure_latency, timeout=args.read_timeout)
+                measure_latency=args.measure_latency, timeout=args.read_timeout,
+                redaction=surface_redaction())
         except (NotReproducedError, AuditorIdentityError) as exc:
             # A finding about the evidence, not a wrong argument: exit 1, no evidence.
             print(f"turnaudit eval rebuild: {exc}", file=sys.stderr)

@@ -58,7 +58,8 @@ class FeederWorker:
         if manifest is not None and plan.supervised:
             manifest = per_worker_path(manifest, plan.index)  # one writer per file
         sink = HtirFeederSink(
-            settings.kafka, registry=registry, idle_timeout=self.idle_timeout, manifest=manifest
+            settings.kafka, registry=registry, idle_timeout=self.idle_timeout, manifest=manifest,
+            redaction=settings.surfaces,
         )
         return consumer_service(settings, sink, plan, registry)
 

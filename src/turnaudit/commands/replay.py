@@ -32,6 +32,7 @@ from turnaudit.consumers.replay import (
 )
 from turnaudit.consumers.settings import LogSinkSettings, ServiceName, ServiceSettings
 from turnaudit.kafka.offsets import RangeSpec
+from turnaudit.redaction import surface_redaction
 from turnaudit.replay import (
     JsonlOutput,
     OutputKinds,
@@ -47,7 +48,7 @@ from turnaudit.settings import KafkaSettings
 
 OUTPUT_KINDS = OutputKinds()
 OUTPUT_KINDS.add("jsonl", "decoded events, one canonical JSON line each",
-                 lambda c: JsonlOutput(c.target.path, c.decode))
+                 lambda c: JsonlOutput(c.target.path, c.decode, c.request.surfaces))
 OUTPUT_KINDS.add("logs", "the log sink's turn lines, stamped with each turn's time",
                  lambda c: LogReplayOutput(c.target.path, c.decode, _log_settings(),
                                            start_gaps=not c.request.event_time))
@@ -116,6 +117,7 @@ def _replay(args: argparse.Namespace) -> int:
         args.topic,
         event_time=event_time,
         slack=slack,
+        surfaces=surface_redaction(),
     )
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
     require_access(settings, reads=[args.topic or settings.topics.turn_events])

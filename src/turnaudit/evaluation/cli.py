@@ -26,6 +26,7 @@ from turnaudit.evaluation.errors import BundleCheckError
 from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.files import read_json
 from turnaudit.evaluation.gate import GateReport, exit_code, run_gate
+from turnaudit.redaction import surface_redaction
 
 DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
 Configure = Callable[[argparse.ArgumentParser], None]
@@ -129,7 +130,8 @@ def _family_source(text: str) -> tuple[str | None, Path]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    pack = review_pack.export(args.source, args.output, args.without_context)
+    pack = review_pack.export(args.source, args.output, args.without_context,
+                              surface_redaction())
     print(f"review pack: {len(pack['cases'])} case(s) pending review -> {args.output}")
     return 0
 

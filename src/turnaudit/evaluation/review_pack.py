@@ -26,6 +26,13 @@ exported ``--without-context``, ``context`` with every field clipped to
 reviewer sets the case to included and names the oracle as a versioned source,
 ``NAME@VERSION`` (e.g. ``reviewer-panel@2026-11``); finalize refuses any other form,
 naming every such case. Finalize never runs an auditor.
+
+The context goes through the surface policy (``turnaudit.redaction``, dropped by
+default): its final response and tool arguments and results are written as the
+policy says, whatever the manifest holds. The trace's steps are copied as the
+manifest has them (the feeder applied the policy when it wrote them): a label is
+bound to its trace's content digest, so the steps must stay the ones the auditor
+worker reads on the traces topic.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from turnaudit.evaluation.files import (
     read_json,
     write_json,
 )
+from turnaudit.redaction import DROPPED, Redaction
 
 REVIEW_PACK_FORMAT = "turn-audit/evr6-review-pack"
 ReviewStatus = Literal["pending", "included", "excluded"]
@@ -116,7 +124,7 @@ def clip(value: Any) -> str:
     return text[:CONTEXT_FIELD_LIMIT] + f"…[truncated {len(text) - CONTEXT_FIELD_LIMIT} chars]"
 
 
-def _bounded_context(raw: object, where: str) -> ReviewContext:
+def _bounded_context(raw: object, where: str, redaction: Redaction = DROPPED) -> ReviewContext:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -124,13 +132,16 @@ def _bounded_context(raw: object, where: str) -> ReviewContext:
     context: ReviewContext = {}
     if raw.get("task") is not None:
         context["task"] = clip(raw["task"])
-    if raw.get("final_response") is not None:
-        context["final_response"] = clip(raw["final_response"])
+    final = raw.get("final_response")
+    if final is not None:
+        final = redaction.text(final if isinstance(final, str) else canonical_json(final))
+        if final is not None:
+            context["final_response"] = clip(final)
     tools = raw.get("tools") or []
     if not isinstance(tools, list):
         raise ReviewPackError(f"{where}: context.tools must be a JSON array")
     context["tools"] = [
-        {key: clip(tool.get(key)) for key in ("name", "arguments", "result")}
+        {key: clip(value) for key, value in _tool_context(tool, redaction).items()}
         if isinstance(tool, Mapping) else {"name": clip(tool)}
         for tool in tools[:CONTEXT_TOOL_LIMIT]
     ]
@@ -139,8 +150,15 @@ def _bounded_context(raw: object, where: str) -> ReviewContext:
     return context
 
 
+def _tool_context(tool: Mapping[str, Any], redaction: Redaction) -> dict[str, Any]:
+    """A tool call's name, arguments and result; arguments and result as the policy says
+    (left out when dropped)."""
+    call = redaction.tool_io({key: tool.get(key) for key in ("name", "arguments", "result")})
+    return {key: value for key, value in call.items() if key == "name" or value is not None}
+
+
 def _manifest_cases(
-    family: str | None, path: Path, without_context: bool
+    family: str | None, path: Path, without_context: bool, redaction: Redaction = DROPPED
 ) -> list[tuple[str, ReviewCase]]:
     """The runs of one manifest as pending cases, each with where it was read."""
     try:
@@ -187,7 +205,7 @@ def _manifest_cases(
             "trace": trace,
         }
         if not without_context:
-            case["context"] = _bounded_context(run.get("context"), where)
+            case["context"] = _bounded_context(run.get("context"), where, redaction)
         cases.append((where, case))
     return cases
 
@@ -199,17 +217,18 @@ def _without_location(case: ReviewCase) -> str:
 
 
 def export(sources: Sequence[tuple[str | None, Path]], output: Path,
-           without_context: bool = False) -> ReviewPackJson:
+           without_context: bool = False, redaction: Redaction = DROPPED) -> ReviewPackJson:
     """Write a review pack with every run of every source pending review; return it.
 
     ``sources``: (family, manifest) pairs; a family of None takes each line's own.
+    ``redaction``: what the context holds of the final response and tool I/O.
     """
     if not sources:
         raise ReviewPackError("no --source FAMILY=PATH or --source PATH given")
     first: dict[str, tuple[str, ReviewCase]] = {}
     differing: dict[str, list[str]] = {}
     for family, path in sources:
-        for where, case in _manifest_cases(family, path, without_context):
+        for where, case in _manifest_cases(family, path, without_context, redaction):
             seen = first.setdefault(case["task_id"], (where, case))
             if seen[1] is not case and _without_location(seen[1]) != _without_location(case):
                 differing.setdefault(case["task_id"], [seen[0]]).append(where)

@@ -7,17 +7,13 @@ from pathlib import Path
 from typing import IO
 
 from turnaudit.errors import ConfigurationError
+from turnaudit.files import open_private, private_dir, write_private
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: a reader sees the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temporary, path)
+    """Replace ``path`` with ``data``: a reader sees the old file or the whole new one
+    (owner-only, ``turnaudit.files``)."""
+    write_private(path, data)
 
 
 def fsync_path(path: Path) -> int:
@@ -32,15 +28,15 @@ def fsync_path(path: Path) -> int:
 
 def open_for_resume(path: Path, position: int) -> IO[bytes]:
     """The output file cut back to ``position`` (what the last checkpoint recorded)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     if position == 0:
-        path.write_bytes(b"")
+        open_private(path, "wb").close()
     elif not path.exists() or path.stat().st_size < position:
         raise ConfigurationError(
             f"{path} is shorter than its checkpoint records ({position} bytes); "
             "remove both to start over"
         )
-    out = path.open("r+b")
+    out = open_private(path, "r+b")  # an existing file brought back to owner-only
     out.truncate(position)
     out.seek(position)
     return out

@@ -1,4 +1,9 @@
-"""The JSONL output: one canonical JSON line per message."""
+"""The JSONL output: one canonical JSON line per message.
+
+A line's event holds its surfaces and tool I/O as the surface policy says
+(``turnaudit.redaction``: ``null`` when dropped, the default); the file is its
+owner's only.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from typing import IO, Any, TypedDict
 
 from turnaudit.events import occurred_moment
 from turnaudit.records import Record
+from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay.canonical import canonical_json
 from turnaudit.replay.files import open_for_resume
 from turnaudit.replay.outputs import ReplayOutput
@@ -31,9 +37,11 @@ class JsonlOutput(ReplayOutput):
 
     resumable = True
 
-    def __init__(self, path: Path, decode: TurnEventDeserializer) -> None:
+    def __init__(self, path: Path, decode: TurnEventDeserializer,
+                 surfaces: Redaction = DROPPED) -> None:
         self._path = path
         self._decode = decode
+        self._surfaces = surfaces
         self._out: IO[bytes] | None = None
 
     def open(self, position: int) -> None:
@@ -45,7 +53,7 @@ class JsonlOutput(ReplayOutput):
         undecodable = 0
         lines = []
         for msg in messages:
-            line, decoded = jsonl_line(self._decode, msg)
+            line, decoded = jsonl_line(self._decode, msg, self._surfaces)
             lines.append(line)
             undecodable += not decoded
         self._out.write(b"".join(lines))
@@ -66,8 +74,11 @@ class JsonlOutput(ReplayOutput):
             self._out = None
 
 
-def jsonl_line(decode: TurnEventDeserializer, msg: Record) -> tuple[bytes, bool]:
-    """One canonical JSON line: where the message was, and its event (or why it is not one)."""
+def jsonl_line(
+    decode: TurnEventDeserializer, msg: Record, surfaces: Redaction = DROPPED
+) -> tuple[bytes, bool]:
+    """One canonical JSON line: where the message was, and its event (or why it is not one),
+    its surfaces and tool I/O as ``surfaces`` lets them through."""
     where: JsonlLine = {"partition": msg.partition(), "offset": msg.offset()}
     try:
         decoded = decode(msg.value())
@@ -76,6 +87,6 @@ def jsonl_line(decode: TurnEventDeserializer, msg: Record) -> tuple[bytes, bool]
         return canonical_json(where) + b"\n", False
     where["writer_version"] = decoded.writer_version
     # occurred_at as the ISO time replay lines have always held (decoded: epoch ms).
-    event = decoded.event
+    event = surfaces.event(decoded.event)
     where["event"] = {**event, "occurred_at": occurred_moment(event["occurred_at"])}
     return canonical_json(where) + b"\n", True

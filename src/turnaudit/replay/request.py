@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.offsets import RangeSpec
+from turnaudit.redaction import DROPPED, Redaction, SurfacePolicy
 from turnaudit.replay import order
 from turnaudit.replay.canonical import by_partition, canonical_json
 
@@ -69,6 +70,8 @@ class ReplayRequest:
     topic: str | None = None
     event_time: bool = False
     slack: timedelta | None = None
+    # What the outputs write of surfaces and tool I/O (``turnaudit.redaction``).
+    surfaces: Redaction = DROPPED
 
     def fingerprint(self, topic: str, target: ReplayTarget) -> str:
         """A digest of the arguments: a checkpoint resumes only the replay it was written by."""
@@ -87,6 +90,9 @@ class ReplayRequest:
             "event_time": self.event_time,
             "slack_s": None if self.slack is None else self.slack.total_seconds(),
             "block": order.BLOCK_MESSAGES,
+            # Only when not the default, so a checkpoint of a default replay still resumes.
+            **({} if self.surfaces.policy is SurfacePolicy.DROP
+               else {"surfaces": self.surfaces.policy.value}),
         }
         return hashlib.sha256(canonical_json(described)).hexdigest()
 

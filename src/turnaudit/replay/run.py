@@ -181,7 +181,8 @@ def output_factory(kind: str, outputs: Outputs | None) -> OutputFactory:
     elif outputs is not None and kind in outputs:
         return outputs[kind]
     if kind == "jsonl":
-        return lambda context: JsonlOutput(context.target.path, context.decode)
+        return lambda context: JsonlOutput(context.target.path, context.decode,
+                                           context.request.surfaces)
     raise ConfigurationError(f"no output of kind {kind!r} was wired")
 
 

@@ -97,7 +97,7 @@ def test_surface_texts_are_not_written_by_default() -> None:
 
 def test_hash_redaction_is_a_keyed_hmac_and_full_keeps_the_text() -> None:
     hashed = LogSink(LogSinkSettings(SurfaceRedaction.HASH, KEY), CollectorRegistry())
-    full = LogSink(LogSinkSettings(SurfaceRedaction.FULL), CollectorRegistry())
+    full = LogSink(LogSinkSettings(SurfaceRedaction.KEEP), CollectorRegistry())
     with capture_logs() as logs:
         deliver(hashed, [consumed(REFUSED)])
         deliver(full, [consumed(REFUSED)])
@@ -204,7 +204,7 @@ def test_lines_rendered_by_the_sink_are_the_lines_the_structlog_chain_renders(
     first = json.loads(rendered[0])
     assert first["deployment"] == "eu-1"
     assert (first["event"], first["logger"], first["level"]) == ("turn", "turnaudit.turns", "info")
-    if redaction is SurfaceRedaction.FULL:
+    if redaction is SurfaceRedaction.KEEP:
         assert "naïve 日本" in (tmp_path / "sink.jsonl").read_text(encoding="utf-8")
 
 

@@ -85,7 +85,7 @@ def test_every_setting_is_read_with_the_prefix() -> None:
     ("env", "says"),
     [
         ({"TURNAUDIT_LOG_SURFACES": "hash"}, "LOG_HASH_KEY"),
-        ({"TURNAUDIT_LOG_SURFACES": "some"}, "drop|hash|full"),
+        ({"TURNAUDIT_LOG_SURFACES": "some"}, "drop|hash|keep"),
         ({"TURNAUDIT_BATCH_SIZE": "0"}, "BATCH_SIZE"),
         ({"TURNAUDIT_AUTO_OFFSET_RESET": "middle"}, "AUTO_OFFSET_RESET"),
         ({"TURNAUDIT_READY_UNASSIGNED_S": "0"}, "READY_UNASSIGNED_S"),

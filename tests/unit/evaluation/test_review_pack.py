@@ -16,6 +16,7 @@ from turnaudit.evaluation.errors import ContaminatedLabelPackError, ReviewPackEr
 from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.files import Verdict, load_labels
 from turnaudit.evaluation.review_pack import CONTEXT_FIELD_LIMIT, export, finalize
+from turnaudit.redaction import Redaction
 
 from .builders import battery, evidence, healthy_steps, label_pack
 
@@ -85,7 +86,7 @@ INCLUDED_HEALTHY = {
 def test_export_starts_every_case_pending_with_family_from_source(
     manifests: list[tuple[str, Path]], tmp_path: Path
 ) -> None:
-    pack = export(manifests, tmp_path / "pack.json")
+    pack = export(manifests, tmp_path / "pack.json", redaction=Redaction.keep())
 
     written = json.loads((tmp_path / "pack.json").read_text())
     assert written == pack
@@ -230,7 +231,7 @@ def test_copies_of_a_task_that_differ_in_anything_are_refused_and_named(
     second = write_manifest(folder / "w1.jsonl", [other])
 
     with pytest.raises(ReviewPackError) as refused:
-        export([(None, first), (None, second)], folder / "pack.json")
+        export([(None, first), (None, second)], folder / "pack.json", redaction=Redaction.keep())
 
     assert f"'task-1' at {first}:2, {second}:1" in str(refused.value)
     assert "'ok'" not in str(refused.value)
