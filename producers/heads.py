@@ -13,6 +13,11 @@ background thread announces every pending file's heads on the compacted
 line, False when the predecessor was cut by a crash) and deletes the file
 once the broker acknowledged them all; retried until then.
 
+With a signing key, the same thread also feeds the publisher's ``Checkpointer``
+(``turnaudit.producers.checkpointer``): the heads that changed, and the count of turns
+``publish()`` handed on (it wakes the thread early once a checkpoint's count of turns is
+reached).
+
 Reading tolerates a torn tail: lines are taken up to the first one that does
 not parse (a crash mid-write cuts there); reading never raises on content.
 Bound: a crash loses at most the head writes of the last interval, so a
@@ -32,6 +37,7 @@ from pathlib import Path
 import structlog
 
 from turnaudit.kafka.producer import DeliveredMessage, DeliveryError, KafkaProducer
+from turnaudit.producers.checkpointer import Checkpointer
 from turnaudit.stream_heads import HeadAnnouncement, StreamHead, stream_heads_topic
 
 log = structlog.get_logger("turnaudit.publisher")
@@ -98,6 +104,7 @@ class HeadsFile:
         lock: threading.Lock,
         announcer: KafkaProducer | None,
         prefix: str,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         self.directory = directory
         self.path = directory / HEADS_FILE
@@ -105,6 +112,12 @@ class HeadsFile:
         self.producer_id = producer_id
         self._lock = lock  # the publisher's: publish() fills ``dirty`` under it
         self.dirty: dict[Stream, tuple[int, str]] = {}
+        # Turns handed on since the last head write (publish() counts them under the
+        # lock); at ``wake_at`` it wakes this thread for a checkpoint (0: never).
+        self.turns = 0
+        self.checkpointer = checkpointer
+        self.wake_at = checkpointer.max_turns if checkpointer is not None else 0
+        self.wake = threading.Event()
         self._heads: dict[Stream, StreamHead] = {}
         self._announcer = announcer
         self._topic = stream_heads_topic(prefix)
@@ -123,9 +136,16 @@ class HeadsFile:
     # -- the background thread --------------------------------------------------------
     def _run(self) -> None:
         next_announce = 0.0
-        while not self._closing.wait(self.interval_s):
+        while not self._closing.is_set():
+            self.wake.wait(self.interval_s)
+            self.wake.clear()
+            if self._closing.is_set():
+                break
             try:
                 self.write_now()
+                if self.checkpointer is not None:
+                    self.checkpointer.tick()
+                    self.wake_at = self.checkpointer.turns_left()
                 if time.monotonic() >= next_announce:
                     if not self.announce_pending():
                         next_announce = time.monotonic() + ANNOUNCE_RETRY_S
@@ -139,15 +159,20 @@ class HeadsFile:
         """Append the heads that changed since the last write (one ``write``)."""
         with self._lock:
             dirty, self.dirty = self.dirty, {}
+            turns, self.turns = self.turns, 0
         if not dirty:
             return
         lines = []
+        advanced = []
         for (session, producer), (sequence, digest) in dirty.items():
             head = self._heads[(session, producer)] = StreamHead(session, producer, sequence,
                                                                  digest)
+            advanced.append(head)
             lines.append(head_line(head))
         os.write(self._fd, b"".join(lines))
         self.writes += 1
+        if self.checkpointer is not None:
+            self.checkpointer.advance(advanced, turns)
 
     def pending_files(self) -> list[Path]:
         return sorted(self.directory.glob("heads-*.pending"))
@@ -183,12 +208,15 @@ class HeadsFile:
         """Final heads and the ended line; then announce them as ended (best effort:
         a successor announces them otherwise)."""
         self._closing.set()
+        self.wake.set()
         self._thread.join()
         try:
             self.write_now()
             os.write(self._fd, b'{"ended":1}\n')
         finally:
             os.close(self._fd)
+        if self.checkpointer is not None:
+            self.checkpointer.close(timeout)
         recorded = RecordedHeads(self.producer_id, round(self.interval_s * 1000),
                                  dict(self._heads), ended=True)
         if not recorded.heads or self._announce(recorded, timeout):

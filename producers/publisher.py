@@ -39,6 +39,13 @@ event id, which readers count once. ``close()`` flushes, moves what the broker
 did not acknowledge into the spool (delivered by the next publisher on the same
 folder) and returns a report; it never raises for delivery problems.
 
+Signed checkpoints: with a signing key (``CheckpointSettings``, from
+``TURNAUDIT_SIGNING_KEY_FILE`` and ``TURNAUDIT_SIGNING_KEY_ID`` unless given), the heads
+thread signs, every ``TURNAUDIT_CHECKPOINT_INTERVAL_S`` or after
+``TURNAUDIT_CHECKPOINT_MAX_TURNS`` turns, a checkpoint of the streams advanced and writes
+it to ``<prefix>checkpoints`` (``turnaudit.producers.checkpointer``); ``close()`` writes
+the final one. ``publish()`` only counts the turn (and wakes that thread at the count).
+
 The failover (``turnaudit.producers.failover``) runs a background thread that
 serves librdkafka's callbacks, notices the broker is back, waits until the
 in-memory queue is empty, then drains the spool in order. It survives any
@@ -79,6 +86,7 @@ from turnaudit.kafka.producer import (
     is_permanent,
 )
 from turnaudit.producers.accounting import CloseReport, Ledger, PublisherStats
+from turnaudit.producers.checkpointer import Checkpointer
 from turnaudit.producers.failover import Failover, bytes_headers
 from turnaudit.producers.heads import DEFAULT_HEAD_INTERVAL_S, HeadsFile
 from turnaudit.producers.metrics import PublisherMetrics
@@ -87,6 +95,7 @@ from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import SchemaCatalog, shipped_catalog
 from turnaudit.serialization.writers import RegistryClient, turn_event_writers
 from turnaudit.settings import KafkaSettings
+from turnaudit.signing_keys import CheckpointSettings
 
 __all__ = ["CloseReport", "PublisherStats", "TurnEventPublisher", "raise_if_undelivered"]
 
@@ -143,8 +152,11 @@ class TurnEventPublisher:
         producer_id: str | None = None,
         max_unacked_s: float | None = None,
         head_interval_s: float | None = None,
+        checkpoints: CheckpointSettings | None = None,
     ) -> None:
         catalog = catalog or shipped_catalog()
+        if checkpoints is None:  # TURNAUDIT_SIGNING_KEY_FILE &c.: a bad key fails first
+            checkpoints = CheckpointSettings.from_env()
         if max_unacked_s is None:
             max_unacked_s = env_seconds("TURNAUDIT_MAX_UNACKED_S", DEFAULT_MAX_UNACKED_S)
         self.topic = settings.topics.turn_events
@@ -188,9 +200,15 @@ class TurnEventPublisher:
         if head_interval_s is None:
             head_interval_s = env_seconds("TURNAUDIT_HEAD_INTERVAL_S", DEFAULT_HEAD_INTERVAL_S)
         self._heads_announcer = KafkaProducer.plain(settings).open()
+        # Signed checkpoints of the streams advanced, by the heads thread (no key: none,
+        # the publisher's streams are unsigned).
+        self.checkpointer = None if checkpoints.key is None else Checkpointer(
+            checkpoints, producer_id=self.producer_id, producer=self._heads_announcer,
+            prefix=settings.topics.prefix)
         self._heads = HeadsFile(
             spool_dir, producer_id=self.producer_id, interval_s=max(head_interval_s, 0.001),
             lock=ledger.lock, announcer=self._heads_announcer, prefix=settings.topics.prefix,
+            checkpointer=self.checkpointer,
         )
         self._closed = False
         self._lost = 0
@@ -213,8 +231,12 @@ class TurnEventPublisher:
         with ledger.lock:
             event_id = self._stamper.stamp(stamped)
             value = self._write(stamped)  # raises before a position is used up
-            self._heads.dirty[(session, stamped["producer_id"])] = (
+            heads = self._heads
+            heads.dirty[(session, stamped["producer_id"])] = (
                 stamped["sequence"], self._stamper.commit(stamped, value))
+            heads.turns += 1
+            if heads.turns == heads.wake_at:  # a signed checkpoint's count of turns
+                heads.wake.set()
             if not route.spooling:
                 try:
                     self._producer.produce(self.topic, value, key)

@@ -158,6 +158,8 @@ def test_the_plan_is_least_privilege() -> None:
         ("runtime", "write", "topic", P + "dlq"),
         ("runtime", "write", "topic", P + "stream-heads"),
         ("reconciler", "read", "topic", P + "stream-heads"),
+        ("runtime", "write", "topic", P + "checkpoints"),
+        ("reconciler", "read", "topic", P + "checkpoints"),
         ("reconciler", "read", "topic", P + "verify-state"),
         ("reconciler", "write", "topic", P + "verify-state"),
         ("reconciler", "read", "group", P + "verify-*"),

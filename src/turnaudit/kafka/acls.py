@@ -7,16 +7,16 @@ with the AdminClient (as a principal allowed to, the cluster's super user);
 
 The principals (SCRAM user names; every one can be renamed with ``names``):
 
-* ``runtime``: the only writer of turn-events; writes schemas, dead letters and
-  stream heads (its checkpoints).
+* ``runtime``: the only writer of turn-events; writes schemas, dead letters,
+  stream heads and its signed checkpoints.
 * ``log-sink``, ``verdict-metrics``: read turn-events in their own group,
   write only dead letters.
 * ``htir-feeder``: reads turn-events in its own group, writes HTIR traces,
   their schemas and dead letters.
 * ``auditor``: reads HTIR traces (groups ``<prefix>auditor-*``), writes
   observations, their schemas and dead letters.
-* ``reconciler`` (``verify``, ``replay``): reads turn-events, dead letters and
-  stream heads, in throwaway reader groups; writes only ``verify --follow``'s
+* ``reconciler`` (``verify``, ``replay``): reads turn-events, dead letters,
+  stream heads and signed checkpoints, in throwaway reader groups; writes only ``verify --follow``'s
   checkpoints (``<prefix>verify-state``, groups ``<prefix>verify-*``).
 * ``subscriber-<team>``: reads turn-events in groups ``<team>-*``;
   nothing else but the schemas topic (the writer schemas it needs to decode).
@@ -46,6 +46,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from turnaudit.checkpoints import checkpoints_topic
 from turnaudit.errors import AccessDeniedError, BrokerError
 from turnaudit.settings import DEFAULT_TOPIC_PREFIX, TopicNames
 
@@ -107,12 +108,14 @@ def plan_acls(
     # predecessor's), and verify --follow's own progress.
     stream_heads = f"{prefix}stream-heads"
     verify_state = f"{prefix}verify-state"
+    checkpoints = checkpoints_topic(prefix)  # signed: docs/trust.md
 
     runtime = user[Role.RUNTIME]
     topic(runtime, t.turn_events, "write")
     topic(runtime, t.schemas, "write")
     topic(runtime, t.dlq, "write")
     topic(runtime, stream_heads, "write")
+    topic(runtime, checkpoints, "write")
 
     for role in (Role.LOG_SINK, Role.VERDICT_METRICS, Role.HTIR_FEEDER):
         name = user[role]
@@ -138,6 +141,7 @@ def plan_acls(
     topic(reconciler, t.schemas, "read")
     topic(reconciler, t.dlq, "read")
     topic(reconciler, stream_heads, "read")
+    topic(reconciler, checkpoints, "read")
     topic(reconciler, verify_state, "read", "write")
     reader_groups(reconciler)
     group(reconciler, f"{prefix}replay-", prefixed=True)

@@ -1,0 +1,392 @@
+"""Signed checkpoints: a publisher's word, under its Ed25519 key, on where its streams stood.
+
+After CloudTrail's digest files and Certificate Transparency's signed tree heads: each
+publisher with a signing key writes, every checkpoint interval (or sooner, after a bounded
+count of turns), a checkpoint of the streams it advanced since its previous one (session
+id, producer id, last position handed on, that position's chain hash), chained to that
+previous checkpoint (``prev``: its digest) and signed. A last one (``final``) is written
+on a clean close. Because a turn's chain hash covers its predecessor's hash, one signed
+head vouches for every earlier position of its stream.
+
+The checkpoints live on the compacted ``<prefix>checkpoints`` topic, each under its own
+key (producer id, index, digest): compaction keeps them all (it only folds a re-sent
+copy), so the chain survives it.
+
+Pure: canonical bytes, signing, verifying, the chain, the keyring's validity by date. No
+I/O; the key files are read by ``turnaudit.signing_keys``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Literal
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    PublicFormat,
+    load_pem_public_key,
+)
+
+from turnaudit.errors import ConfigurationError
+from turnaudit.identity import GENESIS_HASH, StreamId
+from turnaudit.stream_heads import StreamHead
+
+CHECKPOINTS_SUFFIX = "checkpoints"
+FORMAT_VERSION = 1
+_SIGNED_DOMAIN = b"turnaudit-checkpoint-v1\x00"
+_DIGEST_DOMAIN = b"turnaudit-checkpoint-digest-v1\x00"
+
+
+def checkpoints_topic(prefix: str) -> str:
+    return f"{prefix}{CHECKPOINTS_SUFFIX}"
+
+
+class SigningKey:
+    """A private Ed25519 key and its id. Its repr, str and pickling never show the key."""
+
+    __slots__ = ("_key", "key_id")
+
+    def __init__(self, key: Ed25519PrivateKey, key_id: str) -> None:
+        if not key_id:
+            raise ConfigurationError("a signing key needs a key id")
+        self._key = key
+        self.key_id = key_id
+
+    def sign(self, message: bytes) -> bytes:
+        return self._key.sign(message)
+
+    def public_key(self) -> Ed25519PublicKey:
+        return self._key.public_key()
+
+    def public_pem(self) -> str:
+        return public_pem(self._key.public_key())
+
+    def __repr__(self) -> str:
+        return f"SigningKey(key_id={self.key_id!r}, private key hidden)"
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("a signing key is not pickled")
+
+
+def public_pem(key: Ed25519PublicKey) -> str:
+    return key.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode("ascii")
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One checkpoint of one publisher. ``heads`` are sorted by stream (canonical)."""
+
+    producer_id: str
+    index: int  # 0, 1, 2 … within this publisher's chain
+    prev: str  # digest of the previous checkpoint of the chain (GENESIS_HASH for index 0)
+    at_ms: int  # wall time of signing, epoch milliseconds (as the signer says)
+    key_id: str
+    final: bool  # written on a clean close: the publisher advanced nothing after it
+    interval_ms: int  # the publisher's checkpoint interval
+    max_turns: int  # … and its count of turns between checkpoints
+    heads: tuple[StreamHead, ...]
+    signature: bytes = b""
+
+    def body(self) -> bytes:
+        """The canonical bytes the signature covers (everything but the signature)."""
+        return json.dumps(
+            {"v": FORMAT_VERSION, "producer_id": self.producer_id, "index": self.index,
+             "prev": self.prev, "at_ms": self.at_ms, "key_id": self.key_id,
+             "final": self.final, "interval_ms": self.interval_ms,
+             "max_turns": self.max_turns,
+             "heads": [[h.session_id, h.producer_id, h.sequence, h.hash] for h in self.heads]},
+            sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+        ).encode("ascii")
+
+    def digest(self) -> str:
+        """What the next checkpoint's ``prev`` names: hex SHA-256 of body and signature."""
+        return hashlib.sha256(_DIGEST_DOMAIN + self.body() + b"\x00" + self.signature).hexdigest()
+
+    def key(self) -> bytes:
+        """The record key: its own per checkpoint, so compaction never folds the chain."""
+        return f"{self.producer_id}\x00{self.index:012d}\x00{self.digest()[:16]}".encode()
+
+    def encode(self) -> bytes:
+        body = json.loads(self.body())
+        body["signature"] = base64.b64encode(self.signature).decode("ascii")
+        return json.dumps(body, sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=True).encode("ascii")
+
+    def streams(self) -> set[StreamId]:
+        return {h.stream for h in self.heads}
+
+
+def canonical_heads(heads: Iterable[StreamHead]) -> tuple[StreamHead, ...]:
+    """One head per stream (the highest position), sorted by stream."""
+    best: dict[StreamId, StreamHead] = {}
+    for head in heads:
+        have = best.get(head.stream)
+        if have is None or head.sequence > have.sequence:
+            best[head.stream] = head
+    return tuple(best[s] for s in sorted(best))
+
+
+def sign(checkpoint: Checkpoint, key: SigningKey) -> Checkpoint:
+    """The checkpoint under ``key``: its key id set, its body signed."""
+    unsigned = replace(checkpoint, key_id=key.key_id, signature=b"")
+    return replace(unsigned, signature=key.sign(_SIGNED_DOMAIN + unsigned.body()))
+
+
+def signature_holds(checkpoint: Checkpoint, public_key: Ed25519PublicKey) -> bool:
+    try:
+        public_key.verify(checkpoint.signature, _SIGNED_DOMAIN + checkpoint.body())
+    except InvalidSignature:
+        return False
+    return True
+
+
+def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
+    """A checkpoint, or None for a record that is not one (never raises). The result
+    re-encodes to the same canonical bytes, or it is not taken."""
+    if value is None:
+        return None
+    try:
+        data = json.loads(value)
+        if not isinstance(data, dict) or data.get("v") != FORMAT_VERSION:
+            return None
+        heads = tuple(StreamHead(_text(s), _text(p), _count(q), _text(h))
+                      for s, p, q, h in data["heads"])
+        checkpoint = Checkpoint(
+            producer_id=_text(data["producer_id"]), index=_count(data["index"]),
+            prev=_text(data["prev"]), at_ms=_count(data["at_ms"]),
+            key_id=_text(data["key_id"]), final=_flag(data["final"]),
+            interval_ms=_count(data["interval_ms"]), max_turns=_count(data["max_turns"]),
+            heads=heads,
+            signature=base64.b64decode(_text(data["signature"]), validate=True),
+        )
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        return None
+    if set(data) != _FIELDS or heads != canonical_heads(heads):
+        return None  # not in canonical form: a signature could not hold anyway
+    return checkpoint
+
+
+_FIELDS = {"v", "producer_id", "index", "prev", "at_ms", "key_id", "final", "interval_ms",
+           "max_turns", "heads", "signature"}
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    return value
+
+
+def _count(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TypeError("not a count")
+    return value
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("not a flag")
+    return value
+
+
+# -- the keyring -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyEntry:
+    """A public key verify trusts from ``valid_from`` until ``revoked_at`` (exclusive)."""
+
+    key_id: str
+    public_key: Ed25519PublicKey
+    valid_from: datetime
+    revoked_at: datetime | None = None
+
+    def valid_at(self, moment: datetime) -> bool:
+        return self.valid_from <= moment and (self.revoked_at is None
+                                              or moment < self.revoked_at)
+
+
+@dataclass(frozen=True)
+class Keyring:
+    """The public keys checkpoints may be signed with, and whether every stream must be."""
+
+    keys: Mapping[str, KeyEntry] = field(default_factory=dict)
+    require_signed: bool = False
+
+
+def parse_keyring(text: str, source: str = "keyring") -> Keyring:
+    """A keyring from TOML::
+
+        require_signed = true            # optional: every stream must be signed
+        [keys."runtime-2026-01"]
+        public_key = "-----BEGIN PUBLIC KEY-----\\n…\\n-----END PUBLIC KEY-----\\n"
+        valid_from = 2026-01-01T00:00:00Z
+        revoked_at = 2026-06-01T00:00:00Z   # optional
+
+    Raises ``ConfigurationError`` (one line, naming ``source`` and the key) otherwise."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"{source}: not TOML: {exc}") from None
+    unknown = set(data) - {"require_signed", "keys"}
+    if unknown:
+        raise ConfigurationError(f"{source}: unknown setting(s) {sorted(unknown)}")
+    require = data.get("require_signed", False)
+    if not isinstance(require, bool):
+        raise ConfigurationError(f"{source}: require_signed must be true or false")
+    table = data.get("keys", {})
+    if not isinstance(table, dict) or not table:
+        raise ConfigurationError(f"{source}: no [keys.<key id>] table")
+    keys = {}
+    for key_id, entry in table.items():
+        keys[key_id] = _key_entry(key_id, entry, source)
+    return Keyring(keys, require)
+
+
+def _key_entry(key_id: str, entry: object, source: str) -> KeyEntry:
+    where = f"{source}: key {key_id!r}"
+    if not isinstance(entry, dict):
+        raise ConfigurationError(f"{where}: expected a table")
+    unknown = set(entry) - {"public_key", "valid_from", "revoked_at"}
+    if unknown:
+        raise ConfigurationError(f"{where}: unknown setting(s) {sorted(unknown)}")
+    pem = entry.get("public_key")
+    if not isinstance(pem, str):
+        raise ConfigurationError(f"{where}: public_key (PEM) is missing")
+    try:
+        public = load_pem_public_key(pem.encode("ascii"))
+    except (ValueError, TypeError, UnicodeEncodeError):
+        public = None
+    if not isinstance(public, Ed25519PublicKey):
+        raise ConfigurationError(f"{where}: public_key is not an Ed25519 public key in PEM")
+    valid_from = _moment(entry.get("valid_from"), f"{where}: valid_from")
+    if valid_from is None:
+        raise ConfigurationError(f"{where}: valid_from is missing")
+    revoked = _moment(entry.get("revoked_at"), f"{where}: revoked_at")
+    if revoked is not None and revoked <= valid_from:
+        raise ConfigurationError(f"{where}: revoked_at is not after valid_from")
+    return KeyEntry(key_id, public, valid_from, revoked)
+
+
+def _moment(value: object, what: str) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            raise ConfigurationError(f"{what}: {value!r} is not an ISO 8601 time") from None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ConfigurationError(f"{what}: expected a time with its offset (…Z)")
+    return value.astimezone(UTC)
+
+
+def keyring_entry_toml(key_id: str, pem: str, valid_from: datetime) -> str:
+    """The keyring lines for a new public key (what ``turnaudit keys generate`` prints)."""
+    quoted = pem.strip().replace("\n", "\\n")
+    return (f'[keys."{key_id}"]\npublic_key = "{quoted}\\n"\n'
+            f"valid_from = {valid_from.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}\n")
+
+
+# -- judging checkpoints ------------------------------------------------------------------
+
+Problem = Literal["bad_signature", "unknown_key", "key_not_valid", "chain_break"]
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A checkpoint as read, and what is wrong with it (None: valid)."""
+
+    checkpoint: Checkpoint
+    problem: Problem | None
+    detail: str = ""
+
+
+def _millis(moment_ms: int) -> datetime:
+    return datetime.fromtimestamp(moment_ms / 1000, UTC)
+
+
+def judge_signature(
+    checkpoint: Checkpoint, keyring: Keyring, appended_ms: int | None = None
+) -> Judged:
+    """Valid when a key of the keyring, valid at the signing time (and at the time the
+    broker appended the record, when known), verifies the signature."""
+    entry = keyring.keys.get(checkpoint.key_id)
+    if entry is None:
+        return Judged(checkpoint, "unknown_key", f"key {checkpoint.key_id!r} is not in the "
+                      "keyring")
+    for moment_ms, what in ((checkpoint.at_ms, "signed"), (appended_ms, "appended")):
+        if moment_ms is not None and not entry.valid_at(_millis(moment_ms)):
+            return Judged(checkpoint, "key_not_valid", f"{what} at "
+                          f"{_millis(moment_ms).isoformat()}, outside key "
+                          f"{checkpoint.key_id!r}'s validity")
+    if not signature_holds(checkpoint, entry.public_key):
+        return Judged(checkpoint, "bad_signature", "the signature does not verify")
+    return Judged(checkpoint, None)
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    """Every checkpoint judged: signature, key, and its place in its producer's chain."""
+
+    judged: tuple[Judged, ...]
+    # Producers each of whose chains ends with a final checkpoint (a clean close).
+    closed: frozenset[str]
+
+    def valid(self) -> list[Checkpoint]:
+        return [j.checkpoint for j in self.judged if j.problem is None]
+
+    def invalid(self) -> list[Judged]:
+        return [j for j in self.judged if j.problem is not None]
+
+
+def judge_chain(
+    read: Sequence[tuple[Checkpoint, int | None]], keyring: Keyring
+) -> ChainReport:
+    """Judge each (checkpoint, broker append time) read. A checkpoint with a valid
+    signature whose ``prev`` names no checkpoint read (not GENESIS at index 0, or an
+    index that is not its predecessor's plus one) breaks its chain: a checkpoint before
+    it was removed. Copies of one checkpoint (same digest) count once."""
+    seen: dict[str, Checkpoint] = {}
+    judged: list[Judged] = []
+    appended: dict[str, int | None] = {}
+    for checkpoint, at in read:
+        digest = checkpoint.digest()
+        if digest not in seen:
+            seen[digest] = checkpoint
+            appended[digest] = at
+    successors: set[str] = set()
+    for digest, checkpoint in seen.items():
+        verdict = judge_signature(checkpoint, keyring, appended[digest])
+        if verdict.problem is None:
+            before = seen.get(checkpoint.prev)
+            if checkpoint.index == 0:
+                linked = checkpoint.prev == GENESIS_HASH
+            else:
+                linked = (before is not None and before.producer_id == checkpoint.producer_id
+                          and before.index == checkpoint.index - 1)
+            if not linked:
+                verdict = Judged(checkpoint, "chain_break",
+                                 f"checkpoint {checkpoint.index} of producer "
+                                 f"{checkpoint.producer_id} names a predecessor that is not "
+                                 "there (removed, or never signed)")
+            else:
+                successors.add(checkpoint.prev)
+        judged.append(verdict)
+    # A chain's last checkpoint: valid, and no valid checkpoint names it as predecessor.
+    ends: dict[str, list[bool]] = {}
+    for j in judged:
+        if j.problem is None and j.checkpoint.digest() not in successors:
+            ends.setdefault(j.checkpoint.producer_id, []).append(j.checkpoint.final)
+    closed = frozenset(p for p, finals in ends.items() if all(finals))
+    return ChainReport(tuple(judged), closed)
