@@ -36,6 +36,7 @@ from pathlib import Path
 
 import structlog
 
+from turnaudit.files import private_fd
 from turnaudit.kafka.producer import DeliveredMessage, DeliveryError, KafkaProducer
 from turnaudit.producers.checkpointer import Checkpointer
 from turnaudit.stream_heads import HeadAnnouncement, StreamHead, stream_heads_topic
@@ -126,7 +127,7 @@ class HeadsFile:
         self.write_errors = 0
         if self.path.exists():  # a predecessor's: announced by the thread, then deleted
             self.path.rename(directory / f"heads-{time.time_ns()}.pending")
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._fd = private_fd(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
         header = {"header": 1, "producer_id": producer_id,
                   "interval_ms": round(interval_s * 1000), "started": time.time()}
         os.write(self._fd, json.dumps(header).encode() + b"\n")

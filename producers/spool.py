@@ -33,6 +33,7 @@ from pathlib import Path
 import structlog
 
 from turnaudit.errors import PublishError, SpoolFullError, SpoolWriteError
+from turnaudit.files import open_private, private_dir
 
 log = structlog.get_logger("turnaudit.spool")
 
@@ -71,7 +72,7 @@ class DiskSpool:
         self.max_bytes = max_bytes
         self._fsync = fsync
         self._lock = threading.Lock()
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)
         self._cursor_file = directory / "cursor"
         self._cursor_dirty = False
         self._read = self._load_cursor()
@@ -216,7 +217,7 @@ class DiskSpool:
             path = self._path(segment)
             now = time.time()
             try:
-                with open(path, "wb") as fh:
+                with open_private(path, "wb") as fh:
                     for message in messages:
                         fh.write(_frame(message, now))
                     for record in pending:
