@@ -33,6 +33,7 @@ from turnaudit.errors import (
     PublishError,
     TurnAuditError,
 )
+from turnaudit.files import configured_modes
 from turnaudit.kafka.acls import is_denial
 from turnaudit.kafka.errors import ClientException, client_exception_text
 from turnaudit.logconfig import LOG_LEVELS, configure_cli_logging
@@ -94,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_cli_logging(args.log_level)
     try:
+        configured_modes()  # TURNAUDIT_FILE_MODE: one line on a bad value, before any file
         return int(args.handler(args))
     except KeyboardInterrupt:
         return 130
