@@ -53,6 +53,7 @@ from turnaudit.consumers.runtime.http import ServiceHttp
 from turnaudit.consumers.runtime.loop import ConsumerService
 from turnaudit.consumers.runtime.worker_metrics import MirroringRegistry, WorkerProcesses
 from turnaudit.consumers.settings import ServiceSettings
+from turnaudit.files import private_dir, write_private
 
 log = structlog.get_logger("turnaudit.workers")
 
@@ -186,9 +187,7 @@ class _StateReporter:
             "running": self._health.running,
             "readiness": ready.body,
         }
-        tmp = self._path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(self._path)
+        write_private(self._path, json.dumps(state).encode(), durable=False)  # a live status
 
 
 # -- in the supervisor -----------------------------------------------------------------
@@ -319,7 +318,7 @@ class WorkerSupervisor:
     def _prepare_dirs(self) -> None:
         for folder in (self.metrics_dir, self.state_dir):
             shutil.rmtree(folder, ignore_errors=True)  # fresh for this run
-            folder.mkdir(parents=True)
+            private_dir(folder)
 
     def _start(self, index: int) -> None:
         plan = WorkerPlan(

@@ -138,16 +138,20 @@ def open_private(path: Path | str, mode: str = "w", *, encoding: str | None = No
     return os.fdopen(fd, mode, encoding=encoding or "utf-8")
 
 
-def write_private(path: Path, data: bytes, modes: FileModes | None = None) -> None:
+def write_private(
+    path: Path, data: bytes, modes: FileModes | None = None, *, durable: bool = True
+) -> None:
     """Replace ``path`` with ``data`` atomically (write, fsync, rename): a reader sees
-    the old file or the whole new one, owner-only from its first byte."""
+    the old file or the whole new one, owner-only from its first byte. ``durable``:
+    False skips the fsync (a state file a restart does not need)."""
     private_dir(path.parent, modes)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open_private(temporary, "wb", modes=modes) as out:
             out.write(data)
             out.flush()
-            os.fsync(out.fileno())
+            if durable:
+                os.fsync(out.fileno())
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from turnaudit.errors import ConfigurationError
+from turnaudit.files import open_private
 from turnaudit.serialization.registry import auto_register_from_env, registry_options_from_env
 
 ENV_PREFIX = "TURNAUDIT_"
@@ -431,8 +432,7 @@ def check_writable_file(path: Path, setting: str) -> None:
     if path.is_dir():
         raise ConfigurationError(f"{setting}={path} is a directory: name a file")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8"):
+        with open_private(path, "a", parents=True):  # created owner-only, as it will be written
             pass
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename and str(exc.filename) != str(path) else ""

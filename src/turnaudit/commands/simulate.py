@@ -13,6 +13,7 @@ from turnaudit.cluster import connect, require_access
 from turnaudit.contracts import Breach
 from turnaudit.errors import ConfigurationError, EventRefusedError
 from turnaudit.events import OutgoingTurnEvent
+from turnaudit.files import write_private
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import CloseReport, TurnEventPublisher
@@ -136,7 +137,6 @@ def _simulate(args: argparse.Namespace) -> int:
         f"{report.describe()}, {emitter.breached} contract breaches to the DLQ"
     )
     if args.truth:
-        args.truth.parent.mkdir(parents=True, exist_ok=True)
-        args.truth.write_text(json.dumps(sim.truth.as_json(), indent=2))
+        write_private(args.truth, json.dumps(sim.truth.as_json(), indent=2).encode())
         print(f"ground truth: {args.truth}")
     return 0 if report.ok else 1

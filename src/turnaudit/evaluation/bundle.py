@@ -31,9 +31,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import tarfile
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -52,6 +50,7 @@ from turnaudit.evaluation.files import (
 )
 from turnaudit.evaluation.gate import GateReport, evaluate
 from turnaudit.evaluation.independence import dependence_problems
+from turnaudit.files import OWNER_ONLY, write_private
 
 BUNDLE_FORMAT = "turn-audit/evr6-bundle"
 BUNDLE_FORMAT_VERSION = 1
@@ -345,20 +344,17 @@ def make_bundle(inputs: BundleInputs, output: Path) -> BundleSummary:
 
 
 def _write_tar(output: Path, members: Mapping[str, bytes]) -> None:
-    """A reproducible tar: members in the given order, no times, owners or modes of the host."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle, tarfile.open(
-                fileobj=handle, mode="w", format=tarfile.USTAR_FORMAT) as archive:
-            for name, data in members.items():
-                info = tarfile.TarInfo(name)
-                info.size, info.mode, info.mtime = len(data), 0o644, 0
-                archive.addfile(info, io.BytesIO(data))
-        os.replace(tmp, output)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """A reproducible tar: members in the given order, no times, owners or modes of the host.
+
+    Owner-only, and so are its members once extracted (mode 0600): it holds traces.
+    """
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), OWNER_ONLY, 0
+            archive.addfile(info, io.BytesIO(data))
+    write_private(output, buffer.getvalue())
 
 
 # --- checking ----------------------------------------------------------------------------

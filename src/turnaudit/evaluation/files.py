@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypedDict, cast
 
 from turnaudit.evaluation.errors import ContaminatedLabelPackError, EvidenceFormatError
+from turnaudit.files import write_private
 
 EVIDENCE_FORMAT = "turn-audit/evr6-evidence"
 LABELS_FORMAT = "turn-audit/evr6-labels"
@@ -297,18 +296,10 @@ def read_json(path: Path) -> Any:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically, so a crash never leaves half an evidence file behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write JSON atomically, so a crash never leaves half an evidence file behind;
+    owner-only (``turnaudit.files``): evidence and review packs hold traces."""
     text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    write_private(Path(path), text.encode("utf-8"))
 
 
 # --- shape checks ------------------------------------------------------------------------
