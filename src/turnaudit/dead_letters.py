@@ -36,6 +36,7 @@ HEADER_PREFIX = "dlq."
 # of the original. Consumers count a turn carrying it apart from live traffic.
 REDRIVEN_FROM_HEADER = "turnaudit.redriven-from"
 REDRIVEN_ORIGIN_HEADER = "turnaudit.redriven-origin"
+REDRIVEN_EVENT_ID_HEADER = "turnaudit.redriven-event-id"  # the turn's event id, as decoded
 CONNECT_HEADER_PREFIX = "__connect.errors."
 # The reason's exception, named as Connect names the exception class of a dead letter.
 _EXCEPTION_CLASSES: dict[str, str] = {

@@ -27,6 +27,7 @@ from typing import NamedTuple, TypedDict
 from turnaudit.dead_letters import (
     CONNECT_HEADER_PREFIX,
     HEADER_PREFIX,
+    REDRIVEN_EVENT_ID_HEADER,
     REDRIVEN_FROM_HEADER,
     REDRIVEN_ORIGIN_HEADER,
     DeadLetterReason,
@@ -331,6 +332,7 @@ class RedrivenMarks:
     def __init__(self) -> None:
         self.letters: set[Position] = set()
         self.origins: set[Origin] = set()
+        self.event_ids: set[str] = set()
 
     def add(self, headers: Sequence[tuple[str, bytes | None]]) -> None:
         for name, raw in headers:
@@ -340,6 +342,8 @@ class RedrivenMarks:
                     self.letters.add(parse_position(text[4:]))
                 except ValueError:
                     continue
+            elif name == REDRIVEN_EVENT_ID_HEADER and text:
+                self.event_ids.add(text)
             elif name == REDRIVEN_ORIGIN_HEADER:
                 topic, _, rest = text.rpartition(":")
                 topic, _, partition = topic.rpartition(":")
@@ -365,7 +369,8 @@ class Redrive:
         assert origin is not None  # plan_redrive redrives only letters with an origin
         return [*self.letter.headers,
                 (REDRIVEN_FROM_HEADER, f"dlq:{self.letter.position}".encode()),
-                (REDRIVEN_ORIGIN_HEADER, "{}:{}:{}".format(*origin).encode())]
+                (REDRIVEN_ORIGIN_HEADER, "{}:{}:{}".format(*origin).encode()),
+                (REDRIVEN_EVENT_ID_HEADER, self.event_id.encode())]
 
 
 class RefusedJson(TypedDict):
@@ -425,10 +430,11 @@ def plan_redrive(
     """Which letters go back to ``topic``, once per original turn.
 
     In order: a letter without an origin, from another topic, parked for a reason
-    no fix cures, or truncated is refused; one an earlier redrive wrote back is
-    skipped; one whose bytes today's decoder still cannot read is refused with that
-    reason; of several letters of one original (each service parks its own copy)
-    or of one event id, the first is redriven and the others are skipped.
+    no fix cures, or truncated is refused; one an earlier redrive wrote back (that
+    letter, its original or its event id) is skipped; one whose bytes today's
+    decoder still cannot read is refused with that reason; of several letters of
+    one original (each service parks its own copy) or of one event id, the first
+    is redriven and the others are skipped.
     """
     plan = RedrivePlan()
     origins: set[Origin] = set()
@@ -453,6 +459,8 @@ def plan_redrive(
             verdict = check(letter.value)
             if isinstance(verdict, StillFailing):
                 plan.refused.append(Refused(letter, verdict.reason, verdict.error))
+            elif verdict in marks.event_ids:
+                plan.already.append(letter)  # this turn went back from another letter
             elif verdict in event_ids:
                 plan.same_original.append(letter)
             else:
