@@ -56,6 +56,7 @@ COMMAND_MODULES = (
     "turnaudit.commands.htir",
     "turnaudit.commands.auditor",
     "turnaudit.commands.verify",
+    "turnaudit.commands.keys",
     "turnaudit.commands.replay",
     "turnaudit.commands.dlq",
     "turnaudit.commands.evaluation",  # eval: turnaudit.evaluation.cli's tools, and rebuild

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -29,6 +30,7 @@ from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.kafka.state_topic import ensure_verify_state_topic
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
+from turnaudit.signing_keys import load_keyring
 from turnaudit.verify.files import load_anchors
 from turnaudit.verify.follow import FollowState
 from turnaudit.verify.run import run_verify
@@ -58,6 +60,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--heads", type=Path, metavar="REPORT",
                         help="an earlier verify --json report: every stream head it saw must "
                         "still be there, unchanged (catches a truncated or rewritten tail)")
+    parser.add_argument("--keyring", type=Path, metavar="FILE",
+                        help="a keyring (TOML: key id -> Ed25519 public key, valid_from, "
+                        "revoked_at): every stream is judged against the signed checkpoints "
+                        "on <prefix>checkpoints; a forged or truncated stream is a finding "
+                        "(docs/trust.md)")
+    parser.add_argument("--require-signed", action="store_true",
+                        help="with --keyring: a stream no valid checkpoint covers is forged, "
+                        "not unsigned (also require_signed = true in the keyring)")
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds the range may take to read")
@@ -91,6 +101,8 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
 def _follow(args: argparse.Namespace) -> int:
     if args.since or args.until or args.from_offsets or args.to_offsets or args.json:
         raise ConfigurationError("--follow proves the stream as it arrives: no range, no --json")
+    if args.keyring is not None or args.require_signed:
+        raise ConfigurationError("--keyring and --require-signed are for a range, not --follow")
     if args.grace is not None:
         if args.grace < 0:
             raise ConfigurationError("--grace must be 0 or more seconds")
@@ -103,6 +115,13 @@ def _follow(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     if args.follow:
         return _follow(args)
+    if args.require_signed and args.keyring is None:
+        raise ConfigurationError("--require-signed needs --keyring FILE (the public keys)")
+    keyring = None
+    if args.keyring is not None:
+        keyring = load_keyring(args.keyring)
+        if args.require_signed:
+            keyring = replace(keyring, require_signed=True)
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
     decode = decoder_for(settings)
     spec = RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets)
@@ -116,6 +135,7 @@ def _verify(args: argparse.Namespace) -> int:
         metrics_settle_s=args.metrics_settle, timeout=args.timeout,
         event_time=event_time, slack=slack,
         anchors=load_anchors(args.heads) if args.heads else None,
+        keyring=keyring, keyring_source=str(args.keyring or ""),
     )
     if args.json:
         json.dump(report.as_json(), sys.stdout, indent=2, sort_keys=False)

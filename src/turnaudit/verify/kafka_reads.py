@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
+from turnaudit.checkpoints import Checkpoint, checkpoints_topic, decode_checkpoint
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.offsets import RangeSpec, resolve_range
@@ -85,3 +86,30 @@ def stream_head_announcements(settings: KafkaSettings, timeout: float = 60.0) ->
         if note is not None:
             out.append(note)
     return out
+
+
+# librdkafka's timestamp type of a time the broker stamped (the topic's LogAppendTime).
+LOG_APPEND_TIME = 2
+
+
+def read_checkpoints(
+    settings: KafkaSettings, timeout: float = 60.0
+) -> tuple[list[tuple[Checkpoint, int | None]], int]:
+    """Every checkpoint on ``<prefix>checkpoints`` with the time the broker appended it
+    (None when the broker did not stamp it), and the count of records that are not
+    checkpoints. None and zero when the topic does not exist."""
+    topic = checkpoints_topic(settings.topics.prefix)
+    try:
+        found = resolve_range(settings, topic, RangeSpec())
+    except BrokerError:
+        return [], 0
+    out: list[tuple[Checkpoint, int | None]] = []
+    other = 0
+    for msg in read_range(settings, topic, found.start, found.end, timeout=timeout):
+        checkpoint = decode_checkpoint(msg.value())
+        if checkpoint is None:
+            other += msg.value() is not None  # a tombstone is compaction's, not a forgery
+            continue
+        kind, stamp = msg.timestamp()
+        out.append((checkpoint, stamp if kind == LOG_APPEND_TIME else None))
+    return out, other

@@ -24,6 +24,7 @@ from turnaudit.verify.reconciliation import (
     MetricsJson,
     MetricsReconciliation,
 )
+from turnaudit.verify.trust import TrustJson, TrustReport
 from turnaudit.verify.verifier import HeadJson, RetainedJson, Verifier
 
 AT_LEAST_ONCE_BOUND = (
@@ -129,6 +130,8 @@ class ReportJson(TypedDict):
     event_time: NotRequired[EventTimeJson]
     # Where announced streams ended: cleanly, or cut by a crash, and the turns lost.
     stream_ends: NotRequired[StreamEndsJson]
+    # Only with ``--keyring``: each chained stream's trust against the signed checkpoints.
+    trust: NotRequired[TrustJson]
 
 
 class EventTimeJson(TypedDict):
@@ -144,6 +147,7 @@ class VerifyReport:
     log: LogReconciliation | None = None
     metrics: list[MetricsReconciliation] = field(default_factory=list)
     stream_ends: StreamEnds | None = None
+    trust: TrustReport | None = None
 
     def unexplained(self) -> list[Finding]:
         v = self.verifier
@@ -152,6 +156,8 @@ class VerifyReport:
         found += [f for f in v.undecodable if f.place not in dead_lettered]
         if self.stream_ends is not None:
             found += self.stream_ends.findings()
+        if self.trust is not None:
+            found += self.trust.findings()
         if self.log is not None and not self.log.agrees:
             found.append(Finding("not_logged", f"{len(self.log.not_logged)} turn(s) of the "
                                  f"range are not in {self.log.path}", {}))
@@ -208,6 +214,8 @@ class VerifyReport:
                                                    outside_window=v.outside_window)
         if self.stream_ends is not None:
             document["stream_ends"] = self.stream_ends.as_json()
+        if self.trust is not None:
+            document["trust"] = self.trust.as_json()
         if v.retained_from:
             document["retention"] = RetentionJson(
                 log_start={str(p): v.log_start[p] for p in sorted(v.retained_from)},
@@ -262,6 +270,8 @@ class VerifyReport:
                 f"  stream ends announced {ends['announced']}: {ends['ended_cleanly']} ended "
                 f"cleanly, {ends['cut']} cut by a crash, lost in crash {ends['lost_in_crash']} "
                 f"(exact up to the last head write: head interval {ends['head_interval_ms']} ms)")
+        if self.trust is not None:
+            lines.append(self.trust.human())
         retention = j.get("retention")
         if retention is not None:
             lines.append(

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, timedelta
 from pathlib import Path
 
+from turnaudit.checkpoints import Keyring, judge_chain
 from turnaudit.identity import StreamId
 from turnaudit.kafka.offsets import RangeSpec, event_time_range, resolve_range
 from turnaudit.serialization.wire import TurnEventDeserializer
@@ -17,10 +18,12 @@ from turnaudit.verify.files import reconcile_log
 from turnaudit.verify.kafka_reads import (
     dead_letters_in_range,
     feed_range,
+    read_checkpoints,
     stream_head_announcements,
 )
 from turnaudit.verify.report import RangeJson, VerifyReport
 from turnaudit.verify.scrape import reconcile_metrics
+from turnaudit.verify.trust import judge_streams, signed_heads
 from turnaudit.verify.verifier import Verifier
 
 
@@ -38,25 +41,40 @@ def run_verify(
     timeout: float = 300.0,
     event_time: bool = False,
     slack: timedelta | None = None,
+    keyring: Keyring | None = None,
+    keyring_source: str = "",
 ) -> VerifyReport:
     topic = topic or settings.topics.turn_events
     broker_spec, window = spec, None
     if event_time:
         broker_spec, found = event_time_range(spec, slack)
         window = (found.low, found.high)
+    # Signed checkpoints first: the verifier keeps the chain hashes at signed positions.
+    chain, not_checkpoints = None, 0
+    if keyring is not None:
+        read, not_checkpoints = read_checkpoints(settings, timeout=timeout)
+        chain = judge_chain(read, keyring)
     start, end, low = resolve_range(settings, topic, broker_spec)
     # By event time a session's first turn in the window is where its stream starts for
     # the window (its earlier turns happened before it), as in ``replay --into verify:``.
     verifier = Verifier(decode, log_start_offsets=low, anchors=anchors,
-                        start_gaps=not event_time, event_window=window)
+                        start_gaps=not event_time, event_window=window,
+                        signed=None if chain is None else signed_heads(chain).positions)
     feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
     report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
+    whole_stream = (report.range["from_log_start"] and not verifier.retained_from
+                    and all(start.get(p, 0) == 0 for p in end))
     # Where each announced stream ended (cleanly or cut by a crash), against the range.
     report.stream_ends = stream_ends(
         stream_head_announcements(settings, timeout=timeout), verifier.tracker.last_positions(),
-        whole_stream=report.range["from_log_start"] and not verifier.retained_from
-        and all(start.get(p, 0) == 0 for p in end),
+        whole_stream=whole_stream,
     )
+    if keyring is not None and chain is not None:
+        report.trust = judge_streams(
+            chain, keyring=keyring_source, require_signed=keyring.require_signed,
+            observed=verifier.signed_seen, last_seen=verifier.tracker.last_positions(),
+            to_end=spec.until is None and not spec.to_offsets and not event_time,
+            whole_stream=whole_stream and not event_time, not_checkpoints=not_checkpoints)
     if log_file is not None:
         report.log = reconcile_log(log_file, verifier.event_ids)
     before = list(metrics_before)

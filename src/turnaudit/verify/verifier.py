@@ -71,8 +71,14 @@ class Verifier:
         anchors: Anchors | None = None,
         start_gaps: bool = True,
         event_window: tuple[int, int] | None = None,
+        signed: Mapping[StreamId, Mapping[int, str]] | None = None,
     ) -> None:
         self._decode = decode
+        # ``--keyring``: positions valid checkpoints signed, per stream; the chain hashes the
+        # range holds there are kept in ``signed_seen`` (one dict lookup per message).
+        self._signed = signed or {}
+        self.signed_seen: dict[StreamId, dict[int, set[str]]] = {}
+        self._watched = bool(anchors or signed)
         # ``--time event``: only turns whose occurred_at (epoch ms) is in [low, high)
         # count; the others are tallied in ``outside_window`` and otherwise ignored.
         self.event_window = event_window
@@ -181,12 +187,20 @@ class Verifier:
                 self._breaching(event, breaches, recorded, where)
             if not result.counts_as_turn:
                 return
-        anchor = self.anchors.get(stream)
-        if anchor is not None and anchor[0] == result.sequence:
-            self._anchored_hash[stream] = chain_hash(value or b"")
+        if self._watched:  # anchors or signed heads: their chain hashes are kept
+            self._keep_hashes(stream, result.sequence, value)
         # A breach is still a turn that happened: counted, and reported above.
         self.event_ids.add(event["event_id"])
         self.counts.add(event, decoded.writer_version)
+
+    def _keep_hashes(self, stream: StreamId, sequence: int, value: bytes | None) -> None:
+        anchor = self.anchors.get(stream)
+        if anchor is not None and anchor[0] == sequence:
+            self._anchored_hash[stream] = chain_hash(value or b"")
+        wanted = self._signed.get(stream)
+        if wanted is not None and sequence in wanted:
+            self.signed_seen.setdefault(stream, {}).setdefault(sequence, set()).add(
+                chain_hash(value or b""))
 
     def _report(
         self, result: TrackResult, key_breach: Breach | None, breaches: list[Breach],
