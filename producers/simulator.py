@@ -4,25 +4,29 @@ For a seed it yields the same turns: many sessions over packs and domains,
 main and stub turns (cold start, unknown domain), refusals, hedges (some on an
 already hedged surface, which is not an injection), action assessments on every
 path of the verdict split and every risk tier, and task runs in four families
-that are healthy or go wrong at a known step. It builds every event through
+that are healthy or go wrong at a known step; each turn under a span of the
+runtime's (v4's trace context) and each main turn naming its model. It builds every event through
 the real ``TurnEventBuilder``, and counts what it built into ``GroundTruth``,
 which the demo and the tests reconcile against what consumers saw.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from turnaudit.events import OutgoingTurnEvent
 from turnaudit.producers.adapter import (
+    Model,
     RuntimeInfo,
     TaskStep,
     ToolCall,
+    Trace,
     TurnContext,
     TurnEventBuilder,
     inject_hedge,
@@ -37,6 +41,12 @@ from turnaudit.verdicts import (
 )
 
 TASK_FAMILIES = ("code-fix", "code-gen", "data-analysis", "web-research")
+# The models a simulated main turn names (v4's gen_ai.provider.name, gen_ai.request.model).
+MODELS = (
+    Model("openai", "gpt-4o-mini", "gpt-4o-mini-2024-07-18"),
+    Model("ollama", "llama3.2:1b"),
+    Model("anthropic", "claude-3-5-haiku", "claude-3-5-haiku-20241022"),
+)
 PACKS: dict[str, tuple[str, ...]] = {
     "general": ("smalltalk", "howto", "travel"),
     "medical": ("triage", "medication", "nutrition"),
@@ -247,8 +257,15 @@ class TurnRuntimeSimulator:
                 session.task_step,
                 end_of_task=session.task_step == task.steps - 1,
             )
+        span = self._span(session)
         ctx = TurnContext(
-            session.session_id, session.pack_id, session.domain, session.turn - 1, self._clock, step
+            session.session_id,
+            session.pack_id,
+            session.domain,
+            session.turn - 1,
+            self._clock,
+            step,
+            trace=span,
         )
         tokens = [f"tok{rng.randrange(5000)}" for _ in range(rng.randint(1, 24))]
         if task is None and ((session.turn == 1 and rng.random() < 0.08) or rng.random() < 0.03):
@@ -262,6 +279,9 @@ class TurnRuntimeSimulator:
                 safety_verdict=None,
                 ethics_verdict=None,
             )
+        # A main turn calls a model (v4 records it); a stub turn calls none.
+        model = MODELS[int(self._digest(session.session_id)[:8], 16) % len(MODELS)]
+        ctx = replace(ctx, model=model, response_id=f"resp-{span.span_id}")
         event = self._main_turn(session, ctx, tokens)
         if task is not None:
             if session.task_step == 0:  # a task counts once it has a turn in the stream
@@ -270,6 +290,16 @@ class TurnRuntimeSimulator:
             if session.task_step >= task.steps:
                 session.task = None
         return event
+
+    def _digest(self, name: str) -> str:
+        return hashlib.blake2b(f"{self.seed}/{name}".encode(), digest_size=24).hexdigest()
+
+    def _span(self, session: _Session) -> Trace:
+        """The runtime's span of this turn (v4's trace context): one trace per turn,
+        derived from the seed, session and turn, so the turns' random draws stay as
+        they were and the same seed gives the same ids."""
+        digest = self._digest(f"{session.session_id}/{session.turn}")
+        return Trace(digest[:32], digest[32:48])
 
     def _stub_turn(
         self, session: _Session, ctx: TurnContext, tokens: list[str]
