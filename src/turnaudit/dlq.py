@@ -326,6 +326,15 @@ class StillFailing(NamedTuple):
 DecodeCheck = Callable[[bytes | None], str | StillFailing]
 
 
+_REDRIVE_HEADERS = frozenset({REDRIVEN_FROM_HEADER, REDRIVEN_ORIGIN_HEADER,
+                              REDRIVEN_EVENT_ID_HEADER})
+
+
+def reparked(letter: Letter) -> bool:
+    """A redriven copy that a consumer parked again (it failed there once more)."""
+    return any(name == REDRIVEN_FROM_HEADER for name, _ in letter.headers)
+
+
 class RedrivenMarks:
     """What earlier redrives wrote, as read back from the target topic's headers."""
 
@@ -367,7 +376,8 @@ class Redrive:
     def headers(self) -> list[tuple[str, bytes | None]]:
         origin = self.letter.origin
         assert origin is not None  # plan_redrive redrives only letters with an origin
-        return [*self.letter.headers,
+        own = [(n, v) for n, v in self.letter.headers if n not in _REDRIVE_HEADERS]
+        return [*own,
                 (REDRIVEN_FROM_HEADER, f"dlq:{self.letter.position}".encode()),
                 (REDRIVEN_ORIGIN_HEADER, "{}:{}:{}".format(*origin).encode()),
                 (REDRIVEN_EVENT_ID_HEADER, self.event_id.encode())]
@@ -431,7 +441,8 @@ def plan_redrive(
 
     In order: a letter without an origin, from another topic, parked for a reason
     no fix cures, or truncated is refused; one an earlier redrive wrote back (that
-    letter, its original or its event id) is skipped; one whose bytes today's
+    letter, its original or, unless the letter is such a copy parked again, its
+    event id) is skipped; one whose bytes today's
     decoder still cannot read is refused with that reason; of several letters of
     one original (each service parks its own copy) or of one event id, the first
     is redriven and the others are skipped.
@@ -459,7 +470,7 @@ def plan_redrive(
             verdict = check(letter.value)
             if isinstance(verdict, StillFailing):
                 plan.refused.append(Refused(letter, verdict.reason, verdict.error))
-            elif verdict in marks.event_ids:
+            elif verdict in marks.event_ids and not reparked(letter):
                 plan.already.append(letter)  # this turn went back from another letter
             elif verdict in event_ids:
                 plan.same_original.append(letter)

@@ -253,6 +253,31 @@ class TestPlanningARedrive:
         assert plan.as_json()["refused_by_reason"] == {
             "no_origin": 1, "not_a_decode_failure": 1, "other_topic": 1, "truncated": 1}
 
+    def test_a_redriven_copy_parked_again_goes_back_again_once(self) -> None:
+        check = check_by_value(frozenset())
+        pairs = [(k, v if not isinstance(v, str) else v.encode()) for k, v in dead_letter_headers(
+            reason="unknown_schema", error="e", topic=TOPIC, partition=1, offset=4,
+            stage="log-sink/g")]
+        first = plan_redrive([letter_of(0, 0, 0, pairs, value=b"v1")], topic=TOPIC,
+                             check=check, marks=RedrivenMarks())
+        copy = first.redrive[0].headers()
+        marks = RedrivenMarks()
+        marks.add(copy)
+        # The copy, at 1:9 of the topic, parked again by a consumer whose cache was stale.
+        again = [(k, v if not isinstance(v, str) else v.encode()) for k, v in dead_letter_headers(
+            reason="unknown_schema", error="e", topic=TOPIC, partition=1, offset=9,
+            stage="log-sink/g")]
+        reparked = letter_of(0, 5, 0, [*copy, *again], value=b"v1")
+        second = plan_redrive([reparked], topic=TOPIC, check=check, marks=marks)
+        assert [r.letter.position for r in second.redrive] == ["0:5"]
+        names = [n for n, _ in second.redrive[0].headers()]
+        assert names.count(REDRIVEN_FROM_HEADER) == 1
+        assert (REDRIVEN_FROM_HEADER, b"dlq:0:5") in second.redrive[0].headers()
+        marks.add(second.redrive[0].headers())
+        third = plan_redrive([reparked], topic=TOPIC, check=check, marks=marks)
+        assert third.redrive == []
+        assert third.already == [reparked]
+
     @given(st.lists(st.tuples(st.sampled_from([REDRIVEN_FROM_HEADER,
                                                "turnaudit.redriven-origin", "x"]),
                               header_values), max_size=6))
