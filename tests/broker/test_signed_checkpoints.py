@@ -1,0 +1,333 @@
+"""Signed checkpoints on the real broker: an honest signed run verifies clean (every
+stream ``signed``); a stream forged under a new producer id, a stream rewritten with its
+chain recomputed, a checkpoint with a bad signature, a revoked key and a truncated stream
+are each found by ``verify --keyring``, the stream named, exit 1 — while the hash chain
+alone (verify without a keyring) calls the forged and rewritten logs clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.verify_helpers import (
+    DECODE,
+    Stored,
+    copy_to,
+    fresh_prefix,
+    fresh_topics,
+    stored_range,
+)
+from turnaudit.checkpoints import (
+    Checkpoint,
+    checkpoints_topic,
+    decode_checkpoint,
+    keyring_entry_toml,
+)
+from turnaudit.cli import main
+from turnaudit.identity import GENESIS_HASH, TurnStamper, chain_hash, stream_of
+from turnaudit.kafka.offsets import RangeSpec, resolve_range
+from turnaudit.kafka.reading import read_range
+from turnaudit.producers.publisher import TurnEventPublisher
+from turnaudit.producers.simulator import TurnRuntimeSimulator
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import SingleObjectSerializer
+from turnaudit.settings import KafkaSettings
+from turnaudit.signing_keys import CheckpointSettings, generate_keys, load_signing_key
+from turnaudit.stream_heads import StreamHead
+
+pytestmark = pytest.mark.broker
+
+ENCODE_V4 = SingleObjectSerializer(shipped_catalog().version(4))
+LONG_AGO = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, repr=False)
+class SignedRun:
+    settings: KafkaSettings
+    keyring: Path  # the key, valid since LONG_AGO
+    revoked_keyring: Path  # the same key, revoked before the run
+    messages: list[Stored]
+    checkpoints: list[bytes]  # the checkpoint records' values, as stored
+    producer_id: str
+
+    def __repr__(self) -> str:  # hypothesis prints it with a failing example
+        return f"SignedRun({self.settings.topics.prefix}, {len(self.messages)} turns)"
+
+
+def publish_signed(settings: KafkaSettings, spool: Path, key_dir: Path, *, seed: int,
+                   events: int = 300) -> SignedRun:
+    made = generate_keys(key_dir, "runtime-1")
+    key = load_signing_key(made.private_path, "runtime-1")
+    publisher = TurnEventPublisher(
+        settings, spool_dir=spool,
+        checkpoints=CheckpointSettings(key, interval_s=0.05, max_turns=40))
+    sim = TurnRuntimeSimulator(seed, schema_versions=(4,), concurrent_sessions=12)
+    for event in sim.events(events):
+        publisher.publish(event)
+    assert publisher.close().ok
+    assert publisher.checkpointer is not None
+    assert publisher.checkpointer.written >= 2
+    keyring = key_dir / "keyring.toml"
+    keyring.write_text(keyring_entry_toml("runtime-1", key.public_pem(), LONG_AGO))
+    revoked = key_dir / "revoked.toml"
+    revoked.write_text(keyring_entry_toml("runtime-1", key.public_pem(), LONG_AGO)
+                       + "revoked_at = 2021-01-01T00:00:00Z\n")
+    return SignedRun(settings, keyring, revoked, stored_range(settings),
+                     checkpoint_values(settings), publisher.producer_id)
+
+
+def checkpoint_values(settings: KafkaSettings) -> list[bytes]:
+    topic = checkpoints_topic(settings.topics.prefix)
+    found = resolve_range(settings, topic, RangeSpec())
+    return [m.value() or b"" for m in read_range(settings, topic, found.start, found.end)]
+
+
+def copy_checkpoints(settings: KafkaSettings, values: list[bytes]) -> None:
+    producer = Producer(settings.client_config())
+    for value in values:
+        checkpoint = decode_checkpoint(value)
+        key = checkpoint.key() if checkpoint is not None else uuid.uuid4().bytes
+        producer.produce(checkpoints_topic(settings.topics.prefix), value, key)
+    assert producer.flush(30) == 0
+
+
+@pytest.fixture(scope="module")
+def run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> SignedRun:
+    return publish_signed(fresh_topics(kafka_bootstrap), tmp_path_factory.mktemp("spool"),
+                          tmp_path_factory.mktemp("keys"), seed=23)
+
+
+@pytest.fixture
+def cli_env() -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in ("KAFKA_BOOTSTRAP_SERVERS", "TURNAUDIT_TOPIC_PREFIX")}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def verify(settings: KafkaSettings, capsys: pytest.CaptureFixture[str],
+           *args: str) -> tuple[int, dict[str, Any]]:
+    os.environ["KAFKA_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers or ""
+    os.environ["TURNAUDIT_TOPIC_PREFIX"] = settings.topics.prefix
+    capsys.readouterr()
+    code = main(["verify", "--json", *args])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def statuses(report: dict[str, Any]) -> dict[tuple[str, str], str]:
+    return {(s["session_id"], s["producer_id"]): s["status"]
+            for s in report["trust"]["streams"]}
+
+
+def named(report: dict[str, Any], kind: str) -> set[tuple[str, str]]:
+    return {(f["session_id"], f["producer_id"]) for f in report["unexplained"]
+            if f["kind"] == kind}
+
+
+def streams_of(messages: list[Stored]) -> dict[tuple[str, str], list[int]]:
+    out: dict[tuple[str, str], list[int]] = {}
+    for i, m in enumerate(messages):
+        out.setdefault(stream_of(DECODE(m.value).event), []).append(i)
+    return out
+
+
+# -- the honest run -----------------------------------------------------------------------
+
+
+def test_an_honest_signed_run_verifies_clean_every_stream_signed(
+    run: SignedRun, capsys: pytest.CaptureFixture[str], cli_env: None
+) -> None:
+    code, report = verify(run.settings, capsys, "--keyring", str(run.keyring),
+                          "--require-signed")
+    assert report["unexplained"] == []
+    assert code == 0
+    trust = report["trust"]
+    assert trust["checkpoints"]["invalid"] == 0
+    assert trust["checkpoints"]["closed_producers"] == 1
+    assert set(statuses(report).values()) == {"signed"}
+    assert set(statuses(report)) == set(streams_of(run.messages))
+
+
+# -- a stream forged under a new producer id ----------------------------------------------
+
+
+def test_a_stream_forged_under_a_new_producer_id_is_found(
+    run: SignedRun, capsys: pytest.CaptureFixture[str], cli_env: None
+) -> None:
+    target = fresh_prefix(run.settings)
+    copy_to(target, run.messages)
+    copy_checkpoints(target, run.checkpoints)
+    # An outside writer: valid-looking v4 turns, a fresh producer id, a correct chain.
+    stamper = TurnStamper()
+    forged = []
+    sim = TurnRuntimeSimulator(99, schema_versions=(4,), concurrent_sessions=1)
+    for event in sim.events(6):
+        stamper.stamp(event)
+        value = ENCODE_V4(event)
+        stamper.commit(event, value)
+        forged.append(Stored(0, 0, event["session_id"].encode(), value, 0))
+    producer = Producer(target.client_config())
+    for m in forged:
+        producer.produce(target.topics.turn_events, m.value, m.key)
+    assert producer.flush(30) == 0
+    stream = stream_of(DECODE(forged[0].value).event)
+    assert stream[1] == stamper.producer_id
+
+    # The chain alone: clean.
+    code, report = verify(target, capsys)
+    assert (code, report["unexplained"]) == (0, [])
+    # A keyring that does not require signatures: the stream is unsigned, no finding.
+    code, report = verify(target, capsys, "--keyring", str(run.keyring))
+    assert statuses(report)[stream] == "unsigned"
+    assert code == 0
+    # Signatures required: forged, named, exit 1; the honest streams stay signed.
+    code, report = verify(target, capsys, "--keyring", str(run.keyring), "--require-signed")
+    assert code == 1
+    assert named(report, "forged") == {stream}
+    assert {s for s, status in statuses(report).items() if status != "signed"} == {stream}
+
+
+# -- a stream rewritten with its chain recomputed -----------------------------------------
+
+
+def rewrite(messages: list[Stored], indexes: list[int], chosen: set[int]) -> list[Stored]:
+    """The stream at ``indexes`` with the turns at ``chosen`` (positions in it) edited and
+    every later prev_hash recomputed: a chain that holds."""
+    out = list(messages)
+    prev = None
+    for position, i in enumerate(indexes):
+        event = dict(DECODE(out[i].value).event)
+        if prev is None and position not in chosen:
+            continue
+        if position in chosen:
+            event["turn"] = event["turn"] + 1000
+        if prev is not None:
+            event["prev_hash"] = prev
+        value = ENCODE_V4(event)
+        prev = chain_hash(value)
+        out[i] = replace(out[i], value=value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def longest(run: SignedRun) -> tuple[tuple[str, str], list[int]]:
+    return max(streams_of(run.messages).items(), key=lambda kv: len(kv[1]))
+
+
+@settings(max_examples=5, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_rewritten_stream_with_a_recomputed_chain_is_found(
+    run: SignedRun, longest: tuple[tuple[str, str], list[int]],
+    capsys: pytest.CaptureFixture[str], cli_env: None, data: st.DataObject,
+) -> None:
+    stream, indexes = longest
+    chosen = data.draw(st.sets(st.integers(0, len(indexes) - 1), min_size=1, max_size=4))
+    target = fresh_prefix(run.settings)
+    copy_to(target, rewrite(run.messages, indexes, chosen))
+    copy_checkpoints(target, run.checkpoints)
+    code, report = verify(target, capsys)
+    assert (code, report["unexplained"]) == (0, [])  # the chain alone is fooled
+    code, report = verify(target, capsys, "--keyring", str(run.keyring))
+    assert code == 1
+    assert named(report, "forged") == {stream}
+    assert "rewritten" in next(f["detail"] for f in report["unexplained"])
+
+
+# -- a checkpoint with a bad signature; a revoked key; a truncated stream -----------------
+
+
+def test_a_checkpoint_with_a_bad_signature_makes_its_streams_forged(
+    run: SignedRun, capsys: pytest.CaptureFixture[str], cli_env: None
+) -> None:
+    target = fresh_prefix(run.settings)
+    copy_to(target, run.messages)
+    # A writer of the cluster adds a checkpoint claiming another head for one stream,
+    # under the real key id, with the signature of the one it copies.
+    honest = [c for c in map(decode_checkpoint, run.checkpoints) if c is not None]
+    victim = next(c for c in honest if c.heads)
+    head = victim.heads[0]
+    tampered = replace(victim, heads=(StreamHead(head.session_id, head.producer_id,
+                                                 head.sequence, "f" * 64), *victim.heads[1:]))
+    copy_checkpoints(target, [*run.checkpoints, tampered.encode()])
+    code, report = verify(target, capsys, "--keyring", str(run.keyring))
+    assert code == 1
+    invalid = report["trust"]["invalid_checkpoints"]
+    assert [(c["index"], c["problem"]) for c in invalid] == [(victim.index, "bad_signature")]
+    assert named(report, "forged") == {h.stream for h in victim.heads}
+
+
+def test_checkpoints_signed_by_a_revoked_key_make_every_stream_forged(
+    run: SignedRun, capsys: pytest.CaptureFixture[str], cli_env: None
+) -> None:
+    code, report = verify(run.settings, capsys, "--keyring", str(run.revoked_keyring))
+    assert code == 1
+    problems = {c["problem"] for c in report["trust"]["invalid_checkpoints"]}
+    assert problems == {"key_not_valid"}
+    assert named(report, "forged") == set(streams_of(run.messages))
+
+
+def test_a_stream_cut_before_its_signed_head_is_truncated(
+    run: SignedRun, longest: tuple[tuple[str, str], list[int]],
+    capsys: pytest.CaptureFixture[str], cli_env: None,
+) -> None:
+    stream, indexes = longest
+    target = fresh_prefix(run.settings)
+    dropped = set(indexes[-2:])  # its last two turns: no gap, the chain holds
+    copy_to(target, [m for i, m in enumerate(run.messages) if i not in dropped])
+    copy_checkpoints(target, run.checkpoints)
+    code, report = verify(target, capsys)
+    assert report["unexplained"] == []
+    assert code == 0
+    code, report = verify(target, capsys, "--keyring", str(run.keyring))
+    assert code == 1
+    assert named(report, "truncated") == {stream}
+    assert statuses(report)[stream] == "truncated"
+
+
+def test_a_removed_checkpoint_breaks_the_chain(
+    run: SignedRun, capsys: pytest.CaptureFixture[str], cli_env: None
+) -> None:
+    target = fresh_prefix(run.settings)
+    copy_to(target, run.messages)
+    honest = [c for c in map(decode_checkpoint, run.checkpoints) if c is not None]
+    assert len(honest) >= 3
+    gone = honest[1]
+    copy_checkpoints(target, [v for v, c in zip(run.checkpoints, honest, strict=True)
+                              if c is not gone])
+    code, report = verify(target, capsys, "--keyring", str(run.keyring))
+    assert code == 1
+    problems = [(c["index"], c["problem"]) for c in report["trust"]["invalid_checkpoints"]]
+    assert problems == [(2, "chain_break")]
+    assert named(report, "forged")
+
+
+def test_without_a_keyring_the_report_has_no_trust_section(
+    run: SignedRun, capsys: pytest.CaptureFixture[str], cli_env: None
+) -> None:
+    code, report = verify(run.settings, capsys)
+    assert code == 0
+    assert "trust" not in report
+    stored = [decode_checkpoint(v) for v in run.checkpoints]
+    assert all(isinstance(c, Checkpoint) for c in stored)
+    first = stored[0]
+    assert first is not None
+    assert first.prev == GENESIS_HASH
+    assert first.index == 0
+    last = stored[-1]
+    assert last is not None
+    assert last.final
