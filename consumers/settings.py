@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from turnaudit.consumers.otel_settings import OtlpSettings
 from turnaudit.errors import ConfigurationError
 from turnaudit.label_bounds import DEFAULT_LABEL_LIMIT
 from turnaudit.redaction import Redaction, SurfacePolicy, surface_redaction
@@ -32,6 +33,7 @@ class ServiceName(enum.StrEnum):
     HTIR_FEEDER = "htir-feeder"
     AUDITOR_WORKER = "auditor-worker"
     VERIFY_FOLLOW = "verify-follow"
+    OTEL_SINK = "otel-sink"
 
 
 DEFAULT_HTTP_PORTS = {
@@ -40,6 +42,7 @@ DEFAULT_HTTP_PORTS = {
     ServiceName.HTIR_FEEDER: 9310,
     ServiceName.AUDITOR_WORKER: 9311,
     ServiceName.VERIFY_FOLLOW: 9312,
+    ServiceName.OTEL_SINK: 9313,
 }
 # TURNAUDIT_GROUP_INSTANCE_ID=none: dynamic membership (no instance id).
 NO_INSTANCE_ID = "none"
@@ -118,6 +121,7 @@ class ServiceSettings:
     workers: int = 1
     log: LogSinkSettings = field(default_factory=LogSinkSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    otlp: OtlpSettings = field(default_factory=OtlpSettings)  # the otel sink's collector
 
     @property
     def surfaces(self) -> Redaction:
@@ -176,6 +180,8 @@ class ServiceSettings:
                 domains=_names(env, "METRICS_DOMAINS"),
                 label_limit=_int(env, "METRICS_LABEL_LIMIT", DEFAULT_LABEL_LIMIT, minimum=1),
             ),
+            # Read (and checked) only by the service that exports to a collector.
+            otlp=OtlpSettings.from_env(env) if service is ServiceName.OTEL_SINK else OtlpSettings(),
         )
 
 

@@ -1,4 +1,4 @@
-"""``turnaudit sink logs|metrics``: the consumer services.
+"""``turnaudit sink logs|metrics|otel``: the consumer services.
 
 Settings come from the environment (``TURNAUDIT_*``, ``KAFKA_BOOTSTRAP_SERVERS``);
 the service runs until SIGTERM or SIGINT, then drains and exits 0. With
@@ -17,6 +17,7 @@ from turnaudit.argparsing import positive_int
 from turnaudit.cluster import connect
 from turnaudit.consumers.log_sink import LogSink, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink
+from turnaudit.consumers.otel_sink import OtelSink
 from turnaudit.consumers.runtime import ConsumerService, Sink, Validation
 from turnaudit.consumers.runtime.redelivery import RedeliveryMarkingSink
 from turnaudit.consumers.runtime.workers import (
@@ -51,7 +52,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "TURNAUDIT_METRICS_DOMAINS",
     )
     metrics.set_defaults(handler=_metrics)
-    for service in (logs, metrics):
+    otel = services.add_parser(
+        "otel",
+        help="each turn's verdicts as OpenTelemetry log records (gen_ai.evaluation.result) "
+        "over OTLP to TURNAUDIT_OTLP_ENDPOINT (TURNAUDIT_OTLP_PROTOCOL grpc or http)",
+    )
+    otel.set_defaults(handler=_otel)
+    for service in (logs, metrics, otel):
         add_workers_argument(service)
 
 
@@ -161,9 +168,18 @@ def verdict_metrics_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Con
     )
 
 
+def otel_sink_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
+    settings = worker_service_settings(ServiceName.OTEL_SINK, plan)
+    return consumer_service(settings, OtelSink(settings.otlp, registry), plan, registry)
+
+
 def _logs(args: argparse.Namespace) -> int:
     return run_service(ServiceName.LOG_SINK, log_sink_worker, args)
 
 
 def _metrics(args: argparse.Namespace) -> int:
     return run_service(ServiceName.VERDICT_METRICS, verdict_metrics_worker, args)
+
+
+def _otel(args: argparse.Namespace) -> int:
+    return run_service(ServiceName.OTEL_SINK, otel_sink_worker, args)
