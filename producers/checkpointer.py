@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Protocol
 
 import structlog
 
@@ -22,8 +23,9 @@ from turnaudit.checkpoints import Checkpoint, canonical_heads, checkpoints_topic
 from turnaudit.identity import GENESIS_HASH, LEGACY_PRODUCER, StreamId
 from turnaudit.kafka.producer import (
     DeliveredMessage,
+    DeliveryCallback,
     DeliveryError,
-    KafkaProducer,
+    OnFull,
     ProduceError,
     QueueFullError,
 )
@@ -31,6 +33,18 @@ from turnaudit.signing_keys import CheckpointSettings
 from turnaudit.stream_heads import StreamHead
 
 log = structlog.get_logger("turnaudit.publisher")
+
+
+class CheckpointProducer(Protocol):
+    """What the checkpointer needs of a producer (``KafkaProducer`` is one)."""
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, *,
+                on_delivery: DeliveryCallback | None = None,
+                on_full: OnFull | None = None) -> None: ...
+
+    def poll(self, timeout: float = 0.0) -> int: ...
+
+    def flush(self, timeout: float) -> int: ...
 
 
 class Checkpointer:
@@ -42,7 +56,7 @@ class Checkpointer:
         settings: CheckpointSettings,
         *,
         producer_id: str,
-        producer: KafkaProducer,
+        producer: CheckpointProducer,
         prefix: str,
     ) -> None:
         if settings.key is None:

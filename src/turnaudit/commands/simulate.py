@@ -19,6 +19,7 @@ from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import CloseReport, TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.settings import KafkaSettings
+from turnaudit.signing_keys import CheckpointSettings
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -88,7 +89,8 @@ def _versions(text: str) -> tuple[int, ...]:
 
 
 def publish_simulation(
-    settings: KafkaSettings, args: argparse.Namespace, *, real_time: bool = False
+    settings: KafkaSettings, args: argparse.Namespace, *, real_time: bool = False,
+    checkpoints: CheckpointSettings | None = None,
 ) -> tuple[TurnRuntimeSimulator, CloseReport, TurnAuditEmitter, float]:
     """Publish ``args.events`` simulated turns through the adapter and one publisher.
 
@@ -100,7 +102,7 @@ def publish_simulation(
     sim = TurnRuntimeSimulator(
         args.seed, schema_versions=args.schema_versions, concurrent_sessions=max(1, args.sessions)
     )
-    publisher = TurnEventPublisher(settings, spool_dir=args.spool_dir)
+    publisher = TurnEventPublisher(settings, spool_dir=args.spool_dir, checkpoints=checkpoints)
 
     def to_dead_letters(event: OutgoingTurnEvent, breaches: list[Breach]) -> None:
         publisher.dead_letter(
@@ -126,11 +128,13 @@ def publish_simulation(
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    checkpoints = CheckpointSettings.from_env()  # a signing key that will not do fails first
     settings, where = connect(KafkaSettings.from_env(), start_local=False)
     print(where)
     ensure_topics(settings)
     require_access(settings, writes=[settings.topics.turn_events, settings.topics.schemas])
-    sim, report, emitter, elapsed = publish_simulation(settings, args, real_time=args.real_time)
+    sim, report, emitter, elapsed = publish_simulation(settings, args, real_time=args.real_time,
+                                                       checkpoints=checkpoints)
     print(
         f"published {emitter.emitted} turns in {elapsed:.1f}s "
         f"({emitter.emitted / max(elapsed, 1e-9):.0f}/s) to {settings.topics.turn_events}: "
