@@ -75,7 +75,7 @@ def default_instance_id(
 @dataclass(frozen=True)
 class LogSinkSettings:
     redaction: SurfaceRedaction = SurfaceRedaction.DROP
-    hash_key: bytes = b""
+    hash_key: bytes = field(default=b"", repr=False)  # a secret: kept out of logs
     file: Path | None = None  # None: stdout
     file_max_bytes: int = 100 * 1024 * 1024
     file_backups: int = 10
