@@ -28,6 +28,8 @@ CLUSTER_COMMANDS = {
     "sink metrics": ["sink", "metrics"],
     "htir feed": ["htir", "feed"],
     "auditor run": ["auditor", "run", "--labels", "labels.json", "--evidence", "ev.json"],
+    "dlq count": ["dlq", "count"],
+    "dlq redrive": ["dlq", "redrive", "--dry-run"],
 }
 SERVICES = {
     k: v for k, v in CLUSTER_COMMANDS.items() if k in ("sink logs", "sink metrics", "htir feed")
@@ -161,6 +163,16 @@ def _cases() -> list[Case]:
             )
         )
     cases += [
+        Case("dlq show: not a position", ["dlq", "show", "7"], {}, 2,
+             "turnaudit dlq: '7' is not a partition:offset like 0:42"),
+        Case("dlq list: --until before --since",
+             ["dlq", "list", "--since", "2026-02-01", "--until", "2026-01-01"], {}, 2,
+             "turnaudit dlq: --until must be later than --since"),
+        Case("dlq count: --since not a time", ["dlq", "count", "--since", "yesterday"], {}, 2,
+             "argument --since: 'yesterday' is not an ISO 8601 time"),
+        Case("dlq redrive: --partition negative", ["dlq", "redrive", "--partition", "-1"], {}, 2,
+             "argument --partition: -1 is negative"),
+        Case("dlq: no action", ["dlq"], {}, 2, "the following arguments are required: ACTION"),
         Case(
             "sink logs: TURNAUDIT_LOG_FILE is a directory",
             ["sink", "logs"],
