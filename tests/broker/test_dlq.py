@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.cli import BOUND_S, Case, run_case
 from tests.support.events import encode, turn
 from tests.support.streams import (
     consumed_everything,
@@ -186,6 +188,27 @@ class TestRedrive:
         kinds = {f["kind"] for f in report["unexplained"]}
         assert "uncounted" not in kinds, report["unexplained"]
         assert code == 0, report["unexplained"]
+
+
+class TestOneLineFailures:
+    @pytest.mark.parametrize(("argv", "code", "says"), [
+        (["dlq", "show", "1:999999"], 1,
+         "no letter at 1:999999: t-"),
+        (["dlq", "show", "99:0"], 2, "dlq has no partition 99 (partitions 0-2)"),
+    ])
+    def test_a_letter_that_is_not_there_is_one_line(
+        self, kafka_settings: KafkaSettings, tmp_path: Path, argv: list[str], code: int,
+        says: str,
+    ) -> None:
+        outcome = run_case(Case("dlq", argv, {
+            "KAFKA_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers or "",
+            "TURNAUDIT_TOPIC_PREFIX": kafka_settings.topics.prefix}), tmp_path)
+        lines = outcome.stderr.strip().splitlines()
+        assert len(lines) == 1, outcome.stderr
+        assert lines[0].startswith("turnaudit dlq: ")
+        assert says in lines[0]
+        assert outcome.returncode == code
+        assert outcome.elapsed < BOUND_S
 
 
 class FlakyRegistry:
