@@ -30,6 +30,7 @@ from turnaudit.evaluation.gate import evaluate
 from turnaudit.evaluation.labels import labels_from_ground_truth, load_task_labels
 from turnaudit.evaluation.trace_evidence import TraceEvidence
 from turnaudit.htir import HtirTrace, TraceAssembler
+from turnaudit.kafka.acls import Role, plan_acls, writers_of
 from turnaudit.producers.simulator import GroundTruth, TurnRuntimeSimulator
 from turnaudit.records import StoredRecord
 from turnaudit.redaction import (
@@ -41,6 +42,7 @@ from turnaudit.redaction import (
 from turnaudit.replay.jsonl import jsonl_line
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
+from turnaudit.settings import TopicNames
 
 KEY = b"redaction-test-key"
 CARD = "4111-1111-1111-1111"  # a test card number, as a tool call might carry one
@@ -375,3 +377,37 @@ class TestTheRuleAuditorOnRedactedTraces:
         assert cases["drop"]
         assert cases["drop"] == cases["hash"] == cases["keep"]
         assert reports["drop"] == reports["hash"] == reports["keep"]
+
+
+class TestWhoReadsTheTraces:
+    """A model auditor needs ``keep`` on the traces topic: then the auditor must be that
+    topic's only reader, whatever subscribers a deployment adds."""
+
+    @given(teams=st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,11}", fullmatch=True),
+                          max_size=4, unique=True))
+    def test_the_auditor_is_the_only_reader_of_the_traces_topic(self, teams: list[str]) -> None:
+        prefix = "p."
+        rules = plan_acls(prefix, subscribers=teams)
+        traces = TopicNames(prefix).htir_traces
+        readers = {r.principal for r in rules if r.resource == "topic" and r.operation == "read"
+                   and (r.name == traces or (r.prefixed and traces.startswith(r.name)))}
+        assert readers == {Role.AUDITOR.value}
+        assert writers_of(rules, traces) == {Role.HTIR_FEEDER.value}
+
+    def test_a_label_reviewed_under_one_policy_does_not_apply_under_another(
+        self, tmp_path: Path
+    ) -> None:
+        # What the policy changes for the auditor: the traces' content digests.
+        events, _ = simulated_run(9)
+        kept = traces(events, Redaction.keep())[:5]
+        pack = LabelPack(tuple(Case(t.task_id, t.task_family, "reviewer/1", None,
+                                    Trace(tuple(t.steps), {"run": t.task_id})) for t in kept))
+        write_json(tmp_path / "labels.json", pack.to_json())
+        labels = load_task_labels(tmp_path / "labels.json")
+        for name, redaction in POLICIES.items():
+            builder = TraceEvidence(RuleBasedAuditor(), labels)
+            builder.begin()
+            admitted = [builder.admit(t).is_case for t in traces(events, redaction)[:5]]
+            assert admitted == [name == "keep"] * 5, name
+            if name != "keep":
+                assert builder.tally.excluded == {"label_trace_changed": 5}
