@@ -35,6 +35,7 @@ from turnaudit.kafka.producer import (
     is_purged,
 )
 from turnaudit.producers.accounting import Ledger
+from turnaudit.producers.ordering import in_stream_order, shipped_position_reader
 from turnaudit.producers.spool import DiskSpool, SpooledMessage, SpoolRecord
 from turnaudit.records import ClientError
 
@@ -143,8 +144,11 @@ class Failover:
         probe_interval: float,
         delivered: Callable[[DeliveredMessage], None],
         max_unacked_s: float | None = None,
+        position: Callable[[bytes], int | None] | None = None,
     ) -> None:
         self.topic = topic
+        # Reads a turn's stream position: what librdkafka hands back is spooled in stream order.
+        self._position = position or shipped_position_reader()
         # Age bound: an event librdkafka has not had acknowledged within this
         # many seconds is moved to the spool (with everything queued behind it).
         self.max_unacked_s = max_unacked_s
@@ -291,7 +295,7 @@ class Failover:
             # Older than anything publish() spooled since: in front, order kept.
             # A late delivery of an in-flight original is a duplicate with the
             # same event id, which readers count once.
-            self.spool.requeue_front(handback)
+            self.spool.requeue_front(in_stream_order(handback, self.topic, self._position))
         except (PublishError, OSError) as exc:
             with self._ledger.lock:
                 lost = sum(m.topic == self.topic for m in handback)
@@ -389,7 +393,7 @@ class Failover:
         try:
             self._settle_batch()
             # The client's queue is older than anything spooled: it goes in front.
-            self.spool.requeue_front(self._handback)
+            self.spool.requeue_front(in_stream_order(self._handback, self.topic, self._position))
         except (PublishError, OSError) as exc:
             with self._ledger.lock:
                 lost = sum(m.topic == self.topic for m in self._handback)

@@ -1,11 +1,13 @@
-"""Three KRaft nodes on loopback: the partition leader SIGKILLed mid-publish.
+"""Three KRaft nodes on loopback: the leader, a follower or two nodes SIGKILLed mid-publish.
 
 Topics get replication factor 3 and min.insync.replicas 2 by default; the
 publisher writes with acks=all. While the simulator publishes and the log sink
 consumes, the leader of partition 0 of turn-events is killed, then restarted:
 ``verify`` must find 0 lost and no turn counted twice, the sink must keep
 consuming (the longest pause it saw is measured and printed), and the node
-must rejoin the cluster.
+must rejoin the cluster. With two of three nodes down, acks=all cannot be met:
+the publisher's unacknowledged turns go to its spool after its age bound and
+drain when the nodes return, still 0 lost and none twice.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -40,8 +43,6 @@ TURNS = 2400
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroker]:
     with running(cluster_settings(tmp_path_factory.mktemp("three-nodes"), nodes=3)) as broker:
-        created = ensure_topics(admin_settings(broker, PREFIX))
-        assert f"{PREFIX}turn-events" in created
         yield broker
 
 
@@ -55,17 +56,43 @@ def lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def test_the_leader_killed_mid_publish_loses_nothing(
-    cluster: LocalKafkaBroker, tmp_path: Path
+@dataclass(frozen=True)
+class Outage:
+    """Which nodes go down mid-publish, and for how long."""
+
+    name: str
+    victims: Callable[[int, list[int]], list[int]]  # (leader, replicas) -> nodes to kill
+    down_s: float
+
+
+OUTAGES = [
+    # The leader: a follower takes over, the publisher retries on the new leader.
+    Outage("leader", lambda leader, replicas: [leader], 3.0),
+    # A follower: the ISR shrinks to two, acks=all still met.
+    Outage("follower", lambda leader, replicas: [next(r for r in replicas if r != leader)], 3.0),
+    # Both followers: no controller quorum and fewer than min.insync.replicas,
+    # so acks=all cannot be met; turns unacknowledged past the publisher's age
+    # bound go to the spool and drain when the nodes return.
+    Outage("two nodes", lambda leader, replicas: [r for r in replicas if r != leader], 8.0),
+]
+
+
+@pytest.mark.parametrize("outage", OUTAGES, ids=[o.name for o in OUTAGES])
+def test_nodes_killed_mid_publish_lose_nothing(
+    cluster: LocalKafkaBroker, tmp_path: Path, outage: Outage
 ) -> None:
-    topic = f"{PREFIX}turn-events"
+    prefix = f"{PREFIX}{outage.name.replace(' ', '-')}."  # each scenario its own topics
+    topic = f"{prefix}turn-events"
+    wait_all_serving(cluster)
+    assert topic in ensure_topics(admin_settings(cluster, prefix))
     leader, replicas = leader_and_replicas(cluster, topic)
     assert len(replicas) == 3
+    victims = outage.victims(leader, replicas)
     log_file = tmp_path / "turns.jsonl"
     sink_env = principal_env(
-        cluster, "", PREFIX, TURNAUDIT_HTTP_PORT=str(free_port()), TURNAUDIT_LOG_FILE=str(log_file)
+        cluster, "", prefix, TURNAUDIT_HTTP_PORT=str(free_port()), TURNAUDIT_LOG_FILE=str(log_file)
     )
-    sim_env = principal_env(cluster, "", PREFIX)
+    sim_env = principal_env(cluster, "", prefix, TURNAUDIT_MAX_UNACKED_S="2")
     with turnaudit_process(["sink", "logs"], sink_env, tmp_path / "sink.err"):
         publisher = subprocess.Popen(
             [
@@ -95,25 +122,28 @@ def test_the_leader_killed_mid_publish_loses_nothing(
             now = time.monotonic() - started
             samples.append((now, lines(log_file)))
             if killed_at is None and samples[-1][1] > RATE:  # mid-publish
-                cluster.kill_node(leader)
+                for node in victims:
+                    cluster.kill_node(node)
                 killed_at = now
-            if killed_at is not None and restarted_at is None and now - killed_at > 3:
-                cluster.start_node(leader)
+            if killed_at is not None and restarted_at is None and now - killed_at > outage.down_s:
+                for node in victims:
+                    cluster.start_node(node)
                 restarted_at = time.monotonic() - started
-            if now > 150:
+            if now > 180:
                 break
             time.sleep(0.05)
-        out, err = publisher.communicate(timeout=60)
+        out, err = publisher.communicate(timeout=120)
         assert publisher.returncode == 0, out + err
         assert killed_at is not None
         if restarted_at is None:
-            cluster.start_node(leader)
+            for node in victims:
+                cluster.start_node(node)
         # The sink's longest stall after the kill, while turns were still to come.
         pause = longest_stall(samples, since=killed_at, until_count=TURNS)
         assert lines(log_file) >= TURNS
         verified = subprocess.run(
             [sys.executable, "-m", "turnaudit.cli", "verify", "--log-file", str(log_file)],
-            env=principal_env(cluster, "", PREFIX),
+            env=principal_env(cluster, "", prefix),
             cwd=tmp_path,
             capture_output=True,
             text=True,
@@ -123,13 +153,29 @@ def test_the_leader_killed_mid_publish_loses_nothing(
     assert reconciled(verified.stdout, verified.returncode), verified.stdout + verified.stderr
     assert "lost 0," in verified.stdout
     assert f"turns {TURNS} " in verified.stdout  # no turn counted twice
+    for node in victims:
+        assert cluster.node_status(node).serving  # the killed nodes rejoined
     new_leader, _ = leader_and_replicas(cluster, topic)
-    assert cluster.node_status(leader).serving  # the killed node rejoined
     assert new_leader in cluster.node_ids
+    spooled = spooled_count(out + err)
     print(
-        f"\nleader {leader} killed at {killed_at:.1f} s; sink's longest pause {pause:.2f} s; "
-        f"{RATE} turns/s x {TURNS}"
+        f"\n{outage.name}: nodes {victims} killed at {killed_at:.1f} s for {outage.down_s:.0f} s; "
+        f"sink's longest pause {pause:.2f} s; spooled {spooled}; {RATE} turns/s x {TURNS}"
     )
+
+
+def wait_all_serving(cluster: LocalKafkaBroker, timeout: float = 90.0) -> None:
+    """Each scenario starts from a whole cluster (the previous one restarted its nodes)."""
+    deadline = time.monotonic() + timeout
+    while not all(cluster.node_status(n).serving for n in cluster.node_ids):
+        assert time.monotonic() < deadline, "the cluster did not come back whole"
+        time.sleep(0.5)
+
+
+def spooled_count(output: str) -> str:
+    """What the simulator's summary says about the spool (for the printed table)."""
+    found = [line.strip() for line in output.splitlines() if "spool" in line.lower()]
+    return found[-1] if found else "nothing said"
 
 
 def longest_stall(samples: list[tuple[float, int]], *, since: float, until_count: int) -> float:
