@@ -13,7 +13,7 @@ from turnaudit.cluster import connect, require_access
 from turnaudit.contracts import Breach
 from turnaudit.errors import ConfigurationError, EventRefusedError
 from turnaudit.events import OutgoingTurnEvent
-from turnaudit.files import write_private
+from turnaudit.files import FileModes, private_dir, write_private
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import CloseReport, TurnEventPublisher
@@ -67,7 +67,7 @@ def _spool_dir(text: str) -> Path:
     """A folder the publisher can write its spool to (created if missing)."""
     path = Path(text)
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path, FileModes())  # 0700 always: the spool holds whole turns
         probe = path / ".write-probe"
         probe.write_bytes(b"")
         probe.unlink()
