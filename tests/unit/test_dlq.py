@@ -10,6 +10,8 @@ and a plan made again after its own redrive writes nothing.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -96,8 +98,8 @@ class TestReadingLetters:
     ) -> None:
         letter = letter_of(0, offset, ms, pairs)
         assert letter.reason in {*REASONS, UNKNOWN}
-        assert letter.service == UNKNOWN or letter.service.replace("-", "").isalnum() or (
-            set(letter.service) <= set("abcdefghijklmnopqrstuvwxyz0123456789_.-"))
+        assert letter.service == UNKNOWN or re.fullmatch(r"[a-z0-9][a-z0-9_.-]*", letter.service)
+        assert summarize([letter]).count == 1
         assert letter.as_json()["position"] == f"0:{offset}"
         assert letter.line().startswith(f"0:{offset}")
         assert not any(n.startswith(("dlq.", CONNECT_HEADER_PREFIX)) for n, _ in letter.headers)
