@@ -32,7 +32,7 @@ import yaml
 
 from tests.support import PROJECT_ROOT
 from tests.support.exported import exported_sample_names
-from tests.support.grafana import generator
+from tests.support.grafana import alert_rules
 from tests.support.promdata import (
     BASE,
     GROUP_SPAN,
@@ -173,7 +173,7 @@ def test_grafana_rules_fire_where_the_prometheus_alerts_do(prom: PrometheusAt) -
         prom_rule, rule = PROM_RULES[case.alertname], GRAFANA_RULES[case.alertname]
         # This Prometheus evaluates no rule: the recording rules an alert reads are written
         # in (promtool's expectations below come from the real recording rules).
-        expr = generator().standalone(prom_rule["expr"], generator().recording_rules())
+        expr = alert_rules().standalone(prom_rule["expr"], alert_rules().recording_rules())
         expected_by_prometheus = label_sets(prom.query(expr, case.at))
         fired = grafana_fires(prom, rule, case.at)
         where = (case.file, case.group, case.at - BASE, case.alertname)
