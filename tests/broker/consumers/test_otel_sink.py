@@ -5,7 +5,8 @@ turn's verdicts as ``gen_ai.evaluation.result`` log records; the collector
 writes what it received to a file. Every turn on the topic must be there, each
 verdict once at least, under the span the runtime had, through a SIGKILL of the
 service (restarted as itself) and of one of its worker processes (restarted by
-its supervisor, the re-read turns flagged ``turnaudit.redelivered``), over
+its supervisor, the re-read turns flagged ``turnaudit.redelivered``) and an
+outage of the collector (the failed flushes retried until it is back), over
 OTLP/gRPC and OTLP/HTTP.
 """
 
@@ -24,9 +25,10 @@ import pytest
 
 from tests.support.otelcol import Collector, LogRecord, running_collector
 from tests.support.services import assigned, service_env, service_process, turnaudit_process
-from tests.support.streams import http_get, publish_simulated, wait_for
+from tests.support.streams import http_get, publish_simulated, scrape, total, wait_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
+from turnaudit.local_broker import free_ports
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -215,3 +217,47 @@ def test_a_killed_worker_over_grpc_loses_no_turn_and_its_reread_turns_are_flagge
     for record in flagged:
         assert (str(record.attributes["turnaudit.event_id"]),
                 str(record.attributes["gen_ai.evaluation.name"])) in first_copies
+
+
+def test_a_collector_outage_holds_the_turns_until_it_is_back(
+    kafka_settings: KafkaSettings, tmp_path: Path
+) -> None:
+    ports = tuple(free_ports(2))
+    env = service_env(
+        kafka_settings,
+        "g-otel-outage",
+        TURNAUDIT_OTLP_PROTOCOL="grpc",
+        TURNAUDIT_OTLP_ENDPOINT=f"http://127.0.0.1:{ports[0]}",
+        TURNAUDIT_OTLP_TIMEOUT_MS="1000",
+        TURNAUDIT_BATCH_SIZE="50",
+    )
+    port = int(env["TURNAUDIT_HTTP_PORT"])
+
+    def export_failures() -> float:
+        try:
+            return total(scrape(port), "turnaudit_otel_export_failures_total")
+        except OSError:
+            return 0.0
+
+    with service_process("otel", env, tmp_path / "service.log") as service:
+        with running_collector(tmp_path, ports=(ports[0], ports[1]), name="before") as before:
+            assert wait_for(lambda: bool(assigned(env)))
+            publish_simulated(kafka_settings, 300, tmp_path / "spool")
+            first = events_on_topic(kafka_settings)
+            assert wait_for(every_turn_exported(before, set(first)))
+            exported_before = set(by_event(before.records()))
+        # The collector is away: these turns' exports fail, their flushes are retried.
+        publish_simulated(kafka_settings, 500, tmp_path / "spool-2", seed=9)
+        events = events_on_topic(kafka_settings)
+        during = set(events) - set(first)
+        assert wait_for(lambda: export_failures() >= 2)
+        with running_collector(tmp_path, ports=(ports[0], ports[1]), name="after") as after:
+            assert wait_for(every_turn_exported(after, during), timeout=120)
+            service.send_signal(signal.SIGTERM)
+            assert service.wait(60) == 0
+            records = after.records()
+    assert exported_before == set(first)
+    # Every turn published during the outage reached the collector once it was back.
+    check_records({k: v for k, v in events.items() if k in during},
+                  [r for r in records if r.attributes["turnaudit.event_id"] in during])
+    assert "sink_write_failed" in (tmp_path / "service.log").read_text()
