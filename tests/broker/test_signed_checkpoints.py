@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +32,7 @@ from tests.support.verify_helpers import (
 )
 from turnaudit.checkpoints import (
     Checkpoint,
+    SigningKey,
     checkpoints_topic,
     decode_checkpoint,
     keyring_entry_toml,
@@ -331,3 +334,38 @@ def test_without_a_keyring_the_report_has_no_trust_section(
     last = stored[-1]
     assert last is not None
     assert last.final
+
+
+# -- publish() never waits on signing -------------------------------------------------------
+
+
+class SlowKey(SigningKey):
+    """A key whose every signature takes half a second (a slow HSM, a starved thread)."""
+
+    __slots__ = ()
+
+    def sign(self, message: bytes) -> bytes:
+        time.sleep(0.5)
+        return super().sign(message)
+
+
+def test_publish_never_waits_on_signing(kafka_bootstrap: str, tmp_path: Path) -> None:
+    settings_ = fresh_topics(kafka_bootstrap)
+    key = SlowKey(Ed25519PrivateKey.generate(), "slow")
+    publisher = TurnEventPublisher(
+        settings_, spool_dir=tmp_path / "spool",
+        checkpoints=CheckpointSettings(key, interval_s=0.01, max_turns=20))
+    sim = TurnRuntimeSimulator(5, schema_versions=(4,), concurrent_sessions=8)
+    events = list(sim.events(400))
+    started = time.monotonic()
+    for event in events:
+        publisher.publish(event)
+    elapsed = time.monotonic() - started
+    # On the turn's path, 20 checkpoints' signatures alone would take 10 s.
+    assert elapsed < 3.0
+    assert publisher.close(timeout=30).ok
+    assert publisher.checkpointer is not None
+    assert publisher.checkpointer.written >= 2
+    stored = [decode_checkpoint(v) for v in checkpoint_values(settings_)]
+    assert stored[-1] is not None
+    assert stored[-1].final
