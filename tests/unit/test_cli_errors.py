@@ -26,17 +26,20 @@ CLUSTER_COMMANDS = {
     "tail": ["tail"],
     "sink logs": ["sink", "logs"],
     "sink metrics": ["sink", "metrics"],
+    "sink otel": ["sink", "otel"],
     "htir feed": ["htir", "feed"],
     "auditor run": ["auditor", "run", "--labels", "labels.json", "--evidence", "ev.json"],
     "dlq count": ["dlq", "count"],
     "dlq redrive": ["dlq", "redrive", "--dry-run"],
 }
 SERVICES = {
-    k: v for k, v in CLUSTER_COMMANDS.items() if k in ("sink logs", "sink metrics", "htir feed")
+    k: v
+    for k, v in CLUSTER_COMMANDS.items()
+    if k in ("sink logs", "sink metrics", "sink otel", "htir feed")
 }
 # Long-running services do not exit while the cluster is away: not ready, one
 # line in their log, then a bounded rate of lines (tests/unit/consumers/test_health.py).
-LONG_RUNNING = ("sink logs", "sink metrics", "htir feed", "auditor run")
+LONG_RUNNING = ("sink logs", "sink metrics", "sink otel", "htir feed", "auditor run")
 NOWHERE = f"127.0.0.1:{free_port()}"
 BUSY_PORT = free_port()
 
@@ -173,6 +176,11 @@ def _cases() -> list[Case]:
         Case("dlq redrive: --partition negative", ["dlq", "redrive", "--partition", "-1"], {}, 2,
              "argument --partition: -1 is negative"),
         Case("dlq: no action", ["dlq"], {}, 2, "the following arguments are required: ACTION"),
+        Case("replay: --step with a jsonl output",
+             ["replay", "--step", "60", "--into", "jsonl:{tmp}/x.jsonl"], {}, 2,
+             "turnaudit replay: --step applies to metrics and tsdb outputs, not jsonl:"),
+        Case("replay: --step 0", ["replay", "--step", "0", "--into", "tsdb:{tmp}/b"], {}, 2,
+             "argument --step: '0': at least one millisecond"),
         Case(
             "sink logs: TURNAUDIT_LOG_FILE is a directory",
             ["sink", "logs"],
@@ -193,6 +201,34 @@ def _cases() -> list[Case]:
             {"TURNAUDIT_LOG_SURFACES": "bogus"},
             2,
             "TURNAUDIT_LOG_SURFACES='bogus'",
+        ),
+        Case(
+            "sink otel: TURNAUDIT_OTLP_PROTOCOL=udp",
+            ["sink", "otel"],
+            {"TURNAUDIT_OTLP_PROTOCOL": "udp"},
+            2,
+            "TURNAUDIT_OTLP_PROTOCOL='udp': choose grpc|http",
+        ),
+        Case(
+            "sink otel: TURNAUDIT_OTLP_ENDPOINT without a scheme",
+            ["sink", "otel"],
+            {"TURNAUDIT_OTLP_ENDPOINT": "collector:4317"},
+            2,
+            "TURNAUDIT_OTLP_ENDPOINT='collector:4317': give the collector's URL, http://host:port",
+        ),
+        Case(
+            "sink otel: TURNAUDIT_OTLP_ENDPOINT with a path for gRPC",
+            ["sink", "otel"],
+            {"TURNAUDIT_OTLP_ENDPOINT": "http://collector:4317/v1/logs"},
+            2,
+            "an OTLP/gRPC endpoint has no path",
+        ),
+        Case(
+            "sink otel: TURNAUDIT_OTLP_TIMEOUT_MS=0",
+            ["sink", "otel"],
+            {"TURNAUDIT_OTLP_TIMEOUT_MS": "0"},
+            2,
+            "TURNAUDIT_OTLP_TIMEOUT_MS=0 is below 100",
         ),
         Case(
             "simulate: unwritable --spool-dir",
