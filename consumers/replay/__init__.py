@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from turnaudit.consumers.replay.evidence import RebuildResult, file_digest, rebuild_evidence
+from turnaudit.consumers.replay.history import SteppedMetricsReplayOutput, TsdbReplayOutput
 from turnaudit.consumers.replay.htir import (
     HtirFileReplayOutput,
     HtirTopicReplayOutput,
@@ -31,8 +32,22 @@ from turnaudit.consumers.replay.topic import SOURCE_HEADER, TopicReplayOutput, w
 from turnaudit.consumers.replay.verify import VerifyReplayOutput
 
 __all__: Sequence[str] = (
-    "REPLAY_JOB", "SOURCE_HEADER", "HtirFileReplayOutput", "HtirTopicReplayOutput",
-    "LogReplayOutput", "MetricsReplayOutput", "RebuildResult", "SinkReplayOutput",
-    "TopicReplayOutput", "TraceReplaySink", "VerifyReplayOutput", "file_digest",
-    "rebuild_evidence", "register_htir_outputs", "trace_line", "writable_topic",
+    "REPLAY_JOB",
+    "SOURCE_HEADER",
+    "HtirFileReplayOutput",
+    "HtirTopicReplayOutput",
+    "LogReplayOutput",
+    "MetricsReplayOutput",
+    "RebuildResult",
+    "SinkReplayOutput",
+    "SteppedMetricsReplayOutput",
+    "TopicReplayOutput",
+    "TraceReplaySink",
+    "TsdbReplayOutput",
+    "VerifyReplayOutput",
+    "file_digest",
+    "rebuild_evidence",
+    "register_htir_outputs",
+    "trace_line",
+    "writable_topic",
 )

@@ -116,6 +116,13 @@ def non_negative_seconds(text: str) -> float:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    value = non_negative_seconds(text)
+    if value < 0.001:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least one millisecond")
+    return value
+
+
 def event_time_options(args: argparse.Namespace) -> tuple[bool, timedelta | None]:
     """``(event_time, slack)`` from ``add_time_arguments``' options."""
     return args.time == "event", None if args.slack is None else timedelta(seconds=args.slack)

@@ -146,7 +146,6 @@ class PrometheusAt:
 def prometheus_over(samples: Samples, workdir: Path) -> Iterator[PrometheusAt]:
     """A Prometheus serving ``samples`` (backfilled into a TSDB) on a loopback port."""
     promtool = binary("promtool", "promtool")
-    server = binary("prometheus", "promtool")
     source = workdir / "series.om"
     source.write_text(samples.openmetrics())
     tsdb = workdir / "tsdb"
@@ -155,6 +154,14 @@ def prometheus_over(samples: Samples, workdir: Path) -> Iterator[PrometheusAt]:
         capture_output=True, text=True, check=False,
     )
     assert made.returncode == 0, made.stdout + made.stderr
+    with prometheus_serving(tsdb, workdir) as served:
+        yield served
+
+
+@contextmanager
+def prometheus_serving(tsdb: Path, workdir: Path) -> Iterator[PrometheusAt]:
+    """Debian's Prometheus over the blocks in ``tsdb`` (no scraping, no rules), on loopback."""
+    server = binary("prometheus", "promtool")
     config = workdir / "prometheus.yml"
     config.write_text("global: {}\n")
     port = free_port()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 
@@ -21,16 +22,20 @@ from turnaudit.argparsing import (
     add_time_arguments,
     event_time_options,
     positive_int,
+    positive_seconds,
 )
 from turnaudit.cluster import connect, require_access
 from turnaudit.consumers.replay import (
     LogReplayOutput,
     MetricsReplayOutput,
+    SteppedMetricsReplayOutput,
     TopicReplayOutput,
+    TsdbReplayOutput,
     VerifyReplayOutput,
     register_htir_outputs,
 )
 from turnaudit.consumers.settings import LogSinkSettings, ServiceName, ServiceSettings
+from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.redaction import surface_redaction
 from turnaudit.replay import (
@@ -46,15 +51,33 @@ from turnaudit.replay import (
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
+DEFAULT_STEP = timedelta(minutes=1)
+STEPPED_KINDS = ("metrics", "tsdb")
+
+
+def _step_ms(step: timedelta) -> int:
+    return round(step.total_seconds() * 1000)
+
+
 OUTPUT_KINDS = OutputKinds()
 OUTPUT_KINDS.add("jsonl", "decoded events, one canonical JSON line each",
                  lambda c: JsonlOutput(c.target.path, c.decode, c.request.surfaces))
 OUTPUT_KINDS.add("logs", "the log sink's turn lines, stamped with each turn's time",
                  lambda c: LogReplayOutput(c.target.path, c.decode, _log_settings(),
                                            start_gaps=not c.request.event_time))
-OUTPUT_KINDS.add("metrics", "the verdict metrics as OpenMetrics text, job=turnaudit-replay",
+OUTPUT_KINDS.add("metrics", "the verdict metrics as OpenMetrics text, job=turnaudit-replay "
+                 "(with --step: one timestamped sample per step of event time)",
                  lambda c: MetricsReplayOutput(c.decode, c.label, c.target.path,
-                                               start_gaps=not c.request.event_time))
+                                               start_gaps=not c.request.event_time)
+                 if c.request.step is None else
+                 SteppedMetricsReplayOutput(c.decode, c.label, c.target.path,
+                                            _step_ms(c.request.step),
+                                            start_gaps=not c.request.event_time))
+OUTPUT_KINDS.add("tsdb", "Prometheus TSDB blocks of the verdict counters in DIR, one sample "
+                 "per --step of event time (promtool tsdb create-blocks-from openmetrics)",
+                 lambda c: TsdbReplayOutput(c.decode, c.label, c.target.path,
+                                            _step_ms(c.request.step or DEFAULT_STEP),
+                                            start_gaps=not c.request.event_time))
 OUTPUT_KINDS.add("verify", "turnaudit verify's report over the range, as JSON",
                  VerifyReplayOutput)
 OUTPUT_KINDS.add("topic", "the messages re-published to another topic, keyed as the source",
@@ -83,6 +106,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_range_arguments(
         parser, to_help="end of the range (exclusive; default: the high-water marks now)"
     )
+    parser.add_argument(
+        "--step", type=positive_seconds, metavar="SECONDS",
+        help="metrics: and tsdb: outputs: one timestamped sample of every counter per STEP "
+        "seconds of event time (tsdb: default 60)")
     parser.add_argument("--partitions", metavar="P,…", help="only these partitions, e.g. 0,2")
     parser.add_argument("--topic", help="topic to replay (default: the configured turn events)")
     add_time_arguments(parser)
@@ -118,7 +145,11 @@ def _replay(args: argparse.Namespace) -> int:
         event_time=event_time,
         slack=slack,
         surfaces=surface_redaction(),
+        step=None if args.step is None else timedelta(seconds=args.step),
     )
+    if request.step is not None and target.kind not in STEPPED_KINDS:
+        raise ConfigurationError(
+            f"--step applies to {' and '.join(STEPPED_KINDS)} outputs, not {target.kind}:")
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
     require_access(settings, reads=[args.topic or settings.topics.turn_events])
 

@@ -72,6 +72,8 @@ class ReplayRequest:
     slack: timedelta | None = None
     # What the outputs write of surfaces and tool I/O (``turnaudit.redaction``).
     surfaces: Redaction = DROPPED
+    # ``--step``: metrics outputs write one timestamped sample per step of event time.
+    step: timedelta | None = None
 
     def fingerprint(self, topic: str, target: ReplayTarget) -> str:
         """A digest of the arguments: a checkpoint resumes only the replay it was written by."""
@@ -93,6 +95,7 @@ class ReplayRequest:
             # Only when not the default, so a checkpoint of a default replay still resumes.
             **({} if self.surfaces.policy is SurfacePolicy.DROP
                else {"surfaces": self.surfaces.policy.value}),
+            **({} if self.step is None else {"step_s": self.step.total_seconds()}),
         }
         return hashlib.sha256(canonical_json(described)).hexdigest()
 
