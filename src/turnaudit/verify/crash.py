@@ -37,7 +37,9 @@ class StreamEndsJson(TypedDict):
     ended_cleanly: int
     cut: int
     lost_in_crash: int
-    not_in_range: int  # announced streams the range does not hold (read from a later start)
+    # announced streams the range does not hold (read from a later start), or whose
+    # end it does not reach (a range that ends before now)
+    not_in_range: int
     head_interval_ms: int
     bound: str
     cut_streams: list[StreamEndJson]
@@ -91,10 +93,13 @@ def stream_ends(
     seen: Mapping[StreamId, int],
     *,
     whole_stream: bool,
+    to_end: bool = True,
 ) -> StreamEnds:
     """Compare announced heads with the last position ``seen`` per stream. A stream the
     range does not hold counts as wholly lost only when the range is the whole stream
-    (read from offset 0); otherwise it is counted as not in the range."""
+    (read from offset 0); otherwise it is counted as not in the range. A range that
+    ends before now (``to_end`` False) cannot tell a cut stream from one that goes on
+    after it: every announced stream is counted as not in the range."""
     latest: dict[StreamId, HeadAnnouncement] = {}
     for note in announcements:
         latest[note.head.stream] = note  # the compacted topic: the last one wins
@@ -102,7 +107,7 @@ def stream_ends(
     for stream, note in sorted(latest.items()):
         out.head_interval_ms = max(out.head_interval_ms, note.interval_ms)
         last = seen.get(stream)
-        if last is None and not whole_stream:
+        if not to_end or (last is None and not whole_stream):
             out.not_in_range += 1
             continue
         last_seen = last

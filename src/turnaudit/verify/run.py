@@ -64,10 +64,11 @@ def run_verify(
     report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
     whole_stream = (report.range["from_log_start"] and not verifier.retained_from
                     and all(start.get(p, 0) == 0 for p in end))
-    # Where each announced stream ended (cleanly or cut by a crash), against the range.
+    # Where each announced stream ended (cleanly or cut by a crash), against the range:
+    # only a range that reaches the stream's end now can say turns never reached it.
     report.stream_ends = stream_ends(
         stream_head_announcements(settings, timeout=timeout), verifier.tracker.last_positions(),
-        whole_stream=whole_stream,
+        whole_stream=whole_stream, to_end=spec.until is None and not spec.to_offsets,
     )
     if keyring is not None and chain is not None:
         report.trust = judge_streams(
