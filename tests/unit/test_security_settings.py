@@ -179,7 +179,7 @@ def test_the_plan_is_least_privilege() -> None:
         ("htir-feeder", "write", "topic", P + "htir-traces"),
         ("htir-feeder", "write", "topic", P + "schemas"),
     }
-    for service in ("log-sink", "verdict-metrics", "htir-feeder"):
+    for service in ("log-sink", "verdict-metrics", "otel-sink", "htir-feeder"):
         expected |= {
             (service, "read", "topic", P + "turn-events"),
             (service, "read", "topic", P + "schemas"),
@@ -189,6 +189,7 @@ def test_the_plan_is_least_privilege() -> None:
     for who in (
         "log-sink",
         "verdict-metrics",
+        "otel-sink",
         "htir-feeder",
         "auditor",
         "reconciler",

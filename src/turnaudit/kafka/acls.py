@@ -9,8 +9,9 @@ The principals (SCRAM user names; every one can be renamed with ``names``):
 
 * ``runtime``: the only writer of turn-events; writes schemas, dead letters,
   stream heads and its signed checkpoints.
-* ``log-sink``, ``verdict-metrics``: read turn-events in their own group,
-  write only dead letters.
+* ``log-sink``, ``verdict-metrics``, ``otel-sink``: read turn-events in their
+  own group, write only dead letters (the otel sink's records go to a collector,
+  not to Kafka).
 * ``htir-feeder``: reads turn-events in its own group, writes HTIR traces,
   their schemas and dead letters.
 * ``auditor``: reads HTIR traces (groups ``<prefix>auditor-*``), writes
@@ -57,6 +58,7 @@ class Role(enum.StrEnum):
     RUNTIME = "runtime"
     LOG_SINK = "log-sink"
     VERDICT_METRICS = "verdict-metrics"
+    OTEL_SINK = "otel-sink"
     HTIR_FEEDER = "htir-feeder"
     AUDITOR = "auditor"
     RECONCILER = "reconciler"
@@ -117,7 +119,7 @@ def plan_acls(
     topic(runtime, stream_heads, "write")
     topic(runtime, checkpoints, "write")
 
-    for role in (Role.LOG_SINK, Role.VERDICT_METRICS, Role.HTIR_FEEDER):
+    for role in (Role.LOG_SINK, Role.VERDICT_METRICS, Role.OTEL_SINK, Role.HTIR_FEEDER):
         name = user[role]
         topic(name, t.turn_events, "read")
         topic(name, t.schemas, "read")
