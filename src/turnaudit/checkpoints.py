@@ -342,6 +342,8 @@ class ChainReport:
     judged: tuple[Judged, ...]
     # Producers each of whose chains ends with a final checkpoint (a clean close).
     closed: frozenset[str]
+    # Producers with at least one valid checkpoint.
+    signing: frozenset[str] = frozenset()
 
     def valid(self) -> list[Checkpoint]:
         return [j.checkpoint for j in self.judged if j.problem is None]
@@ -389,4 +391,4 @@ def judge_chain(
         if j.problem is None and j.checkpoint.digest() not in successors:
             ends.setdefault(j.checkpoint.producer_id, []).append(j.checkpoint.final)
     closed = frozenset(p for p, finals in ends.items() if all(finals))
-    return ChainReport(tuple(judged), closed)
+    return ChainReport(tuple(judged), closed, frozenset(ends))

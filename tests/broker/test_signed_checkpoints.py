@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import PROJECT_ROOT
 from tests.support.verify_helpers import (
     DECODE,
     Stored,
@@ -369,3 +372,53 @@ def test_publish_never_waits_on_signing(kafka_bootstrap: str, tmp_path: Path) ->
     stored = [decode_checkpoint(v) for v in checkpoint_values(settings_)]
     assert stored[-1] is not None
     assert stored[-1].final
+
+
+# -- a crashed signed publisher -------------------------------------------------------------
+
+
+def test_a_crashed_publishers_unsigned_tail_is_counted_and_a_finding_only_when_required(
+    kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], cli_env: None,
+) -> None:
+    target = fresh_topics(kafka_bootstrap)
+    made = generate_keys(tmp_path / "keys", "crash-1")
+    keyring = tmp_path / "keyring.toml"
+    keyring.write_text(keyring_entry_toml("crash-1", load_signing_key(
+        made.private_path, "crash-1").public_pem(), LONG_AGO))
+    env = {**os.environ, "TURNAUDIT_SIGNING_KEY_FILE": str(made.private_path),
+           "TURNAUDIT_SIGNING_KEY_ID": "crash-1", "TURNAUDIT_CHECKPOINT_INTERVAL_S": "3600",
+           "TURNAUDIT_CHECKPOINT_MAX_TURNS": "30"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.crash_part", target.bootstrap_servers or "",
+         target.topics.prefix, str(tmp_path / "spool"), "31"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, env=env)
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        # 60 turns: two checkpoints by the count; then 10 more, delivered, never signed.
+        for line in ("publish 60 wait\n", "publish 10 wait\n"):
+            child.stdin.write(line)
+            child.stdin.flush()
+            words = child.stdout.readline().split()
+        assert words[1] == words[3] == "70"  # published and delivered
+    finally:
+        child.kill()  # no close: no final checkpoint
+        child.wait()
+    code, report = verify(target, capsys, "--keyring", str(keyring))
+    assert report["unexplained"] == []
+    assert code == 0
+    streams = report["trust"]["streams"]
+    # Positions after the last checkpoint: counted per stream (a stream begun after it is
+    # unsigned: its producer signs, it closed no chain); at least the last 10 turns, at most
+    # those plus one count of turns.
+    tail = sum(s["unsigned_tail"] for s in streams)
+    assert 10 <= tail < 10 + 30
+    assert sum(s["last_seen"] + 1 for s in streams) == 70
+    assert {s["status"] for s in streams} <= {"signed", "unsigned"}
+    assert all("its producer signs" in s["detail"] for s in streams
+               if s["status"] == "unsigned")
+    assert report["trust"]["checkpoints"]["closed_producers"] == 0
+    code, report = verify(target, capsys, "--keyring", str(keyring), "--require-signed")
+    assert code == 1
+    assert named(report, "forged") == {(s["session_id"], s["producer_id"]) for s in streams
+                                       if s["unsigned_tail"]}

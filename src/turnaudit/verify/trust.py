@@ -8,12 +8,14 @@ A stream is
   predecessor's). Turns after its last signed head, of a producer that did not close
   cleanly (a crash), are counted in ``unsigned_tail``: at most one checkpoint interval or
   count of turns;
-* ``unsigned``: no checkpoint names it (a publisher without a key), and the keyring does
-  not require signatures;
+* ``unsigned``: no checkpoint names it (a publisher without a key, or a stream begun after
+  the last checkpoint of a producer that did not close cleanly), and the keyring does not
+  require signatures;
 * ``forged``: a checkpoint that names it does not verify (bad signature, unknown key, a
   key outside its validity, a hole in its chain); or a position a valid checkpoint signed
   has another chain hash on the stream; or it has turns after its producer's final
-  checkpoint; or, when signatures are required, turns no valid checkpoint covers;
+  checkpoint (a stream its cleanly closed producer never named included); or, when
+  signatures are required, turns no valid checkpoint covers;
 * ``truncated``: the stream on the topic ends before a signed head (the range reaches
   the end of the topic).
 """
@@ -195,24 +197,19 @@ def _judge(
                      f"{head - (-1 if last is None else last)} signed position(s) missing")
     tail = 0 if last is None else last - (-1 if head is None else head)
     tail = max(0, tail)
-    if head is None and bad is None:
-        if require_signed:
-            forged.append(f"no valid checkpoint covers it ({tail} position(s)), and the "
-                          "keyring requires signatures")
-    elif head is not None and tail:
-        if stream[1] in chain.closed:
-            forged.append(f"{tail} position(s) after its producer's final checkpoint "
-                          f"(signed head {head})")
-        elif require_signed:
-            forged.append(f"{tail} position(s) after its last signed head {head}, which no "
-                          "valid checkpoint covers (its producer did not close cleanly)")
+    if bad is None:
+        forged += _uncovered(stream, head, tail, chain, require_signed)
     status: Status
     if forged:
         status, detail = "forged", "; ".join(forged)
     elif truncated is not None:
         status, detail = "truncated", truncated
     elif head is None:
-        status, detail = "unsigned", "no checkpoint names it (a publisher without a key)"
+        status = "unsigned"
+        detail = ("its producer signs, but no checkpoint names it: begun after the "
+                  "producer's last checkpoint, and the producer did not close cleanly"
+                  if stream[1] in chain.signing
+                  else "no checkpoint names it (a publisher without a key)")
     else:
         status = "signed"
         detail = (f"consistent with its signed head {head}"
@@ -221,3 +218,21 @@ def _judge(
     return StreamTrustJson(session_id=stream[0], producer_id=stream[1], status=status,
                            signed_position=head, last_seen=last, unsigned_tail=tail,
                            detail=detail)
+
+
+def _uncovered(stream: StreamId, head: int | None, tail: int, chain: ChainReport,
+               require_signed: bool) -> list[str]:
+    """Why positions no valid checkpoint covers make the stream forged (none: they don't)."""
+    closed = stream[1] in chain.closed
+    if not tail or not (closed or require_signed):
+        return []
+    if head is None:
+        why = ("its producer closed with a final checkpoint, and no checkpoint names this "
+               "stream" if closed else "no valid checkpoint covers it, and the keyring "
+               "requires signatures")
+        return [f"{why} ({tail} position(s))"]
+    if closed:
+        return [f"{tail} position(s) after its producer's final checkpoint (signed head "
+                f"{head})"]
+    return [f"{tail} position(s) after its last signed head {head}, which no valid "
+            "checkpoint covers (its producer did not close cleanly)"]

@@ -167,6 +167,28 @@ class TestForgedAndTruncated:
         assert status(required)[outsider] == "forged"
         assert [s for s, v in status(required).items() if v != "signed"] == [outsider]
 
+    def test_a_new_session_under_a_signing_producer_id(self) -> None:
+        events = stamped_events(20, sessions=2)
+        pid = events[0].event["producer_id"]
+        stamper = TurnStamper(producer_id=pid)
+        extra = []
+        for s in stamped_events(4, seed=11, sessions=1):
+            event = dict(s.event)
+            stamper.stamp(event)
+            value = ENCODE_V3(event)
+            stamper.commit(event, value)
+            extra.append(Stamped(s.key, value, event))
+        smuggled = stream_of(extra[0].event)
+        assert smuggled[1] == pid
+        # Its producer closed cleanly, and its final checkpoint does not name the stream.
+        closed = judge(events + extra, checkpoints_of(events, max_turns=4))
+        assert status(closed)[smuggled] == "forged"
+        assert "closed with a final checkpoint" in closed.findings()[0].detail
+        # Its producer crashed: the stream may have begun after its last checkpoint.
+        crashed = judge(events + extra, checkpoints_of(events, max_turns=4, close=False))
+        assert status(crashed)[smuggled] == "unsigned"
+        assert crashed.findings() == []
+
     @settings(max_examples=15, deadline=None)
     @given(st.integers(1, 5))
     def test_a_stream_cut_before_its_signed_head_is_truncated(self, cut: int) -> None:
