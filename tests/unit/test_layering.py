@@ -42,6 +42,7 @@ class Rule:
 REGISTRY_CLIENT = ("src/turnaudit/serialization/registry.py",)
 # Modules with no I/O: what they import from Kafka's side is a mistake.
 PURE = (
+    "src/turnaudit/chain.py",
     "src/turnaudit/contracts.py",
     "src/turnaudit/dead_letters.py",
     "src/turnaudit/events.py",
@@ -49,6 +50,8 @@ PURE = (
     "src/turnaudit/identity.py",
     "src/turnaudit/label_bounds.py",
     "src/turnaudit/records.py",
+    "src/turnaudit/stamping.py",
+    "src/turnaudit/stream_tracking.py",
     "src/turnaudit/telemetry.py",
     "src/turnaudit/verdicts.py",
     "src/turnaudit/verify/counts.py",
