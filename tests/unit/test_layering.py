@@ -43,6 +43,7 @@ REGISTRY_CLIENT = ("src/turnaudit/serialization/registry.py",)
 # Modules with no I/O: what they import from Kafka's side is a mistake.
 PURE = (
     "src/turnaudit/chain.py",
+    "src/turnaudit/checkpoints.py",
     "src/turnaudit/contracts.py",
     "src/turnaudit/dead_letters.py",
     "src/turnaudit/events.py",
@@ -59,6 +60,7 @@ PURE = (
     "src/turnaudit/verify/findings.py",
     "src/turnaudit/verify/reconciliation.py",
     "src/turnaudit/verify/report.py",
+    "src/turnaudit/verify/trust.py",
     "src/turnaudit/verify/verifier.py",
     "src/turnaudit/replay/order.py",
     "consumers/runtime/handover.py",
