@@ -18,6 +18,7 @@ from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import GroundTruth, TurnRuntimeSimulator
+from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings, TopicNames
@@ -94,12 +95,16 @@ def verify_in_memory(messages: list[Stored]) -> Verifier:
     return verifier
 
 
-def expected_lines(messages: list[Stored]) -> list[dict[str, Any]]:
-    """A direct read, decoded: what the replay must hold, partitions ascending, each by offset."""
+def expected_lines(
+    messages: list[Stored], surfaces: Redaction = DROPPED
+) -> list[dict[str, Any]]:
+    """A direct read, decoded: what the replay must hold, partitions ascending, each by offset;
+    surfaces and tool I/O as the replay's policy writes them (dropped by default)."""
     ordered = sorted(messages, key=lambda m: (m.partition, m.offset))
     found = []
     for m in ordered:
         decoded = DECODE(m.value)
+        event = surfaces.event(decoded.event)
         found.append(
             {
                 "partition": m.partition,
@@ -108,8 +113,8 @@ def expected_lines(messages: list[Stored]) -> list[dict[str, Any]]:
                 "event": json.loads(
                     json.dumps(
                         {
-                            **decoded.event,
-                            "occurred_at": occurred_moment(decoded.event["occurred_at"]),
+                            **event,
+                            "occurred_at": occurred_moment(event["occurred_at"]),
                         },
                         default=_hexed,
                     )
