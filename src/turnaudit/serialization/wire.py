@@ -13,16 +13,13 @@ re-raised as this package's ``SerializationError`` subclasses.
 
 from __future__ import annotations
 
-import enum
 import io
 import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
 
-import fastavro
 import structlog
 from fastavro.read import SchemaResolutionError
 
@@ -32,15 +29,19 @@ from turnaudit.errors import (
     SerializationError,
     UnknownFramingError,
 )
-from turnaudit.events import MAX_MILLIS, MIN_MILLIS
 from turnaudit.serialization import native
 from turnaudit.serialization.framing import (
     CONFLUENT_HEADER_LEN,
     CONFLUENT_MAGIC,
     SINGLE_OBJECT_HEADER_LEN,
     SINGLE_OBJECT_MAGIC,
-    confluent_header,
-    single_object_header,
+)
+from turnaudit.serialization.read_plans import (
+    DecodedTurnEvent,
+    Framing,
+    ReadPlan,
+    named,
+    read_natively,
 )
 from turnaudit.serialization.registry import (
     ConfluentSerializer,
@@ -53,14 +54,25 @@ from turnaudit.serialization.schemas import (
     decoding_schema,
     schema_from_json,
 )
+from turnaudit.serialization.serializers import (
+    ConfluentIdSerializer,
+    FramedSerializer,
+    SingleObjectSerializer,
+)
 
-__all__ = [  # the framing constants and the registry's client, where readers of the wire look
+__all__ = [  # the framing constants, the registry's client, the serializers and the decoded
+    # message's types: where readers and writers of the wire look
     "CONFLUENT_HEADER_LEN",
     "CONFLUENT_MAGIC",
     "SINGLE_OBJECT_HEADER_LEN",
     "SINGLE_OBJECT_MAGIC",
+    "ConfluentIdSerializer",
     "ConfluentSerializer",
+    "DecodedTurnEvent",
+    "FramedSerializer",
+    "Framing",
     "RegistryClient",
+    "SingleObjectSerializer",
     "registry_client",
 ]
 
@@ -75,115 +87,9 @@ class UnusableSchemaError(SerializationError):
     the current reader: not a schema, or it does not resolve against the reader."""
 
 
-class Framing(enum.StrEnum):
-    SINGLE_OBJECT = "single_object"
-    CONFLUENT = "confluent"
-
-
-class FramedSerializer:
-    """Encodes records with one writer schema behind a fixed framing header."""
-
-    def __init__(self, schema: WriterSchema, header: bytes) -> None:
-        self.schema = schema
-        self._header = header
-        self._parsed = schema.parsed
-
-    def __call__(self, record: dict[str, Any], ctx: object = None) -> bytes:
-        """``ctx``: a serialization context, as confluent-kafka's serializers take (unused)."""
-        buf = io.BytesIO()
-        buf.write(self._header)
-        try:
-            fastavro.schemaless_writer(buf, self._parsed, record)
-        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
-            raise SerializationError(
-                f"record does not fit {self.schema.name} v{self.schema.version}: {exc}"
-            ) from exc
-        return buf.getvalue()
-
-
-class SingleObjectSerializer(FramedSerializer):
-    """Avro single-object encoding (``C3 01`` + fingerprint + body)."""
-
-    def __init__(self, schema: WriterSchema) -> None:
-        super().__init__(schema, single_object_header(schema.fingerprint))
-
-
-class ConfluentIdSerializer(FramedSerializer):
-    """The Confluent wire format (``00`` + 4-byte schema id + body) with an id
-    obtained once: encoding never calls the registry."""
-
-    def __init__(self, schema: WriterSchema, schema_id: int) -> None:
-        super().__init__(schema, confluent_header(schema_id))
-        self.schema_id = schema_id
-
-
-class DecodedTurnEvent(NamedTuple):
-    """A decoded message: the event in the current reader's shape, and its origin.
-
-    For shipped versions the record keeps the writer's own fields too (v1's
-    back-compat per-field verdicts), so contract 4 can be checked on it.
-    ``occurred_at`` is epoch milliseconds, the long the wire holds. (A named
-    tuple: one is built per consumed message.)
-    """
-
-    event: dict[str, Any]
-    writer_version: int
-    framing: Framing
-    writer_fingerprint: str  # hex fingerprint, or "registry:<id>"
-
-
 _tuple_new = tuple.__new__
 # Looked up once: an enum member read per message costs as much as the rest of the framing.
 _SINGLE_OBJECT, _CONFLUENT = Framing.SINGLE_OBJECT, Framing.CONFLUENT
-
-
-class _ReadPlan:
-    """How to turn one writer schema's data into the current reader's shape."""
-
-    def __init__(
-        self,
-        writer: Any,
-        reader: Any,
-        version: int | None,
-        fill: list[tuple[str, Any]],
-        *,
-        unusable: str | None = None,
-        time_fields: tuple[str, ...] = (),
-        native_decoder: Any = None,
-    ):
-        self.writer = writer
-        # The compiled native decoder (the body to the record, trailing bytes
-        # and time fields checked), or None: fastavro reads this schema.
-        self.native = native_decoder
-        self.reader = reader  # None: decode with the writer schema, then fill defaults
-        self.version = version
-        # Defaults of fields the writer lacks: immutable ones set in one
-        # update, mutable ones (lists, maps) copied for every record.
-        self.fill_shared = {name: d for name, d in fill if not isinstance(d, list | dict)}
-        self.fill_copied = [(name, d) for name, d in fill if isinstance(d, list | dict)]
-        self.time_fields = time_fields  # epoch-millis fields to hold to datetime's range
-        # Why this writer schema cannot be read (set once, on its first failure):
-        # later messages naming it are refused at once.
-        self.unusable = unusable
-        # How decoded messages name their writer schema: the hex fingerprint,
-        # or "registry:<id>" (set by the decoder, once per plan).
-        self.origin = ""
-
-    def read(self, body: io.BytesIO) -> dict[str, Any]:
-        record = cast(dict[str, Any], fastavro.schemaless_reader(body, self.writer, self.reader))
-        if self.fill_shared:
-            record.update(self.fill_shared)
-        for name, default in self.fill_copied:
-            record[name] = default.copy()
-        for name in self.time_fields:
-            # Microseconds written into a millis field, say: no date at all,
-            # and the message does not decode (as when fastavro built a datetime).
-            millis = record[name]
-            if type(millis) is int and not MIN_MILLIS <= millis <= MAX_MILLIS:
-                raise OverflowError(
-                    f"{name} {millis} ms is beyond the range of a date (years 1-9999)"
-                )
-        return record
 
 
 @dataclass(frozen=True)
@@ -209,35 +115,6 @@ def registry_error_is_transient(exc: BaseException) -> bool:
     if isinstance(status, int):
         return status in _TRANSIENT_STATUS
     return not isinstance(exc, (ValueError, KeyError, TypeError, AttributeError))
-
-
-def _read_natively(
-    plan: _ReadPlan, payload: bytes, body_start: int, framing: Framing
-) -> DecodedTurnEvent:
-    """The body decoded by the plan's native decoder: read in place, bytes after
-    the record and time fields beyond a date's range refused, with the errors
-    of the fastavro path (``TurnEventDeserializer.__call__``)."""
-    try:
-        record = plan.native(payload, body_start)
-    except native.TrailingBytesError as exc:
-        raise SerializationError(
-            f"Avro body has {exc.args[0]} trailing bytes after a record of schema {plan.origin}"
-        ) from None
-    except Exception as exc:  # DecodeError, UnicodeDecodeError, MemoryError
-        raise SerializationError(
-            f"Avro body does not decode with schema {plan.origin}: {exc!r}"
-        ) from exc
-    if plan.fill_shared:
-        record.update(plan.fill_shared)
-    for name, default in plan.fill_copied:
-        record[name] = default.copy()
-    # Shipped versions only: the plan knows its version.
-    return _tuple_new(DecodedTurnEvent, (record, plan.version, framing, plan.origin))
-
-
-def _named(plan: _ReadPlan, origin: str) -> _ReadPlan:
-    plan.origin = origin
-    return plan
 
 
 class TurnEventDeserializer:
@@ -278,13 +155,13 @@ class TurnEventDeserializer:
         self._lock = threading.Lock()
         self._native_schemas = 0
         self._fastavro_schemas = 0
-        self._by_fp: dict[bytes, _ReadPlan] = {
-            s.fingerprint: _named(self._plan_for_shipped(s), s.fingerprint.hex())
+        self._by_fp: dict[bytes, ReadPlan] = {
+            s.fingerprint: named(self._plan_for_shipped(s), s.fingerprint.hex())
             for s in catalog.versions
         }
-        self._by_registry_id: dict[int, _ReadPlan] = {}
+        self._by_registry_id: dict[int, ReadPlan] = {}
 
-    def _plan_for_shipped(self, schema: WriterSchema) -> _ReadPlan:
+    def _plan_for_shipped(self, schema: WriterSchema) -> ReadPlan:
         writer_fields = {f["name"] for f in json.loads(schema.schema_json)["fields"]}
         added = [
             f
@@ -305,7 +182,7 @@ class TurnEventDeserializer:
         except native.UnsupportedSchemaError as exc:
             compiled = None
             self._count_fastavro(f"{schema.name} v{schema.version}", f"not compiled: {exc}")
-        return _ReadPlan(
+        return ReadPlan(
             decoding.parsed,
             None,
             schema.version,
@@ -321,19 +198,19 @@ class TurnEventDeserializer:
     def stats(self) -> DecoderStats:
         return DecoderStats(self._native_schemas, self._fastavro_schemas, self.registry_retries)
 
-    def _plan_for_foreign(self, schema_json: str, origin: str) -> _ReadPlan:
+    def _plan_for_foreign(self, schema_json: str, origin: str) -> ReadPlan:
         try:
             foreign = schema_from_json(schema_json, name=self._catalog.name, version=-1)
         except Exception as exc:  # json and fastavro raise many types for a bad schema
             why = f"writer schema {origin} does not parse: {exc!r}"
-            return _ReadPlan(None, None, None, [], unusable=why)
+            return ReadPlan(None, None, None, [], unusable=why)
         if not isinstance(foreign.parsed, dict) or foreign.parsed.get("type") != "record":
-            return _ReadPlan(
+            return ReadPlan(
                 None, None, None, [], unusable=f"writer schema {origin} is not a record"
             )
         writer = decoding_schema(schema_json)
         # Resolved into the reader: fastavro's schema resolution, the reference.
-        return _ReadPlan(
+        return ReadPlan(
             writer.parsed, self._reader, None, [], time_fields=writer.long_time_fields
         )
 
@@ -361,7 +238,7 @@ class TurnEventDeserializer:
         if plan.unusable is not None:
             raise UnusableSchemaError(plan.unusable)
         if plan.native is not None:
-            return _read_natively(plan, payload, body_start, framing)
+            return read_natively(plan, payload, body_start, framing)
         # The body read in place, after the header (no copy of it).
         body = io.BytesIO(payload)
         body.seek(body_start)
@@ -397,7 +274,7 @@ class TurnEventDeserializer:
         # The named tuple built without its Python-level __new__ (one per message).
         return _tuple_new(DecodedTurnEvent, (record, version, framing, plan.origin))
 
-    def _resolve_fingerprint(self, fp: bytes) -> _ReadPlan:
+    def _resolve_fingerprint(self, fp: bytes) -> ReadPlan:
         schema_json = self._resolver(fp) if self._resolver is not None else None
         if schema_json is None:
             raise SchemaNotFoundError(
@@ -407,7 +284,7 @@ class TurnEventDeserializer:
         with self._lock:
             plan = self._by_fp.get(fp)
             if plan is None:
-                plan = _named(self._plan_for_foreign(schema_json, fp.hex()), fp.hex())
+                plan = named(self._plan_for_foreign(schema_json, fp.hex()), fp.hex())
                 if plan.unusable is None:
                     self._count_fastavro(fp.hex(), "resolved into the reader schema")
                 self._by_fp[fp] = plan
@@ -433,7 +310,7 @@ class TurnEventDeserializer:
                 with self._lock:
                     self.registry_retries += 1
 
-    def _resolve_registry_id(self, schema_id: int) -> _ReadPlan:
+    def _resolve_registry_id(self, schema_id: int) -> ReadPlan:
         if self._registry is None:
             raise SchemaNotFoundError(
                 f"Confluent-framed message (schema id {schema_id}) "
@@ -456,5 +333,5 @@ class TurnEventDeserializer:
                         self._count_fastavro(
                             f"registry:{schema_id}", "resolved into the reader schema"
                         )
-                self._by_registry_id[schema_id] = _named(plan, f"registry:{schema_id}")
+                self._by_registry_id[schema_id] = named(plan, f"registry:{schema_id}")
         return plan
