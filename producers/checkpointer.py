@@ -89,6 +89,10 @@ class Checkpointer:
         """Turns until the count makes a checkpoint due (at least 1)."""
         return max(1, self.max_turns - self._turns)
 
+    def unsent(self) -> int:
+        """Checkpoints signed and not yet acknowledged (read from any thread: a length)."""
+        return len(self._unsent)
+
     def due(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
         return bool(self._pending) and (now - self._last >= self.interval_s

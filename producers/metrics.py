@@ -38,6 +38,8 @@ class StatsSource(Protocol):
 
     def refused_by_reason(self) -> Mapping[str, int]: ...
 
+    def checkpoint_counts(self) -> tuple[int, int, int]: ...
+
 
 class PublisherMetrics(Collector):
     """Registered on ``registry`` when given (``None``: kept unregistered)."""
@@ -91,6 +93,16 @@ class PublisherMetrics(Collector):
         yield gauge("spool_oldest_event_age_seconds",
                     "Age of the oldest event in the spool (0 when empty)",
                     stats.oldest_spooled_age_s if stats else 0.0)
+        # Signed checkpoints (all 0 without a signing key): written, failed attempts, waiting.
+        written, failures, unsent = (source.checkpoint_counts() if source is not None
+                                     else (0, 0, 0))
+        yield counter("checkpoints_written", "Signed checkpoints the broker acknowledged",
+                      written)
+        yield counter("checkpoint_failures",
+                      "Signed checkpoints the producer refused or the broker did not take "
+                      "(each is sent again)", failures)
+        yield gauge("checkpoints_unsent", "Signed checkpoints waiting to be acknowledged",
+                    unsent)
         yield self.delivery_latency.family(
             f"{PREFIX}_delivery_latency_seconds",
             "Time from publish() to the broker's acknowledgement, per event",

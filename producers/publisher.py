@@ -335,6 +335,11 @@ class TurnEventPublisher:
         with self._ledger.lock:
             return dict(self._ledger.refused_by_reason)
 
+    def checkpoint_counts(self) -> tuple[int, int, int]:
+        """Signed checkpoints: (acknowledged, failed attempts, waiting); zeros without a key."""
+        c = self.checkpointer
+        return (0, 0, 0) if c is None else (c.written, c.failures, c.unsent())
+
     @property
     def spooled_total(self) -> int:
         """Events that went to the spool since the publisher started."""

@@ -23,6 +23,7 @@ from confluent_kafka import Producer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from tests.support import PROJECT_ROOT
 from tests.support.verify_helpers import (
@@ -355,8 +356,9 @@ class SlowKey(SigningKey):
 def test_publish_never_waits_on_signing(kafka_bootstrap: str, tmp_path: Path) -> None:
     settings_ = fresh_topics(kafka_bootstrap)
     key = SlowKey(Ed25519PrivateKey.generate(), "slow")
+    registry = CollectorRegistry()
     publisher = TurnEventPublisher(
-        settings_, spool_dir=tmp_path / "spool",
+        settings_, spool_dir=tmp_path / "spool", registry=registry,
         checkpoints=CheckpointSettings(key, interval_s=0.01, max_turns=20))
     sim = TurnRuntimeSimulator(5, schema_versions=(4,), concurrent_sessions=8)
     events = list(sim.events(400))
@@ -370,6 +372,10 @@ def test_publish_never_waits_on_signing(kafka_bootstrap: str, tmp_path: Path) ->
     assert publisher.checkpointer is not None
     assert publisher.checkpointer.written >= 2
     stored = [decode_checkpoint(v) for v in checkpoint_values(settings_)]
+    # On the publisher's /metrics: every checkpoint acknowledged, none waiting.
+    assert registry.get_sample_value("turnaudit_publisher_checkpoints_written_total") == len(
+        stored) == publisher.checkpointer.written
+    assert registry.get_sample_value("turnaudit_publisher_checkpoints_unsent") == 0
     assert stored[-1] is not None
     assert stored[-1].final
 
