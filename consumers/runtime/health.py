@@ -49,7 +49,7 @@ class ReadinessJson(TypedDict, total=False):
 
 
 class WorkerStateJson(TypedDict):
-    """A worker's state file, written every second (``workers._StateReporter``)."""
+    """A worker's state file, written every second (``worker_process._StateReporter``)."""
 
     index: int
     pid: int

@@ -20,12 +20,12 @@ from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.otel_sink import OtelSink
 from turnaudit.consumers.runtime import ConsumerService, Sink, Validation
 from turnaudit.consumers.runtime.redelivery import RedeliveryMarkingSink
-from turnaudit.consumers.runtime.workers import (
+from turnaudit.consumers.runtime.worker_process import (
     ServiceFactory,
     WorkerPlan,
-    WorkerSupervisor,
     worker_settings,
 )
+from turnaudit.consumers.runtime.workers import WorkerSupervisor
 from turnaudit.consumers.settings import MAX_WORKERS, ServiceName, ServiceSettings
 from turnaudit.errors import ConfigurationError
 from turnaudit.settings import check_port_free

@@ -22,7 +22,7 @@ from turnaudit.commands.sink import (
     worker_service_settings,
 )
 from turnaudit.consumers.runtime import ConsumerService
-from turnaudit.consumers.runtime.workers import WorkerPlan
+from turnaudit.consumers.runtime.worker_process import WorkerPlan
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.consumers.verify_follow import FollowMetrics, FollowValidation, VerifyFollowSink
 from turnaudit.errors import ConfigurationError
