@@ -203,6 +203,27 @@ def _cases() -> list[Case]:
             "TURNAUDIT_LOG_SURFACES='bogus'",
         ),
         Case(
+            "htir feed: TURNAUDIT_SURFACES and TURNAUDIT_LOG_SURFACES disagree",
+            ["htir", "feed"],
+            {"TURNAUDIT_SURFACES": "keep", "TURNAUDIT_LOG_SURFACES": "drop"},
+            2,
+            "TURNAUDIT_LOG_SURFACES='drop' and TURNAUDIT_SURFACES='keep' disagree: set one",
+        ),
+        Case(
+            "replay: TURNAUDIT_SURFACES=hash without a key",
+            ["replay", "--into", "jsonl:{tmp}/out.jsonl"],
+            {"TURNAUDIT_SURFACES": "hash"},
+            2,
+            "TURNAUDIT_LOG_SURFACES=hash needs a key in TURNAUDIT_LOG_HASH_KEY",
+        ),
+        Case(
+            "any command: TURNAUDIT_FILE_MODE=0644",
+            ["tail"],
+            {"TURNAUDIT_FILE_MODE": "0644"},
+            2,
+            "TURNAUDIT_FILE_MODE=0644: give an octal mode with the owner's read and write",
+        ),
+        Case(
             "sink otel: TURNAUDIT_OTLP_PROTOCOL=udp",
             ["sink", "otel"],
             {"TURNAUDIT_OTLP_PROTOCOL": "udp"},
