@@ -56,7 +56,7 @@ class SurfacePolicy(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Redaction:
-    """A policy and its key; ``text``/``tokens``/``event``/``step`` apply it."""
+    """A policy and its key; ``text``, ``tokens``, ``event`` and ``tool_io`` apply it."""
 
     policy: SurfacePolicy = SurfacePolicy.DROP
     key: bytes = b""
@@ -126,14 +126,6 @@ class Redaction:
             elif value is not None and self.policy is not SurfacePolicy.KEEP:
                 out[name] = None  # not text: nothing safe to hash it as
         return out
-
-    def step(self, step: Mapping[str, Any]) -> dict[str, Any]:
-        """An HTIR step (flat, ``None`` fields left out) with its surface and tool I/O
-        redacted; a dropped field is left out, as a field without a value is."""
-        out = self.tool_io(step)
-        if isinstance(out.get("surface"), str):
-            out["surface"] = self.text(out["surface"])
-        return {k: v for k, v in out.items() if v is not None}
 
 
 DROPPED = Redaction()  # the default: nothing of a surface or a tool's I/O is written
