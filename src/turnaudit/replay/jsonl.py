@@ -87,6 +87,7 @@ def jsonl_line(
         return canonical_json(where) + b"\n", False
     where["writer_version"] = decoded.writer_version
     # occurred_at as the ISO time replay lines have always held (decoded: epoch ms).
-    event = surfaces.event(decoded.event)
-    where["event"] = {**event, "occurred_at": occurred_moment(event["occurred_at"])}
+    event = surfaces.event(decoded.event)  # a copy of its own: changed in place
+    event["occurred_at"] = occurred_moment(event["occurred_at"])
+    where["event"] = event
     return canonical_json(where) + b"\n", True
