@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from turnaudit.consumers.runtime import ConsumedTurn
-from turnaudit.events import occurred_millis
+from turnaudit.events import TraceContext, occurred_millis
 
 EVENT_NAME: Final = "gen_ai.evaluation.result"
 
@@ -99,19 +99,14 @@ class EvaluationRecord:
         return str(self.attributes[EVALUATION_NAME])
 
 
-def span_parent(trace_context: Mapping[str, Any] | None) -> SpanParent | None:
+def span_parent(trace_context: TraceContext | None) -> SpanParent | None:
     """The span of v4's ``trace_context``; None when absent, malformed or all zero."""
     if trace_context is None:
         return None
-    trace_id, span_id = trace_context.get("trace_id"), trace_context.get("span_id")
-    if not (isinstance(trace_id, str) and isinstance(span_id, str)):
-        return None
+    trace_id, span_id = trace_context["trace_id"], trace_context["span_id"]
     if not (_hex_id(trace_id, 32) and _hex_id(span_id, 16)):
         return None
-    flags = trace_context.get("trace_flags", 0)
-    return SpanParent(
-        int(trace_id, 16), int(span_id, 16), flags & 0xFF if isinstance(flags, int) else 0
-    )
+    return SpanParent(int(trace_id, 16), int(span_id, 16), trace_context["trace_flags"] & 0xFF)
 
 
 def _hex_id(value: str, digits: int) -> bool:
@@ -134,7 +129,7 @@ def _named(what: str, ids: Sequence[str]) -> str:
 
 def turn_attributes(turn: ConsumedTurn) -> dict[str, AttributeValue]:
     """What every record of the turn carries: the turn, its model, how it was read."""
-    event: Mapping[str, Any] = turn.decoded.event
+    event = turn.event
     attributes: dict[str, AttributeValue] = {
         PACK: _text(event["pack_id"]),
         DOMAIN: _text(event["domain"]),
@@ -144,30 +139,31 @@ def turn_attributes(turn: ConsumedTurn) -> dict[str, AttributeValue]:
         REDELIVERED: bool(turn.sequence.redelivered),
         REDRIVEN: bool(turn.redriven),
     }
-    # v1/v2 records carry no stream identity (their producer id and position are unset).
-    producer_id = event.get("producer_id")
+    # v1/v2 records carry no stream identity (read with an empty producer id).
+    producer_id = event["producer_id"]
     if producer_id:
         attributes[PRODUCER_ID] = _text(producer_id)
         attributes[SEQUENCE] = int(event["sequence"])
-    response_id = event.get("response_id")
+    response_id = event["response_id"]
     if response_id:
         attributes[RESPONSE_ID] = _text(response_id)
-    model = event.get("model")
+    model = event["model"]
     if model is not None:
         attributes[PROVIDER_NAME] = _text(model["provider"])
         attributes[REQUEST_MODEL] = _text(model["request_model"])
-        if model.get("response_model"):
-            attributes[RESPONSE_MODEL] = _text(model["response_model"])
+        response_model = model["response_model"]
+        if response_model:
+            attributes[RESPONSE_MODEL] = _text(response_model)
     return attributes
 
 
 def evaluation_records(turn: ConsumedTurn) -> list[EvaluationRecord]:
     """The turn's verdicts, one record each, in the order of the table above."""
-    event: Mapping[str, Any] = turn.decoded.event
+    event = turn.event
     common = turn_attributes(turn)
-    occurred = event["occurred_at"]
-    timestamp_ns = (occurred if type(occurred) is int else occurred_millis(occurred)) * 1_000_000
-    parent = span_parent(event.get("trace_context"))
+    # Epoch ms from the service decoders; a datetime from others (occurred_millis takes both).
+    timestamp_ns = occurred_millis(event["occurred_at"]) * 1_000_000
+    parent = span_parent(event["trace_context"])
     bundle = event["verdicts"]
     found: list[tuple[str, float, str, str | None, dict[str, AttributeValue]]] = []
     safety = bundle["safety_verdict"]
@@ -186,7 +182,7 @@ def evaluation_records(turn: ConsumedTurn) -> list[EvaluationRecord]:
     found.append((REFUSAL, float(refused), "refused" if refused else "not_refused", None, {}))
     hedged = bool(bundle["hedge_injected"])
     found.append((HEDGE, float(hedged), "hedged" if hedged else "not_hedged", None, {}))
-    action = event.get("action_assessment")
+    action = event["action_assessment"]
     if action is not None:
         verdict = str(action["action_risk_verdict"])
         tier, policy = str(action["risk_tier"]), str(action["output_policy"])

@@ -19,8 +19,7 @@ true.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from opentelemetry import trace as trace_api
 from opentelemetry._logs import Logger, SeverityNumber
@@ -131,7 +130,7 @@ class OtelSink(Sink):
         registry: CollectorRegistry,
         *,
         exporter: LogRecordExporter | None = None,
-        resource: dict[str, Any] | None = None,
+        resource: Mapping[str, str] | None = None,  # more resource attributes
     ) -> None:
         self._settings = settings
         self._exporter = CheckedExporter(exporter or otlp_exporter(settings))

@@ -230,5 +230,6 @@ class TestMutatedTurns:
 
 def test_span_parent_of_nothing_is_nothing() -> None:
     assert span_parent(None) is None
-    assert span_parent({"trace_id": "0" * 32, "span_id": "1" * 16}) is None
-    assert span_parent({"trace_id": 5, "span_id": "1" * 16}) is None
+    assert span_parent({"trace_id": "0" * 32, "span_id": "1" * 16, "trace_flags": 1}) is None
+    assert span_parent({"trace_id": "1" * 32, "span_id": "0" * 16, "trace_flags": 1}) is None
+    assert span_parent({"trace_id": "A" * 32, "span_id": "1" * 16, "trace_flags": 1}) is None
