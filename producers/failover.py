@@ -280,8 +280,13 @@ class Failover:
         if self._batch is not None:
             return  # a drain batch is on disk already; it settles first
         with self._ledger.lock:  # from here on publish() spools, behind what comes back
-            self.route.unacked_too_old(now)
             queued = producer.queued()
+            if queued == 0:
+                # The hand-over times are an estimate (reports do not come back in
+                # hand-over order): with nothing in librdkafka, nothing is waiting.
+                self._ledger.handed_at.clear()
+                return
+            self.route.unacked_too_old(now)
         log.warning("unacknowledged_events_to_spool", events=queued, max_unacked_s=bound)
         producer.purge()
         deadline = time.monotonic() + 5.0
