@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -161,6 +162,8 @@ def _checked_log_file(folder: Path) -> list[Path]:
 def _evidence(folder: Path) -> list[Path]:
     write_json(folder / "e" / "evidence.json", {"cases": []})
     _write_tar(folder / "e" / "bundle.tar", {"a.json": b"{}"})
+    with tarfile.open(folder / "e" / "bundle.tar") as archive:  # extracted: owner-only too
+        assert [m.mode for m in archive.getmembers()] == [0o600]
     return sorted((folder / "e").iterdir())
 
 

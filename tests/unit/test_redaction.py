@@ -411,3 +411,20 @@ class TestWhoReadsTheTraces:
             assert admitted == [name == "keep"] * 5, name
             if name != "keep":
                 assert builder.tally.excluded == {"label_trace_changed": 5}
+
+
+class TestHashesCompareAcrossWriters:
+    @settings(max_examples=10, deadline=None)
+    @given(data=st.data())
+    def test_a_traces_surface_hash_is_the_log_lines_hash(self, data: st.DataObject) -> None:
+        # Under hash a trace step and the log line of the same turn can be matched.
+        planted = plant(data.draw)
+        hashed = POLICIES["hash"]
+        (trace,) = traces(planted.events, hashed)
+        lines = [json.loads(line) for line in log_lines(planted.events, hashed, Path())
+                 .decode().split("\n") if line]
+        by_event = {line["event_id"]: line["surface_hmac"] for line in lines}
+        turns = [s for s in trace.steps if s["kind"] == "turn"]
+        assert turns
+        for step in turns:
+            assert step["surface"] == by_event[step["event_id"]]
