@@ -210,3 +210,26 @@ class TestThePipelineOnTheBroker:
                 assert found & 0o037 == 0, (path, oct(found))  # spool data: 0600 at most 0640
             else:
                 assert found == 0o640, (path, oct(found))
+
+    def test_hash_writes_keyed_hashes_and_no_planted_text(
+        self, kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("TURNAUDIT_SURFACES", "hash")  # the general name
+        monkeypatch.setenv("TURNAUDIT_LOG_HASH_KEY", "broker-test-key")
+        monkeypatch.delenv("TURNAUDIT_LOG_SURFACES", raising=False)
+        redaction = surface_redaction()
+        outputs, every, of_tasks = run_pipeline(kafka_settings, tmp_path, redaction, monkeypatch)
+        for name, (data, decoded) in outputs.items():
+            assert CARD.encode() not in data, name
+            assert not [s for s in decoded if CARD in s], name
+        for name in ("logs/turns.jsonl", "replay/logs.jsonl", "replay/jsonl.jsonl",
+                     "traces topic", "eval/htir-manifest.jsonl", "review/pack.json"):
+            assert b"hmac-sha256:" in outputs[name][0], name
+        # Equal texts, equal hashes: each task turn's hashed surface is in the log lines.
+        logged = set(outputs["logs/turns.jsonl"][1])
+        traced = {s for s in outputs["traces topic"][1] if s.startswith("hmac-sha256:")}
+        surfaces = {redaction.text(t) for t in of_tasks if "surface-" in t and "_surface-" not in t}
+        assert surfaces
+        assert surfaces <= traced
+        assert surfaces <= logged
+        assert every
