@@ -10,6 +10,10 @@ loop of the same round). Printed per row: A and B medians (min-max) of the
 ratio to bare and of CPU µs per event, and B/A of the medians. The ratio to
 the bare loop is the figure that survives a loaded machine: both sides of it
 ran in the same round, on the same broker, under the same load.
+
+``--a-args`` / ``--b-args`` add arguments for one side only, for a flag only
+one checkout's script knows (e.g. ``--b-args "--versions 1 2"`` to give B the
+schema versions an older script publishes without a flag).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -28,10 +33,12 @@ ROW = re.compile(
 )
 
 
-def run_once(tree: Path, python: str, script: list[str]) -> dict[str, tuple[float, float]]:
+def run_once(
+    tree: Path, python: str, script: list[str], extra: list[str]
+) -> dict[str, tuple[float, float]]:
     """Row -> (ratio to bare, CPU µs per event) of one round."""
     out = subprocess.run(
-        [python, str(tree / "benchmarks" / script[0]), *script[1:], "--rounds", "1"],
+        [python, str(tree / "benchmarks" / script[0]), *script[1:], *extra, "--rounds", "1"],
         cwd=tree, capture_output=True, text=True, check=True, env=os.environ.copy(),
     ).stdout
     rows = {}
@@ -54,16 +61,21 @@ def main() -> None:
     parser.add_argument("--a-python", required=True)
     parser.add_argument("--b", type=Path, required=True, help="checkout B")
     parser.add_argument("--b-python", required=True)
+    parser.add_argument("--a-args", default="", help="arguments for A's script only")
+    parser.add_argument("--b-args", default="", help="arguments for B's script only")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("script", nargs="+", help="the benchmark script and its arguments")
     args = parser.parse_args()
-    sides = {"A": (args.a.resolve(), args.a_python), "B": (args.b.resolve(), args.b_python)}
+    sides = {
+        "A": (args.a.resolve(), args.a_python, shlex.split(args.a_args)),
+        "B": (args.b.resolve(), args.b_python, shlex.split(args.b_args)),
+    }
     results: dict[str, dict[str, list[tuple[float, float]]]] = {"A": {}, "B": {}}
     for n in range(args.rounds):
         order = ("A", "B") if n % 2 == 0 else ("B", "A")
         for side in order:
-            tree, python = sides[side]
-            for row, figures in run_once(tree, python, args.script).items():
+            tree, python, extra = sides[side]
+            for row, figures in run_once(tree, python, args.script, extra).items():
                 results[side].setdefault(row, []).append(figures)
             print(f"round {n + 1}: {side} done", file=sys.stderr)
     print(f"{'row':32} {'A vs bare':>20} {'B vs bare':>20} {'B/A':>6}"
