@@ -75,6 +75,15 @@ class Redaction:
         return cls(SurfacePolicy.KEEP)
 
     @property
+    def label(self) -> str:
+        """The policy, and for ``hash`` which key (an HMAC of a constant, not the key):
+        two outputs with equal labels hold comparable texts."""
+        if self.policy is not SurfacePolicy.HASH:
+            return self.policy.value
+        key_id = hmac.new(self.key, b"turnaudit surface key id", hashlib.sha256).hexdigest()
+        return f"hash:{key_id[:16]}"
+
+    @property
     def writes(self) -> bool:
         """Whether anything is written for a surface (hashed or kept)."""
         return self.policy is not SurfacePolicy.DROP

@@ -40,6 +40,7 @@ from turnaudit.redaction import (
     surface_redaction,
 )
 from turnaudit.replay.jsonl import jsonl_line
+from turnaudit.replay.request import ReplayRequest, ReplayTarget
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 from turnaudit.settings import TopicNames
@@ -428,3 +429,16 @@ class TestHashesCompareAcrossWriters:
         assert turns
         for step in turns:
             assert step["surface"] == by_event[step["event_id"]]
+
+
+class TestAReplayResumesOnlyUnderItsPolicy:
+    def test_the_policy_is_part_of_the_replay_fingerprint(self, tmp_path: Path) -> None:
+        target = ReplayTarget.file("jsonl", tmp_path / "out.jsonl")
+        prints = {name: ReplayRequest(surfaces=r).fingerprint("t", target)
+                  for name, r in POLICIES.items()}
+        assert len(set(prints.values())) == 3  # a checkpoint of one never resumes another
+        # The default's fingerprint is the one replays had before the policy: they resume.
+        assert prints["drop"] == ReplayRequest().fingerprint("t", target)
+        rekeyed = Redaction(SurfacePolicy.HASH, b"other key")  # other hashes: no resume either
+        assert ReplayRequest(surfaces=rekeyed).fingerprint("t", target) != prints["hash"]
+        assert "redaction-test-key" not in POLICIES["hash"].label

@@ -94,7 +94,7 @@ class ReplayRequest:
             "block": order.BLOCK_MESSAGES,
             # Only when not the default, so a checkpoint of a default replay still resumes.
             **({} if self.surfaces.policy is SurfacePolicy.DROP
-               else {"surfaces": self.surfaces.policy.value}),
+               else {"surfaces": self.surfaces.label}),
             **({} if self.step is None else {"step_s": self.step.total_seconds()}),
         }
         return hashlib.sha256(canonical_json(described)).hexdigest()
