@@ -352,6 +352,30 @@ class ChainReport:
         return [j for j in self.judged if j.problem is not None]
 
 
+@dataclass(frozen=True, slots=True)
+class ChainLink:
+    """What a chain's next checkpoint must name: its producer, index and digest."""
+
+    producer_id: str
+    index: int
+    digest: str
+
+
+def link_of(checkpoint: Checkpoint) -> ChainLink:
+    return ChainLink(checkpoint.producer_id, checkpoint.index, checkpoint.digest())
+
+
+def follows(checkpoint: Checkpoint, before: ChainLink | None) -> bool:
+    """Whether ``checkpoint`` continues its producer's chain from ``before`` (the
+    checkpoint its ``prev`` names, None when there is none): index 0 names GENESIS, any
+    other names its own producer's checkpoint of the index before."""
+    if checkpoint.index == 0:
+        return checkpoint.prev == GENESIS_HASH
+    return (before is not None and before.digest == checkpoint.prev
+            and before.producer_id == checkpoint.producer_id
+            and before.index == checkpoint.index - 1)
+
+
 def judge_chain(
     read: Sequence[tuple[Checkpoint, int | None]], keyring: Keyring
 ) -> ChainReport:
@@ -372,12 +396,7 @@ def judge_chain(
         verdict = judge_signature(checkpoint, keyring, appended[digest])
         if verdict.problem is None:
             before = seen.get(checkpoint.prev)
-            if checkpoint.index == 0:
-                linked = checkpoint.prev == GENESIS_HASH
-            else:
-                linked = (before is not None and before.producer_id == checkpoint.producer_id
-                          and before.index == checkpoint.index - 1)
-            if not linked:
+            if not follows(checkpoint, None if before is None else link_of(before)):
                 verdict = Judged(checkpoint, "chain_break",
                                  f"checkpoint {checkpoint.index} of producer "
                                  f"{checkpoint.producer_id} names a predecessor that is not "

@@ -24,15 +24,21 @@ from turnaudit.commands.sink import (
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.worker_process import WorkerPlan
 from turnaudit.consumers.settings import ServiceName
-from turnaudit.consumers.verify_follow import FollowMetrics, FollowValidation, VerifyFollowSink
+from turnaudit.consumers.verify_follow import (
+    FollowMetrics,
+    FollowValidation,
+    TrustFeed,
+    VerifyFollowSink,
+)
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.kafka.state_topic import ensure_verify_state_topic
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
-from turnaudit.signing_keys import load_keyring
+from turnaudit.signing_keys import DEFAULT_CHECKPOINT_INTERVAL_S, INTERVAL_ENV, load_keyring
 from turnaudit.verify.files import load_anchors
 from turnaudit.verify.follow import FollowState
+from turnaudit.verify.follow_trust import FollowTrust
 from turnaudit.verify.run import run_verify
 
 
@@ -78,6 +84,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--grace", type=float, default=None, metavar="SECONDS",
                         help="--follow: a missing position is lost only this long after its "
                         f"gap opened (default {GRACE_ENV} or {DEFAULT_GRACE_S:g})")
+    parser.add_argument("--trust-grace", type=float, default=None, metavar="SECONDS",
+                        help="--follow --keyring: positions no valid checkpoint covers this "
+                        "long after their turn make the stream unsigned (forged when "
+                        f"required); default {TRUST_GRACE_ENV}, else twice "
+                        f"{INTERVAL_ENV} (default {DEFAULT_CHECKPOINT_INTERVAL_S:g} s)")
     parser.add_argument("--workers", type=worker_count, default=None,
                         help="--follow: " + WORKERS_HELP)
     parser.set_defaults(handler=_verify)
@@ -85,6 +96,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 GRACE_ENV = "TURNAUDIT_VERIFY_GRACE_S"
 DEFAULT_GRACE_S = 900.0
+# --follow --keyring: the workers read the keyring and the trust grace from these.
+KEYRING_ENV = "TURNAUDIT_VERIFY_KEYRING"
+REQUIRE_SIGNED_ENV = "TURNAUDIT_VERIFY_REQUIRE_SIGNED"
+TRUST_GRACE_ENV = "TURNAUDIT_VERIFY_TRUST_GRACE_S"
 
 
 def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
@@ -92,21 +107,60 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
     settings = worker_service_settings(ServiceName.VERIFY_FOLLOW, plan)
     state = FollowState(grace_s=float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S)))
     metrics = FollowMetrics(registry)
-    sink = VerifyFollowSink(settings.kafka, state, metrics)
+    trust = _trust_feed(settings.kafka, metrics)
+    sink = VerifyFollowSink(settings.kafka, state, metrics, trust=trust)
     validation = FollowValidation(decoder_for(settings.kafka, registry=registry), state,
-                                  metrics, sink.load)
+                                  metrics, sink.load, trust=trust)
     return consumer_service(settings, sink, plan, registry, validation=validation)
+
+
+def _trust_feed(kafka: KafkaSettings, metrics: FollowMetrics) -> TrustFeed | None:
+    """The trust judged against signed checkpoints, when the follower has a keyring."""
+    path = os.environ.get(KEYRING_ENV)
+    if not path:
+        return None
+    keyring = load_keyring(Path(path))
+    if os.environ.get(REQUIRE_SIGNED_ENV) == "1":
+        keyring = replace(keyring, require_signed=True)
+    return TrustFeed(kafka, FollowTrust(keyring, grace_s=trust_grace()), metrics)
+
+
+def trust_grace() -> float:
+    """The trust grace: its setting, else twice the publisher's checkpoint interval."""
+    given = os.environ.get(TRUST_GRACE_ENV) or ""
+    interval = os.environ.get(INTERVAL_ENV) or ""
+    try:
+        grace = float(given) if given else 2 * float(interval or DEFAULT_CHECKPOINT_INTERVAL_S)
+    except ValueError:
+        raise ConfigurationError(f"{TRUST_GRACE_ENV}={given!r} / {INTERVAL_ENV}={interval!r}: "
+                                 "expected a number of seconds") from None
+    if not 0 <= grace < float("inf"):
+        raise ConfigurationError(f"the trust grace must be 0 or more seconds, not {grace!r}")
+    return grace
 
 
 def _follow(args: argparse.Namespace) -> int:
     if args.since or args.until or args.from_offsets or args.to_offsets or args.json:
         raise ConfigurationError("--follow proves the stream as it arrives: no range, no --json")
-    if args.keyring is not None or args.require_signed:
-        raise ConfigurationError("--keyring and --require-signed are for a range, not --follow")
+    if args.require_signed and args.keyring is None:
+        raise ConfigurationError("--require-signed needs --keyring FILE (the public keys)")
+    if args.trust_grace is not None and args.keyring is None:
+        raise ConfigurationError("--trust-grace needs --keyring FILE (the public keys)")
     if args.grace is not None:
         if args.grace < 0:
             raise ConfigurationError("--grace must be 0 or more seconds")
         os.environ[GRACE_ENV] = str(args.grace)  # the workers inherit it
+    if args.keyring is not None:
+        if (args.workers or 1) > 1:
+            # Each worker would read every checkpoint but prove only its partitions'
+            # streams; the trust state is kept for one member.
+            raise ConfigurationError("--follow --keyring runs one worker (no --workers N)")
+        load_keyring(args.keyring)  # a bad keyring: one line now, not in the worker
+        os.environ[KEYRING_ENV] = str(args.keyring.resolve())
+        os.environ[REQUIRE_SIGNED_ENV] = "1" if args.require_signed else ""
+        if args.trust_grace is not None:
+            os.environ[TRUST_GRACE_ENV] = str(args.trust_grace)
+        trust_grace()
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
     ensure_verify_state_topic(settings)
     return run_service(ServiceName.VERIFY_FOLLOW, verify_follow_worker, args)
@@ -115,6 +169,8 @@ def _follow(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     if args.follow:
         return _follow(args)
+    if args.trust_grace is not None:
+        raise ConfigurationError("--trust-grace is for --follow")
     if args.require_signed and args.keyring is None:
         raise ConfigurationError("--require-signed needs --keyring FILE (the public keys)")
     keyring = None

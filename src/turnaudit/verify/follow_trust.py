@@ -1,0 +1,328 @@
+"""``verify --follow --keyring``: each stream's trust, judged as turns and signed
+checkpoints arrive. Pure: no I/O, no clock of its own.
+
+The rules are one-shot verify's (``turnaudit.verify.trust``), held live:
+
+* a checkpoint is judged as it is read with ``judge_signature`` (key known, valid at
+  the signing and append times, signature holds) and ``follows`` (it continues its
+  producer's chain from the last valid checkpoint of that producer: the checkpoints
+  topic has one partition, so a chain arrives in order). A bad one makes every stream
+  it names ``forged`` at once;
+* a position a valid checkpoint signs is compared with the chain hash of the turn at
+  that position, whichever arrives first (the turn's hash is kept for the last
+  ``WINDOW`` unsigned positions of its stream); another hash is ``forged`` at once;
+* positions no valid checkpoint covers within ``grace_s`` (counted from the turn's
+  time, ``min(occurred_at, arrival)``, and only once the checkpoint reader has read
+  the whole topic that far) make a stream ``unsigned``, or ``forged`` when signatures
+  are required; turns of a producer after its final checkpoint are ``forged``;
+* a signed position that has not arrived when its partition's event time is ``grace_s``
+  past the checkpoint is ``truncated``.
+
+State per stream and per producer (the last valid checkpoint), checkpointable beside
+the proof: ``checkpoint()`` returns the records of what changed, ``load`` takes them back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from turnaudit.checkpoints import (
+    ChainLink,
+    Checkpoint,
+    Judged,
+    Keyring,
+    Problem,
+    follows,
+    judge_signature,
+    link_of,
+)
+from turnaudit.identity import LEGACY_PRODUCER, StreamId
+from turnaudit.verify.trust import STATUSES, Status
+
+WINDOW = 64  # unsigned positions per stream whose hash is kept for a later checkpoint
+_DIGITS = 32  # hex digits of a chain hash kept and compared (128 bits)
+
+TRUST_STREAM_KEY = "trust:stream:"
+TRUST_PRODUCER_KEY = "trust:producer:"
+TRUST_READER_KEY = b"trust:reader"
+
+# What makes a stream forged (the forgeries counter's label values): a checkpoint's
+# problem, or what the turns show against valid checkpoints.
+Reason = Literal["bad_signature", "unknown_key", "key_not_valid", "chain_break",
+                 "rewritten", "uncovered", "after_final"]
+REASONS: tuple[Reason, ...] = ("bad_signature", "unknown_key", "key_not_valid",
+                               "chain_break", "rewritten", "uncovered", "after_final")
+# The gauge's label values: the four statuses, and streams still within the grace.
+GaugeState = Status | Literal["pending"]
+GAUGE_STATES: tuple[GaugeState, ...] = (*STATUSES, "pending")
+
+
+@dataclass(frozen=True)
+class Forgery:
+    """A stream found forged, or an invalid checkpoint (``stream`` None)."""
+
+    reason: Reason
+    detail: str
+    stream: StreamId | None = None
+
+
+@dataclass
+class StreamTrust:
+    partition: int = -1  # -1: named by a checkpoint, no turn of it read yet
+    top: int = -1  # highest position read
+    signed: int = -1  # highest position a valid checkpoint signed
+    expected: dict[int, tuple[str, int]] = field(default_factory=dict)  # pos -> hash, at_ms
+    seen: dict[int, tuple[str, int]] = field(default_factory=dict)  # unsigned pos -> hash, ms
+    forged: str = ""
+    reason: str = ""
+    truncated: str = ""
+    uncovered_late: bool = False  # unsigned positions past the grace
+    unchecked: int = 0  # signed positions whose turn's hash had left the window
+
+    def as_json(self) -> dict[str, object]:
+        return {"p": self.partition, "t": self.top, "s": self.signed,
+                "x": {str(k): list(v) for k, v in self.expected.items()},
+                "n": {str(k): list(v) for k, v in self.seen.items()},
+                "f": self.forged, "r": self.reason, "tr": self.truncated,
+                "u": self.uncovered_late, "c": self.unchecked}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, object]) -> StreamTrust:
+        def pairs(v: object) -> dict[int, tuple[str, int]]:
+            assert isinstance(v, dict)
+            return {int(k): (str(h), int(t)) for k, (h, t) in v.items()}
+
+        return cls(partition=_int(d["p"]), top=_int(d["t"]), signed=_int(d["s"]),
+                   expected=pairs(d["x"]), seen=pairs(d["n"]), forged=str(d["f"]),
+                   reason=str(d["r"]), truncated=str(d["tr"]), uncovered_late=bool(d["u"]),
+                   unchecked=_int(d["c"]))
+
+    def status(self) -> GaugeState:
+        if self.forged:
+            return "forged"
+        if self.truncated:
+            return "truncated"
+        if self.signed >= 0:
+            return "signed"
+        return "unsigned" if self.uncovered_late else "pending"
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int):
+        raise TypeError("not an integer")
+    return value
+
+
+@dataclass(frozen=True)
+class ProducerChain:
+    """The last valid checkpoint of one producer's chain."""
+
+    link: ChainLink
+    final: bool
+
+    def as_json(self) -> dict[str, object]:
+        return {"i": self.link.index, "d": self.link.digest, "f": self.final}
+
+
+class FollowTrust:
+    """Per-stream trust of the streams this follower reads, checkpointable."""
+
+    def __init__(self, keyring: Keyring, *, grace_s: float) -> None:
+        self.keyring = keyring
+        self.grace_ms = int(grace_s * 1000)
+        self.streams: dict[StreamId, StreamTrust] = {}
+        self.producers: dict[str, ProducerChain] = {}
+        self.reader_offsets: dict[int, int] = {}  # the checkpoints topic, read to
+        self.valid = 0
+        self.invalid = 0
+        self._found: list[Forgery] = []
+        self._dirty: set[StreamId] = set()
+        self._dirty_producers: set[str] = set()
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def take_checkpoint(self, checkpoint: Checkpoint, appended_ms: int | None) -> Judged:
+        """One checkpoint as read from the topic, in order."""
+        verdict = judge_signature(checkpoint, self.keyring, appended_ms)
+        last = self.producers.get(checkpoint.producer_id)
+        if verdict.problem is None:
+            if last is not None and checkpoint.index <= last.link.index:
+                if checkpoint.index < last.link.index or checkpoint.digest() == last.link.digest:
+                    return verdict  # a copy re-sent, already taken
+                verdict = Judged(checkpoint, "chain_break", f"a second checkpoint "
+                                 f"{checkpoint.index} of producer {checkpoint.producer_id} "
+                                 "(the chain forks)")
+            elif not follows(checkpoint, None if last is None else last.link):
+                verdict = Judged(checkpoint, "chain_break", f"checkpoint {checkpoint.index} "
+                                 f"of producer {checkpoint.producer_id} names a predecessor "
+                                 "that is not the last one read (removed, or never signed)")
+        if verdict.problem is not None:
+            self._invalid(verdict, verdict.problem)
+            return verdict
+        self.valid += 1
+        self.producers[checkpoint.producer_id] = ProducerChain(link_of(checkpoint),
+                                                               checkpoint.final)
+        self._dirty_producers.add(checkpoint.producer_id)
+        for head in checkpoint.heads:
+            self._signed(head.stream, head.sequence, head.hash, checkpoint.at_ms)
+        return verdict
+
+    def _invalid(self, verdict: Judged, problem: Problem) -> None:
+        self.invalid += 1
+        c = verdict.checkpoint
+        detail = (f"checkpoint {c.index} of producer {c.producer_id} (key {c.key_id!r}) is "
+                  f"not valid: {verdict.detail}")
+        self._found.append(Forgery(problem, detail))
+        for stream in sorted(c.streams()):
+            self._forge(stream, self._stream(stream), problem, detail, count=False)
+
+    def _signed(self, stream_id: StreamId, position: int, digest: str, at_ms: int) -> None:
+        stream = self._stream(stream_id)
+        self._dirty.add(stream_id)
+        if position > stream.top:
+            stream.expected[position] = (digest[:_DIGITS], at_ms)
+        elif position in stream.seen:
+            have = stream.seen[position][0]
+            if have != digest[:_DIGITS]:
+                self._rewritten(stream_id, stream, position, have, digest)
+        elif position > stream.signed:
+            stream.unchecked += 1  # its turn's hash left the window: not compared
+        if position > stream.signed:
+            stream.signed = position
+            stream.seen = {p: v for p, v in stream.seen.items() if p > position}
+            if not stream.seen:
+                stream.uncovered_late = False
+
+    def _rewritten(self, stream_id: StreamId, stream: StreamTrust, position: int,
+                   have: str, signed: str) -> None:
+        self._forge(stream_id, stream, "rewritten", f"position {position} has chain hash "
+                    f"{have[:16]}…, the signed checkpoint says {signed[:16]}… (rewritten)")
+
+    # -- turns ---------------------------------------------------------------------------
+    def observe(self, stream_id: StreamId, partition: int, position: int, digest: str,
+                at_ms: int) -> None:
+        """A turn read: its stream, position, chain hash and time (``min(occurred_at,
+        arrival)`` in epoch ms)."""
+        if stream_id[1] == LEGACY_PRODUCER:
+            return
+        stream = self._stream(stream_id)
+        self._dirty.add(stream_id)
+        stream.partition = partition
+        stream.top = max(stream.top, position)
+        expected = stream.expected.pop(position, None)
+        if expected is not None:
+            if expected[0] != digest[:_DIGITS]:
+                self._rewritten(stream_id, stream, position, digest, expected[0])
+            return
+        if position <= stream.signed:
+            return  # covered by a later signed head
+        stream.seen[position] = (digest[:_DIGITS], at_ms)
+        if len(stream.seen) > WINDOW:
+            del stream.seen[min(stream.seen)]
+        chain = self.producers.get(stream_id[1])
+        if chain is not None and chain.final:
+            self._forge(stream_id, stream, "after_final", f"position {position} after its "
+                        f"producer's final checkpoint {chain.link.index}")
+
+    def _stream(self, stream_id: StreamId) -> StreamTrust:
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            stream = self.streams[stream_id] = StreamTrust()
+        return stream
+
+    def _forge(self, stream_id: StreamId, stream: StreamTrust, reason: Reason, detail: str,
+               *, count: bool = True) -> None:
+        self._dirty.add(stream_id)
+        if stream.forged:
+            return  # forged once; the first reason stays
+        stream.forged, stream.reason = detail, reason
+        if count:
+            self._found.append(Forgery(reason, detail, stream_id))
+
+    # -- over time ---------------------------------------------------------------------
+    def sweep(self, *, horizon_ms: int | None, event_time_ms: Mapping[int, int]) -> None:
+        """``horizon_ms``: the time up to which every checkpoint written has been read
+        (None: the reader has not reached the topic's end yet); ``event_time_ms``: each
+        partition's event time proved to."""
+        for stream_id, stream in self.streams.items():
+            if stream.forged:
+                continue
+            if horizon_ms is not None and stream.seen and not stream.uncovered_late:
+                oldest = min(t for _, t in stream.seen.values())
+                if horizon_ms - oldest >= self.grace_ms:
+                    self._uncovered(stream_id, stream)
+            if not stream.truncated and stream.expected and stream.partition >= 0:
+                proved = event_time_ms.get(stream.partition, 0)
+                late = [p for p, (_, at) in stream.expected.items()
+                        if proved - at >= self.grace_ms]
+                if late:
+                    self._dirty.add(stream_id)
+                    stream.truncated = (f"signed position {min(late)} has not arrived "
+                                        f"{self.grace_ms / 1000:g} s after its checkpoint "
+                                        f"(the stream is read to position {stream.top})")
+
+    def _uncovered(self, stream_id: StreamId, stream: StreamTrust) -> None:
+        self._dirty.add(stream_id)
+        stream.uncovered_late = True
+        if self.keyring.require_signed:
+            where = (f"after its last signed head {stream.signed}" if stream.signed >= 0
+                     else "and no checkpoint names the stream")
+            self._forge(stream_id, stream, "uncovered", f"{len(stream.seen)} position(s) "
+                        f"{where}, which no valid checkpoint covers within "
+                        f"{self.grace_ms / 1000:g} s, and the keyring requires signatures")
+
+    def found(self) -> list[Forgery]:
+        """Forgeries found since the last call."""
+        out, self._found = self._found, []
+        return out
+
+    def by_status(self) -> dict[GaugeState, int]:
+        counts: dict[GaugeState, int] = dict.fromkeys(GAUGE_STATES, 0)
+        for stream in self.streams.values():
+            if stream.partition >= 0 or stream.forged:
+                counts[stream.status()] += 1
+        return counts
+
+    def forget(self, partitions: set[int]) -> None:
+        for stream_id in [s for s, st in self.streams.items() if st.partition in partitions]:
+            del self.streams[stream_id]
+            self._dirty.discard(stream_id)
+
+    # -- checkpoints of the follower's state --------------------------------------------
+    def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
+        records: list[tuple[bytes, bytes | None]] = [
+            (trust_stream_key(s), json.dumps(self.streams[s].as_json()).encode())
+            for s in sorted(self._dirty) if s in self.streams]
+        records += [((TRUST_PRODUCER_KEY + p).encode(),
+                     json.dumps(self.producers[p].as_json()).encode())
+                    for p in sorted(self._dirty_producers)]
+        if self.reader_offsets:
+            records.append((TRUST_READER_KEY, json.dumps(
+                {str(p): o for p, o in sorted(self.reader_offsets.items())}).encode()))
+        self._dirty.clear()
+        self._dirty_producers.clear()
+        return records
+
+    def load(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """The trust state from the state topic's records (in log order)."""
+        for key, value in records:
+            text = key.decode()
+            if text.startswith(TRUST_STREAM_KEY):
+                session, producer = json.loads(text[len(TRUST_STREAM_KEY):])
+                if value is None:
+                    self.streams.pop((session, producer), None)
+                else:
+                    self.streams[(session, producer)] = StreamTrust.from_json(
+                        json.loads(value))
+            elif text.startswith(TRUST_PRODUCER_KEY) and value is not None:
+                pid = text[len(TRUST_PRODUCER_KEY):]
+                d = json.loads(value)
+                self.producers[pid] = ProducerChain(ChainLink(pid, d["i"], d["d"]), d["f"])
+            elif key == TRUST_READER_KEY and value is not None:
+                self.reader_offsets = {int(p): o for p, o in json.loads(value).items()}
+
+
+def trust_stream_key(stream: StreamId) -> bytes:
+    return (TRUST_STREAM_KEY + json.dumps(list(stream))).encode()
