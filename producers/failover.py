@@ -35,7 +35,12 @@ from turnaudit.kafka.producer import (
     is_purged,
 )
 from turnaudit.producers.accounting import Ledger
-from turnaudit.producers.ordering import in_stream_order, shipped_position_reader
+from turnaudit.producers.ordering import (
+    TurnFacts,
+    in_stream_order,
+    record_timestamp,
+    shipped_turn_reader,
+)
 from turnaudit.producers.spool import DiskSpool, SpooledMessage, SpoolRecord
 from turnaudit.records import ClientError
 
@@ -144,11 +149,13 @@ class Failover:
         probe_interval: float,
         delivered: Callable[[DeliveredMessage], None],
         max_unacked_s: float | None = None,
-        position: Callable[[bytes], int | None] | None = None,
+        reader: Callable[[bytes], TurnFacts] | None = None,
     ) -> None:
         self.topic = topic
-        # Reads a turn's stream position: what librdkafka hands back is spooled in stream order.
-        self._position = position or shipped_position_reader()
+        # Reads a turn's stream position and occurred_at: what librdkafka hands back is
+        # spooled in stream order, and a drained turn keeps its event time as timestamp.
+        read = self._read = reader or shipped_turn_reader()
+        self._position: Callable[[bytes], int | None] = lambda value: read(value).position
         # Age bound: an event librdkafka has not had acknowledged within this
         # many seconds is moved to the spool (with everything queued behind it).
         self.max_unacked_s = max_unacked_s
@@ -333,11 +340,15 @@ class Failover:
     ) -> bool:
         """One spooled message to librdkafka; False when closing stopped it."""
         is_event = message.topic == self.topic
+        # A turn keeps its event time however late it is drained (0 for a dead letter,
+        # or a turn this build cannot read: the produce time).
+        occurred = self._read(message.value).occurred_at if is_event else 0
         while not self._closing.is_set():
             try:
                 with self._ledger.lock:
                     producer.produce(
                         message.topic, message.value, message.key, headers=message.headers,
+                        timestamp=record_timestamp(occurred, int(time.time() * 1000)),
                         on_delivery=functools.partial(self._on_drained, batch, index),
                         on_full="raise",
                     )

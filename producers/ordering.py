@@ -7,13 +7,16 @@ drains in the order it is given, so the hand-back is sorted first: each key's
 messages are ordered by their stream position and put back into the slots that
 key held (other keys' slots, and messages whose position cannot be read, stay
 where they were). Pure: the position reader is passed in.
+
+The same one decode gives a spooled turn's ``occurred_at``: a drained turn is
+produced with it as its record timestamp, as ``publish()`` would have.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from turnaudit.errors import SerializationError
 from turnaudit.serialization.schemas import shipped_catalog
@@ -54,17 +57,48 @@ def in_stream_order(
     return ordered
 
 
-def shipped_position_reader() -> Callable[[bytes], int | None]:
-    """The stream position of a turn written in a shipped schema version with the
-    project's single-object framing (None for anything else: kept as reported)."""
+class TurnFacts(NamedTuple):
+    """What the spool's routing reads from a turn's bytes."""
+
+    position: int | None  # its stream position; None: unreadable, kept as reported
+    occurred_at: int  # epoch ms; 0: unreadable, the broker stamps the produce time
+
+
+UNREADABLE = TurnFacts(None, 0)
+
+
+def shipped_turn_reader() -> Callable[[bytes], TurnFacts]:
+    """A turn's stream position and ``occurred_at``, in one decode, for a turn written
+    in a shipped schema version with the project's single-object framing. Anything
+    else (schema-registry framing, a schema this build does not ship) is
+    ``UNREADABLE``: kept in the order reported, and re-produced with timestamp 0, so
+    its record takes the produce time, as before event-time stamping."""
     decode = TurnEventDeserializer(shipped_catalog("turn_event"))
 
-    def position(value: bytes) -> int | None:
+    def read(value: bytes) -> TurnFacts:
         try:
             event = decode(value).event
         except SerializationError:
-            return None
-        sequence = event.get("sequence")
-        return sequence if isinstance(sequence, int) and sequence >= 0 else None
+            return UNREADABLE
+        sequence, occurred = event.get("sequence"), event.get("occurred_at")
+        return TurnFacts(
+            sequence if isinstance(sequence, int) and sequence >= 0 else None,
+            occurred if isinstance(occurred, int) and occurred > 0 else 0,
+        )
 
-    return position
+    return read
+
+
+def shipped_position_reader() -> Callable[[bytes], int | None]:
+    """The stream position alone (``shipped_turn_reader``), for ``in_stream_order``."""
+    read = shipped_turn_reader()
+    return lambda value: read(value).position
+
+
+def record_timestamp(occurred_at: int, now_ms: int) -> int:
+    """The Kafka timestamp a turn is produced with: its ``occurred_at``, so broker-time
+    ranges and time retention follow event time, but never later than now (a broker
+    refuses records too far in its future, ``log.message.timestamp.after.max.ms``:
+    a runtime clock ahead of the publisher's must not cost a turn), and 0 (the
+    produce time) for what has no usable ``occurred_at``."""
+    return min(occurred_at, now_ms) if occurred_at > 0 else 0

@@ -20,6 +20,11 @@ The contract of ``publish(event)``:
   for counter updates and the same hand-over, never across I/O of theirs. No
   schema-registry call happens on this path: schema ids are obtained (and
   cached) when the publisher is built.
+* A turn's Kafka record timestamp is its ``occurred_at`` (capped at now: a
+  broker refuses records too far in its future), also when it is drained from
+  the spool later: broker-time ranges (``--time broker``) and the topic's time
+  retention follow event time. A back-dated turn older than the topic's
+  ``retention.ms`` is deletable as soon as its segment rolls.
 * Each accepted event is delivered, or spooled and delivered later, in order
   per session; an event the broker refuses for good (too large, not
   authorised) is counted as failed and kept in ``<spool_dir>/rejected``.
@@ -239,7 +244,11 @@ class TurnEventPublisher:
                 heads.wake.set()
             if not route.spooling:
                 try:
-                    self._producer.produce(self.topic, value, key)
+                    # The record's timestamp is the turn's event time (ordering.record_timestamp,
+                    # inlined: this is the hot path).
+                    occurred, now_ms = stamped["occurred_at"], int(time.time() * 1000)
+                    at = (occurred if occurred <= now_ms else now_ms) if occurred > 0 else 0
+                    self._producer.produce(self.topic, value, key, timestamp=at)
                     ledger.to_client()
                     return event_id
                 except QueueFullError:

@@ -160,8 +160,21 @@ class _Session:
     identity: float = 0.85
 
 
+# The simulated clock advances 5..MAX_TURN_GAP_MS between turns.
+MAX_TURN_GAP_MS = 400
+
+
+def default_start(now: datetime | None = None) -> datetime:
+    """The simulated clock's default start: yesterday, 00:00 UTC (the same turns for a
+    seed all day). Not a fixed date: a turn's record timestamp is its occurred_at,
+    and turns older than a topic's time retention are deleted at its next check."""
+    today = (now or datetime.now(UTC)).replace(hour=0, minute=0, second=0, microsecond=0)
+    return today - timedelta(days=1)
+
+
 class TurnRuntimeSimulator:
-    """Yields TurnEvents (unsent: no event id or sequence yet) for a seed."""
+    """Yields TurnEvents (unsent: no event id or sequence yet) for a seed; the
+    simulated clock starts at ``start`` (default: ``default_start()``)."""
 
     def __init__(
         self,
@@ -184,7 +197,7 @@ class TurnRuntimeSimulator:
         self._task_share = task_share
         self._failing_share = failing_task_share
         self._silent_share = silent_failure_share
-        self._clock = start or datetime(2026, 11, 1, tzinfo=UTC)
+        self._clock = start or default_start()
         self._session_counter = 0
         self._task_counter = 0
         self.truth = GroundTruth(seed)
@@ -246,7 +259,7 @@ class TurnRuntimeSimulator:
     # -- one turn --------------------------------------------------------------
     def _turn(self, session: _Session) -> OutgoingTurnEvent | None:
         rng = self._rng
-        self._clock += timedelta(milliseconds=rng.randint(5, 400))
+        self._clock += timedelta(milliseconds=rng.randint(5, MAX_TURN_GAP_MS))
         session.turn += 1
         task = session.task
         step = None

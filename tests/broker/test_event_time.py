@@ -4,6 +4,7 @@ stored early) are selected by ``occurred_at`` by verify, replay and tail alike."
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import threading
@@ -20,10 +21,14 @@ from turnaudit.commands import evaluation
 from turnaudit.consumers.tail import tail_turns
 from turnaudit.evaluation.errors import NotReproducedError
 from turnaudit.identity import TurnStamper
+from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.producer import KafkaProducer
+from turnaudit.kafka.reading import read_range
+from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.replay import ReplayRequest, ReplayTarget, replay
 from turnaudit.settings import KafkaSettings
+from turnaudit.signing_keys import CheckpointSettings
 
 pytestmark = pytest.mark.broker
 
@@ -128,3 +133,99 @@ def test_a_spooled_turn_falls_in_its_event_time_window_for_verify_replay_and_tai
     shown = {line.split()[1] for line in lines}
     expected = {f"{e['session_id']}#{e['turn']}" for e in events[5:]}
     assert shown == expected
+
+
+def record_times(settings: KafkaSettings) -> dict[str, tuple[int, int]]:
+    """Event id -> (record timestamp, occurred_at) of every turn on the topic."""
+    topic = settings.topics.turn_events
+    found = {}
+    for msg in read_range(settings, topic, None, end_offsets(settings, topic)):
+        event = DECODE(msg.value() or b"").event
+        found[event["event_id"]] = (msg.timestamp()[1], event["occurred_at"])
+    return found
+
+
+def test_published_and_spooled_turns_are_stored_at_their_occurred_at(
+    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Turns 0..9 are published while no broker answers (connection refused): the
+    publisher hands them back to the spool at close. The next publisher on the
+    spool drains them minutes later, then publishes turns 10..29 directly. Every
+    record's timestamp is its turn's occurred_at, so a broker-time window holds
+    exactly the turns that happened in it, as an event-time window does."""
+    base = (int(time.time()) - 3600) * 1000
+    source = TurnRuntimeSimulator(5, schema_versions=(3,), concurrent_sessions=3).events(TURNS)
+    events = []
+    for i, event in enumerate(source):
+        event["occurred_at"] = base + i * MINUTE
+        events.append(event)
+    spool = tmp_path / "spool"
+    away = dataclasses.replace(kafka_settings, bootstrap_servers="127.0.0.1:9")
+    down = TurnEventPublisher(away, spool_dir=spool, checkpoints=CheckpointSettings())
+    ids = [down.publish(e) for e in events[:10]]
+    report = down.close(timeout=3)
+    assert report.undelivered == 10, report
+    assert report.delivered == 0, report
+
+    up = TurnEventPublisher(kafka_settings, spool_dir=spool, probe_interval=0.2,
+                            checkpoints=CheckpointSettings())
+    deadline = time.monotonic() + 60
+    while up.stats().spooled:  # the inherited turns drain first
+        assert time.monotonic() < deadline, up.stats()
+        time.sleep(0.05)
+    ids += [up.publish(e) for e in events[10:]]
+    assert up.close().ok
+
+    stored = record_times(kafka_settings)
+    assert set(stored) == set(ids)
+    for event_id, (timestamp, occurred) in stored.items():
+        assert timestamp == occurred, event_id
+    assert [stored[i][1] for i in ids] == [base + i * MINUTE for i in range(TURNS)]
+
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_settings.bootstrap_servers or "")
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", kafka_settings.topics.prefix)
+    since, until = base + 5 * MINUTE, base + 15 * MINUTE  # turns 5..14: 5 drained, 5 direct
+    window = ["--from", iso(since), "--to", iso(until)]
+    in_window = set(ids[5:15])
+    capsys.readouterr()
+    for time_kind in ("broker", "event"):
+        code = main(["verify", "--json", "--time", time_kind, *window])
+        verified = json.loads(capsys.readouterr().out)
+        assert code == 0, verified["unexplained"]
+        assert verified["counts"]["turns"] == 10
+        out = tmp_path / f"{time_kind}.jsonl"
+        assert main(["replay", "--time", time_kind, *window, "--into", f"jsonl:{out}"]) == 0
+        capsys.readouterr()
+        assert {json.loads(line)["event"]["event_id"]
+                for line in out.read_text().splitlines()} == in_window
+
+    requests: list[ReplayRequest] = []
+
+    def rebuild(_settings: KafkaSettings, _decode: object, request: ReplayRequest,
+                *_args: object, **_kw: object) -> None:
+        requests.append(request)
+        raise NotReproducedError("stop here")
+
+    monkeypatch.setattr(evaluation, "load_task_labels", lambda _path: {})
+    monkeypatch.setattr(evaluation, "rebuild_evidence", rebuild)
+    assert main(["eval", "rebuild", *window, "--labels", str(tmp_path / "labels.json"),
+                 "--output", str(tmp_path / "ev.json")]) == 1
+    [request] = requests
+    rebuilt = tmp_path / "rebuild.jsonl"
+    replay(kafka_settings, DECODE, request, ReplayTarget.file("jsonl", rebuilt))
+    assert {json.loads(line)["event"]["event_id"]
+            for line in rebuilt.read_text().splitlines()} == in_window
+
+    # tail by broker time from the window's start: turns 5..29, the drained ones first.
+    printed, stop = io.StringIO(), threading.Event()
+    timer = threading.Timer(30, stop.set)
+    timer.start()
+    try:
+        count = tail_turns(kafka_settings, printed, since=datetime.fromtimestamp(since / 1000, UTC),
+                           limit=TURNS - 5, stop=stop, show_verdicts=False)
+    finally:
+        timer.cancel()
+    assert count == TURNS - 5
+    shown = {line.split()[1] for line in printed.getvalue().splitlines()}
+    assert shown == {f"{e['session_id']}#{e['turn']}" for e in events[5:]}

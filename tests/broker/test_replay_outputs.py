@@ -43,13 +43,19 @@ pytestmark = pytest.mark.broker
 
 
 
+# The simulated runtime's clock is a day ahead of the broker's: its turns happen
+# tomorrow and are stored now (the publisher caps a record timestamp at now).
+AHEAD = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+
+
 @pytest.fixture(scope="module")
 def published(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[KafkaSettings, list[Stored]]:
     """600 turns (v1-v3) and 60 copies of some of them stored again (redeliveries)."""
     settings = fresh_topics(kafka_bootstrap)
-    publish(settings, tmp_path_factory.mktemp("spool"), seed=29, events=600, versions=(1, 2, 3))
+    publish(settings, tmp_path_factory.mktemp("spool"), seed=29, events=600, versions=(1, 2, 3),
+            start=AHEAD)
     first = stored_range(settings)
     copy_to(settings, sorted(first, key=lambda m: (m.partition, m.offset))[::10])
     return settings, stored_range(settings)
@@ -372,10 +378,10 @@ def test_every_live_topic_is_refused_as_a_replay_target_and_nothing_is_written(
 def test_event_time_window_reads_only_records_stored_within_the_slack(
     published: tuple[KafkaSettings, list[Stored]], tmp_path: Path
 ) -> None:
-    """Simulated turns happened on 2026-11-01 but were stored today: a window on their
+    """Simulated turns happen tomorrow but were stored today: a window on their
     occurred_at finds them in the whole stream, not within a minute's slack of the window."""
     settings, stored = published
-    window = RangeSpec(datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC))
+    window = RangeSpec(AHEAD, AHEAD + timedelta(days=1))
     whole = into(
         settings, "jsonl", tmp_path / "all.jsonl", request=ReplayRequest(window, event_time=True)
     )

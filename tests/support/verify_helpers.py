@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +59,13 @@ def publish(
     events: int,
     versions: tuple[int, ...] = (3,),
     sessions: int = 20,
+    start: datetime | None = None,
 ) -> GroundTruth:
+    """Simulated turns whose clock starts at ``start`` (default: now, so each turn is
+    stored at the time it is published: the publisher caps a timestamp at now)."""
     publisher = TurnEventPublisher(settings, spool_dir=spool)
-    sim = TurnRuntimeSimulator(seed, schema_versions=versions, concurrent_sessions=sessions)
+    sim = TurnRuntimeSimulator(seed, schema_versions=versions, concurrent_sessions=sessions,
+                               start=start or datetime.now(UTC))
     for event in sim.events(events):
         publisher.publish(event)
     assert publisher.close().ok

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from turnaudit.argparsing import non_negative_int
@@ -32,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--real-time",
         action="store_true",
         help="stamp each turn with the wall-clock time it is published (default: the seed's "
-        "simulated clock, which starts at a fixed date)",
+        "simulated clock, which starts when the run starts and runs ahead of the wall clock at "
+        "full speed: such turns are stored at the time they are published)",
     )
     parser.set_defaults(handler=_simulate)
 
@@ -99,8 +101,11 @@ def publish_simulation(
     """
     if args.events == 0:
         raise ConfigurationError("--events must be at least 1")
+    # Turns are stored with their occurred_at as record timestamp (capped at now):
+    # the simulated clock starts with the run, inside the topic's time retention.
     sim = TurnRuntimeSimulator(
-        args.seed, schema_versions=args.schema_versions, concurrent_sessions=max(1, args.sessions)
+        args.seed, schema_versions=args.schema_versions, concurrent_sessions=max(1, args.sessions),
+        start=datetime.now(UTC),
     )
     publisher = TurnEventPublisher(settings, spool_dir=args.spool_dir, checkpoints=checkpoints)
 

@@ -247,15 +247,21 @@ class KafkaProducer:
         client = self._client or self._opened()
         kwargs: _Keywords | None = None
         try:
-            if headers is None and on_delivery is None and not timestamp:
-                client.produce(topic, value, key)  # the common case: no keywords to build
+            if headers is None and on_delivery is None:
+                # The common cases: no keywords to build (a turn carries its timestamp).
+                if timestamp:
+                    client.produce(topic, value, key, timestamp=timestamp)
+                else:
+                    client.produce(topic, value, key)
             else:
                 kwargs = self._keywords(headers, timestamp, on_delivery)
                 client.produce(topic, value, key, **kwargs)
         except BufferError:
             if from_callback or (on_full or self.on_full) == "raise":
                 raise QueueFullError(f"librdkafka's queue is full ({len(client)})") from None
-            self._wait_for_room(client, topic, value, key, kwargs or {})
+            if kwargs is None:  # the fast path built none: the timestamp must still go
+                kwargs = self._keywords(headers, timestamp, on_delivery)
+            self._wait_for_room(client, topic, value, key, kwargs)
         except KafkaException as exc:
             raise ProduceError(exc.args[0]) from None
         if not from_callback and (on_full or self.on_full) == "wait":

@@ -103,12 +103,13 @@ def test_live_counters_and_group_offsets_unchanged_by_a_replay(
 
 # -- the issue's window test: simulated days, every version, every output kind -----------
 
-DAY_2 = datetime(2026, 11, 2, tzinfo=UTC)
-DAY_3 = datetime(2026, 11, 3, tzinfo=UTC)
+# Days behind today: record timestamps are the turns' occurred_at, inside retention.
+DAY_3 = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
+DAY_2 = DAY_3 - timedelta(days=1)
 
 
 def publish_days(settings: KafkaSettings, spool: Path) -> dict[tuple[str, int], int]:
-    """Three simulated runtimes whose clocks cross midnight (Nov 1→2, Nov 2→3, Nov 3);
+    """Three simulated runtimes whose clocks cross midnight (day 1→2, day 2→3, day 3);
     v1, v2 and v3 writers. The ground truth: (session, turn) → occurred_at in millis."""
     truth: dict[tuple[str, int], int] = {}
     publisher = TurnEventPublisher(settings, spool_dir=spool)
@@ -178,7 +179,7 @@ def test_a_one_day_window_into_every_output_holds_exactly_that_days_events(
 
         logged = [json.loads(x) for x in outputs["logs"].read_text("utf-8").splitlines()]
         assert {(x["session_id"], x["turn"]) for x in logged} == in_day
-        assert all(x["timestamp"][:10] == "2026-11-02" for x in logged)
+        assert all(x["timestamp"][:10] == DAY_2.date().isoformat() for x in logged)
 
         totals = metric_totals(outputs["metrics"].read_text("utf-8").replace("# EOF\n", ""))
         assert totals["turns"] == len(in_day)
