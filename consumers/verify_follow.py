@@ -252,7 +252,7 @@ class VerifyFollowSink(Sink):
         if self._trust is not None:
             times = {p: proof.event_time_ms for p, proof in self._state.partitions.items()}
             if self._trust.sweep(times):
-                self.flush()  # a forgery found is checkpointed now, not at the next batch
+                self.flush()  # what was judged is checkpointed now, not at the next batch
 
     def partitions_revoked(self, partitions: set[int]) -> None:
         self._state.forget(partitions)
@@ -318,21 +318,22 @@ class TrustFeed:
     def observe(self, partition: int, event: Mapping[str, object], value: bytes,
                 now: float) -> None:
         producer = event.get("producer_id") or LEGACY_PRODUCER
-        sequence, occurred = event.get("sequence"), event.get("occurred_at")
+        sequence = event.get("sequence")
         if producer == LEGACY_PRODUCER or not isinstance(sequence, int):
             return
-        at_ms = int(now * 1000)
-        if isinstance(occurred, int):
-            at_ms = min(at_ms, occurred)  # a turn dated later cannot buy itself time
+        # The grace runs from arrival, not occurred_at: a turn published late (spooled)
+        # is still signed within the publisher's interval of being handed on.
         with self._lock:
             self._trust.observe((str(event["session_id"]), str(producer)), partition,
-                                sequence, chain_hash(value), at_ms)
+                                sequence, chain_hash(value), int(now * 1000))
 
     def sweep(self, event_time_ms: Mapping[int, int]) -> bool:
-        """Judge what the grace has run out on; True when a forgery was found."""
+        """Judge what the grace has run out on; True when the trust state changed (the
+        reader took checkpoints, a stream was judged) and is to be checkpointed."""
         with self._lock:
             self._trust.sweep(horizon_ms=self._horizon_ms, event_time_ms=event_time_ms)
-            return self._export()
+            self._export()
+            return self._trust.changed()
 
     def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
         with self._lock:
@@ -383,7 +384,7 @@ class TrustFeed:
 
     def _take(self, partition: int, offset: int, value: bytes | None,
               stamp: tuple[int, int]) -> None:
-        self._trust.reader_offsets[partition] = offset + 1
+        self._trust.read_to(partition, offset + 1)
         checkpoint = decode_checkpoint(value)
         if checkpoint is None:
             return  # a tombstone, or not a checkpoint: one-shot verify counts those

@@ -39,7 +39,9 @@ KINDS = ("removed", "inserted", "swapped", "edited")
 
 
 @contextmanager
-def follower(settings: KafkaSettings, port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def follower(settings: KafkaSettings, port: int, log: Path, *args: str
+             ) -> Iterator[subprocess.Popen[bytes]]:
+    """``verify --follow --grace 2`` (and ``args``) as a process of its own."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers or "",
@@ -48,7 +50,7 @@ def follower(settings: KafkaSettings, port: int, log: Path) -> Iterator[subproce
         "TURNAUDIT_HTTP_PORT": str(port),
     }
     with log.open("ab") as stderr:
-        proc = subprocess.Popen([TURNAUDIT, "verify", "--follow", "--grace", "2"], env=env,
+        proc = subprocess.Popen([TURNAUDIT, "verify", "--follow", "--grace", "2", *args], env=env,
                                 stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         yield proc

@@ -12,9 +12,10 @@ The rules are one-shot verify's (``turnaudit.verify.trust``), held live:
   that position, whichever arrives first (the turn's hash is kept for the last
   ``WINDOW`` unsigned positions of its stream); another hash is ``forged`` at once;
 * positions no valid checkpoint covers within ``grace_s`` (counted from the turn's
-  time, ``min(occurred_at, arrival)``, and only once the checkpoint reader has read
-  the whole topic that far) make a stream ``unsigned``, or ``forged`` when signatures
-  are required; turns of a producer after its final checkpoint are ``forged``;
+  arrival, and only once the checkpoint reader has read the whole topic that far: a
+  follower reading a backlog judges nothing its reader has not caught up with) make a
+  stream ``unsigned``, or ``forged`` when signatures are required; turns of a producer
+  after its final checkpoint are ``forged``;
 * a signed position that has not arrived when its partition's event time is ``grace_s``
   past the checkpoint is ``truncated``.
 
@@ -141,6 +142,12 @@ class FollowTrust:
         self._found: list[Forgery] = []
         self._dirty: set[StreamId] = set()
         self._dirty_producers: set[str] = set()
+        self._reader_moved = False
+
+    def read_to(self, partition: int, offset: int) -> None:
+        """The checkpoints topic is read up to ``offset`` (exclusive) in ``partition``."""
+        self.reader_offsets[partition] = offset
+        self._reader_moved = True
 
     # -- checkpoints ---------------------------------------------------------------------
     def take_checkpoint(self, checkpoint: Checkpoint, appended_ms: int | None) -> Judged:
@@ -203,8 +210,7 @@ class FollowTrust:
     # -- turns ---------------------------------------------------------------------------
     def observe(self, stream_id: StreamId, partition: int, position: int, digest: str,
                 at_ms: int) -> None:
-        """A turn read: its stream, position, chain hash and time (``min(occurred_at,
-        arrival)`` in epoch ms)."""
+        """A turn read: its stream, position, chain hash and arrival (epoch ms)."""
         if stream_id[1] == LEGACY_PRODUCER:
             return
         stream = self._stream(stream_id)
@@ -285,12 +291,11 @@ class FollowTrust:
                 counts[stream.status()] += 1
         return counts
 
-    def forget(self, partitions: set[int]) -> None:
-        for stream_id in [s for s, st in self.streams.items() if st.partition in partitions]:
-            del self.streams[stream_id]
-            self._dirty.discard(stream_id)
-
     # -- checkpoints of the follower's state --------------------------------------------
+    def changed(self) -> bool:
+        """Whether anything changed since the last ``checkpoint()``."""
+        return bool(self._dirty or self._dirty_producers or self._reader_moved)
+
     def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
         records: list[tuple[bytes, bytes | None]] = [
             (trust_stream_key(s), json.dumps(self.streams[s].as_json()).encode())
@@ -298,11 +303,12 @@ class FollowTrust:
         records += [((TRUST_PRODUCER_KEY + p).encode(),
                      json.dumps(self.producers[p].as_json()).encode())
                     for p in sorted(self._dirty_producers)]
-        if self.reader_offsets:
+        if self._reader_moved:
             records.append((TRUST_READER_KEY, json.dumps(
                 {str(p): o for p, o in sorted(self.reader_offsets.items())}).encode()))
         self._dirty.clear()
         self._dirty_producers.clear()
+        self._reader_moved = False
         return records
 
     def load(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
