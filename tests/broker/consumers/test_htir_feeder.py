@@ -111,7 +111,7 @@ def test_one_complete_trace_per_task_and_a_reviewable_manifest(
             case["review"]["status"] = "excluded"  # ended before the failure: not labelable
             continue
         case["review"]["status"] = "included"
-        case["oracle_source"] = "simulator ground truth v1"
+        case["oracle_source"] = "simulator-ground-truth@v1"
         case["oracle_alarm_step"] = (
             None if task.oracle_alarm_turn is None else trace.turn_index(task.oracle_alarm_turn)
         )
@@ -320,9 +320,9 @@ def test_a_contract_breaking_turn_stays_in_its_trace_and_raises_the_alarm(
         k for k in range(len(trace.steps)) if auditor.assess(trace.steps[: k + 1]) == "alarm"
     )
     assert trace.steps[first_alarm]["task_step"] == 1
-    # It still went to the dead-letter topic too.
+    # A breach is recorded, not removed: the dead-letter topic is for what cannot be read.
     dlq = kafka_settings.topics.dlq
-    assert len(list(read_range(kafka_settings, dlq, None, end_offsets(kafka_settings, dlq)))) == 1
+    assert list(read_range(kafka_settings, dlq, None, end_offsets(kafka_settings, dlq))) == []
 
 
 def test_the_worker_serves_metrics_and_health_and_dead_letters_a_bad_trace(
