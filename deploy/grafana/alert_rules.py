@@ -79,6 +79,7 @@ ALERT_PANELS: Mapping[str, int] = {
     "TurnAuditPublisherRefusing": 22,
     "TurnAuditRuntimeSilent": 22,
     "TurnAuditStreamSilent": 22,
+    "TurnAuditForgedStream": 26,
 }
 
 _DELIVERED = "turnaudit_publisher_events_delivered_total{" + LIVE + "}"

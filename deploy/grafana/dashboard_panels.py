@@ -225,6 +225,15 @@ PANELS: tuple[PanelSpec, ...] = (
                 f"(rate(turnaudit_publisher_delivery_latency_seconds_bucket{J}[5m])))", "p99")],
         "From produce() to the broker's acknowledgement.",
     ),
+    PanelSpec(
+        26, "verify --follow: streams by trust, forgeries", (0, 104, 12, 8), "short",
+        [Target(f"sum by (trust) (turnaudit_verify_stream_trust{J})", "{{trust}}"),
+         Target(f"sum by (reason) (increase(turnaudit_verify_forgeries_total{J}[1h]))",
+                "forgeries ({{reason}}), 1h")],
+        "Streams judged against the signed checkpoints (verify --follow --keyring): signed, "
+        "unsigned, forged, truncated, pending within the trust grace; and forgeries found "
+        "by reason (alert TurnAuditForgedStream).",
+    ),
 )
 
 # The job variable: every job that exports turn-audit metrics (services and runtimes),
