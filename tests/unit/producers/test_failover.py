@@ -124,7 +124,10 @@ def test_an_unreachable_cluster_turns_the_route_to_the_spool(tmp_path: Path) -> 
     for _ in range(20):
         publisher.publish(next(source))
     stats = publisher.stats()
-    assert stats.spooled == 20  # nothing more for the client while the broker is away
+    # Nothing more for the client while the broker is away: the 20 went to the spool
+    # (the first may be there too, if librdkafka handed it back in the meantime).
+    assert stats.spooled >= 20
+    assert stats.spooled + stats.in_flight == 21
     assert stats.balanced
     report = publisher.close(timeout=0.2)
     assert report.undelivered == 21
