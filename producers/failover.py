@@ -35,6 +35,7 @@ from turnaudit.kafka.producer import (
     is_purged,
 )
 from turnaudit.producers.accounting import Ledger
+from turnaudit.producers.journal import recover
 from turnaudit.producers.ordering import (
     TurnFacts,
     in_stream_order,
@@ -160,6 +161,9 @@ class Failover:
         # many seconds is moved to the spool (with everything queued behind it).
         self.max_unacked_s = max_unacked_s
         self._delivered = delivered  # counts a delivered event (and its latency)
+        # A journal a crashed publisher left (journal mode): its turns go in front of
+        # the spool, before the spool is opened and counted.
+        self.recovered = recover_journal(spool_dir, spool_max_bytes, topic, self._position)
         self.spool = open_spool(spool_dir, spool_max_bytes)
         # Messages the broker refused for good, for an operator to inspect.
         self.rejected = open_spool(spool_dir / "rejected", spool_max_bytes)
@@ -421,6 +425,28 @@ class Failover:
         with self._ledger.lock:
             self.route.closed()
         return lost
+
+
+def recover_journal(
+    spool_dir: Path, spool_max_bytes: int, topic: str, position: Callable[[bytes], int | None]
+) -> int:
+    """Put the turns of the journals left in ``<spool_dir>/journal`` in front of the
+    spool (they were in a crashed publisher's client queue: older than anything it
+    spooled), then delete those journals; the count recovered. A turn that was
+    delivered after all is re-sent: same event id, counted once by readers."""
+    entries, files = recover(spool_dir / "journal")
+    if not files:
+        return 0
+    spool = open_spool(spool_dir, spool_max_bytes)
+    try:
+        messages = [SpooledMessage(e.topic, e.key, e.value) for e in entries]
+        spool.requeue_front(in_stream_order(messages, topic, position))
+    finally:
+        spool.close()
+    for path in files:  # only once the spool holds them (requeue_front fsyncs)
+        path.unlink(missing_ok=True)
+    log.warning("journal_recovered", turns=len(entries), files=len(files))
+    return len(entries)
 
 
 def _bytes(data: str | bytes | None) -> bytes:

@@ -62,9 +62,11 @@ counts live in ``turnaudit.producers.accounting``.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -89,11 +91,13 @@ from turnaudit.kafka.producer import (
     ProduceError,
     QueueFullError,
     is_permanent,
+    is_purged,
 )
 from turnaudit.producers.accounting import CloseReport, Ledger, PublisherStats
 from turnaudit.producers.checkpointer import Checkpointer
 from turnaudit.producers.failover import Failover, bytes_headers
 from turnaudit.producers.heads import DEFAULT_HEAD_INTERVAL_S, HeadsFile
+from turnaudit.producers.journal import Journal, JournalEntry, journal_from_env
 from turnaudit.producers.metrics import PublisherMetrics
 from turnaudit.producers.spool import SpooledMessage
 from turnaudit.serialization.schema_topic import announce_schema
@@ -123,6 +127,16 @@ PRODUCER_DEFAULTS: dict[str, object] = {
 
 
 DEFAULT_MAX_UNACKED_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """What the hand-over needs of a stamped turn besides its bytes."""
+
+    event_id: str
+    session: str
+    sequence: int
+    occurred_at: int
 
 
 def env_seconds(name: str, default: float) -> float:
@@ -158,8 +172,11 @@ class TurnEventPublisher:
         max_unacked_s: float | None = None,
         head_interval_s: float | None = None,
         checkpoints: CheckpointSettings | None = None,
+        journal: bool | None = None,
     ) -> None:
         catalog = catalog or shipped_catalog()
+        if journal is None:
+            journal = journal_from_env()
         if checkpoints is None:  # TURNAUDIT_SIGNING_KEY_FILE &c.: a bad key fails first
             checkpoints = CheckpointSettings.from_env()
         if max_unacked_s is None:
@@ -215,6 +232,11 @@ class TurnEventPublisher:
             lock=ledger.lock, announcer=self._heads_announcer, prefix=settings.topics.prefix,
             checkpointer=self.checkpointer,
         )
+        # Journal mode: each turn fsynced (group commit) before it is produced.
+        self._journaled: dict[int, _Turn] = {}
+        self._journal_refusals: dict[int, EventRefusedError] = {}
+        self._journal = None if not journal else Journal(
+            spool_dir / "journal", self.producer_id, self._journal_committed)
         self._closed = False
         self._lost = 0
         self.metrics.attach(self)
@@ -229,8 +251,7 @@ class TurnEventPublisher:
         stamped = event.copy()  # the caller's dict is never written
         session = stamped["session_id"]
         key = session.encode()
-        ledger, route = self._ledger, self._route
-        refusal: EventRefusedError | None = None
+        ledger = self._ledger
         # One lock from sequence number to hand-over: two threads publishing for
         # one session cannot swap their events' order.
         with ledger.lock:
@@ -242,41 +263,111 @@ class TurnEventPublisher:
             heads.turns += 1
             if heads.turns == heads.wake_at:  # a signed checkpoint's count of turns
                 heads.wake.set()
-            if not route.spooling:
-                try:
-                    # The record's timestamp is the turn's event time (ordering.record_timestamp,
-                    # inlined: this is the hot path).
-                    occurred, now_ms = stamped["occurred_at"], int(time.time() * 1000)
-                    at = (occurred if occurred <= now_ms else now_ms) if occurred > 0 else 0
-                    self._producer.produce(self.topic, value, key, timestamp=at)
-                    ledger.to_client()
-                    return event_id
-                except QueueFullError:
-                    route.client_refused()  # librdkafka's queue is full: the spool takes it
-                except ProduceError as exc:
-                    if is_permanent(exc.error):  # never going to be taken (too large, ...)
-                        ledger.to_client()
-                        ledger.failed()
-                        self._failover.reject(SpooledMessage(self.topic, key, value), exc.error)
-                        return event_id
-                    log.warning("produce_failed_spooling", error=str(exc))
-                    route.client_refused()
-            self._failover.ensure_worker()  # it drains the spool: never without it
-            try:
-                self._failover.spool.append(self.topic, key, value)
-                ledger.to_spool()
-            except (SpoolFullError, SpoolWriteError) as exc:
-                reason = "spool_full" if isinstance(exc, SpoolFullError) else "disk_error"
-                ledger.refuse(reason)
-                refusal = EventRefusedError(
-                    f"event {event_id} refused: {exc}", event_id=event_id,
-                    sequence=stamped["sequence"], reason=reason,
-                )
+            turn = _Turn(event_id, session, stamped["sequence"], stamped["occurred_at"])
+            journal = self._journal
+            if journal is None:
+                refusal = self._hand_over(turn, key, value, None)
+            else:  # journal mode: the committer hands it over after its fsync
+                ticket = journal.append(JournalEntry(self.topic, key, value))
+                if ticket is None:  # closed meanwhile
+                    journal = None
+                    refusal = self._hand_over(turn, key, value, None)
+                else:
+                    self._journaled[ticket] = turn
+        if journal is not None and ticket is not None:
+            refusal = self._wait_for_journal(ticket, turn, key, value)
         if refusal is not None:
             log.error("turn_event_refused", event_id=event_id, session_id=session,
                       sequence=refusal.sequence, reason=refusal.reason, error=str(refusal))
             raise refusal
         return event_id
+
+    def _hand_over(
+        self, turn: _Turn, key: bytes, value: bytes, ticket: int | None
+    ) -> EventRefusedError | None:
+        """The turn to librdkafka or the spool (under the ledger's lock); its refusal.
+        ``ticket``: its journal ticket, acknowledged once it is dealt with."""
+        ledger, route = self._ledger, self._route
+        if not route.spooling:
+            try:
+                # The record's timestamp is the turn's event time, capped at now
+                # (ordering.record_timestamp, inlined: this is the hot path).
+                occurred, now_ms = turn.occurred_at, int(time.time() * 1000)
+                at = (occurred if occurred <= now_ms else now_ms) if occurred > 0 else 0
+                if ticket is None:
+                    self._producer.produce(self.topic, value, key, timestamp=at)
+                else:
+                    self._producer.produce(self.topic, value, key, timestamp=at,
+                                           on_delivery=functools.partial(self._journal_report,
+                                                                         ticket))
+                ledger.to_client()
+                return None
+            except QueueFullError:
+                route.client_refused()  # librdkafka's queue is full: the spool takes it
+            except ProduceError as exc:
+                if is_permanent(exc.error):  # never going to be taken (too large, ...)
+                    ledger.to_client()
+                    ledger.failed()
+                    self._failover.reject(SpooledMessage(self.topic, key, value), exc.error)
+                    self._ack(ticket)
+                    return None
+                log.warning("produce_failed_spooling", error=str(exc))
+                route.client_refused()
+        self._failover.ensure_worker()  # it drains the spool: never without it
+        try:
+            self._failover.spool.append(self.topic, key, value)
+            ledger.to_spool()
+            return None
+        except (SpoolFullError, SpoolWriteError) as exc:
+            reason = "spool_full" if isinstance(exc, SpoolFullError) else "disk_error"
+            ledger.refuse(reason)
+            return EventRefusedError(
+                f"event {turn.event_id} refused: {exc}", event_id=turn.event_id,
+                sequence=turn.sequence, reason=reason,
+            )
+        finally:
+            self._ack(ticket)  # spooled (on disk) or refused: the journal may forget it
+
+    # -- journal mode ----------------------------------------------------------
+    def _ack(self, ticket: int | None) -> None:
+        if ticket is not None and self._journal is not None:
+            self._journal.ack(ticket)
+
+    def _journal_committed(self, entries: list[tuple[int, JournalEntry]]) -> None:
+        """A group commit's turns, fsynced: handed over in journal order (committer thread)."""
+        with self._ledger.lock:
+            for ticket, entry in entries:
+                turn = self._journaled.pop(ticket)
+                refusal = self._hand_over(turn, entry.key, entry.value, ticket)
+                if refusal is not None:
+                    self._journal_refusals[ticket] = refusal
+
+    def _wait_for_journal(
+        self, ticket: int, turn: _Turn, key: bytes, value: bytes
+    ) -> EventRefusedError | None:
+        journal = self._journal
+        assert journal is not None
+        try:
+            journal.wait(ticket)
+        except OSError as exc:
+            # The journal's disk failed: the turn is handed over without it (the
+            # mode's promise is gone for it, the default mode's still holds).
+            log.error("journal_failed_publishing_without", error=str(exc))
+            with self._ledger.lock:
+                if self._journaled.pop(ticket, None) is None:
+                    return self._journal_refusals.pop(ticket, None)
+                return self._hand_over(turn, key, value, None)
+        with self._ledger.lock:
+            return self._journal_refusals.pop(ticket, None)
+
+    def _journal_report(
+        self, ticket: int, err: DeliveryError | None, msg: DeliveredMessage
+    ) -> None:
+        self._on_delivery(err, msg)
+        if err is None or not is_purged(err):
+            # Delivered, or set aside in rejected/; a purged one goes back to the
+            # spool, and the journal keeps it until then (a crash re-sends it).
+            self._ack(ticket)
 
     def dead_letter(self, event: OutgoingTurnEvent, reason: str, error: str) -> None:
         """Send an event the runtime built but must not publish as valid to the DLQ.
@@ -361,7 +452,14 @@ class TurnEventPublisher:
         if self._closed:
             return self._report()
         deadline = time.monotonic() + timeout
-        self._failover.close(deadline)
+        journal = self._journal
+        if journal is not None:  # commits and hands over what is pending first
+            journal.close()
+            with self._ledger.lock:
+                self._journal = None  # publish() after close() spools, as in the default mode
+        lost = self._failover.close(deadline)
+        if journal is not None and lost == 0:
+            journal.discard()  # everything is delivered, spooled or rejected by now
         self._schema_producer.flush(min(5.0, max(0.0, deadline - time.monotonic())))
         self._heads.close(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
         self._closed = True

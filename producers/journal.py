@@ -1,0 +1,295 @@
+"""The publisher's journal mode: each turn is on disk, fsynced, before it is produced.
+
+Without it, a turn handed to librdkafka is in memory until the broker acknowledges
+it, and a killed process loses it. With it (``TURNAUDIT_PUBLISH_JOURNAL=1`` or
+``TurnEventPublisher(journal=True)``):
+
+* ``publish()`` appends the encoded turn to the journal and waits for the group
+  commit: a background thread writes every turn that arrived while its previous
+  fsync ran (plus ``window_s``, default 0: a lone caller is not made to wait for
+  company) with one ``write`` and one ``fsync``, then hands them, in journal
+  order, to librdkafka or the spool. That wait is the mode's cost.
+* Each turn has a ticket (its number in the journal). A delivery report, a turn
+  set aside as rejected, or one put in the spool (itself on disk) acknowledges its
+  ticket. The journal is written in segments of ``SEGMENT_ENTRIES`` tickets; a
+  segment whose every ticket is acknowledged is deleted: the journal is truncated
+  up to its acknowledged prefix as it goes. A clean ``close()`` deletes the rest
+  (everything left is delivered, spooled or rejected by then).
+* After a crash the next publisher on the same spool directory (in either mode)
+  reads the journals left there and puts their turns in front of the spool, which
+  re-sends them. A turn the broker did take but whose acknowledgement never came
+  is sent twice: the copy has the same event id and stream position, and readers
+  count it once.
+
+Records are framed ``magic | length | crc32 | payload``; reading stops at the first
+record that is incomplete or fails its check (a torn write at the tail, or
+garbage after it) and never raises: what a crash cut off is dropped, never
+returned in part.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from turnaudit.errors import ConfigurationError
+from turnaudit.files import private_dir, private_fd
+
+log = structlog.get_logger("turnaudit.publisher")
+
+JOURNAL_ENV = "TURNAUDIT_PUBLISH_JOURNAL"
+GROUP_WINDOW_S = 0.0  # extra wait for more turns to share a commit's fsync
+SEGMENT_ENTRIES = 4096
+_MAGIC = b"TJ"
+_HEAD = struct.Struct(">2sII")  # magic, payload length, crc32 of the payload
+_PAYLOAD = struct.Struct(">HI")  # topic length, key length; the value is the rest
+_MAX_PAYLOAD = 64 * 1024 * 1024  # a length above this is garbage, not a record
+_SUFFIX = ".journal"
+
+
+def journal_from_env(default: bool = False) -> bool:
+    """``TURNAUDIT_PUBLISH_JOURNAL``: 1/true/yes/on or 0/false/no/off (unset: ``default``)."""
+    raw = os.environ.get(JOURNAL_ENV, "").strip().lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigurationError(f"{JOURNAL_ENV}={raw!r}: expected 1 or 0")
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    topic: str
+    key: bytes
+    value: bytes
+
+
+def frame(entry: JournalEntry) -> bytes:
+    topic = entry.topic.encode()
+    payload = _PAYLOAD.pack(len(topic), len(entry.key)) + topic + entry.key + entry.value
+    return _HEAD.pack(_MAGIC, len(payload), zlib.crc32(payload)) + payload
+
+
+def parse(data: bytes) -> tuple[list[JournalEntry], int]:
+    """The whole records at the start of ``data`` and the length they take; the rest
+    (a torn write, garbage) is left out. Never raises."""
+    entries: list[JournalEntry] = []
+    at = 0
+    while at + _HEAD.size <= len(data):
+        magic, size, crc = _HEAD.unpack_from(data, at)
+        start, end = at + _HEAD.size, at + _HEAD.size + size
+        if magic != _MAGIC or size > _MAX_PAYLOAD or end > len(data) or size < _PAYLOAD.size:
+            break
+        payload = data[start:end]
+        if zlib.crc32(payload) != crc:
+            break
+        tlen, klen = _PAYLOAD.unpack_from(payload)
+        body = _PAYLOAD.size
+        if body + tlen + klen > size:
+            break
+        try:
+            topic = payload[body:body + tlen].decode()
+        except UnicodeDecodeError:
+            break
+        key = payload[body + tlen:body + tlen + klen]
+        entries.append(JournalEntry(topic, key, payload[body + tlen + klen:]))
+        at = end
+    return entries, at
+
+
+def read_journal(path: Path) -> list[JournalEntry]:
+    """A journal file's whole records; a torn tail is cut back off the file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        log.error("journal_unreadable", path=str(path), error=str(exc))
+        return []
+    entries, good = parse(data)
+    if good < len(data):
+        log.warning("journal_torn_tail_cut", path=str(path), kept=good, dropped=len(data) - good)
+        try:
+            os.truncate(path, good)
+        except OSError as exc:
+            log.error("journal_not_cut", path=str(path), error=str(exc))
+    return entries
+
+
+def left_journals(directory: Path) -> list[Path]:
+    """Journal segments a previous publisher left, oldest first (name order)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.endswith(_SUFFIX))
+
+
+def recover(directory: Path) -> tuple[list[JournalEntry], list[Path]]:
+    """Every entry of the journals left in ``directory`` (in journal order) and their
+    files, to delete once the entries are safe in the spool."""
+    files = left_journals(directory)
+    entries: list[JournalEntry] = []
+    for path in files:
+        entries.extend(read_journal(path))
+    return entries, files
+
+
+class _Pending:
+    """Turns appended but not yet committed: one buffer, handed over as a group."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.entries: list[tuple[int, JournalEntry]] = []
+
+
+class Journal:
+    """One publisher's journal: group commit, acknowledgement, segment truncation."""
+
+    def __init__(
+        self,
+        directory: Path,
+        producer_id: str,
+        hand_over: Callable[[list[tuple[int, JournalEntry]]], None],
+        *,
+        window_s: float = GROUP_WINDOW_S,
+        segment_entries: int = SEGMENT_ENTRIES,
+    ) -> None:
+        self.directory = private_dir(directory)
+        self._name = producer_id
+        self._hand_over = hand_over  # called after each fsync, in ticket order
+        self._window_s = window_s
+        self._segment_entries = segment_entries
+        self._cond = threading.Condition()
+        self._pending = _Pending()
+        self._next_ticket = 0
+        self.committed = 0  # tickets below this are fsynced and handed over
+        self.commits = 0  # fsyncs done (each a group of turns)
+        self._acked: dict[int, int] = {}  # segment -> acknowledged tickets in it
+        self._fd: int | None = None
+        self._fd_segment = -1
+        self._closed = False
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="turnaudit-journal", daemon=True)
+        self._thread.start()
+
+    # -- publish() ------------------------------------------------------------------
+    def append(self, entry: JournalEntry) -> int | None:
+        """Queue ``entry`` for the next group commit; its ticket (None: closed)."""
+        with self._cond:
+            if self._closed:
+                return None
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._pending.frames.append(frame(entry))
+            self._pending.entries.append((ticket, entry))
+            self._cond.notify_all()
+            return ticket
+
+    def wait(self, ticket: int) -> None:
+        """Until ``ticket`` is fsynced and handed over (raises the commit's OSError)."""
+        with self._cond:
+            while self.committed <= ticket:
+                if self._error is not None:
+                    raise self._error
+                self._cond.wait(1.0)
+
+    # -- acknowledgements (delivery reports, the spool) -----------------------------
+    def ack(self, ticket: int) -> None:
+        segment = ticket // self._segment_entries
+        with self._cond:
+            done = self._acked.get(segment, 0) + 1
+            self._acked[segment] = done
+            full = done >= self._segment_entries and segment != self._fd_segment
+        if full:
+            self._drop(segment)
+
+    def _drop(self, segment: int) -> None:
+        with self._cond:
+            self._acked.pop(segment, None)
+        try:
+            self._path(segment).unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("journal_segment_not_deleted", segment=segment, error=str(exc))
+
+    # -- the committer ---------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending.entries and not self._closed:
+                    self._cond.wait()
+                if not self._pending.entries and self._closed:
+                    return
+            if self._window_s > 0:  # turns published meanwhile share this fsync
+                threading.Event().wait(self._window_s)
+            with self._cond:
+                group, self._pending = self._pending, _Pending()
+            try:
+                self._write(group)
+            except OSError as exc:
+                log.critical("journal_write_failed", error=str(exc))
+                with self._cond:
+                    self._error = exc
+                    self._cond.notify_all()
+                return
+            self._hand_over(group.entries)
+            with self._cond:
+                self.committed = group.entries[-1][0] + 1
+                self.commits += 1
+                self._cond.notify_all()
+
+    def _write(self, group: _Pending) -> None:
+        # One write and one fsync per segment the group touches (almost always one).
+        by_segment: dict[int, list[bytes]] = {}
+        for (ticket, _), data in zip(group.entries, group.frames, strict=True):
+            by_segment.setdefault(ticket // self._segment_entries, []).append(data)
+        for segment, frames in by_segment.items():
+            fd = self._segment_fd(segment)
+            data = b"".join(frames)
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+
+    def _segment_fd(self, segment: int) -> int:
+        if self._fd is not None and self._fd_segment == segment:
+            return self._fd
+        previous = self._fd_segment
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = private_fd(self._path(segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        with self._cond:
+            self._fd_segment = segment
+            full = previous >= 0 and self._acked.get(previous, 0) >= self._segment_entries
+        if full:  # every ticket of the one just left was acknowledged already
+            self._drop(previous)
+        return self._fd
+
+    def _path(self, segment: int) -> Path:
+        return self.directory / f"{self._name}-{segment:010d}{_SUFFIX}"
+
+    def own_files(self) -> Iterator[Path]:
+        return (p for p in left_journals(self.directory) if p.name.startswith(self._name + "-"))
+
+    # -- close -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Commit and hand over what is pending, then stop the committer."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def discard(self) -> None:
+        """Delete this publisher's journal: everything in it is delivered, spooled or
+        rejected (after ``close``)."""
+        for path in self.own_files():
+            path.unlink(missing_ok=True)

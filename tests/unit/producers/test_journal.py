@@ -1,0 +1,194 @@
+"""The publisher's journal: a crash at any byte leaves a readable journal whose
+whole records come back and whose torn tail is cut off, never a partial record or
+an exception; the group commit fsyncs, hands over in ticket order, and forgets
+segments once every ticket in them is acknowledged; a crashed publisher's journal
+goes in front of the spool."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.support.events import encode, turn
+from turnaudit.errors import ConfigurationError
+from turnaudit.producers.failover import recover_journal
+from turnaudit.producers.journal import (
+    JOURNAL_ENV,
+    Journal,
+    JournalEntry,
+    frame,
+    journal_from_env,
+    left_journals,
+    parse,
+    read_journal,
+)
+from turnaudit.producers.ordering import shipped_position_reader
+from turnaudit.producers.spool import DiskSpool, SpooledMessage
+
+entries = st.lists(
+    st.builds(JournalEntry, st.sampled_from(["t.turn-events", "t.dlq", "ü"]),
+              st.binary(max_size=40), st.binary(max_size=200)),
+    min_size=0, max_size=12,
+)
+
+
+def written(items: list[JournalEntry]) -> tuple[bytes, list[int]]:
+    """The journal's bytes and the offset at which each record ends."""
+    data, ends = b"", []
+    for item in items:
+        data += frame(item)
+        ends.append(len(data))
+    return data, ends
+
+
+class TestReadingAfterAKill:
+    @given(entries, st.data())
+    def test_a_cut_at_any_byte_returns_exactly_the_records_before_it(
+        self, items: list[JournalEntry], data: st.DataObject
+    ) -> None:
+        raw, ends = written(items)
+        cut = data.draw(st.integers(0, len(raw)))
+        got, good = parse(raw[:cut])
+        whole = sum(1 for end in ends if end <= cut)
+        assert got == items[:whole]
+        assert good == (ends[whole - 1] if whole else 0)
+
+    @given(entries, st.binary(min_size=1, max_size=300))
+    def test_garbage_after_the_records_is_never_read_as_a_record(
+        self, items: list[JournalEntry], garbage: bytes
+    ) -> None:
+        raw, _ = written(items)
+        got, good = parse(raw + garbage)
+        assert got == items
+        assert good == len(raw)
+
+    @given(entries, st.data())
+    def test_a_flipped_byte_ends_the_journal_at_the_record_it_hit(
+        self, items: list[JournalEntry], data: st.DataObject
+    ) -> None:
+        raw, ends = written(items)
+        if not raw:
+            return
+        at = data.draw(st.integers(0, len(raw) - 1))
+        damaged = raw[:at] + bytes([raw[at] ^ 0xFF]) + raw[at + 1:]
+        got, _ = parse(damaged)
+        hit = next(i for i, end in enumerate(ends) if at < end)
+        assert got == items[:hit]
+
+    @settings(max_examples=40)
+    @given(entries, st.data())
+    def test_a_torn_file_is_cut_back_on_reading_and_takes_appends_again(
+        self, items: list[JournalEntry], data: st.DataObject
+    ) -> None:
+        raw, ends = written(items)
+        cut = data.draw(st.integers(0, len(raw)))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "p-0000000000.journal"
+            path.write_bytes(raw[:cut])
+            whole = sum(1 for end in ends if end <= cut)
+            assert read_journal(path) == items[:whole]
+            assert path.stat().st_size == (ends[whole - 1] if whole else 0)
+            extra = JournalEntry("t.turn-events", b"k", b"v")
+            with path.open("ab") as fh:
+                fh.write(frame(extra))
+            assert read_journal(path) == [*items[:whole], extra]
+
+    def test_an_unreadable_journal_reads_as_empty(self, tmp_path: Path) -> None:
+        (tmp_path / "x.journal").mkdir()
+        assert read_journal(tmp_path / "x.journal") == []
+
+
+class TestGroupCommit:
+    def test_every_ticket_is_handed_over_once_in_order_and_fewer_fsyncs_than_turns(
+        self, tmp_path: Path
+    ) -> None:
+        handed: list[int] = []
+        journal = Journal(tmp_path / "journal", "p", lambda group: handed.extend(
+            t for t, _ in group), segment_entries=50)
+        lock = threading.Lock()
+        tickets: list[int] = []
+
+        def publish(n: int) -> None:
+            for i in range(n):
+                with lock:  # the publisher's lock: stamping order is ticket order
+                    ticket = journal.append(JournalEntry("t", b"k", str(i).encode()))
+                assert ticket is not None
+                journal.wait(ticket)
+                tickets.append(ticket)
+
+        threads = [threading.Thread(target=publish, args=(100,)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        journal.close()
+        assert handed == list(range(400))
+        assert sorted(tickets) == list(range(400))
+        assert journal.commits < 400  # callers waiting together shared fsyncs
+        on_disk = [e for path in left_journals(tmp_path / "journal") for e in read_journal(path)]
+        assert len(on_disk) == 400
+
+    def test_segments_whose_tickets_are_all_acknowledged_are_deleted(
+        self, tmp_path: Path
+    ) -> None:
+        journal = Journal(tmp_path / "journal", "p", lambda group: None, segment_entries=10)
+        for i in range(35):
+            ticket = journal.append(JournalEntry("t", b"k", bytes([i])))
+            assert ticket is not None
+            journal.wait(ticket)
+        for ticket in [*range(0, 10), *range(20, 30), 31]:  # segments 0 and 2 complete
+            journal.ack(ticket)
+        names = sorted(p.name for p in left_journals(tmp_path / "journal"))
+        assert names == ["p-0000000001.journal", "p-0000000003.journal"]
+        journal.close()
+        assert journal.append(JournalEntry("t", b"k", b"late")) is None
+        journal.discard()
+        assert left_journals(tmp_path / "journal") == []
+
+
+class TestRecovery:
+    def test_a_crashed_publishers_journal_goes_in_front_of_the_spool_in_stream_order(
+        self, tmp_path: Path
+    ) -> None:
+        topic = "t.turn-events"
+        spool = DiskSpool(tmp_path)
+        spool.append(topic, b"s-1", encode(turn("s-1", 5)))
+        spool.close()
+        journal = Journal(tmp_path / "journal", "crashed", lambda group: None)
+        for sequence in (3, 1, 2):  # as a purge might have left them
+            ticket = journal.append(JournalEntry(topic, b"s-1", encode(turn("s-1", sequence))))
+            assert ticket is not None
+            journal.wait(ticket)
+        journal.close()  # never discarded: the process was killed
+        with (left_journals(tmp_path / "journal")[0]).open("ab") as fh:
+            fh.write(frame(JournalEntry(topic, b"s-1", b"torn"))[:-3])
+        assert recover_journal(tmp_path, 1 << 20, topic, shipped_position_reader()) == 3
+        assert left_journals(tmp_path / "journal") == []
+        again = DiskSpool(tmp_path)
+        read = shipped_position_reader()
+        assert [read(r.message.value) for r in again.read()] == [1, 2, 3, 5]
+        assert again.pending_by_topic[topic] == 4
+        assert all(isinstance(r.message, SpooledMessage) for r in again.read())
+
+    def test_no_journal_recovers_nothing(self, tmp_path: Path) -> None:
+        assert recover_journal(tmp_path, 1 << 20, "t", shipped_position_reader()) == 0
+
+
+class TestSetting:
+    @pytest.mark.parametrize(("raw", "on"), [("1", True), ("yes", True), ("0", False),
+                                             ("off", False), ("", False)])
+    def test_the_environment_turns_it_on_or_off(
+        self, monkeypatch: pytest.MonkeyPatch, raw: str, on: bool
+    ) -> None:
+        monkeypatch.setenv(JOURNAL_ENV, raw)
+        assert journal_from_env() is on
+
+    def test_anything_else_is_one_clear_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv(JOURNAL_ENV, "maybe")
+        with pytest.raises(ConfigurationError, match="TURNAUDIT_PUBLISH_JOURNAL='maybe'"):
+            journal_from_env()
