@@ -87,3 +87,55 @@ def test_a_crash_under_a_hung_broker_is_counted_to_the_turn(
     assert not report.ok
     assert report.as_json()["unexplained_by_kind"]["lost_in_crash"] == sum(
         1 for s in ends["cut_streams"] if s["lost_in_crash"])
+
+
+def test_in_journal_mode_a_crash_under_a_hung_broker_loses_nothing(
+    own_broker: LocalKafkaBroker, tmp_path: Path
+) -> None:
+    """As above with TURNAUDIT_PUBLISH_JOURNAL=1: the 60 turns in librdkafka's memory
+    were fsynced to the journal first; the successor re-sends them from it, and
+    verify counts every turn once (a re-sent copy the broker had taken already has
+    the same event id)."""
+    settings = KafkaSettings(bootstrap_servers=own_broker.bootstrap_servers,
+                             topics=TopicNames(f"j-{uuid.uuid4().hex[:8]}."), partitions=3)
+    ensure_topics(settings)
+    spool = tmp_path / "spool"
+    env = {**os.environ, "TURNAUDIT_MAX_UNACKED_S": "60", "TURNAUDIT_PUBLISH_JOURNAL": "1"}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.crash_part", settings.bootstrap_servers,
+         settings.topics.prefix, str(spool), "12"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, env=env,
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    jvm = own_broker.status().pid
+    assert jvm is not None
+    try:
+        child.stdin.write("publish 40 wait\n")
+        child.stdin.flush()
+        first = child.stdout.readline().split()
+        os.kill(jvm, signal.SIGSTOP)  # hung, not down
+        child.stdin.write("publish 60\n")
+        child.stdin.flush()
+        second = child.stdout.readline().split()
+        child.kill()  # SIGKILL with 60 turns in librdkafka's memory (and in the journal)
+        child.wait()
+    finally:
+        os.kill(jvm, signal.SIGCONT)
+    published, delivered, spooled = int(second[1]), int(second[3]), int(second[5])
+    assert published == 100
+    assert int(first[3]) == 40
+    assert spooled == 0
+    assert delivered < published  # turns were in memory only, but for the journal
+    assert list((spool / "journal").iterdir())  # the crash left the journal
+    successor = TurnEventPublisher(settings, spool_dir=spool, probe_interval=0.2)
+    assert successor.stats().inherited >= published - delivered
+    report_closed = successor.close(timeout=60)
+    assert report_closed.ok, report_closed
+    assert not list((spool / "journal").iterdir())  # recovered into the spool, then sent
+    report = run_verify(settings, TurnEventDeserializer(shipped_catalog()), RangeSpec(),
+                        timeout=60)
+    ends = report.as_json()["stream_ends"]
+    assert ends["lost_in_crash"] == 0
+    assert report.verifier.counts.turns == published  # each turn once, copies or not
+    assert report.as_json()["unexplained_by_kind"].get("lost_in_crash", 0) == 0
