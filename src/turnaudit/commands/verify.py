@@ -18,6 +18,7 @@ from turnaudit.commands.sink import (
     WORKERS_HELP,
     consumer_service,
     run_service,
+    service_settings,
     worker_count,
     worker_service_settings,
 )
@@ -151,10 +152,11 @@ def _follow(args: argparse.Namespace) -> int:
             raise ConfigurationError("--grace must be 0 or more seconds")
         os.environ[GRACE_ENV] = str(args.grace)  # the workers inherit it
     if args.keyring is not None:
-        if (args.workers or 1) > 1:
+        if (args.workers or service_settings(ServiceName.VERIFY_FOLLOW).workers) > 1:
             # Each worker would read every checkpoint but prove only its partitions'
             # streams; the trust state is kept for one member.
-            raise ConfigurationError("--follow --keyring runs one worker (no --workers N)")
+            raise ConfigurationError("--follow --keyring runs one worker (no --workers N, "
+                                     "no TURNAUDIT_WORKERS above 1)")
         load_keyring(args.keyring)  # a bad keyring: one line now, not in the worker
         os.environ[KEYRING_ENV] = str(args.keyring.resolve())
         os.environ[REQUIRE_SIGNED_ENV] = "1" if args.require_signed else ""
