@@ -16,8 +16,11 @@ same run, and its tail latency while the broker is down and while the disk is fu
 3. Disk full: as 2, with the spool on a tmpfs that is really full (root only;
    said so and skipped otherwise): every ``publish()`` is refused
    (``EventRefusedError``, counted and logged).
+4. Journal mode: ``publish()`` p50/p99 in the default mode and with the journal
+   (each turn fsynced before it is produced), rounds rotated.
 
     .venv/bin/python benchmarks/bench_publish.py [--events 20000] [--rounds 5]
+        [--journal-events 2000] [--only throughput|journal]
 """
 
 from __future__ import annotations
@@ -81,8 +84,10 @@ def baseline_round(settings: KafkaSettings, batch: list[dict[str, Any]]) -> floa
     return elapsed / len(batch)
 
 
-def publish_round(settings: KafkaSettings, batch: list[dict[str, Any]], spool: Path) -> float:
-    publisher = TurnEventPublisher(settings, spool_dir=spool, registry=CollectorRegistry())
+def publish_round(settings: KafkaSettings, batch: list[dict[str, Any]], spool: Path,
+                  journal: bool = False) -> float:
+    publisher = TurnEventPublisher(settings, spool_dir=spool, registry=CollectorRegistry(),
+                                   journal=journal)
     started = time.perf_counter()
     for record in batch:
         publisher.publish(record)
@@ -193,6 +198,27 @@ def throughput(settings: KafkaSettings, source: list[dict[str, Any]], rounds: in
     print(f"  per-round ratio:                      {spread(ratios, 'x')}")
 
 
+def journal_cost(settings: KafkaSettings, source: list[dict[str, Any]], rounds: int,
+                 tmp: Path) -> None:
+    """publish() per-call p50/p99 in the default mode and in journal mode (each turn
+    fsynced before it is produced), one caller thread, rounds rotated; medians of
+    the rounds' percentiles."""
+    rows: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for r in range(rounds):
+        for journal in ((False, True) if r % 2 == 0 else (True, False)):
+            publisher = TurnEventPublisher(settings, spool_dir=tmp / f"j{r}{journal:d}",
+                                           registry=CollectorRegistry(), journal=journal)
+            timings = timed_publishes(publisher, copy.deepcopy(source))
+            assert publisher.close(timeout=60).ok
+            rows[journal].append((pct(timings, 0.5), pct(timings, 0.99)))
+    print(f"journal mode: {len(source)} publish() calls per round, {rounds} rounds, "
+          "order rotated, one caller thread")
+    for journal, label in ((False, "default"), (True, "journal")):
+        p50 = statistics.median(p for p, _ in rows[journal])
+        p99 = statistics.median(p for _, p in rows[journal])
+        print(f"  {label:8} p50 {p50:.3f} ms  p99 {p99:.3f} ms   (medians over rounds)")
+
+
 def latency_rounds(title: str, publisher: TurnEventPublisher, batch: list[dict[str, Any]],
                    rounds: int) -> None:
     print(f"{title}: {rounds} rounds of {len(batch)} publish() calls")
@@ -230,12 +256,20 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--down-events", type=int, default=20_000)
+    parser.add_argument("--journal-events", type=int, default=2000)
+    parser.add_argument("--only", choices=("throughput", "journal"),
+                        help="run this part alone (on the cluster in KAFKA_BOOTSTRAP_SERVERS)")
     args = parser.parse_args()
     quiet_logs()
     source = records(args.events)
     with tempfile.TemporaryDirectory() as tmp_name, benchmark_cluster() as (settings, broker):
         tmp = Path(tmp_name)
-        throughput(settings, source, args.rounds, tmp)
+        if args.only != "journal":
+            throughput(settings, source, args.rounds, tmp)
+        if args.only != "throughput":
+            journal_cost(settings, source[: args.journal_events], args.rounds, tmp)
+        if args.only is not None:
+            return
         if broker is None:
             print("broker-down figures need the local broker; KAFKA_BOOTSTRAP_SERVERS is set")
             return

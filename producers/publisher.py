@@ -33,7 +33,12 @@ The contract of ``publish(event)``:
   (``inherited``: events a previous publisher left in the spool).
 
 Durability: events in librdkafka's queue are in memory (a killed process loses
-them); spooled events are on disk. Memory holds a bounded age of events: once
+them) unless the publisher is in journal mode (``journal=True`` or
+``TURNAUDIT_PUBLISH_JOURNAL=1``, ``turnaudit.producers.journal``: each turn is
+fsynced to a journal, one group commit for the turns that arrive together, before
+it is handed over; ``publish()`` waits for that commit, and the next publisher on
+the spool folder re-sends what a crash left unacknowledged); spooled events are
+on disk. Memory holds a bounded age of events: once
 the oldest event in librdkafka's queue waited ``max_unacked_s`` seconds
 (``TURNAUDIT_MAX_UNACKED_S``, default 5; 0 turns the bound off) without an
 acknowledgement, everything librdkafka holds is purged into the front of the
