@@ -15,6 +15,8 @@ it, and a killed process loses it. With it (``TURNAUDIT_PUBLISH_JOURNAL=1`` or
   segment whose every ticket is acknowledged is deleted: the journal is truncated
   up to its acknowledged prefix as it goes. A clean ``close()`` deletes the rest
   (everything left is delivered, spooled or rejected by then).
+* Should the journal's disk fail, the error is logged and the publisher goes on
+  as in the default mode (the turn waiting is handed over without it).
 * After a crash the next publisher on the same spool directory (in either mode)
   reads the journals left there and puts their turns in front of the spool, which
   re-sends them. A turn the broker did take but whose acknowledgement never came
@@ -29,6 +31,7 @@ returned in part.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
@@ -182,7 +185,7 @@ class Journal:
     def append(self, entry: JournalEntry) -> int | None:
         """Queue ``entry`` for the next group commit; its ticket (None: closed)."""
         with self._cond:
-            if self._closed:
+            if self._closed or self._error is not None:  # the caller goes on without it
                 return None
             ticket = self._next_ticket
             self._next_ticket += 1
@@ -250,12 +253,19 @@ class Journal:
             by_segment.setdefault(ticket // self._segment_entries, []).append(data)
         for segment, frames in by_segment.items():
             fd = self._segment_fd(segment)
-            data = b"".join(frames)
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            view = memoryview(b"".join(frames))
+            try:
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            except OSError:
+                # A part-written group (disk full) is cut back: the journal keeps
+                # whole records only, whatever is appended after.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise
 
     def _segment_fd(self, segment: int) -> int:
         if self._fd is not None and self._fd_segment == segment:

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.events import encode, turn
+from tests.support.smallfs import fill_disk, small_filesystem
 from turnaudit.errors import ConfigurationError
 from turnaudit.producers.failover import recover_journal
 from turnaudit.producers.journal import (
@@ -149,6 +150,30 @@ class TestGroupCommit:
         assert journal.append(JournalEntry("t", b"k", b"late")) is None
         journal.discard()
         assert left_journals(tmp_path / "journal") == []
+
+
+class TestAFullDisk:
+    def test_a_failed_commit_leaves_whole_records_and_callers_go_on_without_it(
+        self, tmp_path: Path
+    ) -> None:
+        """A really full tmpfs: the commit that hits ENOSPC is cut back, its waiter
+        gets the OSError (the publisher then hands the turn over without the
+        journal), and later appends are declined rather than queued forever."""
+        with small_filesystem(tmp_path / "small", 256) as mount:
+            journal = Journal(mount / "journal", "p", lambda group: None)
+            first = journal.append(JournalEntry("t", b"k", b"before"))
+            assert first is not None
+            journal.wait(first)
+            fill_disk(mount)
+            big = journal.append(JournalEntry("t", b"k", b"x" * 200_000))
+            assert big is not None
+            with pytest.raises(OSError, match="No space left"):
+                journal.wait(big)
+            assert journal.append(JournalEntry("t", b"k", b"after")) is None
+            journal.close()
+            [path] = left_journals(mount / "journal")
+            assert path.stat().st_size == len(frame(JournalEntry("t", b"k", b"before")))
+            assert read_journal(path) == [JournalEntry("t", b"k", b"before")]
 
 
 class TestRecovery:
