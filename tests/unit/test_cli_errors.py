@@ -176,6 +176,9 @@ def _cases() -> list[Case]:
         Case("dlq redrive: --partition negative", ["dlq", "redrive", "--partition", "-1"], {}, 2,
              "argument --partition: -1 is negative"),
         Case("dlq: no action", ["dlq"], {}, 2, "the following arguments are required: ACTION"),
+        Case("simulate: --metrics-port in use", ["simulate", "--metrics-port", str(BUSY_PORT)],
+             {}, 2, f"turnaudit simulate: --metrics-port {BUSY_PORT}: cannot listen on "
+             f"127.0.0.1:{BUSY_PORT}"),
         Case("replay: --step with a jsonl output",
              ["replay", "--step", "60", "--into", "jsonl:{tmp}/x.jsonl"], {}, 2,
              "turnaudit replay: --step applies to metrics and tsdb outputs, not jsonl:"),

@@ -9,6 +9,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry, start_http_server
+
 from turnaudit.argparsing import non_negative_int
 from turnaudit.cluster import connect, require_access
 from turnaudit.contracts import Breach
@@ -36,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "simulated clock, which starts when the run starts and runs ahead of the wall clock at "
         "full speed: such turns are stored at the time they are published)",
     )
+    parser.add_argument(
+        "--metrics-port", type=non_negative_int, metavar="PORT",
+        help="serve the runtime's metrics (publisher, spool, contract breaches) on "
+        "http://HOST:PORT/metrics while it publishes, as a live runtime does")
+    parser.add_argument("--metrics-host", default="127.0.0.1",
+                        help="address for --metrics-port (default 127.0.0.1)")
     parser.set_defaults(handler=_simulate)
 
 
@@ -92,7 +100,7 @@ def _versions(text: str) -> tuple[int, ...]:
 
 def publish_simulation(
     settings: KafkaSettings, args: argparse.Namespace, *, real_time: bool = False,
-    checkpoints: CheckpointSettings | None = None,
+    checkpoints: CheckpointSettings | None = None, registry: CollectorRegistry | None = None,
 ) -> tuple[TurnRuntimeSimulator, CloseReport, TurnAuditEmitter, float]:
     """Publish ``args.events`` simulated turns through the adapter and one publisher.
 
@@ -107,14 +115,15 @@ def publish_simulation(
         args.seed, schema_versions=args.schema_versions, concurrent_sessions=max(1, args.sessions),
         start=datetime.now(UTC),
     )
-    publisher = TurnEventPublisher(settings, spool_dir=args.spool_dir, checkpoints=checkpoints)
+    publisher = TurnEventPublisher(settings, spool_dir=args.spool_dir, checkpoints=checkpoints,
+                                   registry=registry)
 
     def to_dead_letters(event: OutgoingTurnEvent, breaches: list[Breach]) -> None:
         publisher.dead_letter(
             event, f"contract:{breaches[0].contract.value}", "; ".join(map(str, breaches))
         )
 
-    emitter = TurnAuditEmitter(publisher, to_dead_letters)
+    emitter = TurnAuditEmitter(publisher, to_dead_letters, registry=registry)
     started = time.monotonic()
     interval = 1.0 / args.rate if args.rate else 0.0
     for i, event in enumerate(sim.events(args.events)):
@@ -134,12 +143,21 @@ def publish_simulation(
 
 def _simulate(args: argparse.Namespace) -> int:
     checkpoints = CheckpointSettings.from_env()  # a signing key that will not do fails first
+    registry = None
+    if args.metrics_port is not None:
+        registry = CollectorRegistry()
+        try:
+            start_http_server(args.metrics_port, addr=args.metrics_host, registry=registry)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"--metrics-port {args.metrics_port}: cannot listen on "
+                f"{args.metrics_host}:{args.metrics_port} ({exc.strerror or exc})") from None
     settings, where = connect(KafkaSettings.from_env(), start_local=False)
     print(where)
     ensure_topics(settings)
     require_access(settings, writes=[settings.topics.turn_events, settings.topics.schemas])
     sim, report, emitter, elapsed = publish_simulation(settings, args, real_time=args.real_time,
-                                                       checkpoints=checkpoints)
+                                                       checkpoints=checkpoints, registry=registry)
     print(
         f"published {emitter.emitted} turns in {elapsed:.1f}s "
         f"({emitter.emitted / max(elapsed, 1e-9):.0f}/s) to {settings.topics.turn_events}: "

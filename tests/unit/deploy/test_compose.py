@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -165,5 +166,9 @@ def test_the_runtime_job_is_scraped_from_target_files() -> None:
     config = yaml.safe_load((PROJECT_ROOT / "deploy/prometheus/prometheus.yml").read_text())
     (runtime,) = [j for j in config["scrape_configs"] if j["job_name"] == "turn-runtime"]
     assert runtime["file_sd_configs"][0]["files"] == ["/etc/prometheus/runtimes/*.json"]
-    # The simulator serves no /metrics (said in docker-compose.yml): nothing to scrape.
-    assert "--metrics-port" not in COMPOSE["services"]["simulator"]["command"]
+    # Compose's simulator serves its runtime metrics, and its target file names that port.
+    command = COMPOSE["services"]["simulator"]["command"]
+    port = command[command.index("--metrics-port") + 1]
+    assert command[command.index("--metrics-host") + 1] == "0.0.0.0"  # noqa: S104 - in its container
+    targets = json.loads((PROJECT_ROOT / "deploy/prometheus/runtimes/compose.json").read_text())
+    assert [t["targets"] for t in targets] == [[f"simulator:{port}"]]
