@@ -101,6 +101,11 @@ class FollowMetrics:
         self.signed_checkpoints = Counter("turnaudit_verify_signed_checkpoints", "Signed "
                                           "checkpoints read (--keyring), valid or invalid",
                                           ["result"], registry=registry)
+        self.checkpoints_read_to = Gauge(
+            "turnaudit_verify_signed_checkpoints_read_to_seconds", "Every signed checkpoint "
+            "appended before this time is read (--keyring; 0 until the reader first reaches "
+            "the topic's end): streams are judged unsigned only up to it", registry=registry,
+            multiprocess_mode="livemax")
         for kind in CHAIN_KINDS:
             self.chain_breaks.labels(kind)
         for reason in REASONS:
@@ -300,6 +305,7 @@ class TrustFeed:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._horizon_ms: int | None = None  # every checkpoint written before it is read
+        self._exported = 0.0
 
     def start(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
         with self._lock:
@@ -340,11 +346,15 @@ class TrustFeed:
             return self._trust.checkpoint()
 
     def _export(self) -> bool:
-        """Metrics from the state (under the lock); True when a forgery was found."""
+        """Metrics from the state (under the lock; the gauges at most once a second: they
+        count every stream); True when a forgery was found."""
         m = self._metrics
-        for state, n in self._trust.by_status().items():
-            m.trust.labels(state).set(n)
         found = self._trust.found()
+        now = self._clock()
+        if found or now - self._exported >= 1.0:  # a forgery shows on the gauge at once
+            self._exported = now
+            for state, n in self._trust.by_status().items():
+                m.trust.labels(state).set(n)
         for forgery in found:
             m.forgeries.labels(forgery.reason).inc()
             session, producer = forgery.stream or ("", "")
@@ -357,8 +367,10 @@ class TrustFeed:
         while not self._stop.is_set():
             try:
                 self._read()
-            except BrokerError as exc:
-                log.warning("verify_checkpoints_unreadable", topic=self._topic, error=str(exc))
+            except Exception as exc:  # any failure: logged, the reader starts over from
+                # the offsets taken (nothing is judged unsigned past what it has read)
+                log.warning("verify_checkpoints_unreadable", topic=self._topic,
+                            error=repr(exc))
                 self._stop.wait(2.0)
 
     def _read(self) -> None:
@@ -402,3 +414,4 @@ class TrustFeed:
                        for p, high in marks.high.items())
             if done:
                 self._horizon_ms = int(asked * 1000)
+                self._metrics.checkpoints_read_to.set(asked)

@@ -143,6 +143,8 @@ class FollowTrust:
         self._dirty: set[StreamId] = set()
         self._dirty_producers: set[str] = set()
         self._reader_moved = False
+        # Streams with unsigned positions or signed ones not yet read: what sweep looks at.
+        self._watch: set[StreamId] = set()
 
     def read_to(self, partition: int, offset: int) -> None:
         """The checkpoints topic is read up to ``offset`` (exclusive) in ``partition``."""
@@ -190,6 +192,7 @@ class FollowTrust:
         self._dirty.add(stream_id)
         if position > stream.top:
             stream.expected[position] = (digest[:_DIGITS], at_ms)
+            self._watch.add(stream_id)
         elif position in stream.seen:
             have = stream.seen[position][0]
             if have != digest[:_DIGITS]:
@@ -225,6 +228,7 @@ class FollowTrust:
         if position <= stream.signed:
             return  # covered by a later signed head
         stream.seen[position] = (digest[:_DIGITS], at_ms)
+        self._watch.add(stream_id)
         if len(stream.seen) > WINDOW:
             del stream.seen[min(stream.seen)]
         chain = self.producers.get(stream_id[1])
@@ -252,8 +256,10 @@ class FollowTrust:
         """``horizon_ms``: the time up to which every checkpoint written has been read
         (None: the reader has not reached the topic's end yet); ``event_time_ms``: each
         partition's event time proved to."""
-        for stream_id, stream in self.streams.items():
-            if stream.forged:
+        for stream_id in list(self._watch):
+            stream = self.streams[stream_id]
+            if stream.forged or not (stream.seen or stream.expected):
+                self._watch.discard(stream_id)
                 continue
             if horizon_ms is not None and stream.seen and not stream.uncovered_late:
                 oldest = min(t for _, t in stream.seen.values())
@@ -319,9 +325,12 @@ class FollowTrust:
                 session, producer = json.loads(text[len(TRUST_STREAM_KEY):])
                 if value is None:
                     self.streams.pop((session, producer), None)
+                    self._watch.discard((session, producer))
                 else:
-                    self.streams[(session, producer)] = StreamTrust.from_json(
-                        json.loads(value))
+                    stream = StreamTrust.from_json(json.loads(value))
+                    self.streams[(session, producer)] = stream
+                    if stream.seen or stream.expected:
+                        self._watch.add((session, producer))
             elif text.startswith(TRUST_PRODUCER_KEY) and value is not None:
                 pid = text[len(TRUST_PRODUCER_KEY):]
                 d = json.loads(value)
