@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from turnaudit.identity import TurnStamper, chain_hash
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
+
+GOLDEN_START = datetime(2026, 11, 1, tzinfo=UTC)
 
 DECODE = TurnEventDeserializer(shipped_catalog())
 ENCODE_V3 = SingleObjectSerializer(shipped_catalog().version(3))
@@ -37,7 +40,9 @@ def stamped_events(count: int, *, seed: int, producers: int, sessions: int) -> l
         ids = iter(range(10**6))
         stampers.append(TurnStamper(producer_id=f"producer-{n}",
                                     id_factory=lambda n=n, ids=ids: f"event-{n}-{next(ids)}"))
-    sim = TurnRuntimeSimulator(seed, schema_versions=(3,), concurrent_sessions=sessions)
+    # A fixed clock: the golden report holds the turns' hashes, occurred_at included.
+    sim = TurnRuntimeSimulator(seed, schema_versions=(3,), concurrent_sessions=sessions,
+                               start=GOLDEN_START)
     out = []
     for i, event in enumerate(sim.events(count)):
         stamper = stampers[i % producers]
