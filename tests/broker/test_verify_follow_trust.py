@@ -107,8 +107,8 @@ def test_a_stream_forged_under_a_new_producer_id_is_forged_within_the_grace(
     copy_checkpoints(target, run.checkpoints)
     streams = len(streams_of(run.messages))
     port = free_port()
-    with follower(target, port, tmp_path / "follow.log",
-                  *keyring_args(run, "--require-signed")):
+    args = keyring_args(run, "--require-signed")
+    with follower(target, port, tmp_path / "follow.log", *args) as proc:
         assert wait_for(lambda: caught_up(target), timeout=90)
         assert wait_for(lambda: settled(port, streams), timeout=60)
         assert forgeries(scrape(port)) == 0
@@ -127,6 +127,10 @@ def test_a_stream_forged_under_a_new_producer_id_is_forged_within_the_grace(
                         timeout=GRACE + 30)
         took = time.monotonic() - sent
         found = scrape(port)
+        assert wait_for(lambda: caught_up(target), timeout=30)
+        time.sleep(2)  # the forgery's flush, then the batch's
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
     print(f"\nforged stream under a new producer id: forged {took:.1f} s after it was "
           f"written (trust grace {GRACE:g} s)")
     assert took >= GRACE - 0.5  # not before the grace: a checkpoint could still cover it
@@ -134,6 +138,14 @@ def test_a_stream_forged_under_a_new_producer_id_is_forged_within_the_grace(
     assert found[TRUST % "forged"] == 1
     assert found[TRUST % "signed"] == streams
     assert forgeries(found) == 1
+    # After a SIGKILL the stream is still forged, from the state, and not found again.
+    with follower(target, port, tmp_path / "follow.log", *args):
+        assert wait_for(lambda: settled(port, streams + 1), timeout=60)
+        time.sleep(GRACE + 2)
+        again = scrape(port)
+    assert again[TRUST % "forged"] == 1
+    assert again[TRUST % "signed"] == streams
+    assert forgeries(again) == 0
 
 
 def test_a_rewritten_turn_at_a_signed_position_is_forged(
