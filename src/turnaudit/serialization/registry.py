@@ -17,11 +17,13 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
+if TYPE_CHECKING:
+    # The registry client costs ~0.2 s to import (httpx, authlib): only a process
+    # that talks to a registry pays it, when it first does.
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import SerializationContext
 
 from turnaudit.errors import ConfigurationError, RegistryUnavailableError, SerializationError
 from turnaudit.serialization.schemas import WriterSchema
@@ -29,7 +31,7 @@ from turnaudit.serialization.schemas import WriterSchema
 ENV = "TURNAUDIT_SCHEMA_REGISTRY_"
 COMPATIBILITY = "FULL_TRANSITIVE"
 # The registry client type, for callers that hand one in (tests, a runtime's own).
-RegistryClient = SchemaRegistryClient
+RegistryClient: TypeAlias = "SchemaRegistryClient"
 
 
 def registry_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -82,12 +84,14 @@ class ConfluentSerializer:
         self._registry = registry
         self._auto_register = auto_register
         self._compatible_subjects: set[str] = set()
+        from confluent_kafka.schema_registry.avro import AvroSerializer  # noqa: PLC0415 - lazy, see top
+
         self._inner = AvroSerializer(
             registry, schema.schema_json, conf={"auto.register.schemas": auto_register}
         )
 
     def __call__(self, record: dict[str, Any], ctx: SerializationContext | None = None) -> bytes:
-        ctx = ctx if ctx is not None else SerializationContext("", MessageField.VALUE)
+        ctx = ctx if ctx is not None else _value_context("")
         if self._auto_register and ctx.topic not in self._compatible_subjects:
             # Before the first registration under the subject (topic name strategy).
             ensure_compatibility(self._registry, f"{ctx.topic}-value")
@@ -105,8 +109,17 @@ class ConfluentSerializer:
 
     def bind(self, topic: str) -> Callable[[dict[str, Any]], bytes]:
         """A one-argument serializer for one topic (the context is built once)."""
-        ctx = SerializationContext(topic, MessageField.VALUE)
+        ctx = _value_context(topic)
         return lambda record: self(record, ctx)
+
+
+def _value_context(topic: str) -> SerializationContext:
+    from confluent_kafka.serialization import (  # noqa: PLC0415 - lazy, see top
+        MessageField,
+        SerializationContext,
+    )
+
+    return SerializationContext(topic, MessageField.VALUE)
 
 
 def registry_client(url: str, extra: Mapping[str, str] | None = None) -> RegistryClient:
@@ -117,6 +130,10 @@ def registry_client(url: str, extra: Mapping[str, str] | None = None) -> Registr
 
 @functools.cache
 def _registry_client(url: str, extra: tuple[tuple[str, str], ...]) -> RegistryClient:
+    from confluent_kafka.schema_registry import (  # noqa: PLC0415 - lazy, see top
+        SchemaRegistryClient,
+    )
+
     return SchemaRegistryClient.new_client({"url": url, **dict(extra)})
 
 
@@ -148,6 +165,8 @@ def schema_ids(
     """Each schema's id under ``subject`` (by version): registered (the subject's
     compatibility set first), or, without ``auto_register``, only looked up.
     ``RegistryUnavailableError`` names the version the registry did not give."""
+    from confluent_kafka.schema_registry import Schema  # noqa: PLC0415 - lazy, see top
+
     out: dict[int, int] = {}
     for schema in schemas:
         avro = Schema(schema.schema_json, "AVRO")

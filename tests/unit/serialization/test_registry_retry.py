@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from prometheus_client import CollectorRegistry
 
 from tests.support.events import turn
@@ -21,7 +22,6 @@ from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import (
     REGISTRY_RETRY_BACKOFF_S,
     ConfluentIdSerializer,
-    RegistryClient,
     TurnEventDeserializer,
 )
 
@@ -75,7 +75,7 @@ def message() -> bytes:
 def decoder(url: str, slept: list[float]) -> TurnEventDeserializer:
     return TurnEventDeserializer(
         # The client's own retries off: the retries seen are the decoder's.
-        CATALOG, registry=RegistryClient({"url": url, "max.retries": 0}), sleep=slept.append)
+        CATALOG, registry=SchemaRegistryClient({"url": url, "max.retries": 0}), sleep=slept.append)
 
 
 def test_a_registry_that_fails_then_recovers_costs_no_dead_letter(flaky: FlakyRegistry) -> None:
