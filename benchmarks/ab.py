@@ -34,13 +34,19 @@ ROW = re.compile(
 
 
 def run_once(
-    tree: Path, python: str, script: list[str], extra: list[str]
+    tree: Path, python: str, script: list[str], extra: list[str], timeout: float
 ) -> dict[str, tuple[float, float]]:
     """Row -> (ratio to bare, CPU µs per event) of one round."""
-    out = subprocess.run(
-        [python, str(tree / "benchmarks" / script[0]), *script[1:], *extra, "--rounds", "1"],
-        cwd=tree, capture_output=True, text=True, check=True, env=os.environ.copy(),
-    ).stdout
+    command = [python, str(tree / "benchmarks" / script[0]), *script[1:], *extra, "--rounds", "1"]
+    try:
+        out = subprocess.run(
+            command, cwd=tree, capture_output=True, text=True, check=True,
+            env=os.environ.copy(), timeout=timeout,
+        ).stdout
+    except subprocess.TimeoutExpired:
+        # A benchmark loop that waits for messages which never come (deleted from
+        # a shared broker, say) would otherwise hold the whole A/B run forever.
+        raise SystemExit(f"{tree}: one round took over {timeout:g}s: stopped") from None
     rows = {}
     for line in out.splitlines():
         found = ROW.match(line)
@@ -64,6 +70,8 @@ def main() -> None:
     parser.add_argument("--a-args", default="", help="arguments for A's script only")
     parser.add_argument("--b-args", default="", help="arguments for B's script only")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds one side's round may take (default 900)")
     parser.add_argument("script", nargs="+", help="the benchmark script and its arguments")
     args = parser.parse_args()
     sides = {
@@ -75,7 +83,7 @@ def main() -> None:
         order = ("A", "B") if n % 2 == 0 else ("B", "A")
         for side in order:
             tree, python, extra = sides[side]
-            for row, figures in run_once(tree, python, args.script, extra).items():
+            for row, figures in run_once(tree, python, args.script, extra, args.timeout).items():
                 results[side].setdefault(row, []).append(figures)
             print(f"round {n + 1}: {side} done", file=sys.stderr)
     print(f"{'row':32} {'A vs bare':>20} {'B vs bare':>20} {'B/A':>6}"
