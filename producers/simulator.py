@@ -165,11 +165,15 @@ MAX_TURN_GAP_MS = 400
 
 
 def default_start(now: datetime | None = None) -> datetime:
-    """The simulated clock's default start: yesterday, 00:00 UTC (the same turns for a
-    seed all day). Not a fixed date: a turn's record timestamp is its occurred_at,
-    and turns older than a topic's time retention are deleted at its next check."""
+    """The simulated clock's default start: tomorrow, 00:00 UTC (the same turns for a
+    seed all day). Ahead of the wall clock on purpose: the publisher stamps a record
+    with its turn's occurred_at capped at now, so simulated turns are stored at the
+    moment they are published (broker-time ranges and time retention see them as
+    new), while their occurred_at stays the seed's clock, never the wall clock. A
+    fixed past date would put them out of a topic's time retention once it is
+    older than that: deleted at the broker's next check."""
     today = (now or datetime.now(UTC)).replace(hour=0, minute=0, second=0, microsecond=0)
-    return today - timedelta(days=1)
+    return today + timedelta(days=1)
 
 
 class TurnRuntimeSimulator:

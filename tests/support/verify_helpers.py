@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +61,11 @@ def publish(
     sessions: int = 20,
     start: datetime | None = None,
 ) -> GroundTruth:
-    """Simulated turns whose clock starts at ``start`` (default: now, so each turn is
-    stored at the time it is published: the publisher caps a timestamp at now)."""
+    """Simulated turns whose clock starts at ``start`` (default: the simulator's, ahead of
+    the wall clock, so each turn is stored at the time it is published)."""
     publisher = TurnEventPublisher(settings, spool_dir=spool)
     sim = TurnRuntimeSimulator(seed, schema_versions=versions, concurrent_sessions=sessions,
-                               start=start or datetime.now(UTC))
+                               start=start)
     for event in sim.events(events):
         publisher.publish(event)
     assert publisher.close().ok

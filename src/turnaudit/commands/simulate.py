@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -35,8 +34,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--real-time",
         action="store_true",
         help="stamp each turn with the wall-clock time it is published (default: the seed's "
-        "simulated clock, which starts when the run starts and runs ahead of the wall clock at "
-        "full speed: such turns are stored at the time they are published)",
+        "simulated clock, which starts at the next midnight UTC; the records are stamped with "
+        "the time they are published)",
     )
     parser.add_argument(
         "--metrics-port", type=non_negative_int, metavar="PORT",
@@ -109,11 +108,10 @@ def publish_simulation(
     """
     if args.events == 0:
         raise ConfigurationError("--events must be at least 1")
-    # Turns are stored with their occurred_at as record timestamp (capped at now):
-    # the simulated clock starts with the run, inside the topic's time retention.
+    # The seed's clock runs ahead of the wall clock (simulator.default_start): the
+    # publisher caps a record timestamp at now, so the turns are stored as published.
     sim = TurnRuntimeSimulator(
-        args.seed, schema_versions=args.schema_versions, concurrent_sessions=max(1, args.sessions),
-        start=datetime.now(UTC),
+        args.seed, schema_versions=args.schema_versions, concurrent_sessions=max(1, args.sessions)
     )
     publisher = TurnEventPublisher(settings, spool_dir=args.spool_dir, checkpoints=checkpoints,
                                    registry=registry)
