@@ -26,17 +26,19 @@ from turnaudit.dead_letters import (
 from turnaudit.dlq import (
     REDRIVABLE,
     UNKNOWN,
-    DecodeCheck,
     Letter,
     LetterFilter,
-    RedrivenMarks,
-    Refusal,
-    StillFailing,
     letter_from_record,
     letter_of,
     parse_position,
-    plan_redrive,
     summarize,
+)
+from turnaudit.dlq_redrive import (
+    DecodeCheck,
+    RedrivenMarks,
+    Refusal,
+    StillFailing,
+    plan_redrive,
 )
 from turnaudit.records import StoredRecord
 

@@ -46,6 +46,8 @@ PURE = (
     "src/turnaudit/checkpoints.py",
     "src/turnaudit/contracts.py",
     "src/turnaudit/dead_letters.py",
+    "src/turnaudit/dlq.py",
+    "src/turnaudit/dlq_redrive.py",
     "src/turnaudit/events.py",
     "src/turnaudit/htir.py",
     "src/turnaudit/identity.py",

@@ -21,16 +21,18 @@ from turnaudit.cluster import connect, require_access
 from turnaudit.consumers.runtime.sink import Rejection
 from turnaudit.consumers.runtime.validation import decode_message
 from turnaudit.dlq import (
-    DecodeCheck,
     Letter,
     LetterFilter,
+    letter_from_record,
+    parse_position,
+    summarize,
+)
+from turnaudit.dlq_redrive import (
+    DecodeCheck,
     RedrivenMarks,
     RedrivePlan,
     StillFailing,
-    letter_from_record,
-    parse_position,
     plan_redrive,
-    summarize,
 )
 from turnaudit.errors import BrokerError, ConfigurationError, PublishError
 from turnaudit.kafka.offsets import RangeSpec, resolve_range, watermarks
