@@ -9,7 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.events import encode, turn
-from turnaudit.producers.ordering import in_stream_order, shipped_position_reader
+from turnaudit.producers.ordering import (
+    UNREADABLE,
+    TurnFacts,
+    in_stream_order,
+    record_timestamp,
+    shipped_position_reader,
+    shipped_turn_reader,
+)
 from turnaudit.producers.spool import SpooledMessage
 
 TOPIC = "t.turn-events"
@@ -76,3 +83,30 @@ def test_the_shipped_reader_reads_the_position_of_the_publisher_s_bytes(version:
     assert read(b"not a turn") is None
     spooled = [SpooledMessage(TOPIC, b"k", v) for v in reversed(values)]
     assert [read(m.value) for m in in_stream_order(spooled, TOPIC, read)] == list(range(5))
+
+
+class TestEventTime:
+    @given(st.sampled_from([1, 2, 3, 4]), st.integers(1, 4_102_444_800_000))
+    def test_one_decode_gives_position_and_occurred_at(self, version: int, millis: int) -> None:
+        read = shipped_turn_reader()
+        facts = read(encode(turn("s-1", 7, version=version) | {"occurred_at": millis}))
+        assert facts == TurnFacts(7, millis)
+
+    @given(st.binary(max_size=64))
+    def test_what_cannot_be_read_is_produced_at_the_produce_time(self, raw: bytes) -> None:
+        # Registry framing (magic byte 0, schema id) or anything else: timestamp 0 = now.
+        framed = b"\x00\x00\x00\x00\x01" + raw
+        assert shipped_turn_reader()(framed) == UNREADABLE
+        assert UNREADABLE.occurred_at == 0
+
+    @given(st.integers(-10**13, 10**13), st.integers(1, 10**13))
+    def test_the_record_timestamp_is_occurred_at_never_after_now(
+        self, occurred: int, now: int
+    ) -> None:
+        stamp = record_timestamp(occurred, now)
+        if occurred <= 0:
+            assert stamp == 0  # no usable event time: the broker stamps the produce time
+        elif occurred <= now:
+            assert stamp == occurred
+        else:
+            assert stamp == now  # a clock ahead of ours: brokers refuse the far future
