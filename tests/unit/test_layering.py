@@ -50,6 +50,7 @@ PURE = (
     "src/turnaudit/dlq_redrive.py",
     "src/turnaudit/events.py",
     "src/turnaudit/htir.py",
+    "src/turnaudit/htir_steps.py",
     "src/turnaudit/identity.py",
     "src/turnaudit/label_bounds.py",
     "src/turnaudit/records.py",
