@@ -344,9 +344,9 @@ class Failover:
     ) -> bool:
         """One spooled message to librdkafka; False when closing stopped it."""
         is_event = message.topic == self.topic
-        # A turn keeps its event time however late it is drained (0 for a dead letter,
-        # or a turn this build cannot read: the produce time).
-        occurred = self._read(message.value).occurred_at if is_event else 0
+        # A turn (or a dead letter: a turn too) keeps its event time however late it is
+        # drained; 0, the produce time, for what this build cannot read.
+        occurred = self._read(message.value).occurred_at
         while not self._closing.is_set():
             try:
                 with self._ledger.lock:

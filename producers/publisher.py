@@ -104,6 +104,7 @@ from turnaudit.producers.failover import Failover, bytes_headers
 from turnaudit.producers.heads import DEFAULT_HEAD_INTERVAL_S, HeadsFile
 from turnaudit.producers.journal import Journal, JournalEntry, journal_from_env
 from turnaudit.producers.metrics import PublisherMetrics
+from turnaudit.producers.ordering import record_timestamp
 from turnaudit.producers.spool import SpooledMessage
 from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import SchemaCatalog, shipped_catalog
@@ -394,8 +395,13 @@ class TurnEventPublisher:
             self._ledger.dead_lettered += 1
             if not self._route.spooling:
                 try:
-                    self._producer.produce(self._dlq_topic, value, key, headers=headers,
-                                           on_delivery=self._failover.on_dead_letter_report)
+                    # Stamped like a turn (verify matches producer-side dead letters to
+                    # a range by record time, the range's turns' event time).
+                    self._producer.produce(
+                        self._dlq_topic, value, key, headers=headers,
+                        timestamp=record_timestamp(letter["occurred_at"],
+                                                   int(time.time() * 1000)),
+                        on_delivery=self._failover.on_dead_letter_report)
                     return
                 except (QueueFullError, ProduceError):
                     self._route.client_refused()
