@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from turnaudit.contracts import check_event, check_key
 from turnaudit.identity import GENESIS_HASH, LEGACY_PRODUCER, StreamId, chain_hash
@@ -39,6 +39,39 @@ CHAIN_KINDS = ("chain", "position_reused")
 
 PARTITION_KEY = "partition:"
 STREAM_KEY = "stream:"
+
+
+class FollowCountsJson(TypedDict):
+    proved: int
+    late: int
+    duplicates: int
+    chain: int
+    position_reused: int
+    lost: int
+    breaches: dict[str, int]
+    undecodable: int
+    began_before_retention: int
+
+
+class PartitionProofJson(TypedDict):
+    mode: StartMode
+    offset: int
+    event_time_ms: int
+    counts: FollowCountsJson
+
+
+# A proved stream, in the short keys the state topic keeps (many per partition).
+class ProvedStreamJson(TypedDict):
+    p: int
+    o: int
+    n: int
+    h: str
+    m: dict[str, float]
+    l: list[int]  # noqa: E741 - the state topic's short key for the lost positions
+    e: dict[str, str]
+    c: dict[str, str]
+    r: dict[str, str]
+    b: bool
 
 
 @dataclass
@@ -56,7 +89,7 @@ class FollowCounts:
     began_before_retention: int = 0
     reread: int = 0  # messages already proved, read again after a restart (not checkpointed)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> FollowCountsJson:
         return {"proved": self.proved, "late": self.late, "duplicates": self.duplicates,
                 "chain": self.chain, "position_reused": self.position_reused,
                 "lost": self.lost, "breaches": dict(sorted(self.breaches.items())),
@@ -86,7 +119,7 @@ class PartitionProof:
     counts: FollowCounts = field(default_factory=FollowCounts)
     event_time_ms: int = 0  # occurred_at of the last turn proved
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> PartitionProofJson:
         return {"mode": self.mode, "offset": self.next_offset, "event_time_ms": self.event_time_ms,
                 "counts": self.counts.as_json()}
 
@@ -104,7 +137,7 @@ class ProvedStream:
     recent: dict[int, str] = field(default_factory=dict)  # last positions' hash prefixes
     began_before_retention: bool = False
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> ProvedStreamJson:
         return {"p": self.partition, "o": self.offset, "n": self.next, "h": self.head,
                 "m": {str(k): v for k, v in self.missing.items()}, "l": sorted(self.lost),
                 "e": {str(k): v for k, v in self.edges.items()},
