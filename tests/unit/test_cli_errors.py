@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import BOUND_S, CONNECT_TIMEOUT_S, LOCAL_PORT, Case, Outcome, run_case
+from tests.support.trust_cli import TRUST_CASES, trust_files
 from turnaudit.local_broker import free_port
 
 # Commands that talk to a cluster, with the arguments they need to get that far.
@@ -328,7 +329,7 @@ def _cases() -> list[Case]:
     return cases
 
 
-CASES = _cases()
+CASES = _cases() + TRUST_CASES
 
 
 @pytest.fixture(scope="module")
@@ -339,7 +340,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Out
         dirs = {}
         for case in CASES:
             tmp = tmp_path_factory.mktemp("cli")
-            (tmp / "a-file").write_text("not a folder")
+            trust_files(tmp)  # also the "a-file" every table row may name
             dirs[case.name] = tmp
         with ThreadPoolExecutor(max_workers=6) as pool:
             futures = {c.name: pool.submit(run_case, c, dirs[c.name]) for c in CASES}
@@ -356,6 +357,7 @@ def test_one_line_right_exit_code_no_traceback(case: Case, outcomes: dict[str, O
     assert case.says.replace("{tmp}", outcome.tmp) in lines[0]
     assert outcome.returncode == case.exit_code, lines[0]
     assert outcome.elapsed < BOUND_S
+    assert "PRIVATE KEY" not in outcome.stderr  # no failure shows a signing key
 
 
 def test_every_cluster_command_is_in_the_table() -> None:

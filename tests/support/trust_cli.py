@@ -1,24 +1,19 @@
-"""The CLI error table of signed checkpoints (the pattern of tests/unit/test_cli_errors.py):
-``verify --keyring/--require-signed``, ``keys generate`` and a publisher's signing
-settings, each bad value as a real ``turnaudit`` process: one line on stderr, the right
-exit code, no traceback, in bounded time, before any cluster is asked."""
+"""The signed-checkpoint rows of the CLI error table (tests/unit/test_cli_errors.py):
+``verify --keyring/--require-signed/--follow``, ``keys generate`` and a publisher's signing
+settings, with the key files and keyrings they read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
-from tests.support.cli import BOUND_S, Case, Outcome, run_case
+from tests.support.cli import Case
 from turnaudit.local_broker import free_port
 from turnaudit.signing_keys import generate_keys
 
 NOWHERE = {"KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"}
 SIGNING = {**NOWHERE, "TURNAUDIT_SIGNING_KEY_ID": "k"}
 
-CASES = [
+TRUST_CASES = [
     Case("verify --require-signed without --keyring", ["verify", "--require-signed"], NOWHERE,
          2, "--require-signed needs --keyring FILE"),
     Case("verify --keyring missing", ["verify", "--keyring", "{tmp}/missing.toml"], NOWHERE,
@@ -84,7 +79,7 @@ CASES = [
 ]
 
 
-def _files(tmp: Path) -> None:
+def trust_files(tmp: Path) -> None:
     (tmp / "a-file").write_text("not a folder")
     made = generate_keys(tmp, "private")
     opened = tmp / "open.key"
@@ -99,28 +94,3 @@ def _files(tmp: Path) -> None:
     (tmp / "not-a-key.toml").write_text(
         '[keys.k]\npublic_key = "-----BEGIN PUBLIC KEY-----\\nAAAA\\n-----END PUBLIC KEY-----'
         '\\n"\nvalid_from = 2026-01-01T00:00:00Z\n')
-
-
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Outcome]]:
-    dirs = {}
-    for case in CASES:
-        tmp = tmp_path_factory.mktemp("trust-cli")
-        _files(tmp)
-        dirs[case.name] = tmp
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {c.name: pool.submit(run_case, c, dirs[c.name]) for c in CASES}
-        yield {name: f.result() for name, f in futures.items()}
-
-
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_one_line_right_exit_code_no_traceback(case: Case, outcomes: dict[str, Outcome]) -> None:
-    outcome = outcomes[case.name]
-    lines = outcome.stderr.strip().splitlines()
-    assert "Traceback" not in outcome.stderr, outcome.stderr
-    assert len(lines) == 1, outcome.stderr
-    assert lines[0].startswith("turnaudit"), lines[0]
-    assert case.says.replace("{tmp}", outcome.tmp) in lines[0]
-    assert outcome.returncode == case.exit_code, lines[0]
-    assert outcome.elapsed < BOUND_S
-    assert "PRIVATE KEY" not in outcome.stderr
