@@ -8,9 +8,7 @@ export request, flushed every second). A missing binary fails the test.
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +18,7 @@ from typing import Any
 
 from tests.support import PROJECT_ROOT
 from tests.support.jsonl import complete_json_lines
+from tests.support.realparts import process
 from turnaudit.local_broker import free_ports
 
 BINARY = PROJECT_ROOT / "deploy/otelcol/bin/otelcol-turnaudit"
@@ -113,11 +112,7 @@ def running_collector(
         "OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
         "OTELCOL_FILE": str(collector.file),
     }
-    with collector.log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(BINARY), "--config", str(CONFIG)], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-    try:
+    with process([str(BINARY), "--config", str(CONFIG)], collector.log, env) as proc:
         deadline = time.monotonic() + timeout
         while not (_listening(grpc_port) and _listening(http_port)):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -126,11 +121,3 @@ def running_collector(
                 )
             time.sleep(0.05)
         yield collector
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
