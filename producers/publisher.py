@@ -269,8 +269,20 @@ class TurnEventPublisher:
             heads.turns += 1
             if heads.turns == heads.wake_at:  # a signed checkpoint's count of turns
                 heads.wake.set()
-            turn = _Turn(event_id, session, stamped["sequence"], stamped["occurred_at"])
             journal = self._journal
+            if journal is None and not self._route.spooling:
+                # The common case, inline: to librdkafka, stamped with the turn's event
+                # time capped at now (ordering.record_timestamp).
+                occurred, now_ms = stamped["occurred_at"], int(time.time() * 1000)
+                at = (occurred if occurred <= now_ms else now_ms) if occurred > 0 else 0
+                try:
+                    self._producer.produce(self.topic, value, key, timestamp=at)
+                    ledger.to_client()
+                    return event_id
+                except (QueueFullError, ProduceError) as exc:
+                    if self._client_refused(exc, key, value):
+                        return event_id  # set aside for good: counted as failed
+            turn = _Turn(event_id, session, stamped["sequence"], stamped["occurred_at"])
             if journal is None:
                 refusal = self._hand_over(turn, key, value, None)
             else:  # journal mode: the committer hands it over after its fsync
@@ -308,17 +320,10 @@ class TurnEventPublisher:
                                                                          ticket))
                 ledger.to_client()
                 return None
-            except QueueFullError:
-                route.client_refused()  # librdkafka's queue is full: the spool takes it
-            except ProduceError as exc:
-                if is_permanent(exc.error):  # never going to be taken (too large, ...)
-                    ledger.to_client()
-                    ledger.failed()
-                    self._failover.reject(SpooledMessage(self.topic, key, value), exc.error)
+            except (QueueFullError, ProduceError) as exc:
+                if self._client_refused(exc, key, value):
                     self._ack(ticket)
                     return None
-                log.warning("produce_failed_spooling", error=str(exc))
-                route.client_refused()
         self._failover.ensure_worker()  # it drains the spool: never without it
         try:
             self._failover.spool.append(self.topic, key, value)
@@ -333,6 +338,20 @@ class TurnEventPublisher:
             )
         finally:
             self._ack(ticket)  # spooled (on disk) or refused: the journal may forget it
+
+    def _client_refused(self, exc: QueueFullError | ProduceError, key: bytes,
+                        value: bytes) -> bool:
+        """librdkafka did not take the turn: True when it never will (too large, ...:
+        counted as failed, kept in rejected/), else the spool takes it and what follows."""
+        if isinstance(exc, ProduceError):
+            if is_permanent(exc.error):
+                self._ledger.to_client()
+                self._ledger.failed()
+                self._failover.reject(SpooledMessage(self.topic, key, value), exc.error)
+                return True
+            log.warning("produce_failed_spooling", error=str(exc))
+        self._route.client_refused()  # a full queue, or a refusal: the spool takes it
+        return False
 
     # -- journal mode ----------------------------------------------------------
     def _ack(self, ticket: int | None) -> None:
