@@ -309,3 +309,47 @@ def test_a_breaching_turn_goes_to_the_dead_letter_topic_with_its_reason(
     dead = TurnEventDeserializer(shipped_catalog())(letter.value()).event
     assert dead["session_id"] == broken["session_id"]
     assert dead["sequence"] == -1  # no sequence number taken: the session shows no gap
+
+
+def test_journal_mode_from_four_threads_delivers_each_turn_once_in_order(
+    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TURNAUDIT_PUBLISH_JOURNAL=1: four runtime threads share group commits (fewer
+    fsyncs than turns), every turn reaches the topic once, in order per session, with
+    its occurred_at as record timestamp, and a clean close leaves no journal."""
+    monkeypatch.setenv("TURNAUDIT_PUBLISH_JOURNAL", "1")
+    publisher = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
+    journal = publisher._journal
+    assert journal is not None
+    base = int(time.time() * 1000) - 60_000
+    ids: list[str] = []
+
+    def runtime(seed: int) -> None:
+        for i, event in enumerate(TurnRuntimeSimulator(seed, schema_versions=(3,),
+                                                       concurrent_sessions=5).events(150)):
+            event["occurred_at"] = base + i
+            ids.append(publisher.publish(event))
+
+    threads = [threading.Thread(target=runtime, args=(70 + n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    commits = journal.commits
+    report = publisher.close()
+    assert report.ok, report
+    assert report.delivered == 600
+    assert commits < 600
+    assert list((tmp_path / "spool" / "journal").iterdir()) == []
+    decode = TurnEventDeserializer(shipped_catalog())
+    seen: Counter[str] = Counter()
+    sequences: dict[str, list[int]] = defaultdict(list)
+    for msg in read_all(kafka_settings, kafka_settings.topics.turn_events):
+        event = decode(msg.value()).event
+        seen[event["event_id"]] += 1
+        sequences[event["session_id"]].append(event["sequence"])
+        assert msg.timestamp()[1] == event["occurred_at"]
+    assert set(seen) == set(ids)
+    assert max(seen.values()) == 1
+    for session, numbers in sequences.items():
+        assert numbers == list(range(len(numbers))), session
