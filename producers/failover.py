@@ -307,16 +307,34 @@ class Failover:
         with self._ledger.lock:
             handback, self._handback = self._handback, []
             self._ledger.aged_out += sum(m.topic == self.topic for m in handback)
+        ordered = in_stream_order(handback, self.topic, self._position)
         try:
             # Older than anything publish() spooled since: in front, order kept.
             # A late delivery of an in-flight original is a duplicate with the
             # same event id, which readers count once.
-            self.spool.requeue_front(in_stream_order(handback, self.topic, self._position))
+            self.spool.requeue_front(ordered)
         except (PublishError, OSError) as exc:
+            # The disk cannot take them (full, failing): back into librdkafka's
+            # memory, in order, rather than lost; the bound tries the disk again
+            # once they are old again. The spool drains only behind them.
+            log.error("unacknowledged_events_kept_in_memory",
+                      events=sum(m.topic == self.topic for m in ordered), error=str(exc))
+            self._back_to_client(producer, ordered)
+
+    def _back_to_client(self, producer: KafkaProducer, messages: list[SpooledMessage]) -> None:
+        now_ms = int(time.time() * 1000)
+        for message in messages:
+            is_event = message.topic == self.topic
+            occurred = self._read(message.value).occurred_at
             with self._ledger.lock:
-                lost = sum(m.topic == self.topic for m in handback)
-                self._ledger.lose(lost)
-            log.critical("undelivered_events_not_kept", events=lost, error=str(exc))
+                producer.produce(
+                    message.topic, message.value, message.key, headers=message.headers,
+                    timestamp=record_timestamp(occurred, now_ms),
+                    on_delivery=None if is_event else self.on_dead_letter_report,
+                    on_full="wait",  # the purge just emptied the queue: room for all of them
+                )
+                if is_event:
+                    self._ledger.drained()  # counted spooled by its purge report: in flight again
 
     def _drain_once(self, producer: KafkaProducer) -> None:
         if self._batch is not None:  # left by an error: finish it before reading more

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import threading
 import time
 import uuid
@@ -363,3 +364,52 @@ def test_events_published_after_close_wait_in_the_spool_for_the_next_publisher(
     assert report.ok
     assert report.delivered == 30
     assert_on_topic_exactly_once_in_order(kafka_settings, runtime)
+
+
+def test_turns_aged_out_of_a_hung_broker_onto_a_full_disk_stay_in_memory(
+    own_settings: KafkaSettings, own_broker: LocalKafkaBroker, small_fs: Path
+) -> None:
+    """The age bound moves turns a hung broker never acknowledged to the spool; when
+    the disk is really full then, they go back to librdkafka's memory (in order)
+    instead of being lost, and are delivered once the broker answers."""
+    registry = CollectorRegistry()
+    publisher = TurnEventPublisher(
+        own_settings, spool_dir=small_fs / "spool", registry=registry, probe_interval=0.2,
+        max_unacked_s=1.0,
+    )
+    runtime = Runtime(publisher, seed=41)
+    runtime.publish(50)
+    wait_until(lambda: publisher.stats().delivered == 50)
+    jvm = own_broker.status().pid
+    assert jvm is not None
+    filler = fill_disk(small_fs)
+    os.kill(jvm, signal.SIGSTOP)  # hung, not down: librdkafka keeps the turns
+    try:
+        runtime.publish(120)
+        # Past the bound, twice: each time the disk refuses them, they go back to memory.
+        time.sleep(3.5)
+        stats = publisher.stats()
+        assert stats.failed == 0, stats
+        assert_balanced(stats, registry)
+    finally:
+        os.kill(jvm, signal.SIGCONT)
+    filler.unlink()
+    report = publisher.close(timeout=120)
+    assert report.lost == 0, report
+    assert report.failed == 0, report
+    assert report.undelivered == 0, report
+    assert len(runtime.accepted) == 170  # the spool was never needed for publish()
+    # Every turn on the topic, first copies in stream order; an in-flight original
+    # the hung broker still wrote is a same-id duplicate, which readers count once.
+    decode = TurnEventDeserializer(shipped_catalog())
+    first: dict[str, list[int]] = defaultdict(list)
+    ids: set[str] = set()
+    topic = own_settings.topics.turn_events
+    for msg in read_range(own_settings, topic, None, end_offsets(own_settings, topic)):
+        event = decode(msg.value()).event
+        if event["event_id"] not in ids:
+            ids.add(event["event_id"])
+            first[event["session_id"]].append(event["sequence"])
+    assert ids == set(runtime.accepted)
+    for session, numbers in first.items():
+        assert numbers == list(range(len(numbers))), session
