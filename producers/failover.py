@@ -1,11 +1,6 @@
 """The publisher's failover: the on-disk spool while the broker is away.
 
-* ``Route`` holds the routing decisions alone (no I/O, unit-tested): new
-  events go to the spool while it holds anything (so a session's order is
-  kept), once librdkafka's queue was full or refused a message, and while
-  every broker is unreachable; the broker is probed at most once per
-  interval while it is down; the spool drains once the broker answers and
-  librdkafka's queue is empty.
+* ``Route`` (``turnaudit.producers.route``) holds the routing decisions alone.
 * ``Failover`` carries them out: a background thread serves librdkafka's
   callbacks, probes the broker, drains the spool in order, and survives any
   error (logged, counted, retried after a pause). Delivery reports of
@@ -19,12 +14,12 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
-from turnaudit.errors import ConfigurationError, PublishError
+from turnaudit.errors import PublishError
 from turnaudit.kafka.producer import (
     DeliveredMessage,
     DeliveryError,
@@ -35,14 +30,21 @@ from turnaudit.kafka.producer import (
     is_purged,
 )
 from turnaudit.producers.accounting import Ledger
-from turnaudit.producers.journal import recover
+from turnaudit.producers.journal import recover_journal
 from turnaudit.producers.ordering import (
     TurnFacts,
     in_stream_order,
     record_timestamp,
     shipped_turn_reader,
 )
-from turnaudit.producers.spool import DiskSpool, SpooledMessage, SpoolRecord
+from turnaudit.producers.route import Route
+from turnaudit.producers.spool import (
+    SpooledMessage,
+    SpoolRecord,
+    as_bytes,
+    bytes_headers,
+    open_spool,
+)
 from turnaudit.records import ClientError
 
 log = structlog.get_logger("turnaudit.publisher")
@@ -50,60 +52,6 @@ log = structlog.get_logger("turnaudit.publisher")
 DRAIN_BATCH = 500
 WORKER_PAUSE_S = 0.5  # after an unexpected error in the background thread
 _POLL_S = 0.05
-
-
-class Route:
-    """Where ``publish()`` sends an event, and when the spool may drain."""
-
-    def __init__(self, *, spooling: bool, probe_interval: float) -> None:
-        # Read by publish() on every call: a plain attribute, set under the
-        # publisher's lock wherever an event could otherwise overtake another.
-        self.spooling = spooling
-        self.broker_down = False
-        self._probe_interval = probe_interval
-        self._last_probe = float("-inf")
-
-    def client_refused(self) -> None:
-        """librdkafka's queue is full, or it refused a message: the spool takes the next."""
-        self.spooling = True
-
-    def brokers_down(self) -> bool:
-        """Every broker is unreachable; True when that is news."""
-        news = not self.broker_down
-        self.broker_down = self.spooling = True
-        return news
-
-    def unacked_too_old(self, now: float) -> None:
-        """The oldest event in librdkafka waited longer than the age bound: treat
-        the broker as away (a hung broker is not declared down by librdkafka for
-        a long time), spool from now on, and probe it after one interval."""
-        self.broker_down = self.spooling = True
-        self._last_probe = now
-
-    def probe_due(self, now: float) -> bool:
-        """Whether to ask the broker now (spooling, broker down, interval passed)."""
-        waited = now - self._last_probe
-        if not (self.spooling and self.broker_down) or waited < self._probe_interval:
-            return False
-        self._last_probe = now
-        return True
-
-    def probed(self, reachable: bool) -> bool:
-        """The probe's answer; True when the broker is back."""
-        back = self.broker_down and reachable
-        self.broker_down = not reachable
-        return back
-
-    def may_drain(self, queued: int) -> bool:
-        """Drain only behind everything librdkafka holds, to the broker that answers."""
-        return self.spooling and not self.broker_down and queued == 0
-
-    def spool_empty(self) -> None:
-        self.spooling = False
-
-    def closed(self) -> None:
-        """After close(), events go to the spool, for the next publisher."""
-        self.spooling = True
 
 
 class _DrainBatch:
@@ -120,21 +68,6 @@ class _DrainBatch:
             if not done:
                 return i
         return len(self.reported)
-
-
-def open_spool(directory: Path, max_bytes: int) -> DiskSpool:
-    """The spool, or one line saying why its folder cannot be used."""
-    try:
-        spool = DiskSpool(directory, max_bytes=max_bytes)
-        probe = directory / ".write-probe"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigurationError(
-            f"spool directory {directory} is not usable ({exc.strerror or exc}): "
-            "choose a writable folder (--spool-dir)"
-        ) from None
-    return spool
 
 
 class Failover:
@@ -212,7 +145,7 @@ class Failover:
         if err is None:
             return False  # a dead letter delivered
         kept = SpooledMessage(
-            msg.topic() or self.topic, _bytes(msg.key()), _bytes(msg.value()),
+            msg.topic() or self.topic, as_bytes(msg.key()), as_bytes(msg.value()),
             bytes_headers(msg.headers()),
         )
         if is_event:
@@ -443,40 +376,3 @@ class Failover:
         with self._ledger.lock:
             self.route.closed()
         return lost
-
-
-def recover_journal(
-    spool_dir: Path, spool_max_bytes: int, topic: str, position: Callable[[bytes], int | None]
-) -> int:
-    """Put the turns of the journals left in ``<spool_dir>/journal`` in front of the
-    spool (they were in a crashed publisher's client queue: older than anything it
-    spooled), then delete those journals; the count recovered. A turn that was
-    delivered after all is re-sent: same event id, counted once by readers."""
-    entries, files = recover(spool_dir / "journal")
-    if not files:
-        return 0
-    spool = open_spool(spool_dir, spool_max_bytes)
-    try:
-        messages = [SpooledMessage(e.topic, e.key, e.value) for e in entries]
-        spool.requeue_front(in_stream_order(messages, topic, position))
-    finally:
-        spool.close()
-    for path in files:  # only once the spool holds them (requeue_front fsyncs)
-        path.unlink(missing_ok=True)
-    log.warning("journal_recovered", turns=len(entries), files=len(files))
-    return len(entries)
-
-
-def _bytes(data: str | bytes | None) -> bytes:
-    if data is None:
-        return b""
-    return data.encode() if isinstance(data, str) else data
-
-
-def bytes_headers(
-    headers: Sequence[tuple[str, str | bytes | None]] | None,
-) -> list[tuple[str, bytes]] | None:
-    """Headers as the spool keeps them: (name, bytes) pairs, None for none."""
-    if not headers:
-        return None
-    return [(k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in headers]

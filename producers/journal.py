@@ -44,6 +44,8 @@ import structlog
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.files import private_dir, private_fd
+from turnaudit.producers.ordering import in_stream_order
+from turnaudit.producers.spool import SpooledMessage, open_spool
 
 log = structlog.get_logger("turnaudit.publisher")
 
@@ -303,3 +305,25 @@ class Journal:
         rejected (after ``close``)."""
         for path in self.own_files():
             path.unlink(missing_ok=True)
+
+
+def recover_journal(
+    spool_dir: Path, spool_max_bytes: int, topic: str, position: Callable[[bytes], int | None]
+) -> int:
+    """Put the turns of the journals left in ``<spool_dir>/journal`` in front of the
+    spool (they were in a crashed publisher's client queue: older than anything it
+    spooled), then delete those journals; the count recovered. A turn that was
+    delivered after all is re-sent: same event id, counted once by readers."""
+    entries, files = recover(spool_dir / "journal")
+    if not files:
+        return 0
+    spool = open_spool(spool_dir, spool_max_bytes)
+    try:
+        messages = [SpooledMessage(e.topic, e.key, e.value) for e in entries]
+        spool.requeue_front(in_stream_order(messages, topic, position))
+    finally:
+        spool.close()
+    for path in files:  # only once the spool holds them (requeue_front fsyncs)
+        path.unlink(missing_ok=True)
+    log.warning("journal_recovered", turns=len(entries), files=len(files))
+    return len(entries)

@@ -100,12 +100,12 @@ from turnaudit.kafka.producer import (
 )
 from turnaudit.producers.accounting import CloseReport, Ledger, PublisherStats
 from turnaudit.producers.checkpointer import Checkpointer
-from turnaudit.producers.failover import Failover, bytes_headers
+from turnaudit.producers.failover import Failover
 from turnaudit.producers.heads import DEFAULT_HEAD_INTERVAL_S, HeadsFile
 from turnaudit.producers.journal import Journal, JournalEntry, journal_from_env
 from turnaudit.producers.metrics import PublisherMetrics
 from turnaudit.producers.ordering import record_timestamp
-from turnaudit.producers.spool import SpooledMessage
+from turnaudit.producers.spool import SpooledMessage, bytes_headers
 from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import SchemaCatalog, shipped_catalog
 from turnaudit.serialization.writers import RegistryClient, turn_event_writers

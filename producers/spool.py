@@ -27,12 +27,13 @@ import struct
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
-from turnaudit.errors import PublishError, SpoolFullError, SpoolWriteError
+from turnaudit.errors import ConfigurationError, PublishError, SpoolFullError, SpoolWriteError
 from turnaudit.files import open_private, private_dir
 
 log = structlog.get_logger("turnaudit.spool")
@@ -392,3 +393,33 @@ def _decode(record: bytes) -> tuple[SpooledMessage, float]:
     raw = record[at : at + hlen]
     headers = [(k, bytes.fromhex(v)) for k, v in json.loads(raw)] if raw else None
     return SpooledMessage(topic, key, value, headers), appended_at
+
+
+def open_spool(directory: Path, max_bytes: int) -> DiskSpool:
+    """The spool, or one line saying why its folder cannot be used."""
+    try:
+        spool = DiskSpool(directory, max_bytes=max_bytes)
+        probe = directory / ".write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"spool directory {directory} is not usable ({exc.strerror or exc}): "
+            "choose a writable folder (--spool-dir)"
+        ) from None
+    return spool
+
+
+def as_bytes(data: str | bytes | None) -> bytes:
+    if data is None:
+        return b""
+    return data.encode() if isinstance(data, str) else data
+
+
+def bytes_headers(
+    headers: Sequence[tuple[str, str | bytes | None]] | None,
+) -> list[tuple[str, bytes]] | None:
+    """Headers as the spool keeps them: (name, bytes) pairs, None for none."""
+    if not headers:
+        return None
+    return [(k, v if isinstance(v, bytes) else (v or "").encode()) for k, v in headers]

@@ -15,8 +15,9 @@ import pytest
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.producers.accounting import Ledger
-from turnaudit.producers.failover import Failover, Route
+from turnaudit.producers.failover import Failover
 from turnaudit.producers.publisher import TurnEventPublisher, env_seconds
+from turnaudit.producers.route import Route
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.producers.spool import DiskSpool
 from turnaudit.serialization.schemas import shipped_catalog

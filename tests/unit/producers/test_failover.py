@@ -8,8 +8,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from turnaudit.local_broker import free_port
-from turnaudit.producers.failover import Route
 from turnaudit.producers.publisher import TurnEventPublisher
+from turnaudit.producers.route import Route
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.producers.spool import DiskSpool
 from turnaudit.serialization.schemas import shipped_catalog

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from tests.support.events import encode, turn
 from tests.support.smallfs import fill_disk, small_filesystem
 from turnaudit.errors import ConfigurationError
-from turnaudit.producers.failover import recover_journal
 from turnaudit.producers.journal import (
     JOURNAL_ENV,
     Journal,
@@ -27,6 +26,7 @@ from turnaudit.producers.journal import (
     left_journals,
     parse,
     read_journal,
+    recover_journal,
 )
 from turnaudit.producers.ordering import shipped_position_reader
 from turnaudit.producers.spool import DiskSpool, SpooledMessage
