@@ -47,7 +47,8 @@ from turnaudit.identity import StreamTracker, TrackResult, TurnOutcome, TurnStam
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.producers.publisher import GUARANTEES, PRODUCER_DEFAULTS, TurnEventPublisher
+from turnaudit.producers.producer_config import GUARANTEES, PRODUCER_DEFAULTS
+from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer

@@ -51,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _broker import benchmark_cluster
 
 from turnaudit.errors import EventRefusedError
-from turnaudit.producers.publisher import GUARANTEES, PRODUCER_DEFAULTS, TurnEventPublisher
+from turnaudit.producers.producer_config import GUARANTEES, PRODUCER_DEFAULTS
+from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer

@@ -39,10 +39,11 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import structlog
 
-from turnaudit.errors import ConfigurationError
+from turnaudit.errors import ConfigurationError, EventRefusedError
 from turnaudit.files import private_dir, private_fd
 from turnaudit.producers.ordering import in_stream_order
 from turnaudit.producers.spool import SpooledMessage, open_spool
@@ -327,3 +328,71 @@ def recover_journal(
         path.unlink(missing_ok=True)
     log.warning("journal_recovered", turns=len(entries), files=len(files))
     return len(entries)
+
+
+Turn = TypeVar("Turn")
+# The publisher's hand-over of a committed turn (under its lock): its refusal, if any.
+HandOver = Callable[[Turn, bytes, bytes, "int | None"], "EventRefusedError | None"]
+
+
+class JournalMode(Generic[Turn]):
+    """The publisher's side of journal mode: ``publish()`` appends a turn and waits
+    for its group commit; the committer thread hands committed turns over in
+    journal order (``hand_over``, under ``lock``); a turn leaves the journal once it
+    is dealt with (delivered, set aside, spooled or refused)."""
+
+    def __init__(self, directory: Path, producer_id: str, hand_over: HandOver[Turn],
+                 lock: threading.Lock) -> None:
+        self._hand_over = hand_over
+        self._lock = lock
+        self._waiting: dict[int, Turn] = {}  # appended, not yet committed (under lock)
+        self._refusals: dict[int, EventRefusedError] = {}  # committed and refused
+        self.journal = Journal(directory, producer_id, self._committed)
+
+    def append(self, entry: JournalEntry, turn: Turn) -> int | None:
+        """Under ``lock``: the turn's ticket, or None when the journal is closed."""
+        ticket = self.journal.append(entry)
+        if ticket is not None:
+            self._waiting[ticket] = turn
+        return ticket
+
+    def ack(self, ticket: int | None) -> None:
+        if ticket is not None:
+            self.journal.ack(ticket)
+
+    def reported(self, ticket: int, purged: bool) -> None:
+        # Delivered, or set aside in rejected/; a purged one goes back to the
+        # spool, and the journal keeps it until then (a crash re-sends it).
+        if not purged:
+            self.ack(ticket)
+
+    def _committed(self, entries: list[tuple[int, JournalEntry]]) -> None:
+        """A group commit's turns, fsynced: handed over in journal order (committer thread)."""
+        with self._lock:
+            for ticket, entry in entries:
+                turn = self._waiting.pop(ticket)
+                refusal = self._hand_over(turn, entry.key, entry.value, ticket)
+                if refusal is not None:
+                    self._refusals[ticket] = refusal
+
+    def wait(self, ticket: int, key: bytes, value: bytes) -> EventRefusedError | None:
+        """Until the turn is committed and handed over: its refusal, if any."""
+        try:
+            self.journal.wait(ticket)
+        except OSError as exc:
+            # The journal's disk failed: the turn is handed over without it (the
+            # mode's promise is gone for it, the default mode's still holds).
+            log.error("journal_failed_publishing_without", error=str(exc))
+            with self._lock:
+                turn = self._waiting.pop(ticket, None)
+                if turn is None:
+                    return self._refusals.pop(ticket, None)
+                return self._hand_over(turn, key, value, None)
+        with self._lock:
+            return self._refusals.pop(ticket, None)
+
+    def close(self) -> None:
+        self.journal.close()
+
+    def discard(self) -> None:
+        self.journal.discard()

@@ -68,7 +68,6 @@ counts live in ``turnaudit.producers.accounting``.
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,15 +80,12 @@ from turnaudit.dead_letters import dead_letter_headers
 from turnaudit.errors import (
     ConfigurationError,
     EventRefusedError,
-    PublishError,
     SpoolFullError,
     SpoolWriteError,
 )
 from turnaudit.events import OutgoingTurnEvent
 from turnaudit.identity import TurnStamper
 from turnaudit.kafka.producer import (
-    DEFAULTS,
-    RELIABLE,
     DeliveredMessage,
     DeliveryError,
     KafkaProducer,
@@ -102,9 +98,15 @@ from turnaudit.producers.accounting import CloseReport, Ledger, PublisherStats
 from turnaudit.producers.checkpointer import Checkpointer
 from turnaudit.producers.failover import Failover
 from turnaudit.producers.heads import DEFAULT_HEAD_INTERVAL_S, HeadsFile
-from turnaudit.producers.journal import Journal, JournalEntry, journal_from_env
+from turnaudit.producers.journal import JournalEntry, JournalMode, journal_from_env
 from turnaudit.producers.metrics import PublisherMetrics
 from turnaudit.producers.ordering import record_timestamp
+from turnaudit.producers.producer_config import (
+    DEFAULT_MAX_UNACKED_S,
+    GUARANTEES,
+    PRODUCER_DEFAULTS,
+    env_seconds,
+)
 from turnaudit.producers.spool import SpooledMessage, bytes_headers
 from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import SchemaCatalog, shipped_catalog
@@ -112,28 +114,9 @@ from turnaudit.serialization.writers import RegistryClient, turn_event_writers
 from turnaudit.settings import KafkaSettings
 from turnaudit.signing_keys import CheckpointSettings
 
-__all__ = ["CloseReport", "PublisherStats", "TurnEventPublisher", "raise_if_undelivered"]
+__all__ = ["CloseReport", "PublisherStats", "TurnEventPublisher"]
 
 log = structlog.get_logger("turnaudit.publisher")
-
-# Producer options the delivery guarantees rest on; a user may not override them.
-GUARANTEES: dict[str, object] = {
-    **RELIABLE,  # idempotent, acks=all, message.timeout.ms=0: retried until delivered
-    # Every delivery is reported: deliveries are counted from the reports, on
-    # the publisher's own thread, never from the client's queue length.
-    "delivery.report.only.error": False,
-}
-PRODUCER_DEFAULTS: dict[str, object] = {
-    **DEFAULTS,
-    "compression.type": "lz4",
-    "queue.buffering.max.messages": 100_000,
-    "queue.buffering.max.kbytes": 262_144,
-    "reconnect.backoff.max.ms": 1000,
-}
-
-
-DEFAULT_MAX_UNACKED_S = 5.0
-
 
 @dataclass(frozen=True, slots=True)
 class _Turn:
@@ -143,20 +126,6 @@ class _Turn:
     session: str
     sequence: int
     occurred_at: int
-
-
-def env_seconds(name: str, default: float) -> float:
-    """A non-negative number of seconds from the environment, or ``default``."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise ConfigurationError(f"{name}={raw!r}: expected a number of seconds >= 0")
-    return value
 
 
 class TurnEventPublisher:
@@ -239,10 +208,8 @@ class TurnEventPublisher:
             checkpointer=self.checkpointer,
         )
         # Journal mode: each turn fsynced (group commit) before it is produced.
-        self._journaled: dict[int, _Turn] = {}
-        self._journal_refusals: dict[int, EventRefusedError] = {}
-        self._journal = None if not journal else Journal(
-            spool_dir / "journal", self.producer_id, self._journal_committed)
+        self._journal = None if not journal else JournalMode[_Turn](
+            spool_dir / "journal", self.producer_id, self._hand_over, ledger.lock)
         self._closed = False
         self._lost = 0
         self.metrics.attach(self)
@@ -286,14 +253,12 @@ class TurnEventPublisher:
             if journal is None:
                 refusal = self._hand_over(turn, key, value, None)
             else:  # journal mode: the committer hands it over after its fsync
-                ticket = journal.append(JournalEntry(self.topic, key, value))
+                ticket = journal.append(JournalEntry(self.topic, key, value), turn)
                 if ticket is None:  # closed meanwhile
                     journal = None
                     refusal = self._hand_over(turn, key, value, None)
-                else:
-                    self._journaled[ticket] = turn
         if journal is not None and ticket is not None:
-            refusal = self._wait_for_journal(ticket, turn, key, value)
+            refusal = journal.wait(ticket, key, value)
         if refusal is not None:
             log.error("turn_event_refused", event_id=event_id, session_id=session,
                       sequence=refusal.sequence, reason=refusal.reason, error=str(refusal))
@@ -355,44 +320,15 @@ class TurnEventPublisher:
 
     # -- journal mode ----------------------------------------------------------
     def _ack(self, ticket: int | None) -> None:
-        if ticket is not None and self._journal is not None:
+        if self._journal is not None:
             self._journal.ack(ticket)
-
-    def _journal_committed(self, entries: list[tuple[int, JournalEntry]]) -> None:
-        """A group commit's turns, fsynced: handed over in journal order (committer thread)."""
-        with self._ledger.lock:
-            for ticket, entry in entries:
-                turn = self._journaled.pop(ticket)
-                refusal = self._hand_over(turn, entry.key, entry.value, ticket)
-                if refusal is not None:
-                    self._journal_refusals[ticket] = refusal
-
-    def _wait_for_journal(
-        self, ticket: int, turn: _Turn, key: bytes, value: bytes
-    ) -> EventRefusedError | None:
-        journal = self._journal
-        assert journal is not None
-        try:
-            journal.wait(ticket)
-        except OSError as exc:
-            # The journal's disk failed: the turn is handed over without it (the
-            # mode's promise is gone for it, the default mode's still holds).
-            log.error("journal_failed_publishing_without", error=str(exc))
-            with self._ledger.lock:
-                if self._journaled.pop(ticket, None) is None:
-                    return self._journal_refusals.pop(ticket, None)
-                return self._hand_over(turn, key, value, None)
-        with self._ledger.lock:
-            return self._journal_refusals.pop(ticket, None)
 
     def _journal_report(
         self, ticket: int, err: DeliveryError | None, msg: DeliveredMessage
     ) -> None:
         self._on_delivery(err, msg)
-        if err is None or not is_purged(err):
-            # Delivered, or set aside in rejected/; a purged one goes back to the
-            # spool, and the journal keeps it until then (a crash re-sends it).
-            self._ack(ticket)
+        if self._journal is not None:
+            self._journal.reported(ticket, purged=err is not None and is_purged(err))
 
     def dead_letter(self, event: OutgoingTurnEvent, reason: str, error: str) -> None:
         """Send an event the runtime built but must not publish as valid to the DLQ.
@@ -510,8 +446,3 @@ class TurnEventPublisher:
             refused=s.refused,
             lost=self._ledger.lost,
         )
-
-
-def raise_if_undelivered(report: CloseReport) -> None:
-    if not report.ok:
-        raise PublishError(report.describe())

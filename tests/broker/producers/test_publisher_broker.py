@@ -319,7 +319,7 @@ def test_journal_mode_from_four_threads_delivers_each_turn_once_in_order(
     its occurred_at as record timestamp, and a clean close leaves no journal."""
     monkeypatch.setenv("TURNAUDIT_PUBLISH_JOURNAL", "1")
     publisher = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
-    journal = publisher._journal
+    journal = publisher._journal.journal if publisher._journal is not None else None
     assert journal is not None
     base = int(time.time() * 1000) - 60_000
     ids: list[str] = []

@@ -16,7 +16,8 @@ import pytest
 from turnaudit.errors import ConfigurationError
 from turnaudit.producers.accounting import Ledger
 from turnaudit.producers.failover import Failover
-from turnaudit.producers.publisher import TurnEventPublisher, env_seconds
+from turnaudit.producers.producer_config import env_seconds
+from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.route import Route
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.producers.spool import DiskSpool
