@@ -156,10 +156,23 @@ class DeadLetterWriter:
             self._fail(dlq_headers, KafkaError(KafkaError._QUEUE_FULL))
 
     def _on_truncated_delivery(
-        self, headers: Headers, err: KafkaError | None, _msg: Message
+        self, headers: Headers, err: KafkaError | None, msg: Message, *, again: bool = False
     ) -> None:
         if err is None:
             self._settle(headers, truncated=True, failed=False)
+        elif err.code() in _SIZE_ERRORS and not again:
+            # The broker judges a whole batch: a truncated letter that shared one
+            # with a large original was refused for the other's size. Once more,
+            # alone (the large one is truncated too by now).
+            try:
+                self._producer.produce(
+                    self.topic, msg.value(), msg.key(), headers=headers,
+                    on_delivery=functools.partial(self._on_truncated_delivery, headers,
+                                                  again=True),
+                    from_callback=True,
+                )
+            except (KafkaException, BufferError):
+                self._fail(headers, err)
         else:
             self._fail(headers, err)
 
