@@ -23,11 +23,12 @@ test: setup promtool otelcol
 	$(VENV)/bin/pytest
 
 # The edit loop: lint, types and the broker-free tier on both cores. No JVM
-# starts (tests/unit/conftest.py fails a test that reaches for Kafka).
+# starts (tests/unit/conftest.py fails a test that reaches for Kafka). Files are
+# dealt whole to a worker: the CLI error table's module fixture then runs once.
 test-fast: setup promtool
 	$(VENV)/bin/ruff check .
 	$(MAKE) --no-print-directory typecheck
-	$(VENV)/bin/pytest -q -n 2 tests/unit
+	$(VENV)/bin/pytest -q -n 2 --dist loadfile tests/unit
 
 # promtool checks and unit-tests the alert rules (Debian's prometheus package,
 # which is also the Prometheus server the alert delivery test starts).
