@@ -8,10 +8,8 @@ And a Schema Registry that fails, then recovers, costs a running service no dead
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cli import BOUND_S, Case, run_case
 from tests.support.events import encode, turn
+from tests.support.registry_standin import FlakyRegistry
 from tests.support.streams import (
     consumed_everything,
     http_get,
@@ -209,37 +208,6 @@ class TestOneLineFailures:
         assert says in lines[0]
         assert outcome.returncode == code
         assert outcome.elapsed < BOUND_S
-
-
-class FlakyRegistry:
-    """A Schema Registry stand-in: GET /schemas/ids/<id> fails ``failures`` times (503),
-    then answers with the schema."""
-
-    def __init__(self, failures: int, schema_json: str) -> None:
-        self.failures = failures
-        self.requests = 0
-        registry = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                registry.requests += 1
-                if registry.requests <= registry.failures:
-                    status, reply = 503, {"error_code": 50301, "message": "unavailable"}
-                else:
-                    status, reply = 200, {"schema": schema_json}
-                data = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *_: object) -> None:
-                """Quiet."""
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 @pytest.fixture

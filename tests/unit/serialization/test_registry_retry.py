@@ -4,16 +4,14 @@ unknown_schema; a registry that answers "not found" is not asked again."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from prometheus_client import CollectorRegistry
 
 from tests.support.events import turn
+from tests.support.registry_standin import FlakyRegistry
 from turnaudit.consumers.runtime import ConsumedTurn, Rejection, TurnEventValidation
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.dead_letters import DeadLetterReason
@@ -29,41 +27,9 @@ CATALOG = shipped_catalog()
 V4 = CATALOG.version(4)
 
 
-class FlakyRegistry:
-    """Answers GET /schemas/ids/<id>: ``failures`` times 503, then the schema (or 404)."""
-
-    def __init__(self, failures: int, *, known: bool = True) -> None:
-        self.failures = failures
-        self.requests = 0
-        registry = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                registry.requests += 1
-                if registry.requests <= registry.failures:
-                    status, reply = 503, {"error_code": 50301, "message": "unavailable"}
-                elif not known:
-                    status, reply = 404, {"error_code": 40403, "message": "Schema not found"}
-                else:
-                    status, reply = 200, {"schema": V4.schema_json}
-                data = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *_: object) -> None:
-                """Quiet."""
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 @pytest.fixture
 def flaky() -> Iterator[FlakyRegistry]:
-    registry = FlakyRegistry(failures=2)
+    registry = FlakyRegistry(2, V4.schema_json)
     yield registry
     registry.server.shutdown()
 
@@ -96,7 +62,7 @@ def test_a_registry_that_fails_then_recovers_costs_no_dead_letter(flaky: FlakyRe
 
 
 def test_an_outage_longer_than_the_backoff_is_unknown_schema_after_bounded_retries() -> None:
-    down = FlakyRegistry(failures=100)
+    down = FlakyRegistry(100, V4.schema_json)
     try:
         slept: list[float] = []
         validation = TurnEventValidation(
@@ -111,7 +77,7 @@ def test_an_outage_longer_than_the_backoff_is_unknown_schema_after_bounded_retri
 
 
 def test_connection_refused_is_retried() -> None:
-    gone = FlakyRegistry(failures=0)
+    gone = FlakyRegistry(0, V4.schema_json)
     url = gone.url
     gone.server.shutdown()
     gone.server.server_close()
@@ -123,7 +89,7 @@ def test_connection_refused_is_retried() -> None:
 
 
 def test_a_schema_the_registry_does_not_know_is_not_retried() -> None:
-    unknown = FlakyRegistry(failures=0, known=False)
+    unknown = FlakyRegistry(0, V4.schema_json, known=False)
     try:
         slept: list[float] = []
         decode = decoder(unknown.url, slept)
