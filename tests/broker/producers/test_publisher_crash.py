@@ -46,27 +46,7 @@ def test_a_crash_under_a_hung_broker_is_counted_to_the_turn(
     ensure_topics(settings)
     spool = tmp_path / "spool"
     env = {**os.environ, "TURNAUDIT_MAX_UNACKED_S": "60"}  # keep them in memory: the crash case
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.crash_part", settings.bootstrap_servers,
-         settings.topics.prefix, str(spool), "11"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, env=env,
-    )
-    assert child.stdin is not None
-    assert child.stdout is not None
-    jvm = own_broker.status().pid
-    assert jvm is not None
-    try:
-        child.stdin.write("publish 40 wait\n")
-        child.stdin.flush()
-        first = child.stdout.readline().split()
-        os.kill(jvm, signal.SIGSTOP)  # hung, not down
-        child.stdin.write("publish 60\n")
-        child.stdin.flush()
-        second = child.stdout.readline().split()
-        child.kill()  # SIGKILL with 60 turns in librdkafka's memory
-        child.wait()
-    finally:
-        os.kill(jvm, signal.SIGCONT)
+    first, second = crash_while_hung(own_broker, settings, spool, 11, env)
     published, spooled = int(second[1]), int(second[5])
     assert published == 100
     assert int(first[3]) == 40  # delivered before the broker hung
@@ -101,27 +81,7 @@ def test_in_journal_mode_a_crash_under_a_hung_broker_loses_nothing(
     ensure_topics(settings)
     spool = tmp_path / "spool"
     env = {**os.environ, "TURNAUDIT_MAX_UNACKED_S": "60", "TURNAUDIT_PUBLISH_JOURNAL": "1"}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.crash_part", settings.bootstrap_servers,
-         settings.topics.prefix, str(spool), "12"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, env=env,
-    )
-    assert child.stdin is not None
-    assert child.stdout is not None
-    jvm = own_broker.status().pid
-    assert jvm is not None
-    try:
-        child.stdin.write("publish 40 wait\n")
-        child.stdin.flush()
-        first = child.stdout.readline().split()
-        os.kill(jvm, signal.SIGSTOP)  # hung, not down
-        child.stdin.write("publish 60\n")
-        child.stdin.flush()
-        second = child.stdout.readline().split()
-        child.kill()  # SIGKILL with 60 turns in librdkafka's memory (and in the journal)
-        child.wait()
-    finally:
-        os.kill(jvm, signal.SIGCONT)
+    first, second = crash_while_hung(own_broker, settings, spool, 12, env)
     published, delivered, spooled = int(second[1]), int(second[3]), int(second[5])
     assert published == 100
     assert int(first[3]) == 40
@@ -139,3 +99,33 @@ def test_in_journal_mode_a_crash_under_a_hung_broker_loses_nothing(
     assert ends["lost_in_crash"] == 0
     assert report.verifier.counts.turns == published  # each turn once, copies or not
     assert report.as_json()["unexplained_by_kind"].get("lost_in_crash", 0) == 0
+
+
+def crash_while_hung(
+    own_broker: LocalKafkaBroker, settings: KafkaSettings, spool: Path, seed: int,
+    env: dict[str, str],
+) -> tuple[list[str], list[str]]:
+    """A publisher process hands on 40 turns (delivered), the broker's JVM is
+    SIGSTOPped, it hands on 60 more and is SIGKILLed: its two status lines."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.crash_part", settings.bootstrap_servers,
+         settings.topics.prefix, str(spool), str(seed)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, env=env,
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    jvm = own_broker.status().pid
+    assert jvm is not None
+    try:
+        child.stdin.write("publish 40 wait\n")
+        child.stdin.flush()
+        first = child.stdout.readline().split()
+        os.kill(jvm, signal.SIGSTOP)  # hung, not down
+        child.stdin.write("publish 60\n")
+        child.stdin.flush()
+        second = child.stdout.readline().split()
+        child.kill()  # SIGKILL with 60 turns in librdkafka's memory
+        child.wait()
+    finally:
+        os.kill(jvm, signal.SIGCONT)
+    return first, second
