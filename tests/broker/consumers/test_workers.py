@@ -128,7 +128,10 @@ def test_a_worker_killed_and_one_added_mid_stream_lose_nothing_and_flag_redelive
     port = int(env["TURNAUDIT_HTTP_PORT"])
     truths = []
     publisher = threading.Thread(
-        target=lambda: truths.append(publish_simulated(settings, 12000, tmp_path / "spool")),
+        # About 4 s of stream: the kill below surely lands while it is written.
+        target=lambda: truths.append(
+            publish_simulated(settings, 12000, tmp_path / "spool", rate=3000)
+        ),
     )
     with workers_process("metrics", 2, env, tmp_path / "workers.log") as service:
         # Both workers are members with partitions of their own.
@@ -188,8 +191,10 @@ def test_sigterm_drains_every_worker_and_commits_exactly_what_they_wrote(
         settings, "g-drain", TURNAUDIT_BATCH_SIZE="100", TURNAUDIT_LOG_FILE=str(turns_file)
     )
     port = int(env["TURNAUDIT_HTTP_PORT"])
-    publisher = threading.Thread(
-        target=publish_simulated, args=(settings, 10000, tmp_path / "spool")
+    publisher = threading.Thread(  # about 10 s of stream, so the stop falls inside it
+        target=publish_simulated,
+        args=(settings, 10000, tmp_path / "spool"),
+        kwargs={"rate": 1000},
     )
     with workers_process("logs", 3, env, tmp_path / "drain.log") as service:
         assert wait_for(lambda: settled(port, 3), timeout=90)
