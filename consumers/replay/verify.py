@@ -37,6 +37,9 @@ class VerifyReplayOutput(ReplayOutput):
                                 stamp)
         return len(self._verifier.undecodable) - undecodable
 
+    def close(self) -> None:
+        self._verifier.close()  # removes the event ids it spilled to disk, if any
+
     def finish(self) -> None:
         c = self._context
         report = range_report(c.settings, c.topic, c.request.spec, self._verifier,

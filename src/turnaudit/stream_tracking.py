@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import KeysView, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -64,8 +64,20 @@ _NEW = TurnOutcome.NEW
 
 # What dedupe remembers of an event id: 16 hex digits of its chain hash (64 bits tell
 # changed content apart), and where it was first read.
-_Seen = tuple[str, int | None, int | None]
+Seen = tuple[str, int | None, int | None]
 _SEEN_DIGITS = 16
+
+
+class ForgottenIds(Protocol):
+    """Where a tracker puts the event ids its dedupe bound drops, and asks for them again.
+
+    With one, an event id beyond the bound is recalled exactly (verify's spill to disk);
+    without, it is forgotten and an unknown id at a taken position is guessed to be an
+    old redelivery (the services)."""
+
+    def keep(self, event_id: str, seen: Seen) -> None: ...
+
+    def recall(self, event_id: str) -> Seen | None: ...
 
 
 _NO_GAP: frozenset[int] = frozenset()
@@ -131,13 +143,14 @@ class StreamTracker:
         max_missing: int = 1_000,
         log_start_offsets: Mapping[int, int] | None = None,
         start_gaps: bool = True,
+        forgotten: ForgottenIds | None = None,
     ) -> None:
         # Bounded tables evict their oldest entry in O(1): ids in arrival order
         # beside their dict, streams in an OrderedDict (least recently seen
         # first). A dict's first key, once many were deleted before it, costs a
         # scan over their dummy slots: at the bounds that made each message
         # cost about 100 µs more.
-        self._seen: dict[str, _Seen] = {}
+        self._seen: dict[str, Seen] = {}
         self._seen_order: deque[str] = deque()
         self._streams: OrderedDict[StreamId, _Stream] = OrderedDict()
         self._max_event_ids = max_event_ids
@@ -145,6 +158,7 @@ class StreamTracker:
         self._max_missing = max_missing
         self._log_start = dict(log_start_offsets or {})
         self._start_gaps = start_gaps
+        self._forgotten = forgotten
         self._first_offset: dict[int, int] = {}
         self.currently_missing = 0
         self.new_turns = 0  # messages that counted as a turn (new or late)
@@ -166,6 +180,8 @@ class StreamTracker:
             sequence = int(sequence)
         event_id = event["event_id"]
         seen = self._seen.get(event_id)
+        if seen is None and self._forgotten is not None and self.forgotten_event_ids:
+            seen = self._forgotten.recall(event_id)
         if seen is not None:
             if seen[0] != content[:_SEEN_DIGITS]:
                 return TrackResult(TurnOutcome.CONTENT_CHANGED, stream_id, sequence)
@@ -214,7 +230,10 @@ class StreamTracker:
             self._seen[event_id] = (content[:_SEEN_DIGITS], partition, offset)
             self._seen_order.append(event_id)
             if len(self._seen) > self._max_event_ids:
-                del self._seen[self._seen_order.popleft()]
+                oldest = self._seen_order.popleft()
+                dropped = self._seen.pop(oldest)
+                if self._forgotten is not None:
+                    self._forgotten.keep(oldest, dropped)
                 self.forgotten_event_ids += 1
         if len(self._streams) > self._max_streams:
             self._drop(next(iter(self._streams)))  # an OrderedDict's first: O(1)
@@ -259,9 +278,11 @@ class StreamTracker:
         if legacy:
             # v1/v2: another publisher numbering the session again.
             return TrackResult(TurnOutcome.NEW, stream_id, sequence)
-        if self.forgotten_event_ids and stream.own.get(sequence, content) == content:
+        if (self.forgotten_event_ids and self._forgotten is None
+                and stream.own.get(sequence, content) == content):
             # Beyond the dedupe bound an old redelivery looks like this: its id
-            # was forgotten, its position is seen. Within the bound it cannot be.
+            # was forgotten, its position is seen. Within the bound (or with the
+            # forgotten ids kept elsewhere and recalled) it cannot be.
             return TrackResult(TurnOutcome.REDELIVERY, stream_id, sequence)
         return TrackResult(
             TurnOutcome.POSITION_REUSED,
@@ -343,6 +364,10 @@ class StreamTracker:
     def last_positions(self) -> dict[StreamId, int]:
         """Each stream's highest position seen (whether or not its hash is still kept)."""
         return {s: st.next - 1 for s, st in self._streams.items() if st.next > 0}
+
+    def remembered_ids(self) -> KeysView[str]:
+        """The counted event ids still in memory (the forgotten ones are not)."""
+        return self._seen.keys()
 
     def __len__(self) -> int:
         return len(self._streams)

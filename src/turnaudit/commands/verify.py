@@ -40,6 +40,7 @@ from turnaudit.signing_keys import DEFAULT_CHECKPOINT_INTERVAL_S, INTERVAL_ENV, 
 from turnaudit.verify.files import load_anchors
 from turnaudit.verify.follow import FollowState
 from turnaudit.verify.follow_trust import FollowTrust
+from turnaudit.verify.id_store import DEFAULT_MEMORY_IDS, IdMemory
 from turnaudit.verify.run import run_verify
 
 
@@ -78,6 +79,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds the range may take to read")
+    parser.add_argument("--memory-ids", type=int, default=DEFAULT_MEMORY_IDS, metavar="N",
+                        help="event ids kept in memory; older ones are spilled to a "
+                        "temporary SQLite file and looked up there, removed at the end "
+                        f"(default {DEFAULT_MEMORY_IDS:,}; docs/verify.md)")
     parser.add_argument("--follow", action="store_true",
                         help="run as a service that keeps proving the stream as it arrives "
                         "(its own consumer group, /metrics turnaudit_verify_*, checkpoints in "
@@ -170,7 +175,10 @@ def _follow(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     if args.follow:
+        if args.memory_ids != DEFAULT_MEMORY_IDS:
+            raise ConfigurationError("--memory-ids is for a range, not --follow")
         return _follow(args)
+    memory = IdMemory(event_ids=args.memory_ids)
     if args.trust_grace is not None:
         raise ConfigurationError("--trust-grace is for --follow")
     if args.require_signed and args.keyring is None:
@@ -193,7 +201,7 @@ def _verify(args: argparse.Namespace) -> int:
         metrics_settle_s=args.metrics_settle, timeout=args.timeout,
         event_time=event_time, slack=slack,
         anchors=load_anchors(args.heads) if args.heads else None,
-        keyring=keyring, keyring_source=str(args.keyring or ""),
+        keyring=keyring, keyring_source=str(args.keyring or ""), memory=memory,
     )
     if args.json:
         json.dump(report.as_json(), sys.stdout, indent=2, sort_keys=False)

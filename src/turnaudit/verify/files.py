@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from turnaudit.errors import ConfigurationError
@@ -13,7 +14,7 @@ from turnaudit.telemetry import rotated_log_files
 from turnaudit.verify.reconciliation import LogReconciliation, compare_log, logged_turns
 
 
-def reconcile_log(path: Path, turns: set[str]) -> LogReconciliation:
+def reconcile_log(path: Path, turns: AbstractSet[str]) -> LogReconciliation:
     """Compare a log sink's JSON lines (``event: turn``), in ``path`` and its rotated
     copies (``rotated_log_files``), with the range's turns."""
     logged: Counter[str] = Counter()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -82,12 +83,13 @@ def logged_turns(raw_lines: Iterable[bytes | str]) -> Counter[str]:
     return counts
 
 
-def compare_log(path: str, logged: Counter[str], turns: set[str]) -> LogReconciliation:
-    """A log sink's turn lines by event id against the range's turns."""
+def compare_log(path: str, logged: Counter[str], turns: AbstractSet[str]) -> LogReconciliation:
+    """A log sink's turn lines by event id against the range's turns (one pass over each:
+    ``turns`` may be verify's ids spilled to disk, looked up one by one)."""
     lines = logged.total()
-    seen = set(logged)
-    return LogReconciliation(
-        path, lines, len(seen), lines - len(seen), sorted(turns - seen), len(seen - turns))
+    not_logged = sorted(t for t in turns if t not in logged)
+    outside = sum(1 for e in logged if e not in turns)
+    return LogReconciliation(path, lines, len(logged), lines - len(logged), not_logged, outside)
 
 
 ByPack = dict[str, TurnFigures]

@@ -15,6 +15,7 @@ from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.crash import stream_ends
 from turnaudit.verify.files import reconcile_log
+from turnaudit.verify.id_store import IdMemory
 from turnaudit.verify.kafka_reads import (
     dead_letters_in_range,
     feed_range,
@@ -43,6 +44,7 @@ def run_verify(
     slack: timedelta | None = None,
     keyring: Keyring | None = None,
     keyring_source: str = "",
+    memory: IdMemory | None = None,
 ) -> VerifyReport:
     topic = topic or settings.topics.turn_events
     broker_spec, window = spec, None
@@ -59,32 +61,34 @@ def run_verify(
     # the window (its earlier turns happened before it), as in ``replay --into verify:``.
     verifier = Verifier(decode, log_start_offsets=low, anchors=anchors,
                         start_gaps=not event_time, event_window=window,
-                        signed=None if chain is None else signed_heads(chain).positions)
-    feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
-    report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
-    whole_stream = (report.range["from_log_start"] and not verifier.retained_from
-                    and all(start.get(p, 0) == 0 for p in end))
-    # Where each announced stream ended (cleanly or cut by a crash), against the range:
-    # only a range that reaches the stream's end now can say turns never reached it.
-    report.stream_ends = stream_ends(
-        stream_head_announcements(settings, timeout=timeout), verifier.tracker.last_positions(),
-        whole_stream=whole_stream, to_end=spec.until is None and not spec.to_offsets,
-    )
-    if keyring is not None and chain is not None:
-        report.trust = judge_streams(
-            chain, keyring=keyring_source, require_signed=keyring.require_signed,
-            observed=verifier.signed_seen, last_seen=verifier.tracker.last_positions(),
-            to_end=spec.until is None and not spec.to_offsets and not event_time,
-            whole_stream=whole_stream and not event_time, not_checkpoints=not_checkpoints)
-    if log_file is not None:
-        report.log = reconcile_log(log_file, verifier.event_ids)
-    before = list(metrics_before)
-    report.metrics = [
-        reconcile_metrics(url, verifier.counts, before=before[i] if i < len(before) else None,
-                          settle_s=metrics_settle_s)
-        for i, url in enumerate(metrics_urls)
-    ]
-    return report
+                        signed=None if chain is None else signed_heads(chain).positions,
+                        memory=memory)
+    with verifier:  # the spilled event ids are removed at the end, also on error
+        feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
+        report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
+        whole_stream = (report.range["from_log_start"] and not verifier.retained_from
+                        and all(start.get(p, 0) == 0 for p in end))
+        # Where each announced stream ended (cleanly or cut by a crash), against the range:
+        # only a range that reaches the stream's end now can say turns never reached it.
+        report.stream_ends = stream_ends(
+            stream_head_announcements(settings, timeout=timeout), verifier.tracker.last_positions(),
+            whole_stream=whole_stream, to_end=spec.until is None and not spec.to_offsets,
+        )
+        if keyring is not None and chain is not None:
+            report.trust = judge_streams(
+                chain, keyring=keyring_source, require_signed=keyring.require_signed,
+                observed=verifier.signed_seen, last_seen=verifier.tracker.last_positions(),
+                to_end=spec.until is None and not spec.to_offsets and not event_time,
+                whole_stream=whole_stream and not event_time, not_checkpoints=not_checkpoints)
+        if log_file is not None:
+            report.log = reconcile_log(log_file, verifier.event_ids)
+        before = list(metrics_before)
+        report.metrics = [
+            reconcile_metrics(url, verifier.counts, before=before[i] if i < len(before) else None,
+                              settle_s=metrics_settle_s)
+            for i, url in enumerate(metrics_urls)
+        ]
+        return report
 
 
 def range_report(

@@ -2,17 +2,19 @@
 
 Fed every message of a range (partition, offset, key, value), it decodes with
 the shared reader (every schema version), checks contracts 1-4 and 6 on each
-event, and tracks every ordered stream with an unbounded ``StreamTracker``
+event, and tracks every ordered stream with an exact ``StreamTracker``
 (dedupe by event id, gaps, late arrivals, the hash chain). A turn that broke a
 contract 1-4 (found here, or recorded by its producer in v4's ``breaches``) is
 counted like any turn and listed in ``breaching``: on the record, not lost.
-Pure: no I/O.
+No I/O but the event ids beyond ``IdMemory.event_ids``, spilled to a temporary
+SQLite file (``id_store``) that ``close`` removes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypedDict
 
 from turnaudit.contracts import Breach, check_event, check_key
@@ -36,6 +38,7 @@ from turnaudit.verify.findings import (
     positions_text,
     stream_where,
 )
+from turnaudit.verify.id_store import CountedIds, IdMemory, SpilledIds
 
 # Stream heads of an earlier report: (position, chain hash) per stream.
 Anchors = Mapping[StreamId, tuple[int, str]]
@@ -72,6 +75,7 @@ class Verifier:
         start_gaps: bool = True,
         event_window: tuple[int, int] | None = None,
         signed: Mapping[StreamId, Mapping[int, str]] | None = None,
+        memory: IdMemory | None = None,
     ) -> None:
         self._decode = decode
         # ``--keyring``: positions valid checkpoints signed, per stream; the chain hashes the
@@ -99,12 +103,16 @@ class Verifier:
         self.began_before_retention = 0
         self.retained_examples: list[RetainedJson] = []
         self.prefix_findings: list[Finding] = []
-        # Unbounded: verify must be exact (memory grows with the range's event ids).
+        # Exact: every stream and missing position in memory; the newest event ids too,
+        # older ones spilled to disk and recalled from there (``close`` removes them).
+        memory = memory or IdMemory()
+        self._spilled = SpilledIds(memory.spill_dir)
         self.tracker = StreamTracker(
-            max_event_ids=1 << 62, max_streams=1 << 62, max_missing=1 << 62,
+            max_event_ids=memory.event_ids, max_streams=1 << 62, max_missing=1 << 62,
             log_start_offsets={p: -1 if o > 0 else o for p, o in low.items()},
-            start_gaps=start_gaps,
+            start_gaps=start_gaps, forgotten=self._spilled,
         )
+        self.event_ids = CountedIds(self.tracker.remembered_ids(), self._spilled)
         self.counts = TurnCounts()
         self.messages = 0
         self.redeliveries = 0
@@ -116,10 +124,24 @@ class Verifier:
         self.breaching: list[Finding] = []
         self.breaches_by_contract: Counter[str] = Counter()
         self.breaching_by_pack: Counter[str] = Counter()
-        self.event_ids: set[str] = set()
         self.streams: set[StreamId] = set()
         self.first_timestamp: int | None = None
         self.last_timestamp: int | None = None
+
+    @property
+    def spill_file(self) -> Path | None:
+        """The SQLite file older event ids were spilled to, while verify runs."""
+        return self._spilled.path
+
+    def close(self) -> None:
+        """Removes the spilled event ids (``event_ids`` is unusable after)."""
+        self._spilled.close()
+
+    def __enter__(self) -> Verifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _in_window(self, event: Mapping[str, Any]) -> bool:
         assert self.event_window is not None
@@ -189,8 +211,8 @@ class Verifier:
                 return
         if self._watched:  # anchors or signed heads: their chain hashes are kept
             self._keep_hashes(stream, result.sequence, value)
-        # A breach is still a turn that happened: counted, and reported above.
-        self.event_ids.add(event["event_id"])
+        # A breach is still a turn that happened: counted, and reported above (its event
+        # id is in ``event_ids``: the tracker keeps every counted one).
         self.counts.add(event, decoded.writer_version)
 
     def _keep_hashes(self, stream: StreamId, sequence: int, value: bytes | None) -> None:

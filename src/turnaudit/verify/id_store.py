@@ -1,0 +1,155 @@
+"""Verify's event ids in bounded memory: the newest ``IdMemory.event_ids`` stay in the
+stream tracker's memory, older ones are spilled to an SQLite file in a temporary
+directory and recalled from it exactly (``SpilledIds``); ``CountedIds`` is every
+counted id of the range, in memory or spilled, for the log reconciliation.
+
+The tracker asks the spill only for an id it does not hold, and only once it has
+spilled any: a range within the bound never touches the disk.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Iterator, KeysView
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+from turnaudit.errors import ConfigurationError
+from turnaudit.identity import Seen
+
+DEFAULT_MEMORY_IDS = 1_000_000
+# Spilled ids are written this many at a time, in one transaction.
+SPILL_BATCH = 10_000
+# SQLite's page cache for the spill file, in KiB (a negative cache_size is KiB): bounded.
+SPILL_CACHE_KIB = 16_384
+
+
+@dataclass(frozen=True)
+class IdMemory:
+    """How many event ids verify keeps in memory, and where older ones are spilled
+    (a temporary directory under ``spill_dir``; the system's temporary directory when
+    None), removed when verify ends."""
+
+    event_ids: int = DEFAULT_MEMORY_IDS
+    spill_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.event_ids < 1:
+            raise ConfigurationError(
+                f"the event ids kept in memory must be 1 or more, not {self.event_ids}")
+
+
+class SpilledIds:
+    """The event ids a bounded tracker dropped, in an SQLite file (a ``ForgottenIds``).
+
+    A pending batch (at most ``SPILL_BATCH`` ids) is kept in memory and looked up first;
+    the file and its directory are created at the first full batch and removed by
+    ``close`` (and, should ``close`` never run, when the process exits)."""
+
+    def __init__(self, spill_dir: Path | None = None) -> None:
+        self._spill_dir = spill_dir
+        self._pending: dict[str, Seen] = {}
+        self._directory: tempfile.TemporaryDirectory[str] | None = None
+        self._db: sqlite3.Connection | None = None
+        self._stored = 0
+        self._closed = False
+
+    @property
+    def path(self) -> Path | None:
+        """The spill file, once one was written."""
+        return None if self._directory is None else Path(self._directory.name) / "ids.sqlite3"
+
+    def keep(self, event_id: str, seen: Seen) -> None:
+        self._pending[event_id] = seen
+        if len(self._pending) >= SPILL_BATCH:
+            self.flush()
+
+    def recall(self, event_id: str) -> Seen | None:
+        seen = self._pending.get(event_id)
+        if seen is not None or self._db is None:
+            self._check_open()
+            return seen
+        row = self._db.execute(
+            "SELECT hash, partition, offset FROM seen WHERE event_id = ?", (event_id,)
+        ).fetchone()
+        return None if row is None else (str(row[0]), row[1], row[2])
+
+    def flush(self) -> None:
+        """The pending batch into the file, in one transaction."""
+        self._check_open()
+        if not self._pending:
+            return
+        db = self._open()
+        with db:
+            # The first read of an id is what dedupe keeps (an id is spilled once).
+            db.executemany("INSERT OR IGNORE INTO seen VALUES (?, ?, ?, ?)",
+                           ((event_id, *seen) for event_id, seen in self._pending.items()))
+        self._stored += len(self._pending)
+        self._pending.clear()
+
+    def _open(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
+                                                          dir=self._spill_dir)
+            db = sqlite3.connect(str(self.path))
+            # A scratch file removed at the end: no journal, no fsync, a bounded cache.
+            db.execute("PRAGMA journal_mode = OFF")
+            db.execute("PRAGMA synchronous = OFF")
+            db.execute(f"PRAGMA cache_size = -{SPILL_CACHE_KIB}")
+            db.execute("CREATE TABLE seen (event_id TEXT PRIMARY KEY, hash TEXT NOT NULL, "
+                       "partition INTEGER, offset INTEGER) WITHOUT ROWID")
+            self._db = db
+        return self._db
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the spilled event ids were removed (verify ended)")
+
+    def __iter__(self) -> Iterator[str]:
+        self._check_open()
+        yield from list(self._pending)
+        if self._db is not None:
+            for (event_id,) in self._db.execute("SELECT event_id FROM seen"):
+                yield str(event_id)
+
+    def __len__(self) -> int:
+        return self._stored + len(self._pending)
+
+    def close(self) -> None:
+        """Removes the spill file and its directory (idempotent)."""
+        self._closed = True
+        self._pending.clear()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._directory is not None:
+            self._directory.cleanup()
+            self._directory = None
+
+
+class CountedIds(AbstractSet[str]):
+    """Every event id counted as a turn: the tracker's in memory and the spilled ones
+    (disjoint: an id is spilled when memory drops it)."""
+
+    def __init__(self, remembered: KeysView[str], spilled: SpilledIds) -> None:
+        self._remembered = remembered
+        self._spilled = spilled
+
+    def __contains__(self, event_id: object) -> bool:
+        if not isinstance(event_id, str):
+            return False
+        return event_id in self._remembered or self._spilled.recall(event_id) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return chain(self._remembered, self._spilled)
+
+    def __len__(self) -> int:
+        return len(self._remembered) + len(self._spilled)
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[str]) -> set[str]:  # type: ignore[override]
+        # Set operations (``a - b``) build plain sets, not another view.
+        return set(it)
