@@ -11,7 +11,12 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from turnaudit.argparsing import add_range_arguments, add_time_arguments, event_time_options
+from turnaudit.argparsing import (
+    add_range_arguments,
+    add_time_arguments,
+    event_time_options,
+    positive_int,
+)
 from turnaudit.cluster import connect
 from turnaudit.commands.demo_consumers import ReconciliationRow
 from turnaudit.commands.sink import (
@@ -79,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds the range may take to read")
-    parser.add_argument("--memory-ids", type=int, default=DEFAULT_MEMORY_IDS, metavar="N",
+    parser.add_argument("--memory-ids", type=positive_int, default=DEFAULT_MEMORY_IDS, metavar="N",
                         help="event ids kept in memory; older ones are spilled to a "
                         "temporary SQLite file and looked up there, removed at the end "
                         f"(default {DEFAULT_MEMORY_IDS:,}; docs/verify.md)")

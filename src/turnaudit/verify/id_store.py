@@ -35,22 +35,25 @@ class IdMemory:
 
     event_ids: int = DEFAULT_MEMORY_IDS
     spill_dir: Path | None = None
+    spill_batch: int = SPILL_BATCH  # ids written to the file per transaction
 
     def __post_init__(self) -> None:
-        if self.event_ids < 1:
-            raise ConfigurationError(
-                f"the event ids kept in memory must be 1 or more, not {self.event_ids}")
+        if self.event_ids < 1 or self.spill_batch < 1:
+            raise ConfigurationError("verify keeps 1 or more event ids in memory and spills "
+                                     f"1 or more at a time, not {self.event_ids} and "
+                                     f"{self.spill_batch}")
 
 
 class SpilledIds:
     """The event ids a bounded tracker dropped, in an SQLite file (a ``ForgottenIds``).
 
-    A pending batch (at most ``SPILL_BATCH`` ids) is kept in memory and looked up first;
+    A pending batch (fewer than ``batch`` ids) is kept in memory and looked up first;
     the file and its directory are created at the first full batch and removed by
     ``close`` (and, should ``close`` never run, when the process exits)."""
 
-    def __init__(self, spill_dir: Path | None = None) -> None:
+    def __init__(self, spill_dir: Path | None = None, batch: int = SPILL_BATCH) -> None:
         self._spill_dir = spill_dir
+        self._batch = batch
         self._pending: dict[str, Seen] = {}
         self._directory: tempfile.TemporaryDirectory[str] | None = None
         self._db: sqlite3.Connection | None = None
@@ -64,7 +67,7 @@ class SpilledIds:
 
     def keep(self, event_id: str, seen: Seen) -> None:
         self._pending[event_id] = seen
-        if len(self._pending) >= SPILL_BATCH:
+        if len(self._pending) >= self._batch:
             self.flush()
 
     def recall(self, event_id: str) -> Seen | None:

@@ -1,0 +1,253 @@
+"""Verify in bounded memory: a Verifier that keeps 3 event ids in memory and spills the
+rest to SQLite writes exactly the report of one that keeps them all, over chained and
+legacy streams with every kind of fault; the spill file is removed at the end."""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+from tests.support.events import encode, turn
+from tests.unit.verify import scenario
+from turnaudit.errors import ConfigurationError
+from turnaudit.verify.files import reconcile_log
+from turnaudit.verify.id_store import IdMemory, SpilledIds
+from turnaudit.verify.report import RangeJson, VerifyReport
+from turnaudit.verify.verifier import Anchors, Verifier
+
+RANGE: RangeJson = {"topic": "t", "description": "d", "partitions": {}, "from": None,
+                    "to": None, "from_log_start": True}
+UNBOUNDED = IdMemory(event_ids=1 << 62)
+TINY = IdMemory(event_ids=3, spill_batch=2)  # spills from the 4th id, to disk from the 5th
+FAULTS = ("drop", "swap", "redeliver", "duplicate", "change", "reuse_id", "forge", "renumber")
+
+
+@dataclass(frozen=True)
+class Item:
+    """A message to store (``again`` None) or a redelivery of stored item ``again``."""
+
+    uid: int
+    key: bytes
+    event: dict[str, Any]
+    again: int | None = None
+
+
+@dataclass(frozen=True)
+class Message:
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes
+
+
+@cache
+def chained(count: int, seed: int, producers: int, sessions: int) -> tuple[dict[str, Any], ...]:
+    return tuple(s.event for s in scenario.stamped_events(count, seed=seed, producers=producers,
+                                                          sessions=sessions))
+
+
+def legacy(sessions: int, turns: int) -> list[dict[str, Any]]:
+    """v1/v2 turns: no producer id, deduped by event id alone."""
+    return [turn(f"legacy-{s}", n, version=2) for n in range(turns) for s in range(sessions)]
+
+
+@st.composite
+def faulty_ranges(draw: st.DrawFn) -> list[Item]:
+    events = list(chained(draw(st.integers(3, 24)), draw(st.sampled_from([1, 2, 3])),
+                          draw(st.integers(1, 2)), draw(st.integers(1, 3))))
+    old = legacy(draw(st.integers(0, 2)), draw(st.integers(0, 5)))
+    merged: list[dict[str, Any]] = []
+    while events or old:  # each kind keeps its own order, interleaved at random
+        source = events if not old or (events and draw(st.booleans())) else old
+        merged.append(source.pop(0))
+    items = [Item(i, e["session_id"].encode(), e) for i, e in enumerate(merged)]
+    uid = len(items)
+    for _ in range(draw(st.integers(0, 10))):
+        if not items:
+            break
+        fault = draw(st.sampled_from(FAULTS))
+        i = draw(st.integers(0, len(items) - 1))
+        at = draw(st.integers(i + 1, len(items)))
+        item, uid = items[i], uid + 1
+        event = item.event
+        if fault == "drop":
+            del items[i]
+            continue
+        if fault == "swap":
+            j = min(at, len(items) - 1)
+            items[i], items[j] = items[j], items[i]
+            continue
+        if fault == "redeliver":  # the same message read again at its offset
+            items.insert(at, Item(uid, item.key, event, again=item.uid))
+            continue
+        if fault == "change":  # the same event id, other content
+            event = {**event, "surface": event["surface"] + " (changed)"}
+        elif fault == "reuse_id":  # the same event id at a fresh position
+            event = {**event, "sequence": event["sequence"] + draw(st.integers(1, 30))}
+        elif fault == "forge":  # another event id at a taken position
+            event = {**event, "event_id": f"forged-{uid}"}
+        elif fault == "renumber":  # another event id at an earlier position
+            event = {**event, "event_id": f"renumbered-{uid}",
+                     "sequence": max(0, event["sequence"] - draw(st.integers(1, 3)))}
+        items.insert(at, Item(uid, item.key, event))  # "duplicate": a second stored copy
+    return items
+
+
+def stored(items: list[Item]) -> list[Message]:
+    """The messages as a consumer reads them: offsets per partition (by key), a
+    redelivery at its original's place (dropped when its original is not stored yet)."""
+    offsets: Counter[int] = Counter()
+    placed: dict[int, Message] = {}
+    out = []
+    for item in items:
+        if item.again is not None:
+            if item.again in placed:
+                out.append(placed[item.again])
+            continue
+        partition = zlib.crc32(item.key) % 2
+        placed[item.uid] = Message(partition, offsets[partition], item.key, encode(item.event))
+        offsets[partition] += 1
+        out.append(placed[item.uid])
+    return out
+
+
+def verified(messages: list[Message], memory: IdMemory, anchors: Anchors) -> Verifier:
+    verifier = Verifier(scenario.DECODE, log_start_offsets={0: 0, 1: 0}, anchors=anchors,
+                        memory=memory)
+    for n, m in enumerate(messages):
+        verifier.feed(m.partition, m.offset, m.key, m.value, 1_790_000_000_000 + n)
+    return verifier
+
+
+def report(verifier: Verifier, log: Path) -> dict[str, Any]:
+    made = VerifyReport(RANGE, verifier)
+    made.log = reconcile_log(log, verifier.event_ids)
+    document: dict[str, Any] = dict(made.as_json())
+    document["human"] = made.human()
+    document["turn_ids"] = sorted(verifier.event_ids)
+    return document
+
+
+def log_file(path: Path, verifier: Verifier, stride: int) -> Path:
+    """Every ``stride``-th turn of the range logged (the first twice), and another id."""
+    ids = sorted(verifier.event_ids)[::stride]
+    lines = [*ids, *ids[:1], "not-in-the-range"]
+    path.write_text("".join(f'{{"event": "turn", "event_id": "{i}"}}\n' for i in lines))
+    return path
+
+
+class TestSpilledVerifierIsExact:
+    @settings(max_examples=200, deadline=None)
+    @given(items=faulty_ranges(), stride=st.integers(1, 3), anchored=st.booleans())
+    def test_three_ids_in_memory_give_the_unbounded_report(
+        self, tmp_path_factory: pytest.TempPathFactory, items: list[Item], stride: int,
+        anchored: bool,
+    ) -> None:
+        messages = stored(items)
+        clean = stored([i for i in items if i.again is None])
+        anchors: Anchors = {}
+        if anchored:
+            with verified(clean, UNBOUNDED, {}) as first:
+                anchors = {(h["session_id"], h["producer_id"]): (h["position"], h["hash"])
+                           for h in first.heads()}
+        tmp = tmp_path_factory.mktemp("log")
+        with verified(messages, UNBOUNDED, anchors) as exact, \
+                verified(messages, TINY, anchors) as tiny:
+            log = log_file(tmp / "turns.jsonl", exact, stride)
+            expected = report(exact, log)
+            note(f"{len(messages)} messages, {exact.counts.turns} turns; "
+                 f"{sorted(expected['unexplained_by_kind'])}")
+            assert report(tiny, log) == expected
+            assert exact.spill_file is None
+            # Past memory and the pending batch, the ids were on disk, looked up there.
+            assert (tiny.spill_file is not None) == (tiny.tracker.new_turns > 4)
+
+    def test_an_id_reused_at_a_fresh_position_long_after_is_content_changed(self) -> None:
+        events = list(chained(12, 1, 1, 1))
+        reused = {**events[0], "sequence": 40}
+        messages = stored([Item(i, e["session_id"].encode(), e)
+                           for i, e in enumerate([*events, reused])])
+        with verified(messages, TINY, {}) as tiny:
+            assert tiny.spill_file is not None
+            assert [f.kind for f in tiny.findings] == ["content_changed"]
+            assert tiny.counts.turns == 12
+            assert tiny.lost() == []  # not placed: no gap opened before position 40
+
+    def test_a_legacy_redelivery_and_duplicate_beyond_memory_are_not_new_turns(self) -> None:
+        events = legacy(1, 10)
+        items = [Item(i, e["session_id"].encode(), e) for i, e in enumerate(events)]
+        items += [Item(20, items[0].key, events[0], again=0), Item(21, items[1].key, events[1])]
+        with verified(stored(items), TINY, {}) as tiny:
+            assert tiny.counts.turns == 10
+            assert tiny.redeliveries == 1
+            assert len(tiny.duplicates) == 1
+            assert tiny.findings == []
+
+
+class TestSpillFile:
+    def test_the_spill_file_is_removed_at_the_end(self, tmp_path: Path) -> None:
+        messages = stored([Item(i, e["session_id"].encode(), e)
+                           for i, e in enumerate(chained(20, 2, 1, 2))])
+        memory = IdMemory(event_ids=3, spill_dir=tmp_path, spill_batch=2)
+        with verified(messages, memory, {}) as verifier:
+            spill = verifier.spill_file
+            assert spill is not None
+            assert spill.is_file()
+            assert spill.parent.parent == tmp_path
+            assert len(verifier.event_ids) == 20
+        assert not spill.parent.exists()
+        assert list(tmp_path.iterdir()) == []
+        with pytest.raises(ValueError, match="removed"):
+            "event-0-0" in verifier.event_ids  # noqa: B015 -- the lookup is what raises
+
+    def test_the_spill_file_is_removed_when_verify_fails(self, tmp_path: Path) -> None:
+        memory = IdMemory(event_ids=1, spill_dir=tmp_path, spill_batch=1)
+        spills: list[Path | None] = []
+
+        def fail_midway() -> None:
+            with Verifier(scenario.DECODE, memory=memory) as verifier:
+                for m in stored([Item(i, e["session_id"].encode(), e)
+                                 for i, e in enumerate(chained(5, 3, 1, 1))]):
+                    verifier.feed(m.partition, m.offset, m.key, m.value)
+                spills.append(verifier.spill_file)
+                assert list(tmp_path.iterdir()) != []
+                raise RuntimeError("broker gone")
+
+        with pytest.raises(RuntimeError, match="broker gone"):
+            fail_midway()
+        assert spills[0] is not None
+        assert not spills[0].exists()
+        assert list(tmp_path.iterdir()) == []
+
+    def test_a_range_within_memory_writes_no_file(self, tmp_path: Path) -> None:
+        messages = stored([Item(i, e["session_id"].encode(), e)
+                           for i, e in enumerate(chained(10, 2, 1, 2))])
+        with verified(messages, IdMemory(event_ids=10, spill_dir=tmp_path), {}) as verifier:
+            assert verifier.spill_file is None
+        assert list(tmp_path.iterdir()) == []
+
+    def test_spilled_ids_are_recalled_from_the_batch_and_the_file(self) -> None:
+        spilled = SpilledIds(batch=3)
+        for n in range(7):
+            spilled.keep(f"id-{n}", (f"{n:016x}", n % 2, n))
+        assert spilled.path is not None  # two batches written, one id pending
+        assert [spilled.recall(f"id-{n}") for n in (0, 6)] == [
+            ("0" * 16, 0, 0), ("0" * 15 + "6", 0, 6)]
+        assert spilled.recall("id-7") is None
+        assert sorted(spilled) == sorted(f"id-{n}" for n in range(7))
+        assert len(spilled) == 7
+        spilled.close()
+        spilled.close()  # idempotent
+
+    @pytest.mark.parametrize(("ids", "batch"), [(0, 1), (5, 0), (-1, 10)])
+    def test_a_bound_below_one_is_a_configuration_error(self, ids: int, batch: int) -> None:
+        with pytest.raises(ConfigurationError, match="1 or more"):
+            IdMemory(event_ids=ids, spill_batch=batch)
