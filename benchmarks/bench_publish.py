@@ -61,7 +61,10 @@ from turnaudit.settings import KafkaSettings
 
 def records(n: int) -> list[dict[str, Any]]:
     out = []
-    for i, event in enumerate(TurnRuntimeSimulator(1, schema_versions=(2,)).events(n)):
+    # The latest version, as a new runtime writes it: both loops encode with its schema,
+    # and publish() stamps and chains every turn (v1/v2 streams are not chained).
+    latest = shipped_catalog().latest.version
+    for i, event in enumerate(TurnRuntimeSimulator(1, schema_versions=(latest,)).events(n)):
         event["event_id"], event["sequence"] = f"{i:032x}", i
         out.append(event)
     return out
