@@ -177,6 +177,11 @@ def _cases() -> list[Case]:
         Case("dlq redrive: --partition negative", ["dlq", "redrive", "--partition", "-1"], {}, 2,
              "argument --partition: -1 is negative"),
         Case("dlq: no action", ["dlq"], {}, 2, "the following arguments are required: ACTION"),
+        Case("verify: --memory-ids 0", ["verify", "--memory-ids", "0"], {}, 2,
+             "argument --memory-ids: 0 is not a positive number"),
+        Case("verify: --memory-ids with --follow",
+             ["verify", "--follow", "--memory-ids", "5"], {}, 2,
+             "turnaudit verify: --memory-ids is for a range, not --follow"),
         Case("simulate: --metrics-port in use", ["simulate", "--metrics-port", str(BUSY_PORT)],
              {}, 2, f"turnaudit simulate: --metrics-port {BUSY_PORT}: cannot listen on "
              f"127.0.0.1:{BUSY_PORT}"),
