@@ -8,12 +8,16 @@ whole retained stream (the range's dead letters read too), as ``turnaudit verify
 
     .venv/bin/python benchmarks/bench_verify.py [--events 100000] [--rounds 3]
         [--partitions 4]
+    # a large topic once, then measured as often as needed:
+    .venv/bin/python benchmarks/bench_verify.py --events 10000000 --publish-only
+    .venv/bin/python benchmarks/bench_verify.py --prefix bench-xxxxxxxx. --rounds 1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -24,6 +28,7 @@ import uuid
 from pathlib import Path
 
 from _broker import PROJECT_DIR, benchmark_cluster
+from prometheus_client import CollectorRegistry
 
 from turnaudit.kafka.consumer import BEGINNING, KafkaConsumer
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
@@ -31,7 +36,7 @@ from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.replay import READER_CONFIG
 from turnaudit.serialization.decoders import decoder_for
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, TopicNames
 from turnaudit.verify.run import run_verify
 
 LOOPS = ("bare consume+decode", "verify")
@@ -44,23 +49,35 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--child", choices=LOOPS)
     parser.add_argument("--bootstrap")
-    parser.add_argument("--prefix")
+    parser.add_argument("--prefix", help="measure an existing topic (with KAFKA_BOOTSTRAP_SERVERS)")
+    parser.add_argument("--publish-only", action="store_true",
+                        help="publish and keep the topic (its prefix is printed) for --prefix")
     args = parser.parse_args()
     if args.child:
         settings = KafkaSettings(bootstrap_servers=args.bootstrap,
                                  topics=TopicNames(args.prefix))
         print(json.dumps(child(settings, args.child)))
         return
+    if args.prefix:  # a topic published by an earlier run (--publish-only): measured again
+        bootstrap = os.environ.get(BOOTSTRAP_ENV)
+        if not bootstrap:
+            parser.error(f"--prefix reads an existing topic: set {BOOTSTRAP_ENV}")
+        settings = KafkaSettings(bootstrap_servers=bootstrap, topics=TopicNames(args.prefix))
+        ends = end_offsets(settings, settings.topics.turn_events)
+        rounds(settings, sum(ends.values()), args.rounds, len(ends))
+        return
     with benchmark_cluster(partitions=args.partitions) as (settings, _), \
             tempfile.TemporaryDirectory(prefix="turnaudit-bench-verify-") as work:
         began = time.perf_counter()
-        publisher = TurnEventPublisher(settings, spool_dir=Path(work) / "spool")
+        publisher = TurnEventPublisher(settings, spool_dir=Path(work) / "spool",
+                                       registry=CollectorRegistry())
         for event in TurnRuntimeSimulator(3, schema_versions=(3,)).events(args.events):
             publisher.publish(event)
         assert publisher.close().ok
-        print(f"published {args.events} turns in {time.perf_counter() - began:.0f} s",
-              flush=True)
-        rounds(settings, args.events, args.rounds, args.partitions)
+        print(f"published {args.events} turns in {time.perf_counter() - began:.0f} s "
+              f"under prefix {settings.topics.prefix!r}", flush=True)
+        if not args.publish_only:
+            rounds(settings, args.events, args.rounds, args.partitions)
 
 
 def rounds(settings: KafkaSettings, events: int, rounds: int, partitions: int) -> None:
