@@ -100,23 +100,30 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(MAKE) typecheck
 
-# The benchmarks' own extra (the quixstreams peer of bench_consumers.py), then
-# the publish benchmark; the others are run one by one (see README.md). The
-# pinned peer holds confluent-kafka below 2.13 in .venv/ (the project supports
-# >= 2.6); `make clean` gives the test run the newest again.
-BENCH_STAMP := $(VENV)/.installed-bench
+# The benchmarks' interpreter: a venv of its own (.venv-bench/) with the `bench`
+# extra (the quixstreams peer of bench_consumers.py, pinned, which holds
+# confluent-kafka below 2.13) and the native decoder; .venv/ keeps the newest
+# client for the tests. Every row of a benchmark runs on the same client.
+BENCH_VENV  := .venv-bench
+BENCH_PY    := $(BENCH_VENV)/bin/python
+BENCH_STAMP := $(BENCH_VENV)/.installed
+.PHONY: bench-venv
+bench-venv: $(BENCH_STAMP)
 bench: setup $(BENCH_STAMP)
-	$(PY) benchmarks/bench_publish.py
+	$(BENCH_PY) benchmarks/bench_publish.py
 
-$(BENCH_STAMP): pyproject.toml $(PIP_STAMP)
-	$(PY) -m pip install -q -e '.[dev,bench]'
+$(BENCH_STAMP): pyproject.toml $(NATIVE_SRC) | $(PIP_STAMP)
+	python3 -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install -q --upgrade pip 'maturin>=1.8,<2'
+	$(BENCH_PY) -m pip install -q -e '.[dev,bench]'
+	VIRTUAL_ENV=$(CURDIR)/$(BENCH_VENV) $(BENCH_VENV)/bin/maturin develop --release --locked -m native/Cargo.toml
 	touch $@
 
 broker-stop: setup
 	$(VENV)/bin/turnaudit broker stop
 
 clean:
-	rm -rf $(VENV) deploy/kafka/target deploy/otelcol/bin native/target var
+	rm -rf $(VENV) $(BENCH_VENV) deploy/kafka/target deploy/otelcol/bin native/target var
 
 # mypy cannot follow the package-dir mapping: type-check a symlinked view of
 # the one `turnaudit` namespace instead.
