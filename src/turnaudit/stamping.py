@@ -65,6 +65,8 @@ class TurnStamper:
         self._streams: OrderedDict[tuple[str, bool], _ProducerStream] = OrderedDict()
         self._generation = 0
         self._current_producer = self.producer_id
+        self._stamped: tuple[OutgoingTurnEvent, tuple[str, bool], _ProducerStream | None] | None
+        self._stamped = None
         self.published = 0
 
     def stamp(self, event: OutgoingTurnEvent) -> str:
@@ -72,8 +74,11 @@ class TurnStamper:
         predecessor hash); returns the event id."""
         key = _stamp_key(event)
         stream = self._streams.get(key)
+        known = stream is not None
         if stream is None:
             stream = _ProducerStream(LEGACY_PRODUCER if key[1] else self._current_producer)
+        # What ``commit`` of this same event needs again: not looked up twice per turn.
+        self._stamped = (event, key, stream if known else None)
         event["event_id"] = event_id = self._new_id()
         event["producer_id"] = stream.producer_id
         event["sequence"] = stream.next_sequence
@@ -83,8 +88,13 @@ class TurnStamper:
     def commit(self, event: OutgoingTurnEvent, value: bytes) -> str:
         """The stamped ``event`` was handed on, encoded as ``value``; returns its
         chain hash (the stream's new head)."""
-        key = _stamp_key(event)
-        stream = self._streams.get(key)
+        last = self._stamped
+        if last is not None and last[0] is event:
+            key, stream = last[1], last[2]
+        else:
+            key = _stamp_key(event)
+            stream = self._streams.get(key)
+        self._stamped = None
         if stream is None:
             stream = self._streams[key] = _ProducerStream(event["producer_id"])
         else:

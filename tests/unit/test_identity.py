@@ -296,3 +296,26 @@ def test_the_stamper_continues_exactly_the_most_recently_stamped_sessions(
         model.move_to_end(session)
         if len(model) > bound:
             model.popitem(last=False)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.booleans(), st.booleans()), max_size=80))
+def test_a_turn_whose_encoding_failed_uses_up_no_position(
+    steps: list[tuple[int, bool, bool]],
+) -> None:
+    """Stamped but never committed (its encoding failed): the session's next turn takes
+    the same position and chains to the same predecessor. A commit of an equal copy of
+    the stamped event (not the same object) places it just the same."""
+    stamper = TurnStamper()
+    committed: dict[str, tuple[int, str]] = {}
+    for index, encoded, as_copy in steps:
+        session = f"s{index}"
+        event: dict[str, Any] = {"session_id": session}
+        stamper.stamp(event)
+        expected = committed.get(session, (-1, GENESIS_HASH))
+        assert (event["sequence"], event["prev_hash"]) == (expected[0] + 1, expected[1])
+        if encoded:
+            value = f"{session}/{event['sequence']}".encode()
+            head = stamper.commit(dict(event) if as_copy else event, value)
+            assert head == chain_hash(value)
+            committed[session] = (event["sequence"], head)
