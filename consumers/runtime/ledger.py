@@ -72,6 +72,12 @@ class OffsetLedger:
         with self._lock:
             return dict(self._stored)
 
+    def delivered_positions(self) -> dict[int, int]:
+        """Next offset the sink was handed per partition (a sink that holds offsets,
+        such as the HTIR feeder's open traces, has taken more than is stored)."""
+        with self._lock:
+            return dict(self._delivered)
+
     def owned(self) -> set[int]:
         with self._lock:
             return set(self._owned)

@@ -171,6 +171,11 @@ class ConsumerService:
         """Next offset stored per partition (everything before it is in the sink)."""
         return self._ledger.stored()
 
+    def handed_positions(self) -> dict[int, int]:
+        """Next offset handed to the sink per partition (ahead of ``positions`` while
+        the sink holds offsets back)."""
+        return self._ledger.delivered_positions()
+
     def run(self) -> None:
         """Consume until ``stop()`` (or a signal), then drain and close."""
         if self._http is not None:
