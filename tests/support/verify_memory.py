@@ -1,0 +1,89 @@
+"""What verify holds per stream, per missing position and per event id in memory, and
+per spilled event id on disk: tracemalloc over synthetic ranges, no broker.
+
+    .venv/bin/python -m tests.support.verify_memory [--events 200000]
+
+Each figure is the difference of two runs that differ in one thing only (docs/verify.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+import tracemalloc
+from dataclasses import dataclass
+
+from tests.unit.verify import scenario
+from turnaudit.verify.id_store import IdMemory
+from turnaudit.verify.verifier import Verifier
+
+
+@dataclass(frozen=True)
+class Run:
+    streams: int
+    missing: int
+    ids_in_memory: int
+    spilled: int
+    held_bytes: int  # traced memory the Verifier holds after the range
+    spill_bytes: int  # the spill file's size
+    seconds: float
+
+
+def measure(stamped: list[scenario.Stamped], *, memory_ids: int, drop_every: int = 0,
+            trace: bool = True) -> Run:
+    messages = [s for i, s in enumerate(stamped) if not drop_every or i % drop_every]
+    gc.collect()
+    if trace:
+        tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    started = time.perf_counter()
+    with Verifier(scenario.DECODE, memory=IdMemory(event_ids=memory_ids)) as verifier:
+        for offset, s in enumerate(messages):
+            verifier.feed(0, offset, s.key, s.value)
+        seconds = time.perf_counter() - started
+        # The pending batch (at most IdMemory.spill_batch ids) written: memory holds
+        # exactly ``memory_ids`` ids, the file every other one.
+        verifier._spilled.flush()
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        spill = verifier.spill_file
+        return Run(len(verifier.tracker), verifier.lost_positions(),
+                   len(verifier.tracker.remembered_ids()), len(verifier.event_ids)
+                   - len(verifier.tracker.remembered_ids()),
+                   held, 0 if spill is None else spill.stat().st_size, seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=200_000)
+    events = parser.parse_args().events
+    few = scenario.stamped_events(events, seed=1, producers=1, sessions=200)
+    many = scenario.stamped_events(events, seed=1, producers=4, sessions=4000)
+    base = measure(few, memory_ids=1_000)
+    runs = {
+        "base": base,
+        "streams": measure(many, memory_ids=1_000),
+        "gaps": measure(few, memory_ids=1_000, drop_every=10),
+        "ids": measure(few, memory_ids=events),
+    }
+    for name, run in runs.items():
+        print(f"{name:8} {run}")
+    streams, gaps, ids = runs["streams"], runs["gaps"], runs["ids"]
+    per_stream = (streams.held_bytes - base.held_bytes) / (streams.streams - base.streams)
+    per_missing = (gaps.held_bytes - base.held_bytes) / gaps.missing
+    per_id = (ids.held_bytes - base.held_bytes) / (ids.ids_in_memory - base.ids_in_memory)
+    print(f"per stream:           {per_stream:.0f} B")
+    print(f"per missing position: {per_missing:.0f} B")
+    print(f"per id in memory:     {per_id:.0f} B")
+    print(f"per spilled id:       {base.spill_bytes / base.spilled:.0f} B on disk")
+    # Time without tracemalloc: every id in memory, against 1,000 (a lookup on disk for
+    # each message whose id is not in memory).
+    for memory_ids in (events, 1_000):
+        run = measure(few, memory_ids=memory_ids, trace=False)
+        print(f"{memory_ids:>9,} ids in memory: {run.seconds / events * 1e6:.1f} µs/message")
+
+
+if __name__ == "__main__":
+    main()
