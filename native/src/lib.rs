@@ -27,6 +27,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
+mod encode;
+
 pyo3::create_exception!(
     turnaudit_native,
     DecodeError,
@@ -46,12 +48,13 @@ pyo3::create_exception!(
     "The schema is outside what the native compiler promises to decode like fastavro."
 );
 
-type NodeId = usize;
+pub(crate) type NodeId = usize;
 
-enum Node {
+pub(crate) enum Node {
     Null,
     Boolean,
-    Long, // int and long alike: fastavro does not range-check ints
+    Int,  // decoded as a long: fastavro's reader does not range-check ints
+    Long,
     Float,
     Double,
     Bytes,
@@ -65,9 +68,9 @@ enum Node {
     Pending, // a named type whose definition is being compiled
 }
 
-struct Field {
-    name: Py<PyString>,
-    node: NodeId,
+pub(crate) struct Field {
+    pub(crate) name: Py<PyString>,
+    pub(crate) node: NodeId,
     millis_range: bool, // a top-level epoch-millis field held to datetime's range
 }
 
@@ -105,7 +108,8 @@ impl<'py> Compiler<'py> {
         let node = match name {
             "null" => Node::Null,
             "boolean" => Node::Boolean,
-            "int" | "long" => Node::Long,
+            "int" => Node::Int,
+            "long" => Node::Long,
             "float" => Node::Float,
             "double" => Node::Double,
             "bytes" => Node::Bytes,
@@ -241,6 +245,13 @@ impl<'py> Compiler<'py> {
     }
 }
 
+/// A writer schema (as ``json.loads`` gives it) compiled into nodes and the root's id.
+pub(crate) fn compile_schema(py: Python<'_>, schema: &Bound<'_, PyAny>) -> PyResult<(Vec<Node>, NodeId)> {
+    let mut compiler = Compiler { py, nodes: Vec::new(), named: HashMap::new(), pending: HashSet::new() };
+    let root = compiler.compile(schema, "")?;
+    Ok((compiler.nodes, root))
+}
+
 /// Why a body does not decode. `Python`: an exception is already set.
 enum Fail {
     Eof(&'static str, usize),
@@ -367,7 +378,7 @@ impl Plan {
                 ffi::Py_IncRef(out);
                 Ok(out)
             }
-            Node::Long => {
+            Node::Int | Node::Long => {
                 let v = body.long()?;
                 checked(ffi::PyLong_FromLongLong(v))
             }
@@ -577,9 +588,7 @@ impl Decoder {
         min_millis: i64,
         max_millis: i64,
     ) -> PyResult<Self> {
-        let mut compiler = Compiler { py, nodes: Vec::new(), named: HashMap::new(), pending: HashSet::new() };
-        let root = compiler.compile(schema, "")?;
-        let mut nodes = compiler.nodes;
+        let (mut nodes, root) = compile_schema(py, schema)?;
         if !time_fields.is_empty() {
             let Node::Record(fields) = &mut nodes[root] else {
                 return Err(unsupported("time fields on a schema that is not a record"));
@@ -624,6 +633,8 @@ impl Decoder {
 fn turnaudit_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Decoder>()?;
+    m.add_class::<encode::Encoder>()?;
+    m.add("EncodeFallback", py.get_type::<encode::EncodeFallback>())?;
     m.add("DecodeError", py.get_type::<DecodeError>())?;
     m.add("TrailingBytesError", py.get_type::<TrailingBytesError>())?;
     m.add("UnsupportedSchemaError", py.get_type::<UnsupportedSchemaError>())?;

@@ -1,4 +1,4 @@
-"""The native Avro decoder (the Rust crate in ``native/``, module ``turnaudit_native``).
+"""The native Avro decoder and encoder (the Rust crate in ``native/``, module ``turnaudit_native``).
 
 Every shipped writer schema is compiled once into a ``Decoder`` that turns a
 message body into exactly the dict fastavro's ``schemaless_reader`` gives for
@@ -6,6 +6,12 @@ that schema, raising where fastavro raises, and refusing bytes after the record.
 Schemas it does not promise to decode like fastavro (reader schemas, logical
 types, recursive types) are refused when compiled: the caller keeps fastavro
 for them and counts them.
+
+The ``Encoder`` of a writer schema writes a record's body exactly as fastavro's
+``schemaless_writer`` does, but only for records whose encoding is beyond doubt
+(exact built-in types, every field present, one union branch that can take each
+value); for any other record it raises ``EncodeFallback`` and the caller hands
+the record to fastavro, which writes it or raises its own error.
 
 The project requires the module: ``make setup`` builds it from source (Rust and
 cargo, see README.md). Without it the import fails with one line saying so;
@@ -25,9 +31,11 @@ except ImportError as exc:  # pragma: no cover - the environment, not the code
     ) from exc
 
 from turnaudit.events import MAX_MILLIS, MIN_MILLIS
-from turnaudit.serialization.schemas import DecodingSchema
+from turnaudit.serialization.schemas import DecodingSchema, decoding_schema
 
 Decoder = _native.Decoder
+Encoder = _native.Encoder
+EncodeFallback = _native.EncodeFallback
 DecodeError = _native.DecodeError
 TrailingBytesError = _native.TrailingBytesError
 UnsupportedSchemaError = _native.UnsupportedSchemaError
@@ -35,9 +43,12 @@ UnsupportedSchemaError = _native.UnsupportedSchemaError
 __all__ = [
     "DecodeError",
     "Decoder",
+    "EncodeFallback",
+    "Encoder",
     "TrailingBytesError",
     "UnsupportedSchemaError",
     "compile_decoder",
+    "compile_encoder",
 ]
 
 
@@ -47,3 +58,12 @@ def compile_decoder(decoding: DecodingSchema) -> Any:
     Raises ``UnsupportedSchemaError`` for a schema the native compiler refuses.
     """
     return Decoder(decoding.raw, decoding.long_time_fields, MIN_MILLIS, MAX_MILLIS)
+
+
+def compile_encoder(schema_json: str) -> Any:
+    """The native encoder of a writer schema: ``timestamp-millis`` longs are
+    written from their epoch milliseconds (a datetime goes to fastavro).
+
+    Raises ``UnsupportedSchemaError`` for a schema the native compiler refuses.
+    """
+    return Encoder(decoding_schema(schema_json).raw)

@@ -1,0 +1,392 @@
+//! The native Avro encoder of turnaudit's writers.
+//!
+//! A writer schema is compiled by the decoder's compiler (the same nodes);
+//! a record is then written as a framing header followed by its Avro binary
+//! body, byte for byte what fastavro's `schemaless_writer` writes for it.
+//!
+//! The encoder is strict: it writes only values whose encoding is beyond
+//! doubt, exact built-in types of the schema's own kind (None, bool, int in
+//! range, float, str, bytes, list, dict with str keys, records with every
+//! field present). Anything else (a missing field, a subclass, an int where a
+//! double goes, a datetime, a tuple, a union value more than one branch could
+//! take, a string UTF-8 cannot encode) raises `EncodeFallback`, and the caller
+//! hands the record to fastavro, which writes it or raises its own error. The
+//! encoder never raises an error of its own about the data.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use pyo3::exceptions::PyException;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+
+use crate::{compile_schema, Node, NodeId};
+
+pyo3::create_exception!(
+    turnaudit_native,
+    EncodeFallback,
+    PyException,
+    "The record is not one the native encoder writes as surely as fastavro: use fastavro."
+);
+
+/// The Python kinds a union branch is chosen by (exact built-in types only).
+#[derive(Clone, Copy)]
+enum Kind {
+    None = 0,
+    Bool,
+    Int,
+    Float,
+    Str,
+    Bytes,
+    List,
+    Dict,
+}
+const KINDS: usize = 8;
+const ALL_KINDS: [Kind; KINDS] =
+    [Kind::None, Kind::Bool, Kind::Int, Kind::Float, Kind::Str, Kind::Bytes, Kind::List, Kind::Dict];
+
+/// (fastavro's validator may accept a value of this kind for this branch,
+/// the native encoder writes it). The first is a superset of fastavro's
+/// `_validate`: a bytes value is a Sequence (an array may take it), an int
+/// is a Real (a float or double may take it).
+fn branch_fit(kind: Kind, node: &Node) -> (bool, bool) {
+    match (kind, node) {
+        (Kind::None, Node::Null) | (Kind::Bool, Node::Boolean) => (true, true),
+        (Kind::Int, Node::Int | Node::Long) => (true, true),
+        (Kind::Int, Node::Float | Node::Double) => (true, false),
+        (Kind::Float, Node::Float | Node::Double) => (true, true),
+        (Kind::Str, Node::String | Node::Enum(_)) => (true, true),
+        (Kind::Bytes, Node::Bytes | Node::Fixed(_)) => (true, true),
+        (Kind::Bytes, Node::Array(_)) => (true, false),
+        (Kind::List, Node::Array(_)) => (true, true),
+        (Kind::Dict, Node::Map(_) | Node::Record(_)) => (true, true),
+        _ => (false, false),
+    }
+}
+
+/// Why a record is left to fastavro. `Python`: an exception is set and must be cleared.
+enum Fall {
+    Because(&'static str),
+    Python(&'static str),
+}
+
+type E<T> = Result<T, Fall>;
+
+struct Plan {
+    nodes: Vec<Node>,
+    root: NodeId,
+    // Per union node: the branch each kind of value takes, None when no
+    // branch or more than one branch could take it.
+    unions: Vec<[Option<usize>; KINDS]>,
+    // Per enum node: its symbols as UTF-8.
+    symbols: Vec<Vec<Box<[u8]>>>,
+    type_key: Py<PyString>, // "-type": fastavro's record validation reads it
+}
+
+#[inline(always)]
+fn long(out: &mut Vec<u8>, v: i64) {
+    let mut n = ((v << 1) ^ (v >> 63)) as u64;
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+#[inline(always)]
+fn sized(out: &mut Vec<u8>, raw: &[u8]) {
+    long(out, raw.len() as i64);
+    out.extend_from_slice(raw);
+}
+
+/// A strong reference for as long as a value is being written: looking up a
+/// key may run a foreign key's `__eq__`, which could drop a borrowed one.
+struct Held(*mut ffi::PyObject);
+
+impl Held {
+    unsafe fn new(obj: *mut ffi::PyObject) -> Self {
+        ffi::Py_IncRef(obj);
+        Held(obj)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        unsafe { ffi::Py_DecRef(self.0) }
+    }
+}
+
+#[inline(always)]
+unsafe fn is(obj: *mut ffi::PyObject, ty: *mut ffi::PyTypeObject) -> bool {
+    ffi::Py_TYPE(obj) == ty
+}
+
+unsafe fn kind_of(obj: *mut ffi::PyObject) -> Option<Kind> {
+    if obj == ffi::Py_None() {
+        Some(Kind::None)
+    } else if obj == ffi::Py_True() || obj == ffi::Py_False() {
+        Some(Kind::Bool)
+    } else if is(obj, &raw mut ffi::PyLong_Type) {
+        Some(Kind::Int)
+    } else if is(obj, &raw mut ffi::PyFloat_Type) {
+        Some(Kind::Float)
+    } else if is(obj, &raw mut ffi::PyUnicode_Type) {
+        Some(Kind::Str)
+    } else if is(obj, &raw mut ffi::PyBytes_Type) {
+        Some(Kind::Bytes)
+    } else if is(obj, &raw mut ffi::PyList_Type) {
+        Some(Kind::List)
+    } else if is(obj, &raw mut ffi::PyDict_Type) {
+        Some(Kind::Dict)
+    } else {
+        None
+    }
+}
+
+unsafe fn int_of(obj: *mut ffi::PyObject) -> E<i64> {
+    if !is(obj, &raw mut ffi::PyLong_Type) {
+        return Err(Fall::Because("not an int"));
+    }
+    let v = ffi::PyLong_AsLongLong(obj);
+    if v == -1 && !ffi::PyErr_Occurred().is_null() {
+        return Err(Fall::Python("an int beyond 64 bits"));
+    }
+    Ok(v)
+}
+
+unsafe fn float_of(obj: *mut ffi::PyObject) -> E<f64> {
+    if !is(obj, &raw mut ffi::PyFloat_Type) {
+        return Err(Fall::Because("not a float"));
+    }
+    Ok(ffi::PyFloat_AsDouble(obj))
+}
+
+unsafe fn utf8_of<'a>(obj: *mut ffi::PyObject) -> E<&'a [u8]> {
+    if !is(obj, &raw mut ffi::PyUnicode_Type) {
+        return Err(Fall::Because("not a str"));
+    }
+    let mut size: ffi::Py_ssize_t = 0;
+    let data = ffi::PyUnicode_AsUTF8AndSize(obj, &mut size);
+    if data.is_null() {
+        return Err(Fall::Python("a str UTF-8 cannot encode"));
+    }
+    Ok(std::slice::from_raw_parts(data as *const u8, size as usize))
+}
+
+unsafe fn bytes_of<'a>(obj: *mut ffi::PyObject) -> E<&'a [u8]> {
+    if !is(obj, &raw mut ffi::PyBytes_Type) {
+        return Err(Fall::Because("not bytes"));
+    }
+    let data = ffi::PyBytes_AsString(obj);
+    let size = ffi::PyBytes_Size(obj);
+    if data.is_null() || size < 0 {
+        return Err(Fall::Python("unreadable bytes"));
+    }
+    Ok(std::slice::from_raw_parts(data as *const u8, size as usize))
+}
+
+impl Plan {
+    fn new(py: Python<'_>, nodes: Vec<Node>, root: NodeId) -> PyResult<Self> {
+        let mut unions = vec![[None; KINDS]; nodes.len()];
+        let mut symbols = vec![Vec::new(); nodes.len()];
+        for (id, node) in nodes.iter().enumerate() {
+            match node {
+                Node::Union(branches) => {
+                    for kind in ALL_KINDS {
+                        let fits: Vec<(usize, bool)> = branches
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, &b)| {
+                                let (may, writes) = branch_fit(kind, &nodes[b]);
+                                may.then_some((i, writes))
+                            })
+                            .collect();
+                        if let [(i, true)] = fits[..] {
+                            unions[id][kind as usize] = Some(i);
+                        }
+                    }
+                }
+                Node::Enum(names) => {
+                    symbols[id] = names
+                        .iter()
+                        .map(|s| Ok(s.bind(py).to_str()?.as_bytes().into()))
+                        .collect::<PyResult<_>>()?;
+                }
+                _ => {}
+            }
+        }
+        let type_key = PyString::intern(py, "-type").unbind();
+        Ok(Plan { nodes, root, unions, symbols, type_key })
+    }
+
+    unsafe fn value(&self, id: NodeId, obj: *mut ffi::PyObject, out: &mut Vec<u8>) -> E<()> {
+        match &self.nodes[id] {
+            Node::Null => {
+                if obj != ffi::Py_None() {
+                    return Err(Fall::Because("not None for null"));
+                }
+            }
+            Node::Boolean => {
+                if obj == ffi::Py_True() {
+                    out.push(1);
+                } else if obj == ffi::Py_False() {
+                    out.push(0);
+                } else {
+                    return Err(Fall::Because("not a bool for boolean"));
+                }
+            }
+            Node::Int => {
+                let v = int_of(obj)?;
+                if v < i32::MIN as i64 || v > i32::MAX as i64 {
+                    return Err(Fall::Because("an int beyond 32 bits"));
+                }
+                long(out, v);
+            }
+            Node::Long => long(out, int_of(obj)?),
+            Node::Float => {
+                let v = float_of(obj)?;
+                if v.is_nan() {
+                    // The NaN payload fastavro's C cast keeps is not a Rust promise.
+                    return Err(Fall::Because("NaN for float"));
+                }
+                out.extend_from_slice(&(v as f32).to_le_bytes());
+            }
+            Node::Double => out.extend_from_slice(&float_of(obj)?.to_le_bytes()),
+            Node::String => sized(out, utf8_of(obj)?),
+            Node::Bytes => sized(out, bytes_of(obj)?),
+            Node::Fixed(size) => {
+                let raw = bytes_of(obj)?;
+                if raw.len() != *size {
+                    return Err(Fall::Because("bytes of another size for fixed"));
+                }
+                out.extend_from_slice(raw);
+            }
+            Node::Enum(_) => {
+                let raw = utf8_of(obj)?;
+                let index = self.symbols[id]
+                    .iter()
+                    .position(|s| &s[..] == raw)
+                    .ok_or(Fall::Because("not a symbol of the enum"))?;
+                long(out, index as i64);
+            }
+            Node::Union(branches) => {
+                let kind = kind_of(obj).ok_or(Fall::Because("a type no union branch surely takes"))?;
+                let index = self.unions[id][kind as usize]
+                    .ok_or(Fall::Because("no branch or more than one could take the value"))?;
+                long(out, index as i64);
+                self.value(branches[index], obj, out)?;
+            }
+            Node::Array(item) => {
+                if !is(obj, &raw mut ffi::PyList_Type) {
+                    return Err(Fall::Because("not a list for array"));
+                }
+                let len = ffi::PyList_Size(obj);
+                if len > 0 {
+                    long(out, len as i64);
+                    for i in 0..len {
+                        let v = ffi::PyList_GetItem(obj, i);
+                        if v.is_null() {
+                            return Err(Fall::Python("a list that changed while written"));
+                        }
+                        let v = Held::new(v);
+                        self.value(*item, v.0, out)?;
+                    }
+                    if ffi::PyList_Size(obj) != len {
+                        return Err(Fall::Because("a list that changed while written"));
+                    }
+                }
+                out.push(0);
+            }
+            Node::Map(values) => {
+                if !is(obj, &raw mut ffi::PyDict_Type) {
+                    return Err(Fall::Because("not a dict for map"));
+                }
+                let len = ffi::PyDict_Size(obj);
+                if len > 0 {
+                    long(out, len as i64);
+                    let mut pos: ffi::Py_ssize_t = 0;
+                    let mut key: *mut ffi::PyObject = std::ptr::null_mut();
+                    let mut val: *mut ffi::PyObject = std::ptr::null_mut();
+                    let mut seen: ffi::Py_ssize_t = 0;
+                    while ffi::PyDict_Next(obj, &mut pos, &mut key, &mut val) != 0 {
+                        let (k, v) = (Held::new(key), Held::new(val));
+                        sized(out, utf8_of(k.0)?);
+                        self.value(*values, v.0, out)?;
+                        seen += 1;
+                    }
+                    if seen != len || ffi::PyDict_Size(obj) != len {
+                        return Err(Fall::Because("a dict that changed while written"));
+                    }
+                }
+                out.push(0);
+            }
+            Node::Record(fields) => {
+                if !is(obj, &raw mut ffi::PyDict_Type) {
+                    return Err(Fall::Because("not a dict for record"));
+                }
+                // fastavro's record validation (union branches) reads "-type".
+                match ffi::PyDict_Contains(obj, self.type_key.as_ptr()) {
+                    0 => {}
+                    1 => return Err(Fall::Because("a record with a -type key")),
+                    _ => return Err(Fall::Python("a dict lookup failed")),
+                }
+                for field in fields {
+                    let v = ffi::PyDict_GetItemWithError(obj, field.name.as_ptr());
+                    if v.is_null() {
+                        if !ffi::PyErr_Occurred().is_null() {
+                            return Err(Fall::Python("a dict lookup failed"));
+                        }
+                        return Err(Fall::Because("a record without one of its fields"));
+                    }
+                    let v = Held::new(v);
+                    self.value(field.node, v.0, out)?;
+                }
+            }
+            Node::Pending => return Err(Fall::Because("an incomplete type")),
+        }
+        Ok(())
+    }
+}
+
+/// One writer schema, compiled: call it with a record and the framing header.
+#[pyclass(frozen, module = "turnaudit_native")]
+pub(crate) struct Encoder {
+    plan: Plan,
+    size_hint: AtomicUsize, // the last message's size: one allocation per message
+}
+
+#[pymethods]
+impl Encoder {
+    /// ``Encoder(schema)``: ``schema`` is the writer schema as ``json.loads`` gives
+    /// it, ``timestamp-millis`` stripped (those longs are written from ints).
+    #[new]
+    fn new(py: Python<'_>, schema: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let (nodes, root) = compile_schema(py, schema)?;
+        Ok(Encoder { plan: Plan::new(py, nodes, root)?, size_hint: AtomicUsize::new(256) })
+    }
+
+    /// ``header + body``: the record's Avro binary body behind ``header``, or
+    /// ``EncodeFallback`` for a record fastavro must write (or refuse).
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        record: &Bound<'py, PyAny>,
+        header: &[u8],
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let mut out = Vec::with_capacity(self.size_hint.load(Ordering::Relaxed).max(header.len() + 16));
+        out.extend_from_slice(header);
+        match unsafe { self.plan.value(self.plan.root, record.as_ptr(), &mut out) } {
+            Ok(()) => {
+                self.size_hint.store(out.len() + out.len() / 8, Ordering::Relaxed);
+                Ok(PyBytes::new(py, &out))
+            }
+            Err(Fall::Because(why)) => Err(EncodeFallback::new_err(why)),
+            Err(Fall::Python(why)) => {
+                // The data's own error (an int beyond 64 bits, a lone surrogate)
+                // is fastavro's to raise: drop the one the C API set.
+                let _ = PyErr::take(py);
+                Err(EncodeFallback::new_err(why))
+            }
+        }
+    }
+}
