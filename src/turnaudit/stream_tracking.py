@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict, deque
-from collections.abc import KeysView, Mapping
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -365,9 +365,38 @@ class StreamTracker:
         """Each stream's highest position seen (whether or not its hash is still kept)."""
         return {s: st.next - 1 for s, st in self._streams.items() if st.next > 0}
 
-    def remembered_ids(self) -> KeysView[str]:
+    def remembered(self) -> Mapping[str, Seen]:
         """The counted event ids still in memory (the forgotten ones are not)."""
-        return self._seen.keys()
+        return self._seen
+
+    def hand_over_ids(self) -> dict[str, Seen]:
+        """The ids in memory, forgotten here (``verify --jobs`` sends them on by file)."""
+        seen, self._seen, self._seen_order = self._seen, {}, deque()
+        return seen
+
+    def absorb(self, other: StreamTracker) -> None:
+        """The streams of a tracker that read other partitions (``verify --jobs``). A
+        stream both read (a message stored under another key) keeps the higher head;
+        its missing positions are those neither saw."""
+        for stream_id, theirs in other._streams.items():
+            mine = self._streams.get(stream_id)
+            if mine is None:
+                self._streams[stream_id] = theirs
+                self.currently_missing += len(theirs.missing)
+                continue
+            missing = {p for p in mine.missing if p >= theirs.next or p in theirs.missing}
+            missing |= {p for p in theirs.missing if p >= mine.next or p in mine.missing}
+            self.currently_missing += len(missing) - len(mine.missing)
+            mine.missing = missing or _NO_GAP
+            mine.untracked_missing += theirs.untracked_missing
+            high, low = (mine, theirs) if mine.next >= theirs.next else (theirs, mine)
+            mine.own = {**low.own, **high.own}
+            mine.claimed = {**low.claimed, **high.claimed}
+            mine.next = high.next
+        for partition, offset in other._first_offset.items():
+            self._first_offset.setdefault(partition, offset)
+        self.new_turns += other.new_turns
+        self.forgotten_event_ids += other.forgotten_event_ids
 
     def __len__(self) -> int:
         return len(self._streams)

@@ -50,8 +50,8 @@ def measure(stamped: list[scenario.Stamped], *, memory_ids: int, drop_every: int
         tracemalloc.stop()
         spill = verifier.spill_file
         return Run(len(verifier.tracker), verifier.lost_positions(),
-                   len(verifier.tracker.remembered_ids()), len(verifier.event_ids)
-                   - len(verifier.tracker.remembered_ids()),
+                   len(verifier.tracker.remembered()), len(verifier.event_ids)
+                   - len(verifier.tracker.remembered()),
                    held, 0 if spill is None else spill.stat().st_size, seconds)
 
 

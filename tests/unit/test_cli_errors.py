@@ -181,7 +181,10 @@ def _cases() -> list[Case]:
              "argument --memory-ids: 0 is not a positive number"),
         Case("verify: --memory-ids with --follow",
              ["verify", "--follow", "--memory-ids", "5"], {}, 2,
-             "turnaudit verify: --memory-ids is for a range, not --follow"),
+             "turnaudit verify: --memory-ids and --jobs are for a range, not --follow "
+             "(--workers N)"),
+        Case("verify: --jobs 0", ["verify", "--jobs", "0"], {}, 2,
+             "argument --jobs: 0 is not a positive number"),
         Case("simulate: --metrics-port in use", ["simulate", "--metrics-port", str(BUSY_PORT)],
              {}, 2, f"turnaudit simulate: --metrics-port {BUSY_PORT}: cannot listen on "
              f"127.0.0.1:{BUSY_PORT}"),

@@ -88,6 +88,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="event ids kept in memory; older ones are spilled to a "
                         "temporary SQLite file and looked up there, removed at the end "
                         f"(default {DEFAULT_MEMORY_IDS:,}; docs/verify.md)")
+    parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                        help="processes reading the range's partitions, each its own set "
+                        "(default: one per partition, at most one per core)")
     parser.add_argument("--follow", action="store_true",
                         help="run as a service that keeps proving the stream as it arrives "
                         "(its own consumer group, /metrics turnaudit_verify_*, checkpoints in "
@@ -180,8 +183,9 @@ def _follow(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     if args.follow:
-        if args.memory_ids != DEFAULT_MEMORY_IDS:
-            raise ConfigurationError("--memory-ids is for a range, not --follow")
+        if args.memory_ids != DEFAULT_MEMORY_IDS or args.jobs is not None:
+            raise ConfigurationError("--memory-ids and --jobs are for a range, not --follow "
+                                     "(--workers N)")
         return _follow(args)
     memory = IdMemory(event_ids=args.memory_ids)
     if args.trust_grace is not None:
@@ -207,6 +211,7 @@ def _verify(args: argparse.Namespace) -> int:
         event_time=event_time, slack=slack,
         anchors=load_anchors(args.heads) if args.heads else None,
         keyring=keyring, keyring_source=str(args.keyring or ""), memory=memory,
+        jobs=args.jobs,
     )
     if args.json:
         json.dump(report.as_json(), sys.stdout, indent=2, sort_keys=False)

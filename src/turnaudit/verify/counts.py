@@ -61,6 +61,11 @@ class TurnCounts:
         )
         self.tally[kind] = self.tally.get(kind, 0) + 1
 
+    def absorb(self, other: TurnCounts) -> None:
+        """Another range's counts added (``verify --jobs``)."""
+        for kind, n in other.tally.items():
+            self.tally[kind] = self.tally.get(kind, 0) + n
+
     def _sum(self, position: int) -> int:
         return sum(n for kind, n in self.tally.items() if kind[position])
 

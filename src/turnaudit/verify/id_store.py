@@ -9,13 +9,15 @@ spilled any: a range within the bound never touches the disk.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Iterator, KeysView
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
+from typing import NamedTuple
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.identity import Seen
@@ -42,6 +44,21 @@ class IdMemory:
             raise ConfigurationError("verify keeps 1 or more event ids in memory and spills "
                                      f"1 or more at a time, not {self.event_ids} and "
                                      f"{self.spill_batch}")
+
+
+class Repeat(NamedTuple):
+    """An event id two stores both counted (two ``verify --jobs`` read it in two
+    partitions): the copy read first in (partition, offset) order, and the other."""
+
+    event_id: str
+    first: Seen
+    repeat: Seen
+
+    @classmethod
+    def of(cls, event_id: str, one: Seen, other: Seen) -> Repeat:
+        def place(seen: Seen) -> tuple[int, int]:
+            return (seen[1] or 0, seen[2] or 0)
+        return cls(event_id, *sorted((one, other), key=place))
 
 
 class SpilledIds:
@@ -93,6 +110,43 @@ class SpilledIds:
         self._stored += len(self._pending)
         self._pending.clear()
 
+    def export(self, remembered: Mapping[str, Seen], destination: Path) -> None:
+        """Every id, these in memory and the spilled ones, into one file at
+        ``destination`` for another process to ``absorb``; this store is closed."""
+        for event_id, seen in remembered.items():
+            self.keep(event_id, seen)
+        self.flush()
+        self._open().close()  # a file also when nothing was spilled
+        self._db = None
+        shutil.move(str(self.path), destination)
+        self.close()
+
+    def absorb(self, path: Path) -> list[Repeat]:
+        """The ids of another store's exported file; those both hold are returned, and
+        the copy read first (lowest partition, offset) is kept."""
+        self.flush()
+        db = self._open()
+        db.execute("ATTACH DATABASE ? AS part", (str(path),))
+        try:
+            with db:
+                repeats, earlier = [], []
+                for r in db.execute("SELECT p.event_id, s.hash, s.partition, s.offset, p.hash, "
+                                    "p.partition, p.offset FROM part.seen AS p JOIN seen AS s "
+                                    "ON s.event_id = p.event_id"):
+                    kept: Seen = (str(r[1]), r[2], r[3])
+                    theirs: Seen = (str(r[4]), r[5], r[6])
+                    repeats.append(Repeat.of(str(r[0]), kept, theirs))
+                    if repeats[-1].first is theirs:
+                        earlier.append((*theirs, str(r[0])))
+                db.execute("INSERT OR IGNORE INTO seen SELECT * FROM part.seen")
+                db.executemany(
+                    "UPDATE seen SET hash = ?, partition = ?, offset = ? WHERE event_id = ?",
+                    earlier)
+        finally:
+            db.execute("DETACH DATABASE part")
+        self._stored = int(db.execute("SELECT COUNT(*) FROM seen").fetchone()[0])
+        return repeats
+
     def _open(self) -> sqlite3.Connection:
         if self._db is None:
             self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
@@ -137,7 +191,7 @@ class CountedIds(AbstractSet[str]):
     """Every event id counted as a turn: the tracker's in memory and the spilled ones
     (disjoint: an id is spilled when memory drops it)."""
 
-    def __init__(self, remembered: KeysView[str], spilled: SpilledIds) -> None:
+    def __init__(self, remembered: Mapping[str, Seen], spilled: SpilledIds) -> None:
         self._remembered = remembered
         self._spilled = spilled
 

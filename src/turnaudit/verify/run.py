@@ -16,6 +16,7 @@ from turnaudit.settings import KafkaSettings
 from turnaudit.verify.crash import stream_ends
 from turnaudit.verify.files import reconcile_log
 from turnaudit.verify.id_store import IdMemory
+from turnaudit.verify.jobs import VerifierOptions, default_jobs, partition_sets, verify_in_jobs
 from turnaudit.verify.kafka_reads import (
     dead_letters_in_range,
     feed_range,
@@ -45,6 +46,7 @@ def run_verify(
     keyring: Keyring | None = None,
     keyring_source: str = "",
     memory: IdMemory | None = None,
+    jobs: int | None = 1,
 ) -> VerifyReport:
     topic = topic or settings.topics.turn_events
     broker_spec, window = spec, None
@@ -59,12 +61,19 @@ def run_verify(
     start, end, low = resolve_range(settings, topic, broker_spec)
     # By event time a session's first turn in the window is where its stream starts for
     # the window (its earlier turns happened before it), as in ``replay --into verify:``.
-    verifier = Verifier(decode, log_start_offsets=low, anchors=anchors,
-                        start_gaps=not event_time, event_window=window,
-                        signed=None if chain is None else signed_heads(chain).positions,
-                        memory=memory)
+    options = VerifierOptions(low, anchors=anchors, start_gaps=not event_time,
+                              event_window=window, memory=memory or IdMemory(),
+                              signed=None if chain is None else signed_heads(chain).positions)
+    parts = len(partition_sets(start, end, len(end) or 1))
+    jobs = min(default_jobs(parts) if jobs is None else jobs, parts)
+    if jobs > 1:
+        verifier = verify_in_jobs(settings, topic, decode, options, start=start, end=end,
+                                  jobs=jobs, timeout=timeout)
+    else:
+        verifier = options.verifier(decode)
     with verifier:  # the spilled event ids are removed at the end, also on error
-        feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
+        if jobs <= 1:
+            feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
         report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
         whole_stream = (report.range["from_log_start"] and not verifier.retained_from
                         and all(start.get(p, 0) == 0 for p in end))

@@ -112,7 +112,7 @@ class Verifier:
             log_start_offsets={p: -1 if o > 0 else o for p, o in low.items()},
             start_gaps=start_gaps, forgotten=self._spilled,
         )
-        self.event_ids = CountedIds(self.tracker.remembered_ids(), self._spilled)
+        self.event_ids = CountedIds(self.tracker.remembered(), self._spilled)
         self.counts = TurnCounts()
         self.messages = 0
         self.redeliveries = 0
@@ -136,6 +136,61 @@ class Verifier:
     def close(self) -> None:
         """Removes the spilled event ids (``event_ids`` is unusable after)."""
         self._spilled.close()
+
+    # -- verify --jobs: a verifier per partition set, merged ---------------------------
+    def export_ids(self, destination: Path) -> None:
+        """Every counted event id into an SQLite file for ``absorb`` (then ``event_ids`` is
+        unusable here)."""
+        self._spilled.export(self.tracker.hand_over_ids(), destination)
+
+    def __getstate__(self) -> dict[str, object]:
+        # Sent back from a job: its ids go by ``export_ids``, its decoder stays there.
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("_decode", "_spilled", "event_ids")}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._spilled = SpilledIds()
+        self._spilled.close()
+        self.event_ids = CountedIds(self.tracker.remembered(), self._spilled)
+
+    def absorb(self, other: Verifier, ids: Path) -> None:
+        """The conclusions of a verifier that read other partitions, and its ids (a
+        file ``export_ids`` wrote). An event id both counted is a duplicate copy or
+        changed content at the later of its two places; each copy stays counted."""
+        self.messages += other.messages
+        self.redeliveries += other.redeliveries
+        self.outside_window += other.outside_window
+        self.duplicates += other.duplicates
+        self.findings += other.findings
+        self.undecodable += other.undecodable
+        self.breaching += other.breaching
+        self.breaches_by_contract.update(other.breaches_by_contract)
+        self.breaching_by_pack.update(other.breaching_by_pack)
+        self.counts.absorb(other.counts)
+        self.tracker.absorb(other.tracker)
+        self.streams |= other.streams
+        for stream, hashes in other.signed_seen.items():
+            for position, seen in hashes.items():
+                self.signed_seen.setdefault(stream, {}).setdefault(position, set()).update(seen)
+        self._anchored_hash.update(other._anchored_hash)
+        self._first_fed.update(other._first_fed)
+        self.retained_from |= other.retained_from
+        self.began_before_retention += other.began_before_retention
+        self.retained_examples = (self.retained_examples + other.retained_examples)[:EXAMPLES]
+        self.prefix_findings += other.prefix_findings
+        for stamp in (other.first_timestamp, other.last_timestamp):
+            if stamp is not None:
+                self._stamped(stamp)
+        for repeat in self._spilled.absorb(ids):
+            where = message_where(repeat.repeat[1] or 0, repeat.repeat[2] or 0)
+            where["event_id"] = repeat.event_id
+            if repeat.repeat[0] == repeat.first[0]:
+                self.duplicates.append(Finding(
+                    "duplicate", "the same event stored again (same content)", where))
+            else:
+                self.findings.append(Finding("content_changed", "an event id seen before "
+                                             "comes back with other content", where))
 
     def __enter__(self) -> Verifier:
         return self
