@@ -14,7 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -29,8 +29,13 @@ from turnaudit.verify.kafka_reads import feed_range
 from turnaudit.verify.verifier import Anchors, Verifier
 
 
-def _reduce_proxy(proxy: MappingProxyType[str, str]) -> tuple[type, tuple[dict[str, str]]]:
-    return MappingProxyType, (dict(proxy),)
+def read_only(mapping: dict[str, str]) -> MappingProxyType[str, str]:
+    return MappingProxyType(mapping)
+
+
+def _reduce_proxy(proxy: MappingProxyType[str, str]) -> tuple[
+        Callable[[dict[str, str]], MappingProxyType[str, str]], tuple[dict[str, str]]]:
+    return read_only, (dict(proxy),)
 
 
 # Settings hold read-only mappings, which pickle does not take: sent to a job as the

@@ -1,0 +1,137 @@
+"""``verify --jobs`` and ``--memory-ids`` on the real broker: over a stored range with
+faults injected in every partition, two processes reading the partitions, and a verifier
+holding 5 event ids in memory (the rest spilled to disk), report what one process with
+every id in memory does; an event id stored in two partitions is found with --jobs 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tests.support.verify_helpers import (
+    DECODE,
+    Stored,
+    copy_to,
+    fresh_prefix,
+    fresh_topics,
+    publish,
+    stored_range,
+)
+from turnaudit.cli import main
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import SingleObjectSerializer
+from turnaudit.settings import KafkaSettings
+
+pytestmark = pytest.mark.broker
+
+ENCODE_V3 = SingleObjectSerializer(shipped_catalog().version(3))
+
+
+@pytest.fixture(scope="module")
+def faulty(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
+        KafkaSettings, list[Stored]]:
+    """A published range (v1-v3, 3 partitions) copied with faults in every partition:
+    a turn removed, one stored twice, one forged at a taken position, one re-sent with
+    other content, one edited, two of a stream swapped."""
+    settings = fresh_topics(kafka_bootstrap)
+    publish(settings, tmp_path_factory.mktemp("spool"), seed=23, events=300, versions=(1, 2, 3))
+    messages = stored_range(settings)
+    copy = list(messages)
+    for partition in sorted({m.partition for m in messages}):
+        mine = [i for i, m in enumerate(copy) if m.partition == partition
+                and DECODE(m.value).writer_version == 3]
+        assert len(mine) > 12, "each partition needs chained turns to tamper with"
+        a, b, c, d = (mine[k] for k in (2, 4, 6, 8))
+        e, f = same_stream_pair(copy, mine[9:])
+        event = dict(DECODE(copy[b].value).event)
+        copy.append(copy[a])  # a duplicate copy
+        copy.append(replace(copy[b], value=ENCODE_V3({**event, "event_id": uuid.uuid4().hex})))
+        copy.append(replace(copy[b], value=ENCODE_V3({**event, "turn": event["turn"] + 7})))
+        edited = dict(DECODE(copy[c].value).event)
+        copy[c] = replace(copy[c], value=ENCODE_V3({**edited, "surface": "edited"}))
+        copy[e], copy[f] = copy[f], copy[e]
+        copy[d] = replace(copy[d], value=b"")  # an undecodable message where a turn was
+    target = fresh_prefix(settings)
+    copy_to(target, copy)
+    return target, copy
+
+
+def same_stream_pair(copy: list[Stored], indices: list[int]) -> tuple[int, int]:
+    first: dict[tuple[str, str], int] = {}
+    for i in indices:
+        event = DECODE(copy[i].value).event
+        stream = (event["session_id"], event["producer_id"])
+        if stream in first:
+            return first[stream], i
+        first[stream] = i
+    raise AssertionError("no stream with two turns in the partition")
+
+
+def run_cli(settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch,
+            capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    capsys.readouterr()
+    code = main(["verify", "--json", *args])
+    out, err = capsys.readouterr()
+    assert out, err
+    return code, json.loads(out)
+
+
+def ordered(value: Any) -> Any:
+    """Lists in one order: partitions are read interleaved, in any order."""
+    if isinstance(value, dict):
+        return {k: ordered(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return sorted((ordered(v) for v in value), key=json.dumps)
+    return value
+
+
+def spill_dirs() -> set[str]:
+    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("turnaudit-verify-")}
+
+
+class TestJobsAndMemory:
+    def test_two_jobs_and_five_ids_in_memory_report_what_one_process_does(
+        self, faulty: tuple[KafkaSettings, list[Stored]], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        target, _ = faulty
+        before = spill_dirs()
+        code, one = run_cli(target, monkeypatch, capsys, "--jobs", "1")
+        assert code == 1
+        assert set(one["unexplained_by_kind"]) >= {
+            "position_reused", "content_changed", "chain_break", "late_arrival"}
+        assert one["duplicates"]["count"] == 3
+        assert one["undecodable"] == 3
+        for args in (["--jobs", "2"], ["--jobs", "3", "--memory-ids", "5"],
+                     ["--jobs", "1", "--memory-ids", "5"]):
+            code, other = run_cli(target, monkeypatch, capsys, *args)
+            assert code == 1, args
+            assert ordered(other) == ordered(one), args
+        assert spill_dirs() == before  # every spill and hand-over directory removed
+
+    def test_an_event_id_stored_in_two_partitions_is_found_with_two_jobs(
+        self, faulty: tuple[KafkaSettings, list[Stored]], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        target, copy = faulty
+        # Partitions 0 and 2 go to one job, 1 to the other: a copy of a partition-0 turn
+        # stored in partition 1 is met only when the jobs' ids are merged.
+        moved = next(m for m in copy if m.partition == 0 and m.value
+                     and DECODE(m.value).writer_version == 3)
+        elsewhere = fresh_prefix(target)
+        copy_to(elsewhere, [*copy, replace(moved, partition=1, key=b"another-key")])
+        code, report = run_cli(elsewhere, monkeypatch, capsys, "--jobs", "2")
+        assert code == 1
+        event_id = DECODE(moved.value).event["event_id"]
+        extra = [d for d in report["duplicates"]["examples"] if d.get("event_id") == event_id]
+        assert [d["partition"] for d in extra] == [1]
+        assert report["duplicates"]["count"] == 4
+        assert "key_mismatch" in report["unexplained_by_kind"]
