@@ -119,7 +119,8 @@ class StreamTracker:
       about 190 MiB). Within
       the bound an unknown event id at a position already taken is a breach
       (``POSITION_REUSED``); once ids were forgotten it is taken for an old
-      redelivery (counted in ``forgotten_event_ids``).
+      redelivery (counted in ``forgotten_event_ids``), unless a ``forgotten``
+      store keeps the dropped ids: then they are recalled from it, exactly.
     * ``max_streams`` ordered streams (least recently seen forgotten).
     * ``max_missing`` missing positions remembered per stream; beyond that a
       gap is counted but a late arrival into it is not recognised.
