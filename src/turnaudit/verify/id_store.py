@@ -46,6 +46,20 @@ class IdMemory:
                                      f"{self.spill_batch}")
 
 
+def scratch_db(spill_dir: Path | None, table: str) -> tuple[
+        tempfile.TemporaryDirectory[str], sqlite3.Connection]:
+    """A new SQLite file (``ids.sqlite3``) with ``table``, in a new temporary directory
+    under ``spill_dir``: removed by the directory's ``cleanup``."""
+    directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-", dir=spill_dir)
+    db = sqlite3.connect(str(Path(directory.name) / "ids.sqlite3"))
+    # A scratch file removed at the end: no journal, no fsync, a bounded cache.
+    db.execute("PRAGMA journal_mode = OFF")
+    db.execute("PRAGMA synchronous = OFF")
+    db.execute(f"PRAGMA cache_size = -{SPILL_CACHE_KIB}")
+    db.execute(table)
+    return directory, db
+
+
 class Repeat(NamedTuple):
     """An event id two stores both counted (two ``verify --jobs`` read it in two
     partitions): the copy read first in (partition, offset) order, and the other."""
@@ -149,16 +163,9 @@ class SpilledIds:
 
     def _open(self) -> sqlite3.Connection:
         if self._db is None:
-            self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
-                                                          dir=self._spill_dir)
-            db = sqlite3.connect(str(self.path))
-            # A scratch file removed at the end: no journal, no fsync, a bounded cache.
-            db.execute("PRAGMA journal_mode = OFF")
-            db.execute("PRAGMA synchronous = OFF")
-            db.execute(f"PRAGMA cache_size = -{SPILL_CACHE_KIB}")
-            db.execute("CREATE TABLE seen (event_id TEXT PRIMARY KEY, hash TEXT NOT NULL, "
-                       "partition INTEGER, offset INTEGER) WITHOUT ROWID")
-            self._db = db
+            self._directory, self._db = scratch_db(
+                self._spill_dir, "CREATE TABLE seen (event_id TEXT PRIMARY KEY, hash TEXT NOT "
+                "NULL, partition INTEGER, offset INTEGER) WITHOUT ROWID")
         return self._db
 
     def _check_open(self) -> None:

@@ -5,9 +5,10 @@ Pure: the lines and the page text come from ``files`` and ``scrape``.
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TypedDict
@@ -53,43 +54,61 @@ class LogReconciliation:
     lines: int
     distinct: int
     repeated_lines: int  # extra lines for an event id already logged (redeliveries)
-    not_logged: list[str]  # turns of the range the sink did not write
+    not_logged: list[str]  # turns of the range the sink did not write (the first, sorted)
     outside_range: int  # logged event ids that are not turns of this range
+    not_logged_count: int = -1  # all of them (-1: as many as listed)
+
+    def __post_init__(self) -> None:
+        if self.not_logged_count < 0:
+            self.not_logged_count = len(self.not_logged)
 
     @property
     def agrees(self) -> bool:
-        return not self.not_logged
+        return not self.not_logged_count
 
     def as_json(self) -> LogJson:
         return LogJson(
             path=self.path, lines=self.lines, distinct_event_ids=self.distinct,
-            repeated_lines=self.repeated_lines, not_logged=len(self.not_logged),
+            repeated_lines=self.repeated_lines, not_logged=self.not_logged_count,
             not_logged_examples=self.not_logged[:EXAMPLES],
             logged_outside_range=self.outside_range, agrees=self.agrees,
         )
 
 
-def logged_turns(raw_lines: Iterable[bytes | str]) -> Counter[str]:
-    """Turn lines (``event: turn``) of a log sink's JSON lines, by event id; other lines
-    and lines that are not JSON are skipped."""
-    counts: Counter[str] = Counter()
+def turn_ids(raw_lines: Iterable[bytes | str]) -> Iterator[str]:
+    """The event id of each turn line (``event: turn``) of a log sink's JSON lines; other
+    lines and lines that are not JSON are skipped."""
     for raw in raw_lines:
         try:
             line = json.loads(raw)
         except ValueError:
             continue
         if isinstance(line, dict) and line.get("event") == TURN_LOG_EVENT and "event_id" in line:
-            counts[str(line["event_id"])] += 1
-    return counts
+            yield str(line["event_id"])
 
 
-def compare_log(path: str, logged: Counter[str], turns: AbstractSet[str]) -> LogReconciliation:
-    """A log sink's turn lines by event id against the range's turns (one pass over each:
-    ``turns`` may be verify's ids spilled to disk, looked up one by one)."""
-    lines = logged.total()
-    not_logged = sorted(t for t in turns if t not in logged)
+def logged_turns(raw_lines: Iterable[bytes | str]) -> Counter[str]:
+    """Turn lines of a log sink's JSON lines, by event id."""
+    return Counter(turn_ids(raw_lines))
+
+
+def compare_log(path: str, lines: int, logged: Collection[str],
+                turns: AbstractSet[str]) -> LogReconciliation:
+    """A log sink's ``lines`` turn lines (``logged``: their distinct event ids) against the
+    range's turns, one pass over each: either may be on disk, looked up one by one."""
+    count = 0
+
+    def missing() -> Iterator[str]:
+        nonlocal count
+        for t in turns:
+            if t not in logged:
+                count += 1
+                yield t
+
+    first = heapq.nsmallest(EXAMPLES, missing())  # the examples: bounded, however many
     outside = sum(1 for e in logged if e not in turns)
-    return LogReconciliation(path, lines, len(logged), lines - len(logged), not_logged, outside)
+    return LogReconciliation(path, lines, len(logged), lines - len(logged), first, outside,
+                             count)
 
 
 ByPack = dict[str, TurnFigures]

@@ -159,7 +159,7 @@ class VerifyReport:
         if self.trust is not None:
             found += self.trust.findings()
         if self.log is not None and not self.log.agrees:
-            found.append(Finding("not_logged", f"{len(self.log.not_logged)} turn(s) of the "
+            found.append(Finding("not_logged", f"{self.log.not_logged_count} turn(s) of the "
                                  f"range are not in {self.log.path}", {}))
         for m in self.metrics:
             found += [Finding("uncounted", f"{m.url}: {gap.text()}",
@@ -191,7 +191,7 @@ class VerifyReport:
             uncounted=max(
                 [0] + [m.expected["turns"] - m.counted["turns"] for m in self.metrics]
             ),
-            not_logged=0 if self.log is None else len(self.log.not_logged),
+            not_logged=0 if self.log is None else self.log.not_logged_count,
             redeliveries=v.redeliveries,
             duplicates=DuplicatesJson(
                 count=len(v.duplicates),
@@ -284,7 +284,7 @@ class VerifyReport:
             lines.append(
                 f"  log sink {self.log.path}: {self.log.lines} lines, {self.log.distinct} turns, "
                 f"{self.log.repeated_lines} repeated (redeliveries), "
-                f"{len(self.log.not_logged)} not logged: "
+                f"{self.log.not_logged_count} not logged: "
                 + ("agrees" if self.log.agrees else "DISAGREES"))
         for m in self.metrics:
             lines.append(f"  counters {m.url}: {m.counted} vs stream {m.expected}: "

@@ -90,7 +90,7 @@ def run_verify(
                 to_end=spec.until is None and not spec.to_offsets and not event_time,
                 whole_stream=whole_stream and not event_time, not_checkpoints=not_checkpoints)
         if log_file is not None:
-            report.log = reconcile_log(log_file, verifier.event_ids)
+            report.log = reconcile_log(log_file, verifier.event_ids, options.memory)
         before = list(metrics_before)
         report.metrics = [
             reconcile_metrics(url, verifier.counts, before=before[i] if i < len(before) else None,

@@ -127,9 +127,9 @@ def verified(messages: list[Message], memory: IdMemory, anchors: Anchors) -> Ver
     return verifier
 
 
-def report(verifier: Verifier, log: Path) -> dict[str, Any]:
+def report(verifier: Verifier, log: Path, memory: IdMemory = UNBOUNDED) -> dict[str, Any]:
     made = VerifyReport(RANGE, verifier)
-    made.log = reconcile_log(log, verifier.event_ids)
+    made.log = reconcile_log(log, verifier.event_ids, memory)
     document: dict[str, Any] = dict(made.as_json())
     document["human"] = made.human()
     document["turn_ids"] = sorted(verifier.event_ids)
@@ -165,7 +165,7 @@ class TestSpilledVerifierIsExact:
             expected = report(exact, log)
             note(f"{len(messages)} messages, {exact.counts.turns} turns; "
                  f"{sorted(expected['unexplained_by_kind'])}")
-            assert report(tiny, log) == expected
+            assert report(tiny, log, TINY) == expected  # the logged ids spilled too
             assert exact.spill_file is None
             # Past memory and the pending batch, the ids were on disk, looked up there.
             assert (tiny.spill_file is not None) == (tiny.tracker.new_turns > 4)
@@ -233,6 +233,23 @@ class TestSpillFile:
         with verified(messages, IdMemory(event_ids=10, spill_dir=tmp_path), {}) as verifier:
             assert verifier.spill_file is None
         assert list(tmp_path.iterdir()) == []
+
+    def test_logged_ids_beyond_memory_are_counted_in_a_file_removed_after(
+        self, tmp_path: Path,
+    ) -> None:
+        turns = {f"t-{n:02}" for n in range(30)}
+        logged = [f"t-{n:02}" for n in range(0, 30, 2)] * 2 + ["other-1", "other-2"]
+        log = tmp_path / "turns.jsonl"
+        log.write_text("".join(f'{{"event": "turn", "event_id": "{i}"}}\n' for i in logged))
+        spills = tmp_path / "spills"
+        spills.mkdir()
+        found = reconcile_log(log, turns, IdMemory(event_ids=2, spill_dir=spills,
+                                                    spill_batch=3))
+        assert (found.lines, found.distinct, found.repeated_lines) == (32, 17, 15)
+        assert found.not_logged_count == 15
+        assert found.not_logged == [f"t-{n:02}" for n in range(1, 30, 2)][:len(found.not_logged)]
+        assert found.outside_range == 2
+        assert list(spills.iterdir()) == []
 
     def test_spilled_ids_are_recalled_from_the_batch_and_the_file(self) -> None:
         spilled = SpilledIds(batch=3)
