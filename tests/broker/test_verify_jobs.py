@@ -6,10 +6,10 @@ every id in memory does; an event id stored in two partitions is found with --jo
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import uuid
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,17 +93,21 @@ def ordered(value: Any) -> Any:
     return value
 
 
-def spill_dirs() -> set[str]:
-    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("turnaudit-verify-")}
+def private_tmp(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> Path:
+    """A temporary directory of the test's own, for this process and the jobs it spawns
+    (the machine's is shared with other verify runs)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    return tmp
 
 
 class TestJobsAndMemory:
     def test_two_jobs_and_five_ids_in_memory_report_what_one_process_does(
         self, faulty: tuple[KafkaSettings, list[Stored]], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str],
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
     ) -> None:
         target, _ = faulty
-        before = spill_dirs()
+        tmp = private_tmp(monkeypatch, tmp_path)
         code, one = run_cli(target, monkeypatch, capsys, "--jobs", "1")
         assert code == 1
         assert set(one["unexplained_by_kind"]) >= {
@@ -115,7 +119,7 @@ class TestJobsAndMemory:
             code, other = run_cli(target, monkeypatch, capsys, *args)
             assert code == 1, args
             assert ordered(other) == ordered(one), args
-        assert spill_dirs() == before  # every spill and hand-over directory removed
+        assert list(tmp.iterdir()) == []  # every spill and hand-over directory removed
 
     def test_an_event_id_stored_in_two_partitions_is_found_with_two_jobs(
         self, faulty: tuple[KafkaSettings, list[Stored]], monkeypatch: pytest.MonkeyPatch,

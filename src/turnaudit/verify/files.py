@@ -21,7 +21,7 @@ def reconcile_log(path: Path, turns: AbstractSet[str],
     copies (``rotated_log_files``), with the range's turns; the logged ids beyond
     ``memory`` are kept in a temporary file, removed before this returns."""
     memory = memory or IdMemory()
-    logged = LoggedIds(memory.event_ids, memory.spill_dir, memory.spill_batch)
+    logged = LoggedIds(memory.event_ids, memory.spill_dir, memory.batch)
     try:
         return _compare(path, turns, logged)
     finally:

@@ -39,6 +39,11 @@ class IdMemory:
     spill_dir: Path | None = None
     spill_batch: int = SPILL_BATCH  # ids written to the file per transaction
 
+    @property
+    def batch(self) -> int:
+        """Ids written per transaction: never more than memory holds."""
+        return min(self.spill_batch, self.event_ids)
+
     def __post_init__(self) -> None:
         if self.event_ids < 1 or self.spill_batch < 1:
             raise ConfigurationError("verify keeps 1 or more event ids in memory and spills "

@@ -106,7 +106,7 @@ class Verifier:
         # Exact: every stream and missing position in memory; the newest event ids too,
         # older ones spilled to disk and recalled from there (``close`` removes them).
         memory = memory or IdMemory()
-        self._spilled = SpilledIds(memory.spill_dir, memory.spill_batch)
+        self._spilled = SpilledIds(memory.spill_dir, memory.batch)
         self.tracker = StreamTracker(
             max_event_ids=memory.event_ids, max_streams=1 << 62, max_missing=1 << 62,
             log_start_offsets={p: -1 if o > 0 else o for p, o in low.items()},
