@@ -1,4 +1,5 @@
-//! The native Avro decoder of turnaudit's readers.
+//! The native Avro decoder of turnaudit's readers (and, in `encode`, the
+//! encoder of its writers, compiled by the same schema compiler).
 //!
 //! A writer schema (the JSON object Python parsed, with `timestamp-millis`
 //! already stripped by `decoding_schema`) is compiled once into a small arena
