@@ -20,7 +20,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::{compile_schema, Node, NodeId};
+use crate::{compile_schema, unsupported, Node, NodeId};
 
 pyo3::create_exception!(
     turnaudit_native,
@@ -210,7 +210,8 @@ impl Plan {
                     symbols[id] = names
                         .iter()
                         .map(|s| Ok(s.bind(py).to_str()?.as_bytes().into()))
-                        .collect::<PyResult<_>>()?;
+                        .collect::<PyResult<_>>()
+                        .map_err(|_| unsupported("an enum symbol UTF-8 cannot encode"))?;
                 }
                 _ => {}
             }

@@ -84,7 +84,7 @@ struct Compiler<'py> {
     pending: HashSet<NodeId>,
 }
 
-fn unsupported(why: impl Into<String>) -> PyErr {
+pub(crate) fn unsupported(why: impl Into<String>) -> PyErr {
     UnsupportedSchemaError::new_err(why.into())
 }
 

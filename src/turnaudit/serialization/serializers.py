@@ -44,7 +44,8 @@ class FramedSerializer:
         self._fastavro_records = 0
         try:
             self._native: Any = native.compile_encoder(schema.schema_json)
-        except native.UnsupportedSchemaError as exc:
+        except (native.UnsupportedSchemaError, ValueError, TypeError) as exc:
+            # Any schema the compiler cannot take is fastavro's, as it always was.
             self._native = None
             log.info(
                 "schema_written_by_fastavro",
