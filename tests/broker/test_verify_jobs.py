@@ -24,9 +24,13 @@ from tests.support.verify_helpers import (
     stored_range,
 )
 from turnaudit.cli import main
+from turnaudit.errors import BrokerError
+from turnaudit.kafka.offsets import end_offsets
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
+from turnaudit.verify.id_store import IdMemory
+from turnaudit.verify.jobs import VerifierOptions, verify_in_jobs
 
 pytestmark = pytest.mark.broker
 
@@ -139,3 +143,19 @@ class TestJobsAndMemory:
         assert [d["partition"] for d in extra] == [1]
         assert report["duplicates"]["count"] == 4
         assert "key_mismatch" in report["unexplained_by_kind"]
+
+    def test_a_failing_job_fails_verify_and_leaves_no_file(
+        self, faulty: tuple[KafkaSettings, list[Stored]], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path,
+    ) -> None:
+        target, _ = faulty
+        tmp = private_tmp(monkeypatch, tmp_path)
+        topic = target.topics.turn_events
+        end = end_offsets(target, topic)
+        beyond = {**end, 1: end[1] + 5}  # offsets never written: that job times out
+        with pytest.raises(BrokerError, match="timed out reading"):
+            verify_in_jobs(target, topic, DECODE, VerifierOptions({p: 0 for p in end},
+                                                                   memory=IdMemory(5)),
+                           start={}, end=beyond, jobs=2, timeout=3.0)
+        assert list(tmp.iterdir()) == []
+
