@@ -19,7 +19,7 @@ from tests.support.events import encode, turn
 from tests.unit.verify import scenario
 from turnaudit.errors import ConfigurationError
 from turnaudit.verify.files import reconcile_log
-from turnaudit.verify.id_store import IdMemory, SpilledIds
+from turnaudit.verify.id_store import IdMemory, SpilledIds, SpillFilter
 from turnaudit.verify.report import RangeJson, VerifyReport
 from turnaudit.verify.verifier import Anchors, Verifier
 
@@ -268,3 +268,41 @@ class TestSpillFile:
     def test_a_bound_below_one_is_a_configuration_error(self, ids: int, batch: int) -> None:
         with pytest.raises(ConfigurationError, match="1 or more"):
             IdMemory(event_ids=ids, spill_batch=batch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sets(st.text(max_size=40), max_size=300), st.lists(st.text(max_size=40), max_size=300),
+       st.sampled_from([8, 64, 1024, 1 << 16]))
+def test_the_spill_filter_never_says_never_for_an_id_it_was_given(
+    added: set[str], others: list[str], bits: int
+) -> None:
+    """No false negative, however small (and crowded) the filter: a spilled id is
+    always looked up. A string never added is answered "never" or "maybe", both safe."""
+    spill_filter = SpillFilter(bits)
+    for text in added:
+        spill_filter.add(text)
+    assert all(spill_filter.might_hold(text) for text in added)
+    if bits >= 1 << 16 and len(added) <= 300:
+        # Sparse enough that strings never added are mostly answered "never".
+        absent = [t for t in others if t not in added]
+        assert sum(spill_filter.might_hold(t) for t in absent) <= max(3, len(absent) // 10)
+
+
+def test_a_spilled_store_answers_recall_exactly_through_its_filter(tmp_path: Path) -> None:
+    store = SpilledIds(tmp_path, batch=4)
+    kept = {f"id-{i}": (f"{i:016x}", 0, i) for i in range(40)}
+    for event_id, seen in kept.items():
+        store.keep(event_id, seen)
+    store.flush()
+    try:
+        for event_id, seen in kept.items():
+            assert store.recall(event_id) == seen
+        assert all(store.recall(f"never-{i}") is None for i in range(1000))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("bits", [0, 7, 12, 100])
+def test_a_spill_filter_of_a_size_that_is_not_a_power_of_two_is_refused(bits: int) -> None:
+    with pytest.raises(ValueError, match="power of two"):
+        SpillFilter(bits)
