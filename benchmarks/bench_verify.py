@@ -39,7 +39,9 @@ from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, TopicNames
 from turnaudit.verify.run import run_verify
 
-LOOPS = ("bare consume+decode", "verify")
+# verify as the CLI runs it (partitions read in parallel, one job per core at most), and
+# in one process.
+LOOPS = ("bare consume+decode", "verify", "verify --jobs 1")
 
 
 def main() -> None:
@@ -100,27 +102,34 @@ def rounds(settings: KafkaSettings, events: int, rounds: int, partitions: int) -
                   for r, b in zip(found[name], bare, strict=True)]
         cpu = [1e6 * r["cpu"] / r["count"] for r in found[name]]
         rss = [r["maxrss_kb"] / 1024 for r in found[name]]
+        jobs_rss = [r["child_maxrss_kb"] / 1024 for r in found[name]]
         print(f"{name:20} turns/s median {statistics.median(rates):8.0f} "
               f"(min {min(rates):.0f}, max {max(rates):.0f}) | x bare per round median "
               f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})"
               f" | CPU us/turn median {statistics.median(cpu):.1f} | RSS peak MiB median "
-              f"{statistics.median(rss):.0f} (max {max(rss):.0f})")
-    extra = statistics.median(r["maxrss_kb"] for r in found["verify"]) - \
+              f"{statistics.median(rss):.0f} (max {max(rss):.0f}); largest job process "
+              f"{max(jobs_rss):.0f}")
+    extra = statistics.median(r["maxrss_kb"] for r in found["verify --jobs 1"]) - \
         statistics.median(r["maxrss_kb"] for r in bare)
-    print(f"verify's RSS peak above the bare loop's: {extra / 1024:.0f} MiB, "
+    print(f"verify --jobs 1's RSS peak above the bare loop's: {extra / 1024:.0f} MiB, "
           f"{extra * 1024 / events:.0f} bytes per turn")
 
 
 def child(settings: KafkaSettings, name: str) -> dict[str, float]:
     began, began_cpu = time.perf_counter(), time.process_time()
-    if name == "verify":
-        report = run_verify(settings, decoder_for(settings), RangeSpec())
+    if name.startswith("verify"):
+        report = run_verify(settings, decoder_for(settings), RangeSpec(),
+                            jobs=1 if name.endswith("--jobs 1") else None)
+        assert report.ok, "verify found something on a clean topic"
         count = report.verifier.messages
     else:
         count = bare(settings)
+    # verify's jobs are child processes: their CPU counts, and the largest one's RSS.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"count": count, "seconds": time.perf_counter() - began,
-            "cpu": time.process_time() - began_cpu,
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+            "cpu": time.process_time() - began_cpu + children.ru_utime + children.ru_stime,
+            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "child_maxrss_kb": children.ru_maxrss}
 
 
 def bare(settings: KafkaSettings) -> int:
