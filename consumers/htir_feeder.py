@@ -12,7 +12,9 @@ auditor worker keeps such a trace out of the evidence).
 At-least-once across restarts: the offsets of turns that sit in a still-open
 trace are held back (``held_offsets``), so a restarted feeder re-reads them and
 rebuilds the trace; a trace already published may then be published again
-with the same task id, which the auditor worker ignores.
+with the same task id, which the auditor worker ignores. A trace is
+acknowledged by its delivery report, served without waiting on each batch and
+poll; one not stored is produced again, its offsets held meanwhile.
 
 Surfaces and tool I/O are in a trace (topic and manifest alike) only as the
 surface policy lets them through (``TURNAUDIT_LOG_SURFACES``, dropped by
@@ -33,7 +35,7 @@ from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
 from turnaudit.files import open_private
 from turnaudit.htir import HtirTrace, TraceAssembler
-from turnaudit.kafka.producer import KafkaProducer
+from turnaudit.kafka.producer import DeliveredMessage, DeliveryError, KafkaProducer
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
@@ -74,7 +76,10 @@ class HtirFeederSink(BatchingSink):
         )
         self._first_offsets: dict[str, tuple[int, int]] = {}  # task id -> (partition, offset)
         self.published = 0
-        self._unacked: list[HtirTrace] = []
+        # Traces produced whose delivery report has not been served yet, and
+        # the reports served (by ``poll``/``flush``) not yet settled.
+        self._unacked = 0
+        self._reports: list[tuple[HtirTrace, DeliveryError | None]] = []
         self._traces = Counter(
             "turnaudit_htir_traces_total", "HTIR traces published", ["closed_by"], registry=registry
         )
@@ -153,27 +158,57 @@ class HtirFeederSink(BatchingSink):
         if self._assembler.open_traces:
             log.info("htir_open_traces_left_for_restart", open=self._assembler.open_traces)
         self._producer.flush(30)
+        self._settle(retry=False)  # a trace not stored keeps its offsets held
         if self._manifest is not None:
             self._manifest.close()
 
     def _publish(self, traces: list[HtirTrace]) -> None:
         for trace in traces:
-            self._producer.produce(
-                self._topic, self._serialize(trace.to_avro()), trace.task_id.encode()
-            )
-        self._unacked.extend(traces)
-        # A trace counts as published once acknowledged; until then its turns'
-        # offsets stay held back (a slow broker delays them, loses nothing).
-        if self._unacked and self._producer.flush(10) == 0:
-            self._acknowledged(self._unacked)
-            self._unacked = []
+            self._produce(trace)
+        # A trace counts as published once acknowledged (its delivery report);
+        # until then its turns' offsets stay held back (a slow broker delays
+        # them, loses nothing). Reports are served here without waiting, so a
+        # batch does not stall on a round trip to the broker.
+        if self._unacked:
+            self._producer.poll(0)
+            self._settle(retry=True)
         self._open.set(self._assembler.open_traces)
+
+    def _produce(self, trace: HtirTrace) -> None:
+        def report(err: DeliveryError | None, _msg: DeliveredMessage) -> None:
+            self._reports.append((trace, err))
+
+        self._producer.produce(
+            self._topic,
+            self._serialize(trace.to_avro()),
+            trace.task_id.encode(),
+            on_delivery=report,
+        )
+        self._unacked += 1
+
+    def _settle(self, *, retry: bool) -> None:
+        """Acknowledge the delivered traces; produce a failed one again (its
+        offsets stay held until it is stored)."""
+        if not self._reports:
+            return
+        reports, self._reports = self._reports, []
+        self._unacked -= len(reports)
+        delivered = [trace for trace, err in reports if err is None]
+        for trace, err in reports:
+            if err is not None:
+                log.warning("htir_trace_not_stored", task_id=trace.task_id, error=err.str(),
+                            retried=retry)
+                if retry:
+                    self._produce(trace)
+        if delivered:
+            self._acknowledged(delivered)
 
     def _acknowledged(self, traces: list[HtirTrace]) -> None:
         for trace in traces:
             self._first_offsets.pop(trace.task_id, None)
-            if trace.gap is not None:
-                log.warning("htir_trace_gap", task_id=trace.task_id, detail=trace.gap,
+            gap = trace.gap
+            if gap is not None:
+                log.warning("htir_trace_gap", task_id=trace.task_id, detail=gap,
                             missing_task_steps=trace.missing_task_steps)
             self._traces.labels(trace.closed_by.value if trace.closed_by else "unknown").inc()
             log.info(
