@@ -170,27 +170,24 @@ class HtirTrace:
         return {"topic": self.topic, "exact": bool(self.turn_offsets), "partitions": partitions}
 
     def to_avro(self) -> dict[str, object]:
-        steps = [
-            {name: s.get(name) for name in STEP_FIELDS}
-            | {
-                "index": s["index"],
-                "kind": s["kind"],
-                "event_id": s["event_id"],
-                "task_step": s["task_step"],
-                "occurred_at": s["occurred_at"],
-                "violated_boundary_ids": s.get("violated_boundary_ids", []),
-                "violated_predicate_ids": s.get("violated_predicate_ids", []),
-                "contract_breaches": s.get("contract_breaches", []),
-            }
-            for s in self.steps
-        ]
+        # Every Avro step field: the step's own, None where the flat shape left
+        # one out, and the turn-only lists' defaults on a tool step.
+        blank = _AVRO_STEP_BLANK
+        steps: list[dict[str, object]] = []
+        for s in self.steps:
+            if s["kind"] == "tool":
+                steps.append(blank | _tool_lists() | cast(dict[str, object], s))
+            else:
+                steps.append(blank | cast(dict[str, object], s))
+        source = self.source
+        del source["turn_offsets"]  # type: ignore[misc]  # a fresh dict, built above
         return {
             "format_version": 2,
             "task_id": self.task_id,
             "task_family": self.task_family,
             "session_id": self.session_id,
             "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value,
-            "source": {k: v for k, v in self.source.items() if k != "turn_offsets"},
+            "source": source,
             "steps": steps,
             "turn_offsets": [{"partition": p, "offset": o} for p, o in self.turn_offsets],
             "missing_task_steps": self.missing_task_steps,
@@ -253,6 +250,13 @@ class HtirTrace:
 
 
 _TURN_ONLY_LISTS = ("violated_boundary_ids", "violated_predicate_ids", "contract_breaches")
+# An Avro step record's optional fields unset: what ``to_avro`` fills from a flat step.
+_AVRO_STEP_BLANK: dict[str, object] = dict.fromkeys(STEP_FIELDS)
+
+
+def _tool_lists() -> dict[str, object]:
+    """A tool step's turn-only lists, as Avro defaults them (fresh lists: the record's own)."""
+    return {"violated_boundary_ids": [], "violated_predicate_ids": [], "contract_breaches": []}
 
 
 def _from_avro_step(step: Mapping[str, Any]) -> HtirStep:

@@ -77,68 +77,82 @@ STEP_FIELDS = (  # an Avro step record's fields, in its order
 )
 
 
+_ACTION_FIELDS = (
+    "execution_verdict",
+    "action_risk_verdict",
+    "risk_tier",
+    "human_decision_required",
+    "output_policy",
+)
+
+
 def turn_steps(
     event: Mapping[str, Any],
     contract_breaches: Sequence[str] = (),
     redaction: Redaction = DROPPED,
 ) -> list[HtirStep]:
     """The HTIR steps of one TurnEvent (without indices): its tool calls, then the turn;
-    surface and tool I/O as ``redaction`` lets them through (dropped by default)."""
+    surface and tool I/O as ``redaction`` lets them through (dropped by default).
+
+    The flat shape: a field the turn has no value for is left out. Built field by
+    field in one fixed order (the manifest writes the steps as they are); only the
+    fields the schema lets be null, or the policy drops, are ever left out.
+    """
     task = event["task"]
+    event_id = event["event_id"]
+    task_step = task["step"]
     millis = occurred_millis(event["occurred_at"])
-    common = {"event_id": event["event_id"], "task_step": task["step"], "occurred_at": millis}
-    steps: list[dict[str, object]] = [
-        {
-            "kind": "tool",
-            **common,
-            "name": t["name"],
-            "arguments": redaction.text(t["arguments"]),
-            "result": redaction.text(t["result"]),
-            "ok": t["ok"],
-        }
-        for t in event.get("tool_steps", ())
-    ]
+    steps: list[HtirStep] = []
+    tools = event.get("tool_steps")
+    if tools:
+        text = redaction.text
+        for t in tools:
+            tool: HtirStep = {
+                "kind": "tool",
+                "event_id": event_id,
+                "task_step": task_step,
+                "occurred_at": millis,
+                "name": t["name"],
+            }
+            if (arguments := text(t["arguments"])) is not None:
+                tool["arguments"] = arguments
+            if (result := text(t["result"])) is not None:
+                tool["result"] = result
+            tool["ok"] = t["ok"]
+            steps.append(tool)
     bundle = event["verdicts"]
     identity = bundle["identity_score"]
     safety, ethics = bundle["safety_verdict"], bundle["ethics_verdict"]
     action = event["action_assessment"]
-    steps.append(
-        {
-            "kind": "turn",
-            **common,
-            "sequence": event["sequence"],
-            "turn": event["turn"],
-            "path": event["path"],
-            "refusal_emitted": bundle["refusal_emitted"],
-            "hedge_injected": bundle["hedge_injected"],
-            "identity_score": None if identity is None else identity["score"],
-            "identity_threshold": None if identity is None else identity["threshold"],
-            "safety_passed": None if safety is None else safety["passed"],
-            "ethics_passed": None if ethics is None else ethics["passed"],
-            "violated_boundary_ids": []
-            if safety is None
-            else list(safety["violated_boundary_ids"]),
-            "violated_predicate_ids": []
-            if ethics is None
-            else list(ethics["violated_predicate_ids"]),
-            "action": None
-            if action is None
-            else {
-                k: action[k]
-                for k in (
-                    "execution_verdict",
-                    "action_risk_verdict",
-                    "risk_tier",
-                    "human_decision_required",
-                    "output_policy",
-                )
-            },
-            "contract_breaches": list(contract_breaches),
-            "surface": _surface(event["surface"], redaction),
-        }
+    turn: HtirStep = {
+        "kind": "turn",
+        "event_id": event_id,
+        "task_step": task_step,
+        "occurred_at": millis,
+        "sequence": event["sequence"],
+        "turn": event["turn"],
+        "path": event["path"],
+        "refusal_emitted": bundle["refusal_emitted"],
+        "hedge_injected": bundle["hedge_injected"],
+    }
+    if identity is not None:
+        turn["identity_score"] = identity["score"]
+        turn["identity_threshold"] = identity["threshold"]
+    if safety is not None:
+        turn["safety_passed"] = safety["passed"]
+    if ethics is not None:
+        turn["ethics_passed"] = ethics["passed"]
+    turn["violated_boundary_ids"] = [] if safety is None else list(safety["violated_boundary_ids"])
+    turn["violated_predicate_ids"] = (
+        [] if ethics is None else list(ethics["violated_predicate_ids"])
     )
-    # The flat shape: a field the turn has no value for is left out.
-    return [cast(HtirStep, {k: v for k, v in s.items() if v is not None}) for s in steps]
+    if action is not None:
+        turn["action"] = cast(StepAction, {k: action[k] for k in _ACTION_FIELDS})
+    turn["contract_breaches"] = list(contract_breaches)
+    if (surface := _surface(event["surface"], redaction)) is not None:
+        turn["surface"] = surface
+    steps.append(turn)
+    return steps
 
 
 def _surface(text: str, redaction: Redaction) -> str | None:
