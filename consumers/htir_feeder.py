@@ -14,7 +14,8 @@ trace are held back (``held_offsets``), so a restarted feeder re-reads them and
 rebuilds the trace; a trace already published may then be published again
 with the same task id, which the auditor worker ignores. A trace is
 acknowledged by its delivery report, served without waiting on each batch and
-poll; one not stored is produced again, its offsets held meanwhile.
+poll; one not stored for a transient reason is produced again, one refused for good
+(too large, not authorised) is logged as an error; its offsets stay held either way.
 
 Surfaces and tool I/O are in a trace (topic and manifest alike) only as the
 surface policy lets them through (``TURNAUDIT_LOG_SURFACES``, dropped by
@@ -35,7 +36,12 @@ from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
 from turnaudit.files import open_private
 from turnaudit.htir import HtirTrace, TraceAssembler
-from turnaudit.kafka.producer import DeliveredMessage, DeliveryError, KafkaProducer
+from turnaudit.kafka.producer import (
+    DeliveredMessage,
+    DeliveryError,
+    KafkaProducer,
+    is_permanent,
+)
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
@@ -195,11 +201,17 @@ class HtirFeederSink(BatchingSink):
         self._unacked -= len(reports)
         delivered = [trace for trace, err in reports if err is None]
         for trace, err in reports:
-            if err is not None:
+            if err is None:
+                continue
+            if retry and not is_permanent(err):
                 log.warning("htir_trace_not_stored", task_id=trace.task_id, error=err.str(),
-                            retried=retry)
-                if retry:
-                    self._produce(trace)
+                            retried=True)
+                self._produce(trace)
+            else:
+                # Producing it again cannot help (too large, not authorised, ...): its
+                # offsets stay held (a restart re-reads and rebuilds it), and it is said once.
+                log.error("htir_trace_not_stored", task_id=trace.task_id, error=err.str(),
+                          retried=False)
         if delivered:
             self._acknowledged(delivered)
 
