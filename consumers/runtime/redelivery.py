@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import Gauge
-from prometheus_client.multiprocess import MultiProcessCollector
 
+from turnaudit.consumers.runtime.multiprocess_files import merged
 from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
 
 DELIVERED_OFFSET = "turnaudit_consumer_delivered_offset"
@@ -34,6 +34,7 @@ class _Redelivered:
 
 
 REDELIVERED = _Redelivered()
+
 
 
 class RedeliveryMarkingSink(Sink):
@@ -94,8 +95,8 @@ class RedeliveryMarkingSink(Sink):
 
     def _service_delivered(self, partition: int) -> int:
         wanted = {"topic": self._topic, "partition": str(partition)}
-        collector = MultiProcessCollector(None, path=self._metrics_dir)  # type: ignore[no-untyped-call]
-        for family in collector.collect():  # type: ignore[no-untyped-call]
+        # A file another process is creating right now is left out (multiprocess_files).
+        for family in merged(self._metrics_dir):
             if family.name == DELIVERED_OFFSET:
                 for sample in family.samples:
                     if sample.labels == wanted:

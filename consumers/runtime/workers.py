@@ -41,10 +41,11 @@ from types import FrameType
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.multiprocess import mark_process_dead
 
 from turnaudit.consumers.runtime.health import WorkersHealth
 from turnaudit.consumers.runtime.http import ServiceHttp
+from turnaudit.consumers.runtime.multiprocess_files import SettledMultiProcessCollector
 from turnaudit.consumers.runtime.worker_metrics import WorkerProcesses
 from turnaudit.consumers.runtime.worker_process import (
     STATE_INTERVAL_S,
@@ -158,7 +159,7 @@ class WorkerSupervisor:
         # the variable is in their environment from the start (spawn).
         previous = os.environ.get(MULTIPROC_ENV)
         os.environ[MULTIPROC_ENV] = str(self.metrics_dir)
-        MultiProcessCollector(self._registry, path=str(self.metrics_dir))  # type: ignore[no-untyped-call]
+        SettledMultiProcessCollector(self._registry, path=str(self.metrics_dir))  # type: ignore[no-untyped-call]
         try:
             self._http = ServiceHttp(
                 self.settings.http_host, self.settings.http_port, self._registry, self.health

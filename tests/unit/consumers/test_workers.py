@@ -167,6 +167,17 @@ def test_turns_another_worker_delivered_are_marked_redelivered(tmp_path: Path) -
     assert (marked, positions) == (5, ["0:25", "0:26", "0:27", "0:28", "0:29"])
 
 
+def test_a_metrics_file_still_being_created_does_not_stop_the_marking(tmp_path: Path) -> None:
+    """A worker starting at the same moment has created its metrics file and not yet
+    sized it: the others read past it (it holds no delivered offset yet)."""
+    assert run_marking(tmp_path, "0:0:10") == (0, [])
+    for empty in ("gauge_max_999999.db", "counter_999998.db"):
+        (tmp_path / empty).write_bytes(b"")
+    (tmp_path / "gauge_max_999997.db").write_bytes(b"\x01\x00")  # cut short
+    marked, positions = run_marking(tmp_path, "0:6:12")
+    assert (marked, positions) == (4, ["0:6", "0:7", "0:8", "0:9"])
+
+
 def test_the_log_sink_needs_a_file_per_worker(tmp_path: Path) -> None:
     env = {
         "PATH": os.environ.get("PATH", ""),
