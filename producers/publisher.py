@@ -196,7 +196,9 @@ class TurnEventPublisher:
         # predecessor's (a crash) are announced on <prefix>stream-heads.
         if head_interval_s is None:
             head_interval_s = env_seconds("TURNAUDIT_HEAD_INTERVAL_S", DEFAULT_HEAD_INTERVAL_S)
-        self._heads_announcer = KafkaProducer.plain(settings).open()
+        # Idempotent: a retried checkpoint or head note is stored once, in order.
+        self._heads_announcer = KafkaProducer.plain(
+            settings, **{"enable.idempotence": True}).open()
         # Signed checkpoints of the streams advanced, by the heads thread (no key: none,
         # the publisher's streams are unsigned).
         self.checkpointer = None if checkpoints.key is None else Checkpointer(

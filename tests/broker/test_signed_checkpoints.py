@@ -312,10 +312,11 @@ def test_a_removed_checkpoint_breaks_the_chain(
     target = fresh_prefix(run.settings)
     copy_to(target, run.messages)
     honest = [c for c in map(decode_checkpoint, run.checkpoints) if c is not None]
-    assert len(honest) >= 3
-    gone = honest[1]
+    assert len({c.index for c in honest}) >= 3
+    # Every copy of checkpoint 1 goes (a retried produce may have stored one twice).
+    gone = next(c for c in honest if c.index == 1).digest()
     copy_checkpoints(target, [v for v, c in zip(run.checkpoints, honest, strict=True)
-                              if c is not gone])
+                              if c.digest() != gone])
     code, report = verify(target, capsys, "--keyring", str(run.keyring))
     assert code == 1
     problems = [(c["index"], c["problem"]) for c in report["trust"]["invalid_checkpoints"]]
