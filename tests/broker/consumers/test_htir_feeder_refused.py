@@ -16,6 +16,7 @@ import json
 import signal
 import subprocess
 import time
+import uuid
 import zlib
 from collections import Counter
 from dataclasses import dataclass
@@ -109,7 +110,9 @@ def publish(settings: KafkaSettings, sessions: list[Session]) -> dict[str, list[
     for msg in read_range(settings, topic, None, end_offsets(settings, topic)):
         key = msg.key()
         partition, offset = msg.partition(), msg.offset()
-        assert isinstance(key, bytes) and partition is not None and offset is not None
+        assert isinstance(key, bytes)
+        assert partition is not None
+        assert offset is not None
         found.setdefault(key.decode(), []).append((partition, offset))
     return found
 
@@ -143,7 +146,8 @@ def stored_traces(settings: KafkaSettings) -> list[tuple[HtirTrace, int, int]]:
     found = []
     for msg in read_range(settings, topic, None, end_offsets(settings, topic)):
         value, partition = msg.value(), msg.partition()
-        assert isinstance(value, bytes) and partition is not None
+        assert isinstance(value, bytes)
+        assert partition is not None
         found.append((HtirTrace.from_avro(decode(value).event), partition, len(value)))
     return found
 
@@ -213,17 +217,19 @@ class TestATraceRefusedForGood:
             if s.refused:
                 partition, offset = turns[s.session_id][0]
                 held[partition] = min(held[partition], offset)
-        assert held != end and any(held[p] == end[p] > 0 for p in end)
+        assert held != end
+        assert any(held[p] == end[p] > 0 for p in end)  # a partition read to its end
 
         set_max_message_bytes(settings, settings.topics.htir_traces, LIMIT)
-        env = service_env(settings, "feeder-refused")
+        group = f"feeder-refused-{uuid.uuid4().hex[:8]}"
+        env = service_env(settings, group)
         manifest = tmp_path / "manifest.jsonl"
         feed = ["htir", "feed", "--idle-timeout", "2", "--manifest", str(manifest)]
         first_log = tmp_path / "first.log"
         seen: list[dict[int, int]] = []  # every committed position observed
 
         def settled_refusing() -> bool:
-            seen.append(committed(settings, "feeder-refused"))
+            seen.append(committed(settings, group))
             stored = {t.task_id for t, _, _ in stored_traces(settings)}
             return (
                 stored == {s.task_id for s in sessions if not s.refused}
@@ -237,7 +243,7 @@ class TestATraceRefusedForGood:
             # not produced and said again, and the position does not move on.
             deadline = time.monotonic() + 3
             while time.monotonic() < deadline:
-                seen.append(committed(settings, "feeder-refused"))
+                seen.append(committed(settings, group))
                 time.sleep(0.3)
             assert first.poll() is None
             assert healthy(env)
@@ -247,7 +253,7 @@ class TestATraceRefusedForGood:
         # Never past a refused trace's first turn on its partition.
         for position in seen:
             assert all(position.get(p, 0) <= held[p] for p in held), (position, held)
-        assert committed(settings, "feeder-refused") == held  # the drain commits no further
+        assert committed(settings, group) == held  # the drain commits no further
         # One error line per refused trace, naming it; nothing produced again.
         assert sorted(line["task_id"] for line in errors) == sorted(
             s.task_id for s in sessions if s.refused
@@ -276,13 +282,13 @@ class TestATraceRefusedForGood:
 
         def refused_landed() -> bool:
             on_topic = {t.task_id for t, _, _ in stored_traces(settings)}
-            return set(by_task) <= on_topic and committed(settings, "feeder-refused") == end
+            return set(by_task) <= on_topic and committed(settings, group) == end
 
         with turnaudit_process(feed, env, second_log) as second:
             assert wait_for(refused_landed, timeout=60)
             assert healthy(env)
             stop(second)
-        assert committed(settings, "feeder-refused") == end
+        assert committed(settings, group) == end
         assert not_stored(second_log) == []
         assert "Traceback" not in second_log.read_text()
 
