@@ -53,10 +53,10 @@ RAISED = 1_048_588  # the broker's default max.message.bytes
 # partition 0, so a refused trace there has turns before and after it.
 TURN_PARTITIONS = (0, 1, 0, 2, 0)
 # librdkafka puts a partition's messages in one batch and the broker refuses a
-# batch whole, so a small trace in the refused one's batch would be refused
-# with it. The refused traces get a traces-topic partition of their own, and
-# the traces that fit the others: which traces are refused is then decided by
-# their size only.
+# batch whole: a trace that fits but shares the oversized one's batch is refused
+# with it. The oversized traces go to a traces-topic partition of their own and
+# the others elsewhere, except the ones a case puts beside them on purpose
+# (``sharing``), which may be refused or stored, as the batching fell.
 REFUSED_TRACE_PARTITION = 0
 
 
@@ -65,9 +65,10 @@ class Session:
     session_id: str
     task_id: str
     steps: int
+    shares_batch: bool  # its trace goes to the oversized traces' partition
 
     @property
-    def refused(self) -> bool:
+    def oversized(self) -> bool:
         return self.steps == BIG_STEPS
 
 
@@ -79,21 +80,36 @@ def consistent_key(stem: str, partition: int) -> str:
     return f"{stem}-{n}"
 
 
-def stream_plan(refused: tuple[int, ...]) -> list[Session]:
+def stream_plan(oversized: tuple[int, ...], sharing: tuple[int, ...]) -> list[Session]:
     sessions = []
     for position, partition in enumerate(TURN_PARTITIONS):
-        big = position in refused
+        big, shares = position in oversized, position in sharing
         trace_partition = (
-            REFUSED_TRACE_PARTITION if big else 1 + position % (PARTITIONS - 1)
+            REFUSED_TRACE_PARTITION if big or shares else 1 + position % (PARTITIONS - 1)
         )
         sessions.append(
             Session(
                 session_id=consistent_key(f"s{position}", partition),
                 task_id=consistent_key(f"task{position}", trace_partition),
                 steps=BIG_STEPS if big else SMALL_STEPS,
+                shares_batch=shares,
             )
         )
     return sessions
+
+
+def held_at(
+    sessions: list[Session], refused: set[str], turns: dict[str, list[tuple[int, int]]],
+    end: dict[int, int],
+) -> dict[int, int]:
+    """Where the group's committed offsets must stop: on each partition, the
+    first turn of its first refused trace; a partition without one, its end."""
+    held = dict(end)
+    for s in sessions:
+        if s.task_id in refused:
+            partition, offset = turns[s.session_id][0]
+            held[partition] = min(held[partition], offset)
+    return held
 
 
 def publish(settings: KafkaSettings, sessions: list[Session]) -> dict[str, list[tuple[int, int]]]:
@@ -198,27 +214,29 @@ def check_trace(
 
 class TestATraceRefusedForGood:
     @pytest.mark.parametrize(
-        "refused",
-        [(0,), (2,), (0, 4)],
-        ids=["first-session", "middle-session", "first-and-last-session"],
+        ("oversized", "sharing"),
+        [((0,), ()), ((2,), ()), ((0, 4), ()), ((2,), (3,))],
+        ids=["first-session", "middle-session", "first-and-last-session",
+             "middle-session-sharing-its-batch"],
     )
     def test_is_said_once_holds_its_turns_and_lands_after_a_restart(
-        self, kafka_settings: KafkaSettings, tmp_path: Path, refused: tuple[int, ...]
+        self,
+        kafka_settings: KafkaSettings,
+        tmp_path: Path,
+        oversized: tuple[int, ...],
+        sharing: tuple[int, ...],
     ) -> None:
         settings = kafka_settings
-        sessions = stream_plan(refused)
+        sessions = stream_plan(oversized, sharing)
         by_task = {s.task_id: s for s in sessions}
+        big = {s.task_id for s in sessions if s.oversized}
+        may_be_refused = big | {s.task_id for s in sessions if s.shares_batch}
         turns = publish(settings, sessions)
         end = end_offsets(settings, settings.topics.turn_events)
-        # Where the group must stop: the first turn of the first refused trace
-        # of each partition; every other partition is read to its end.
-        held = dict(end)
-        for s in sessions:
-            if s.refused:
-                partition, offset = turns[s.session_id][0]
-                held[partition] = min(held[partition], offset)
-        assert held != end
-        assert any(held[p] == end[p] > 0 for p in end)  # a partition read to its end
+        # The oversized traces are refused whatever the batching: the group
+        # never commits past their first turns.
+        bound = held_at(sessions, big, turns, end)
+        assert any(bound[p] == end[p] > 0 for p in end)  # a partition with none
 
         set_max_message_bytes(settings, settings.topics.htir_traces, LIMIT)
         group = f"feeder-refused-{uuid.uuid4().hex[:8]}"
@@ -228,17 +246,24 @@ class TestATraceRefusedForGood:
         first_log = tmp_path / "first.log"
         seen: list[dict[int, int]] = []  # every committed position observed
 
+        def refused_so_far() -> set[str]:
+            return {line["task_id"] for line in not_stored(first_log)}
+
         def settled_refusing() -> bool:
             seen.append(committed(settings, group))
+            assert all(seen[-1][p] <= bound[p] for p in bound), (seen[-1], bound)
+            refused = refused_so_far()
+            assert refused <= may_be_refused  # only a size (or a shared batch) refuses
             stored = {t.task_id for t, _, _ in stored_traces(settings)}
+            assert not stored & refused  # a refused trace is not produced again
             return (
-                stored == {s.task_id for s in sessions if not s.refused}
-                and len(not_stored(first_log)) >= len(refused)
-                and seen[-1] == held
+                big <= refused
+                and stored | refused == set(by_task)
+                and seen[-1] == held_at(sessions, refused, turns, end)
             )
 
         with turnaudit_process(feed, env, first_log) as first:
-            assert wait_for(settled_refusing, timeout=60), (seen[-1:], held)
+            assert wait_for(settled_refusing, timeout=60), (seen[-1:], bound)
             # More polls and auto-commits (every second) go by: the refusal is
             # not produced and said again, and the position does not move on.
             deadline = time.monotonic() + 3
@@ -249,31 +274,30 @@ class TestATraceRefusedForGood:
             assert healthy(env)
             errors = not_stored(first_log)
             stop(first)
+        refused = {line["task_id"] for line in errors}
+        held = held_at(sessions, refused, turns, end)
         assert seen[-1] == held
-        # Never past a refused trace's first turn on its partition.
+        # Never past a refused trace's first turn on its partition; a
+        # partition without one read to its end.
         for position in seen:
-            assert all(position.get(p, 0) <= held[p] for p in held), (position, held)
+            assert all(position[p] <= held[p] for p in held), (position, held)
         assert committed(settings, group) == held  # the drain commits no further
+        assert any(held[p] == end[p] > 0 for p in end)
         # One error line per refused trace, naming it; nothing produced again.
-        assert sorted(line["task_id"] for line in errors) == sorted(
-            s.task_id for s in sessions if s.refused
-        )
+        assert sorted(line["task_id"] for line in errors) == sorted(refused)
         for line in errors:
             assert line["level"] == "error"
             assert line["retried"] is False
             assert "too large" in line["error"]
         assert not_stored(first_log) == errors  # nothing more said up to the shutdown
-        text = first_log.read_text()
-        assert "Traceback" not in text
+        assert "Traceback" not in first_log.read_text()
         stored = stored_traces(settings)
-        assert sorted(t.task_id for t, _, _ in stored) == sorted(
-            s.task_id for s in sessions if not s.refused
-        )
+        assert sorted(t.task_id for t, _, _ in stored) == sorted(set(by_task) - refused)
         for trace, _, _ in stored:
             session = by_task[trace.task_id]
             check_trace(trace, session, turns[session.session_id], settings.topics.turn_events)
         written = [json.loads(line)["task_id"] for line in manifest.read_text().splitlines()]
-        assert sorted(written) == sorted(s.task_id for s in sessions if not s.refused)
+        assert sorted(written) == sorted(set(by_task) - refused)
 
         # The topic takes them again: a feeder restarted on the same group
         # re-reads the held turns and publishes the refused traces.
@@ -297,19 +321,19 @@ class TestATraceRefusedForGood:
         for trace, partition, size in stored:
             session = by_task[trace.task_id]
             check_trace(trace, session, turns[session.session_id], settings.topics.turn_events)
-            first_turn = turns[session.session_id][0]
-            if session.refused:
-                # Refused for its size alone, stored once now.
-                assert copies[trace.task_id] == 1
-                assert size > LIMIT
-                assert partition == REFUSED_TRACE_PARTITION
+            first_partition, first_offset = turns[session.session_id][0]
+            reread = first_offset >= held[first_partition]
+            if session.oversized:
+                assert size > LIMIT  # refused for its size: the records as produced
             else:
-                assert size * len(sessions) < LIMIT // 2
-                assert partition != REFUSED_TRACE_PARTITION
-                # Re-read with the held turns: published again, the same trace;
-                # read before them: not read again.
-                reread = first_turn[1] >= held[first_turn[0]]
-                assert copies[trace.task_id] == (2 if reread else 1)
+                assert size * len(sessions) < LIMIT // 2  # any batch of them fits
+            assert (partition == REFUSED_TRACE_PARTITION) == (
+                session.oversized or session.shares_batch
+            )
+            # A refused trace is stored once now. One stored before and re-read
+            # with the held turns is published again (the same trace, as the
+            # contract allows); one read before them is not read again.
+            assert copies[trace.task_id] == (2 if reread and trace.task_id not in refused else 1)
         # The manifest holds every task once, the republished ones included.
         written = [json.loads(line)["task_id"] for line in manifest.read_text().splitlines()]
         assert sorted(written) == sorted(by_task)
