@@ -181,6 +181,16 @@ def not_stored(path: Path) -> list[dict[str, Any]]:
     return [line for line in log_lines(path) if line.get("event") == "htir_trace_not_stored"]
 
 
+def refusals(path: Path, topic: str) -> list[str]:
+    """The producer wrapper's line for each failed delivery report on ``topic``:
+    its error codes. A trace produced again would be refused, and said, again."""
+    return [
+        line["code"]
+        for line in log_lines(path)
+        if line.get("event") == "delivery_failed" and line.get("topic") == topic
+    ]
+
+
 def healthy(env: dict[str, str]) -> bool:
     port = int(env["TURNAUDIT_HTTP_PORT"])
     try:
@@ -290,6 +300,9 @@ class TestATraceRefusedForGood:
             assert line["retried"] is False
             assert "too large" in line["error"]
         assert not_stored(first_log) == errors  # nothing more said up to the shutdown
+        # Each refused trace was produced once: one refusal each from the broker.
+        traces_topic = settings.topics.htir_traces
+        assert refusals(first_log, traces_topic) == ["MSG_SIZE_TOO_LARGE"] * len(refused)
         assert "Traceback" not in first_log.read_text()
         stored = stored_traces(settings)
         assert sorted(t.task_id for t, _, _ in stored) == sorted(set(by_task) - refused)
@@ -314,6 +327,7 @@ class TestATraceRefusedForGood:
             stop(second)
         assert committed(settings, group) == end
         assert not_stored(second_log) == []
+        assert refusals(second_log, traces_topic) == []
         assert "Traceback" not in second_log.read_text()
 
         stored = stored_traces(settings)
