@@ -43,8 +43,8 @@ PARTITIONS = 3  # the kafka_settings fixture's
 # A trace step is about 80 bytes on the wire (surfaces dropped by default) and
 # the feeder's producer does not compress (librdkafka's default, none), so a
 # 150-step trace (~12 KB) is refused by a topic that takes 4 KB, and any batch
-# of the 2-step traces (~215 B each) is taken. The sizes are checked on the
-# records the feeder really produced (``test_...`` below).
+# of the 2-step traces (~215 B each) is taken. The test checks both sizes on
+# the records the feeder really produced.
 SMALL_STEPS = 2
 BIG_STEPS = 150
 LIMIT = 4096
@@ -237,6 +237,7 @@ class TestATraceRefusedForGood:
         sharing: tuple[int, ...],
     ) -> None:
         settings = kafka_settings
+        assert settings.partitions == PARTITIONS
         sessions = stream_plan(oversized, sharing)
         by_task = {s.task_id: s for s in sessions}
         big = {s.task_id for s in sessions if s.oversized}
