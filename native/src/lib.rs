@@ -29,6 +29,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 mod encode;
+mod track;
 
 pyo3::create_exception!(
     turnaudit_native,
@@ -635,6 +636,8 @@ fn turnaudit_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Decoder>()?;
     m.add_class::<encode::Encoder>()?;
+    m.add_class::<track::NativeStreamTracker>()?;
+    m.add_function(wrap_pyfunction!(track::chain_hash_hex, m)?)?;
     m.add("EncodeFallback", py.get_type::<encode::EncodeFallback>())?;
     m.add("DecodeError", py.get_type::<DecodeError>())?;
     m.add("TrailingBytesError", py.get_type::<TrailingBytesError>())?;

@@ -35,6 +35,8 @@ from turnaudit.serialization.schemas import DecodingSchema, decoding_schema
 
 Decoder = _native.Decoder
 Encoder = _native.Encoder
+NativeStreamTracker = _native.NativeStreamTracker
+chain_hash_hex = _native.chain_hash_hex
 EncodeFallback = _native.EncodeFallback
 DecodeError = _native.DecodeError
 TrailingBytesError = _native.TrailingBytesError
@@ -45,8 +47,10 @@ __all__ = [
     "Decoder",
     "EncodeFallback",
     "Encoder",
+    "NativeStreamTracker",
     "TrailingBytesError",
     "UnsupportedSchemaError",
+    "chain_hash_hex",
     "compile_decoder",
     "compile_encoder",
 ]

@@ -1,0 +1,876 @@
+//! The native stream tracker: `turnaudit.stream_tracking.StreamTracker`'s state and
+//! per-message step, message for message what the Python reference
+//! (`ReferenceStreamTracker`) decides, in compact native tables.
+//!
+//! The Python module owns the meaning (the docstrings there); this file only
+//! mirrors it. What differs is the representation: chain hashes as 32 raw
+//! bytes, event ids and stream ids as Rust strings, an LRU of streams, and,
+//! for a tracker with a store of forgotten ids, a Bloom filter of the ids it
+//! handed to that store, so a new id (most of them) is not asked for there.
+//!
+//! Counters live outside the lock (atomics): a metrics scrape on another
+//! thread reads them while a message is being placed. The tables sit behind
+//! a mutex taken with `try_lock`: a second thread using the tracker at the
+//! same time (possible only through a callback into Python) gets an error,
+//! never a deadlock.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+
+use lru::LruCache;
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
+use sha2::{Digest, Sha256};
+
+const CHAIN_DOMAIN: &[u8] = b"turnaudit.chain.v1\x00";
+const GENESIS_HEX: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+const SEEN_DIGITS: usize = 16;
+const FILTER_BITS: u64 = 1 << 28;
+
+// Outcome indexes into the `outcomes` tuple the Python side passes in.
+const NEW: usize = 0;
+const LATE: usize = 1;
+const REDELIVERY: usize = 2;
+const DUPLICATE: usize = 3;
+const CONTENT_CHANGED: usize = 4;
+const POSITION_REUSED: usize = 5;
+
+type Hash32 = [u8; 32];
+type StreamKey = (String, String);
+
+/// The chain hash of a framed message: SHA-256 of the domain tag and its Avro body.
+pub(crate) fn chain_digest(value: &[u8]) -> Hash32 {
+    let start = if value.starts_with(b"\xc3\x01") {
+        10
+    } else if value.first() == Some(&0) {
+        5
+    } else {
+        0
+    };
+    let mut h = Sha256::new();
+    h.update(CHAIN_DOMAIN);
+    h.update(&value[start.min(value.len())..]);
+    h.finalize().into()
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn hex_of(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(HEX[(b >> 4) as usize] as char);
+        out.push(HEX[(b & 15) as usize] as char);
+    }
+    out
+}
+
+/// Whether `text` is exactly the lowercase hex of `hash` (what `hexdigest` gives).
+fn hex_is(hash: &Hash32, text: &str) -> bool {
+    let t = text.as_bytes();
+    t.len() == 64
+        && hash.iter().enumerate().all(|(i, b)| {
+            t[2 * i] == HEX[(b >> 4) as usize] && t[2 * i + 1] == HEX[(b & 15) as usize]
+        })
+}
+
+fn head16(hash: &Hash32) -> [u8; SEEN_DIGITS] {
+    let mut out = [0u8; SEEN_DIGITS];
+    for (i, b) in hash[..SEEN_DIGITS / 2].iter().enumerate() {
+        out[2 * i] = HEX[(b >> 4) as usize];
+        out[2 * i + 1] = HEX[(b & 15) as usize];
+    }
+    out
+}
+
+/// A `prev_hash` as the event carries it (after Python's `or ""`): text, or some
+/// other object (equal to no hash).
+#[derive(Clone)]
+enum Prev {
+    Text(String),
+    Other,
+}
+
+impl Prev {
+    fn is_hash(&self, hash: &Hash32) -> bool {
+        matches!(self, Prev::Text(t) if hex_is(hash, t))
+    }
+}
+
+#[derive(Clone)]
+struct SeenEntry {
+    hash16: [u8; SEEN_DIGITS],
+    partition: Option<i64>,
+    offset: Option<i64>,
+}
+
+#[derive(Clone, Default)]
+struct Stream {
+    partition: Option<i64>,
+    next: i128,
+    missing: HashSet<i128>,
+    untracked_missing: i128,
+    own: HashMap<i128, Hash32>,
+    claimed: HashMap<i128, Prev>,
+}
+
+struct State {
+    seen: HashMap<String, SeenEntry>,
+    order: VecDeque<String>,
+    streams: LruCache<StreamKey, Stream>,
+    first_offset: HashMap<i64, i64>,
+    filter: Vec<u64>, // empty until the first id is handed to the forgotten store
+}
+
+fn filter_positions(text: &str) -> [u64; 3] {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    let h = h.finish();
+    let mask = FILTER_BITS - 1;
+    let first = h & mask;
+    let step = ((h >> 28) | 1) & mask;
+    [first, (first + step) & mask, (first + 2 * step) & mask]
+}
+
+impl State {
+    fn filter_add(&mut self, text: &str) {
+        if self.filter.is_empty() {
+            self.filter = vec![0u64; (FILTER_BITS / 64) as usize];
+        }
+        for p in filter_positions(text) {
+            self.filter[(p >> 6) as usize] |= 1 << (p & 63);
+        }
+    }
+
+    fn filter_might_hold(&self, text: &str) -> bool {
+        !self.filter.is_empty()
+            && filter_positions(text).iter().all(|p| self.filter[(p >> 6) as usize] & (1 << (p & 63)) != 0)
+    }
+}
+
+fn describe_stream(session: &str, producer: &str) -> String {
+    let producer = if producer.is_empty() { "(none: v1/v2)" } else { producer };
+    format!("session {session} / producer {producer}")
+}
+
+/// What one placement concluded (the fields of a `TrackResult` but the stream).
+struct Placed {
+    outcome: usize,
+    opened: i128,
+    gap_closed: bool,
+    chain_break: Option<String>,
+}
+
+impl Placed {
+    fn plain(outcome: usize) -> Self {
+        Placed { outcome, opened: 0, gap_closed: false, chain_break: None }
+    }
+}
+
+/// Bounds and settings, fixed at construction.
+struct Bounds {
+    max_event_ids: usize,
+    max_streams: usize,
+    max_missing: i128,
+    log_start: HashMap<i64, i64>,
+    start_gaps: bool,
+}
+
+#[pyclass(frozen, subclass, module = "turnaudit_native")]
+pub(crate) struct NativeStreamTracker {
+    state: Mutex<State>,
+    bounds: Bounds,
+    forgotten: Option<Py<PyAny>>,
+    outcomes: Vec<Py<PyAny>>,
+    result_type: Py<PyAny>,
+    tuple_new: Py<PyAny>,
+    currently_missing: AtomicI64,
+    new_turns: AtomicI64,
+    forgotten_event_ids: AtomicI64,
+}
+
+fn busy() -> PyErr {
+    PyRuntimeError::new_err("the stream tracker is in use by another thread")
+}
+
+fn item<'py>(event: &Bound<'py, PyAny>, key: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+    if let Ok(d) = event.cast::<PyDict>() {
+        return d.get_item(key)?.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()));
+    }
+    event.get_item(key)
+}
+
+fn get<'py>(event: &Bound<'py, PyAny>, key: &Bound<'py, PyString>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if let Ok(d) = event.cast::<PyDict>() {
+        return d.get_item(key);
+    }
+    let v = event.call_method1(intern!(event.py(), "get"), (key,))?;
+    Ok(if v.is_none() { None } else { Some(v) })
+}
+
+/// `event.get(key) or ""`, as text or another object.
+fn prev_of(event: &Bound<'_, PyAny>) -> PyResult<Prev> {
+    let py = event.py();
+    match get(event, intern!(py, "prev_hash"))? {
+        None => Ok(Prev::Text(String::new())),
+        Some(v) => {
+            if let Ok(s) = v.cast::<PyString>() {
+                return Ok(Prev::Text(s.to_str()?.to_owned()));
+            }
+            if !v.is_truthy()? {
+                return Ok(Prev::Text(String::new()));
+            }
+            Ok(Prev::Other)
+        }
+    }
+}
+
+fn text<'py>(v: &Bound<'py, PyAny>, what: &str) -> PyResult<Bound<'py, PyString>> {
+    v.cast::<PyString>()
+        .cloned()
+        .map_err(|_| PyTypeError::new_err(format!("{what} is not a string")))
+}
+
+fn opt_i64(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => Ok(Some(v.extract()?)),
+    }
+}
+
+impl NativeStreamTracker {
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, State>> {
+        self.state.try_lock().map_err(|_| busy())
+    }
+
+    fn result(
+        &self,
+        py: Python<'_>,
+        stream: &Bound<'_, PyTuple>,
+        sequence: i128,
+        placed: Placed,
+    ) -> PyResult<Py<PyAny>> {
+        let fields = PyTuple::new(
+            py,
+            [
+                self.outcomes[placed.outcome].bind(py).clone(),
+                stream.clone().into_any(),
+                int_obj(py, sequence)?,
+                int_obj(py, placed.opened)?,
+                PyBool::new(py, placed.gap_closed).to_owned().into_any(),
+                match placed.chain_break {
+                    None => py.None().into_bound(py),
+                    Some(t) => PyString::new(py, &t).into_any(),
+                },
+            ],
+        )?;
+        Ok(self.tuple_new.bind(py).call1((self.result_type.bind(py), fields))?.unbind())
+    }
+
+    fn read_from_log_start(&self, st: &State, partition: Option<i64>) -> bool {
+        let Some(p) = partition else { return false };
+        if !self.bounds.start_gaps {
+            return false;
+        }
+        match st.first_offset.get(&p) {
+            Some(first) => *first == self.bounds.log_start.get(&p).copied().unwrap_or(0),
+            None => false,
+        }
+    }
+
+    /// Positions `start..end` missing (within the per-stream bound); returns how many.
+    fn open_gap(&self, stream: &mut Stream, start: i128, end: i128) -> i128 {
+        let skipped = end - start;
+        if skipped <= 0 {
+            return 0;
+        }
+        let room = (self.bounds.max_missing - stream.missing.len() as i128).max(0);
+        let tracked = room.min(skipped);
+        let mut p = start;
+        while p < start + tracked {
+            stream.missing.insert(p);
+            p += 1;
+        }
+        stream.untracked_missing += (skipped - room).max(0);
+        self.currently_missing.fetch_add(tracked as i64, Ordering::Relaxed);
+        skipped
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_chain(
+        stream: &mut Stream,
+        key: &StreamKey,
+        prev: &Prev,
+        content: &Hash32,
+        sequence: i128,
+    ) -> Option<String> {
+        let mut problems: Vec<String> = Vec::new();
+        if sequence == 0 {
+            if !matches!(prev, Prev::Text(t) if t == GENESIS_HEX) {
+                problems.push("position 0 does not start the chain (prev_hash is not genesis)".into());
+            }
+        } else if let Some(expected) = stream.own.get(&(sequence - 1)) {
+            if !prev.is_hash(expected) {
+                problems.push(format!("prev_hash does not match position {}'s hash", sequence - 1));
+            }
+        }
+        if sequence > stream.next || stream.missing.contains(&(sequence - 1)) {
+            stream.claimed.insert(sequence - 1, prev.clone());
+        }
+        if let Some(claimed) = stream.claimed.remove(&sequence) {
+            let same = match &claimed {
+                Prev::Text(t) => hex_is(content, t),
+                Prev::Other => false,
+            };
+            if !same {
+                problems.push(format!("position {} names another predecessor hash", sequence + 1));
+            }
+        }
+        if problems.is_empty() {
+            return None;
+        }
+        Some(format!("{}, position {sequence}: {}", describe_stream(&key.0, &key.1), problems.join("; ")))
+    }
+
+    /// `_place`: the general placement (a new stream, a gap, a late arrival, a reuse).
+    #[allow(clippy::too_many_arguments)]
+    fn place(
+        &self,
+        st: &mut State,
+        event: &Bound<'_, PyAny>,
+        content: &Hash32,
+        key: &StreamKey,
+        sequence: i128,
+        partition: Option<i64>,
+    ) -> PyResult<Placed> {
+        let legacy = key.1.is_empty();
+        let mut opened = 0;
+        if !st.streams.contains(key) {
+            let mut stream = Stream { partition, ..Stream::default() };
+            if sequence > 0 && self.read_from_log_start(st, partition) {
+                opened = self.open_gap(&mut stream, 0, sequence);
+            }
+            stream.next = sequence;
+            st.streams.push(key.clone(), stream);
+        }
+        let forgotten_any = self.forgotten_event_ids.load(Ordering::Relaxed) != 0;
+        let no_store = self.forgotten.is_none();
+        let stream = st.streams.get_mut(key).expect("placed above");
+        let chain_break = if legacy {
+            None
+        } else {
+            let prev = prev_of(event)?;
+            Self::check_chain(stream, key, &prev, content, sequence)
+        };
+        if sequence >= stream.next {
+            let next = stream.next;
+            opened += self.open_gap(stream, next, sequence);
+            if !legacy {
+                stream.own.remove(&(sequence - 1));
+                stream.own.insert(sequence, *content);
+            }
+            stream.next = sequence + 1;
+            return Ok(Placed { outcome: NEW, opened, gap_closed: false, chain_break });
+        }
+        if stream.missing.remove(&sequence) {
+            if stream.missing.is_empty() {
+                stream.missing = HashSet::new(); // give the table's memory back
+            }
+            self.currently_missing.fetch_sub(1, Ordering::Relaxed);
+            if !legacy {
+                stream.own.remove(&(sequence - 1));
+                if stream.missing.contains(&(sequence + 1)) {
+                    stream.own.insert(sequence, *content);
+                }
+            }
+            return Ok(Placed { outcome: LATE, opened: 0, gap_closed: true, chain_break });
+        }
+        if legacy {
+            return Ok(Placed::plain(NEW));
+        }
+        if forgotten_any && no_store && stream.own.get(&sequence).is_none_or(|h| h == content) {
+            return Ok(Placed::plain(REDELIVERY));
+        }
+        Ok(Placed {
+            outcome: POSITION_REUSED,
+            opened: 0,
+            gap_closed: false,
+            chain_break: Some(format!(
+                "position {sequence} of {} is already taken by another event",
+                describe_stream(&key.0, &key.1)
+            )),
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    /// `_placed`: counts a new or late turn, remembers its id, keeps the bounds.
+    fn placed(
+        &self,
+        py: Python<'_>,
+        st: &mut State,
+        event_id: String,
+        partition: Option<i64>,
+        offset: Option<i64>,
+        outcome: usize,
+        content: &Hash32,
+    ) -> PyResult<()> {
+        if outcome == NEW || outcome == LATE {
+            self.new_turns.fetch_add(1, Ordering::Relaxed);
+            st.order.push_back(event_id.clone());
+            st.seen.insert(event_id, SeenEntry { hash16: head16(content), partition, offset });
+            if st.seen.len() > self.bounds.max_event_ids {
+                let oldest = st.order.pop_front().expect("in step with seen");
+                let dropped = st.seen.remove(&oldest).expect("in step with order");
+                if let Some(store) = &self.forgotten {
+                    st.filter_add(&oldest);
+                    store.bind(py).call_method1(intern!(py, "keep"), (oldest, seen_tuple(py, &dropped)?))?;
+                }
+                self.forgotten_event_ids.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if st.streams.len() > self.bounds.max_streams {
+            if let Some((_, stream)) = st.streams.pop_lru() {
+                self.currently_missing.fetch_sub(stream.missing.len() as i64, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A Python int (through i64 when it fits: the common, cheaper conversion).
+fn int_obj(py: Python<'_>, v: i128) -> PyResult<Bound<'_, PyAny>> {
+    match i64::try_from(v) {
+        Ok(small) => Ok(small.into_pyobject(py)?.into_any()),
+        Err(_) => Ok(v.into_pyobject(py)?.into_any()),
+    }
+}
+
+fn seen_tuple<'py>(py: Python<'py>, seen: &SeenEntry) -> PyResult<Bound<'py, PyTuple>> {
+    let hash = std::str::from_utf8(&seen.hash16).expect("hex digits");
+    (hash, seen.partition, seen.offset).into_pyobject(py)
+}
+
+fn stream_tuple<'py>(py: Python<'py>, key: &StreamKey) -> PyResult<Bound<'py, PyTuple>> {
+    (key.0.as_str(), key.1.as_str()).into_pyobject(py)
+}
+
+fn sequence_of(event: &Bound<'_, PyAny>) -> PyResult<i128> {
+    let py = event.py();
+    let raw = item(event, intern!(py, "sequence"))?;
+    let int = if raw.is_exact_instance_of::<PyInt>() {
+        raw
+    } else {
+        py.import(intern!(py, "builtins"))?.getattr(intern!(py, "int"))?.call1((raw,))?
+    };
+    // Through i64 first: under the stable ABI an i128 conversion is several calls.
+    match int.extract::<i64>() {
+        Ok(small) => Ok(i128::from(small)),
+        Err(_) => int.extract(),
+    }
+}
+
+#[pymethods]
+impl NativeStreamTracker {
+    #[new]
+    #[pyo3(signature = (outcomes, result_type, *, max_event_ids = 500_000, max_streams = 100_000,
+                        max_missing = 1_000, log_start_offsets = None, start_gaps = true,
+                        forgotten = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        outcomes: Vec<Py<PyAny>>,
+        result_type: Py<PyAny>,
+        max_event_ids: i128,
+        max_streams: i128,
+        max_missing: i128,
+        log_start_offsets: Option<HashMap<i64, i64>>,
+        start_gaps: bool,
+        forgotten: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        if outcomes.len() != 6 {
+            return Err(PyValueError::new_err("six outcomes: new, late, redelivery, duplicate, content changed, position reused"));
+        }
+        let clamp = |v: i128| v.clamp(0, usize::MAX as i128) as usize;
+        let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?.unbind();
+        Ok(NativeStreamTracker {
+            state: Mutex::new(State {
+                seen: HashMap::new(),
+                order: VecDeque::new(),
+                streams: LruCache::unbounded(),
+                first_offset: HashMap::new(),
+                filter: Vec::new(),
+            }),
+            bounds: Bounds {
+                max_event_ids: clamp(max_event_ids),
+                max_streams: clamp(max_streams),
+                max_missing,
+                log_start: log_start_offsets.unwrap_or_default(),
+                start_gaps,
+            },
+            forgotten: forgotten.filter(|f| !f.is_none(py)),
+            outcomes,
+            result_type,
+            tuple_new,
+            currently_missing: AtomicI64::new(0),
+            new_turns: AtomicI64::new(0),
+            forgotten_event_ids: AtomicI64::new(0),
+        })
+    }
+
+    /// Places one consumed event in its stream; see `StreamTracker.observe`.
+    #[pyo3(signature = (event, value, *, partition = None, offset = None))]
+    fn observe(
+        &self,
+        py: Python<'_>,
+        event: &Bound<'_, PyAny>,
+        value: &[u8],
+        partition: Option<i64>,
+        offset: Option<i64>,
+    ) -> PyResult<Py<PyAny>> {
+        let content = chain_digest(value);
+        let session = text(&item(event, intern!(py, "session_id"))?, "session_id")?;
+        let producer = match get(event, intern!(py, "producer_id"))? {
+            Some(p) if p.is_truthy()? => text(&p, "producer_id")?,
+            _ => PyString::new(py, ""),
+        };
+        let sequence = sequence_of(event)?;
+        let event_id_obj = item(event, intern!(py, "event_id"))?;
+        let event_id = text(&event_id_obj, "event_id")?.to_str()?.to_owned();
+        let stream = PyTuple::new(py, [session.clone(), producer.clone()])?;
+        let mut st = self.lock()?;
+        let mut seen = st.seen.get(&event_id).cloned();
+        if seen.is_none() {
+            if let Some(store) = &self.forgotten {
+                if self.forgotten_event_ids.load(Ordering::Relaxed) != 0 && st.filter_might_hold(&event_id) {
+                    let got = store.bind(py).call_method1(intern!(py, "recall"), (&event_id,))?;
+                    if !got.is_none() {
+                        let (hash, p, o): (String, Option<Bound<'_, PyAny>>, Option<Bound<'_, PyAny>>) = got.extract()?;
+                        let mut hash16 = [0u8; SEEN_DIGITS];
+                        let bytes = hash.as_bytes();
+                        let same = bytes.len() == SEEN_DIGITS;
+                        if same {
+                            hash16.copy_from_slice(bytes);
+                        }
+                        // A stored hash of another length never equals 16 hex digits.
+                        let entry = SeenEntry {
+                            hash16: if same { hash16 } else { [b'?'; SEEN_DIGITS] },
+                            partition: opt_i64(p.as_ref())?,
+                            offset: opt_i64(o.as_ref())?,
+                        };
+                        seen = Some(entry);
+                    }
+                }
+            }
+        }
+        if let Some(seen) = seen {
+            let placed = if seen.hash16 != head16(&content) {
+                Placed::plain(CONTENT_CHANGED)
+            } else if seen.offset.is_none() || (seen.partition, seen.offset) == (partition, offset) {
+                Placed::plain(REDELIVERY)
+            } else {
+                Placed::plain(DUPLICATE)
+            };
+            drop(st);
+            return self.result(py, &stream, sequence, placed);
+        }
+        if let (Some(p), Some(o)) = (partition, offset) {
+            st.first_offset.entry(p).or_insert(o);
+        }
+        let key: StreamKey = (session.to_str()?.to_owned(), producer.to_str()?.to_owned());
+        let legacy = key.1.is_empty();
+        let mut fast = false;
+        if let Some(s) = st.streams.get_mut(&key) {
+            // The common case, a known stream's next position: only the link to the
+            // predecessor is checked (no gap opens or closes, nothing claimed it).
+            if sequence == s.next {
+                fast = true;
+                if !legacy {
+                    if let Some(expected) = s.own.remove(&(sequence - 1)) {
+                        if !prev_of(event)?.is_hash(&expected) {
+                            s.own.insert(sequence - 1, expected); // the general path reports it
+                            fast = false;
+                        }
+                    }
+                    if fast {
+                        s.own.insert(sequence, content);
+                    }
+                }
+                if fast {
+                    s.next = sequence + 1;
+                }
+            }
+        }
+        let placed = if fast {
+            Placed::plain(NEW)
+        } else {
+            self.place(&mut st, event, &content, &key, sequence, partition)?
+        };
+        self.placed(py, &mut st, event_id, partition, offset, placed.outcome, &content)?;
+        drop(st);
+        self.result(py, &stream, sequence, placed)
+    }
+
+    /// Forgets the streams read from these partitions (another consumer reads them now).
+    fn forget_partitions(&self, partitions: HashSet<i64>) -> PyResult<()> {
+        let mut st = self.lock()?;
+        let gone: Vec<StreamKey> = st
+            .streams
+            .iter()
+            .filter(|(_, s)| s.partition.is_some_and(|p| partitions.contains(&p)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            if let Some(s) = st.streams.pop(&k) {
+                self.currently_missing.fetch_sub(s.missing.len() as i64, Ordering::Relaxed);
+            }
+        }
+        for p in partitions {
+            st.first_offset.remove(&p);
+        }
+        Ok(())
+    }
+
+    /// Positions still missing, per stream (tracked ones), sorted.
+    fn missing<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let st = self.lock()?;
+        let out = PyDict::new(py);
+        for (k, s) in st.streams.iter().rev() {
+            if !s.missing.is_empty() {
+                let mut positions: Vec<i128> = s.missing.iter().copied().collect();
+                positions.sort_unstable();
+                out.set_item(stream_tuple(py, k)?, PyList::new(py, positions)?)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn untracked_missing(&self) -> PyResult<i128> {
+        Ok(self.lock()?.streams.iter().map(|(_, s)| s.untracked_missing).sum())
+    }
+
+    /// Each stream's highest position and its chain hash (where still kept).
+    fn heads<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let st = self.lock()?;
+        let out = PyDict::new(py);
+        for (k, s) in st.streams.iter().rev() {
+            if let Some(h) = s.own.get(&(s.next - 1)) {
+                out.set_item(stream_tuple(py, k)?, (s.next - 1, hex_of(h)))?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Each stream's highest position seen.
+    fn last_positions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let st = self.lock()?;
+        let out = PyDict::new(py);
+        for (k, s) in st.streams.iter().rev() {
+            if s.next > 0 {
+                out.set_item(stream_tuple(py, k)?, s.next - 1)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The counted event ids in memory, in arrival order: a new dict (a copy).
+    fn remembered_items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let st = self.lock()?;
+        let out = PyDict::new(py);
+        for id in &st.order {
+            out.set_item(id, seen_tuple(py, &st.seen[id])?)?;
+        }
+        Ok(out)
+    }
+
+    fn remembered_get<'py>(&self, py: Python<'py>, event_id: &str) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let st = self.lock()?;
+        st.seen.get(event_id).map(|s| seen_tuple(py, s)).transpose()
+    }
+
+    fn remembered_len(&self) -> PyResult<usize> {
+        Ok(self.lock()?.seen.len())
+    }
+
+    fn remembered_keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let st = self.lock()?;
+        PyList::new(py, st.order.iter())
+    }
+
+    /// The ids in memory, forgotten here.
+    fn hand_over_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = self.remembered_items(py)?;
+        let mut st = self.lock()?;
+        st.seen = HashMap::new();
+        st.order = VecDeque::new();
+        Ok(out)
+    }
+
+    /// The streams of a tracker that read other partitions; see `StreamTracker.absorb`.
+    fn absorb(&self, other: &Bound<'_, NativeStreamTracker>) -> PyResult<()> {
+        let theirs_tracker = other.get();
+        if std::ptr::eq(theirs_tracker, self) {
+            return Err(PyValueError::new_err("a tracker cannot absorb itself"));
+        }
+        let theirs = theirs_tracker.lock()?;
+        let mut st = self.lock()?;
+        let mut added: i64 = 0;
+        for (k, t) in theirs.streams.iter().rev() {
+            match st.streams.get_mut(k) {
+                None => {
+                    added += t.missing.len() as i64;
+                    st.streams.push(k.clone(), t.clone());
+                }
+                Some(mine) => {
+                    let mut missing: HashSet<i128> = mine
+                        .missing
+                        .iter()
+                        .copied()
+                        .filter(|p| *p >= t.next || t.missing.contains(p))
+                        .collect();
+                    missing.extend(t.missing.iter().copied().filter(|p| *p >= mine.next || mine.missing.contains(p)));
+                    added += missing.len() as i64 - mine.missing.len() as i64;
+                    mine.missing = missing;
+                    mine.untracked_missing += t.untracked_missing;
+                    let (high, low) = if mine.next >= t.next { (mine.clone(), t.clone()) } else { (t.clone(), mine.clone()) };
+                    let mut own = low.own;
+                    own.extend(high.own);
+                    let mut claimed = low.claimed;
+                    claimed.extend(high.claimed);
+                    mine.own = own;
+                    mine.claimed = claimed;
+                    mine.next = high.next;
+                }
+            }
+        }
+        for (p, o) in &theirs.first_offset {
+            st.first_offset.entry(*p).or_insert(*o);
+        }
+        self.currently_missing.fetch_add(added, Ordering::Relaxed);
+        self.new_turns.fetch_add(theirs_tracker.new_turns.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.forgotten_event_ids
+            .fetch_add(theirs_tracker.forgotten_event_ids.load(Ordering::Relaxed), Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.lock()?.streams.len())
+    }
+
+    #[getter]
+    fn currently_missing(&self) -> i64 {
+        self.currently_missing.load(Ordering::Relaxed)
+    }
+
+    #[getter]
+    fn new_turns(&self) -> i64 {
+        self.new_turns.load(Ordering::Relaxed)
+    }
+
+    #[getter]
+    fn forgotten_event_ids(&self) -> i64 {
+        self.forgotten_event_ids.load(Ordering::Relaxed)
+    }
+
+    /// The construction arguments but the two the Python class supplies (pickle).
+    fn _settings<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        let b = &self.bounds;
+        out.set_item("max_event_ids", b.max_event_ids)?;
+        out.set_item("max_streams", b.max_streams)?;
+        out.set_item("max_missing", b.max_missing)?;
+        out.set_item("log_start_offsets", b.log_start.clone())?;
+        out.set_item("start_gaps", b.start_gaps)?;
+        out.set_item("forgotten", self.forgotten.as_ref().map(|f| f.clone_ref(py)))?;
+        Ok(out)
+    }
+
+    /// Everything placed so far, as plain Python values (pickle).
+    fn _state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let st = self.lock()?;
+        let streams = PyList::empty(py);
+        for (k, s) in st.streams.iter().rev() {
+            let mut missing: Vec<i128> = s.missing.iter().copied().collect();
+            missing.sort_unstable();
+            let own: Vec<(i128, Bound<'py, PyBytes>)> =
+                s.own.iter().map(|(p, h)| (*p, PyBytes::new(py, h))).collect();
+            let claimed: Vec<(i128, Option<String>)> = s
+                .claimed
+                .iter()
+                .map(|(p, c)| (*p, match c { Prev::Text(t) => Some(t.clone()), Prev::Other => None }))
+                .collect();
+            streams.append((k.0.as_str(), k.1.as_str(), s.partition, s.next, missing, s.untracked_missing, own, claimed))?;
+        }
+        let seen = PyList::empty(py);
+        for id in &st.order {
+            let e = &st.seen[id];
+            seen.append((id.as_str(), std::str::from_utf8(&e.hash16).expect("hex"), e.partition, e.offset))?;
+        }
+        let first: Vec<(i64, i64)> = st.first_offset.iter().map(|(p, o)| (*p, *o)).collect();
+        let filter = PyBytes::new(py, &st.filter.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+        (
+            streams,
+            seen,
+            first,
+            filter,
+            self.currently_missing.load(Ordering::Relaxed),
+            self.new_turns.load(Ordering::Relaxed),
+            self.forgotten_event_ids.load(Ordering::Relaxed),
+        )
+            .into_pyobject(py)
+    }
+
+    fn _restore(&self, state: &Bound<'_, PyTuple>) -> PyResult<()> {
+        type StreamRow = (String, String, Option<i64>, i128, Vec<i128>, i128, Vec<(i128, Vec<u8>)>, Vec<(i128, Option<String>)>);
+        type SeenRow = (String, String, Option<i64>, Option<i64>);
+        type Saved = (Vec<StreamRow>, Vec<SeenRow>, Vec<(i64, i64)>, Vec<u8>, i64, i64, i64);
+        let (streams, seen, first, filter, missing, turns, forgotten): Saved = state.extract()?;
+        let mut st = self.lock()?;
+        st.streams = LruCache::unbounded();
+        for (session, producer, partition, next, missing, untracked, own, claimed) in streams {
+            let mut hashes = HashMap::new();
+            for (p, h) in own {
+                let h: Hash32 = h.try_into().map_err(|_| PyValueError::new_err("a chain hash of 32 bytes"))?;
+                hashes.insert(p, h);
+            }
+            let claimed = claimed
+                .into_iter()
+                .map(|(p, c)| (p, c.map_or(Prev::Other, Prev::Text)))
+                .collect();
+            st.streams.push(
+                (session, producer),
+                Stream { partition, next, missing: missing.into_iter().collect(), untracked_missing: untracked, own: hashes, claimed },
+            );
+        }
+        st.seen = HashMap::new();
+        st.order = VecDeque::new();
+        for (id, hash, partition, offset) in seen {
+            let mut hash16 = [0u8; SEEN_DIGITS];
+            if hash.len() != SEEN_DIGITS {
+                return Err(PyValueError::new_err("a seen hash of 16 hex digits"));
+            }
+            hash16.copy_from_slice(hash.as_bytes());
+            st.order.push_back(id.clone());
+            st.seen.insert(id, SeenEntry { hash16, partition, offset });
+        }
+        st.first_offset = first.into_iter().collect();
+        st.filter = filter
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        self.currently_missing.store(missing, Ordering::Relaxed);
+        self.new_turns.store(turns, Ordering::Relaxed);
+        self.forgotten_event_ids.store(forgotten, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// `chain_hash`'s hex digest, natively (for tests and the Python side alike).
+#[pyfunction]
+pub(crate) fn chain_hash_hex(value: &[u8]) -> String {
+    hex_of(&chain_digest(value))
+}
