@@ -637,6 +637,7 @@ fn turnaudit_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Decoder>()?;
     m.add_class::<encode::Encoder>()?;
     m.add_class::<track::NativeStreamTracker>()?;
+    m.add_class::<track::BloomFilter>()?;
     m.add_function(wrap_pyfunction!(track::chain_hash_hex, m)?)?;
     m.add("EncodeFallback", py.get_type::<encode::EncodeFallback>())?;
     m.add("DecodeError", py.get_type::<DecodeError>())?;

@@ -123,32 +123,79 @@ struct State {
     order: VecDeque<String>,
     streams: LruCache<StreamKey, Stream>,
     first_offset: HashMap<i64, i64>,
-    filter: Vec<u64>, // empty until the first id is handed to the forgotten store
+    filter: Option<BloomFilter>, // made when the first id is handed to the forgotten store
 }
 
-fn filter_positions(text: &str) -> [u64; 3] {
-    let mut h = DefaultHasher::new();
-    text.hash(&mut h);
-    let h = h.finish();
-    let mask = FILTER_BITS - 1;
-    let first = h & mask;
-    let step = ((h >> 28) | 1) & mask;
-    [first, (first + step) & mask, (first + 2 * step) & mask]
+/// A Bloom filter over strings: three bit positions per string by double hashing.
+/// `might_hold` is false only for a string never added.
+#[pyclass(module = "turnaudit_native")]
+pub(crate) struct BloomFilter {
+    words: Vec<u64>,
+    mask: u64,
+    shift: u32,
+}
+
+impl BloomFilter {
+    fn with_bits(bits: u64) -> Self {
+        BloomFilter { words: vec![0u64; (bits / 64) as usize], mask: bits - 1, shift: bits.trailing_zeros() }
+    }
+
+    fn positions(&self, text: &str) -> [u64; 3] {
+        let mut h = DefaultHasher::new();
+        text.hash(&mut h);
+        let h = h.finish();
+        let first = h & self.mask;
+        let step = ((h >> self.shift) | 1) & self.mask;
+        [first, (first + step) & self.mask, (first + 2 * step) & self.mask]
+    }
+
+    fn insert(&mut self, text: &str) {
+        for p in self.positions(text) {
+            self.words[(p >> 6) as usize] |= 1 << (p & 63);
+        }
+    }
+
+    fn holds(&self, text: &str) -> bool {
+        self.positions(text).iter().all(|p| self.words[(p >> 6) as usize] & (1 << (p & 63)) != 0)
+    }
+}
+
+#[pymethods]
+impl BloomFilter {
+    #[new]
+    fn new(bits: u64) -> PyResult<Self> {
+        if bits < 64 || !bits.is_power_of_two() {
+            return Err(PyValueError::new_err(format!(
+                "a Bloom filter has a power of two of 64 or more bits, not {bits}"
+            )));
+        }
+        Ok(Self::with_bits(bits))
+    }
+
+    fn add(&mut self, text: &str) {
+        self.insert(text);
+    }
+
+    /// Every string of an iterable (one call for a batch).
+    fn add_many(&mut self, texts: &Bound<'_, PyAny>) -> PyResult<()> {
+        for text in texts.try_iter()? {
+            self.insert(text?.cast::<PyString>()?.to_str()?);
+        }
+        Ok(())
+    }
+
+    fn might_hold(&self, text: &str) -> bool {
+        self.holds(text)
+    }
 }
 
 impl State {
     fn filter_add(&mut self, text: &str) {
-        if self.filter.is_empty() {
-            self.filter = vec![0u64; (FILTER_BITS / 64) as usize];
-        }
-        for p in filter_positions(text) {
-            self.filter[(p >> 6) as usize] |= 1 << (p & 63);
-        }
+        self.filter.get_or_insert_with(|| BloomFilter::with_bits(FILTER_BITS)).insert(text);
     }
 
     fn filter_might_hold(&self, text: &str) -> bool {
-        !self.filter.is_empty()
-            && filter_positions(text).iter().all(|p| self.filter[(p >> 6) as usize] & (1 << (p & 63)) != 0)
+        self.filter.as_ref().is_some_and(|f| f.holds(text))
     }
 }
 
@@ -178,6 +225,7 @@ struct Bounds {
     max_missing: i128,
     log_start: HashMap<i64, i64>,
     start_gaps: bool,
+    forget_batch: usize,
 }
 
 #[pyclass(frozen, subclass, module = "turnaudit_native")]
@@ -423,14 +471,22 @@ impl NativeStreamTracker {
             self.new_turns.fetch_add(1, Ordering::Relaxed);
             st.order.push_back(event_id.clone());
             st.seen.insert(event_id, SeenEntry { hash16: head16(content), partition, offset });
-            if st.seen.len() > self.bounds.max_event_ids {
-                let oldest = st.order.pop_front().expect("in step with seen");
-                let dropped = st.seen.remove(&oldest).expect("in step with order");
-                if let Some(store) = &self.forgotten {
-                    st.filter_add(&oldest);
-                    store.bind(py).call_method1(intern!(py, "keep"), (oldest, seen_tuple(py, &dropped)?))?;
+            if st.seen.len() > self.bounds.max_event_ids.saturating_add(self.bounds.forget_batch - 1) {
+                let mut dropped: Vec<(String, SeenEntry)> = Vec::new();
+                while st.seen.len() > self.bounds.max_event_ids {
+                    let oldest = st.order.pop_front().expect("in step with seen");
+                    let entry = st.seen.remove(&oldest).expect("in step with order");
+                    dropped.push((oldest, entry));
                 }
-                self.forgotten_event_ids.fetch_add(1, Ordering::Relaxed);
+                self.forgotten_event_ids.fetch_add(dropped.len() as i64, Ordering::Relaxed);
+                if let Some(store) = &self.forgotten {
+                    let handed = PyList::empty(py);
+                    for (id, entry) in &dropped {
+                        st.filter_add(id);
+                        handed.append((id.as_str(), seen_tuple(py, entry)?))?;
+                    }
+                    store.bind(py).call_method1(intern!(py, "keep_many"), (handed,))?;
+                }
             }
         }
         if st.streams.len() > self.bounds.max_streams {
@@ -479,7 +535,7 @@ impl NativeStreamTracker {
     #[new]
     #[pyo3(signature = (outcomes, result_type, *, max_event_ids = 500_000, max_streams = 100_000,
                         max_missing = 1_000, log_start_offsets = None, start_gaps = true,
-                        forgotten = None))]
+                        forgotten = None, forget_batch = 1))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -491,7 +547,11 @@ impl NativeStreamTracker {
         log_start_offsets: Option<HashMap<i64, i64>>,
         start_gaps: bool,
         forgotten: Option<Py<PyAny>>,
+        forget_batch: i128,
     ) -> PyResult<Self> {
+        if forget_batch < 1 {
+            return Err(PyValueError::new_err(format!("ids are forgotten 1 or more at a time, not {forget_batch}")));
+        }
         if outcomes.len() != 6 {
             return Err(PyValueError::new_err("six outcomes: new, late, redelivery, duplicate, content changed, position reused"));
         }
@@ -503,7 +563,7 @@ impl NativeStreamTracker {
                 order: VecDeque::new(),
                 streams: LruCache::unbounded(),
                 first_offset: HashMap::new(),
-                filter: Vec::new(),
+                filter: None,
             }),
             bounds: Bounds {
                 max_event_ids: clamp(max_event_ids),
@@ -511,6 +571,7 @@ impl NativeStreamTracker {
                 max_missing,
                 log_start: log_start_offsets.unwrap_or_default(),
                 start_gaps,
+                forget_batch: clamp(forget_batch),
             },
             forgotten: forgotten.filter(|f| !f.is_none(py)),
             outcomes,
@@ -785,6 +846,7 @@ impl NativeStreamTracker {
         out.set_item("max_missing", b.max_missing)?;
         out.set_item("log_start_offsets", b.log_start.clone())?;
         out.set_item("start_gaps", b.start_gaps)?;
+        out.set_item("forget_batch", b.forget_batch)?;
         out.set_item("forgotten", self.forgotten.as_ref().map(|f| f.clone_ref(py)))?;
         Ok(out)
     }
@@ -811,7 +873,8 @@ impl NativeStreamTracker {
             seen.append((id.as_str(), std::str::from_utf8(&e.hash16).expect("hex"), e.partition, e.offset))?;
         }
         let first: Vec<(i64, i64)> = st.first_offset.iter().map(|(p, o)| (*p, *o)).collect();
-        let filter = PyBytes::new(py, &st.filter.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+        let words: &[u64] = st.filter.as_ref().map_or(&[], |f| &f.words);
+        let filter = PyBytes::new(py, &words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
         (
             streams,
             seen,
@@ -858,10 +921,18 @@ impl NativeStreamTracker {
             st.seen.insert(id, SeenEntry { hash16, partition, offset });
         }
         st.first_offset = first.into_iter().collect();
-        st.filter = filter
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-            .collect();
+        st.filter = if filter.is_empty() {
+            None
+        } else {
+            let mut restored = BloomFilter::with_bits(FILTER_BITS);
+            if filter.len() != restored.words.len() * 8 {
+                return Err(PyValueError::new_err("a filter of the tracker's size"));
+            }
+            for (word, c) in restored.words.iter_mut().zip(filter.chunks_exact(8)) {
+                *word = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            }
+            Some(restored)
+        };
         self.currently_missing.store(missing, Ordering::Relaxed);
         self.new_turns.store(turns, Ordering::Relaxed);
         self.forgotten_event_ids.store(forgotten, Ordering::Relaxed);

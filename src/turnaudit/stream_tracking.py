@@ -72,10 +72,11 @@ class ForgottenIds(Protocol):
 
     With one, an event id beyond the bound is recalled exactly (verify's spill to disk);
     without, it is forgotten and an unknown id at a taken position is guessed to be an
-    old redelivery (the services). ``recall`` answers for ids given to ``keep``: a
-    tracker does not ask about an id it never handed over."""
+    old redelivery (the services). Ids are handed over ``forget_batch`` at a time, oldest
+    first; ``recall`` answers for ids given to ``keep_many``: a tracker does not ask
+    about an id it never handed over."""
 
-    def keep(self, event_id: str, seen: Seen) -> None: ...
+    def keep_many(self, dropped: list[tuple[str, Seen]]) -> None: ...
 
     def recall(self, event_id: str) -> Seen | None: ...
 
@@ -95,7 +96,9 @@ class StreamTracker(NativeStreamTracker):
 
     Memory bounds (stated, enforced):
 
-    * ``max_event_ids`` event ids remembered for dedupe (oldest forgotten first). Within
+    * ``max_event_ids`` event ids remembered for dedupe (oldest forgotten first, down to
+      the bound once it is exceeded by ``forget_batch``: up to ``max_event_ids +
+      forget_batch - 1`` ids are held; one at a time by default). Within
       the bound an unknown event id at a position already taken is a breach
       (``POSITION_REUSED``); once ids were forgotten it is taken for an old redelivery
       (counted in ``forgotten_event_ids``), unless a ``forgotten`` store keeps the
@@ -119,12 +122,13 @@ class StreamTracker(NativeStreamTracker):
         log_start_offsets: Mapping[int, int] | None = None,
         start_gaps: bool = True,
         forgotten: ForgottenIds | None = None,
+        forget_batch: int = 1,
     ) -> StreamTracker:
         return super().__new__(
             cls, _OUTCOMES, TrackResult, max_event_ids=max_event_ids,
             max_streams=max_streams, max_missing=max_missing,
             log_start_offsets=dict(log_start_offsets or {}), start_gaps=start_gaps,
-            forgotten=forgotten)
+            forgotten=forgotten, forget_batch=forget_batch)
 
     def remembered(self) -> Mapping[str, Seen]:
         """The counted event ids still in memory (the forgotten ones are not): a live

@@ -95,7 +95,11 @@ class ReferenceStreamTracker:
         log_start_offsets: Mapping[int, int] | None = None,
         start_gaps: bool = True,
         forgotten: ForgottenIds | None = None,
+        forget_batch: int = 1,
     ) -> None:
+        if forget_batch < 1:
+            raise ValueError(f"ids are forgotten 1 or more at a time, not {forget_batch}")
+        self._forget_batch = forget_batch
         # Bounded tables evict their oldest entry in O(1): ids in arrival order
         # beside their dict, streams in an OrderedDict (least recently seen
         # first). A dict's first key, once many were deleted before it, costs a
@@ -180,12 +184,14 @@ class ReferenceStreamTracker:
             self.new_turns += 1
             self._seen[event_id] = (content[:SEEN_DIGITS], partition, offset)
             self._seen_order.append(event_id)
-            if len(self._seen) > self._max_event_ids:
-                oldest = self._seen_order.popleft()
-                dropped = self._seen.pop(oldest)
+            if len(self._seen) > self._max_event_ids + self._forget_batch - 1:
+                dropped: list[tuple[str, Seen]] = []
+                while len(self._seen) > self._max_event_ids:
+                    oldest = self._seen_order.popleft()
+                    dropped.append((oldest, self._seen.pop(oldest)))
+                self.forgotten_event_ids += len(dropped)
                 if self._forgotten is not None:
-                    self._forgotten.keep(oldest, dropped)
-                self.forgotten_event_ids += 1
+                    self._forgotten.keep_many(dropped)
         if len(self._streams) > self._max_streams:
             self._drop(next(iter(self._streams)))  # an OrderedDict's first: O(1)
         return result

@@ -40,8 +40,8 @@ class DictStore:
     def __init__(self) -> None:
         self.kept: dict[str, Seen] = {}
 
-    def keep(self, event_id: str, seen: Seen) -> None:
-        self.kept[event_id] = seen
+    def keep_many(self, dropped: list[tuple[str, Seen]]) -> None:
+        self.kept.update(dropped)
 
     def recall(self, event_id: str) -> Seen | None:
         return self.kept.get(event_id)
@@ -143,6 +143,7 @@ bounds = st.fixed_dictionaries({
     "log_start_offsets": st.one_of(st.none(), st.dictionaries(st.integers(0, 2),
                                                                st.integers(-1, 3))),
     "start_gaps": st.booleans(),
+    "forget_batch": st.sampled_from([1, 1, 2, 5]),
 })
 
 

@@ -36,6 +36,7 @@ from turnaudit.serialization.schemas import DecodingSchema, decoding_schema
 Decoder = _native.Decoder
 Encoder = _native.Encoder
 NativeStreamTracker = _native.NativeStreamTracker
+BloomFilter = _native.BloomFilter
 chain_hash_hex = _native.chain_hash_hex
 EncodeFallback = _native.EncodeFallback
 DecodeError = _native.DecodeError
@@ -43,6 +44,7 @@ TrailingBytesError = _native.TrailingBytesError
 UnsupportedSchemaError = _native.UnsupportedSchemaError
 
 __all__ = [
+    "BloomFilter",
     "DecodeError",
     "Decoder",
     "EncodeFallback",

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.identity import Seen
+from turnaudit.serialization.native import BloomFilter
 
 DEFAULT_MEMORY_IDS = 1_000_000
 # Spilled ids are written this many at a time, in one transaction.
@@ -89,33 +90,17 @@ _RECALL = "SELECT hash, partition, offset FROM seen WHERE event_id = ?"
 
 
 class SpillFilter:
-    """A Bloom filter over strings in a fixed bit array: three positions per string from
-    its (per-process) hash by double hashing. ``might_hold`` is False only for a string
-    never ``add``-ed; True may be wrong (then the caller looks it up)."""
+    """A Bloom filter over strings in a fixed bit array (native: ``BloomFilter``): three
+    positions per string by double hashing. ``might_hold`` is False only for a string
+    never added; True may be wrong (then the caller looks it up)."""
 
     def __init__(self, bits: int = FILTER_BITS) -> None:
-        if bits < 8 or bits & (bits - 1):
-            raise ValueError(f"a spill filter has a power of two of 8 or more bits, not {bits}")
-        self._mask = bits - 1
-        self._shift = bits.bit_length() - 1
-        self._bits = bytearray(bits // 8)
-
-    def _positions(self, text: str) -> tuple[int, int, int]:
-        h = hash(text) & 0xFFFF_FFFF_FFFF_FFFF
-        mask = self._mask
-        first, step = h & mask, ((h >> self._shift) | 1) & mask
-        return first, (first + step) & mask, (first + 2 * step) & mask
-
-    def add(self, text: str) -> None:
-        bits = self._bits
-        for i in self._positions(text):
-            bits[i >> 3] |= 1 << (i & 7)
-
-    def might_hold(self, text: str) -> bool:
-        bits = self._bits
-        a, b, c = self._positions(text)
-        return bool(bits[a >> 3] & (1 << (a & 7)) and bits[b >> 3] & (1 << (b & 7))
-                    and bits[c >> 3] & (1 << (c & 7)))
+        if bits < 64 or bits & (bits - 1):
+            raise ValueError(f"a spill filter has a power of two of 64 or more bits, not {bits}")
+        native = BloomFilter(bits)
+        self.add = native.add
+        self.add_many = native.add_many
+        self.might_hold = native.might_hold
 
 
 class SpilledIds:
@@ -150,6 +135,11 @@ class SpilledIds:
         if len(self._pending) >= self._batch:
             self.flush()
 
+    def keep_many(self, dropped: list[tuple[str, Seen]]) -> None:
+        self._pending.update(dropped)
+        if len(self._pending) >= self._batch:
+            self.flush()
+
     def recall(self, event_id: str) -> Seen | None:
         seen = self._pending.get(event_id)
         if seen is not None or self._lookup is None:
@@ -170,13 +160,12 @@ class SpilledIds:
         db = self._open()
         if self._filter is None:
             self._filter = SpillFilter()
-        add = self._filter.add
-        for event_id in self._pending:
-            add(event_id)
+        self._filter.add_many(self._pending)
         with db:
-            # The first read of an id is what dedupe keeps (an id is spilled once).
+            # The first read of an id is what dedupe keeps (an id is spilled once). In key
+            # order: neighbouring inserts touch the same pages of the table's B-tree.
             db.executemany("INSERT OR IGNORE INTO seen VALUES (?, ?, ?, ?)",
-                           ((event_id, *seen) for event_id, seen in self._pending.items()))
+                           [(event_id, *seen) for event_id, seen in sorted(self._pending.items())])
         self._stored += len(self._pending)
         self._pending.clear()
 

@@ -272,14 +272,17 @@ class TestSpillFile:
 
 @settings(max_examples=60, deadline=None)
 @given(st.sets(st.text(max_size=40), max_size=300), st.lists(st.text(max_size=40), max_size=300),
-       st.sampled_from([8, 64, 1024, 1 << 16]))
+       st.sampled_from([64, 128, 1024, 1 << 16]), st.booleans())
 def test_the_spill_filter_never_says_never_for_an_id_it_was_given(
-    added: set[str], others: list[str], bits: int
+    added: set[str], others: list[str], bits: int, batched: bool
 ) -> None:
-    """No false negative, however small (and crowded) the filter: a spilled id is
-    always looked up. A string never added is answered "never" or "maybe", both safe."""
+    """No false negative, however small (and crowded) the filter, added one by one or in
+    a batch: a spilled id is always looked up. A string never added is answered "never"
+    or "maybe", both safe."""
     spill_filter = SpillFilter(bits)
-    for text in added:
+    if batched:
+        spill_filter.add_many(added)
+    for text in added if not batched else ():
         spill_filter.add(text)
     assert all(spill_filter.might_hold(text) for text in added)
     if bits >= 1 << 16 and len(added) <= 300:
@@ -302,7 +305,7 @@ def test_a_spilled_store_answers_recall_exactly_through_its_filter(tmp_path: Pat
         store.close()
 
 
-@pytest.mark.parametrize("bits", [0, 7, 12, 100])
-def test_a_spill_filter_of_a_size_that_is_not_a_power_of_two_is_refused(bits: int) -> None:
+@pytest.mark.parametrize("bits", [0, 7, 8, 12, 32, 100, 1000])
+def test_a_spill_filter_below_64_bits_or_not_a_power_of_two_is_refused(bits: int) -> None:
     with pytest.raises(ValueError, match="power of two"):
         SpillFilter(bits)
