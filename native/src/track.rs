@@ -108,14 +108,144 @@ struct SeenEntry {
     offset: Option<i64>,
 }
 
+/// A stream's own chain hashes by position: almost always one (its head), held inline;
+/// more (left edges of holes) in a table made only when needed.
+#[derive(Clone, Default)]
+struct Own {
+    first: Option<(i128, Hash32)>,
+    #[allow(clippy::box_collection)] // 8 bytes inline, not 48: most streams have none
+    more: Option<Box<HashMap<i128, Hash32>>>,
+}
+
+impl Own {
+    fn get(&self, k: &i128) -> Option<&Hash32> {
+        match &self.first {
+            Some((p, h)) if p == k => Some(h),
+            _ => self.more.as_ref().and_then(|m| m.get(k)),
+        }
+    }
+
+    fn remove(&mut self, k: &i128) -> Option<Hash32> {
+        if matches!(self.first, Some((p, _)) if p == *k) {
+            return self.first.take().map(|(_, h)| h);
+        }
+        let more = self.more.as_mut()?;
+        let out = more.remove(k);
+        if more.is_empty() {
+            self.more = None;
+        }
+        out
+    }
+
+    fn insert(&mut self, k: i128, v: Hash32) {
+        if let Some((p, h)) = &mut self.first {
+            if *p == k {
+                *h = v;
+                return;
+            }
+        }
+        if let Some(slot) = self.more.as_mut().and_then(|m| m.get_mut(&k)) {
+            *slot = v;
+            return;
+        }
+        if self.first.is_none() {
+            self.first = Some((k, v));
+        } else {
+            self.more.get_or_insert_with(Default::default).insert(k, v);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&i128, &Hash32)> {
+        self.first.iter().map(|(p, h)| (p, h)).chain(self.more.iter().flat_map(|m| m.iter()))
+    }
+
+    /// Every entry of `other` put in (its values win).
+    fn extend(&mut self, other: Own) {
+        for (k, v) in other.iter() {
+            self.insert(*k, *v);
+        }
+    }
+}
+
+/// Missing positions: no table at all while the stream has no gap (most never do).
+#[derive(Clone, Default)]
+#[allow(clippy::box_collection)] // 8 bytes inline, not 48: most streams have none
+struct Positions(Option<Box<HashSet<i128>>>);
+
+impl Positions {
+    fn of(set: HashSet<i128>) -> Self {
+        Positions(if set.is_empty() { None } else { Some(Box::new(set)) })
+    }
+
+    fn contains(&self, p: &i128) -> bool {
+        self.0.as_ref().is_some_and(|s| s.contains(p))
+    }
+
+    fn insert(&mut self, p: i128) {
+        self.0.get_or_insert_with(Default::default).insert(p);
+    }
+
+    /// Whether it was there; the table goes once empty.
+    fn remove(&mut self, p: &i128) -> bool {
+        let Some(set) = self.0.as_mut() else { return false };
+        let was = set.remove(p);
+        if set.is_empty() {
+            self.0 = None;
+        }
+        was
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |s| s.len())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &i128> {
+        self.0.iter().flat_map(|s| s.iter())
+    }
+}
+
+/// The predecessor hashes successors of missing positions claimed (rare: a table only then).
+#[derive(Clone, Default)]
+#[allow(clippy::box_collection)] // 8 bytes inline, not 48: most streams have none
+struct Claims(Option<Box<HashMap<i128, Prev>>>);
+
+impl Claims {
+    fn insert(&mut self, p: i128, prev: Prev) {
+        self.0.get_or_insert_with(Default::default).insert(p, prev);
+    }
+
+    fn remove(&mut self, p: &i128) -> Option<Prev> {
+        let map = self.0.as_mut()?;
+        let out = map.remove(p);
+        if map.is_empty() {
+            self.0 = None;
+        }
+        out
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&i128, &Prev)> {
+        self.0.iter().flat_map(|m| m.iter())
+    }
+
+    fn extend(&mut self, other: Claims) {
+        for (p, prev) in other.iter() {
+            self.insert(*p, prev.clone());
+        }
+    }
+}
+
 #[derive(Clone, Default)]
 struct Stream {
     partition: Option<i64>,
     next: i128,
-    missing: HashSet<i128>,
+    missing: Positions,
     untracked_missing: i128,
-    own: HashMap<i128, Hash32>,
-    claimed: HashMap<i128, Prev>,
+    own: Own,
+    claimed: Claims,
 }
 
 struct State {
@@ -426,9 +556,6 @@ impl NativeStreamTracker {
             return Ok(Placed { outcome: NEW, opened, gap_closed: false, chain_break });
         }
         if stream.missing.remove(&sequence) {
-            if stream.missing.is_empty() {
-                stream.missing = HashSet::new(); // give the table's memory back
-            }
             self.currently_missing.fetch_sub(1, Ordering::Relaxed);
             if !legacy {
                 stream.own.remove(&(sequence - 1));
@@ -795,7 +922,7 @@ impl NativeStreamTracker {
                         .collect();
                     missing.extend(t.missing.iter().copied().filter(|p| *p >= mine.next || mine.missing.contains(p)));
                     added += missing.len() as i64 - mine.missing.len() as i64;
-                    mine.missing = missing;
+                    mine.missing = Positions::of(missing);
                     mine.untracked_missing += t.untracked_missing;
                     let (high, low) = if mine.next >= t.next { (mine.clone(), t.clone()) } else { (t.clone(), mine.clone()) };
                     let mut own = low.own;
@@ -895,18 +1022,25 @@ impl NativeStreamTracker {
         let mut st = self.lock()?;
         st.streams = LruCache::unbounded();
         for (session, producer, partition, next, missing, untracked, own, claimed) in streams {
-            let mut hashes = HashMap::new();
+            let mut hashes = Own::default();
             for (p, h) in own {
                 let h: Hash32 = h.try_into().map_err(|_| PyValueError::new_err("a chain hash of 32 bytes"))?;
                 hashes.insert(p, h);
             }
-            let claimed = claimed
-                .into_iter()
-                .map(|(p, c)| (p, c.map_or(Prev::Other, Prev::Text)))
-                .collect();
+            let mut claims = Claims::default();
+            for (p, c) in claimed {
+                claims.insert(p, c.map_or(Prev::Other, Prev::Text));
+            }
             st.streams.push(
                 (session, producer),
-                Stream { partition, next, missing: missing.into_iter().collect(), untracked_missing: untracked, own: hashes, claimed },
+                Stream {
+                    partition,
+                    next,
+                    missing: Positions::of(missing.into_iter().collect()),
+                    untracked_missing: untracked,
+                    own: hashes,
+                    claimed: claims,
+                },
             );
         }
         st.seen = HashMap::new();
