@@ -17,6 +17,19 @@ acknowledged by its delivery report, served without waiting on each batch and
 poll; one not stored for a transient reason is produced again, one refused for good
 (too large, not authorised) is logged as an error; its offsets stay held either way.
 
+A trace refused as too large is not taken at its word at once: librdkafka sends
+a partition's queued messages in one batch and the broker refuses the whole
+batch when one record in it is too large, so a trace that fits is refused with
+an oversized neighbour. Such a trace is produced again *alone* (the producer
+flushed before and after it, so no other message shares its batch), up to
+``SIZE_RETRIES`` times, one retry per poll; only when refused alone (or once the
+retries are spent) is it logged as refused for good, once. "Alone" holds only
+as far as a flush within ``ALONE_FLUSH_S`` drains the queue: on a broker that
+slow a retry may share a batch again, and the bounded retries make a trace
+that fits refused for good rare, not impossible (its offsets stay held, so a
+restart re-reads it). The feeder does not read the topic's ``max.message.bytes``
+(an admin call, and the topic may change under it): the retry alone is the test.
+
 Surfaces and tool I/O are in a trace (topic and manifest alike) only as the
 surface policy lets them through (``TURNAUDIT_LOG_SURFACES``, dropped by
 default; ``turnaudit.redaction``); the manifest file is its owner's only.
@@ -25,9 +38,10 @@ default; ``turnaudit.redaction``); the manifest file is its owner's only.
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, ClassVar
+from typing import IO, ClassVar, Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -38,9 +52,11 @@ from turnaudit.files import open_private
 from turnaudit.htir import HtirTrace, TraceAssembler
 from turnaudit.kafka.producer import (
     DeliveredMessage,
+    DeliveryCallback,
     DeliveryError,
     KafkaProducer,
     is_permanent,
+    is_size_error,
 )
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.serialization.schema_topic import announce_schema
@@ -49,6 +65,24 @@ from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.htir_feeder")
+
+# Times a trace refused as too large is produced again alone before it is
+# refused for good (the first refusal may be its batch's, not its own).
+SIZE_RETRIES = 2
+# How long each flush around a retry alone may wait: two per poll at most, well
+# inside the loop's liveness bound (consumers/runtime/health.py, 30 s).
+ALONE_FLUSH_S = 5.0
+
+
+class TraceProducer(Protocol):
+    """What the feeder needs of its producer (``KafkaProducer`` is one)."""
+
+    def produce(
+        self, topic: str, value: bytes | None, key: bytes | None = None, *,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None: ...
+    def poll(self, timeout: float = 0.0) -> int: ...
+    def flush(self, timeout: float) -> int: ...
 
 
 class HtirFeederSink(BatchingSink):
@@ -63,11 +97,12 @@ class HtirFeederSink(BatchingSink):
         idle_timeout: float = 300.0,
         manifest: Path | None = None,
         redaction: Redaction = DROPPED,
+        producer: TraceProducer | None = None,
     ) -> None:
         super().__init__()
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
-        self._producer = KafkaProducer.reliable(kafka)
+        self._producer: TraceProducer = producer or KafkaProducer.reliable(kafka)
         announce_schema(self._producer.produce, kafka.topics.schemas, self._serialize.schema)
         self._assembler = TraceAssembler(idle_timeout, redaction=redaction)
         # A trace republished after a restart is written to the manifest once;
@@ -86,6 +121,10 @@ class HtirFeederSink(BatchingSink):
         # the reports served (by ``poll``/``flush``) not yet settled.
         self._unacked = 0
         self._reports: list[tuple[HtirTrace, DeliveryError | None]] = []
+        # Traces refused as too large, waiting to be produced again alone, and
+        # how often each was refused so.
+        self._alone: deque[HtirTrace] = deque()
+        self._size_refusals: dict[str, int] = {}
         self._traces = Counter(
             "turnaudit_htir_traces_total", "HTIR traces published", ["closed_by"], registry=registry
         )
@@ -165,6 +204,10 @@ class HtirFeederSink(BatchingSink):
             log.info("htir_open_traces_left_for_restart", open=self._assembler.open_traces)
         self._producer.flush(30)
         self._settle(retry=False)  # a trace not stored keeps its offsets held
+        # The traces waiting to go alone go now, each report settled (bounded:
+        # a trace goes alone SIZE_RETRIES times at most).
+        while self._alone or self._reports:
+            self._settle(retry=False)
         if self._manifest is not None:
             self._manifest.close()
 
@@ -175,7 +218,7 @@ class HtirFeederSink(BatchingSink):
         # until then its turns' offsets stay held back (a slow broker delays
         # them, loses nothing). Reports are served here without waiting, so a
         # batch does not stall on a round trip to the broker.
-        if self._unacked:
+        if self._unacked or self._alone:
             self._producer.poll(0)
             self._settle(retry=True)
         self._open.set(self._assembler.open_traces)
@@ -194,30 +237,49 @@ class HtirFeederSink(BatchingSink):
 
     def _settle(self, *, retry: bool) -> None:
         """Acknowledge the delivered traces; produce a failed one again (its
-        offsets stay held until it is stored)."""
-        if not self._reports:
-            return
+        offsets stay held until it is stored), one refused as too large alone;
+        then produce the next trace waiting to go alone."""
         reports, self._reports = self._reports, []
         self._unacked -= len(reports)
         delivered = [trace for trace, err in reports if err is None]
         for trace, err in reports:
             if err is None:
                 continue
-            if retry and not is_permanent(err):
-                log.warning("htir_trace_not_stored", task_id=trace.task_id, error=err.str(),
+            task_id = trace.task_id
+            refusals = self._size_refusals.get(task_id, 0)
+            if is_size_error(err) and refusals < SIZE_RETRIES:
+                # Maybe its batch's size, not its own: it goes again alone.
+                self._size_refusals[task_id] = refusals + 1
+                log.warning("htir_trace_not_stored", task_id=task_id, error=err.str(),
+                            retried=True, alone=True)
+                self._alone.append(trace)
+            elif retry and not is_permanent(err):
+                log.warning("htir_trace_not_stored", task_id=task_id, error=err.str(),
                             retried=True)
                 self._produce(trace)
             else:
-                # Producing it again cannot help (too large, not authorised, ...): its
-                # offsets stay held (a restart re-reads and rebuilds it), and it is said once.
-                log.error("htir_trace_not_stored", task_id=trace.task_id, error=err.str(),
+                # Producing it again cannot help (too large alone, not authorised, ...):
+                # its offsets stay held (a restart re-reads and rebuilds it), and it is
+                # said once.
+                self._size_refusals.pop(task_id, None)
+                log.error("htir_trace_not_stored", task_id=task_id, error=err.str(),
                           retried=False)
         if delivered:
             self._acknowledged(delivered)
+        if self._alone:
+            self._produce_alone(self._alone.popleft())
+
+    def _produce_alone(self, trace: HtirTrace) -> None:
+        """Produce ``trace`` in a batch of its own: the queue drained before it,
+        and its report served before anything else is produced (one per poll)."""
+        self._producer.flush(ALONE_FLUSH_S)
+        self._produce(trace)
+        self._producer.flush(ALONE_FLUSH_S)
 
     def _acknowledged(self, traces: list[HtirTrace]) -> None:
         for trace in traces:
             self._first_offsets.pop(trace.task_id, None)
+            self._size_refusals.pop(trace.task_id, None)
             gap = trace.gap
             if gap is not None:
                 log.warning("htir_trace_gap", task_id=trace.task_id, detail=gap,
