@@ -2,7 +2,10 @@
 refuses a trace for good: the traces topic's ``max.message.bytes`` is lowered
 below the size of some traces, so the broker answers MSG_SIZE_TOO_LARGE.
 
-The feeder's contract (consumers/htir_feeder.py): a trace refused for good is
+The feeder's contract (consumers/htir_feeder.py): a trace refused as too large
+is produced again alone, up to ``SIZE_RETRIES`` times (its first refusal may be
+its batch's: the broker refuses a batch whole), so a trace that fits is stored
+even when it shared a batch with an oversized one. A trace refused for good is
 logged once as an error and not produced again on every poll; the offsets of
 its turns stay held, so the group's committed offset never passes its first
 turn, and a feeder restarted once the topic takes it re-reads those turns and
@@ -30,6 +33,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from tests.support.events import encode, task_turn
 from tests.support.services import service_env, turnaudit_process
 from tests.support.streams import http_get, produce_raw, wait_for
+from turnaudit.consumers.htir_feeder import SIZE_RETRIES
 from turnaudit.htir import HtirTrace, TraceClose
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
@@ -54,9 +58,9 @@ RAISED = 1_048_588  # the broker's default max.message.bytes
 TURN_PARTITIONS = (0, 1, 0, 2, 0)
 # librdkafka puts a partition's messages in one batch and the broker refuses a
 # batch whole: a trace that fits but shares the oversized one's batch is refused
-# with it. The oversized traces go to a traces-topic partition of their own and
-# the others elsewhere, except the ones a case puts beside them on purpose
-# (``sharing``), which may be refused or stored, as the batching fell.
+# with it, then produced again alone and stored. The oversized traces go to a
+# traces-topic partition of their own and the others elsewhere, except the ones
+# a case puts beside them on purpose (``sharing``).
 REFUSED_TRACE_PARTITION = 0
 
 
@@ -178,7 +182,19 @@ def log_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def not_stored(path: Path) -> list[dict[str, Any]]:
-    return [line for line in log_lines(path) if line.get("event") == "htir_trace_not_stored"]
+    """The feeder's error line for each trace refused for good."""
+    return [
+        line for line in log_lines(path)
+        if line.get("event") == "htir_trace_not_stored" and line.get("level") == "error"
+    ]
+
+
+def retried_alone(path: Path) -> list[dict[str, Any]]:
+    """The feeder's warning for each trace refused as too large and produced again alone."""
+    return [
+        line for line in log_lines(path)
+        if line.get("event") == "htir_trace_not_stored" and line.get("alone") is True
+    ]
 
 
 def refusals(path: Path, topic: str) -> list[str]:
@@ -241,7 +257,7 @@ class TestATraceRefusedForGood:
         sessions = stream_plan(oversized, sharing)
         by_task = {s.task_id: s for s in sessions}
         big = {s.task_id for s in sessions if s.oversized}
-        may_be_refused = big | {s.task_id for s in sessions if s.shares_batch}
+        sharing = {s.task_id for s in sessions if s.shares_batch}
         turns = publish(settings, sessions)
         end = end_offsets(settings, settings.topics.turn_events)
         # The oversized traces are refused whatever the batching: the group
@@ -264,7 +280,7 @@ class TestATraceRefusedForGood:
             seen.append(committed(settings, group))
             assert all(seen[-1][p] <= bound[p] for p in bound), (seen[-1], bound)
             refused = refused_so_far()
-            assert refused <= may_be_refused  # only a size (or a shared batch) refuses
+            assert refused <= big  # only its own size refuses a trace for good
             stored = {t.task_id for t, _, _ in stored_traces(settings)}
             assert not stored & refused  # a refused trace is not produced again
             return (
@@ -275,6 +291,8 @@ class TestATraceRefusedForGood:
 
         with turnaudit_process(feed, env, first_log) as first:
             assert wait_for(settled_refusing, timeout=60), (seen[-1:], bound)
+            # A trace that fits is stored without a restart, its batch shared or not.
+            assert sharing <= {t.task_id for t, _, _ in stored_traces(settings)}
             # More polls and auto-commits (every second) go by: the refusal is
             # not produced and said again, and the position does not move on.
             deadline = time.monotonic() + 3
@@ -286,6 +304,8 @@ class TestATraceRefusedForGood:
             errors = not_stored(first_log)
             stop(first)
         refused = {line["task_id"] for line in errors}
+        assert refused == big
+        assert not refused & sharing
         held = held_at(sessions, refused, turns, end)
         assert seen[-1] == held
         # Never past a refused trace's first turn on its partition; a
@@ -301,9 +321,23 @@ class TestATraceRefusedForGood:
             assert line["retried"] is False
             assert "too large" in line["error"]
         assert not_stored(first_log) == errors  # nothing more said up to the shutdown
-        # Each refused trace was produced once: one refusal each from the broker.
+        # Each refused trace was produced once with the others and SIZE_RETRIES
+        # times alone, one refusal from the broker each time; a trace that fits
+        # was refused only in a shared batch, at most once, then went alone.
+        alone = Counter(line["task_id"] for line in retried_alone(first_log))
+        for task_id in refused:
+            assert alone[task_id] == SIZE_RETRIES
+        for task_id in set(alone) - refused:
+            assert task_id in sharing
+            assert alone[task_id] == 1
+        for line in retried_alone(first_log):
+            assert line["level"] == "warning"
+            assert line["retried"] is True
+            assert "too large" in line["error"]
         traces_topic = settings.topics.htir_traces
-        assert refusals(first_log, traces_topic) == ["MSG_SIZE_TOO_LARGE"] * len(refused)
+        assert refusals(first_log, traces_topic) == ["MSG_SIZE_TOO_LARGE"] * (
+            len(refused) + alone.total()
+        )
         assert "Traceback" not in first_log.read_text()
         stored = stored_traces(settings)
         assert sorted(t.task_id for t, _, _ in stored) == sorted(set(by_task) - refused)
@@ -328,6 +362,7 @@ class TestATraceRefusedForGood:
             stop(second)
         assert committed(settings, group) == end
         assert not_stored(second_log) == []
+        assert retried_alone(second_log) == []
         assert refusals(second_log, traces_topic) == []
         assert "Traceback" not in second_log.read_text()
 
