@@ -18,7 +18,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use lru::LruCache;
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
@@ -249,8 +249,9 @@ struct Stream {
 }
 
 struct State {
-    seen: HashMap<String, SeenEntry>,
-    order: VecDeque<String>,
+    // One allocation per id, shared by the table and the arrival order.
+    seen: HashMap<Arc<str>, SeenEntry>,
+    order: VecDeque<Arc<str>>,
     streams: LruCache<StreamKey, Stream>,
     first_offset: HashMap<i64, i64>,
     filter: Option<BloomFilter>, // made when the first id is handed to the forgotten store
@@ -588,7 +589,7 @@ impl NativeStreamTracker {
         &self,
         py: Python<'_>,
         st: &mut State,
-        event_id: String,
+        event_id: &str,
         partition: Option<i64>,
         offset: Option<i64>,
         outcome: usize,
@@ -596,10 +597,11 @@ impl NativeStreamTracker {
     ) -> PyResult<()> {
         if outcome == NEW || outcome == LATE {
             self.new_turns.fetch_add(1, Ordering::Relaxed);
-            st.order.push_back(event_id.clone());
-            st.seen.insert(event_id, SeenEntry { hash16: head16(content), partition, offset });
+            let id: Arc<str> = Arc::from(event_id);
+            st.order.push_back(id.clone());
+            st.seen.insert(id, SeenEntry { hash16: head16(content), partition, offset });
             if st.seen.len() > self.bounds.max_event_ids.saturating_add(self.bounds.forget_batch - 1) {
-                let mut dropped: Vec<(String, SeenEntry)> = Vec::new();
+                let mut dropped: Vec<(Arc<str>, SeenEntry)> = Vec::new();
                 while st.seen.len() > self.bounds.max_event_ids {
                     let oldest = st.order.pop_front().expect("in step with seen");
                     let entry = st.seen.remove(&oldest).expect("in step with order");
@@ -610,7 +612,7 @@ impl NativeStreamTracker {
                     let handed = PyList::empty(py);
                     for (id, entry) in &dropped {
                         st.filter_add(id);
-                        handed.append((id.as_str(), seen_tuple(py, entry)?))?;
+                        handed.append((&**id, seen_tuple(py, entry)?))?;
                     }
                     store.bind(py).call_method1(intern!(py, "keep_many"), (handed,))?;
                 }
@@ -728,14 +730,15 @@ impl NativeStreamTracker {
         };
         let sequence = sequence_of(event)?;
         let event_id_obj = item(event, intern!(py, "event_id"))?;
-        let event_id = text(&event_id_obj, "event_id")?.to_str()?.to_owned();
+        let event_id_text = text(&event_id_obj, "event_id")?;
+        let event_id: &str = event_id_text.to_str()?;
         let stream = PyTuple::new(py, [session.clone(), producer.clone()])?;
         let mut st = self.lock()?;
-        let mut seen = st.seen.get(&event_id).cloned();
+        let mut seen = st.seen.get(event_id).cloned();
         if seen.is_none() {
             if let Some(store) = &self.forgotten {
-                if self.forgotten_event_ids.load(Ordering::Relaxed) != 0 && st.filter_might_hold(&event_id) {
-                    let got = store.bind(py).call_method1(intern!(py, "recall"), (&event_id,))?;
+                if self.forgotten_event_ids.load(Ordering::Relaxed) != 0 && st.filter_might_hold(event_id) {
+                    let got = store.bind(py).call_method1(intern!(py, "recall"), (event_id,))?;
                     if !got.is_none() {
                         let (hash, p, o): (String, Option<Bound<'_, PyAny>>, Option<Bound<'_, PyAny>>) = got.extract()?;
                         let mut hash16 = [0u8; SEEN_DIGITS];
@@ -870,7 +873,7 @@ impl NativeStreamTracker {
         let st = self.lock()?;
         let out = PyDict::new(py);
         for id in &st.order {
-            out.set_item(id, seen_tuple(py, &st.seen[id])?)?;
+            out.set_item(&**id, seen_tuple(py, &st.seen[id])?)?;
         }
         Ok(out)
     }
@@ -886,7 +889,7 @@ impl NativeStreamTracker {
 
     fn remembered_keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let st = self.lock()?;
-        PyList::new(py, st.order.iter())
+        PyList::new(py, st.order.iter().map(|id| &**id))
     }
 
     /// The ids in memory, forgotten here.
@@ -997,7 +1000,7 @@ impl NativeStreamTracker {
         let seen = PyList::empty(py);
         for id in &st.order {
             let e = &st.seen[id];
-            seen.append((id.as_str(), std::str::from_utf8(&e.hash16).expect("hex"), e.partition, e.offset))?;
+            seen.append((&**id, std::str::from_utf8(&e.hash16).expect("hex"), e.partition, e.offset))?;
         }
         let first: Vec<(i64, i64)> = st.first_offset.iter().map(|(p, o)| (*p, *o)).collect();
         let words: &[u64] = st.filter.as_ref().map_or(&[], |f| &f.words);
@@ -1051,6 +1054,7 @@ impl NativeStreamTracker {
                 return Err(PyValueError::new_err("a seen hash of 16 hex digits"));
             }
             hash16.copy_from_slice(hash.as_bytes());
+            let id: Arc<str> = Arc::from(id);
             st.order.push_back(id.clone());
             st.seen.insert(id, SeenEntry { hash16, partition, offset });
         }
