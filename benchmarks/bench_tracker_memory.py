@@ -23,7 +23,10 @@ from pathlib import Path
 
 from turnaudit.chain import GENESIS_HASH, chain_hash
 from turnaudit.identity import StreamTracker
-from turnaudit.stream_tracking_reference import ReferenceStreamTracker
+
+# The reference tracker is a test oracle (tests/support), not part of the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.reference_tracker import ReferenceStreamTracker
 
 TRACKERS = {"native": StreamTracker, "reference": ReferenceStreamTracker}
 

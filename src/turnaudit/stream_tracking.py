@@ -4,8 +4,8 @@ ordered stream (dedupe, gaps, late arrivals, chain checks) and says what it is
 
 The tracker's tables and per-message step are native (``NativeStreamTracker``, the
 crate in ``native/``): a message costs a fraction of what the same step costs in
-Python. Its rules are stated, in Python, by ``ReferenceStreamTracker``
-(``turnaudit.stream_tracking_reference``), which decides the same for every message."""
+Python. The differential tests hold it to the same rules written plainly in Python
+(``ReferenceStreamTracker``, a test oracle in ``tests/support/reference_tracker.py``)."""
 
 from __future__ import annotations
 
@@ -90,9 +90,23 @@ class StreamTracker(NativeStreamTracker):
     """Dedupe by event id, gaps and late arrivals per ordered stream, the chain.
 
     ``observe`` places one consumed event (its decoded record and its stored bytes) and
-    returns a ``TrackResult``. The rules, message for message, are those of
-    ``ReferenceStreamTracker`` (read its docstring and code for them); this class holds
-    the tables natively.
+    returns a ``TrackResult``:
+
+    * a known event id is a redelivery (same partition and offset, or no place given),
+      a duplicate copy (another place) or changed content (another chain hash);
+    * a new id at a stream's next position is new; past it, new and a gap opens (also
+      at the start of a stream first seen in a partition read from its log start);
+      at a missing position, late (the gap closes); at a taken position, a reused
+      position (a breach), or, once ids were forgotten without a store, an old
+      redelivery;
+    * in a chained stream (v3 and later) each turn's ``prev_hash`` must be its
+      predecessor's chain hash (genesis at position 0), and a late arrival must be the
+      turn its successor named: otherwise ``chain_break`` says what did not chain.
+      v1/v2 events (no producer id) form one legacy stream per session, deduplicated
+      by id, gaps reported, no chain, a lower number with a new id a new turn.
+
+    ``tests/support/reference_tracker.py`` writes the same rules out in Python, line by
+    line; the differential tests hold this class to it.
 
     Memory bounds (stated, enforced):
 

@@ -1,9 +1,10 @@
-"""``ReferenceStreamTracker``: the stream tracker's rules in plain Python.
+"""``ReferenceStreamTracker``: the stream tracker's rules in plain Python, a test oracle.
 
-``turnaudit.stream_tracking.StreamTracker`` (the native tracker every consumer and
-``verify`` use) decides exactly what this class decides for every message; the
-differential property tests feed both the same messages and compare every result and
-table. Kept as the readable statement of the rules and as the oracle."""
+The project has one stream tracker, ``turnaudit.stream_tracking.StreamTracker`` (native
+tables, used by every consumer and ``verify``). This class is not part of the package:
+it states the same rules readably, and the differential property tests
+(``tests/unit/test_stream_tracker_native.py``) feed both the same messages and require
+the same result for every message and the same tables after."""
 
 from __future__ import annotations
 

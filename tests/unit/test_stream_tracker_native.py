@@ -15,11 +15,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.reference_tracker import ReferenceStreamTracker
 from turnaudit.chain import GENESIS_HASH, chain_hash
 from turnaudit.identity import StreamTracker
 from turnaudit.serialization.native import chain_hash_hex
 from turnaudit.stream_tracking import Seen, TrackResult
-from turnaudit.stream_tracking_reference import ReferenceStreamTracker
 
 SESSIONS = ("s0", "s1", "s2")
 PRODUCERS = ("", "p1", "p2")  # "": a v1/v2 event (no producer id), one legacy stream
