@@ -57,18 +57,47 @@ class IdMemory:
                                      f"{self.spill_batch}")
 
 
-def scratch_db(spill_dir: Path | None, table: str) -> tuple[
-        tempfile.TemporaryDirectory[str], sqlite3.Connection]:
-    """A new SQLite file (``ids.sqlite3``) with ``table``, in a new temporary directory
-    under ``spill_dir``: removed by the directory's ``cleanup``."""
-    directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-", dir=spill_dir)
-    db = sqlite3.connect(str(Path(directory.name) / "ids.sqlite3"))
-    # A scratch file removed at the end: no journal, no fsync, a bounded cache.
-    db.execute("PRAGMA journal_mode = OFF")
-    db.execute("PRAGMA synchronous = OFF")
-    db.execute(f"PRAGMA cache_size = -{SPILL_CACHE_KIB}")
-    db.execute(table)
-    return directory, db
+class ScratchDb:
+    """An SQLite scratch file (``ids.sqlite3``) with one table, in a new temporary
+    directory under ``spill_dir`` made at the first ``connect``; ``close`` removes both
+    (and, should ``close`` never run, they go when the process exits)."""
+
+    def __init__(self, spill_dir: Path | None, table: str) -> None:
+        self._spill_dir = spill_dir
+        self._table = table
+        self._directory: tempfile.TemporaryDirectory[str] | None = None
+        self.db: sqlite3.Connection | None = None  # while connected
+
+    @property
+    def path(self) -> Path | None:
+        """The file, once made."""
+        return None if self._directory is None else Path(self._directory.name) / "ids.sqlite3"
+
+    def connect(self) -> sqlite3.Connection:
+        if self.db is None:
+            if self._directory is None:
+                self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
+                                                              dir=self._spill_dir)
+            self.db = sqlite3.connect(str(self.path))
+            # A scratch file removed at the end: no journal, no fsync, a bounded cache.
+            self.db.execute("PRAGMA journal_mode = OFF")
+            self.db.execute("PRAGMA synchronous = OFF")
+            self.db.execute(f"PRAGMA cache_size = -{SPILL_CACHE_KIB}")
+            self.db.execute(f"CREATE TABLE IF NOT EXISTS {self._table}")
+        return self.db
+
+    def disconnect(self) -> None:
+        """The connection closed, the file kept (to be moved, or connected again)."""
+        if self.db is not None:
+            self.db.close()
+            self.db = None
+
+    def close(self) -> None:
+        """The connection closed, the file and its directory removed (idempotent)."""
+        self.disconnect()
+        if self._directory is not None:
+            self._directory.cleanup()
+            self._directory = None
 
 
 class Repeat(NamedTuple):
@@ -111,11 +140,10 @@ class SpilledIds:
     ``close`` (and, should ``close`` never run, when the process exits)."""
 
     def __init__(self, spill_dir: Path | None = None, batch: int = SPILL_BATCH) -> None:
-        self._spill_dir = spill_dir
         self._batch = batch
         self._pending: dict[str, Seen] = {}
-        self._directory: tempfile.TemporaryDirectory[str] | None = None
-        self._db: sqlite3.Connection | None = None
+        self._file = ScratchDb(spill_dir, "seen (event_id TEXT PRIMARY KEY, hash TEXT NOT "
+                               "NULL, partition INTEGER, offset INTEGER) WITHOUT ROWID")
         self._lookup: sqlite3.Cursor | None = None
         self._stored = 0
         self._closed = False
@@ -128,7 +156,7 @@ class SpilledIds:
     @property
     def path(self) -> Path | None:
         """The spill file, once one was written."""
-        return None if self._directory is None else Path(self._directory.name) / "ids.sqlite3"
+        return self._file.path
 
     def keep(self, event_id: str, seen: Seen) -> None:
         self._pending[event_id] = seen
@@ -175,8 +203,9 @@ class SpilledIds:
         for event_id, seen in remembered.items():
             self.keep(event_id, seen)
         self.flush()
-        self._open().close()  # a file also when nothing was spilled
-        self._db = self._lookup = None
+        self._open()  # a file also when nothing was spilled
+        self._file.disconnect()
+        self._lookup = None
         shutil.move(str(self.path), destination)
         self.close()
 
@@ -208,12 +237,9 @@ class SpilledIds:
         return repeats
 
     def _open(self) -> sqlite3.Connection:
-        if self._db is None:
-            self._directory, self._db = scratch_db(
-                self._spill_dir, "CREATE TABLE seen (event_id TEXT PRIMARY KEY, hash TEXT NOT "
-                "NULL, partition INTEGER, offset INTEGER) WITHOUT ROWID")
-            self._lookup = self._db.cursor()
-        return self._db
+        if self._file.db is None:
+            self._lookup = self._file.connect().cursor()
+        return self._file.connect()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -222,8 +248,8 @@ class SpilledIds:
     def __iter__(self) -> Iterator[str]:
         self._check_open()
         yield from list(self._pending)
-        if self._db is not None:
-            for (event_id,) in self._db.execute("SELECT event_id FROM seen"):
+        if self._file.db is not None:
+            for (event_id,) in self._file.db.execute("SELECT event_id FROM seen"):
                 yield str(event_id)
 
     def __len__(self) -> int:
@@ -235,12 +261,7 @@ class SpilledIds:
         self._pending.clear()
         self._filter = None
         self._lookup = None
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-        if self._directory is not None:
-            self._directory.cleanup()
-            self._directory = None
+        self._file.close()
 
 
 class CountedIds(AbstractSet[str]):
