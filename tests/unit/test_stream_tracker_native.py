@@ -21,7 +21,7 @@ from turnaudit.identity import StreamTracker
 from turnaudit.serialization.native import chain_hash_hex
 from turnaudit.stream_tracking import Seen, TrackResult
 
-SESSIONS = ("s0", "s1", "s2")
+SESSIONS = ("s0", "\u00e91", "\U0001f6002")  # non-ASCII: heads sorted natively as Python sorts
 PRODUCERS = ("", "p1", "p2")  # "": a v1/v2 event (no producer id), one legacy stream
 FRAMES = (b"\xc3\x01" + bytes(8), b"\x00" + bytes(4), b"")  # single-object, registry, none
 
@@ -204,6 +204,10 @@ def test_every_message_is_placed_as_the_reference_places_it(
 ) -> None:
     native, reference = run_both(steps, options, stored)
     assert tables(native) == tables(reference)
+    # The report's list: chained streams' heads, sorted by stream.
+    assert native.chained_heads() == sorted(
+        (session, producer, position, digest)
+        for (session, producer), (position, digest) in reference.heads().items() if producer)
 
 
 @settings(max_examples=80, deadline=None)

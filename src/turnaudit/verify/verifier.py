@@ -342,10 +342,8 @@ class Verifier:
         """Each chained stream's last position and its chain hash: keep them, and pass the
         report to a later ``verify --heads`` to detect a truncated or rewritten tail."""
         return [
-            HeadJson(session_id=stream[0], producer_id=stream[1], position=position,
-                     hash=digest)
-            for stream, (position, digest) in sorted(self.tracker.heads().items())
-            if stream[1] != LEGACY_PRODUCER
+            HeadJson(session_id=session, producer_id=producer, position=position, hash=digest)
+            for session, producer, position, digest in self.tracker.chained_heads()
         ]
 
     def anchors_expired(self) -> int:
