@@ -876,6 +876,13 @@ impl NativeStreamTracker {
         Ok(out)
     }
 
+    /// One stream's highest position seen (None: not seen, or not past position -1).
+    fn last_position(&self, session_id: &str, producer_id: &str) -> PyResult<Option<i128>> {
+        let st = self.lock()?;
+        let key: StreamKey = (session_id.to_owned(), producer_id.to_owned());
+        Ok(st.streams.peek(&key).filter(|s| s.next > 0).map(|s| s.next - 1))
+    }
+
     /// Each stream's highest position seen.
     fn last_positions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let st = self.lock()?;

@@ -149,6 +149,11 @@ class StreamTracker(NativeStreamTracker):
         read-only view."""
         return RememberedIds(self)
 
+    def last_position_of(self) -> Mapping[StreamId, int]:
+        """Each stream's highest position seen, as a read-only view that looks a stream
+        up when asked (``last_positions()`` builds the whole table)."""
+        return LastPositions(self)
+
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any], tuple[Any, ...]]]:
         # verify --jobs sends a job's tracker back to the merging process.
         return (_rebuilt, (self._settings(), self._state()))
@@ -182,3 +187,26 @@ class RememberedIds(Mapping[str, Seen]):
 
     def __len__(self) -> int:
         return self._tracker.remembered_len()
+
+
+class LastPositions(Mapping[StreamId, int]):
+    """A read-only view of a tracker's last position per stream, looked up per stream."""
+
+    __slots__ = ("_tracker",)
+
+    def __init__(self, tracker: StreamTracker) -> None:
+        self._tracker = tracker
+
+    def __getitem__(self, stream: StreamId) -> int:
+        position = None
+        if isinstance(stream, tuple) and len(stream) == 2:
+            position = self._tracker.last_position(*stream)
+        if position is None:
+            raise KeyError(stream)
+        return position
+
+    def __iter__(self) -> Iterator[StreamId]:
+        return iter(self._tracker.last_positions())
+
+    def __len__(self) -> int:
+        return len(self._tracker.last_positions())

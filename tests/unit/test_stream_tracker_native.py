@@ -204,6 +204,11 @@ def test_every_message_is_placed_as_the_reference_places_it(
 ) -> None:
     native, reference = run_both(steps, options, stored)
     assert tables(native) == tables(reference)
+    # The per-stream view verify's crash check reads: each lookup as the table says.
+    view, last = native.last_position_of(), reference.last_positions()
+    assert view == last
+    assert all(view[stream] == position for stream, position in last.items())
+    assert view.get(("never", "seen")) is None
     # The report's list: chained streams' heads, sorted by stream.
     assert native.chained_heads() == sorted(
         (session, producer, position, digest)

@@ -80,7 +80,8 @@ def run_verify(
         # Where each announced stream ended (cleanly or cut by a crash), against the range:
         # only a range that reaches the stream's end now can say turns never reached it.
         report.stream_ends = stream_ends(
-            stream_head_announcements(settings, timeout=timeout), verifier.tracker.last_positions(),
+            stream_head_announcements(settings, timeout=timeout),
+            verifier.tracker.last_position_of(),
             whole_stream=whole_stream, to_end=spec.until is None and not spec.to_offsets,
         )
         if keyring is not None and chain is not None:
