@@ -23,6 +23,7 @@ class Where(TypedDict, total=False):
     positions: list[int]
     pack: str
     counter: str
+    checkpoint: int  # a signed checkpoint's index in its producer's chain
 
 
 class _FindingHead(TypedDict):

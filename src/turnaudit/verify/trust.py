@@ -29,7 +29,7 @@ from typing import Literal, TypedDict
 
 from turnaudit.checkpoints import ChainReport, Problem
 from turnaudit.identity import LEGACY_PRODUCER, StreamId
-from turnaudit.verify.findings import EXAMPLES, Finding, stream_where
+from turnaudit.verify.findings import EXAMPLES, Finding, Where, stream_where
 
 Status = Literal["signed", "unsigned", "forged", "truncated"]
 STATUSES: tuple[Status, ...] = ("signed", "unsigned", "forged", "truncated")
@@ -95,7 +95,15 @@ class TrustReport:
     streams: list[StreamTrustJson] = field(default_factory=list)
 
     def findings(self) -> list[Finding]:
-        found = []
+        # An invalid checkpoint is a finding of its own, whatever streams it names: a
+        # chain broken before a checkpoint that names none (a final one, written when
+        # nothing had advanced) still shows that a checkpoint was removed.
+        found = [
+            Finding("invalid_checkpoint", f"checkpoint {j.checkpoint.index} of producer "
+                    f"{j.checkpoint.producer_id}: {j.problem}: {j.detail}",
+                    Where(producer_id=j.checkpoint.producer_id, checkpoint=j.checkpoint.index))
+            for j in self.chain.invalid()
+        ]
         for s in self.streams:
             if s["status"] in ("forged", "truncated"):
                 where = stream_where((s["session_id"], s["producer_id"]))

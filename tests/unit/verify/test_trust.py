@@ -222,3 +222,29 @@ class TestForgedAndTruncated:
         document = report.as_json()
         assert document["trust"]["by_status"]["forged"] == len(streams(events))
         assert "signed checkpoints (ring)" in report.human()
+
+
+class TestRemovedCheckpoint:
+    @settings(max_examples=25, deadline=None)
+    @given(st.integers(10, 60), st.integers(1, 9), st.data())
+    def test_any_checkpoint_removed_before_another_is_a_finding(
+        self, n: int, max_turns: int, data: st.DataObject
+    ) -> None:
+        events = stamped_events(n, sessions=4)
+        written = checkpoints_of(events, max_turns=max_turns)
+        assert len(written) >= 2  # at least one by count (n > max_turns) and the final one
+        gone = data.draw(st.integers(0, len(written) - 2))
+        report = judge(events, [c for i, c in enumerate(written) if i != gone])
+        invalid = [f for f in report.findings() if f.kind == "invalid_checkpoint"]
+        assert [f.where["checkpoint"] for f in invalid] == [written[gone + 1].index]
+        assert "chain_break" in invalid[0].detail
+
+    def test_a_break_before_a_final_checkpoint_that_names_no_stream_is_a_finding(self) -> None:
+        events = stamped_events(20, sessions=3)
+        written = checkpoints_of(events, max_turns=5)  # the final one finds nothing pending
+        assert written[-1].final
+        assert written[-1].heads == ()
+        report = judge(events, written[:-2] + written[-1:])
+        assert [f.kind for f in report.findings() if f.kind == "invalid_checkpoint"] == [
+            "invalid_checkpoint"]
+        assert not [s for s in report.streams if s["status"] == "forged"]  # it names none
