@@ -61,7 +61,8 @@ DAMAGE = st.sampled_from(["none", "truncate", "flip", "wrap", "tail", "der"])
 
 def damaged(pem: str, der: bytes, how: str, cut: int) -> bytes:
     if how == "truncate":
-        return pem.encode()[: max(1, cut % len(pem))]
+        # Cut inside the text: dropping only the trailing newline leaves a whole PEM.
+        return pem.encode()[: max(1, cut % len(pem.rstrip()))]
     if how == "flip":
         raw = bytearray(pem.encode())
         raw[40 + cut % 20] ^= 0x01
