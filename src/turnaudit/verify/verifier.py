@@ -238,8 +238,8 @@ class Verifier:
             self.outside_window += 1
             return
         try:
-            stream: StreamId = (event["session_id"], event.get("producer_id") or LEGACY_PRODUCER)
             result = self.tracker.observe(event, value or b"", partition=partition, offset=offset)
+            stream: StreamId = result.stream  # the tracker's: not built a second time per turn
             breaches = check_event(event)
         except (KeyError, TypeError, ValueError) as exc:
             self.undecodable.append(Finding("undecodable", f"not a TurnEvent: {exc!r}",
