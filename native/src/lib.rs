@@ -30,6 +30,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 
 mod encode;
 mod track;
+mod spill;
 
 pyo3::create_exception!(
     turnaudit_native,
@@ -638,6 +639,8 @@ fn turnaudit_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<encode::Encoder>()?;
     m.add_class::<track::NativeStreamTracker>()?;
     m.add_class::<track::BloomFilter>()?;
+    m.add_class::<spill::SortedRunStore>()?;
+    m.add_class::<spill::IdChunks>()?;
     m.add_function(wrap_pyfunction!(track::chain_hash_hex, m)?)?;
     m.add("EncodeFallback", py.get_type::<encode::EncodeFallback>())?;
     m.add("DecodeError", py.get_type::<DecodeError>())?;

@@ -267,7 +267,7 @@ pub(crate) struct BloomFilter {
 }
 
 impl BloomFilter {
-    fn with_bits(bits: u64) -> Self {
+    pub(crate) fn with_bits(bits: u64) -> Self {
         BloomFilter { words: vec![0u64; (bits / 64) as usize], mask: bits - 1, shift: bits.trailing_zeros() }
     }
 
@@ -280,13 +280,13 @@ impl BloomFilter {
         [first, (first + step) & self.mask, (first + 2 * step) & self.mask]
     }
 
-    fn insert(&mut self, text: &str) {
+    pub(crate) fn insert(&mut self, text: &str) {
         for p in self.positions(text) {
             self.words[(p >> 6) as usize] |= 1 << (p & 63);
         }
     }
 
-    fn holds(&self, text: &str) -> bool {
+    pub(crate) fn holds(&self, text: &str) -> bool {
         self.positions(text).iter().all(|p| self.words[(p >> 6) as usize] & (1 << (p & 63)) != 0)
     }
 }

@@ -37,6 +37,7 @@ Decoder = _native.Decoder
 Encoder = _native.Encoder
 NativeStreamTracker = _native.NativeStreamTracker
 BloomFilter = _native.BloomFilter
+SortedRunStore = _native.SortedRunStore
 chain_hash_hex = _native.chain_hash_hex
 EncodeFallback = _native.EncodeFallback
 DecodeError = _native.DecodeError
@@ -50,6 +51,7 @@ __all__ = [
     "EncodeFallback",
     "Encoder",
     "NativeStreamTracker",
+    "SortedRunStore",
     "TrailingBytesError",
     "UnsupportedSchemaError",
     "chain_hash_hex",

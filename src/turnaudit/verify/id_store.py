@@ -1,6 +1,6 @@
 """Verify's event ids in bounded memory: the newest ``IdMemory.event_ids`` stay in the
-stream tracker's memory, older ones are spilled to an SQLite file in a temporary
-directory and recalled from it exactly (``SpilledIds``); ``CountedIds`` is every
+stream tracker's memory, older ones are spilled to sorted run files in a temporary
+directory and recalled from them exactly (``SpilledIds``); ``CountedIds`` is every
 counted id of the range, in memory or spilled, for the log reconciliation.
 
 The tracker asks the spill only for an id it does not hold, and only once it has
@@ -9,7 +9,6 @@ spilled any: a range within the bound never touches the disk.
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -21,15 +20,19 @@ from typing import NamedTuple
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.identity import Seen
-from turnaudit.serialization.native import BloomFilter
+from turnaudit.serialization.native import SortedRunStore
 
 DEFAULT_MEMORY_IDS = 1_000_000
-# Spilled ids are written this many at a time, in one transaction.
+# Spilled ids are written this many at a time (a run; the log reconciliation's SQLite
+# file: one transaction).
 SPILL_BATCH = 10_000
-# SQLite's page cache for the spill file, in KiB (a negative cache_size is KiB): bounded.
+# Ids handed from the native store to Python at a time, when every spilled id is listed.
+ITERATION_CHUNK = 10_000
+# SQLite's page cache for the log reconciliation's file, in KiB (a negative cache_size
+# is KiB): bounded.
 SPILL_CACHE_KIB = 16_384
 # A Bloom filter of the spilled ids, of a fixed size (32 MiB): most ids a range reads are
-# new, and the filter answers "never spilled" for them without a lookup in the file. Its
+# new, and the filter answers "never spilled" for them without a lookup on disk. Its
 # false positives (about 0.1 % at 10 million spilled ids, rising past 100 million) each
 # cost one lookup, never a wrong answer.
 FILTER_BITS = 1 << 28
@@ -115,131 +118,68 @@ class Repeat(NamedTuple):
         return cls(event_id, *sorted((one, other), key=place))
 
 
-_RECALL = "SELECT hash, partition, offset FROM seen WHERE event_id = ?"
-
-
-class SpillFilter:
-    """A Bloom filter over strings in a fixed bit array (native: ``BloomFilter``): three
-    positions per string by double hashing. ``might_hold`` is False only for a string
-    never added; True may be wrong (then the caller looks it up)."""
-
-    def __init__(self, bits: int = FILTER_BITS) -> None:
-        if bits < 64 or bits & (bits - 1):
-            raise ValueError(f"a spill filter has a power of two of 64 or more bits, not {bits}")
-        native = BloomFilter(bits)
-        self.add = native.add
-        self.add_many = native.add_many
-        self.might_hold = native.might_hold
-
-
 class SpilledIds:
-    """The event ids a bounded tracker dropped, in an SQLite file (a ``ForgottenIds``).
+    """The event ids a bounded tracker dropped, on disk (a ``ForgottenIds``).
 
-    A pending batch (fewer than ``batch`` ids) is kept in memory and looked up first;
-    the file and its directory are created at the first full batch and removed by
-    ``close`` (and, should ``close`` never run, when the process exits)."""
+    Native (``SortedRunStore``): a pending batch (fewer than ``batch`` ids) in memory, each
+    full batch sorted and written once as a run file, runs of one size merged into one
+    (so an id is rewritten a few times, sequentially, never inserted into a large
+    index), and a Bloom filter of every id held, so most lookups of new ids never touch
+    the disk. The first copy of an id kept is what it keeps. The temporary directory
+    holding the runs is made at the first id and removed by ``close`` (and, should
+    ``close`` never run, when the process exits)."""
 
     def __init__(self, spill_dir: Path | None = None, batch: int = SPILL_BATCH) -> None:
+        self._spill_dir = spill_dir
         self._batch = batch
-        self._pending: dict[str, Seen] = {}
-        self._file = ScratchDb(spill_dir, "seen (event_id TEXT PRIMARY KEY, hash TEXT NOT "
-                               "NULL, partition INTEGER, offset INTEGER) WITHOUT ROWID")
-        self._lookup: sqlite3.Cursor | None = None
-        self._stored = 0
+        self._directory: tempfile.TemporaryDirectory[str] | None = None
+        self._store: SortedRunStore | None = None
         self._closed = False
-        # Every id written to the file is in the filter (built at the first flush);
-        # None once the file took ids some other way (``absorb``): then every recall
-        # looks in the file.
-        self._filter: SpillFilter | None = None
-        self._filtered = True
 
     @property
     def path(self) -> Path | None:
-        """The spill file, once one was written."""
-        return self._file.path
+        """The directory of the spill's run files, once an id was spilled."""
+        return None if self._directory is None else Path(self._directory.name)
+
+    def _open(self) -> SortedRunStore:
+        # Never ``self._store or ...``: the store's truth value is its ``len``, which merges.
+        self._check_open()
+        if self._store is None:
+            self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
+                                                          dir=self._spill_dir)
+            self._store = SortedRunStore(Path(self._directory.name), self._batch, FILTER_BITS)
+        return self._store
 
     def keep(self, event_id: str, seen: Seen) -> None:
-        self._pending[event_id] = seen
-        if len(self._pending) >= self._batch:
-            self.flush()
+        self._open().keep(event_id, seen)
 
-    def keep_many(self, dropped: list[tuple[str, Seen]]) -> None:
-        self._pending.update(dropped)
-        if len(self._pending) >= self._batch:
-            self.flush()
+    def keep_many(self, dropped: Iterable[tuple[str, Seen]]) -> None:
+        self._open().keep_many(dropped)
 
     def recall(self, event_id: str) -> Seen | None:
-        seen = self._pending.get(event_id)
-        if seen is not None or self._lookup is None:
-            self._check_open()
-            return seen
-        spilled = self._filter
-        if self._filtered and spilled is not None and not spilled.might_hold(event_id):
-            return None  # never written to the file
-        # One cursor for every lookup: a third cheaper than a new one each time.
-        row = self._lookup.execute(_RECALL, (event_id,)).fetchone()
-        return None if row is None else (str(row[0]), row[1], row[2])
+        self._check_open()
+        return None if self._store is None else self._store.recall(event_id)
 
     def flush(self) -> None:
-        """The pending batch into the file, in one transaction."""
+        """The pending batch written as a run."""
         self._check_open()
-        if not self._pending:
-            return
-        db = self._open()
-        if self._filter is None:
-            self._filter = SpillFilter()
-        self._filter.add_many(self._pending)
-        with db:
-            # The first read of an id is what dedupe keeps (an id is spilled once). In key
-            # order: neighbouring inserts touch the same pages of the table's B-tree.
-            db.executemany("INSERT OR IGNORE INTO seen VALUES (?, ?, ?, ?)",
-                           [(event_id, *seen) for event_id, seen in sorted(self._pending.items())])
-        self._stored += len(self._pending)
-        self._pending.clear()
+        if self._store is not None:
+            self._store.flush()
 
     def export(self, remembered: Mapping[str, Seen], destination: Path) -> None:
-        """Every id, these in memory and the spilled ones, into one file at
+        """Every id, these in memory and the spilled ones, into one run file at
         ``destination`` for another process to ``absorb``; this store is closed."""
-        for event_id, seen in remembered.items():
-            self.keep(event_id, seen)
-        self.flush()
-        self._open()  # a file also when nothing was spilled
-        self._file.disconnect()
-        self._lookup = None
-        shutil.move(str(self.path), destination)
+        store = self._open()
+        store.keep_many(remembered.items())
+        store.export(destination)
         self.close()
 
     def absorb(self, path: Path) -> list[Repeat]:
         """The ids of another store's exported file; those both hold are returned, and
         the copy read first (lowest partition, offset) is kept."""
-        self.flush()
-        db = self._open()
-        self._filtered = False  # the absorbed ids are not in the filter
-        db.execute("ATTACH DATABASE ? AS part", (str(path),))
-        try:
-            with db:
-                repeats, earlier = [], []
-                for r in db.execute("SELECT p.event_id, s.hash, s.partition, s.offset, p.hash, "
-                                    "p.partition, p.offset FROM part.seen AS p JOIN seen AS s "
-                                    "ON s.event_id = p.event_id"):
-                    kept: Seen = (str(r[1]), r[2], r[3])
-                    theirs: Seen = (str(r[4]), r[5], r[6])
-                    repeats.append(Repeat.of(str(r[0]), kept, theirs))
-                    if repeats[-1].first is theirs:
-                        earlier.append((*theirs, str(r[0])))
-                db.execute("INSERT OR IGNORE INTO seen SELECT * FROM part.seen")
-                db.executemany(
-                    "UPDATE seen SET hash = ?, partition = ?, offset = ? WHERE event_id = ?",
-                    earlier)
-        finally:
-            db.execute("DETACH DATABASE part")
-        self._stored = int(db.execute("SELECT COUNT(*) FROM seen").fetchone()[0])
-        return repeats
-
-    def _open(self) -> sqlite3.Connection:
-        if self._file.db is None:
-            self._lookup = self._file.connect().cursor()
-        return self._file.connect()
+        store = self._open()
+        return [Repeat.of(event_id, mine, theirs)
+                for event_id, mine, theirs in store.absorb(path)]
 
     def _check_open(self) -> None:
         if self._closed:
@@ -247,21 +187,23 @@ class SpilledIds:
 
     def __iter__(self) -> Iterator[str]:
         self._check_open()
-        yield from list(self._pending)
-        if self._file.db is not None:
-            for (event_id,) in self._file.db.execute("SELECT event_id FROM seen"):
-                yield str(event_id)
+        if self._store is not None:
+            for chunk in self._store.id_chunks(ITERATION_CHUNK):
+                yield from chunk
 
     def __len__(self) -> int:
-        return self._stored + len(self._pending)
+        self._check_open()
+        return 0 if self._store is None else len(self._store)
 
     def close(self) -> None:
-        """Removes the spill file and its directory (idempotent)."""
+        """Removes the spill's files and their directory (idempotent)."""
         self._closed = True
-        self._pending.clear()
-        self._filter = None
-        self._lookup = None
-        self._file.close()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        if self._directory is not None:
+            self._directory.cleanup()
+            self._directory = None
 
 
 class CountedIds(AbstractSet[str]):

@@ -3,10 +3,11 @@ merged into one.
 
 A session's turns are keyed by its id, so a partition holds whole streams: each job
 concludes alone about its streams, and the merge adds the conclusions up. The event ids
-are what crosses partitions: each job hands its ids over in an SQLite file, and the
-merge finds an id two partitions both hold (a copy stored under another key) as a
-duplicate or changed content. Jobs are spawned processes (no fork of a process that
-may hold a Kafka client), each holding its own ``IdMemory`` bound.
+are what crosses partitions: each job hands its ids over in one sorted run file, and
+the merge (one sequential pass per job) finds an id two partitions both hold (a copy
+stored under another key) as a duplicate or changed content. Jobs are spawned
+processes (no fork of a process that may hold a Kafka client), each holding its own
+``IdMemory`` bound.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def verify_in_jobs(
                                          dir=options.memory.spill_dir) as handed:
             planned = [
                 Job(settings, topic, {p: start.get(p, 0) for p in part},
-                    {p: end[p] for p in part}, options, timeout, Path(handed) / f"{n}.sqlite3")
+                    {p: end[p] for p in part}, options, timeout, Path(handed) / f"{n}.ids")
                 for n, part in enumerate(partition_sets(start, end, jobs))
             ]
             context = multiprocessing.get_context("spawn")

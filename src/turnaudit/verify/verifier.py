@@ -6,8 +6,8 @@ event, and tracks every ordered stream with an exact ``StreamTracker``
 (dedupe by event id, gaps, late arrivals, the hash chain). A turn that broke a
 contract 1-4 (found here, or recorded by its producer in v4's ``breaches``) is
 counted like any turn and listed in ``breaching``: on the record, not lost.
-No I/O but the event ids beyond ``IdMemory.event_ids``, spilled to a temporary
-SQLite file (``id_store``) that ``close`` removes.
+No I/O but the event ids beyond ``IdMemory.event_ids``, spilled to sorted run files
+in a temporary directory (``id_store``) that ``close`` removes.
 """
 
 from __future__ import annotations
@@ -130,7 +130,8 @@ class Verifier:
 
     @property
     def spill_file(self) -> Path | None:
-        """The SQLite file older event ids were spilled to, while verify runs."""
+        """The directory older event ids were spilled to (sorted run files), while verify
+        runs."""
         return self._spilled.path
 
     def close(self) -> None:
@@ -139,7 +140,7 @@ class Verifier:
 
     # -- verify --jobs: a verifier per partition set, merged ---------------------------
     def export_ids(self, destination: Path) -> None:
-        """Every counted event id into an SQLite file for ``absorb`` (then ``event_ids`` is
+        """Every counted event id into one sorted run file for ``absorb`` (then ``event_ids`` is
         unusable here)."""
         self._spilled.export(self.tracker.hand_over_ids(), destination)
 
