@@ -1,6 +1,6 @@
 """Type stubs of the native decoder and encoder (the crate in native/)."""
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Self
 
@@ -78,7 +78,13 @@ class IdChunks:
     def __next__(self) -> list[str]: ...
 
 class SortedRunStore:
-    def __init__(self, directory: Path, batch: int, filter_bits: int) -> None: ...
+    def __init__(
+        self, make_directory: Callable[[], str], batch: int, filter_bits: int
+    ) -> None: ...
+    @staticmethod
+    def closed_store() -> SortedRunStore: ...
+    @property
+    def directory(self) -> Path | None: ...
     def keep(self, event_id: str, seen: tuple[str, int | None, int | None]) -> None: ...
     def keep_many(
         self, dropped: Iterable[tuple[str, tuple[str, int | None, int | None]]]

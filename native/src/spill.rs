@@ -33,10 +33,10 @@ const IO_BUFFER: usize = 1 << 16;
 
 /// Where an id was first read: its content hash (hex, as the tracker keeps it) and place.
 #[derive(Clone, Debug, PartialEq)]
-struct Seen {
-    hash: String,
-    partition: Option<i64>,
-    offset: Option<i64>,
+pub(crate) struct Seen {
+    pub(crate) hash: String,
+    pub(crate) partition: Option<i64>,
+    pub(crate) offset: Option<i64>,
 }
 
 impl Seen {
@@ -250,11 +250,13 @@ impl IdChunks {
 /// Verify's spilled event ids: a batch in memory, sorted runs on disk, a Bloom filter.
 #[pyclass(module = "turnaudit_native")]
 pub(crate) struct SortedRunStore {
-    directory: PathBuf,
+    directory: Option<PathBuf>, // made at the first run written, by `make_directory`
+    make_directory: Option<Py<PyAny>>,
     batch: usize,
     pending: HashMap<String, Seen>,
     runs: Vec<Run>, // oldest first; their levels never rise towards the end
-    filter: BloomFilter,
+    filter: Option<BloomFilter>, // made at the first id held
+    filter_bits: u64,
     next_file: u64,
     closed: bool,
 }
@@ -269,14 +271,48 @@ impl SortedRunStore {
 
     fn new_path(&mut self) -> PathBuf {
         self.next_file += 1;
-        self.directory.join(format!("run-{:08}.ids", self.next_file))
+        let directory = self.directory.as_ref().expect("a run is written only once the directory is made");
+        directory.join(format!("run-{:08}.ids", self.next_file))
+    }
+
+    /// The directory of the runs, made (by the caller's function) when first needed.
+    fn ensure_directory(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.directory.is_none() {
+            let make = self.make_directory.as_ref().ok_or_else(|| PyValueError::new_err("a closed spill store"))?;
+            self.directory = Some(make.bind(py).call0()?.extract()?);
+        }
+        Ok(())
+    }
+
+    fn filter_mut(&mut self) -> &mut BloomFilter {
+        let bits = self.filter_bits;
+        self.filter.get_or_insert_with(|| BloomFilter::with_bits(bits))
     }
 
     fn hold(&mut self, id: String, seen: Seen) {
+        if !self.pending.contains_key(&id) {
+            self.filter_mut().insert(&id);
+        }
         if let Entry::Vacant(slot) = self.pending.entry(id) {
-            self.filter.insert(slot.key());
             slot.insert(seen);
         }
+    }
+
+    /// The pending batch written once it is full (the directory made first).
+    fn write_if_full(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.pending.len() >= self.batch {
+            self.ensure_directory(py)?;
+            self.write_pending().map_err(os_error)?;
+        }
+        Ok(())
+    }
+
+    /// Everything in one run, the directory made first if anything is to be written.
+    fn compact_py(&mut self, py: Python<'_>) -> PyResult<()> {
+        if !self.pending.is_empty() {
+            self.ensure_directory(py)?;
+        }
+        self.compact().map_err(os_error)
     }
 
     /// The pending batch as a run of level 0, then merges while `FAN_IN` runs share a
@@ -286,10 +322,9 @@ impl SortedRunStore {
         if self.pending.is_empty() {
             return Ok(());
         }
+        let path = self.new_path();
         let mut batch: Vec<(&String, &Seen)> = self.pending.iter().collect();
         batch.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        self.next_file += 1;
-        let path = self.directory.join(format!("run-{:08}.ids", self.next_file));
         let written = RunWriter::create(path.clone()).and_then(|mut writer| {
             for (id, seen) in &batch {
                 writer.push(id, seen)?;
@@ -387,7 +422,7 @@ impl SortedRunStore {
                     a = mine.as_mut().expect("a record came from it").next()?;
                 } else {
                     let (id, seen) = b.take().expect("matched above");
-                    self.filter.insert(&id); // a superset is safe: at worst one lookup more
+                    self.filter_mut().insert(&id); // a superset is safe: at worst one lookup more
                     writer.push(&id, &seen)?;
                     b = theirs.next()?;
                 }
@@ -411,6 +446,33 @@ impl SortedRunStore {
         }
     }
 
+    /// The stream tracker's hand-over, native to native (no Python tuples on the way).
+    pub(crate) fn keep_native(
+        &mut self,
+        py: Python<'_>,
+        dropped: impl IntoIterator<Item = (String, Seen)>,
+    ) -> PyResult<()> {
+        self.check_open()?;
+        for (id, seen) in dropped {
+            self.hold(id, seen);
+        }
+        self.write_if_full(py)
+    }
+
+    /// `recall` for the stream tracker, native to native.
+    pub(crate) fn recall_native(&self, event_id: &str) -> PyResult<Option<Seen>> {
+        self.check_open()?;
+        if !self.filter.as_ref().is_some_and(|f| f.holds(event_id)) {
+            return Ok(None);
+        }
+        for run in &self.runs {
+            if let Some(seen) = run.find(event_id).map_err(os_error)? {
+                return Ok(Some(seen));
+            }
+        }
+        Ok(self.pending.get(event_id).cloned())
+    }
+
     fn seen_of(seen: &Bound<'_, PyAny>) -> PyResult<Seen> {
         let (hash, partition, offset): (String, Option<i64>, Option<i64>) = seen.extract()?;
         Ok(Seen { hash, partition, offset })
@@ -419,10 +481,11 @@ impl SortedRunStore {
 
 #[pymethods]
 impl SortedRunStore {
-    /// A store writing its runs into `directory` (which exists, and which the caller
-    /// removes), `batch` ids a run at first, a Bloom filter of `filter_bits` bits.
+    /// A store writing its runs into the directory `make_directory()` returns, called
+    /// when the first run is written (the caller removes it), `batch` ids a run at
+    /// first, a Bloom filter of `filter_bits` bits made at the first id.
     #[new]
-    fn new(directory: PathBuf, batch: usize, filter_bits: u64) -> PyResult<Self> {
+    fn new(make_directory: Py<PyAny>, batch: usize, filter_bits: u64) -> PyResult<Self> {
         if batch < 1 {
             return Err(PyValueError::new_err(format!("a spill run holds 1 or more ids, not {batch}")));
         }
@@ -432,62 +495,76 @@ impl SortedRunStore {
             )));
         }
         Ok(SortedRunStore {
-            directory,
+            directory: None,
+            make_directory: Some(make_directory),
             batch,
             pending: HashMap::new(),
             runs: Vec::new(),
-            filter: BloomFilter::with_bits(filter_bits),
+            filter: None,
+            filter_bits,
             next_file: 0,
             closed: false,
         })
     }
 
-    fn keep(&mut self, event_id: String, seen: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// A closed store: what an unpickled one is (a store is pickled only once closed,
+    /// as a job's verifier is after handing its ids over).
+    #[staticmethod]
+    fn closed_store() -> Self {
+        SortedRunStore {
+            directory: None,
+            make_directory: None,
+            batch: 1,
+            pending: HashMap::new(),
+            runs: Vec::new(),
+            filter: None,
+            filter_bits: 64,
+            next_file: 0,
+            closed: true,
+        }
+    }
+
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, ())> {
+        if !slf.borrow().closed {
+            return Err(PyValueError::new_err("an open spill store is not pickled (its runs are files of this process)"));
+        }
+        Ok((slf.get_type().getattr("closed_store")?, ()))
+    }
+
+    fn keep(&mut self, py: Python<'_>, event_id: String, seen: &Bound<'_, PyAny>) -> PyResult<()> {
         self.check_open()?;
         self.hold(event_id, Self::seen_of(seen)?);
-        if self.pending.len() >= self.batch {
-            self.write_pending().map_err(os_error)?;
-        }
-        Ok(())
+        self.write_if_full(py)
     }
 
     /// Every (event id, (hash, partition, offset)) of an iterable, one call for a batch.
-    fn keep_many(&mut self, dropped: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn keep_many(&mut self, py: Python<'_>, dropped: &Bound<'_, PyAny>) -> PyResult<()> {
         self.check_open()?;
         for item in dropped.try_iter()? {
             let (event_id, seen): (String, Bound<'_, PyAny>) = item?.extract()?;
             self.hold(event_id, Self::seen_of(&seen)?);
         }
-        if self.pending.len() >= self.batch {
-            self.write_pending().map_err(os_error)?;
-        }
-        Ok(())
+        self.write_if_full(py)
     }
 
     /// The first (hash, partition, offset) kept for `event_id`, or None.
     fn recall<'py>(&self, py: Python<'py>, event_id: &str) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        self.check_open()?;
-        if !self.filter.holds(event_id) {
-            return Ok(None);
-        }
-        for run in &self.runs {
-            if let Some(seen) = run.find(event_id).map_err(os_error)? {
-                return Ok(Some(seen.to_py(py)?));
-            }
-        }
-        self.pending.get(event_id).map(|seen| seen.to_py(py)).transpose()
+        self.recall_native(event_id)?.map(|seen| seen.to_py(py)).transpose()
     }
 
     /// The pending batch written as a run.
-    fn flush(&mut self) -> PyResult<()> {
+    fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
         self.check_open()?;
+        if !self.pending.is_empty() {
+            self.ensure_directory(py)?;
+        }
         self.write_pending().map_err(os_error)
     }
 
     /// How many distinct ids are held (merges every run into one to know).
-    fn __len__(&mut self) -> PyResult<usize> {
+    fn __len__(&mut self, py: Python<'_>) -> PyResult<usize> {
         self.check_open()?;
-        self.compact().map_err(os_error)?;
+        self.compact_py(py)?;
         Ok(self.runs.first().map_or(0, |r| r.count as usize))
     }
 
@@ -498,18 +575,18 @@ impl SortedRunStore {
 
     /// Every id held, in ascending order, in lists of up to `chunk` (merges first; read
     /// from a file handle of its own, so the lists come while the run is read).
-    fn id_chunks(&mut self, chunk: usize) -> PyResult<IdChunks> {
+    fn id_chunks(&mut self, py: Python<'_>, chunk: usize) -> PyResult<IdChunks> {
         self.check_open()?;
-        self.compact().map_err(os_error)?;
+        self.compact_py(py)?;
         let reader = self.runs.first().map(Run::records).transpose().map_err(os_error)?;
         Ok(IdChunks { reader, chunk: chunk.max(1) })
     }
 
     /// Every id held, in one run file at `destination` for another process to
     /// `absorb`; the store is closed after.
-    fn export(&mut self, destination: PathBuf) -> PyResult<()> {
+    fn export(&mut self, py: Python<'_>, destination: PathBuf) -> PyResult<()> {
         self.check_open()?;
-        self.compact().map_err(os_error)?;
+        self.compact_py(py)?;
         match self.runs.first() {
             Some(run) => {
                 if fs::rename(&run.path, &destination).is_err() {
@@ -529,6 +606,7 @@ impl SortedRunStore {
     /// first (lowest partition, then offset) is what the store keeps.
     fn absorb<'py>(&mut self, py: Python<'py>, path: PathBuf) -> PyResult<Vec<Bound<'py, PyTuple>>> {
         self.check_open()?;
+        self.ensure_directory(py)?;
         let repeats = self.absorb_file(&path).map_err(os_error)?;
         repeats
             .iter()
@@ -541,5 +619,13 @@ impl SortedRunStore {
         self.closed = true;
         self.pending = HashMap::new();
         self.runs.clear();
+        self.filter = None;
+        self.make_directory = None;
+    }
+
+    /// The directory of the runs, once one was written.
+    #[getter]
+    fn directory(&self) -> Option<PathBuf> {
+        self.directory.clone()
     }
 }

@@ -27,6 +27,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use sha2::{Digest, Sha256};
 
+use crate::spill::{Seen, SortedRunStore};
+
 const CHAIN_DOMAIN: &[u8] = b"turnaudit.chain.v1\x00";
 const GENESIS_HEX: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 const SEEN_DIGITS: usize = 16;
@@ -609,12 +611,23 @@ impl NativeStreamTracker {
                 }
                 self.forgotten_event_ids.fetch_add(dropped.len() as i64, Ordering::Relaxed);
                 if let Some(store) = &self.forgotten {
-                    let handed = PyList::empty(py);
-                    for (id, entry) in &dropped {
-                        st.filter_add(id);
-                        handed.append((&**id, seen_tuple(py, entry)?))?;
+                    let store = store.bind(py);
+                    if let Ok(runs) = store.cast::<SortedRunStore>() {
+                        // Verify's own store: handed over natively, no Python tuple per id,
+                        // and its Bloom filter is the only one.
+                        runs.try_borrow_mut()?.keep_native(py, dropped.iter().map(|(id, entry)| {
+                            (id.to_string(), spilled_seen(entry))
+                        }))?;
+                    } else {
+                        for (id, _) in &dropped {
+                            st.filter_add(id);
+                        }
+                        let handed = PyList::empty(py);
+                        for (id, entry) in &dropped {
+                            handed.append((&**id, seen_tuple(py, entry)?))?;
+                        }
+                        store.call_method1(intern!(py, "keep_many"), (handed,))?;
                     }
-                    store.bind(py).call_method1(intern!(py, "keep_many"), (handed,))?;
                 }
             }
         }
@@ -633,6 +646,22 @@ fn int_obj(py: Python<'_>, v: i128) -> PyResult<Bound<'_, PyAny>> {
         Ok(small) => Ok(small.into_pyobject(py)?.into_any()),
         Err(_) => Ok(v.into_pyobject(py)?.into_any()),
     }
+}
+
+/// A recalled id's entry: a stored hash of another length than 16 hex digits never
+/// equals one.
+fn entry_of(hash: &str, partition: Option<i64>, offset: Option<i64>) -> SeenEntry {
+    let bytes = hash.as_bytes();
+    let mut hash16 = [b'?'; SEEN_DIGITS];
+    if bytes.len() == SEEN_DIGITS {
+        hash16.copy_from_slice(bytes);
+    }
+    SeenEntry { hash16, partition, offset }
+}
+
+fn spilled_seen(seen: &SeenEntry) -> Seen {
+    let hash = std::str::from_utf8(&seen.hash16).expect("hex digits").to_owned();
+    Seen { hash, partition: seen.partition, offset: seen.offset }
 }
 
 fn seen_tuple<'py>(py: Python<'py>, seen: &SeenEntry) -> PyResult<Bound<'py, PyTuple>> {
@@ -735,25 +764,17 @@ impl NativeStreamTracker {
         let stream = PyTuple::new(py, [session.clone(), producer.clone()])?;
         let mut st = self.lock()?;
         let mut seen = st.seen.get(event_id).cloned();
-        if seen.is_none() {
+        if seen.is_none() && self.forgotten_event_ids.load(Ordering::Relaxed) != 0 {
             if let Some(store) = &self.forgotten {
-                if self.forgotten_event_ids.load(Ordering::Relaxed) != 0 && st.filter_might_hold(event_id) {
-                    let got = store.bind(py).call_method1(intern!(py, "recall"), (event_id,))?;
+                let store = store.bind(py);
+                if let Ok(runs) = store.cast::<SortedRunStore>() {
+                    // Verify's own store: its filter answers first, natively.
+                    seen = runs.try_borrow()?.recall_native(event_id)?.map(|found| entry_of(&found.hash, found.partition, found.offset));
+                } else if st.filter_might_hold(event_id) {
+                    let got = store.call_method1(intern!(py, "recall"), (event_id,))?;
                     if !got.is_none() {
                         let (hash, p, o): (String, Option<Bound<'_, PyAny>>, Option<Bound<'_, PyAny>>) = got.extract()?;
-                        let mut hash16 = [0u8; SEEN_DIGITS];
-                        let bytes = hash.as_bytes();
-                        let same = bytes.len() == SEEN_DIGITS;
-                        if same {
-                            hash16.copy_from_slice(bytes);
-                        }
-                        // A stored hash of another length never equals 16 hex digits.
-                        let entry = SeenEntry {
-                            hash16: if same { hash16 } else { [b'?'; SEEN_DIGITS] },
-                            partition: opt_i64(p.as_ref())?,
-                            offset: opt_i64(o.as_ref())?,
-                        };
-                        seen = Some(entry);
+                        seen = Some(entry_of(&hash, opt_i64(p.as_ref())?, opt_i64(o.as_ref())?));
                     }
                 }
             }

@@ -31,7 +31,7 @@ class Run:
     ids_in_memory: int
     spilled: int
     held_bytes: int  # traced memory the Verifier holds after the range
-    spill_bytes: int  # the spill file's size
+    spill_bytes: int  # the spill's run files, their sizes added up
     seconds: float
 
 
@@ -81,7 +81,8 @@ def measure(stamped: list[scenario.Stamped], *, memory_ids: int, drop_every: int
         return Run(len(verifier.tracker), verifier.lost_positions(),
                    len(verifier.tracker.remembered()), len(verifier.event_ids)
                    - len(verifier.tracker.remembered()),
-                   held, 0 if spill is None else spill.stat().st_size, seconds)
+                   held, 0 if spill is None else sum(f.stat().st_size for f in spill.iterdir()),
+                   seconds)
 
 
 def main() -> None:

@@ -119,88 +119,68 @@ class Repeat(NamedTuple):
 
 
 class SpilledIds:
-    """The event ids a bounded tracker dropped, on disk (a ``ForgottenIds``).
+    """The event ids a bounded tracker dropped, on disk.
 
-    Native (``SortedRunStore``): a pending batch (fewer than ``batch`` ids) in memory, each
-    full batch sorted and written once as a run file, runs of one size merged into one
-    (so an id is rewritten a few times, sequentially, never inserted into a large
-    index), and a Bloom filter of every id held, so most lookups of new ids never touch
-    the disk. The first copy of an id kept is what it keeps. The temporary directory
-    holding the runs is made at the first id and removed by ``close`` (and, should
-    ``close`` never run, when the process exits)."""
+    ``native`` (a ``SortedRunStore``, handed to the stream tracker as its forgotten-ids
+    store: ids go from one to the other without Python objects) keeps a pending batch
+    (fewer than ``batch`` ids) in memory, writes each full batch once, sorted, as a run
+    file, and merges runs of one size into one (an id is rewritten a few times,
+    sequentially, never inserted into a large index); a Bloom filter of every id held
+    keeps most lookups of new ids off the disk. The first copy of an id kept is what it
+    keeps. The temporary directory of the runs is made when the first run is written and
+    removed by ``close`` (and, should ``close`` never run, when the process exits)."""
 
     def __init__(self, spill_dir: Path | None = None, batch: int = SPILL_BATCH) -> None:
         self._spill_dir = spill_dir
-        self._batch = batch
         self._directory: tempfile.TemporaryDirectory[str] | None = None
-        self._store: SortedRunStore | None = None
-        self._closed = False
+        self.native = SortedRunStore(self._make_directory, batch, FILTER_BITS)
+
+    def _make_directory(self) -> str:
+        self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
+                                                      dir=self._spill_dir)
+        return self._directory.name
 
     @property
     def path(self) -> Path | None:
-        """The directory of the spill's run files, once an id was spilled."""
+        """The directory of the spill's run files, once one was written."""
         return None if self._directory is None else Path(self._directory.name)
 
-    def _open(self) -> SortedRunStore:
-        # Never ``self._store or ...``: the store's truth value is its ``len``, which merges.
-        self._check_open()
-        if self._store is None:
-            self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
-                                                          dir=self._spill_dir)
-            self._store = SortedRunStore(Path(self._directory.name), self._batch, FILTER_BITS)
-        return self._store
-
     def keep(self, event_id: str, seen: Seen) -> None:
-        self._open().keep(event_id, seen)
+        self.native.keep(event_id, seen)
 
     def keep_many(self, dropped: Iterable[tuple[str, Seen]]) -> None:
-        self._open().keep_many(dropped)
+        self.native.keep_many(dropped)
 
     def recall(self, event_id: str) -> Seen | None:
-        self._check_open()
-        return None if self._store is None else self._store.recall(event_id)
+        return self.native.recall(event_id)
 
     def flush(self) -> None:
         """The pending batch written as a run."""
-        self._check_open()
-        if self._store is not None:
-            self._store.flush()
+        self.native.flush()
 
     def export(self, remembered: Mapping[str, Seen], destination: Path) -> None:
         """Every id, these in memory and the spilled ones, into one run file at
         ``destination`` for another process to ``absorb``; this store is closed."""
-        store = self._open()
-        store.keep_many(remembered.items())
-        store.export(destination)
+        self.native.keep_many(remembered.items())
+        self.native.export(destination)
         self.close()
 
     def absorb(self, path: Path) -> list[Repeat]:
         """The ids of another store's exported file; those both hold are returned, and
         the copy read first (lowest partition, offset) is kept."""
-        store = self._open()
         return [Repeat.of(event_id, mine, theirs)
-                for event_id, mine, theirs in store.absorb(path)]
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ValueError("the spilled event ids were removed (verify ended)")
+                for event_id, mine, theirs in self.native.absorb(path)]
 
     def __iter__(self) -> Iterator[str]:
-        self._check_open()
-        if self._store is not None:
-            for chunk in self._store.id_chunks(ITERATION_CHUNK):
-                yield from chunk
+        for chunk in self.native.id_chunks(ITERATION_CHUNK):
+            yield from chunk
 
     def __len__(self) -> int:
-        self._check_open()
-        return 0 if self._store is None else len(self._store)
+        return len(self.native)
 
     def close(self) -> None:
         """Removes the spill's files and their directory (idempotent)."""
-        self._closed = True
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        self.native.close()
         if self._directory is not None:
             self._directory.cleanup()
             self._directory = None

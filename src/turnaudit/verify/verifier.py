@@ -110,7 +110,7 @@ class Verifier:
         self.tracker = StreamTracker(
             max_event_ids=memory.event_ids, max_streams=1 << 62, max_missing=1 << 62,
             log_start_offsets={p: -1 if o > 0 else o for p, o in low.items()},
-            start_gaps=start_gaps, forgotten=self._spilled, forget_batch=memory.batch,
+            start_gaps=start_gaps, forgotten=self._spilled.native, forget_batch=memory.batch,
         )
         self.event_ids = CountedIds(self.tracker.remembered(), self._spilled)
         self.counts = TurnCounts()
