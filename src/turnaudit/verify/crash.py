@@ -52,7 +52,10 @@ BOUND = ("lost_in_crash counts turns publish() accepted that never reached the s
 
 @dataclass
 class StreamEnds:
+    # Each stream cut by a crash or missing turns (a million streams that ended cleanly
+    # with every turn present are only counted, in ``ended_whole``).
     streams: list[StreamEndJson] = field(default_factory=list)
+    ended_whole: int = 0
     not_in_range: int = 0
     head_interval_ms: int = 0
 
@@ -77,8 +80,9 @@ class StreamEnds:
     def as_json(self) -> StreamEndsJson:
         cut = [s for s in self.streams if s["status"] == "cut"]
         return StreamEndsJson(
-            announced=len(self.streams) + self.not_in_range,
-            ended_cleanly=sum(1 for s in self.streams if s["status"] == "ended"),
+            announced=len(self.streams) + self.ended_whole + self.not_in_range,
+            ended_cleanly=self.ended_whole + sum(1 for s in self.streams
+                                                 if s["status"] == "ended"),
             cut=len(cut),
             lost_in_crash=self.lost_in_crash,
             not_in_range=self.not_in_range,
@@ -104,14 +108,19 @@ def stream_ends(
     for note in announcements:
         latest[note.head.stream] = note  # the compacted topic: the last one wins
     out = StreamEnds()
-    for stream, note in sorted(latest.items()):
+    for note in latest.values():
         out.head_interval_ms = max(out.head_interval_ms, note.interval_ms)
+    for stream in sorted(latest):
+        note = latest[stream]
         last = seen.get(stream)
         if not to_end or (last is None and not whole_stream):
             out.not_in_range += 1
             continue
         last_seen = last
         lost = note.head.sequence - (-1 if last_seen is None else last_seen)
+        if note.ended and lost <= 0:
+            out.ended_whole += 1
+            continue
         out.streams.append(StreamEndJson(
             session_id=stream[0], producer_id=stream[1],
             status="ended" if note.ended else "cut",

@@ -5,6 +5,7 @@ log sink's files and the change of verdict-metrics counters over the range;
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, timedelta
 from pathlib import Path
 
@@ -66,11 +67,17 @@ def run_verify(
                               signed=None if chain is None else signed_heads(chain).positions)
     parts = len(partition_sets(start, end, len(end) or 1))
     jobs = min(default_jobs(parts) if jobs is None else jobs, parts)
-    if jobs > 1:
-        verifier = verify_in_jobs(settings, topic, decode, options, start=start, end=end,
-                                  jobs=jobs, timeout=timeout)
-    else:
-        verifier = options.verifier(decode)
+    with ThreadPoolExecutor(1, thread_name_prefix="turnaudit-verify-heads") as aside:
+        # The announced stream heads (one per stream a publisher closed: a million for a
+        # million streams) are read and decoded while the jobs verify, not after them.
+        # (One process has no core to spare: it reads them after the range.)
+        announced = (aside.submit(stream_head_announcements, settings, timeout=timeout)
+                     if jobs > 1 else None)
+        if jobs > 1:
+            verifier = verify_in_jobs(settings, topic, decode, options, start=start, end=end,
+                                      jobs=jobs, timeout=timeout)
+        else:
+            verifier = options.verifier(decode)
     with verifier:  # the spilled event ids are removed at the end, also on error
         if jobs <= 1:
             feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
@@ -80,7 +87,8 @@ def run_verify(
         # Where each announced stream ended (cleanly or cut by a crash), against the range:
         # only a range that reaches the stream's end now can say turns never reached it.
         report.stream_ends = stream_ends(
-            stream_head_announcements(settings, timeout=timeout),
+            announced.result() if announced is not None
+            else stream_head_announcements(settings, timeout=timeout),
             verifier.tracker.last_position_of(),
             whole_stream=whole_stream, to_end=spec.until is None and not spec.to_offsets,
         )
