@@ -10,7 +10,7 @@ from turnaudit.checkpoints import Checkpoint, checkpoints_topic, decode_checkpoi
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.offsets import RangeSpec, resolve_range
-from turnaudit.kafka.reading import read_range
+from turnaudit.kafka.reading import read_range, read_range_batches
 from turnaudit.records import record_headers
 from turnaudit.settings import KafkaSettings
 from turnaudit.stream_heads import HeadAnnouncement, decode_announcement, stream_heads_topic
@@ -28,9 +28,11 @@ def feed_range(
     timeout: float,
 ) -> None:
     """Every message of ``[start, end)`` into ``verifier``, each partition by offset."""
-    for msg in read_range(settings, topic, start, end, timeout=timeout):
-        _, stamp = msg.timestamp()
-        verifier.feed(msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value(), stamp)
+    feed = verifier.feed
+    for batch in read_range_batches(settings, topic, start, end, timeout=timeout):
+        for msg in batch:
+            feed(msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value(),
+                 msg.timestamp()[1])
 
 
 def dead_letters_in_range(
