@@ -101,15 +101,15 @@ def main() -> None:
     streams, gaps, ids = runs["streams"], runs["gaps"], runs["ids"]
     per_stream = (streams.held_bytes - base.held_bytes) / (streams.streams - base.streams)
     per_missing = (gaps.held_bytes - base.held_bytes) / gaps.missing
-    # The base run spilled, so it holds the two spill filters (the tracker's and the
-    # file's, a fixed size each) the ids run has not.
-    base_ids = base.held_bytes - (2 * FILTER_BITS // 8 if base.spilled else 0)
+    # The base run spilled, so it holds the spill's filter (a fixed size) the ids run
+    # has not.
+    base_ids = base.held_bytes - (FILTER_BITS // 8 if base.spilled else 0)
     per_id = (ids.held_bytes - base_ids) / (ids.ids_in_memory - base.ids_in_memory)
     print(f"per stream:           {per_stream:.0f} B")
     print(f"per missing position: {per_missing:.0f} B")
     print(f"per id in memory:     {per_id:.0f} B")
     print(f"per spilled id:       {base.spill_bytes / base.spilled:.0f} B on disk "
-          f"(and two filters of {FILTER_BITS // 8 // 2**20} MiB in memory, whatever their number)")
+          f"(and a filter of {FILTER_BITS // 8 // 2**20} MiB in memory, whatever their number)")
     # Time: every id in memory, against 1,000 (a lookup on disk for each message whose
     # id the filters cannot rule out).
     few = scenario.stamped_events(events, seed=1, producers=1, sessions=200)
