@@ -877,6 +877,14 @@ impl NativeStreamTracker {
         Ok(out)
     }
 
+    /// One stream's entry of `heads()` (its highest position and that position's chain
+    /// hash), or None: what a check of a few anchored streams needs, without the table.
+    fn head(&self, session_id: &str, producer_id: &str) -> PyResult<Option<(i128, String)>> {
+        let st = self.lock()?;
+        let key: StreamKey = (session_id.to_owned(), producer_id.to_owned());
+        Ok(st.streams.peek(&key).and_then(|s| s.own.get(&(s.next - 1)).map(|h| (s.next - 1, hex_of(h)))))
+    }
+
     /// The chained streams' heads (v1/v2 legacy streams left out) as
     /// `(session_id, producer_id, position, hash)`, sorted by stream: what `heads()`
     /// gives, without the table built first (a report of a million streams).

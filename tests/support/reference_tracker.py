@@ -311,6 +311,10 @@ class ReferenceStreamTracker:
     def untracked_missing(self) -> int:
         return sum(st.untracked_missing for st in self._streams.values())
 
+    def head(self, session_id: str, producer_id: str) -> tuple[int, str] | None:
+        """One stream's entry of ``heads()``."""
+        return self.heads().get((session_id, producer_id))
+
     def heads(self) -> dict[StreamId, tuple[int, str]]:
         """Each stream's highest position and its chain hash (an anchor to keep)."""
         return {

@@ -357,8 +357,8 @@ class Verifier:
 
     def anchor_findings(self) -> list[Finding]:
         found = list(self.prefix_findings)
-        heads = self.tracker.heads()
         for stream, (position, digest) in sorted(self.anchors.items()):
+            head = self.tracker.head(*stream)  # this stream's alone: no table of every head
             where = stream_where(stream)
             where["position"] = position
             if stream not in self.streams:
@@ -366,9 +366,9 @@ class Verifier:
                     continue  # counted by anchors_expired
                 found.append(Finding("anchor_absent", "a stream an earlier report anchored has "
                                      "no event in this range", where))
-            elif stream in heads and heads[stream][0] < position:
+            elif head is not None and head[0] < position:
                 found.append(Finding(
-                    "truncated", f"the stream ends at position {heads[stream][0]}, an earlier "
+                    "truncated", f"the stream ends at position {head[0]}, an earlier "
                     f"report saw it reach {position}", where))
             elif stream in self._anchored_hash and self._anchored_hash[stream] != digest:
                 found.append(Finding("rewritten", f"position {position} has another chain hash "
