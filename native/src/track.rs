@@ -877,6 +877,13 @@ impl NativeStreamTracker {
         Ok(out)
     }
 
+    /// How many streams are held: (chained, v1/v2 legacy), counted natively.
+    fn stream_counts(&self) -> PyResult<(usize, usize)> {
+        let st = self.lock()?;
+        let legacy = st.streams.iter().filter(|(k, _)| k.1.is_empty()).count();
+        Ok((st.streams.len() - legacy, legacy))
+    }
+
     /// One stream's entry of `heads()` (its highest position and that position's chain
     /// hash), or None: what a check of a few anchored streams needs, without the table.
     fn head(&self, session_id: &str, producer_id: &str) -> PyResult<Option<(i128, String)>> {

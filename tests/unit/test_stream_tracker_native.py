@@ -218,6 +218,9 @@ def test_every_message_is_placed_as_the_reference_places_it(
     assert all(native.head(*stream) == head for stream, head in heads.items())
     assert all(native.head(*stream) is None for stream in last if stream not in heads)
     assert native.head("never", "seen") is None
+    # The report's stream counts: every stream the table holds, chained and legacy.
+    legacy = sum(1 for _, producer in last if not producer)
+    assert native.stream_counts() == (len(last) - legacy, legacy)
 
 
 @settings(max_examples=80, deadline=None)

@@ -14,7 +14,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict
 
-from turnaudit.identity import LEGACY_PRODUCER
 from turnaudit.verify.counts import CountsJson
 from turnaudit.verify.crash import StreamEnds, StreamEndsJson
 from turnaudit.verify.findings import EXAMPLES, Finding, FindingJson, Where
@@ -178,15 +177,16 @@ class VerifyReport:
         v = self.verifier
         unexplained = self.unexplained()
         kinds = Counter(f.kind for f in unexplained)
+        chained, legacy = v.stream_counts()
         document = ReportJson(
             verdict="ok" if not unexplained else "unexplained",
             range=self.range,
             messages=v.messages,
             counts=v.counts.as_json(),
             streams=StreamsJson(
-                total=len(v.streams),
-                chained=sum(1 for s in v.streams if s[1] != LEGACY_PRODUCER),
-                legacy_v1_v2=sum(1 for s in v.streams if s[1] == LEGACY_PRODUCER),
+                total=chained + legacy,
+                chained=chained,
+                legacy_v1_v2=legacy,
                 anchors_checked=len(v.anchors),
                 heads=v.heads() if heads else [],
             ),

@@ -124,7 +124,9 @@ class Verifier:
         self.breaching: list[Finding] = []
         self.breaches_by_contract: Counter[str] = Counter()
         self.breaching_by_pack: Counter[str] = Counter()
-        self.streams: set[StreamId] = set()
+        # Streams the tracker holds (it never drops one here): a new one is noticed by the
+        # count growing, so verify keeps no set of its own (about 150 B a stream).
+        self._streams_held = 0
         self.first_timestamp: int | None = None
         self.last_timestamp: int | None = None
 
@@ -170,7 +172,6 @@ class Verifier:
         self.breaching_by_pack.update(other.breaching_by_pack)
         self.counts.absorb(other.counts)
         self.tracker.absorb(other.tracker)
-        self.streams |= other.streams
         for stream, hashes in other.signed_seen.items():
             for position, seen in hashes.items():
                 self.signed_seen.setdefault(stream, {}).setdefault(position, set()).update(seen)
@@ -246,8 +247,9 @@ class Verifier:
             self.undecodable.append(Finding("undecodable", f"not a TurnEvent: {exc!r}",
                                             message_where(partition, offset)))
             return
-        if stream not in self.streams:
-            self.streams.add(stream)
+        held = len(self.tracker)
+        if held != self._streams_held:  # the stream's first placed turn
+            self._streams_held = held
             if (result.sequence > 0 and partition in self.retained_from and self._start_gaps
                     and result.counts_as_turn):
                 self._began_earlier(stream, event, partition, offset, result.sequence)
@@ -340,6 +342,15 @@ class Verifier:
                 session_id=stream[0], producer_id=stream[1], partition=partition,
                 offset=offset, position=sequence))
 
+    def holds(self, stream: StreamId) -> bool:
+        """Whether a turn of ``stream`` was placed (a message whose event id was seen before
+        places none)."""
+        return self.tracker.last_position(*stream) is not None
+
+    def stream_counts(self) -> tuple[int, int]:
+        """(chained, v1/v2 legacy) streams with a turn placed."""
+        return self.tracker.stream_counts()
+
     def heads(self) -> list[HeadJson]:
         """Each chained stream's last position and its chain hash: keep them, and pass the
         report to a later ``verify --heads`` to detect a truncated or rewritten tail."""
@@ -353,7 +364,7 @@ class Verifier:
         retention may have taken the whole stream (reported, not a finding)."""
         if not self.retained_from:
             return 0
-        return sum(1 for stream in self.anchors if stream not in self.streams)
+        return sum(1 for stream in self.anchors if not self.holds(stream))
 
     def anchor_findings(self) -> list[Finding]:
         found = list(self.prefix_findings)
@@ -361,7 +372,7 @@ class Verifier:
             head = self.tracker.head(*stream)  # this stream's alone: no table of every head
             where = stream_where(stream)
             where["position"] = position
-            if stream not in self.streams:
+            if not self.holds(stream):
                 if self.retained_from:
                     continue  # counted by anchors_expired
                 found.append(Finding("anchor_absent", "a stream an earlier report anchored has "
