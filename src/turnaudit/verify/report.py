@@ -10,9 +10,10 @@ written, in the same order.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TextIO, TypedDict
 
 from turnaudit.verify.counts import CountsJson
 from turnaudit.verify.crash import StreamEnds, StreamEndsJson
@@ -25,6 +26,10 @@ from turnaudit.verify.reconciliation import (
 )
 from turnaudit.verify.trust import TrustJson, TrustReport
 from turnaudit.verify.verifier import HeadJson, RetainedJson, Verifier
+
+# ``write_json``: where the heads go in the text, and how deep (document, streams, list).
+_HEADS_MARK = "\x00heads\x00"
+_HEAD_INDENT = " " * 6
 
 AT_LEAST_ONCE_BOUND = (
     "at-least-once: every turn on the stream must be logged and counted; a log line or a "
@@ -227,6 +232,25 @@ class VerifyReport:
                 anchors_expired=v.anchors_expired(),
             )
         return document
+
+    def write_json(self, out: TextIO) -> None:
+        """``as_json()`` as ``json.dump(..., indent=2)`` writes it, byte for byte, with
+        the heads list written one head at a time as the tracker hands them over (a
+        million streams' heads are never held as one list of dicts and one text)."""
+        document = self.as_json(heads=False)
+        document["streams"]["heads"] = _HEADS_MARK  # type: ignore[typeddict-item]  # replaced below
+        before, after = json.dumps(document, indent=2, sort_keys=False).split(
+            json.dumps(_HEADS_MARK), 1)
+        out.write(before)
+        first = True
+        for session, producer, position, digest in self.verifier.tracker.chained_heads():
+            head = HeadJson(session_id=session, producer_id=producer, position=position,
+                            hash=digest)
+            text = json.dumps(head, indent=2).replace("\n", "\n" + _HEAD_INDENT)
+            out.write(("[\n" if first else ",\n") + _HEAD_INDENT + text)
+            first = False
+        out.write("[]" if first else "\n" + _HEAD_INDENT[:-2] + "]")
+        out.write(after)
 
     def human(self) -> str:
         j = self.as_json(heads=False)

@@ -3,6 +3,7 @@ every kind of finding, and its summary, byte for byte as before the package spli
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -49,6 +50,29 @@ def golden_report(tmp_path: Path) -> VerifyReport:
 def test_the_json_report_is_byte_for_byte_the_one_verify_wrote(tmp_path: Path) -> None:
     report = golden_report(tmp_path)
     assert scenario.dump(report.as_json()) == (scenario.GOLDEN / "report.json").read_text()
+
+
+def test_the_streamed_json_is_the_json_report_byte_for_byte(tmp_path: Path) -> None:
+    """``write_json`` (what ``verify --json`` prints) writes the heads one at a time; the
+    text is the golden report's, and ``json.dump``'s of ``as_json()``, exactly."""
+    report = golden_report(tmp_path)
+    out = io.StringIO()
+    report.write_json(out)
+    assert out.getvalue() + "\n" == (scenario.GOLDEN / "report.json").read_text()
+    assert out.getvalue() + "\n" == scenario.dump(report.as_json())
+    assert json.loads(out.getvalue())["streams"]["heads"]  # the scenario has chained heads
+
+
+def test_the_streamed_json_without_heads_is_the_json_report() -> None:
+    verifier = Verifier(scenario.DECODE, log_start_offsets={0: 0})
+    report = VerifyReport(
+        {"topic": "turns", "description": "nothing", "partitions": {}, "from": None,
+         "to": None, "from_log_start": True},
+        verifier, DeadLetters(0, {}, {}, frozenset()))
+    out = io.StringIO()
+    report.write_json(out)
+    assert out.getvalue() + "\n" == scenario.dump(report.as_json())
+    assert json.loads(out.getvalue())["streams"]["heads"] == []
 
 
 def test_the_summary_is_line_for_line_the_one_verify_printed(tmp_path: Path) -> None:
