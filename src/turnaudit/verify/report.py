@@ -11,6 +11,7 @@ written, in the same order.
 from __future__ import annotations
 
 import json
+import secrets
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TextIO, TypedDict
@@ -27,8 +28,7 @@ from turnaudit.verify.reconciliation import (
 from turnaudit.verify.trust import TrustJson, TrustReport
 from turnaudit.verify.verifier import HeadJson, RetainedJson, Verifier
 
-# ``write_json``: where the heads go in the text, and how deep (document, streams, list).
-_HEADS_MARK = "\x00heads\x00"
+# ``write_json``: how deep the heads are in the text (document, streams, list).
 _HEAD_INDENT = " " * 6
 
 AT_LEAST_ONCE_BOUND = (
@@ -238,9 +238,11 @@ class VerifyReport:
         the heads list written one head at a time as the tracker hands them over (a
         million streams' heads are never held as one list of dicts and one text)."""
         document = self.as_json(heads=False)
-        document["streams"]["heads"] = _HEADS_MARK  # type: ignore[typeddict-item]  # replaced below
+        # A mark no event's text can hold (new random digits each time): where the heads go.
+        mark = f"\x00heads-{secrets.token_hex(16)}\x00"
+        document["streams"]["heads"] = mark  # type: ignore[typeddict-item]  # replaced below
         before, after = json.dumps(document, indent=2, sort_keys=False).split(
-            json.dumps(_HEADS_MARK), 1)
+            json.dumps(mark), 1)
         out.write(before)
         first = True
         for session, producer, position, digest in self.verifier.tracker.chained_heads():

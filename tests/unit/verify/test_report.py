@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+from tests.support.events import encode, turn
 from tests.unit.verify import scenario
 from turnaudit.verify.files import reconcile_log
 from turnaudit.verify.report import DeadLetters, RangeJson, VerifyReport
@@ -73,6 +74,25 @@ def test_the_streamed_json_without_heads_is_the_json_report() -> None:
     report.write_json(out)
     assert out.getvalue() + "\n" == scenario.dump(report.as_json())
     assert json.loads(out.getvalue())["streams"]["heads"] == []
+
+
+def test_the_streamed_json_holds_event_text_that_looks_like_a_mark() -> None:
+    """Packs and sessions are the events' own text: whatever they hold, the heads go
+    where ``json.dump`` puts them."""
+    verifier = Verifier(scenario.DECODE, log_start_offsets={0: 0})
+    for n, text in enumerate(["\x00heads\x00", "\\u0000heads", '"heads": []']):
+        event = turn(text, 0, pack=text)
+        verifier.feed(0, n, text.encode(), encode(event))
+    verifier.feed(0, 3, scenario.stamped_events(1, seed=2, producers=1, sessions=1)[0].key,
+                  scenario.stamped_events(1, seed=2, producers=1, sessions=1)[0].value)
+    report = VerifyReport(
+        {"topic": "turns", "description": "marks", "partitions": {"0": [0, 4]}, "from": None,
+         "to": None, "from_log_start": True},
+        verifier, DeadLetters(0, {}, {}, frozenset()))
+    out = io.StringIO()
+    report.write_json(out)
+    assert out.getvalue() + "\n" == scenario.dump(report.as_json())
+    assert len(json.loads(out.getvalue())["streams"]["heads"]) == 1
 
 
 def test_the_summary_is_line_for_line_the_one_verify_printed(tmp_path: Path) -> None:
