@@ -568,11 +568,6 @@ impl SortedRunStore {
         Ok(self.runs.first().map_or(0, |r| r.count as usize))
     }
 
-    /// Runs on disk now (for tests and the docs' figures).
-    fn run_count(&self) -> usize {
-        self.runs.len()
-    }
-
     /// Every id held, in ascending order, in lists of up to `chunk` (merges first; read
     /// from a file handle of its own, so the lists come while the run is read).
     fn id_chunks(&mut self, py: Python<'_>, chunk: usize) -> PyResult<IdChunks> {
@@ -621,11 +616,5 @@ impl SortedRunStore {
         self.runs.clear();
         self.filter = None;
         self.make_directory = None;
-    }
-
-    /// The directory of the runs, once one was written.
-    #[getter]
-    fn directory(&self) -> Option<PathBuf> {
-        self.directory.clone()
     }
 }
