@@ -120,8 +120,11 @@ def test_poison_messages_go_to_the_dlq_with_their_reason_and_the_service_keeps_c
 def test_sequence_gaps_and_redeliveries_are_counted_not_dead_lettered(
     kafka_settings: KafkaSettings,
 ) -> None:
-    # Sequences 0, 1, 3, 3: one gap of one turn, one redelivery.
-    events = [turn("s-gap", n) for n in (0, 1, 3, 3)]
+    # Sequences 0, 1, 3, 3: one gap of one turn, one redelivery. The redelivery is the
+    # same event object, byte for byte: a second turn() call stamps its own occurred_at,
+    # and a changed copy under the same id is a chain break, not a redelivery.
+    events = [turn("s-gap", n) for n in (0, 1, 3)]
+    events.append(events[-1])
     produce_raw(kafka_settings, [(b"s-gap", encode(e)) for e in events])
     service = verdict_metrics_service(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, "g-gaps"),
