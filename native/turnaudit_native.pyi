@@ -1,6 +1,6 @@
 """Type stubs of the native decoder and encoder (the crate in native/)."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -97,3 +97,30 @@ class SortedRunStore:
     def absorb(self, path: Path) -> list[tuple[
         str, tuple[str, int | None, int | None], tuple[str, int | None, int | None]]]: ...
     def close(self) -> None: ...
+
+class ContractCheck:
+    def __new__(
+        cls,
+        *,
+        stub_path: str,
+        unknown_surface: str,
+        per_field: Sequence[str],
+        v2_per_field: Sequence[str],
+        void_tiers: Sequence[str],
+        void: str,
+        hold: str,
+        policies: tuple[str, str, str],
+    ) -> ContractCheck: ...
+    def __call__(self, event: Any) -> bool: ...
+
+class VerifyStep:
+    kinds: tuple[int, int, int, int]
+    def __new__(
+        cls, decode: Any, tracker: NativeStreamTracker, check: ContractCheck,
+        tally: dict[Any, int],
+        shipped: Sequence[tuple[bytes, Decoder, int, dict[str, Any], list[tuple[str, Any]]]] = ...,
+    ) -> VerifyStep: ...
+    def run(self, batch: Sequence[Any], start: int) -> tuple[int, int, Any, Any, bool]: ...
+    def take_messages(self) -> int: ...
+    def take_timestamps(self) -> tuple[int | None, int | None]: ...
+    def partitions(self) -> list[int]: ...

@@ -31,6 +31,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 mod encode;
 mod track;
 mod spill;
+mod verify;
 
 pyo3::create_exception!(
     turnaudit_native,
@@ -561,12 +562,12 @@ fn raise(py: Python<'_>, fail: Fail) -> PyErr {
 
 /// One writer schema, compiled: call it with a framed message and where its body starts.
 #[pyclass(frozen, module = "turnaudit_native")]
-struct Decoder {
+pub(crate) struct Decoder {
     plan: Plan,
 }
 
 impl Decoder {
-    fn run(&self, py: Python<'_>, payload: &[u8], start: usize) -> PyResult<(Py<PyAny>, usize)> {
+    pub(crate) fn run(&self, py: Python<'_>, payload: &[u8], start: usize) -> PyResult<(Py<PyAny>, usize)> {
         if start > payload.len() {
             return Err(DecodeError::new_err("the body starts after the end of the message"));
         }
@@ -641,6 +642,8 @@ fn turnaudit_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<track::BloomFilter>()?;
     m.add_class::<spill::SortedRunStore>()?;
     m.add_class::<spill::IdChunks>()?;
+    m.add_class::<verify::ContractCheck>()?;
+    m.add_class::<verify::VerifyStep>()?;
     m.add_function(wrap_pyfunction!(track::chain_hash_hex, m)?)?;
     m.add("EncodeFallback", py.get_type::<encode::EncodeFallback>())?;
     m.add("DecodeError", py.get_type::<DecodeError>())?;

@@ -35,7 +35,7 @@ const SEEN_DIGITS: usize = 16;
 const FILTER_BITS: u64 = 1 << 28;
 
 // Outcome indexes into the `outcomes` tuple the Python side passes in.
-const NEW: usize = 0;
+pub(crate) const NEW: usize = 0;
 const LATE: usize = 1;
 const REDELIVERY: usize = 2;
 const DUPLICATE: usize = 3;
@@ -338,11 +338,11 @@ fn describe_stream(session: &str, producer: &str) -> String {
 }
 
 /// What one placement concluded (the fields of a `TrackResult` but the stream).
-struct Placed {
-    outcome: usize,
+pub(crate) struct Placed {
+    pub(crate) outcome: usize,
     opened: i128,
     gap_closed: bool,
-    chain_break: Option<String>,
+    pub(crate) chain_break: Option<String>,
 }
 
 impl Placed {
@@ -425,6 +425,101 @@ fn opt_i64(v: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
 }
 
 impl NativeStreamTracker {
+    /// `observe` without its `TrackResult`: the stream, the position and what placing
+    /// concluded (verify's native step builds a result only for a message with a finding).
+    pub(crate) fn place_event<'py>(
+        &self,
+        py: Python<'py>,
+        event: &Bound<'py, PyAny>,
+        value: &[u8],
+        partition: Option<i64>,
+        offset: Option<i64>,
+    ) -> PyResult<(Bound<'py, PyTuple>, i128, Placed)> {
+        let content = chain_digest(value);
+        let session = text(&item(event, intern!(py, "session_id"))?, "session_id")?;
+        let producer = match get(event, intern!(py, "producer_id"))? {
+            Some(p) if p.is_truthy()? => text(&p, "producer_id")?,
+            _ => PyString::new(py, ""),
+        };
+        let sequence = sequence_of(event)?;
+        let event_id_obj = item(event, intern!(py, "event_id"))?;
+        let event_id_text = text(&event_id_obj, "event_id")?;
+        let event_id: &str = event_id_text.to_str()?;
+        let stream = PyTuple::new(py, [session.clone(), producer.clone()])?;
+        let mut st = self.lock()?;
+        let mut seen = st.seen.get(event_id).cloned();
+        if seen.is_none() && self.forgotten_event_ids.load(Ordering::Relaxed) != 0 {
+            if let Some(store) = &self.forgotten {
+                let store = store.bind(py);
+                if let Ok(runs) = store.cast::<SortedRunStore>() {
+                    // Verify's own store: its filter answers first, natively.
+                    seen = runs.try_borrow()?.recall_native(event_id)?.map(|found| entry_of(&found.hash, found.partition, found.offset));
+                } else if st.filter_might_hold(event_id) {
+                    let got = store.call_method1(intern!(py, "recall"), (event_id,))?;
+                    if !got.is_none() {
+                        let (hash, p, o): (String, Option<Bound<'_, PyAny>>, Option<Bound<'_, PyAny>>) = got.extract()?;
+                        seen = Some(entry_of(&hash, opt_i64(p.as_ref())?, opt_i64(o.as_ref())?));
+                    }
+                }
+            }
+        }
+        if let Some(seen) = seen {
+            let placed = if seen.hash16 != head16(&content) {
+                Placed::plain(CONTENT_CHANGED)
+            } else if seen.offset.is_none() || (seen.partition, seen.offset) == (partition, offset) {
+                Placed::plain(REDELIVERY)
+            } else {
+                Placed::plain(DUPLICATE)
+            };
+            drop(st);
+            return Ok((stream, sequence, placed));
+        }
+        if let (Some(p), Some(o)) = (partition, offset) {
+            st.first_offset.entry(p).or_insert(o);
+        }
+        let key: StreamKey = (session.to_str()?.to_owned(), producer.to_str()?.to_owned());
+        let legacy = key.1.is_empty();
+        let mut fast = false;
+        if let Some(s) = st.streams.get_mut(&key) {
+            // The common case, a known stream's next position: only the link to the
+            // predecessor is checked (no gap opens or closes, nothing claimed it).
+            if sequence == s.next {
+                fast = true;
+                if !legacy {
+                    if let Some(expected) = s.own.remove(&(sequence - 1)) {
+                        if !prev_of(event)?.is_hash(&expected) {
+                            s.own.insert(sequence - 1, expected); // the general path reports it
+                            fast = false;
+                        }
+                    }
+                    if fast {
+                        s.own.insert(sequence, content);
+                    }
+                }
+                if fast {
+                    s.next = sequence + 1;
+                }
+            }
+        }
+        let placed = if fast {
+            Placed::plain(NEW)
+        } else {
+            self.place(&mut st, event, &content, &key, sequence, partition)?
+        };
+        self.placed(py, &mut st, event_id, partition, offset, placed.outcome, &content)?;
+        drop(st);
+        Ok((stream, sequence, placed))
+    }
+
+    /// The streams held (`len(tracker)`).
+    pub(crate) fn streams_held(&self) -> PyResult<usize> {
+        Ok(self.lock()?.streams.len())
+    }
+
+    pub(crate) fn result_of(&self, py: Python<'_>, stream: &Bound<'_, PyTuple>, sequence: i128, placed: Placed) -> PyResult<Py<PyAny>> {
+        self.result(py, stream, sequence, placed)
+    }
+
     fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, State>> {
         self.state.try_lock().map_err(|_| busy())
     }
@@ -751,79 +846,7 @@ impl NativeStreamTracker {
         partition: Option<i64>,
         offset: Option<i64>,
     ) -> PyResult<Py<PyAny>> {
-        let content = chain_digest(value);
-        let session = text(&item(event, intern!(py, "session_id"))?, "session_id")?;
-        let producer = match get(event, intern!(py, "producer_id"))? {
-            Some(p) if p.is_truthy()? => text(&p, "producer_id")?,
-            _ => PyString::new(py, ""),
-        };
-        let sequence = sequence_of(event)?;
-        let event_id_obj = item(event, intern!(py, "event_id"))?;
-        let event_id_text = text(&event_id_obj, "event_id")?;
-        let event_id: &str = event_id_text.to_str()?;
-        let stream = PyTuple::new(py, [session.clone(), producer.clone()])?;
-        let mut st = self.lock()?;
-        let mut seen = st.seen.get(event_id).cloned();
-        if seen.is_none() && self.forgotten_event_ids.load(Ordering::Relaxed) != 0 {
-            if let Some(store) = &self.forgotten {
-                let store = store.bind(py);
-                if let Ok(runs) = store.cast::<SortedRunStore>() {
-                    // Verify's own store: its filter answers first, natively.
-                    seen = runs.try_borrow()?.recall_native(event_id)?.map(|found| entry_of(&found.hash, found.partition, found.offset));
-                } else if st.filter_might_hold(event_id) {
-                    let got = store.call_method1(intern!(py, "recall"), (event_id,))?;
-                    if !got.is_none() {
-                        let (hash, p, o): (String, Option<Bound<'_, PyAny>>, Option<Bound<'_, PyAny>>) = got.extract()?;
-                        seen = Some(entry_of(&hash, opt_i64(p.as_ref())?, opt_i64(o.as_ref())?));
-                    }
-                }
-            }
-        }
-        if let Some(seen) = seen {
-            let placed = if seen.hash16 != head16(&content) {
-                Placed::plain(CONTENT_CHANGED)
-            } else if seen.offset.is_none() || (seen.partition, seen.offset) == (partition, offset) {
-                Placed::plain(REDELIVERY)
-            } else {
-                Placed::plain(DUPLICATE)
-            };
-            drop(st);
-            return self.result(py, &stream, sequence, placed);
-        }
-        if let (Some(p), Some(o)) = (partition, offset) {
-            st.first_offset.entry(p).or_insert(o);
-        }
-        let key: StreamKey = (session.to_str()?.to_owned(), producer.to_str()?.to_owned());
-        let legacy = key.1.is_empty();
-        let mut fast = false;
-        if let Some(s) = st.streams.get_mut(&key) {
-            // The common case, a known stream's next position: only the link to the
-            // predecessor is checked (no gap opens or closes, nothing claimed it).
-            if sequence == s.next {
-                fast = true;
-                if !legacy {
-                    if let Some(expected) = s.own.remove(&(sequence - 1)) {
-                        if !prev_of(event)?.is_hash(&expected) {
-                            s.own.insert(sequence - 1, expected); // the general path reports it
-                            fast = false;
-                        }
-                    }
-                    if fast {
-                        s.own.insert(sequence, content);
-                    }
-                }
-                if fast {
-                    s.next = sequence + 1;
-                }
-            }
-        }
-        let placed = if fast {
-            Placed::plain(NEW)
-        } else {
-            self.place(&mut st, event, &content, &key, sequence, partition)?
-        };
-        self.placed(py, &mut st, event_id, partition, offset, placed.outcome, &content)?;
-        drop(st);
+        let (stream, sequence, placed) = self.place_event(py, event, value, partition, offset)?;
         self.result(py, &stream, sequence, placed)
     }
 

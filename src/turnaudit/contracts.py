@@ -105,7 +105,7 @@ def check_event(event: CheckedEvent) -> list[Breach]:
     mismatched = None
     fields: Mapping[str, object] = event  # the per-field verdicts, looked up by name
     in_bundle: Mapping[str, object] = bundle
-    for name in _V2_PER_FIELD if bundle["schema_version"] == 2 else _PER_FIELD:
+    for name in V2_PER_FIELD_VERDICTS if bundle["schema_version"] == 2 else PER_FIELD_VERDICTS:
         if name in fields and fields[name] != in_bundle[name]:
             if mismatched is None:
                 mismatched = [name]
@@ -141,9 +141,10 @@ def identity_breach(result: TrackResult) -> Breach | None:
     return None
 
 
-# The per-field verdicts that must equal the bundle's, by schema version.
-_PER_FIELD = ("identity_score", "safety_verdict", "ethics_verdict")
-_V2_PER_FIELD = ("identity_score",)
+# The per-field verdicts that must equal the bundle's (contract 4), by schema version:
+# v2 events carry verdicts only in the bundle, but for identity_score.
+PER_FIELD_VERDICTS = ("identity_score", "safety_verdict", "ethics_verdict")
+V2_PER_FIELD_VERDICTS = ("identity_score",)
 
 
 class SequenceOutcome(enum.StrEnum):

@@ -36,6 +36,8 @@ from turnaudit.serialization.schemas import DecodingSchema, decoding_schema
 Decoder = _native.Decoder
 Encoder = _native.Encoder
 NativeStreamTracker = _native.NativeStreamTracker
+ContractCheck = _native.ContractCheck
+VerifyStep = _native.VerifyStep
 BloomFilter = _native.BloomFilter
 SortedRunStore = _native.SortedRunStore
 chain_hash_hex = _native.chain_hash_hex
@@ -46,6 +48,7 @@ UnsupportedSchemaError = _native.UnsupportedSchemaError
 
 __all__ = [
     "BloomFilter",
+    "ContractCheck",
     "DecodeError",
     "Decoder",
     "EncodeFallback",
@@ -54,6 +57,7 @@ __all__ = [
     "SortedRunStore",
     "TrailingBytesError",
     "UnsupportedSchemaError",
+    "VerifyStep",
     "chain_hash_hex",
     "compile_decoder",
     "compile_encoder",

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from fastavro.read import SchemaResolutionError
@@ -80,6 +81,8 @@ log = structlog.get_logger("turnaudit.serialization")
 
 # A function that returns the schema JSON for an unknown fingerprint, or None.
 FingerprintResolver = Callable[[bytes], str | None]
+# A shipped schema read natively: (fingerprint, decoder, version, shared defaults, copied).
+NativePlan = tuple[bytes, Any, int, dict[str, Any], list[tuple[str, Any]]]
 
 
 class UnusableSchemaError(SerializationError):
@@ -190,6 +193,14 @@ class TurnEventDeserializer:
             time_fields=decoding.long_time_fields,
             native_decoder=compiled,
         )
+
+    def native_plans(self) -> list[NativePlan]:
+        """(fingerprint, decoder, version, shared defaults, copied defaults) of every shipped
+        writer schema read natively: what a native reader needs to decode them as
+        ``__call__`` does (verify's native step)."""
+        return [(fp, plan.native, plan.version, plan.fill_shared, plan.fill_copied)
+                for fp, plan in self._by_fp.items()
+                if plan.native is not None and plan.version is not None]
 
     def _count_fastavro(self, schema: str, why: str) -> None:
         self._fastavro_schemas += 1

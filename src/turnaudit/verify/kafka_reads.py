@@ -28,11 +28,8 @@ def feed_range(
     timeout: float,
 ) -> None:
     """Every message of ``[start, end)`` into ``verifier``, each partition by offset."""
-    feed = verifier.feed
     for batch in read_range_batches(settings, topic, start, end, timeout=timeout):
-        for msg in batch:
-            feed(msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value(),
-                 msg.timestamp()[1])
+        verifier.feed_batch(batch)
 
 
 def dead_letters_in_range(

@@ -28,6 +28,9 @@ from turnaudit.identity import (
     TurnOutcome,
     chain_hash,
 )
+from turnaudit.records import Record
+from turnaudit.serialization.native import VerifyStep
+from turnaudit.serialization.read_plans import DecodedTurnEvent
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.verify.counts import TurnCounts
 from turnaudit.verify.findings import (
@@ -39,6 +42,7 @@ from turnaudit.verify.findings import (
     stream_where,
 )
 from turnaudit.verify.id_store import CountedIds, IdMemory, SpilledIds
+from turnaudit.verify.native_step import contract_check, feed_batch
 
 # Stream heads of an earlier report: (position, chain hash) per stream.
 Anchors = Mapping[StreamId, tuple[int, str]]
@@ -124,9 +128,11 @@ class Verifier:
         self.breaching: list[Finding] = []
         self.breaches_by_contract: Counter[str] = Counter()
         self.breaching_by_pack: Counter[str] = Counter()
-        # Streams the tracker holds (it never drops one here): a new one is noticed by the
-        # count growing, so verify keeps no set of its own (about 150 B a stream).
-        self._streams_held = 0
+        # The ordinary messages of a batch, natively; not with ``--time event``, anchors
+        # or signed heads (kept per message by ``feed``).
+        self._step = (VerifyStep(decode, self.tracker, contract_check(), self.counts.tally,
+                                 decode.native_plans())
+                      if event_window is None and not self._watched else None)
         self.first_timestamp: int | None = None
         self.last_timestamp: int | None = None
 
@@ -149,10 +155,11 @@ class Verifier:
     def __getstate__(self) -> dict[str, object]:
         # Sent back from a job: its ids go by ``export_ids``, its decoder stays there.
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_decode", "_spilled", "event_ids")}
+                if k not in ("_decode", "_spilled", "event_ids", "_step")}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
+        self._step = None
         self._spilled = SpilledIds()
         self._spilled.close()
         self.event_ids = CountedIds(self.tracker.remembered(), self._spilled)
@@ -183,7 +190,7 @@ class Verifier:
         self.prefix_findings += other.prefix_findings
         for stamp in (other.first_timestamp, other.last_timestamp):
             if stamp is not None:
-                self._stamped(stamp)
+                self.stamped(stamp)
         for repeat in self._spilled.absorb(ids):
             where = message_where(repeat.repeat[1] or 0, repeat.repeat[2] or 0)
             where["event_id"] = repeat.event_id
@@ -208,11 +215,21 @@ class Verifier:
         except (KeyError, TypeError, ValueError):
             return True  # not a TurnEvent: the checks that follow report it
 
-    def _stamped(self, timestamp_ms: int) -> None:
+    def stamped(self, timestamp_ms: int) -> None:
         if self.first_timestamp is None or timestamp_ms < self.first_timestamp:
             self.first_timestamp = timestamp_ms
         if self.last_timestamp is None or timestamp_ms > self.last_timestamp:
             self.last_timestamp = timestamp_ms
+
+    def feed_batch(self, batch: Sequence[Record]) -> None:
+        """Every message of ``batch``, in order: the ordinary ones by the native step (none
+        with ``--time event``, anchors or signed heads: those are kept per message here)."""
+        if self._step is not None:
+            feed_batch(self, self._step, batch)
+            return
+        for msg in batch:
+            self.feed(msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value(),
+                      msg.timestamp()[1])
 
     def feed(
         self,
@@ -228,31 +245,45 @@ class Verifier:
             if self._moved.get(partition) == offset:
                 self.retained_from.add(partition)
         if timestamp_ms is not None and timestamp_ms > 0:
-            self._stamped(timestamp_ms)
+            self.stamped(timestamp_ms)
         try:
             decoded = self._decode(value)
         except SerializationError as exc:
             self.undecodable.append(
                 Finding("undecodable", str(exc), message_where(partition, offset)))
             return
-        event = decoded.event
-        if self.event_window is not None and not self._in_window(event):
+        if self.event_window is not None and not self._in_window(decoded.event):
             self.outside_window += 1
             return
+        held = len(self.tracker)
         try:
-            result = self.tracker.observe(event, value or b"", partition=partition, offset=offset)
-            stream: StreamId = result.stream  # the tracker's: not built a second time per turn
+            result = self.tracker.observe(decoded.event, value or b"", partition=partition,
+                                          offset=offset)
+        except (KeyError, TypeError, ValueError) as exc:
+            self.not_a_turn(exc, partition, offset)
+            return
+        self.conclude(partition, offset, key, value, decoded=decoded, result=result,
+                      opened=len(self.tracker) != held)
+
+    def not_a_turn(self, exc: Exception, partition: int, offset: int) -> None:
+        self.undecodable.append(Finding("undecodable", f"not a TurnEvent: {exc!r}",
+                                        message_where(partition, offset)))
+
+    def conclude(
+        self, partition: int, offset: int, key: bytes | None, value: bytes | None, *,
+        decoded: DecodedTurnEvent, result: TrackResult, opened: bool,
+    ) -> None:
+        """What a placed message adds (``opened``: its placement opened a stream)."""
+        event = decoded.event
+        try:
             breaches = check_event(event)
         except (KeyError, TypeError, ValueError) as exc:
-            self.undecodable.append(Finding("undecodable", f"not a TurnEvent: {exc!r}",
-                                            message_where(partition, offset)))
+            self.not_a_turn(exc, partition, offset)
             return
-        held = len(self.tracker)
-        if held != self._streams_held:  # the stream's first placed turn
-            self._streams_held = held
-            if (result.sequence > 0 and partition in self.retained_from and self._start_gaps
-                    and result.counts_as_turn):
-                self._began_earlier(stream, event, partition, offset, result.sequence)
+        stream: StreamId = result.stream  # the tracker's: not built a second time per turn
+        if (opened and result.sequence > 0 and partition in self.retained_from
+                and self._start_gaps and result.counts_as_turn):
+            self._began_earlier(stream, event, partition, offset, result.sequence)
         # Contract 6's check only for a key that is not the session id's text (rare).
         key_breach = None if key == stream[0].encode() else check_key(key, event)
         recorded = event.get("breaches") or ()

@@ -1,0 +1,61 @@
+"""Verify's native step: the ordinary messages of a batch verified in one native call.
+
+An ordinary message (it decodes, it is a new turn at its stream's next position, its
+key is the session id, no contract 1-4 breach is found or recorded, it does not open a
+stream past position 0) is decoded, placed, checked and tallied by ``VerifyStep``
+(native/src/verify.rs) without Python bytecode. Every other message comes back to the
+``Verifier``, in stream order: before anything about it was kept (``FEED``: the
+Verifier's own ``feed``), or after its placement (``FINISH``, ``NOT_A_TURN``:
+``Verifier.conclude`` and ``Verifier.not_a_turn``). The native contract check says "no
+breach" only where ``check_event`` says so; the differential tests hold it to that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from turnaudit.contracts import PER_FIELD_VERDICTS, V2_PER_FIELD_VERDICTS
+from turnaudit.records import Record
+from turnaudit.serialization.native import ContractCheck, VerifyStep
+from turnaudit.verdicts import UNKNOWN_DOMAIN_SURFACE, OutputPolicy, RiskTier, TurnPath, Verdict
+
+if TYPE_CHECKING:
+    from turnaudit.verify.verifier import Verifier
+
+DONE, FEED, FINISH, NOT_A_TURN = VerifyStep.kinds
+
+
+def contract_check() -> ContractCheck:
+    """Contracts 1-4, natively, with the rule's own constants."""
+    return ContractCheck(
+        stub_path=TurnPath.STUB, unknown_surface=UNKNOWN_DOMAIN_SURFACE,
+        per_field=PER_FIELD_VERDICTS, v2_per_field=V2_PER_FIELD_VERDICTS,
+        void_tiers=(RiskTier.RED, RiskTier.CRITICAL), void=Verdict.VOID, hold=Verdict.HOLD,
+        policies=(OutputPolicy.DOMAIN_SEAL, OutputPolicy.DOMAIN_HOLD, OutputPolicy.DOMAIN_VOID),
+    )
+
+
+def feed_batch(verifier: Verifier, step: VerifyStep, batch: Sequence[Record]) -> None:
+    """Every message of ``batch`` into ``verifier``, the ordinary ones by ``step``."""
+    index = 0
+    while True:
+        index, why, decoded, placed, opened = step.run(batch, index)
+        if why == DONE:
+            break
+        msg = batch[index]
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        if why == FEED:
+            verifier.feed(partition, offset, msg.key(), msg.value(), msg.timestamp()[1])
+        elif why == NOT_A_TURN:
+            if not isinstance(placed, KeyError | TypeError | ValueError):
+                raise placed
+            verifier.not_a_turn(placed, partition, offset)
+        else:
+            verifier.conclude(partition, offset, msg.key(), msg.value(), decoded=decoded,
+                              result=placed, opened=opened)
+        index += 1
+    verifier.messages += step.take_messages()
+    for stamp in step.take_timestamps():
+        if stamp is not None:
+            verifier.stamped(stamp)
