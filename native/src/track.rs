@@ -92,7 +92,7 @@ fn head16(hash: &Hash32) -> [u8; SEEN_DIGITS] {
 /// A `prev_hash` as the event carries it (after Python's `or ""`): text, or some
 /// other object (equal to no hash).
 #[derive(Clone)]
-enum Prev {
+pub(crate) enum Prev {
     Text(String),
     Other,
 }
@@ -446,6 +446,36 @@ impl NativeStreamTracker {
         let event_id_text = text(&event_id_obj, "event_id")?;
         let event_id: &str = event_id_text.to_str()?;
         let stream = PyTuple::new(py, [session.clone(), producer.clone()])?;
+        let placed = self.place_fields(
+            py,
+            session.to_str()?,
+            producer.to_str()?,
+            sequence,
+            event_id,
+            &|| prev_of(event),
+            &content,
+            partition,
+            offset,
+        )?;
+        Ok((stream, sequence, placed))
+    }
+
+    /// `place_event` with the event's fields already read (`prev` is asked for only when
+    /// the chain is checked).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn place_fields(
+        &self,
+        py: Python<'_>,
+        session: &str,
+        producer: &str,
+        sequence: i128,
+        event_id: &str,
+        prev: &dyn Fn() -> PyResult<Prev>,
+        content: &Hash32,
+        partition: Option<i64>,
+        offset: Option<i64>,
+    ) -> PyResult<Placed> {
+        let content = *content;
         let mut st = self.lock()?;
         let mut seen = st.seen.get(event_id).cloned();
         if seen.is_none() && self.forgotten_event_ids.load(Ordering::Relaxed) != 0 {
@@ -472,12 +502,12 @@ impl NativeStreamTracker {
                 Placed::plain(DUPLICATE)
             };
             drop(st);
-            return Ok((stream, sequence, placed));
+            return Ok(placed);
         }
         if let (Some(p), Some(o)) = (partition, offset) {
             st.first_offset.entry(p).or_insert(o);
         }
-        let key: StreamKey = (session.to_str()?.to_owned(), producer.to_str()?.to_owned());
+        let key: StreamKey = (session.to_owned(), producer.to_owned());
         let legacy = key.1.is_empty();
         let mut fast = false;
         if let Some(s) = st.streams.get_mut(&key) {
@@ -487,7 +517,7 @@ impl NativeStreamTracker {
                 fast = true;
                 if !legacy {
                     if let Some(expected) = s.own.remove(&(sequence - 1)) {
-                        if !prev_of(event)?.is_hash(&expected) {
+                        if !prev()?.is_hash(&expected) {
                             s.own.insert(sequence - 1, expected); // the general path reports it
                             fast = false;
                         }
@@ -504,11 +534,11 @@ impl NativeStreamTracker {
         let placed = if fast {
             Placed::plain(NEW)
         } else {
-            self.place(&mut st, event, &content, &key, sequence, partition)?
+            self.place(&mut st, prev, &content, &key, sequence, partition)?
         };
         self.placed(py, &mut st, event_id, partition, offset, placed.outcome, &content)?;
         drop(st);
-        Ok((stream, sequence, placed))
+        Ok(placed)
     }
 
     /// The streams held (`len(tracker)`).
@@ -618,7 +648,7 @@ impl NativeStreamTracker {
     fn place(
         &self,
         st: &mut State,
-        event: &Bound<'_, PyAny>,
+        prev: &dyn Fn() -> PyResult<Prev>,
         content: &Hash32,
         key: &StreamKey,
         sequence: i128,
@@ -640,7 +670,7 @@ impl NativeStreamTracker {
         let chain_break = if legacy {
             None
         } else {
-            let prev = prev_of(event)?;
+            let prev = prev()?;
             Self::check_chain(stream, key, &prev, content, sequence)
         };
         if sequence >= stream.next {

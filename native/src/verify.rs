@@ -12,13 +12,45 @@
 //! Python check decides. The differential tests hold the two to that.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::track::{NativeStreamTracker, NEW};
+use crate::scan::{scan, Names, V};
+use crate::track::{chain_digest, NativeStreamTracker, Placed, Prev, NEW};
 use crate::Decoder;
+
+/// The top-level fields the scanning path keeps, by slot.
+const SLOTS: [&str; 20] = [
+    "event_id", "session_id", "producer_id", "sequence", "prev_hash", "pack_id", "path", "breaches",
+    "verdicts", "action_assessment", "identity_score", "safety_verdict", "ethics_verdict",
+    "cycle_cost_total", "vault_hits", "flagged", "input_tokens", "walk_surface",
+    "articulation_surface", "surface",
+];
+const EVENT_ID: usize = 0;
+const SESSION_ID: usize = 1;
+const PRODUCER_ID: usize = 2;
+const SEQUENCE: usize = 3;
+const PREV_HASH: usize = 4;
+const PACK_ID: usize = 5;
+const PATH: usize = 6;
+const BREACHES: usize = 7;
+const VERDICTS: usize = 8;
+const ACTION: usize = 9;
+const IDENTITY_SCORE: usize = 10;
+const CYCLE_COST: usize = 13;
+const VAULT_HITS: usize = 14;
+const FLAGGED: usize = 15;
+const INPUT_TOKENS: usize = 16;
+const WALK_SURFACE: usize = 17;
+const ARTICULATION_SURFACE: usize = 18;
+const SURFACE: usize = 19;
+
+fn slot(name: &str) -> Option<usize> {
+    SLOTS.iter().position(|s| *s == name)
+}
 
 /// Avro single-object framing: two magic bytes, then the writer schema's 8-byte fingerprint.
 const MAGIC: [u8; 2] = [0xC3, 0x01];
@@ -31,6 +63,15 @@ struct Shipped {
     version: Py<PyAny>,
     fill_shared: Py<PyDict>,
     fill_copied: Vec<(Py<PyString>, Py<PyAny>)>,
+    /// Read without building the record (`scan`): where the writer has every field the
+    /// step reads (or lacks only `breaches`, filled with an empty default).
+    scan: Option<Scanning>,
+}
+
+struct Scanning {
+    names: Names,
+    wanted: Vec<Option<usize>>,
+    version: i64,
 }
 
 type ShippedPlan = (Vec<u8>, Py<Decoder>, Py<PyAny>, Py<PyDict>, Vec<(Py<PyString>, Py<PyAny>)>);
@@ -56,6 +97,21 @@ pub(crate) struct ContractCheck {
     domain_void: Py<PyAny>,
     domain_hold: Py<PyAny>,
     domain_seal: Py<PyAny>,
+    texts: Texts,
+}
+
+/// The same constants as text, for the scanning path.
+struct Texts {
+    stub_path: String,
+    unknown_surface: String,
+    per_field: Vec<usize>,
+    v2_per_field: Vec<usize>,
+    void_tiers: Vec<String>,
+    void: String,
+    hold: String,
+    domain_seal: String,
+    domain_hold: String,
+    domain_void: String,
 }
 
 fn item<'py>(d: &Bound<'py, PyDict>, key: &Bound<'py, PyString>) -> PyResult<Option<Bound<'py, PyAny>>> {
@@ -63,6 +119,79 @@ fn item<'py>(d: &Bound<'py, PyDict>, key: &Bound<'py, PyString>) -> PyResult<Opt
 }
 
 impl ContractCheck {
+    /// `breaks` on a scanned record: false only when the Python check finds nothing.
+    fn breaks_scanned(&self, f: &[Option<V<'_>>]) -> bool {
+        let t = &self.texts;
+        let (Some(bundle), Some(path)) = (&f[VERDICTS], &f[PATH]) else { return true };
+        let (Some(refused), Some(hedged)) = (bundle.field("refusal_emitted"), bundle.field("hedge_injected")) else {
+            return true;
+        };
+        let refused = refused.truthy();
+        if refused && hedged.truthy() {
+            return true;
+        }
+        if path.is_text(&t.stub_path) {
+            let unknown = t.unknown_surface.as_str();
+            let is = |i: usize, test: &dyn Fn(&V<'_>) -> bool| f[i].as_ref().is_some_and(test);
+            let kept = matches!(hedged, V::Bool(false))
+                && is(IDENTITY_SCORE, &|v| matches!(v, V::Null))
+                && bundle.field("identity_score").is_some_and(|v| matches!(v, V::Null))
+                && is(CYCLE_COST, &|v| v.is_number(0))
+                && is(VAULT_HITS, &|v| v.is_number(0))
+                && is(FLAGGED, &|v| matches!(v, V::Bool(false)))
+                && is(INPUT_TOKENS, &|v| v.truthy())
+                && is(WALK_SURFACE, &|v| v.is_text(unknown))
+                && is(ARTICULATION_SURFACE, &|v| v.is_text(unknown))
+                && (refused || is(SURFACE, &|v| v.is_text(unknown)));
+            if !kept {
+                return true;
+            }
+        }
+        match &f[ACTION] {
+            None => return true,
+            Some(V::Null) => {}
+            Some(action @ V::Fields(_)) => {
+                let (Some(tier), Some(risk), Some(human), Some(execution), Some(policy)) = (
+                    action.field("risk_tier"),
+                    action.field("action_risk_verdict"),
+                    action.field("human_decision_required"),
+                    action.field("execution_verdict"),
+                    action.field("output_policy"),
+                ) else {
+                    return true;
+                };
+                let expected = if t.void_tiers.iter().any(|v| tier.is_text(v)) || risk.is_text(&t.void) {
+                    &t.domain_void
+                } else if human.truthy() || risk.is_text(&t.hold) {
+                    &t.domain_hold
+                } else {
+                    &t.domain_seal
+                };
+                let pair_is = |v: &str| execution.is_text(v) && risk.is_text(v);
+                if action.field("injection_detected").is_some_and(|i| i.truthy()) && !pair_is(&t.void) {
+                    return true;
+                }
+                if action.field("critic_available").is_some_and(|c| !c.truthy()) && !pair_is(&t.hold) {
+                    return true;
+                }
+                if !policy.is_text(expected) {
+                    return true;
+                }
+            }
+            Some(_) => return true,
+        }
+        let Some(version) = bundle.field("schema_version") else { return true };
+        let names = if version.is_number(2) { &t.v2_per_field } else { &t.per_field };
+        for &i in names {
+            // The writer has every slot (the step scans no other): the field is there.
+            let (Some(field), Some(in_bundle)) = (&f[i], bundle.field(SLOTS[i])) else { return true };
+            if !field.same(in_bundle) {
+                return true;
+            }
+        }
+        false
+    }
+
     /// `Ok(false)`: the event keeps contracts 1-4 (the Python check agrees); `Ok(true)` or an
     /// error: a breach, or something only the Python check can say.
     fn breaks(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -192,9 +321,32 @@ impl ContractCheck {
         void: Py<PyAny>,
         hold: Py<PyAny>,
         policies: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
-    ) -> Self {
+        py: Python<'_>,
+    ) -> PyResult<Self> {
         let (domain_seal, domain_hold, domain_void) = policies;
-        ContractCheck { stub_path, unknown_surface, per_field, v2_per_field, void_tiers, void, hold, domain_void, domain_hold, domain_seal }
+        let text = |o: &Py<PyAny>| o.bind(py).extract::<String>();
+        let slots = |names: &Vec<Py<PyString>>| -> PyResult<Vec<usize>> {
+            names
+                .iter()
+                .map(|n| {
+                    let n = n.bind(py).to_str()?;
+                    slot(n).ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("{n} is not a field the native step reads")))
+                })
+                .collect()
+        };
+        let texts = Texts {
+            stub_path: text(&stub_path)?,
+            unknown_surface: text(&unknown_surface)?,
+            per_field: slots(&per_field)?,
+            v2_per_field: slots(&v2_per_field)?,
+            void_tiers: void_tiers.iter().map(text).collect::<PyResult<_>>()?,
+            void: text(&void)?,
+            hold: text(&hold)?,
+            domain_seal: text(&domain_seal)?,
+            domain_hold: text(&domain_hold)?,
+            domain_void: text(&domain_void)?,
+        };
+        Ok(ContractCheck { stub_path, unknown_surface, per_field, v2_per_field, void_tiers, void, hold, domain_void, domain_hold, domain_seal, texts })
     }
 
     /// True unless the event surely keeps contracts 1-4; raises where the Python check may.
@@ -207,34 +359,50 @@ impl ContractCheck {
 #[pyclass(module = "turnaudit_native")]
 pub(crate) struct VerifyStep {
     decode: Py<PyAny>,
-    shipped: HashMap<[u8; 8], Shipped>,
+    shipped: HashMap<[u8; 8], Arc<Shipped>>,
     tracker: Py<NativeStreamTracker>,
     check: Py<ContractCheck>,
     tally: Py<PyDict>,
+    /// Kinds tallied by the scanning path, added to `tally` before `run` returns.
+    scanned_tally: HashMap<TallyKey, u64>,
     fed_partitions: HashSet<i64>,
     messages: u64,
     first_timestamp: Option<i64>,
     last_timestamp: Option<i64>,
 }
 
+/// `TurnCounts`' tally key: (pack, stub, refused, hedged, writer version, policy).
+type TallyKey = (String, bool, bool, bool, i64, Option<String>);
+
 type Stop = (usize, u8, Py<PyAny>, Py<PyAny>, bool);
 
+/// What one message came to.
+enum Step {
+    Tallied,
+    Feed,
+    Finish(Py<PyAny>, Py<PyAny>, bool),
+    NotATurn(Py<PyAny>),
+}
+
 impl VerifyStep {
+    fn plan(&self, payload: &[u8]) -> Option<Arc<Shipped>> {
+        if payload.len() >= HEADER && payload[..2] == MAGIC {
+            let fingerprint: [u8; 8] = payload[2..HEADER].try_into().expect("8 bytes");
+            return self.shipped.get(&fingerprint).cloned();
+        }
+        None
+    }
+
     /// The event and its writer version, as `TurnEventDeserializer` gives them: a shipped
     /// single-object schema decoded here, any other through it. `None`: it does not decode.
     fn decoded<'py>(
         &self,
         py: Python<'py>,
+        plan: Option<&Shipped>,
         decode: &Bound<'py, PyAny>,
         bytes: &Bound<'py, PyBytes>,
     ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
         let payload = bytes.as_bytes();
-        let plan = if payload.len() >= HEADER && payload[..2] == MAGIC {
-            let fingerprint: [u8; 8] = payload[2..HEADER].try_into().expect("8 bytes");
-            self.shipped.get(&fingerprint)
-        } else {
-            None
-        };
         let Some(plan) = plan else {
             return Ok(match decode.call1((bytes,)) {
                 Ok(decoded) => Some((decoded.get_item(0)?, decoded.get_item(1)?)),
@@ -257,15 +425,182 @@ impl VerifyStep {
         Ok(Some((record, plan.version.bind(py).clone())))
     }
 
-    fn stamp(&mut self, timestamp: i64) {
-        if timestamp <= 0 {
-            return;
-        }
+    fn stamp(&mut self, timestamp: Option<i64>) {
+        let Some(timestamp) = timestamp.filter(|t| *t > 0) else { return };
         self.first_timestamp = Some(self.first_timestamp.map_or(timestamp, |t| t.min(timestamp)));
         self.last_timestamp = Some(self.last_timestamp.map_or(timestamp, |t| t.max(timestamp)));
     }
 
-    fn tally(&self, py: Python<'_>, stub_path: &Bound<'_, PyAny>, event: &Bound<'_, PyAny>, version: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn counted(&mut self, msg: &Bound<'_, PyAny>) -> PyResult<i64> {
+        let py = msg.py();
+        let offset: i64 = msg.call_method0(intern!(py, "offset"))?.extract::<Option<i64>>()?.unwrap_or(0);
+        let timestamp: Option<i64> = msg.call_method0(intern!(py, "timestamp"))?.get_item(1)?.extract()?;
+        self.messages += 1;
+        self.stamp(timestamp);
+        Ok(offset)
+    }
+
+    /// A message of a schema read by building its record (as the Verifier does).
+    #[allow(clippy::too_many_arguments)]
+    fn by_record(
+        &mut self,
+        py: Python<'_>,
+        msg: &Bound<'_, PyAny>,
+        plan: Option<&Shipped>,
+        bytes: &Bound<'_, PyBytes>,
+        partition: i64,
+        tracker: &NativeStreamTracker,
+        check: &ContractCheck,
+    ) -> PyResult<Step> {
+        let decode = self.decode.clone_ref(py);
+        let decode = decode.bind(py);
+        let Some((event, version)) = self.decoded(py, plan, decode, bytes)? else { return Ok(Step::Feed) };
+        let offset = self.counted(msg)?;
+        let held = tracker.streams_held()?;
+        let (stream, sequence, placed) = match tracker.place_event(py, &event, bytes.as_bytes(), Some(partition), Some(offset)) {
+            Ok(placing) => placing,
+            Err(err) => return Ok(Step::NotATurn(err.into_value(py).into_any())),
+        };
+        let opened = tracker.streams_held()? != held;
+        let key = msg.call_method0(intern!(py, "key"))?;
+        let session = stream.get_item(0)?;
+        let key_is_session = match (key.cast::<PyBytes>(), session.cast::<PyString>()) {
+            (Ok(k), Ok(s)) => s.to_str().is_ok_and(|s| s.as_bytes() == k.as_bytes()),
+            _ => false,
+        };
+        let recorded = match event.cast::<PyDict>() {
+            Ok(d) => match d.get_item(intern!(py, "breaches"))? {
+                Some(b) => b.is_truthy()?,
+                None => false,
+            },
+            Err(_) => true,
+        };
+        let ordinary = placed.outcome == NEW
+            && placed.chain_break.is_none()
+            && !(opened && sequence > 0)
+            && key_is_session
+            && !recorded
+            && !check.breaks(py, &event).unwrap_or(true);
+        if !ordinary {
+            let result = tracker.result_of(py, &stream, sequence, placed)?;
+            // The Verifier's own decoding of it (the same record): rare, so built again.
+            let decoded = decode.call1((bytes,))?;
+            return Ok(Step::Finish(decoded.unbind(), result, opened));
+        }
+        self.tally_record(py, check.stub_path.bind(py), &event, &version)?;
+        Ok(Step::Tallied)
+    }
+
+    /// A message of a scanned schema: no Python object built unless it is not ordinary.
+    #[allow(clippy::too_many_arguments)]
+    fn by_scan(
+        &mut self,
+        py: Python<'_>,
+        msg: &Bound<'_, PyAny>,
+        shipped: &Shipped,
+        scanning: &Scanning,
+        bytes: &Bound<'_, PyBytes>,
+        partition: i64,
+        tracker: &NativeStreamTracker,
+        check: &ContractCheck,
+    ) -> PyResult<Step> {
+        let payload = bytes.as_bytes();
+        let plan = &shipped.decoder.get().plan;
+        let Some(f) = scan(plan, &scanning.names, &scanning.wanted, SLOTS.len(), payload, HEADER) else {
+            return Ok(Step::Feed);
+        };
+        // The fields the tracker reads, of the kinds it takes; any other: the Verifier's.
+        let (Some(V::Str(session)), Some(V::Str(event_id)), Some(V::Int(sequence))) = (&f[SESSION_ID], &f[EVENT_ID], &f[SEQUENCE]) else {
+            return Ok(Step::Feed);
+        };
+        let producer = match &f[PRODUCER_ID] {
+            Some(V::Null) => "",
+            Some(V::Str(p)) => p,
+            _ => return Ok(Step::Feed),
+        };
+        let prev = match &f[PREV_HASH] {
+            Some(V::Null) => String::new(),
+            Some(V::Str(p)) => (*p).to_owned(),
+            _ => return Ok(Step::Feed),
+        };
+        let offset = self.counted(msg)?;
+        let held = tracker.streams_held()?;
+        let content = chain_digest(payload);
+        let sequence = i128::from(*sequence);
+        let placed: Placed = match tracker.place_fields(py, session, producer, sequence, event_id, &|| Ok(Prev::Text(prev.clone())), &content, Some(partition), Some(offset)) {
+            Ok(placed) => placed,
+            Err(err) => return Ok(Step::NotATurn(err.into_value(py).into_any())),
+        };
+        let opened = tracker.streams_held()? != held;
+        let key = msg.call_method0(intern!(py, "key"))?;
+        let key_is_session = key.cast::<PyBytes>().is_ok_and(|k| k.as_bytes() == session.as_bytes());
+        let recorded = f[BREACHES].as_ref().is_some_and(V::truthy);
+        let ordinary = placed.outcome == NEW
+            && placed.chain_break.is_none()
+            && !(opened && sequence > 0)
+            && key_is_session
+            && !recorded
+            && !check.breaks_scanned(&f);
+        if !ordinary {
+            let stream = PyTuple::new(py, [PyString::new(py, session), PyString::new(py, producer)])?;
+            let result = tracker.result_of(py, &stream, sequence, placed)?;
+            let decoded = self.decode.bind(py).call1((bytes,))?;
+            return Ok(Step::Finish(decoded.unbind(), result, opened));
+        }
+        self.tally_scanned(&check.texts, &f, scanning.version);
+        Ok(Step::Tallied)
+    }
+
+    fn tally_scanned(&mut self, texts: &Texts, f: &[Option<V<'_>>], version: i64) {
+        let text = |v: Option<&V<'_>>| match v {
+            Some(V::Str(s)) => Some((*s).to_owned()),
+            _ => None,
+        };
+        let bundle = f[VERDICTS].as_ref();
+        let field = |name: &str| bundle.and_then(|b| b.field(name)).is_some_and(V::truthy);
+        let policy = match &f[ACTION] {
+            Some(action @ V::Fields(_)) => text(action.field("output_policy")),
+            _ => None,
+        };
+        let key: TallyKey = (
+            text(f[PACK_ID].as_ref()).unwrap_or_default(),
+            f[PATH].as_ref().is_some_and(|p| p.is_text(&texts.stub_path)),
+            field("refusal_emitted"),
+            field("hedge_injected"),
+            version,
+            policy,
+        );
+        *self.scanned_tally.entry(key).or_insert(0) += 1;
+    }
+
+    /// The scanning path's tally into the Verifier's (the same keys `TurnCounts.add` makes).
+    fn flush_tally(&mut self, py: Python<'_>) -> PyResult<()> {
+        let tally = self.tally.bind(py);
+        for ((pack, stub, refused, hedged, version, policy), n) in self.scanned_tally.drain() {
+            let kind = PyTuple::new(
+                py,
+                [
+                    PyString::new(py, &pack).into_any(),
+                    PyBool::new(py, stub).to_owned().into_any(),
+                    PyBool::new(py, refused).to_owned().into_any(),
+                    PyBool::new(py, hedged).to_owned().into_any(),
+                    version.into_pyobject(py)?.into_any(),
+                    match policy {
+                        Some(p) => PyString::new(py, &p).into_any(),
+                        None => py.None().into_bound(py),
+                    },
+                ],
+            )?;
+            let before: u64 = match tally.get_item(&kind)? {
+                Some(count) => count.extract()?,
+                None => 0,
+            };
+            tally.set_item(kind, before + n)?;
+        }
+        Ok(())
+    }
+
+    fn tally_record(&self, py: Python<'_>, stub_path: &Bound<'_, PyAny>, event: &Bound<'_, PyAny>, version: &Bound<'_, PyAny>) -> PyResult<()> {
         // `TurnCounts.add`'s key: (pack, stub, refused, hedged, writer version, policy).
         let bundle = event.get_item(intern!(py, "verdicts"))?;
         let action = event.get_item(intern!(py, "action_assessment"))?;
@@ -291,6 +626,25 @@ impl VerifyStep {
         };
         tally.set_item(kind, n + 1)
     }
+
+    fn step(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>, tracker: &NativeStreamTracker, check: &ContractCheck) -> PyResult<Step> {
+        let partition: i64 = msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?.unwrap_or(0);
+        if !self.fed_partitions.contains(&partition) {
+            self.fed_partitions.insert(partition);
+            return Ok(Step::Feed); // its partition's first message
+        }
+        let value = msg.call_method0(intern!(py, "value"))?;
+        let Ok(bytes) = value.cast::<PyBytes>() else {
+            return Ok(Step::Feed); // no value: the Verifier says why
+        };
+        let plan = self.plan(bytes.as_bytes());
+        match plan.as_deref() {
+            Some(shipped @ Shipped { scan: Some(scanning), .. }) => {
+                self.by_scan(py, msg, shipped, scanning, bytes, partition, tracker, check)
+            }
+            other => self.by_record(py, msg, other, bytes, partition, tracker, check),
+        }
+    }
 }
 
 #[pymethods]
@@ -300,6 +654,7 @@ impl VerifyStep {
     #[new]
     #[pyo3(signature = (decode, tracker, check, tally, shipped = Vec::new()))]
     fn new(
+        py: Python<'_>,
         decode: Py<PyAny>,
         tracker: Py<NativeStreamTracker>,
         check: Py<ContractCheck>,
@@ -312,76 +667,47 @@ impl VerifyStep {
                 .as_slice()
                 .try_into()
                 .map_err(|_| pyo3::exceptions::PyValueError::new_err("a fingerprint is 8 bytes"))?;
-            plans.insert(fingerprint, Shipped { decoder, version, fill_shared, fill_copied });
+            let scan = scanning(py, &decoder, &version, &fill_shared, &fill_copied)?;
+            plans.insert(fingerprint, Arc::new(Shipped { decoder, version, fill_shared, fill_copied, scan }));
         }
-        Ok(VerifyStep { decode, shipped: plans, tracker, check, tally, fed_partitions: HashSet::new(), messages: 0, first_timestamp: None, last_timestamp: None })
+        Ok(VerifyStep {
+            decode,
+            shipped: plans,
+            tracker,
+            check,
+            tally,
+            scanned_tally: HashMap::new(),
+            fed_partitions: HashSet::new(),
+            messages: 0,
+            first_timestamp: None,
+            last_timestamp: None,
+        })
     }
 
     /// The batch's messages from `start` on, until one is the Verifier's: (its index, why,
     /// its decoded event, its `TrackResult` or the error placing it raised, whether it
     /// opened a stream). `(len(batch), DONE, None, None, False)` at the end.
     fn run(&mut self, py: Python<'_>, batch: &Bound<'_, PyList>, start: usize) -> PyResult<Stop> {
-        let decode = self.decode.clone_ref(py);
-        let decode = decode.bind(py);
         let tracker = self.tracker.clone_ref(py);
-        let tracker = tracker.get();
         let check = self.check.clone_ref(py);
-        let check = check.get();
         let none = || py.None();
+        let mut stop = (batch.len(), DONE, none(), none(), false);
         for index in start..batch.len() {
             let msg = batch.get_item(index)?;
-            let partition: i64 = msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?.unwrap_or(0);
-            if !self.fed_partitions.contains(&partition) {
-                self.fed_partitions.insert(partition);
-                return Ok((index, FEED, none(), none(), false)); // its partition's first message
+            match self.step(py, &msg, tracker.get(), check.get()) {
+                Ok(Step::Tallied) => continue,
+                Ok(Step::Feed) => stop = (index, FEED, none(), none(), false),
+                Ok(Step::Finish(decoded, result, opened)) => stop = (index, FINISH, decoded, result, opened),
+                Ok(Step::NotATurn(err)) => stop = (index, NOT_A_TURN, none(), err, false),
+                Err(err) => {
+                    self.flush_tally(py)?;
+                    return Err(err);
+                }
             }
-            let value = msg.call_method0(intern!(py, "value"))?;
-            let Ok(bytes) = value.cast::<PyBytes>() else {
-                return Ok((index, FEED, none(), none(), false)); // no value: the Verifier says why
-            };
-            let Some((event, version)) = self.decoded(py, decode, bytes)? else {
-                return Ok((index, FEED, none(), none(), false)); // undecodable: the Verifier says why
-            };
-            let offset: i64 = msg.call_method0(intern!(py, "offset"))?.extract::<Option<i64>>()?.unwrap_or(0);
-            let timestamp: Option<i64> = msg.call_method0(intern!(py, "timestamp"))?.get_item(1)?.extract()?;
-            self.messages += 1;
-            if let Some(t) = timestamp {
-                self.stamp(t);
-            }
-            let held = tracker.streams_held()?;
-            let (stream, sequence, placed) = match tracker.place_event(py, &event, bytes.as_bytes(), Some(partition), Some(offset)) {
-                Ok(placing) => placing,
-                Err(err) => return Ok((index, NOT_A_TURN, none(), err.into_value(py).into_any(), false)),
-            };
-            let opened = tracker.streams_held()? != held;
-            let key = msg.call_method0(intern!(py, "key"))?;
-            let session = stream.get_item(0)?;
-            let key_is_session = match (key.cast::<PyBytes>(), session.cast::<PyString>()) {
-                (Ok(k), Ok(s)) => s.to_str().is_ok_and(|s| s.as_bytes() == k.as_bytes()),
-                _ => false,
-            };
-            let recorded = match event.cast::<PyDict>() {
-                Ok(d) => match d.get_item(intern!(py, "breaches"))? {
-                    Some(b) => b.is_truthy()?,
-                    None => false,
-                },
-                Err(_) => true,
-            };
-            let ordinary = placed.outcome == NEW
-                && placed.chain_break.is_none()
-                && !(opened && sequence > 0)
-                && key_is_session
-                && !recorded
-                && !check.breaks(py, &event).unwrap_or(true);
-            if !ordinary {
-                let result = tracker.result_of(py, &stream, sequence, placed)?;
-                // The Verifier's own decoding of it (the same record): rare, so built again.
-                let decoded = decode.call1((bytes,))?;
-                return Ok((index, FINISH, decoded.unbind(), result, opened));
-            }
-            self.tally(py, check.stub_path.bind(py), &event, &version)?;
+            break;
         }
-        Ok((batch.len(), DONE, none(), none(), false))
+        self.flush_tally(py)?;
+        Ok(stop)
     }
 
     /// Messages counted here since the last call (the Verifier adds them to its own).
@@ -401,8 +727,46 @@ impl VerifyStep {
         out
     }
 
+    /// Writer versions this step scans without building records.
+    fn scanned_versions(&self) -> Vec<i64> {
+        let mut out: Vec<i64> = self.shipped.values().filter_map(|s| s.scan.as_ref().map(|s| s.version)).collect();
+        out.sort_unstable();
+        out
+    }
+
     #[classattr]
     fn kinds() -> (u8, u8, u8, u8) {
         (DONE, FEED, FINISH, NOT_A_TURN)
     }
+}
+
+/// How a shipped schema is scanned, or `None` (its records are built): the writer must
+/// have every slot's field; `breaches` alone may be missing, when its default is empty.
+fn scanning(
+    py: Python<'_>,
+    decoder: &Py<Decoder>,
+    version: &Py<PyAny>,
+    fill_shared: &Py<PyDict>,
+    fill_copied: &[(Py<PyString>, Py<PyAny>)],
+) -> PyResult<Option<Scanning>> {
+    let plan = &decoder.get().plan;
+    let names = Names::of(py, plan)?;
+    let top = names.top(plan).to_vec();
+    for (i, name) in SLOTS.iter().enumerate() {
+        if top.iter().any(|n| n == name) {
+            continue;
+        }
+        if i != BREACHES {
+            return Ok(None);
+        }
+        let default = match fill_shared.bind(py).get_item(name)? {
+            Some(d) => Some(d),
+            None => fill_copied.iter().find(|(n, _)| n.bind(py).to_str().is_ok_and(|n| n == *name)).map(|(_, d)| d.bind(py).clone()),
+        };
+        if default.is_none_or(|d| d.is_truthy().unwrap_or(true)) {
+            return Ok(None);
+        }
+    }
+    let wanted = top.iter().map(|n| slot(n)).collect();
+    Ok(Some(Scanning { names, wanted, version: version.bind(py).extract()? }))
 }

@@ -224,3 +224,120 @@ def test_a_clean_range_is_verified_without_python_but_for_each_partitions_first_
         assert verifier.counts.turns == 200 == verifier.messages
         assert (verifier.first_timestamp, verifier.last_timestamp) == (1, 200)
         assert VerifyReport(RANGE, verifier).ok
+
+
+IDENTITIES: list[object] = [None, {"score": 0.8, "threshold": 0.5},
+                            {"score": math.nan, "threshold": 0.5},
+                            {"score": -0.0, "threshold": 0.5}, {"score": 0.0, "threshold": 0.5}]
+SAFETY = [{"passed": True, "violated_boundary_ids": []},
+          {"passed": False, "violated_boundary_ids": ["weapons"]}]
+ETHICS: list[object] = [None, {"passed": True, "violated_predicate_ids": [],
+                               "hedge_recommended": False},
+                        {"passed": False, "violated_predicate_ids": ["p"],
+                         "hedge_recommended": True}]
+TEXTS = ["[unknown-domain]", "walk:triage", "[refusal] no", "", "Take 200mg."]
+ACTION_VALUES = {
+    "risk_tier": [t.value for t in RiskTier],
+    "execution_verdict": [v.value for v in Verdict],
+    "action_risk_verdict": [v.value for v in Verdict],
+    "output_policy": ["DOMAIN_SEAL", "DOMAIN_HOLD", "DOMAIN_VOID"],
+    "human_decision_required": [True, False],
+    "injection_detected": [True, False],
+    "critic_available": [True, False],
+}
+
+
+@st.composite
+def typed_turns(draw: st.DrawFn) -> tuple[bytes, dict[str, Any]]:
+    """A v3 or v4 turn whose fields take any value their schema allows (breaching or
+    not), and its key (the session id, mostly)."""
+    version = draw(st.sampled_from([3, 4]))
+    action = ActionAssessment.from_critic("deploy", Verdict.SEAL, RiskTier.LOW, False)
+    event = turn("typed", 0, version=version, action=action if draw(st.booleans()) else None)
+    bundle = event["verdicts"]
+    pick = draw
+    for name in ("refusal_emitted", "hedge_injected"):
+        bundle[name] = pick(st.booleans())
+    event["path"] = pick(st.sampled_from(["MAIN", "STUB"]))
+    event["identity_score"] = copy.deepcopy(pick(st.sampled_from(IDENTITIES)))
+    bundle["identity_score"] = (copy.deepcopy(event["identity_score"]) if pick(st.booleans())
+                                else copy.deepcopy(pick(st.sampled_from(IDENTITIES))))
+    for name, pool in (("safety_verdict", SAFETY), ("ethics_verdict", ETHICS)):
+        event[name] = copy.deepcopy(pick(st.sampled_from(pool)))
+        bundle[name] = (copy.deepcopy(event[name]) if pick(st.booleans())
+                        else copy.deepcopy(pick(st.sampled_from(pool))))
+    if bundle["safety_verdict"] is None:
+        bundle["safety_verdict"] = copy.deepcopy(SAFETY[0])
+    event["cycle_cost_total"] = pick(st.sampled_from([0.0, -0.0, 12.5]))
+    event["vault_hits"] = pick(st.sampled_from([0, 3]))
+    event["flagged"] = pick(st.booleans())
+    event["input_tokens"] = pick(st.sampled_from([[], ["x"]]))
+    for name in ("walk_surface", "articulation_surface", "surface"):
+        event[name] = pick(st.sampled_from(TEXTS))
+    if event["action_assessment"] is not None:
+        for name, values in ACTION_VALUES.items():
+            if pick(st.booleans()):
+                event["action_assessment"][name] = pick(st.sampled_from(values))
+    if version == 4:
+        event["breaches"] = pick(st.sampled_from([[], ["refusal_hedge_exclusive"]]))
+    key = b"typed" if pick(st.integers(0, 9)) else b"other"
+    return key, event
+
+
+@given(st.lists(typed_turns(), min_size=1, max_size=6))
+@settings(max_examples=1500, deadline=None)
+def test_scanned_turns_are_judged_and_counted_as_decoded_ones(
+    turns: list[tuple[bytes, dict[str, Any]]],
+) -> None:
+    # A clean first message per partition (the Verifier's own), then the typed turns: one
+    # legacy stream (no producer id), in order, so the contracts alone set them apart.
+    first = scenario.stamped_events(1, seed=1, producers=1, sessions=1)[0]
+    messages = [Fed(0, 0, first.key, first.value, ("", ""), 0, "")]
+    for n, (key, event) in enumerate(turns):
+        event.update(sequence=n, event_id=f"typed-{n}")
+        messages.append(Fed(0, n + 1, key, encode(event), ("", ""), 0, ""))
+    with one_at_a_time(messages, {0: 0}) as reference, \
+            in_batches(messages, {0: 0}, []) as native:
+        assert native.counts.tally == reference.counts.tally
+        assert VerifyReport(RANGE, native).as_json() == VerifyReport(RANGE, reference).as_json()
+
+
+def test_v3_and_v4_are_scanned_without_building_records() -> None:
+    with Verifier(scenario.DECODE, log_start_offsets={0: 0}) as verifier:
+        assert verifier._step is not None
+        assert verifier._step.scanned_versions() == [3, 4]
+
+
+VALID_WIRE = [encode(turn("wire", n, version=v)) for v in (3, 4) for n in range(2)]
+
+
+@st.composite
+def damaged_messages(draw: st.DrawFn) -> bytes:
+    """A v3 or v4 message with its body damaged: bytes changed, cut, added."""
+    data = bytearray(draw(st.sampled_from(VALID_WIRE)))
+    for _ in range(draw(st.integers(1, 3))):
+        how = draw(st.sampled_from(["change", "cut", "add", "insert"]))
+        at = draw(st.integers(10, len(data)))  # after the header: the schema stays known
+        if how == "change" and at < len(data):
+            data[at] = draw(st.integers(0, 255))
+        elif how == "cut":
+            del data[at:]
+        elif how == "add":
+            data += bytes(draw(st.binary(min_size=1, max_size=4)))
+        else:
+            data[at:at] = draw(st.binary(min_size=1, max_size=4))
+    return bytes(data)
+
+
+@given(st.lists(damaged_messages(), min_size=1, max_size=5))
+@settings(max_examples=1500, deadline=None)
+def test_a_damaged_body_is_refused_by_the_scan_exactly_when_decoding_refuses_it(
+    damaged: list[bytes],
+) -> None:
+    first = scenario.stamped_events(1, seed=1, producers=1, sessions=1)[0]
+    messages = [Fed(0, 0, first.key, first.value, ("", ""), 0, "")]
+    messages += [Fed(0, n, b"wire", value, ("", ""), 0, "") for n, value in enumerate(damaged, 1)]
+    with one_at_a_time(messages, {0: 0}) as reference, \
+            in_batches(messages, {0: 0}, []) as native:
+        assert native.counts.tally == reference.counts.tally
+        assert VerifyReport(RANGE, native).as_json() == VerifyReport(RANGE, reference).as_json()
