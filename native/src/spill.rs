@@ -72,6 +72,11 @@ fn corrupt(what: &str) -> io::Error {
     io::Error::new(ErrorKind::InvalidData, format!("spill run damaged: {what}"))
 }
 
+/// The bytes `write_record` takes for a record.
+fn record_size(id: &str, seen: &Seen) -> u64 {
+    4 + id.len() as u64 + 2 + seen.hash.len() as u64 + 1 + 16
+}
+
 /// The next record of `r`, or None at a clean end.
 fn read_record(r: &mut impl Read) -> io::Result<Option<Record>> {
     let mut len4 = [0u8; 4];
@@ -446,6 +451,56 @@ impl SortedRunStore {
         }
     }
 
+    /// Run files other stores exported, taken over as this store's runs when this store
+    /// is empty and no id is in two of them (one read of each, nothing rewritten); `None`
+    /// otherwise, with nothing taken (the caller merges them one by one).
+    fn adopt(&mut self, paths: &[PathBuf]) -> io::Result<Option<()>> {
+        if !self.runs.is_empty() || !self.pending.is_empty() {
+            return Ok(None);
+        }
+        let mut readers = paths
+            .iter()
+            .map(|p| Ok(RunReader(BufReader::with_capacity(IO_BUFFER, File::open(p)?))))
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut counts = vec![0u64; paths.len()];
+        let mut bytes = vec![0u64; paths.len()];
+        let mut indexes: Vec<Vec<(Box<str>, u64)>> = vec![Vec::new(); paths.len()];
+        let mut heap: BinaryHeap<Reverse<(String, usize)>> = BinaryHeap::new();
+        let mut sizes = vec![0u64; paths.len()];
+        for (i, reader) in readers.iter_mut().enumerate() {
+            if let Some((id, seen)) = reader.next()? {
+                sizes[i] = record_size(&id, &seen);
+                heap.push(Reverse((id, i)));
+            }
+        }
+        let mut last: Option<String> = None;
+        while let Some(Reverse((id, i))) = heap.pop() {
+            if last.as_deref() == Some(id.as_str()) {
+                return Ok(None); // an id two of them hold: merged the usual way
+            }
+            if counts[i].is_multiple_of(INDEX_EVERY) {
+                indexes[i].push((id.as_str().into(), bytes[i]));
+            }
+            counts[i] += 1;
+            bytes[i] += sizes[i];
+            self.filter_mut().insert(&id); // a superset is safe, should this fall back
+            if let Some((next_id, next_seen)) = readers[i].next()? {
+                sizes[i] = record_size(&next_id, &next_seen);
+                heap.push(Reverse((next_id, i)));
+            }
+            last = Some(id);
+        }
+        let level = 1;
+        for ((path, count), (size, index)) in paths.iter().zip(counts).zip(bytes.into_iter().zip(indexes)) {
+            let own = self.new_path();
+            if fs::rename(path, &own).is_err() {
+                fs::copy(path, &own)?;
+            }
+            self.runs.push(Run { file: File::open(&own)?, path: own, level, count, bytes: size, index });
+        }
+        Ok(Some(()))
+    }
+
     /// The stream tracker's hand-over, native to native (no Python tuples on the way).
     pub(crate) fn keep_native(
         &mut self,
@@ -594,6 +649,22 @@ impl SortedRunStore {
         }
         self.close();
         Ok(())
+    }
+
+    /// `absorb` of each file in turn, the same answer; an empty store whose files share
+    /// no id takes them over as runs instead of rewriting them (verify's jobs: one file
+    /// each, partitions apart).
+    fn absorb_all<'py>(&mut self, py: Python<'py>, paths: Vec<PathBuf>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        self.check_open()?;
+        self.ensure_directory(py)?;
+        if self.adopt(&paths).map_err(os_error)?.is_some() {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for path in paths {
+            out.extend(self.absorb(py, path)?);
+        }
+        Ok(out)
     }
 
     /// The ids of a run file another store exported, merged in. Returns

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import chain
@@ -170,6 +170,12 @@ class SpilledIds:
         the copy read first (lowest partition, offset) is kept."""
         return [Repeat.of(event_id, mine, theirs)
                 for event_id, mine, theirs in self.native.absorb(path)]
+
+    def absorb_all(self, paths: Sequence[Path]) -> list[Repeat]:
+        """``absorb`` of each file in turn (the same answer); files that share no id, into an
+        empty store, are taken over as they are instead of rewritten."""
+        return [Repeat.of(event_id, mine, theirs)
+                for event_id, mine, theirs in self.native.absorb_all(paths)]
 
     def __iter__(self) -> Iterator[str]:
         for chunk in self.native.id_chunks(ITERATION_CHUNK):

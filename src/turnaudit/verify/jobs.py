@@ -116,9 +116,11 @@ def verify_in_jobs(
             ]
             context = multiprocessing.get_context("spawn")
             with context.Pool(len(planned)) as pool:
-                for job, part in zip(planned, pool.imap(run_job, planned), strict=True):
-                    merged.absorb(part, job.ids)
-                    job.ids.unlink()
+                for part in pool.imap(run_job, planned):
+                    merged.absorb(part)
+            # Jobs read partitions apart, so their ids rarely meet: the files are taken over
+            # as they are, and rewritten (merged) only when some id is in two of them.
+            merged.absorb_ids([job.ids for job in planned])
     except BaseException:
         merged.close()
         raise

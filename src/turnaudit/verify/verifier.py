@@ -164,10 +164,8 @@ class Verifier:
         self._spilled.close()
         self.event_ids = CountedIds(self.tracker.remembered(), self._spilled)
 
-    def absorb(self, other: Verifier, ids: Path) -> None:
-        """The conclusions of a verifier that read other partitions, and its ids (a
-        file ``export_ids`` wrote). An event id both counted is a duplicate copy or
-        changed content at the later of its two places; each copy stays counted."""
+    def absorb(self, other: Verifier) -> None:
+        """The conclusions of a verifier that read other partitions (its ids: ``absorb_ids``)."""
         self.messages += other.messages
         self.redeliveries += other.redeliveries
         self.outside_window += other.outside_window
@@ -191,7 +189,12 @@ class Verifier:
         for stamp in (other.first_timestamp, other.last_timestamp):
             if stamp is not None:
                 self.stamped(stamp)
-        for repeat in self._spilled.absorb(ids):
+
+    def absorb_ids(self, files: Sequence[Path]) -> None:
+        """The ids of verifiers that read other partitions (files ``export_ids`` wrote), in
+        the order given. An event id two of them counted is a duplicate copy or changed
+        content at the later of its two places; each copy stays counted."""
+        for repeat in self._spilled.absorb_all(files):
             where = message_where(repeat.repeat[1] or 0, repeat.repeat[2] or 0)
             where["event_id"] = repeat.event_id
             if repeat.repeat[0] == repeat.first[0]:

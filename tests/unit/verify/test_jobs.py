@@ -44,16 +44,18 @@ def one(messages: list[Message], memory: IdMemory) -> Verifier:
 def merged(messages: list[Message], memory: IdMemory, tmp: Path) -> Verifier:
     """Each partition's messages verified alone, handed over as a job does, merged."""
     out = Verifier(scenario.DECODE, log_start_offsets=LOW, memory=memory)
+    files = []
     for partition in (1, 0):
         with Verifier(scenario.DECODE, log_start_offsets=LOW, memory=memory) as job:
             for n, m in enumerate(messages):
                 if m.partition == partition:
                     job.feed(m.partition, m.offset, m.key, m.value, 1_790_000_000_000 + n)
-            ids = tmp / f"{partition}.sqlite3"
+            ids = tmp / f"{partition}.ids"
             job.export_ids(ids)
             sent = pickle.loads(pickle.dumps(job))  # noqa: S301 -- our own bytes, as a job sends
-        out.absorb(sent, ids)
-        ids.unlink()
+        out.absorb(sent)
+        files.append(ids)
+    out.absorb_ids(files)
     return out
 
 

@@ -139,3 +139,41 @@ def test_a_really_full_disk_is_an_os_error_and_what_was_written_stays(tmp_path: 
             assert len(store) == len(first) + len(rest)
         finally:
             store.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(parts=st.lists(kept_lists, min_size=1, max_size=4), batch=st.integers(1, 30),
+       disjoint=st.booleans(), probes=st.lists(ids, max_size=30), filled=st.booleans())
+def test_absorbing_files_together_answers_as_absorbing_them_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory, *, parts: list[list[tuple[str, Seen]]],
+    batch: int, disjoint: bool, probes: list[str], filled: bool,
+) -> None:
+    if disjoint:  # as verify's jobs hand them over: no id in two files (taken over)
+        parts = [[(f"{n}:{event_id}", seen) for event_id, seen in part]
+                 for n, part in enumerate(parts)]
+    spill_dir = tmp_path_factory.mktemp("absorb-all")
+
+    def handed(tag: str) -> list[Path]:
+        files = []
+        for n, part in enumerate(parts):
+            other = SpilledIds(spill_dir, batch=batch)
+            other.keep_many(part)
+            files.append(spill_dir / f"{tag}-{n}.ids")
+            other.export({}, files[-1])
+        return files
+
+    one_by_one, together = SpilledIds(spill_dir, batch=batch), SpilledIds(spill_dir, batch=batch)
+    try:
+        if filled:  # a store holding ids already merges, whatever the files hold
+            for store in (one_by_one, together):
+                store.keep_many([("held", ("ab", 9, 9))])
+        expected = [r for path in handed("a") for r in one_by_one.absorb(path)]
+        got = together.absorb_all(handed("b"))
+        assert got == expected
+        assert len(together) == len(one_by_one)
+        for event_id in [*(i for part in parts for i, _ in part), *probes]:
+            assert together.recall(event_id) == one_by_one.recall(event_id), event_id
+        assert list(together) == list(one_by_one)
+    finally:
+        one_by_one.close()
+        together.close()
