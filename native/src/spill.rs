@@ -72,9 +72,23 @@ fn corrupt(what: &str) -> io::Error {
     io::Error::new(ErrorKind::InvalidData, format!("spill run damaged: {what}"))
 }
 
-/// The bytes `write_record` takes for a record.
-fn record_size(id: &str, seen: &Seen) -> u64 {
-    4 + id.len() as u64 + 2 + seen.hash.len() as u64 + 1 + 16
+/// The next record's id into `id` (its other fields skipped): the bytes the record
+/// took, or None at a clean end.
+fn read_id(r: &mut impl Read, id: &mut Vec<u8>, scratch: &mut Vec<u8>) -> io::Result<Option<u64>> {
+    let mut len4 = [0u8; 4];
+    match r.read_exact(&mut len4) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    id.resize(u32::from_le_bytes(len4) as usize, 0);
+    r.read_exact(id)?;
+    let mut len2 = [0u8; 2];
+    r.read_exact(&mut len2)?;
+    let rest = usize::from(u16::from_le_bytes(len2)) + 17;
+    scratch.resize(rest, 0);
+    r.read_exact(scratch)?;
+    Ok(Some(4 + id.len() as u64 + 2 + rest as u64))
 }
 
 /// The next record of `r`, or None at a clean end.
@@ -453,50 +467,47 @@ impl SortedRunStore {
 
     /// Run files other stores exported, taken over as this store's runs when this store
     /// is empty and no id is in two of them (one read of each, nothing rewritten); `None`
-    /// otherwise, with nothing taken (the caller merges them one by one).
+    /// otherwise, with nothing taken (the caller merges them one by one). An id of a
+    /// later file the filter may already hold is looked up in the earlier files.
     fn adopt(&mut self, paths: &[PathBuf]) -> io::Result<Option<()>> {
         if !self.runs.is_empty() || !self.pending.is_empty() {
             return Ok(None);
         }
-        let mut readers = paths
-            .iter()
-            .map(|p| Ok(RunReader(BufReader::with_capacity(IO_BUFFER, File::open(p)?))))
-            .collect::<io::Result<Vec<_>>>()?;
-        let mut counts = vec![0u64; paths.len()];
-        let mut bytes = vec![0u64; paths.len()];
-        let mut indexes: Vec<Vec<(Box<str>, u64)>> = vec![Vec::new(); paths.len()];
-        let mut heap: BinaryHeap<Reverse<(String, usize)>> = BinaryHeap::new();
-        let mut sizes = vec![0u64; paths.len()];
-        for (i, reader) in readers.iter_mut().enumerate() {
-            if let Some((id, seen)) = reader.next()? {
-                sizes[i] = record_size(&id, &seen);
-                heap.push(Reverse((id, i)));
+        let mut taken: Vec<Run> = Vec::with_capacity(paths.len());
+        for path in paths {
+            let mut reader = BufReader::with_capacity(IO_BUFFER, File::open(path)?);
+            let (mut id, mut scratch, mut count, mut bytes) = (Vec::new(), Vec::new(), 0u64, 0u64);
+            let mut index: Vec<(Box<str>, u64)> = Vec::new();
+            let mut maybe_held: Vec<String> = Vec::new();
+            while let Some(size) = read_id(&mut reader, &mut id, &mut scratch)? {
+                let text = std::str::from_utf8(&id).map_err(|_| corrupt("event id not UTF-8"))?;
+                if count.is_multiple_of(INDEX_EVERY) {
+                    index.push((text.into(), bytes));
+                }
+                if !taken.is_empty() && self.filter.as_ref().is_some_and(|f| f.holds(text)) {
+                    maybe_held.push(text.to_owned());
+                }
+                self.filter_mut().insert(text); // a superset is safe, should this fall back
+                count += 1;
+                bytes += size;
             }
+            for text in &maybe_held {
+                for run in &taken {
+                    if run.find(text)?.is_some() {
+                        return Ok(None); // an id two of them hold: merged the usual way
+                    }
+                }
+            }
+            taken.push(Run { file: File::open(path)?, path: path.clone(), level: 1, count, bytes, index });
         }
-        let mut last: Option<String> = None;
-        while let Some(Reverse((id, i))) = heap.pop() {
-            if last.as_deref() == Some(id.as_str()) {
-                return Ok(None); // an id two of them hold: merged the usual way
-            }
-            if counts[i].is_multiple_of(INDEX_EVERY) {
-                indexes[i].push((id.as_str().into(), bytes[i]));
-            }
-            counts[i] += 1;
-            bytes[i] += sizes[i];
-            self.filter_mut().insert(&id); // a superset is safe, should this fall back
-            if let Some((next_id, next_seen)) = readers[i].next()? {
-                sizes[i] = record_size(&next_id, &next_seen);
-                heap.push(Reverse((next_id, i)));
-            }
-            last = Some(id);
-        }
-        let level = 1;
-        for ((path, count), (size, index)) in paths.iter().zip(counts).zip(bytes.into_iter().zip(indexes)) {
+        for mut run in taken {
             let own = self.new_path();
-            if fs::rename(path, &own).is_err() {
-                fs::copy(path, &own)?;
+            if fs::rename(&run.path, &own).is_err() {
+                fs::copy(&run.path, &own)?;
+                run.file = File::open(&own)?;
             }
-            self.runs.push(Run { file: File::open(&own)?, path: own, level, count, bytes: size, index });
+            run.path = own;
+            self.runs.push(run);
         }
         Ok(Some(()))
     }

@@ -259,27 +259,32 @@ struct State {
     filter: Option<BloomFilter>, // made when the first id is handed to the forgotten store
 }
 
-/// A Bloom filter over strings: three bit positions per string by double hashing.
-/// `might_hold` is false only for a string never added.
+/// A Bloom filter over strings, blocked: three bit positions per string, all in one
+/// 512-bit block (one cache line), so a lookup or insert touches memory once instead of
+/// three times (the filter is 32 MiB: each touch a cache miss). `might_hold` is false
+/// only for a string never added.
 #[pyclass(module = "turnaudit_native")]
 pub(crate) struct BloomFilter {
     words: Vec<u64>,
-    mask: u64,
-    shift: u32,
+    blocks: u64,
+    block_words: u64,
 }
 
 impl BloomFilter {
     pub(crate) fn with_bits(bits: u64) -> Self {
-        BloomFilter { words: vec![0u64; (bits / 64) as usize], mask: bits - 1, shift: bits.trailing_zeros() }
+        let words = bits / 64;
+        let block_words = words.min(8);
+        BloomFilter { words: vec![0u64; words as usize], blocks: words / block_words, block_words }
     }
 
     fn positions(&self, text: &str) -> [u64; 3] {
         let mut h = DefaultHasher::new();
         text.hash(&mut h);
         let h = h.finish();
-        let first = h & self.mask;
-        let step = ((h >> self.shift) | 1) & self.mask;
-        [first, (first + step) & self.mask, (first + 2 * step) & self.mask]
+        // The low bits pick the block, three 9-bit fields of the high half a bit in it.
+        let block_bits = self.block_words * 64;
+        let base = (h & (self.blocks - 1)) * block_bits;
+        [32, 41, 50].map(|at| base + ((h >> at) & (block_bits - 1)))
     }
 
     pub(crate) fn insert(&mut self, text: &str) {
