@@ -25,7 +25,7 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::track::BloomFilter;
+use crate::track::{BloomFilter, NativeStreamTracker};
 
 const INDEX_EVERY: u64 = 64;
 const FAN_IN: usize = 8;
@@ -660,6 +660,46 @@ impl SortedRunStore {
         }
         self.close();
         Ok(())
+    }
+
+    /// Every id held, and those `tracker` still remembers (taken from it), as run files in
+    /// `directory` (`0000.ids`, `0001.ids`, ... in the store's order) for another process
+    /// to `absorb_all`: the runs as they are, the rest in one more run, nothing merged. The
+    /// store is closed after.
+    fn export_runs(&mut self, py: Python<'_>, tracker: &Bound<'_, NativeStreamTracker>, directory: PathBuf) -> PyResult<Vec<PathBuf>> {
+        self.check_open()?;
+        for (id, seen) in tracker.get().drain_remembered()? {
+            if let Entry::Vacant(slot) = self.pending.entry(id) {
+                slot.insert(seen);
+            }
+        }
+        if !self.pending.is_empty() {
+            self.ensure_directory(py)?;
+            let path = self.new_path();
+            let mut batch: Vec<(&String, &Seen)> = self.pending.iter().collect();
+            batch.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let run = RunWriter::create(path.clone())
+                .and_then(|mut writer| {
+                    for (id, seen) in &batch {
+                        writer.push(id, seen)?;
+                    }
+                    writer.finish(0)
+                })
+                .map_err(os_error)?;
+            self.pending.clear();
+            self.runs.push(run);
+        }
+        fs::create_dir_all(&directory).map_err(os_error)?;
+        let mut out = Vec::with_capacity(self.runs.len());
+        for (n, run) in self.runs.iter().enumerate() {
+            let destination = directory.join(format!("{n:04}.ids"));
+            if fs::rename(&run.path, &destination).is_err() {
+                fs::copy(&run.path, &destination).map_err(os_error)?;
+            }
+            out.push(destination);
+        }
+        self.close();
+        Ok(out)
     }
 
     /// `absorb` of each file in turn, the same answer; an empty store whose files share

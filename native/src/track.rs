@@ -546,6 +546,15 @@ impl NativeStreamTracker {
         Ok(placed)
     }
 
+    /// The ids in memory, taken out (forgotten here, nothing counted): verify's hand-over
+    /// of a job's ids, native to native.
+    pub(crate) fn drain_remembered(&self) -> PyResult<Vec<(String, Seen)>> {
+        let mut st = self.lock()?;
+        let order = std::mem::take(&mut st.order);
+        let seen = std::mem::take(&mut st.seen);
+        Ok(order.iter().map(|id| (id.to_string(), spilled_seen(&seen[id]))).collect())
+    }
+
     /// The streams held (`len(tracker)`).
     pub(crate) fn streams_held(&self) -> PyResult<usize> {
         Ok(self.lock()?.streams.len())

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.identity import Seen
-from turnaudit.serialization.native import SortedRunStore
+from turnaudit.serialization.native import NativeStreamTracker, SortedRunStore
 
 DEFAULT_MEMORY_IDS = 1_000_000
 # Spilled ids are written this many at a time (a run; the log reconciliation's SQLite
@@ -164,6 +164,14 @@ class SpilledIds:
         self.native.keep_many(remembered.items())
         self.native.export(destination)
         self.close()
+
+    def export_runs(self, tracker: NativeStreamTracker, directory: Path) -> list[Path]:
+        """Every id, the spilled ones and those ``tracker`` still remembers (taken from it),
+        as run files in ``directory`` for another process to ``absorb_all``, nothing merged
+        on the way; this store is closed."""
+        files = self.native.export_runs(tracker, directory)
+        self.close()
+        return files
 
     def absorb(self, path: Path) -> list[Repeat]:
         """The ids of another store's exported file; those both hold are returned, and

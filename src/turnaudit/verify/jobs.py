@@ -69,7 +69,7 @@ class Job:
     end: dict[int, int]
     options: VerifierOptions
     timeout: float
-    ids: Path  # where the job leaves its event ids
+    ids: Path  # the directory the job leaves its event ids in (run files)
 
 
 def default_jobs(partitions: int) -> int:
@@ -85,7 +85,7 @@ def partition_sets(start: Mapping[int, int], end: Mapping[int, int], jobs: int) 
 
 
 def run_job(job: Job) -> Verifier:
-    """One job (in its own process): its partitions verified, its ids left in a file."""
+    """One job (in its own process): its partitions verified, its ids left in run files."""
     with job.options.verifier(decoder_for(job.settings)) as verifier:
         feed_range(job.settings, job.topic, verifier, start=job.start, end=job.end,
                    timeout=job.timeout)
@@ -111,7 +111,7 @@ def verify_in_jobs(
                                          dir=options.memory.spill_dir) as handed:
             planned = [
                 Job(settings, topic, {p: start.get(p, 0) for p in part},
-                    {p: end[p] for p in part}, options, timeout, Path(handed) / f"{n}.ids")
+                    {p: end[p] for p in part}, options, timeout, Path(handed) / f"job-{n}")
                 for n, part in enumerate(partition_sets(start, end, jobs))
             ]
             context = multiprocessing.get_context("spawn")
@@ -120,7 +120,7 @@ def verify_in_jobs(
                     merged.absorb(part)
             # Jobs read partitions apart, so their ids rarely meet: the files are taken over
             # as they are, and rewritten (merged) only when some id is in two of them.
-            merged.absorb_ids([job.ids for job in planned])
+            merged.absorb_ids([f for job in planned for f in sorted(job.ids.iterdir())])
     except BaseException:
         merged.close()
         raise

@@ -147,10 +147,10 @@ class Verifier:
         self._spilled.close()
 
     # -- verify --jobs: a verifier per partition set, merged ---------------------------
-    def export_ids(self, destination: Path) -> None:
-        """Every counted event id into one sorted run file for ``absorb`` (then ``event_ids`` is
-        unusable here)."""
-        self._spilled.export(self.tracker.hand_over_ids(), destination)
+    def export_ids(self, directory: Path) -> list[Path]:
+        """Every counted event id as run files in ``directory`` for ``absorb_ids`` (then
+        ``event_ids`` is unusable here)."""
+        return self._spilled.export_runs(self.tracker, directory)
 
     def __getstate__(self) -> dict[str, object]:
         # Sent back from a job: its ids go by ``export_ids``, its decoder stays there.
