@@ -1112,99 +1112,182 @@ impl NativeStreamTracker {
     }
 
     /// Everything placed so far, as plain Python values (pickle).
-    fn _state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    /// The tables as bytes (`StateWriter`'s format), for pickling: one bytes object, not
+    /// Python objects by the million (verify's jobs send their trackers back).
+    fn _state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let st = self.lock()?;
-        let streams = PyList::empty(py);
+        let mut w = StateWriter(Vec::new());
+        w.u64(st.streams.len() as u64);
         for (k, s) in st.streams.iter().rev() {
+            w.text(&k.0);
+            w.text(&k.1);
+            w.opt(s.partition);
+            w.i128(s.next);
             let mut missing: Vec<i128> = s.missing.iter().copied().collect();
             missing.sort_unstable();
-            let own: Vec<(i128, Bound<'py, PyBytes>)> =
-                s.own.iter().map(|(p, h)| (*p, PyBytes::new(py, h))).collect();
-            let claimed: Vec<(i128, Option<String>)> = s
-                .claimed
-                .iter()
-                .map(|(p, c)| (*p, match c { Prev::Text(t) => Some(t.clone()), Prev::Other => None }))
-                .collect();
-            streams.append((k.0.as_str(), k.1.as_str(), s.partition, s.next, missing, s.untracked_missing, own, claimed))?;
+            w.u64(missing.len() as u64);
+            missing.iter().for_each(|p| w.i128(*p));
+            w.i128(s.untracked_missing);
+            let own: Vec<(&i128, &Hash32)> = s.own.iter().collect();
+            w.u64(own.len() as u64);
+            for (p, h) in own {
+                w.i128(*p);
+                w.0.extend_from_slice(h);
+            }
+            let claimed: Vec<(&i128, &Prev)> = s.claimed.iter().collect();
+            w.u64(claimed.len() as u64);
+            for (p, c) in claimed {
+                w.i128(*p);
+                match c {
+                    Prev::Text(t) => {
+                        w.0.push(1);
+                        w.text(t);
+                    }
+                    Prev::Other => w.0.push(0),
+                }
+            }
         }
-        let seen = PyList::empty(py);
+        w.u64(st.order.len() as u64);
         for id in &st.order {
             let e = &st.seen[id];
-            seen.append((&**id, std::str::from_utf8(&e.hash16).expect("hex"), e.partition, e.offset))?;
+            w.text(id);
+            w.0.extend_from_slice(&e.hash16);
+            w.opt(e.partition);
+            w.opt(e.offset);
         }
-        let first: Vec<(i64, i64)> = st.first_offset.iter().map(|(p, o)| (*p, *o)).collect();
+        w.u64(st.first_offset.len() as u64);
+        for (p, o) in &st.first_offset {
+            w.0.extend_from_slice(&p.to_le_bytes());
+            w.0.extend_from_slice(&o.to_le_bytes());
+        }
         let words: &[u64] = st.filter.as_ref().map_or(&[], |f| &f.words);
-        let filter = PyBytes::new(py, &words.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
-        (
-            streams,
-            seen,
-            first,
-            filter,
-            self.currently_missing.load(Ordering::Relaxed),
-            self.new_turns.load(Ordering::Relaxed),
-            self.forgotten_event_ids.load(Ordering::Relaxed),
-        )
-            .into_pyobject(py)
+        w.u64(words.len() as u64);
+        words.iter().for_each(|word| w.0.extend_from_slice(&word.to_le_bytes()));
+        for counter in [&self.currently_missing, &self.new_turns, &self.forgotten_event_ids] {
+            w.0.extend_from_slice(&counter.load(Ordering::Relaxed).to_le_bytes());
+        }
+        Ok(PyBytes::new(py, &w.0))
     }
 
-    fn _restore(&self, state: &Bound<'_, PyTuple>) -> PyResult<()> {
-        type StreamRow = (String, String, Option<i64>, i128, Vec<i128>, i128, Vec<(i128, Vec<u8>)>, Vec<(i128, Option<String>)>);
-        type SeenRow = (String, String, Option<i64>, Option<i64>);
-        type Saved = (Vec<StreamRow>, Vec<SeenRow>, Vec<(i64, i64)>, Vec<u8>, i64, i64, i64);
-        let (streams, seen, first, filter, missing, turns, forgotten): Saved = state.extract()?;
+    fn _restore(&self, state: &[u8]) -> PyResult<()> {
+        let mut r = StateReader { buf: state, pos: 0 };
         let mut st = self.lock()?;
         st.streams = LruCache::unbounded();
-        for (session, producer, partition, next, missing, untracked, own, claimed) in streams {
-            let mut hashes = Own::default();
-            for (p, h) in own {
-                let h: Hash32 = h.try_into().map_err(|_| PyValueError::new_err("a chain hash of 32 bytes"))?;
-                hashes.insert(p, h);
+        for _ in 0..r.u64()? {
+            let session = r.text()?;
+            let producer = r.text()?;
+            let partition = r.opt()?;
+            let next = r.i128()?;
+            let mut missing = HashSet::new();
+            for _ in 0..r.u64()? {
+                missing.insert(r.i128()?);
             }
-            let mut claims = Claims::default();
-            for (p, c) in claimed {
-                claims.insert(p, c.map_or(Prev::Other, Prev::Text));
+            let untracked_missing = r.i128()?;
+            let mut own = Own::default();
+            for _ in 0..r.u64()? {
+                let p = r.i128()?;
+                let h: Hash32 = r.take(32)?.try_into().expect("32 bytes");
+                own.insert(p, h);
             }
-            st.streams.push(
-                (session, producer),
-                Stream {
-                    partition,
-                    next,
-                    missing: Positions::of(missing.into_iter().collect()),
-                    untracked_missing: untracked,
-                    own: hashes,
-                    claimed: claims,
-                },
-            );
+            let mut claimed = Claims::default();
+            for _ in 0..r.u64()? {
+                let p = r.i128()?;
+                let prev = if r.take(1)?[0] == 1 { Prev::Text(r.text()?) } else { Prev::Other };
+                claimed.insert(p, prev);
+            }
+            let stream = Stream { partition, next, missing: Positions::of(missing), untracked_missing, own, claimed };
+            st.streams.push((session, producer), stream);
         }
         st.seen = HashMap::new();
         st.order = VecDeque::new();
-        for (id, hash, partition, offset) in seen {
-            let mut hash16 = [0u8; SEEN_DIGITS];
-            if hash.len() != SEEN_DIGITS {
-                return Err(PyValueError::new_err("a seen hash of 16 hex digits"));
-            }
-            hash16.copy_from_slice(hash.as_bytes());
-            let id: Arc<str> = Arc::from(id);
+        for _ in 0..r.u64()? {
+            let id: Arc<str> = Arc::from(r.text()?);
+            let hash16: [u8; SEEN_DIGITS] = r.take(SEEN_DIGITS)?.try_into().expect("16 bytes");
+            let partition = r.opt()?;
+            let offset = r.opt()?;
             st.order.push_back(id.clone());
             st.seen.insert(id, SeenEntry { hash16, partition, offset });
         }
-        st.first_offset = first.into_iter().collect();
-        st.filter = if filter.is_empty() {
+        st.first_offset = HashMap::new();
+        for _ in 0..r.u64()? {
+            let p = r.i64()?;
+            let o = r.i64()?;
+            st.first_offset.insert(p, o);
+        }
+        let words = r.u64()?;
+        st.filter = if words == 0 {
             None
         } else {
             let mut restored = BloomFilter::with_bits(FILTER_BITS);
-            if filter.len() != restored.words.len() * 8 {
+            if words != restored.words.len() as u64 {
                 return Err(PyValueError::new_err("a filter of the tracker's size"));
             }
-            for (word, c) in restored.words.iter_mut().zip(filter.chunks_exact(8)) {
-                *word = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+            for word in restored.words.iter_mut() {
+                *word = r.i64()? as u64;
             }
             Some(restored)
         };
+        let (missing, turns, forgotten) = (r.i64()?, r.i64()?, r.i64()?);
+        if r.pos != state.len() {
+            return Err(PyValueError::new_err("bytes after a tracker's state"));
+        }
         self.currently_missing.store(missing, Ordering::Relaxed);
         self.new_turns.store(turns, Ordering::Relaxed);
         self.forgotten_event_ids.store(forgotten, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// A tracker's state as bytes: little-endian integers, texts as a u32 length and UTF-8.
+struct StateWriter(Vec<u8>);
+
+impl StateWriter {
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn i128(&mut self, v: i128) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn text(&mut self, t: &str) {
+        self.0.extend_from_slice(&(t.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(t.as_bytes());
+    }
+    fn opt(&mut self, v: Option<i64>) {
+        self.0.push(u8::from(v.is_some()));
+        self.0.extend_from_slice(&v.unwrap_or(0).to_le_bytes());
+    }
+}
+
+struct StateReader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl StateReader<'_> {
+    fn take(&mut self, n: usize) -> PyResult<&[u8]> {
+        let end = self.pos.checked_add(n).filter(|e| *e <= self.buf.len());
+        let end = end.ok_or_else(|| PyValueError::new_err("a tracker's state cut short"))?;
+        let out = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+    fn u64(&mut self) -> PyResult<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn i64(&mut self) -> PyResult<i64> {
+        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+    fn i128(&mut self) -> PyResult<i128> {
+        Ok(i128::from_le_bytes(self.take(16)?.try_into().expect("16 bytes")))
+    }
+    fn text(&mut self) -> PyResult<String> {
+        let n = u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")) as usize;
+        String::from_utf8(self.take(n)?.to_vec()).map_err(|_| PyValueError::new_err("a tracker's state with a text not UTF-8"))
+    }
+    fn opt(&mut self) -> PyResult<Option<i64>> {
+        let some = self.take(1)?[0] == 1;
+        let v = self.i64()?;
+        Ok(some.then_some(v))
     }
 }
 

@@ -154,12 +154,12 @@ class StreamTracker(NativeStreamTracker):
         up when asked (``last_positions()`` builds the whole table)."""
         return LastPositions(self)
 
-    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any], tuple[Any, ...]]]:
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any], bytes]]:
         # verify --jobs sends a job's tracker back to the merging process.
         return (_rebuilt, (self._settings(), self._state()))
 
 
-def _rebuilt(settings: dict[str, Any], state: tuple[Any, ...]) -> StreamTracker:
+def _rebuilt(settings: dict[str, Any], state: bytes) -> StreamTracker:
     tracker = StreamTracker(**settings)
     tracker._restore(state)
     return tracker
