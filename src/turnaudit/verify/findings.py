@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypedDict
 
-from turnaudit.identity import StreamId
+from turnaudit.identity import StreamId, TrackResult, TurnOutcome
 
 # Findings listed per kind in the report (all are counted).
 EXAMPLES = 20
@@ -65,3 +65,22 @@ def positions_text(positions: list[int]) -> str:
     """The first positions of a list, and how many there are in all when more."""
     shown = ", ".join(map(str, positions[:EXAMPLES]))
     return shown + (f" … ({len(positions)} in all)" if len(positions) > EXAMPLES else "")
+
+
+def classify(result: TrackResult, where: Where) -> list[Finding]:
+    """The unexplained findings one tracked message makes (redeliveries and duplicate
+    copies are explained: counted by the ``Verifier``, not listed here)."""
+    found = []
+    if result.outcome is TurnOutcome.CONTENT_CHANGED:
+        found.append(Finding(
+            "content_changed", "an event id seen before comes back with other content", where))
+    elif result.outcome is TurnOutcome.POSITION_REUSED:
+        found.append(Finding(
+            "position_reused", result.chain_break or "position already taken", where))
+    if result.chain_break and result.outcome is not TurnOutcome.POSITION_REUSED:
+        found.append(Finding("chain_break", result.chain_break, where))
+    if result.gap_closed:
+        found.append(Finding(
+            "late_arrival",
+            f"position {result.sequence} stored after later positions of its stream", where))
+    return found

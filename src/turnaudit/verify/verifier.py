@@ -37,6 +37,7 @@ from turnaudit.verify.findings import (
     EXAMPLES,
     Finding,
     Where,
+    classify,
     message_where,
     positions_text,
     stream_where,
@@ -433,21 +434,3 @@ class Verifier:
     def lost_positions(self) -> int:
         return sum(len(p) for p in self.tracker.missing().values())
 
-
-def classify(result: TrackResult, where: Where) -> list[Finding]:
-    """The unexplained findings one tracked message makes (redeliveries and duplicate
-    copies are explained: counted by the ``Verifier``, not listed here)."""
-    found = []
-    if result.outcome is TurnOutcome.CONTENT_CHANGED:
-        found.append(Finding(
-            "content_changed", "an event id seen before comes back with other content", where))
-    elif result.outcome is TurnOutcome.POSITION_REUSED:
-        found.append(Finding(
-            "position_reused", result.chain_break or "position already taken", where))
-    if result.chain_break and result.outcome is not TurnOutcome.POSITION_REUSED:
-        found.append(Finding("chain_break", result.chain_break, where))
-    if result.gap_closed:
-        found.append(Finding(
-            "late_arrival",
-            f"position {result.sequence} stored after later positions of its stream", where))
-    return found
