@@ -38,6 +38,8 @@ def contract_check() -> ContractCheck:
 
 def feed_batch(verifier: Verifier, step: VerifyStep, batch: Sequence[Record]) -> None:
     """Every message of ``batch`` into ``verifier``, the ordinary ones by ``step``."""
+    if not isinstance(batch, list):
+        batch = list(batch)  # the native step walks a list
     index = 0
     while True:
         index, why, decoded, placed, opened = step.run(batch, index)
