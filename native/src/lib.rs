@@ -519,11 +519,11 @@ impl Plan {
     /// Avro's blocked encoding of arrays and maps, as fastavro reads it: a
     /// negative count is followed by a byte size (read, unused) and means its
     /// absolute value (i64::MIN stays negative: no items); 0 ends.
-    unsafe fn blocks(
+    fn blocks<'b>(
         &self,
         item: NodeId,
-        body: &mut Body,
-        mut each: impl FnMut(&Self, &mut Body) -> R<()>,
+        body: &mut Body<'b>,
+        mut each: impl FnMut(&Self, &mut Body<'b>) -> R<()>,
     ) -> R<()> {
         let mut count = body.long()?;
         while count != 0 {

@@ -177,7 +177,7 @@ fn read<'a>(plan: &Plan, names: &'a Names, id: NodeId, body: &mut Body<'a>, keep
         }
         Node::Array(item) => {
             let mut kept = Vec::new();
-            blocks(plan, *item, body, |body| {
+            plan.blocks(*item, body, |plan, body| {
                 let v = read(plan, names, *item, body, keep)?;
                 if keep {
                     kept.push(v);
@@ -188,7 +188,7 @@ fn read<'a>(plan: &Plan, names: &'a Names, id: NodeId, body: &mut Body<'a>, keep
         }
         Node::Map(values) => {
             let mut kept = Vec::new();
-            blocks(plan, *values, body, |body| {
+            plan.blocks(*values, body, |plan, body| {
                 let key = text(body)?;
                 let v = read(plan, names, *values, body, keep)?;
                 if keep {
@@ -202,25 +202,6 @@ fn read<'a>(plan: &Plan, names: &'a Names, id: NodeId, body: &mut Body<'a>, keep
         }
         Node::Pending => return Err(Fail::Msg("an incomplete type".into())),
     })
-}
-
-/// `Plan::blocks`, for a reader that builds no Python objects.
-fn blocks<'a>(plan: &Plan, item: NodeId, body: &mut Body<'a>, mut each: impl FnMut(&mut Body<'a>) -> R<()>) -> R<()> {
-    let mut count = body.long()?;
-    while count != 0 {
-        if count < 0 {
-            count = count.wrapping_neg();
-            body.long()?;
-        }
-        if count > 0 {
-            plan.check_count(count, item, body)?;
-            for _ in 0..count {
-                each(body)?;
-            }
-        }
-        count = body.long()?;
-    }
-    Ok(())
 }
 
 /// The root record of `payload[start..]`, the fields `wanted` marks kept (by position),

@@ -87,20 +87,10 @@ const NOT_A_TURN: u8 = 3;
 /// finds nothing. The constants are the Python side's own (passed in, not copied).
 #[pyclass(frozen, module = "turnaudit_native")]
 pub(crate) struct ContractCheck {
-    stub_path: Py<PyAny>,
-    unknown_surface: Py<PyAny>,
-    per_field: Vec<Py<PyString>>,
-    v2_per_field: Vec<Py<PyString>>,
-    void_tiers: Vec<Py<PyAny>>,
-    void: Py<PyAny>,
-    hold: Py<PyAny>,
-    domain_void: Py<PyAny>,
-    domain_hold: Py<PyAny>,
-    domain_seal: Py<PyAny>,
     texts: Texts,
 }
 
-/// The same constants as text, for the scanning path.
+/// The rule's constants, as text.
 struct Texts {
     stub_path: String,
     unknown_surface: String,
@@ -116,6 +106,12 @@ struct Texts {
 
 fn item<'py>(d: &Bound<'py, PyDict>, key: &Bound<'py, PyString>) -> PyResult<Option<Bound<'py, PyAny>>> {
     d.get_item(key)
+}
+
+/// `value == text` for a decoded value: a string equal to it (the decoder gives plain
+/// `str`; anything else is not equal to a string).
+fn is_text(value: &Bound<'_, PyAny>, text: &str) -> bool {
+    value.cast::<PyString>().is_ok_and(|s| s.to_str().is_ok_and(|s| s == text))
 }
 
 impl ContractCheck {
@@ -207,7 +203,7 @@ impl ContractCheck {
             }
         }
         let Some(path) = item(event, intern!(py, "path"))? else { return Ok(true) };
-        if path.eq(self.stub_path.bind(py))? && !self.stub_keeps_its_fields(py, event, bundle, refused)? {
+        if is_text(&path, &self.texts.stub_path) && !self.stub_keeps_its_fields(py, event, bundle, refused)? {
             return Ok(true); // contract 2
         }
         if let Some(action) = item(event, intern!(py, "action_assessment"))? {
@@ -217,9 +213,10 @@ impl ContractCheck {
         }
         // Contract 4: the per-field verdicts equal the bundle's (v2: only identity_score).
         let Some(version) = item(bundle, intern!(py, "schema_version"))? else { return Ok(true) };
-        let names = if version.eq(2)? { &self.v2_per_field } else { &self.per_field };
-        for name in names {
-            let name = name.bind(py);
+        let names = if version.eq(2)? { &self.texts.v2_per_field } else { &self.texts.per_field };
+        for &i in names {
+            let name = PyString::intern(py, SLOTS[i]);
+            let name = &name;
             if let Some(field) = item(event, name)? {
                 let Some(in_bundle) = item(bundle, name)? else { return Ok(true) };
                 if field.ne(in_bundle)? {
@@ -237,7 +234,7 @@ impl ContractCheck {
         bundle: &Bound<'_, PyDict>,
         refused: bool,
     ) -> PyResult<bool> {
-        let unknown = self.unknown_surface.bind(py);
+        let unknown = self.texts.unknown_surface.as_str();
         let false_ = PyBool::new(py, false);
         let Some(hedged) = item(bundle, intern!(py, "hedge_injected"))? else { return Ok(false) };
         let Some(identity) = item(event, intern!(py, "identity_score"))? else { return Ok(false) };
@@ -272,38 +269,28 @@ impl ContractCheck {
         ) else {
             return Ok(false);
         };
-        let void = self.void.bind(py);
-        let hold = self.hold.bind(py);
-        let mut void_tier = false;
-        for t in &self.void_tiers {
-            if tier.eq(t.bind(py))? {
-                void_tier = true;
-                break;
-            }
-        }
-        let expected = if void_tier || risk.eq(void)? {
-            self.domain_void.bind(py)
-        } else if human.is_truthy()? || risk.eq(hold)? {
-            self.domain_hold.bind(py)
+        let t = &self.texts;
+        let expected = if t.void_tiers.iter().any(|v| is_text(&tier, v)) || is_text(&risk, &t.void) {
+            &t.domain_void
+        } else if human.is_truthy()? || is_text(&risk, &t.hold) {
+            &t.domain_hold
         } else {
-            self.domain_seal.bind(py)
+            &t.domain_seal
         };
         // The verdict split's fixed paths: injection -> VOID/VOID, no critic -> HOLD/HOLD
-        // (`action.get(name, default)`, and a pair compared as Python compares tuples).
-        let pair_is = |verdict: &Bound<'_, PyAny>| -> PyResult<bool> {
-            Ok((execution.is(verdict) || execution.eq(verdict)?) && (risk.is(verdict) || risk.eq(verdict)?))
-        };
+        // (`action.get(name, default)`).
+        let pair_is = |verdict: &str| is_text(&execution, verdict) && is_text(&risk, verdict);
         if let Some(injection) = item(action, intern!(py, "injection_detected"))? {
-            if injection.is_truthy()? && !pair_is(void)? {
+            if injection.is_truthy()? && !pair_is(&t.void) {
                 return Ok(false);
             }
         }
         if let Some(critic) = item(action, intern!(py, "critic_available"))? {
-            if !critic.is_truthy()? && !pair_is(hold)? {
+            if !critic.is_truthy()? && !pair_is(&t.hold) {
                 return Ok(false);
             }
         }
-        Ok(!policy.ne(expected)?)
+        Ok(is_text(&policy, expected))
     }
 }
 
@@ -346,7 +333,7 @@ impl ContractCheck {
             domain_hold: text(&domain_hold)?,
             domain_void: text(&domain_void)?,
         };
-        Ok(ContractCheck { stub_path, unknown_surface, per_field, v2_per_field, void_tiers, void, hold, domain_void, domain_hold, domain_seal, texts })
+        Ok(ContractCheck { texts })
     }
 
     /// True unless the event surely keeps contracts 1-4; raises where the Python check may.
@@ -487,7 +474,7 @@ impl VerifyStep {
             let decoded = decode.call1((bytes,))?;
             return Ok(Step::Finish(decoded.unbind(), result, opened));
         }
-        self.tally_record(py, check.stub_path.bind(py), &event, &version)?;
+        self.tally_record(py, &check.texts.stub_path, &event, &version)?;
         Ok(Step::Tallied)
     }
 
@@ -600,7 +587,7 @@ impl VerifyStep {
         Ok(())
     }
 
-    fn tally_record(&self, py: Python<'_>, stub_path: &Bound<'_, PyAny>, event: &Bound<'_, PyAny>, version: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn tally_record(&self, py: Python<'_>, stub_path: &str, event: &Bound<'_, PyAny>, version: &Bound<'_, PyAny>) -> PyResult<()> {
         // `TurnCounts.add`'s key: (pack, stub, refused, hedged, writer version, policy).
         let bundle = event.get_item(intern!(py, "verdicts"))?;
         let action = event.get_item(intern!(py, "action_assessment"))?;
