@@ -114,7 +114,6 @@ class ContractCheck:
         hold: str,
         policies: tuple[str, str, str],
     ) -> ContractCheck: ...
-    def __call__(self, event: Any) -> bool: ...
 
 class VerifyStep:
     kinds: tuple[int, int, int, int]

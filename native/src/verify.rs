@@ -1,15 +1,17 @@
-//! Verify's per-message step, native: a batch of consumed messages decoded, placed in
-//! their streams, checked against contracts 1-4 and 6 and tallied, with no Python
-//! bytecode run for an ordinary message (a new turn at its stream's next position, its
-//! key the session id, no breach found or recorded).
+//! Verify's per-message step, native: a batch of consumed messages read in place (v3 and
+//! v4 bodies scanned, no record built), placed in their streams, checked against
+//! contracts 1-4 and 6 and tallied, with no Python bytecode run for an ordinary message
+//! (a new turn at its stream's next position, its key the session id, no breach found
+//! or recorded).
 //!
 //! The Python `Verifier` owns the meaning; this file only takes its common case. Every
 //! other message goes back to it at once, in stream order, at one of two points: before
 //! anything about it was kept (`FEED`: the Verifier's whole `feed` runs) or after the
 //! tracker placed it (`FINISH`, `NOT_A_TURN`: the Verifier concludes from the placement).
-//! `ContractCheck` answers "no breach" exactly when `turnaudit.contracts.check_event`
-//! returns no breach and raises nothing; in every case of doubt it says "maybe", and the
-//! Python check decides. The differential tests hold the two to that.
+//! A message of a schema the step does not scan (v1/v2, or one learned at run time) goes
+//! to the Verifier whole. `ContractCheck` answers "no breach" on a scanned record only
+//! where `turnaudit.contracts.check_event` finds none; in every case of doubt it says
+//! "maybe", and the Python check decides. The differential tests hold the two to that.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -56,16 +58,12 @@ fn slot(name: &str) -> Option<usize> {
 const MAGIC: [u8; 2] = [0xC3, 0x01];
 const HEADER: usize = 10;
 
-/// A shipped writer schema as the Python decoder reads it natively (`ReadPlan`): its
-/// compiled decoder, its version, and the defaults of the fields the reader added.
+/// A shipped writer schema the step reads without building records (`scan`): one whose
+/// writer has every field the step reads (or lacks only `breaches`, filled with an empty
+/// default). Its compiled decoder, and how it is scanned.
 struct Shipped {
     decoder: Py<Decoder>,
-    version: Py<PyAny>,
-    fill_shared: Py<PyDict>,
-    fill_copied: Vec<(Py<PyString>, Py<PyAny>)>,
-    /// Read without building the record (`scan`): where the writer has every field the
-    /// step reads (or lacks only `breaches`, filled with an empty default).
-    scan: Option<Scanning>,
+    scan: Scanning,
 }
 
 struct Scanning {
@@ -83,8 +81,8 @@ const FEED: u8 = 1;
 const FINISH: u8 = 2;
 const NOT_A_TURN: u8 = 3;
 
-/// Contracts 1-4 on a decoded event: `breaks` is `Ok(false)` only when the Python check
-/// finds nothing. The constants are the Python side's own (passed in, not copied).
+/// Contracts 1-4 on a scanned record: `breaks_scanned` is false only when the Python
+/// check finds nothing. The constants are the Python side's own (passed in as text).
 #[pyclass(frozen, module = "turnaudit_native")]
 pub(crate) struct ContractCheck {
     texts: Texts,
@@ -102,16 +100,6 @@ struct Texts {
     domain_seal: String,
     domain_hold: String,
     domain_void: String,
-}
-
-fn item<'py>(d: &Bound<'py, PyDict>, key: &Bound<'py, PyString>) -> PyResult<Option<Bound<'py, PyAny>>> {
-    d.get_item(key)
-}
-
-/// `value == text` for a decoded value: a string equal to it (the decoder gives plain
-/// `str`; anything else is not equal to a string).
-fn is_text(value: &Bound<'_, PyAny>, text: &str) -> bool {
-    value.cast::<PyString>().is_ok_and(|s| s.to_str().is_ok_and(|s| s == text))
 }
 
 impl ContractCheck {
@@ -187,111 +175,6 @@ impl ContractCheck {
         }
         false
     }
-
-    /// `Ok(false)`: the event keeps contracts 1-4 (the Python check agrees); `Ok(true)` or an
-    /// error: a breach, or something only the Python check can say.
-    fn breaks(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let Ok(event) = event.cast::<PyDict>() else { return Ok(true) };
-        let Some(bundle) = item(event, intern!(py, "verdicts"))? else { return Ok(true) };
-        let Ok(bundle) = bundle.cast::<PyDict>() else { return Ok(true) };
-        let Some(refused) = item(bundle, intern!(py, "refusal_emitted"))? else { return Ok(true) };
-        let refused = refused.is_truthy()?;
-        if refused {
-            let Some(hedged) = item(bundle, intern!(py, "hedge_injected"))? else { return Ok(true) };
-            if hedged.is_truthy()? {
-                return Ok(true); // contract 1
-            }
-        }
-        let Some(path) = item(event, intern!(py, "path"))? else { return Ok(true) };
-        if is_text(&path, &self.texts.stub_path) && !self.stub_keeps_its_fields(py, event, bundle, refused)? {
-            return Ok(true); // contract 2
-        }
-        if let Some(action) = item(event, intern!(py, "action_assessment"))? {
-            if !action.is_none() && !self.action_keeps_the_rule(py, &action)? {
-                return Ok(true); // contracts 3 and the verdict split
-            }
-        }
-        // Contract 4: the per-field verdicts equal the bundle's (v2: only identity_score).
-        let Some(version) = item(bundle, intern!(py, "schema_version"))? else { return Ok(true) };
-        let names = if version.eq(2)? { &self.texts.v2_per_field } else { &self.texts.per_field };
-        for &i in names {
-            let name = PyString::intern(py, SLOTS[i]);
-            let name = &name;
-            if let Some(field) = item(event, name)? {
-                let Some(in_bundle) = item(bundle, name)? else { return Ok(true) };
-                if field.ne(in_bundle)? {
-                    return Ok(true);
-                }
-            }
-        }
-        Ok(false)
-    }
-
-    fn stub_keeps_its_fields(
-        &self,
-        py: Python<'_>,
-        event: &Bound<'_, PyDict>,
-        bundle: &Bound<'_, PyDict>,
-        refused: bool,
-    ) -> PyResult<bool> {
-        let unknown = self.texts.unknown_surface.as_str();
-        let false_ = PyBool::new(py, false);
-        let Some(hedged) = item(bundle, intern!(py, "hedge_injected"))? else { return Ok(false) };
-        let Some(identity) = item(event, intern!(py, "identity_score"))? else { return Ok(false) };
-        let Some(bundle_identity) = item(bundle, intern!(py, "identity_score"))? else { return Ok(false) };
-        let Some(cost) = item(event, intern!(py, "cycle_cost_total"))? else { return Ok(false) };
-        let Some(hits) = item(event, intern!(py, "vault_hits"))? else { return Ok(false) };
-        let Some(flagged) = item(event, intern!(py, "flagged"))? else { return Ok(false) };
-        let Some(tokens) = item(event, intern!(py, "input_tokens"))? else { return Ok(false) };
-        let Some(walk) = item(event, intern!(py, "walk_surface"))? else { return Ok(false) };
-        let Some(articulation) = item(event, intern!(py, "articulation_surface"))? else { return Ok(false) };
-        let Some(surface) = item(event, intern!(py, "surface"))? else { return Ok(false) };
-        Ok(hedged.is(&*false_)
-            && identity.is_none()
-            && bundle_identity.is_none()
-            && cost.eq(0.0_f64)?
-            && hits.eq(0)?
-            && flagged.is(&*false_)
-            && tokens.is_truthy()?
-            && walk.eq(unknown)?
-            && articulation.eq(unknown)?
-            && (refused || surface.eq(unknown)?))
-    }
-
-    fn action_keeps_the_rule(&self, py: Python<'_>, action: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let Ok(action) = action.cast::<PyDict>() else { return Ok(false) };
-        let (Some(tier), Some(risk), Some(human), Some(execution), Some(policy)) = (
-            item(action, intern!(py, "risk_tier"))?,
-            item(action, intern!(py, "action_risk_verdict"))?,
-            item(action, intern!(py, "human_decision_required"))?,
-            item(action, intern!(py, "execution_verdict"))?,
-            item(action, intern!(py, "output_policy"))?,
-        ) else {
-            return Ok(false);
-        };
-        let t = &self.texts;
-        let expected = if t.void_tiers.iter().any(|v| is_text(&tier, v)) || is_text(&risk, &t.void) {
-            &t.domain_void
-        } else if human.is_truthy()? || is_text(&risk, &t.hold) {
-            &t.domain_hold
-        } else {
-            &t.domain_seal
-        };
-        // The verdict split's fixed paths: injection -> VOID/VOID, no critic -> HOLD/HOLD
-        // (`action.get(name, default)`).
-        let pair_is = |verdict: &str| is_text(&execution, verdict) && is_text(&risk, verdict);
-        if let Some(injection) = item(action, intern!(py, "injection_detected"))? {
-            if injection.is_truthy()? && !pair_is(&t.void) {
-                return Ok(false);
-            }
-        }
-        if let Some(critic) = item(action, intern!(py, "critic_available"))? {
-            if !critic.is_truthy()? && !pair_is(&t.hold) {
-                return Ok(false);
-            }
-        }
-        Ok(is_text(&policy, expected))
-    }
 }
 
 #[pymethods]
@@ -335,11 +218,6 @@ impl ContractCheck {
         };
         Ok(ContractCheck { texts })
     }
-
-    /// True unless the event surely keeps contracts 1-4; raises where the Python check may.
-    fn __call__(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<bool> {
-        self.breaks(py, event)
-    }
 }
 
 /// One range's ordinary messages, verified natively (see the module comment).
@@ -380,38 +258,6 @@ impl VerifyStep {
         None
     }
 
-    /// The event and its writer version, as `TurnEventDeserializer` gives them: a shipped
-    /// single-object schema decoded here, any other through it. `None`: it does not decode.
-    fn decoded<'py>(
-        &self,
-        py: Python<'py>,
-        plan: Option<&Shipped>,
-        decode: &Bound<'py, PyAny>,
-        bytes: &Bound<'py, PyBytes>,
-    ) -> PyResult<Option<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
-        let payload = bytes.as_bytes();
-        let Some(plan) = plan else {
-            return Ok(match decode.call1((bytes,)) {
-                Ok(decoded) => Some((decoded.get_item(0)?, decoded.get_item(1)?)),
-                Err(_) => None,
-            });
-        };
-        let Ok((record, end)) = plan.decoder.get().run(py, payload, HEADER) else { return Ok(None) };
-        if end != payload.len() {
-            return Ok(None); // trailing bytes
-        }
-        let record = record.into_bound(py);
-        let event = record.cast::<PyDict>()?;
-        let shared = plan.fill_shared.bind(py);
-        if !shared.is_empty() {
-            event.update(shared.as_mapping())?;
-        }
-        for (name, default) in &plan.fill_copied {
-            event.set_item(name.bind(py), default.bind(py).call_method0(intern!(py, "copy"))?)?;
-        }
-        Ok(Some((record, plan.version.bind(py).clone())))
-    }
-
     fn stamp(&mut self, timestamp: Option<i64>) {
         let Some(timestamp) = timestamp.filter(|t| *t > 0) else { return };
         self.first_timestamp = Some(self.first_timestamp.map_or(timestamp, |t| t.min(timestamp)));
@@ -425,57 +271,6 @@ impl VerifyStep {
         self.messages += 1;
         self.stamp(timestamp);
         Ok(offset)
-    }
-
-    /// A message of a schema read by building its record (as the Verifier does).
-    #[allow(clippy::too_many_arguments)]
-    fn by_record(
-        &mut self,
-        py: Python<'_>,
-        msg: &Bound<'_, PyAny>,
-        plan: Option<&Shipped>,
-        bytes: &Bound<'_, PyBytes>,
-        partition: i64,
-        tracker: &NativeStreamTracker,
-        check: &ContractCheck,
-    ) -> PyResult<Step> {
-        let decode = self.decode.clone_ref(py);
-        let decode = decode.bind(py);
-        let Some((event, version)) = self.decoded(py, plan, decode, bytes)? else { return Ok(Step::Feed) };
-        let offset = self.counted(msg)?;
-        let held = tracker.streams_held()?;
-        let (stream, sequence, placed) = match tracker.place_event(py, &event, bytes.as_bytes(), Some(partition), Some(offset)) {
-            Ok(placing) => placing,
-            Err(err) => return Ok(Step::NotATurn(err.into_value(py).into_any())),
-        };
-        let opened = tracker.streams_held()? != held;
-        let key = msg.call_method0(intern!(py, "key"))?;
-        let session = stream.get_item(0)?;
-        let key_is_session = match (key.cast::<PyBytes>(), session.cast::<PyString>()) {
-            (Ok(k), Ok(s)) => s.to_str().is_ok_and(|s| s.as_bytes() == k.as_bytes()),
-            _ => false,
-        };
-        let recorded = match event.cast::<PyDict>() {
-            Ok(d) => match d.get_item(intern!(py, "breaches"))? {
-                Some(b) => b.is_truthy()?,
-                None => false,
-            },
-            Err(_) => true,
-        };
-        let ordinary = placed.outcome == NEW
-            && placed.chain_break.is_none()
-            && !(opened && sequence > 0)
-            && key_is_session
-            && !recorded
-            && !check.breaks(py, &event).unwrap_or(true);
-        if !ordinary {
-            let result = tracker.result_of(py, &stream, sequence, placed)?;
-            // The Verifier's own decoding of it (the same record): rare, so built again.
-            let decoded = decode.call1((bytes,))?;
-            return Ok(Step::Finish(decoded.unbind(), result, opened));
-        }
-        self.tally_record(py, &check.texts.stub_path, &event, &version)?;
-        Ok(Step::Tallied)
     }
 
     /// A message of a scanned schema: no Python object built unless it is not ordinary.
@@ -587,33 +382,6 @@ impl VerifyStep {
         Ok(())
     }
 
-    fn tally_record(&self, py: Python<'_>, stub_path: &str, event: &Bound<'_, PyAny>, version: &Bound<'_, PyAny>) -> PyResult<()> {
-        // `TurnCounts.add`'s key: (pack, stub, refused, hedged, writer version, policy).
-        let bundle = event.get_item(intern!(py, "verdicts"))?;
-        let action = event.get_item(intern!(py, "action_assessment"))?;
-        let stub = event.get_item(intern!(py, "path"))?.eq(stub_path)?;
-        let refused = bundle.get_item(intern!(py, "refusal_emitted"))?.is_truthy()?;
-        let hedged = bundle.get_item(intern!(py, "hedge_injected"))?.is_truthy()?;
-        let policy = if action.is_none() { action } else { action.get_item(intern!(py, "output_policy"))? };
-        let kind = PyTuple::new(
-            py,
-            [
-                event.get_item(intern!(py, "pack_id"))?,
-                PyBool::new(py, stub).to_owned().into_any(),
-                PyBool::new(py, refused).to_owned().into_any(),
-                PyBool::new(py, hedged).to_owned().into_any(),
-                version.clone(),
-                policy,
-            ],
-        )?;
-        let tally = self.tally.bind(py);
-        let n: u64 = match tally.get_item(&kind)? {
-            Some(n) => n.extract()?,
-            None => 0,
-        };
-        tally.set_item(kind, n + 1)
-    }
-
     fn step(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>, tracker: &NativeStreamTracker, check: &ContractCheck) -> PyResult<Step> {
         let partition: i64 = msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?.unwrap_or(0);
         if !self.fed_partitions.contains(&partition) {
@@ -624,20 +392,18 @@ impl VerifyStep {
         let Ok(bytes) = value.cast::<PyBytes>() else {
             return Ok(Step::Feed); // no value: the Verifier says why
         };
-        let plan = self.plan(bytes.as_bytes());
-        match plan.as_deref() {
-            Some(shipped @ Shipped { scan: Some(scanning), .. }) => {
-                self.by_scan(py, msg, shipped, scanning, bytes, partition, tracker, check)
-            }
-            other => self.by_record(py, msg, other, bytes, partition, tracker, check),
-        }
+        // A schema the step does not scan (v1/v2, or one learned at run time): the
+        // Verifier's own decoding.
+        let Some(shipped) = self.plan(bytes.as_bytes()) else { return Ok(Step::Feed) };
+        self.by_scan(py, msg, &shipped, &shipped.scan, bytes, partition, tracker, check)
     }
 }
 
 #[pymethods]
 impl VerifyStep {
     /// `shipped`: (fingerprint, decoder, version, shared defaults, copied defaults) of the
-    /// writer schemas decoded here directly; any other message goes through `decode`.
+    /// shipped writer schemas; those the step can scan are read here, any other message
+    /// goes to the Verifier (which decodes with `decode`).
     #[new]
     #[pyo3(signature = (decode, tracker, check, tally, shipped = Vec::new()))]
     fn new(
@@ -654,8 +420,9 @@ impl VerifyStep {
                 .as_slice()
                 .try_into()
                 .map_err(|_| pyo3::exceptions::PyValueError::new_err("a fingerprint is 8 bytes"))?;
-            let scan = scanning(py, &decoder, &version, &fill_shared, &fill_copied)?;
-            plans.insert(fingerprint, Arc::new(Shipped { decoder, version, fill_shared, fill_copied, scan }));
+            if let Some(scan) = scanning(py, &decoder, &version, &fill_shared, &fill_copied)? {
+                plans.insert(fingerprint, Arc::new(Shipped { decoder, scan }));
+            }
         }
         Ok(VerifyStep {
             decode,
@@ -716,7 +483,7 @@ impl VerifyStep {
 
     /// Writer versions this step scans without building records.
     fn scanned_versions(&self) -> Vec<i64> {
-        let mut out: Vec<i64> = self.shipped.values().filter_map(|s| s.scan.as_ref().map(|s| s.version)).collect();
+        let mut out: Vec<i64> = self.shipped.values().map(|s| s.scan.version).collect();
         out.sort_unstable();
         out
     }
@@ -727,7 +494,7 @@ impl VerifyStep {
     }
 }
 
-/// How a shipped schema is scanned, or `None` (its records are built): the writer must
+/// How a shipped schema is scanned, or `None` (the Verifier decodes it): the writer must
 /// have every slot's field; `breaches` alone may be missing, when its default is empty.
 fn scanning(
     py: Python<'_>,
