@@ -181,6 +181,9 @@ def workers_hold_partitions(port: int, workers: int) -> bool:
     return len(states) == workers and all(s.get("assigned_partitions") for s in states)
 
 
+TURNS = 8000
+
+
 def test_a_killed_worker_over_grpc_loses_no_turn_and_its_reread_turns_are_flagged(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
@@ -196,8 +199,10 @@ def test_a_killed_worker_over_grpc_loses_no_turn_and_its_reread_turns_are_flagge
             TURNAUDIT_KAFKA_OPTIONS=json.dumps({"auto.commit.interval.ms": "60000"}),
         )
         port = int(env["TURNAUDIT_HTTP_PORT"])
+        # Enough turns that the kill, once 500 are exported, lands mid-stream: with 3,000 a
+        # fast machine exported them all between two polls of the collector.
         publisher = threading.Thread(
-            target=publish_simulated, args=(kafka_settings, 3000, tmp_path / "spool"))
+            target=publish_simulated, args=(kafka_settings, TURNS, tmp_path / "spool"))
         argv = ["--log-level", "INFO", "sink", "otel", "--workers", "2"]
         with turnaudit_process(argv, env, tmp_path / "workers.log") as service:
             assert wait_for(lambda: workers_hold_partitions(port, 2), timeout=90)
@@ -209,7 +214,7 @@ def test_a_killed_worker_over_grpc_loses_no_turn_and_its_reread_turns_are_flagge
             killed_at = len(by_event(collector.records()))
             publisher.join(120)
             events = events_on_topic(kafka_settings)
-            assert len(events) == 3000
+            assert len(events) == TURNS
             assert wait_for(every_turn_exported(collector, events), timeout=120)
             assert wait_for(lambda: worker_pids(port).get(0) not in (None, victim))
             service.send_signal(signal.SIGTERM)
