@@ -31,6 +31,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 mod encode;
 mod track;
 mod spill;
+mod stream_spill;
 mod scan;
 mod verify;
 

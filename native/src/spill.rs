@@ -230,7 +230,7 @@ fn merge_runs(runs: &[Run], path: PathBuf, level: u32) -> io::Result<Run> {
 }
 
 /// An I/O error as Python's OSError with its errno (ENOSPC for a full disk).
-fn os_error(e: io::Error) -> PyErr {
+pub(crate) fn os_error(e: io::Error) -> PyErr {
     match e.raw_os_error() {
         Some(code) => PyOSError::new_err((code, e.to_string())),
         None => PyOSError::new_err(e.to_string()),

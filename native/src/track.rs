@@ -28,11 +28,14 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use sha2::{Digest, Sha256};
 
 use crate::spill::{Seen, SortedRunStore};
+use crate::stream_spill::{self, StreamSpill};
+use std::path::PathBuf;
 
 const CHAIN_DOMAIN: &[u8] = b"turnaudit.chain.v1\x00";
 const GENESIS_HEX: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 const SEEN_DIGITS: usize = 16;
 const FILTER_BITS: u64 = 1 << 28;
+const ABSORB_PAGE: usize = 8192;
 
 // Outcome indexes into the `outcomes` tuple the Python side passes in.
 pub(crate) const NEW: usize = 0;
@@ -43,7 +46,7 @@ const CONTENT_CHANGED: usize = 4;
 const POSITION_REUSED: usize = 5;
 
 type Hash32 = [u8; 32];
-type StreamKey = (String, String);
+pub(crate) type StreamKey = (String, String);
 
 /// The chain hash of a framed message: SHA-256 of the domain tag and its Avro body.
 pub(crate) fn chain_digest(value: &[u8]) -> Hash32 {
@@ -241,13 +244,96 @@ impl Claims {
 }
 
 #[derive(Clone, Default)]
-struct Stream {
-    partition: Option<i64>,
+pub(crate) struct Stream {
+    pub(crate) partition: Option<i64>,
     next: i128,
     missing: Positions,
     untracked_missing: i128,
     own: Own,
     claimed: Claims,
+}
+
+impl Stream {
+    pub(crate) fn missing_len(&self) -> usize {
+        self.missing.len()
+    }
+
+    /// Whether positions are missing (tracked or only counted).
+    pub(crate) fn is_gappy(&self) -> bool {
+        !self.missing.is_empty() || self.untracked_missing != 0
+    }
+
+    fn write(&self, w: &mut StateWriter) {
+        w.opt(self.partition);
+        w.i128(self.next);
+        let mut missing: Vec<i128> = self.missing.iter().copied().collect();
+        missing.sort_unstable();
+        w.u64(missing.len() as u64);
+        missing.iter().for_each(|p| w.i128(*p));
+        w.i128(self.untracked_missing);
+        let own: Vec<(&i128, &Hash32)> = self.own.iter().collect();
+        w.u64(own.len() as u64);
+        for (p, h) in own {
+            w.i128(*p);
+            w.0.extend_from_slice(h);
+        }
+        let claimed: Vec<(&i128, &Prev)> = self.claimed.iter().collect();
+        w.u64(claimed.len() as u64);
+        for (p, c) in claimed {
+            w.i128(*p);
+            match c {
+                Prev::Text(t) => {
+                    w.0.push(1);
+                    w.text(t);
+                }
+                Prev::Other => w.0.push(0),
+            }
+        }
+    }
+
+    fn read(r: &mut StateReader<'_>) -> PyResult<Self> {
+        let partition = r.opt()?;
+        let next = r.i128()?;
+        let mut missing = HashSet::new();
+        for _ in 0..r.u64()? {
+            missing.insert(r.i128()?);
+        }
+        let untracked_missing = r.i128()?;
+        let mut own = Own::default();
+        for _ in 0..r.u64()? {
+            let p = r.i128()?;
+            let h: Hash32 = r.take(32)?.try_into().expect("32 bytes");
+            own.insert(p, h);
+        }
+        let mut claimed = Claims::default();
+        for _ in 0..r.u64()? {
+            let p = r.i128()?;
+            let prev = if r.take(1)?[0] == 1 { Prev::Text(r.text()?) } else { Prev::Other };
+            claimed.insert(p, prev);
+        }
+        Ok(Stream { partition, next, missing: Positions::of(missing), untracked_missing, own, claimed })
+    }
+
+    /// The stream alone, in the tracker state's format (a spilled stream's row).
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        let mut w = StateWriter(Vec::with_capacity(96));
+        self.write(&mut w);
+        w.0
+    }
+
+    pub(crate) fn from_bytes(bytes: &[u8]) -> PyResult<Self> {
+        let mut r = StateReader { buf: bytes, pos: 0 };
+        let s = Self::read(&mut r)?;
+        if r.pos != bytes.len() {
+            return Err(PyValueError::new_err("bytes after a spilled stream"));
+        }
+        Ok(s)
+    }
+
+    /// This stream's head: its highest position and that position's chain hash.
+    fn head(&self) -> Option<(i128, &Hash32)> {
+        self.own.get(&(self.next - 1)).map(|h| (self.next - 1, h))
+    }
 }
 
 struct State {
@@ -257,6 +343,54 @@ struct State {
     streams: LruCache<StreamKey, Stream>,
     first_offset: HashMap<i64, i64>,
     filter: Option<BloomFilter>, // made when the first id is handed to the forgotten store
+    // Where streams pushed out by `max_streams` go (verify's); none: they are forgotten.
+    spill: Option<StreamSpill>,
+}
+
+impl State {
+    /// The stream, brought back into memory from the spill if it is there; whether it
+    /// is in memory now.
+    fn revive(&mut self, key: &StreamKey) -> PyResult<bool> {
+        if self.streams.contains(key) {
+            return Ok(true);
+        }
+        let Some(spill) = self.spill.as_mut() else { return Ok(false) };
+        match spill.take(key)? {
+            Some(stream) => {
+                self.streams.push(key.clone(), stream);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The stream wherever it is, left there (a copy when spilled).
+    fn peek(&self, key: &StreamKey) -> PyResult<Option<Stream>> {
+        if let Some(s) = self.streams.peek(key) {
+            return Ok(Some(s.clone()));
+        }
+        match &self.spill {
+            Some(spill) => spill.peek(key),
+            None => Ok(None),
+        }
+    }
+
+    /// Every stream, in memory then spilled (or only those with missing positions).
+    fn each_stream(&self, gappy_only: bool, f: &mut dyn FnMut(&StreamKey, &Stream) -> PyResult<()>) -> PyResult<()> {
+        for (k, s) in self.streams.iter().rev() {
+            if !gappy_only || s.is_gappy() {
+                f(k, s)?;
+            }
+        }
+        match &self.spill {
+            Some(spill) => spill.each(gappy_only, f),
+            None => Ok(()),
+        }
+    }
+
+    fn streams_held(&self) -> usize {
+        self.streams.len() + self.spill.as_ref().map_or(0, |s| s.len() as usize)
+    }
 }
 
 /// A Bloom filter over strings, blocked: three bit positions per string, all in one
@@ -557,7 +691,7 @@ impl NativeStreamTracker {
 
     /// The streams held (`len(tracker)`).
     pub(crate) fn streams_held(&self) -> PyResult<usize> {
-        Ok(self.lock()?.streams.len())
+        Ok(self.lock()?.streams_held())
     }
 
     pub(crate) fn result_of(&self, py: Python<'_>, stream: &Bound<'_, PyTuple>, sequence: i128, placed: Placed) -> PyResult<Py<PyAny>> {
@@ -670,7 +804,7 @@ impl NativeStreamTracker {
     ) -> PyResult<Placed> {
         let legacy = key.1.is_empty();
         let mut opened = 0;
-        if !st.streams.contains(key) {
+        if !st.revive(key)? {
             let mut stream = Stream { partition, ..Stream::default() };
             if sequence > 0 && self.read_from_log_start(st, partition) {
                 opened = self.open_gap(&mut stream, 0, sequence);
@@ -770,9 +904,44 @@ impl NativeStreamTracker {
                 }
             }
         }
-        if st.streams.len() > self.bounds.max_streams {
-            if let Some((_, stream)) = st.streams.pop_lru() {
-                self.currently_missing.fetch_sub(stream.missing.len() as i64, Ordering::Relaxed);
+        self.evict_over_bound(py, st)
+    }
+
+    /// Another tracker's stream `t` merged into this one's (brought into memory); the
+    /// missing positions it adds.
+    fn merge_stream(&self, st: &mut State, k: &StreamKey, t: &Stream) -> PyResult<i64> {
+        if !st.revive(k)? {
+            st.streams.push(k.clone(), t.clone());
+            return Ok(t.missing.len() as i64);
+        }
+        let mine = st.streams.get_mut(k).expect("revived above");
+        let mut missing: HashSet<i128> =
+            mine.missing.iter().copied().filter(|p| *p >= t.next || t.missing.contains(p)).collect();
+        missing.extend(t.missing.iter().copied().filter(|p| *p >= mine.next || mine.missing.contains(p)));
+        let added = missing.len() as i64 - mine.missing.len() as i64;
+        mine.missing = Positions::of(missing);
+        mine.untracked_missing += t.untracked_missing;
+        let (high, low) = if mine.next >= t.next { (mine.clone(), t.clone()) } else { (t.clone(), mine.clone()) };
+        let mut own = low.own;
+        own.extend(high.own);
+        let mut claimed = low.claimed;
+        claimed.extend(high.claimed);
+        mine.own = own;
+        mine.claimed = claimed;
+        mine.next = high.next;
+        Ok(added)
+    }
+
+    /// The least recently seen streams past `max_streams` spilled (still counted) or,
+    /// without a spill, forgotten.
+    fn evict_over_bound(&self, py: Python<'_>, st: &mut State) -> PyResult<()> {
+        while st.streams.len() > self.bounds.max_streams {
+            let Some((key, stream)) = st.streams.pop_lru() else { break };
+            match st.spill.as_mut() {
+                Some(spill) => spill.put(py, key, stream)?,
+                None => {
+                    self.currently_missing.fetch_sub(stream.missing.len() as i64, Ordering::Relaxed);
+                }
             }
         }
         Ok(())
@@ -832,7 +1001,8 @@ impl NativeStreamTracker {
     #[new]
     #[pyo3(signature = (outcomes, result_type, *, max_event_ids = 500_000, max_streams = 100_000,
                         max_missing = 1_000, log_start_offsets = None, start_gaps = true,
-                        forgotten = None, forget_batch = 1))]
+                        forgotten = None, forget_batch = 1, stream_spill = None,
+                        stream_batch = 4096))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -845,6 +1015,8 @@ impl NativeStreamTracker {
         start_gaps: bool,
         forgotten: Option<Py<PyAny>>,
         forget_batch: i128,
+        stream_spill: Option<Py<PyAny>>,
+        stream_batch: i128,
     ) -> PyResult<Self> {
         if forget_batch < 1 {
             return Err(PyValueError::new_err(format!("ids are forgotten 1 or more at a time, not {forget_batch}")));
@@ -861,6 +1033,7 @@ impl NativeStreamTracker {
                 streams: LruCache::unbounded(),
                 first_offset: HashMap::new(),
                 filter: None,
+                spill: stream_spill.filter(|f| !f.is_none(py)).map(|f| StreamSpill::new(f, clamp(stream_batch))),
             }),
             bounds: Bounds {
                 max_event_ids: clamp(max_event_ids),
@@ -908,6 +1081,10 @@ impl NativeStreamTracker {
                 self.currently_missing.fetch_sub(s.missing.len() as i64, Ordering::Relaxed);
             }
         }
+        if let Some(spill) = st.spill.as_mut() {
+            let dropped = spill.forget_partitions(&partitions)?;
+            self.currently_missing.fetch_sub(dropped, Ordering::Relaxed);
+        }
         for p in partitions {
             st.first_offset.remove(&p);
         }
@@ -918,29 +1095,37 @@ impl NativeStreamTracker {
     fn missing<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let st = self.lock()?;
         let out = PyDict::new(py);
-        for (k, s) in st.streams.iter().rev() {
+        st.each_stream(true, &mut |k, s| {
             if !s.missing.is_empty() {
                 let mut positions: Vec<i128> = s.missing.iter().copied().collect();
                 positions.sort_unstable();
                 out.set_item(stream_tuple(py, k)?, PyList::new(py, positions)?)?;
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
     fn untracked_missing(&self) -> PyResult<i128> {
-        Ok(self.lock()?.streams.iter().map(|(_, s)| s.untracked_missing).sum())
+        let st = self.lock()?;
+        let mut total = 0;
+        st.each_stream(true, &mut |_, s| {
+            total += s.untracked_missing;
+            Ok(())
+        })?;
+        Ok(total)
     }
 
     /// Each stream's highest position and its chain hash (where still kept).
     fn heads<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let st = self.lock()?;
         let out = PyDict::new(py);
-        for (k, s) in st.streams.iter().rev() {
-            if let Some(h) = s.own.get(&(s.next - 1)) {
-                out.set_item(stream_tuple(py, k)?, (s.next - 1, hex_of(h)))?;
+        st.each_stream(false, &mut |k, s| {
+            if let Some((position, h)) = s.head() {
+                out.set_item(stream_tuple(py, k)?, (position, hex_of(h)))?;
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
@@ -948,7 +1133,11 @@ impl NativeStreamTracker {
     fn stream_counts(&self) -> PyResult<(usize, usize)> {
         let st = self.lock()?;
         let legacy = st.streams.iter().filter(|(k, _)| k.1.is_empty()).count();
-        Ok((st.streams.len() - legacy, legacy))
+        let (spilled_chained, spilled_legacy) = match &st.spill {
+            Some(spill) => spill.counts()?,
+            None => (0, 0),
+        };
+        Ok((st.streams.len() - legacy + spilled_chained as usize, legacy + spilled_legacy as usize))
     }
 
     /// One stream's entry of `heads()` (its highest position and that position's chain
@@ -956,25 +1145,42 @@ impl NativeStreamTracker {
     fn head(&self, session_id: &str, producer_id: &str) -> PyResult<Option<(i128, String)>> {
         let st = self.lock()?;
         let key: StreamKey = (session_id.to_owned(), producer_id.to_owned());
-        Ok(st.streams.peek(&key).and_then(|s| s.own.get(&(s.next - 1)).map(|h| (s.next - 1, hex_of(h)))))
+        Ok(st.peek(&key)?.and_then(|s| s.head().map(|(p, h)| (p, hex_of(h)))))
     }
 
     /// The chained streams' heads (v1/v2 legacy streams left out) as
     /// `(session_id, producer_id, position, hash)`, sorted by stream: what `heads()`
-    /// gives, without the table built first (a report of a million streams).
-    fn chained_heads<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    /// gives, without the table built first. A page of up to `limit` after the stream
+    /// `after` (all of them from the first by default): a report of millions of streams
+    /// goes through them a page at a time.
+    #[pyo3(signature = (after = None, limit = None))]
+    fn chained_heads<'py>(
+        &self,
+        py: Python<'py>,
+        after: Option<(String, String)>,
+        limit: Option<usize>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let st = self.lock()?;
-        let mut heads: Vec<(&StreamKey, i128, &Hash32)> = st
+        let limit = limit.unwrap_or(usize::MAX);
+        let mut heads: Vec<(StreamKey, i128, Hash32)> = st
             .streams
             .iter()
-            .filter(|(k, _)| !k.1.is_empty())
-            .filter_map(|(k, s)| s.own.get(&(s.next - 1)).map(|h| (k, s.next - 1, h)))
+            .filter(|(k, _)| !k.1.is_empty() && after.as_ref().is_none_or(|a| *k > a))
+            .filter_map(|(k, s)| s.head().map(|(p, h)| (k.clone(), p, *h)))
             .collect();
+        if let Some(spill) = &st.spill {
+            for row in spill.chained_page(after.as_ref(), limit)? {
+                if let Some((p, h)) = row.stream.head() {
+                    heads.push((row.key, p, *h));
+                }
+            }
+        }
         // UTF-8 byte order is code point order: the order Python's sort gives the keys.
-        heads.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        heads.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        heads.truncate(limit);
         let out = PyList::empty(py);
         for (k, position, h) in heads {
-            out.append((k.0.as_str(), k.1.as_str(), int_obj(py, position)?, hex_of(h)))?;
+            out.append((k.0.as_str(), k.1.as_str(), int_obj(py, position)?, hex_of(&h)))?;
         }
         Ok(out)
     }
@@ -983,19 +1189,61 @@ impl NativeStreamTracker {
     fn last_position(&self, session_id: &str, producer_id: &str) -> PyResult<Option<i128>> {
         let st = self.lock()?;
         let key: StreamKey = (session_id.to_owned(), producer_id.to_owned());
-        Ok(st.streams.peek(&key).filter(|s| s.next > 0).map(|s| s.next - 1))
+        Ok(st.peek(&key)?.filter(|s| s.next > 0).map(|s| s.next - 1))
     }
 
     /// Each stream's highest position seen.
     fn last_positions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let st = self.lock()?;
         let out = PyDict::new(py);
-        for (k, s) in st.streams.iter().rev() {
+        st.each_stream(false, &mut |k, s| {
             if s.next > 0 {
                 out.set_item(stream_tuple(py, k)?, s.next - 1)?;
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
+    }
+
+    /// The streams held in memory (the rest spilled): at most `max_streams`.
+    fn streams_in_memory(&self) -> PyResult<usize> {
+        Ok(self.lock()?.streams.len())
+    }
+
+    /// Every stream held, the spilled ones too, into an SQLite file at `destination`
+    /// for another process's `absorb_streams` (none held here after). False, with no
+    /// file made, when there was none.
+    fn export_streams(&self, py: Python<'_>, destination: PathBuf) -> PyResult<bool> {
+        let mut st = self.lock()?;
+        let Some(mut spill) = st.spill.take() else {
+            return Err(PyValueError::new_err("only a tracker with a stream spill exports its streams"));
+        };
+        let result = (|| {
+            while let Some((key, stream)) = st.streams.pop_lru() {
+                spill.put(py, key, stream)?;
+            }
+            spill.export(py, &destination)
+        })();
+        st.spill = Some(spill);
+        result
+    }
+
+    /// The streams of a file `export_streams` wrote (another tracker's, other
+    /// partitions), each merged in as `absorb` merges a stream both hold.
+    fn absorb_streams(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        let mut st = self.lock()?;
+        let mut after: Option<StreamKey> = None;
+        loop {
+            let page = stream_spill::rows_of(&path, after.as_ref(), ABSORB_PAGE)?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.key.clone());
+            for row in page {
+                let added = self.merge_stream(&mut st, &row.key, &row.stream)?;
+                self.currently_missing.fetch_add(added, Ordering::Relaxed);
+                self.evict_over_bound(py, &mut st)?;
+            }
+        }
+        Ok(())
     }
 
     /// The counted event ids in memory, in arrival order: a new dict (a copy).
@@ -1039,35 +1287,14 @@ impl NativeStreamTracker {
         }
         let theirs = theirs_tracker.lock()?;
         let mut st = self.lock()?;
+        if theirs.spill.as_ref().is_some_and(|s| s.len() > 0) {
+            return Err(PyValueError::new_err("a tracker with spilled streams hands them over by export_streams"));
+        }
         let mut added: i64 = 0;
         for (k, t) in theirs.streams.iter().rev() {
-            match st.streams.get_mut(k) {
-                None => {
-                    added += t.missing.len() as i64;
-                    st.streams.push(k.clone(), t.clone());
-                }
-                Some(mine) => {
-                    let mut missing: HashSet<i128> = mine
-                        .missing
-                        .iter()
-                        .copied()
-                        .filter(|p| *p >= t.next || t.missing.contains(p))
-                        .collect();
-                    missing.extend(t.missing.iter().copied().filter(|p| *p >= mine.next || mine.missing.contains(p)));
-                    added += missing.len() as i64 - mine.missing.len() as i64;
-                    mine.missing = Positions::of(missing);
-                    mine.untracked_missing += t.untracked_missing;
-                    let (high, low) = if mine.next >= t.next { (mine.clone(), t.clone()) } else { (t.clone(), mine.clone()) };
-                    let mut own = low.own;
-                    own.extend(high.own);
-                    let mut claimed = low.claimed;
-                    claimed.extend(high.claimed);
-                    mine.own = own;
-                    mine.claimed = claimed;
-                    mine.next = high.next;
-                }
-            }
+            added += self.merge_stream(&mut st, k, t)?;
         }
+        self.evict_over_bound(other.py(), &mut st)?;
         for (p, o) in &theirs.first_offset {
             st.first_offset.entry(*p).or_insert(*o);
         }
@@ -1079,7 +1306,7 @@ impl NativeStreamTracker {
     }
 
     fn __len__(&self) -> PyResult<usize> {
-        Ok(self.lock()?.streams.len())
+        Ok(self.lock()?.streams_held())
     }
 
     #[getter]
@@ -1116,36 +1343,15 @@ impl NativeStreamTracker {
     /// Python objects by the million (verify's jobs send their trackers back).
     fn _state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let st = self.lock()?;
+        if st.spill.as_ref().is_some_and(|s| s.len() > 0) {
+            return Err(PyValueError::new_err("a tracker with spilled streams hands them over by export_streams"));
+        }
         let mut w = StateWriter(Vec::new());
         w.u64(st.streams.len() as u64);
         for (k, s) in st.streams.iter().rev() {
             w.text(&k.0);
             w.text(&k.1);
-            w.opt(s.partition);
-            w.i128(s.next);
-            let mut missing: Vec<i128> = s.missing.iter().copied().collect();
-            missing.sort_unstable();
-            w.u64(missing.len() as u64);
-            missing.iter().for_each(|p| w.i128(*p));
-            w.i128(s.untracked_missing);
-            let own: Vec<(&i128, &Hash32)> = s.own.iter().collect();
-            w.u64(own.len() as u64);
-            for (p, h) in own {
-                w.i128(*p);
-                w.0.extend_from_slice(h);
-            }
-            let claimed: Vec<(&i128, &Prev)> = s.claimed.iter().collect();
-            w.u64(claimed.len() as u64);
-            for (p, c) in claimed {
-                w.i128(*p);
-                match c {
-                    Prev::Text(t) => {
-                        w.0.push(1);
-                        w.text(t);
-                    }
-                    Prev::Other => w.0.push(0),
-                }
-            }
+            s.write(&mut w);
         }
         w.u64(st.order.len() as u64);
         for id in &st.order {
@@ -1176,26 +1382,7 @@ impl NativeStreamTracker {
         for _ in 0..r.u64()? {
             let session = r.text()?;
             let producer = r.text()?;
-            let partition = r.opt()?;
-            let next = r.i128()?;
-            let mut missing = HashSet::new();
-            for _ in 0..r.u64()? {
-                missing.insert(r.i128()?);
-            }
-            let untracked_missing = r.i128()?;
-            let mut own = Own::default();
-            for _ in 0..r.u64()? {
-                let p = r.i128()?;
-                let h: Hash32 = r.take(32)?.try_into().expect("32 bytes");
-                own.insert(p, h);
-            }
-            let mut claimed = Claims::default();
-            for _ in 0..r.u64()? {
-                let p = r.i128()?;
-                let prev = if r.take(1)?[0] == 1 { Prev::Text(r.text()?) } else { Prev::Other };
-                claimed.insert(p, prev);
-            }
-            let stream = Stream { partition, next, missing: Positions::of(missing), untracked_missing, own, claimed };
+            let stream = Stream::read(&mut r)?;
             st.streams.push((session, producer), stream);
         }
         st.seen = HashMap::new();

@@ -10,7 +10,7 @@ Python. The differential tests hold it to the same rules written plainly in Pyth
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from turnaudit.chain import StreamId
@@ -117,7 +117,10 @@ class StreamTracker(NativeStreamTracker):
       (``POSITION_REUSED``); once ids were forgotten it is taken for an old redelivery
       (counted in ``forgotten_event_ids``), unless a ``forgotten`` store keeps the
       dropped ids: then they are recalled from it, exactly.
-    * ``max_streams`` ordered streams (least recently seen forgotten).
+    * ``max_streams`` ordered streams in memory (least recently seen forgotten; or,
+      with a ``stream_spill``, written ``stream_batch`` at a time to the SQLite file at
+      the path it returns when first needed, exactly, and read back when the stream
+      comes back: verify's, whose memory is then bounded by ``max_streams``).
     * ``max_missing`` missing positions remembered per stream; beyond that a gap is
       counted but a late arrival into it is not recognised.
 
@@ -137,12 +140,15 @@ class StreamTracker(NativeStreamTracker):
         start_gaps: bool = True,
         forgotten: ForgottenIds | None = None,
         forget_batch: int = 1,
+        stream_spill: Callable[[], str] | None = None,
+        stream_batch: int = 4096,
     ) -> StreamTracker:
         return super().__new__(
             cls, _OUTCOMES, TrackResult, max_event_ids=max_event_ids,
             max_streams=max_streams, max_missing=max_missing,
             log_start_offsets=dict(log_start_offsets or {}), start_gaps=start_gaps,
-            forgotten=forgotten, forget_batch=forget_batch)
+            forgotten=forgotten, forget_batch=forget_batch, stream_spill=stream_spill,
+            stream_batch=stream_batch)
 
     def remembered(self) -> Mapping[str, Seen]:
         """The counted event ids still in memory (the forgotten ones are not): a live

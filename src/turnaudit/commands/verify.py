@@ -44,7 +44,7 @@ from turnaudit.signing_keys import DEFAULT_CHECKPOINT_INTERVAL_S, INTERVAL_ENV, 
 from turnaudit.verify.files import load_anchors
 from turnaudit.verify.follow import FollowState
 from turnaudit.verify.follow_trust import FollowTrust
-from turnaudit.verify.id_store import DEFAULT_MEMORY_IDS, IdMemory
+from turnaudit.verify.id_store import DEFAULT_MEMORY_IDS, DEFAULT_MEMORY_STREAMS, IdMemory
 from turnaudit.verify.run import run_verify
 
 
@@ -84,9 +84,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds the range may take to read")
     parser.add_argument("--memory-ids", type=positive_int, default=DEFAULT_MEMORY_IDS, metavar="N",
-                        help="event ids kept in memory; older ones are spilled to a "
-                        "temporary SQLite file and looked up there, removed at the end "
-                        f"(default {DEFAULT_MEMORY_IDS:,}; docs/verify.md)")
+                        help="event ids kept in memory; older ones are spilled to sorted "
+                        "run files in a temporary directory and looked up there, removed at "
+                        f"the end (default {DEFAULT_MEMORY_IDS:,}; docs/verify.md)")
+    parser.add_argument("--memory-streams", type=positive_int, default=DEFAULT_MEMORY_STREAMS,
+                        metavar="N",
+                        help="streams kept in memory; the least recently seen others are "
+                        "spilled to a temporary SQLite file and read back when their stream "
+                        f"goes on, removed at the end (default {DEFAULT_MEMORY_STREAMS:,}; "
+                        "docs/verify.md)")
     parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                         help="processes reading the range's partitions, each its own set "
                         "(default: one per partition, at most one per core)")
@@ -182,11 +188,12 @@ def _follow(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     if args.follow:
-        if args.memory_ids != DEFAULT_MEMORY_IDS or args.jobs is not None:
-            raise ConfigurationError("--memory-ids and --jobs are for a range, not --follow "
-                                     "(--workers N)")
+        if (args.memory_ids != DEFAULT_MEMORY_IDS or args.jobs is not None
+                or args.memory_streams != DEFAULT_MEMORY_STREAMS):
+            raise ConfigurationError("--memory-ids, --memory-streams and --jobs are for a "
+                                     "range, not --follow (--workers N)")
         return _follow(args)
-    memory = IdMemory(event_ids=args.memory_ids)
+    memory = IdMemory(event_ids=args.memory_ids, streams=args.memory_streams)
     if args.trust_grace is not None:
         raise ConfigurationError("--trust-grace is for --follow")
     if args.require_signed and args.keyring is None:

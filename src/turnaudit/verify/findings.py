@@ -11,6 +11,25 @@ from turnaudit.identity import StreamId, TrackResult, TurnOutcome
 EXAMPLES = 20
 
 
+class RetainedJson(TypedDict):
+    """A stream that began before retention: its oldest retained position and where."""
+
+    session_id: str
+    producer_id: str
+    partition: int
+    offset: int
+    position: int
+
+
+class HeadJson(TypedDict):
+    """A chained stream's last position and its chain hash."""
+
+    session_id: str
+    producer_id: str
+    position: int
+    hash: str
+
+
 class Where(TypedDict, total=False):
     """Where a finding is: a message's place, its stream and position, or a stream's."""
 

@@ -23,6 +23,13 @@ from turnaudit.identity import Seen
 from turnaudit.serialization.native import NativeStreamTracker, SortedRunStore
 
 DEFAULT_MEMORY_IDS = 1_000_000
+# Streams verify keeps in memory (about 0.4 KB each); the least recently seen beyond
+# this go to an SQLite scratch file and come back when their stream does.
+DEFAULT_MEMORY_STREAMS = 200_000
+# Streams written to that file per transaction.
+STREAM_BATCH = 4096
+# A job's streams, handed to the merging process (beside its id runs).
+STREAMS_FILE = "streams.sqlite3"
 # Spilled ids are written this many at a time (a run; the log reconciliation's SQLite
 # file: one transaction).
 SPILL_BATCH = 10_000
@@ -47,6 +54,7 @@ class IdMemory:
     event_ids: int = DEFAULT_MEMORY_IDS
     spill_dir: Path | None = None
     spill_batch: int = SPILL_BATCH  # ids written to the file per transaction
+    streams: int = DEFAULT_MEMORY_STREAMS  # streams in memory, the rest spilled
 
     @property
     def batch(self) -> int:
@@ -58,6 +66,9 @@ class IdMemory:
             raise ConfigurationError("verify keeps 1 or more event ids in memory and spills "
                                      f"1 or more at a time, not {self.event_ids} and "
                                      f"{self.spill_batch}")
+        if self.streams < 1:
+            raise ConfigurationError("verify keeps 1 or more streams in memory, not "
+                                     f"{self.streams}")
 
 
 class ScratchDb:
@@ -136,9 +147,15 @@ class SpilledIds:
         self.native = SortedRunStore(self._make_directory, batch, FILTER_BITS)
 
     def _make_directory(self) -> str:
-        self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
-                                                      dir=self._spill_dir)
+        if self._directory is None:
+            self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
+                                                          dir=self._spill_dir)
         return self._directory.name
+
+    def stream_file(self) -> str:
+        """Where the tracker's spilled streams go (its SQLite scratch file), in the same
+        directory, made now if not yet."""
+        return str(Path(self._make_directory()) / "streams.sqlite3")
 
     @property
     def path(self) -> Path | None:

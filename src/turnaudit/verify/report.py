@@ -18,7 +18,14 @@ from typing import Literal, NotRequired, TextIO, TypedDict
 
 from turnaudit.verify.counts import CountsJson
 from turnaudit.verify.crash import StreamEnds, StreamEndsJson
-from turnaudit.verify.findings import EXAMPLES, Finding, FindingJson, Where
+from turnaudit.verify.findings import (
+    EXAMPLES,
+    Finding,
+    FindingJson,
+    HeadJson,
+    RetainedJson,
+    Where,
+)
 from turnaudit.verify.reconciliation import (
     LogJson,
     LogReconciliation,
@@ -26,7 +33,7 @@ from turnaudit.verify.reconciliation import (
     MetricsReconciliation,
 )
 from turnaudit.verify.trust import TrustJson, TrustReport
-from turnaudit.verify.verifier import HeadJson, RetainedJson, Verifier
+from turnaudit.verify.verifier import Verifier
 
 # ``write_json``: how deep the heads are in the text (document, streams, list).
 _HEAD_INDENT = " " * 6
@@ -245,7 +252,7 @@ class VerifyReport:
             json.dumps(mark), 1)
         out.write(before)
         first = True
-        for session, producer, position, digest in self.verifier.tracker.chained_heads():
+        for session, producer, position, digest in self.verifier.chained_heads():
             head = HeadJson(session_id=session, producer_id=producer, position=position,
                             hash=digest)
             text = json.dumps(head, indent=2).replace("\n", "\n" + _HEAD_INDENT)

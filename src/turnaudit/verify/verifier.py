@@ -13,9 +13,9 @@ in a temporary directory (``id_store``) that ``close`` removes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 from turnaudit.contracts import Breach, check_event, check_key
 from turnaudit.errors import SerializationError
@@ -36,36 +36,27 @@ from turnaudit.verify.counts import TurnCounts
 from turnaudit.verify.findings import (
     EXAMPLES,
     Finding,
+    HeadJson,
+    RetainedJson,
     Where,
     classify,
     message_where,
     positions_text,
     stream_where,
 )
-from turnaudit.verify.id_store import CountedIds, IdMemory, SpilledIds
+from turnaudit.verify.id_store import (
+    STREAM_BATCH,
+    STREAMS_FILE,
+    CountedIds,
+    IdMemory,
+    SpilledIds,
+)
 from turnaudit.verify.native_step import contract_check, feed_batch
 
 # Stream heads of an earlier report: (position, chain hash) per stream.
 Anchors = Mapping[StreamId, tuple[int, str]]
-
-
-class RetainedJson(TypedDict):
-    """A stream that began before retention: its oldest retained position and where."""
-
-    session_id: str
-    producer_id: str
-    partition: int
-    offset: int
-    position: int
-
-
-class HeadJson(TypedDict):
-    """A chained stream's last position and its chain hash."""
-
-    session_id: str
-    producer_id: str
-    position: int
-    hash: str
+# Heads read from the tracker at a time for a report (streams spilled or not).
+HEADS_PAGE = 10_000
 
 
 class Verifier:
@@ -108,14 +99,17 @@ class Verifier:
         self.began_before_retention = 0
         self.retained_examples: list[RetainedJson] = []
         self.prefix_findings: list[Finding] = []
-        # Exact: every stream and missing position in memory; the newest event ids too,
-        # older ones spilled to disk and recalled from there (``close`` removes them).
+        # Exact, in bounded memory: the most recently seen streams and the newest event
+        # ids in memory, the others spilled to disk and read back from there (``close``
+        # removes them); every missing position of a stream.
         memory = memory or IdMemory()
         self._spilled = SpilledIds(memory.spill_dir, memory.batch)
         self.tracker = StreamTracker(
-            max_event_ids=memory.event_ids, max_streams=1 << 62, max_missing=1 << 62,
+            max_event_ids=memory.event_ids, max_streams=memory.streams, max_missing=1 << 62,
             log_start_offsets={p: -1 if o > 0 else o for p, o in low.items()},
             start_gaps=start_gaps, forgotten=self._spilled.native, forget_batch=memory.batch,
+            stream_spill=self._spilled.stream_file,
+            stream_batch=min(STREAM_BATCH, memory.streams),
         )
         self.event_ids = CountedIds(self.tracker.remembered(), self._spilled)
         self.counts = TurnCounts()
@@ -149,9 +143,13 @@ class Verifier:
 
     # -- verify --jobs: a verifier per partition set, merged ---------------------------
     def export_ids(self, directory: Path) -> list[Path]:
-        """Every counted event id as run files in ``directory`` for ``absorb_ids`` (then
-        ``event_ids`` is unusable here)."""
-        return self._spilled.export_runs(self.tracker, directory)
+        """Every counted event id as run files in ``directory``, and every stream in
+        ``directory / STREAMS_FILE``, for ``absorb_ids`` (then ``event_ids`` and the
+        streams are gone here)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        streams = directory / STREAMS_FILE
+        exported = [streams] if self.tracker.export_streams(streams) else []
+        return self._spilled.export_runs(self.tracker, directory) + exported
 
     def __getstate__(self) -> dict[str, object]:
         # Sent back from a job: its ids go by ``export_ids``, its decoder stays there.
@@ -193,9 +191,11 @@ class Verifier:
 
     def absorb_ids(self, files: Sequence[Path]) -> None:
         """The ids of verifiers that read other partitions (files ``export_ids`` wrote), in
-        the order given. An event id two of them counted is a duplicate copy or changed
-        content at the later of its two places; each copy stays counted."""
-        for repeat in self._spilled.absorb_all(files):
+        the order given, and their streams. An event id two of them counted is a duplicate
+        copy or changed content at the later of its two places; each copy stays counted."""
+        for streams in (f for f in files if f.name == STREAMS_FILE):
+            self.tracker.absorb_streams(streams)
+        for repeat in self._spilled.absorb_all([f for f in files if f.name != STREAMS_FILE]):
             where = message_where(repeat.repeat[1] or 0, repeat.repeat[2] or 0)
             where["event_id"] = repeat.event_id
             if repeat.repeat[0] == repeat.first[0]:
@@ -391,8 +391,16 @@ class Verifier:
         report to a later ``verify --heads`` to detect a truncated or rewritten tail."""
         return [
             HeadJson(session_id=session, producer_id=producer, position=position, hash=digest)
-            for session, producer, position, digest in self.tracker.chained_heads()
+            for session, producer, position, digest in self.chained_heads()
         ]
+
+    def chained_heads(self) -> Iterator[tuple[str, str, int, str]]:
+        """``heads()`` as (session, producer, position, hash), sorted by stream, read from
+        the tracker a page at a time (a spilled stream's from the disk)."""
+        after: tuple[str, str] | None = None
+        while page := self.tracker.chained_heads(after, HEADS_PAGE):
+            yield from page
+            after = (page[-1][0], page[-1][1])
 
     def anchors_expired(self) -> int:
         """Anchored streams with no event left, in a range read from a moved log start:

@@ -1,6 +1,7 @@
-"""Verify in bounded memory: a Verifier that keeps 3 event ids in memory and spills the
-rest to SQLite writes exactly the report of one that keeps them all, over chained and
-legacy streams with every kind of fault; the spill file is removed at the end."""
+"""Verify in bounded memory: a Verifier that keeps 3 event ids (and 1 or 2 streams) in
+memory and spills the rest to disk writes exactly the report of one that keeps them all,
+over chained and legacy streams with every kind of fault; the spill is removed at the
+end."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ RANGE: RangeJson = {"topic": "t", "description": "d", "partitions": {}, "from": 
                     "to": None, "from_log_start": True}
 UNBOUNDED = IdMemory(event_ids=1 << 62)
 TINY = IdMemory(event_ids=3, spill_batch=2)  # spills from the 4th id, to disk from the 5th
+# Streams spilled too: every stream but the last seen one (written at once), or but the
+# last two (the first evicted waits in the pending batch, the second writes both).
+TINY_STREAMS = (IdMemory(event_ids=3, spill_batch=2, streams=1),
+                IdMemory(event_ids=3, spill_batch=2, streams=2))
 FAULTS = ("drop", "swap", "redeliver", "duplicate", "change", "reuse_id", "forge", "renumber")
 
 
@@ -152,6 +157,26 @@ class TestSpilledVerifierIsExact:
         self, tmp_path_factory: pytest.TempPathFactory, items: list[Item], stride: int,
         anchored: bool,
     ) -> None:
+        self.check_bounded_against_unbounded(tmp_path_factory, items, stride, anchored, TINY)
+
+    @settings(max_examples=300, deadline=None)
+    @given(items=faulty_ranges(), stride=st.integers(1, 3), anchored=st.booleans(),
+           memory=st.sampled_from(TINY_STREAMS))
+    def test_one_or_two_streams_in_memory_give_the_unbounded_report(
+        self, tmp_path_factory: pytest.TempPathFactory, items: list[Item], stride: int,
+        anchored: bool, memory: IdMemory,
+    ) -> None:
+        """Streams pushed out of memory and brought back, with their gaps, claims and
+        heads, over every fault: the same report, heads, counts and lost positions."""
+        tiny = self.check_bounded_against_unbounded(tmp_path_factory, items, stride,
+                                                    anchored, memory)
+        assert tiny.tracker.streams_in_memory() <= memory.streams
+
+    @staticmethod
+    def check_bounded_against_unbounded(
+        tmp_path_factory: pytest.TempPathFactory, items: list[Item], stride: int,
+        anchored: bool, memory: IdMemory,
+    ) -> Verifier:
         messages = stored(items)
         clean = stored([i for i in items if i.again is None])
         anchors: Anchors = {}
@@ -161,15 +186,26 @@ class TestSpilledVerifierIsExact:
                            for h in first.heads()}
         tmp = tmp_path_factory.mktemp("log")
         with verified(messages, UNBOUNDED, anchors) as exact, \
-                verified(messages, TINY, anchors) as tiny:
+                verified(messages, memory, anchors) as tiny:
             log = log_file(tmp / "turns.jsonl", exact, stride)
             expected = report(exact, log)
             note(f"{len(messages)} messages, {exact.counts.turns} turns; "
                  f"{sorted(expected['unexplained_by_kind'])}")
-            assert report(tiny, log, TINY) == expected  # the logged ids spilled too
+            assert report(tiny, log, memory) == expected  # the logged ids spilled too
+            assert tiny.heads() == exact.heads()
+            assert tiny.tracker.heads() == exact.tracker.heads()
+            assert tiny.tracker.last_positions() == exact.tracker.last_positions()
+            assert tiny.tracker.missing() == exact.tracker.missing()
+            assert tiny.tracker.untracked_missing() == exact.tracker.untracked_missing()
+            assert tiny.tracker.currently_missing == exact.tracker.currently_missing
+            assert len(tiny.tracker) == len(exact.tracker)
+            for stream in exact.tracker.last_positions():
+                assert tiny.tracker.head(*stream) == exact.tracker.head(*stream)
             assert exact.spill_file is None
-            # Past memory and the pending batch, the ids were on disk, looked up there.
-            assert (tiny.spill_file is not None) == (tiny.tracker.new_turns > 4)
+            if memory == TINY:
+                # Past memory and the pending batch, the ids were on disk, looked up there.
+                assert (tiny.spill_file is not None) == (tiny.tracker.new_turns > 4)
+        return tiny
 
     def test_an_id_reused_at_a_fresh_position_long_after_is_content_changed(self) -> None:
         events = list(chained(12, 1, 1, 1))

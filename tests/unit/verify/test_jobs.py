@@ -18,6 +18,7 @@ from tests.unit.verify import scenario
 from tests.unit.verify.test_id_store import (
     RANGE,
     TINY,
+    TINY_STREAMS,
     Item,
     Message,
     chained,
@@ -77,7 +78,8 @@ def canonical(verifier: Verifier, log: Path) -> dict[str, Any]:
 
 class TestMergedJobs:
     @settings(max_examples=120, deadline=None)
-    @given(items=faulty_ranges(), memory=st.sampled_from([TINY, IdMemory(event_ids=1 << 62)]))
+    @given(items=faulty_ranges(),
+           memory=st.sampled_from([TINY, *TINY_STREAMS, IdMemory(event_ids=1 << 62)]))
     def test_merged_jobs_conclude_what_one_verifier_does(
         self, tmp_path_factory: pytest.TempPathFactory, items: list[Item], memory: IdMemory,
     ) -> None:
