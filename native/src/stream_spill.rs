@@ -35,12 +35,13 @@ fn open(path: &Path) -> PyResult<Connection> {
     let conn = Connection::open(path).map_err(db_error)?;
     // A scratch file: nothing survives the process, so no journal and no syncs.
     conn.execute_batch(
-        "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE;
+        "PRAGMA journal_mode = MEMORY; PRAGMA synchronous = OFF; PRAGMA locking_mode = EXCLUSIVE;
          PRAGMA cache_size = -32768;
          CREATE TABLE IF NOT EXISTS streams (
              session TEXT NOT NULL, producer TEXT NOT NULL, partition INTEGER,
              missing INTEGER NOT NULL, gappy INTEGER NOT NULL, state BLOB NOT NULL,
-             PRIMARY KEY (session, producer)) WITHOUT ROWID;",
+             PRIMARY KEY (session, producer)) WITHOUT ROWID;
+         CREATE INDEX IF NOT EXISTS gappy_streams ON streams (gappy) WHERE gappy = 1;",
     )
     .map_err(db_error)?;
     Ok(conn)
@@ -52,15 +53,6 @@ pub(crate) struct Row {
     pub(crate) stream: Stream,
 }
 
-/// A row as written (`connection` borrows the spill mutably: rows are encoded first).
-struct Encoded {
-    key: StreamKey,
-    partition: Option<i64>,
-    missing: i64,
-    gappy: bool,
-    state: Vec<u8>,
-}
-
 pub(crate) struct StreamSpill {
     make_path: Option<Py<PyAny>>, // called once, at the first write: the file's path
     path: Option<PathBuf>,
@@ -68,7 +60,9 @@ pub(crate) struct StreamSpill {
     pending: HashMap<StreamKey, Stream>,
     batch: usize,
     filter: Option<BloomFilter>,
-    stored: u64, // rows in the file
+    stored: u64,        // rows in the file
+    stored_legacy: u64, // of which v1/v2 streams (no producer)
+    unfiltered: bool,   // rows copied in by SQLite, not in the filter: every lookup asks
 }
 
 impl StreamSpill {
@@ -81,6 +75,8 @@ impl StreamSpill {
             batch: batch.max(1),
             filter: None,
             stored: 0,
+            stored_legacy: 0,
+            unfiltered: false,
         }
     }
 
@@ -89,7 +85,8 @@ impl StreamSpill {
         self.pending.len() as u64 + self.stored
     }
 
-    fn connection(&mut self, py: Python<'_>) -> PyResult<&Connection> {
+    /// The file opened (made at the first write, at the path the maker gives).
+    fn connect(&mut self, py: Python<'_>) -> PyResult<()> {
         if self.conn.is_none() {
             let path: PathBuf = match &self.path {
                 Some(p) => p.clone(),
@@ -102,12 +99,12 @@ impl StreamSpill {
             };
             self.conn = Some(open(&path)?);
         }
-        Ok(self.conn.as_ref().expect("opened above"))
+        Ok(())
     }
 
     /// An evicted stream kept (the pending batch written once full).
     pub(crate) fn put(&mut self, py: Python<'_>, key: StreamKey, stream: Stream) -> PyResult<()> {
-        self.filter.get_or_insert_with(|| BloomFilter::with_bits(FILTER_BITS)).insert(&filter_text(&key));
+        self.filter.get_or_insert_with(|| BloomFilter::with_bits(FILTER_BITS)).insert(&key);
         self.pending.insert(key, stream);
         if self.pending.len() >= self.batch {
             self.flush(py)?;
@@ -121,22 +118,21 @@ impl StreamSpill {
         if self.pending.is_empty() {
             return Ok(());
         }
+        self.connect(py)?;
+        let conn = self.conn.as_ref().expect("connected above");
         let mut rows: Vec<(&StreamKey, &Stream)> = self.pending.iter().collect();
         rows.sort_unstable_by(|a, b| a.0.cmp(b.0)); // inserted in key order: fewer pages touched
-        let encoded: Vec<Encoded> = rows
-            .into_iter()
-            .map(|(k, s)| Encoded { key: k.clone(), partition: s.partition, missing: s.missing_len() as i64, gappy: s.is_gappy(), state: s.to_bytes() })
-            .collect();
-        let n = encoded.len() as u64;
-        let conn = self.connection(py)?;
         let write = || -> rusqlite::Result<()> {
             conn.execute_batch("BEGIN")?;
             {
                 let mut insert = conn.prepare_cached(
                     "INSERT INTO streams (session, producer, partition, missing, gappy, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )?;
-                for e in &encoded {
-                    insert.execute(params![e.key.0, e.key.1, e.partition, e.missing, e.gappy, e.state])?;
+                let mut state = Vec::with_capacity(256);
+                for (k, s) in &rows {
+                    state.clear();
+                    s.write_into(&mut state);
+                    insert.execute(params![k.0, k.1, s.partition, s.missing_len() as i64, s.is_gappy(), state])?;
                 }
             }
             conn.execute_batch("COMMIT")
@@ -145,13 +141,15 @@ impl StreamSpill {
             let _ = conn.execute_batch("ROLLBACK");
             return Err(db_error(e));
         }
+        let legacy = self.pending.keys().filter(|k| k.1.is_empty()).count() as u64;
+        self.stored += self.pending.len() as u64;
+        self.stored_legacy += legacy;
         self.pending.clear();
-        self.stored += n;
         Ok(())
     }
 
     fn might_hold(&self, key: &StreamKey) -> bool {
-        self.filter.as_ref().is_some_and(|f| f.holds(&filter_text(key)))
+        self.unfiltered || self.filter.as_ref().is_some_and(|f| f.holds(key))
     }
 
     /// The stream, taken out (it lives in memory again), or None if it is not here.
@@ -171,6 +169,7 @@ impl StreamSpill {
             None => Ok(None),
             Some(bytes) => {
                 self.stored -= 1;
+                self.stored_legacy -= u64::from(key.1.is_empty());
                 Ok(Some(Stream::from_bytes(&bytes)?))
             }
         }
@@ -193,15 +192,9 @@ impl StreamSpill {
     }
 
     /// (chained, legacy) streams held here.
-    pub(crate) fn counts(&self) -> PyResult<(u64, u64)> {
-        let mut legacy = self.pending.keys().filter(|k| k.1.is_empty()).count() as u64;
-        if let (Some(conn), true) = (self.conn.as_ref(), self.stored > 0) {
-            let n: i64 = conn
-                .query_row("SELECT COUNT(*) FROM streams WHERE producer = ''", [], |r| r.get(0))
-                .map_err(db_error)?;
-            legacy += n as u64;
-        }
-        Ok((self.len() - legacy, legacy))
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        let legacy = self.pending.keys().filter(|k| k.1.is_empty()).count() as u64 + self.stored_legacy;
+        (self.len() - legacy, legacy)
     }
 
     /// Each stream held here, or (`gappy_only`) each with missing positions; unordered.
@@ -216,7 +209,7 @@ impl StreamSpill {
             return Ok(());
         }
         let sql = if gappy_only {
-            "SELECT session, producer, state FROM streams WHERE gappy = 1"
+            "SELECT session, producer, state FROM streams INDEXED BY gappy_streams WHERE gappy = 1"
         } else {
             "SELECT session, producer, state FROM streams"
         };
@@ -271,13 +264,16 @@ impl StreamSpill {
         });
         if let (Some(conn), true) = (self.conn.as_ref(), self.stored > 0) {
             for p in partitions {
-                let (rows, missing): (i64, i64) = conn
-                    .query_row("SELECT COUNT(*), COALESCE(SUM(missing), 0) FROM streams WHERE partition = ?1", [p], |r| {
-                        Ok((r.get(0)?, r.get(1)?))
-                    })
+                let (rows, legacy, missing): (i64, i64, i64) = conn
+                    .query_row(
+                        "SELECT COUNT(*), COALESCE(SUM(producer = ''), 0), COALESCE(SUM(missing), 0) FROM streams WHERE partition = ?1",
+                        [p],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )
                     .map_err(db_error)?;
                 conn.execute("DELETE FROM streams WHERE partition = ?1", [p]).map_err(db_error)?;
                 self.stored -= rows as u64;
+                self.stored_legacy -= legacy as u64;
                 dropped_missing += missing;
             }
         }
@@ -300,33 +296,72 @@ impl StreamSpill {
         }
         self.make_path = None;
         self.stored = 0;
+        self.stored_legacy = 0;
         self.filter = None;
         Ok(true)
     }
 }
 
-/// The streams of a file `export` wrote, a page at a time, in key order.
-pub(crate) fn rows_of(path: &Path, after: Option<&StreamKey>, limit: usize) -> PyResult<Vec<Row>> {
+impl StreamSpill {
+    /// The streams of a file `export` wrote, taken in. Those this spill does not hold are
+    /// copied by SQLite, file to file (no row decoded); returns the missing positions
+    /// they hold, and the others (a stream both hold: rare), each with this spill's copy
+    /// still here, for the tracker to merge. The caller has written everything it holds
+    /// in memory here first.
+    pub(crate) fn absorb_file(&mut self, py: Python<'_>, path: &Path) -> PyResult<(i64, Vec<Row>)> {
+        self.flush(py)?;
+        self.connect(py)?;
+        let conn = self.conn.as_ref().expect("connected above");
+        conn.execute("ATTACH DATABASE ?1 AS theirs", [path.to_string_lossy()]).map_err(db_error)?;
+        let copied = (|| -> PyResult<(i64, i64, i64, Vec<Row>)> {
+            let mut both = Vec::new();
+            let mut q = conn
+                .prepare(
+                    "SELECT t.session, t.producer, t.state FROM theirs.streams t
+                     JOIN main.streams m ON m.session = t.session AND m.producer = t.producer",
+                )
+                .map_err(db_error)?;
+            let mut rows = q.query([]).map_err(db_error)?;
+            while let Some(row) = rows.next().map_err(db_error)? {
+                let key: StreamKey = (row.get(0).map_err(db_error)?, row.get(1).map_err(db_error)?);
+                let bytes: Vec<u8> = row.get(2).map_err(db_error)?;
+                both.push(Row { key, stream: Stream::from_bytes(&bytes)? });
+            }
+            const NEW_ONLY: &str = "FROM theirs.streams t WHERE NOT EXISTS
+                (SELECT 1 FROM main.streams m WHERE m.session = t.session AND m.producer = t.producer)";
+            let (n, legacy, missing): (i64, i64, i64) = conn
+                .query_row(
+                    &format!("SELECT COUNT(*), COALESCE(SUM(producer = ''), 0), COALESCE(SUM(missing), 0) {NEW_ONLY}"),
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .map_err(db_error)?;
+            conn.execute_batch(&format!("BEGIN; INSERT INTO main.streams SELECT * {NEW_ONLY}; COMMIT"))
+                .map_err(|e| {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    db_error(e)
+                })?;
+            Ok((n, legacy, missing, both))
+        })();
+        let detached = conn.execute("DETACH DATABASE theirs", []).map_err(db_error);
+        let (n, legacy, missing, both) = copied?;
+        detached?;
+        self.stored += n as u64;
+        self.stored_legacy += legacy as u64;
+        self.unfiltered |= n > 0;
+        Ok((missing, both))
+    }
+}
+
+/// Each stream of a file `export` wrote, in key order (one pass over the file).
+pub(crate) fn each_row(path: &Path, f: &mut dyn FnMut(&StreamKey, &Stream) -> PyResult<()>) -> PyResult<()> {
     let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(db_error)?;
-    let (session, producer, first) = after.map_or(("", "", true), |a| (a.0.as_str(), a.1.as_str(), false));
-    let mut q = conn
-        .prepare(
-            "SELECT session, producer, state FROM streams
-             WHERE ?4 OR (session, producer) > (?1, ?2) ORDER BY session, producer LIMIT ?3",
-        )
-        .map_err(db_error)?;
-    let mut rows = q.query(params![session, producer, limit as i64, first]).map_err(db_error)?;
-    let mut out = Vec::new();
+    let mut q = conn.prepare("SELECT session, producer, state FROM streams ORDER BY session, producer").map_err(db_error)?;
+    let mut rows = q.query([]).map_err(db_error)?;
     while let Some(row) = rows.next().map_err(db_error)? {
         let key: StreamKey = (row.get(0).map_err(db_error)?, row.get(1).map_err(db_error)?);
         let bytes: Vec<u8> = row.get(2).map_err(db_error)?;
-        out.push(Row { key, stream: Stream::from_bytes(&bytes)? });
+        f(&key, &Stream::from_bytes(&bytes)?)?;
     }
-    Ok(out)
-}
-
-/// The filter's text for a key (a NUL cannot end a session id's UTF-8 and start the
-/// producer's ambiguously: the lengths are part of it).
-fn filter_text(key: &StreamKey) -> String {
-    format!("{}:{}\u{0}{}", key.0.len(), key.0, key.1)
+    Ok(())
 }

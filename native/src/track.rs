@@ -35,7 +35,6 @@ const CHAIN_DOMAIN: &[u8] = b"turnaudit.chain.v1\x00";
 const GENESIS_HEX: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 const SEEN_DIGITS: usize = 16;
 const FILTER_BITS: u64 = 1 << 28;
-const ABSORB_PAGE: usize = 8192;
 
 // Outcome indexes into the `outcomes` tuple the Python side passes in.
 pub(crate) const NEW: usize = 0;
@@ -314,11 +313,12 @@ impl Stream {
         Ok(Stream { partition, next, missing: Positions::of(missing), untracked_missing, own, claimed })
     }
 
-    /// The stream alone, in the tracker state's format (a spilled stream's row).
-    pub(crate) fn to_bytes(&self) -> Vec<u8> {
-        let mut w = StateWriter(Vec::with_capacity(96));
+    /// The stream alone, in the tracker state's format (a spilled stream's row), added
+    /// to `out`.
+    pub(crate) fn write_into(&self, out: &mut Vec<u8>) {
+        let mut w = StateWriter(std::mem::take(out));
         self.write(&mut w);
-        w.0
+        *out = w.0;
     }
 
     pub(crate) fn from_bytes(bytes: &[u8]) -> PyResult<Self> {
@@ -411,9 +411,9 @@ impl BloomFilter {
         BloomFilter { words: vec![0u64; words as usize], blocks: words / block_words, block_words }
     }
 
-    fn positions(&self, text: &str) -> [u64; 3] {
+    fn positions<T: Hash + ?Sized>(&self, value: &T) -> [u64; 3] {
         let mut h = DefaultHasher::new();
-        text.hash(&mut h);
+        value.hash(&mut h);
         let h = h.finish();
         // The low bits pick the block, three 9-bit fields of the high half a bit in it.
         let block_bits = self.block_words * 64;
@@ -421,14 +421,14 @@ impl BloomFilter {
         [32, 41, 50].map(|at| base + ((h >> at) & (block_bits - 1)))
     }
 
-    pub(crate) fn insert(&mut self, text: &str) {
-        for p in self.positions(text) {
+    pub(crate) fn insert<T: Hash + ?Sized>(&mut self, value: &T) {
+        for p in self.positions(value) {
             self.words[(p >> 6) as usize] |= 1 << (p & 63);
         }
     }
 
-    pub(crate) fn holds(&self, text: &str) -> bool {
-        self.positions(text).iter().all(|p| self.words[(p >> 6) as usize] & (1 << (p & 63)) != 0)
+    pub(crate) fn holds<T: Hash + ?Sized>(&self, value: &T) -> bool {
+        self.positions(value).iter().all(|p| self.words[(p >> 6) as usize] & (1 << (p & 63)) != 0)
     }
 }
 
@@ -1133,10 +1133,7 @@ impl NativeStreamTracker {
     fn stream_counts(&self) -> PyResult<(usize, usize)> {
         let st = self.lock()?;
         let legacy = st.streams.iter().filter(|(k, _)| k.1.is_empty()).count();
-        let (spilled_chained, spilled_legacy) = match &st.spill {
-            Some(spill) => spill.counts()?,
-            None => (0, 0),
-        };
+        let (spilled_chained, spilled_legacy) = st.spill.as_ref().map_or((0, 0), StreamSpill::counts);
         Ok((st.streams.len() - legacy + spilled_chained as usize, legacy + spilled_legacy as usize))
     }
 
@@ -1162,12 +1159,18 @@ impl NativeStreamTracker {
     ) -> PyResult<Bound<'py, PyList>> {
         let st = self.lock()?;
         let limit = limit.unwrap_or(usize::MAX);
-        let mut heads: Vec<(StreamKey, i128, Hash32)> = st
+        let mut held: Vec<(&StreamKey, i128, &Hash32)> = st
             .streams
             .iter()
             .filter(|(k, _)| !k.1.is_empty() && after.as_ref().is_none_or(|a| *k > a))
-            .filter_map(|(k, s)| s.head().map(|(p, h)| (k.clone(), p, *h)))
+            .filter_map(|(k, s)| s.head().map(|(p, h)| (k, p, h)))
             .collect();
+        if held.len() > limit {
+            // Only the page's first `limit` of memory's streams can be on it.
+            held.select_nth_unstable_by(limit, |a, b| a.0.cmp(b.0));
+            held.truncate(limit);
+        }
+        let mut heads: Vec<(StreamKey, i128, Hash32)> = held.into_iter().map(|(k, p, h)| (k.clone(), p, *h)).collect();
         if let Some(spill) = &st.spill {
             for row in spill.chained_page(after.as_ref(), limit)? {
                 if let Some((p, h)) = row.stream.head() {
@@ -1232,16 +1235,26 @@ impl NativeStreamTracker {
     /// partitions), each merged in as `absorb` merges a stream both hold.
     fn absorb_streams(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
         let mut st = self.lock()?;
-        let mut after: Option<StreamKey> = None;
-        loop {
-            let page = stream_spill::rows_of(&path, after.as_ref(), ABSORB_PAGE)?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.key.clone());
-            for row in page {
-                let added = self.merge_stream(&mut st, &row.key, &row.stream)?;
+        let st = &mut *st;
+        let Some(spill) = st.spill.as_mut() else {
+            // No spill here: every stream comes into memory.
+            return stream_spill::each_row(&path, &mut |key, stream| {
+                let added = self.merge_stream(st, key, stream)?;
                 self.currently_missing.fetch_add(added, Ordering::Relaxed);
-                self.evict_over_bound(py, &mut st)?;
-            }
+                self.evict_over_bound(py, st)
+            });
+        };
+        // Everything of this tracker's on disk first, so SQLite finds which streams both
+        // hold and copies the others file to file.
+        while let Some((key, stream)) = st.streams.pop_lru() {
+            spill.put(py, key, stream)?;
+        }
+        let (missing, both) = spill.absorb_file(py, &path)?;
+        self.currently_missing.fetch_add(missing, Ordering::Relaxed);
+        for row in both {
+            let added = self.merge_stream(st, &row.key, &row.stream)?;
+            self.currently_missing.fetch_add(added, Ordering::Relaxed);
+            self.evict_over_bound(py, st)?;
         }
         Ok(())
     }

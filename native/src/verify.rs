@@ -311,7 +311,10 @@ impl VerifyStep {
         let sequence = i128::from(*sequence);
         let placed: Placed = match tracker.place_fields(py, session, producer, sequence, event_id, &|| Ok(Prev::Text(prev.clone())), &content, Some(partition), Some(offset)) {
             Ok(placed) => placed,
-            Err(err) => return Ok(Step::NotATurn(err.into_value(py).into_any())),
+            // As the Python path: a field of the wrong kind is not a turn; anything else
+            // (the stream spill's disk full) ends verify.
+            Err(err) if is_not_a_turn(py, &err) => return Ok(Step::NotATurn(err.into_value(py).into_any())),
+            Err(err) => return Err(err),
         };
         let opened = tracker.streams_held()? != held;
         let key = msg.call_method0(intern!(py, "key"))?;
@@ -523,4 +526,12 @@ fn scanning(
     }
     let wanted = top.iter().map(|n| slot(n)).collect();
     Ok(Some(Scanning { names, wanted, version: version.bind(py).extract()? }))
+}
+
+/// The errors the Python path takes for "not a TurnEvent" (`KeyError`, `TypeError`,
+/// `ValueError`).
+fn is_not_a_turn(py: Python<'_>, err: &PyErr) -> bool {
+    err.is_instance_of::<pyo3::exceptions::PyKeyError>(py)
+        || err.is_instance_of::<pyo3::exceptions::PyTypeError>(py)
+        || err.is_instance_of::<pyo3::exceptions::PyValueError>(py)
 }
