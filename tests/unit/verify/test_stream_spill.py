@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,10 +36,10 @@ def answers(t: StreamTracker) -> dict[str, object]:
        batch=st.integers(1, 5), dropped=st.sets(st.integers(0, 59), max_size=10),
        forget=st.sets(st.integers(0, 2), max_size=2))
 def test_spilled_streams_answer_as_held_ones_and_leave_with_their_partition(
-    tmp_path_factory: object, count: int, sessions: int, streams: int, batch: int,
-    dropped: set[int], forget: set[int],
+    tmp_path_factory: pytest.TempPathFactory, *, count: int, sessions: int, streams: int,
+    batch: int, dropped: set[int], forget: set[int],
 ) -> None:
-    spill = tmp_path_factory.mktemp("streams")  # type: ignore[attr-defined]
+    spill = tmp_path_factory.mktemp("streams")
     events = [e for n, e in enumerate(scenario.stamped_events(count, seed=3, producers=2,
                                                               sessions=sessions))
               if n not in dropped]  # gaps, some closed by nothing
@@ -92,13 +93,13 @@ def test_a_really_full_disk_is_an_os_error_and_no_stream_is_lost(tmp_path: Path)
                         max_size=50),
        held=st.integers(0, 3))
 def test_exported_streams_merge_as_trackers_in_memory_do(
-    tmp_path_factory: object, count: int, sessions: int, streams: int, readers: list[str],
-    held: int,
+    tmp_path_factory: pytest.TempPathFactory, *, count: int, sessions: int, streams: int,
+    readers: list[str], held: int,
 ) -> None:
     """Two trackers that read parts of the same streams (a stream in both: turns stored
     under another key), handed over as files into a third, which may hold streams of
     its own: the same streams, gaps and heads as ``absorb`` of the trackers in memory."""
-    spill = tmp_path_factory.mktemp("absorb")  # type: ignore[attr-defined]
+    spill = tmp_path_factory.mktemp("absorb")
     events = scenario.stamped_events(count, seed=4, producers=2, sessions=sessions)
     parts = [(tracker(spill / f"{n}", streams), tracker(None, 0)) for n in range(2)]
     for path in (spill / "0", spill / "1", spill / "into"):
