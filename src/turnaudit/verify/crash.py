@@ -14,12 +14,13 @@ over-counted, possibly under-counted by that interval's turns).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
 from turnaudit.identity import StreamId
-from turnaudit.stream_heads import HeadAnnouncement
+from turnaudit.stream_heads import HeadAnnouncement, decode_announcement
 from turnaudit.verify.findings import EXAMPLES, Finding, stream_where
 
 
@@ -92,6 +93,46 @@ class StreamEnds:
         )
 
 
+class LatestAnnouncements:
+    """The last announcement of each stream (what the compacted topic keeps), in stream
+    order, held in a private SQLite temporary file: a page cache in memory whatever the
+    number of streams announced (a million streams' announcements as Python objects
+    were half a GiB). Fill it in offset order; the last one added for a stream wins."""
+
+    def __init__(self) -> None:
+        # "": a temporary database of this connection's alone, on disk once it outgrows
+        # its cache, removed when closed. Filled on one thread, read on another.
+        self._db = sqlite3.connect("", check_same_thread=False)
+        self._db.execute("CREATE TABLE latest (session TEXT NOT NULL, producer TEXT NOT NULL, "
+                         "note BLOB NOT NULL, PRIMARY KEY (session, producer)) WITHOUT ROWID")
+
+    def add_values(self, values: Iterable[bytes | None]) -> None:
+        """Records of the stream-heads topic; those that are not announcements skipped."""
+        notes = ((note, value) for value in values
+                 if value is not None and (note := decode_announcement(value)) is not None)
+        with self._db:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO latest VALUES (?, ?, ?)",
+                ((note.head.session_id, note.head.producer_id, value) for note, value in notes))
+
+    @classmethod
+    def of(cls, announcements: Iterable[HeadAnnouncement]) -> LatestAnnouncements:
+        latest = cls()
+        latest.add_values(note.encode() for note in announcements)
+        return latest
+
+    def __iter__(self) -> Iterator[HeadAnnouncement]:
+        """Each stream's last announcement, by stream (session, then producer: SQLite
+        compares texts as UTF-8 bytes, the order Python sorts them in)."""
+        for (value,) in self._db.execute("SELECT note FROM latest ORDER BY session, producer"):
+            note = decode_announcement(value)
+            assert note is not None  # only announcements are stored
+            yield note
+
+    def close(self) -> None:
+        self._db.close()
+
+
 def stream_ends(
     announcements: Iterable[HeadAnnouncement],
     seen: Mapping[StreamId, int],
@@ -104,14 +145,20 @@ def stream_ends(
     (read from offset 0); otherwise it is counted as not in the range. A range that
     ends before now (``to_end`` False) cannot tell a cut stream from one that goes on
     after it: every announced stream is counted as not in the range."""
-    latest: dict[StreamId, HeadAnnouncement] = {}
-    for note in announcements:
-        latest[note.head.stream] = note  # the compacted topic: the last one wins
+    latest = (announcements if isinstance(announcements, LatestAnnouncements)
+              else LatestAnnouncements.of(announcements))
+    try:
+        return _ends(latest, seen, whole_stream=whole_stream, to_end=to_end)
+    finally:
+        latest.close()
+
+
+def _ends(latest: LatestAnnouncements, seen: Mapping[StreamId, int], *, whole_stream: bool,
+          to_end: bool) -> StreamEnds:
     out = StreamEnds()
-    for note in latest.values():
+    for note in latest:
+        stream = note.head.stream
         out.head_interval_ms = max(out.head_interval_ms, note.interval_ms)
-    for stream in sorted(latest):
-        note = latest[stream]
         last = seen.get(stream)
         if not to_end or (last is None and not whole_stream):
             out.not_in_range += 1

@@ -14,7 +14,8 @@ from turnaudit.kafka.offsets import RangeSpec, resolve_range
 from turnaudit.kafka.reading import read_range, read_range_batches
 from turnaudit.records import record_headers
 from turnaudit.settings import KafkaSettings
-from turnaudit.stream_heads import HeadAnnouncement, decode_announcement, stream_heads_topic
+from turnaudit.stream_heads import stream_heads_topic
+from turnaudit.verify.crash import LatestAnnouncements
 from turnaudit.verify.report import DeadLetters
 from turnaudit.verify.verifier import Verifier
 
@@ -79,21 +80,19 @@ def dead_letters_in_range(
                        frozenset(positions))
 
 
-def stream_head_announcements(settings: KafkaSettings, timeout: float = 60.0) -> list[
-        HeadAnnouncement]:
-    """Every announcement on ``<prefix>stream-heads`` (in offset order; none when the
+def stream_head_announcements(settings: KafkaSettings,
+                              timeout: float = 60.0) -> LatestAnnouncements:
+    """The last announcement of each stream on ``<prefix>stream-heads`` (none when the
     topic does not exist: publishers before stream heads never created it)."""
     topic = stream_heads_topic(settings.topics.prefix)
+    latest = LatestAnnouncements()
     try:
         heads = resolve_range(settings, topic, RangeSpec())
     except BrokerError:
-        return []
-    out = []
-    for msg in read_range(settings, topic, heads.start, heads.end, timeout=timeout):
-        note = decode_announcement(msg.value())
-        if note is not None:
-            out.append(note)
-    return out
+        return latest
+    latest.add_values(msg.value() for msg in read_range(settings, topic, heads.start,
+                                                         heads.end, timeout=timeout))
+    return latest
 
 
 # librdkafka's timestamp type of a time the broker stamped (the topic's LogAppendTime).
