@@ -5,9 +5,11 @@ reader uses, for scale), in the same run.
 
 ``--events`` simulated v3 turns (4 partitions, 2,000 concurrent sessions, one producer)
 are encoded and stamped once; each round verifies them with each loop, rotating which
-goes first, and checks that both verifiers found the range clean and counted every
-turn. Printed: µs per message, min/median/max over the rounds, and the ratio of the
-Python path to the native step per round.
+goes first, and checks that every verifier found the range clean and counted every
+turn. A fourth loop is the native step with ``--memory-streams`` streams in memory (the
+others spilled to disk, read back when their session goes on). Printed: µs per message,
+min/median/max over the rounds, the ratio of the Python path to the native step per
+round, and of the spilling native step to the one holding every stream.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_verify_step.py [--events 200000] [--rounds 5]
 """
@@ -23,6 +25,7 @@ from tests.unit.verify import scenario
 from turnaudit.identity import TurnStamper
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.records import StoredRecord
+from turnaudit.verify.id_store import IdMemory
 from turnaudit.verify.verifier import Verifier
 
 BATCH = 10_000  # what the range reader hands over at a time
@@ -49,8 +52,9 @@ def one_at_a_time(records: list[StoredRecord]) -> Verifier:
     return verifier
 
 
-def batched(records: list[StoredRecord]) -> Verifier:
-    verifier = Verifier(scenario.DECODE, log_start_offsets=dict.fromkeys(range(4), 0))
+def batched(records: list[StoredRecord], memory: IdMemory | None = None) -> Verifier:
+    verifier = Verifier(scenario.DECODE, log_start_offsets=dict.fromkeys(range(4), 0),
+                        memory=memory)
     for start in range(0, len(records), BATCH):
         verifier.feed_batch(records[start:start + BATCH])
     return verifier
@@ -65,17 +69,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--memory-streams", type=int, default=5_000,
+                        help="streams in memory for the loop whose others spill to disk")
     args = parser.parse_args()
     records = stored(args.events)
+    spilling = IdMemory(streams=args.memory_streams)
     loops: dict[str, Callable[[list[StoredRecord]], Verifier | None]] = {
         "feed (Python path)": one_at_a_time,
         "feed_batch (native step)": batched,
         "decode only": decode_only,
+        f"feed_batch, {args.memory_streams:,} streams in memory": lambda r: batched(r, spilling),
     }
     took: dict[str, list[float]] = {name: [] for name in loops}
     names = list(loops)
     for round_no in range(args.rounds):
-        for name in names[round_no % 3:] + names[:round_no % 3]:
+        for name in names[round_no % len(names):] + names[:round_no % len(names)]:
             began = time.perf_counter()
             verifier = loops[name](records)
             took[name].append((time.perf_counter() - began) / args.events * 1e6)
@@ -86,11 +94,14 @@ def main() -> None:
                     assert not verifier.lost(), name
     print(f"{args.events} v3 turns, {args.rounds} rounds (rotated), µs per message")
     for name, us in took.items():
-        print(f"{name:26} median {statistics.median(us):5.2f} (min {min(us):.2f}, "
+        print(f"{name:40} median {statistics.median(us):5.2f} (min {min(us):.2f}, "
               f"max {max(us):.2f})")
     ratios = [a / b for a, b in zip(took[names[0]], took[names[1]], strict=True)]
     print(f"Python path / native step per round: median {statistics.median(ratios):.2f} "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    spilled = [a / b for a, b in zip(took[names[3]], took[names[1]], strict=True)]
+    print(f"streams spilled / all in memory per round: median {statistics.median(spilled):.2f} "
+          f"(min {min(spilled):.2f}, max {max(spilled):.2f})")
 
 
 if __name__ == "__main__":
