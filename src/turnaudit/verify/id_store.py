@@ -43,6 +43,17 @@ SPILL_CACHE_KIB = 16_384
 # false positives (about 0.1 % at 10 million spilled ids, rising past 100 million) each
 # cost one lookup, never a wrong answer.
 FILTER_BITS = 1 << 28
+# A range of more ids than that filter serves well gets one of at least this many bits an
+# id (about 2 % false positives), sized from the range's message count: 1.25 B an id
+# rather than the disk searched for most new ids past a few hundred million.
+FILTER_BITS_PER_ID = 10
+
+
+def filter_bits_for(expected_ids: int) -> int:
+    """The spilled ids' filter for a range of ``expected_ids`` messages: a power of two of
+    bits (the filter's blocks), ``FILTER_BITS`` at least, ``FILTER_BITS_PER_ID`` an id."""
+    wanted = max(FILTER_BITS, FILTER_BITS_PER_ID * max(0, expected_ids))
+    return 1 << (wanted - 1).bit_length()
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,11 @@ class IdMemory:
     spill_dir: Path | None = None
     spill_batch: int = SPILL_BATCH  # ids written to the file per transaction
     streams: int = DEFAULT_MEMORY_STREAMS  # streams in memory, the rest spilled
+    expected_ids: int = 0  # the range's messages, when known: sizes the ids' filter
+
+    @property
+    def filter_bits(self) -> int:
+        return filter_bits_for(self.expected_ids)
 
     @property
     def batch(self) -> int:
@@ -141,10 +157,11 @@ class SpilledIds:
     keeps. The temporary directory of the runs is made when the first run is written and
     removed by ``close`` (and, should ``close`` never run, when the process exits)."""
 
-    def __init__(self, spill_dir: Path | None = None, batch: int = SPILL_BATCH) -> None:
+    def __init__(self, spill_dir: Path | None = None, batch: int = SPILL_BATCH,
+                 filter_bits: int = FILTER_BITS) -> None:
         self._spill_dir = spill_dir
         self._directory: tempfile.TemporaryDirectory[str] | None = None
-        self.native = SortedRunStore(self._make_directory, batch, FILTER_BITS)
+        self.native = SortedRunStore(self._make_directory, batch, filter_bits)
 
     def _make_directory(self) -> str:
         if self._directory is None:

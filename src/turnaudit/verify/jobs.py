@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from types import MappingProxyType
@@ -111,7 +111,10 @@ def verify_in_jobs(
                                          dir=options.memory.spill_dir) as handed:
             planned = [
                 Job(settings, topic, {p: start.get(p, 0) for p in part},
-                    {p: end[p] for p in part}, options, timeout, Path(handed) / f"job-{n}")
+                    {p: end[p] for p in part}, replace(options, memory=replace(
+                        options.memory,
+                        expected_ids=sum(end[p] - start.get(p, 0) for p in part))),
+                    timeout, Path(handed) / f"job-{n}")
                 for n, part in enumerate(partition_sets(start, end, jobs))
             ]
             context = multiprocessing.get_context("spawn")

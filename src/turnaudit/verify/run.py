@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, timedelta
 from pathlib import Path
 
@@ -62,8 +63,11 @@ def run_verify(
     start, end, low = resolve_range(settings, topic, broker_spec)
     # By event time a session's first turn in the window is where its stream starts for
     # the window (its earlier turns happened before it), as in ``replay --into verify:``.
+    # The ids' filter sized for the range (the merging process holds every job's ids).
+    memory = replace(memory or IdMemory(),
+                     expected_ids=sum(e - start.get(p, 0) for p, e in end.items()))
     options = VerifierOptions(low, anchors=anchors, start_gaps=not event_time,
-                              event_window=window, memory=memory or IdMemory(),
+                              event_window=window, memory=memory,
                               signed=None if chain is None else signed_heads(chain).positions)
     parts = len(partition_sets(start, end, len(end) or 1))
     jobs = min(default_jobs(parts) if jobs is None else jobs, parts)

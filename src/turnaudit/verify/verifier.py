@@ -103,7 +103,7 @@ class Verifier:
         # ids in memory, the others spilled to disk and read back from there (``close``
         # removes them); every missing position of a stream.
         memory = memory or IdMemory()
-        self._spilled = SpilledIds(memory.spill_dir, memory.batch)
+        self._spilled = SpilledIds(memory.spill_dir, memory.batch, memory.filter_bits)
         self.tracker = StreamTracker(
             max_event_ids=memory.event_ids, max_streams=memory.streams, max_missing=1 << 62,
             log_start_offsets={p: -1 if o > 0 else o for p, o in low.items()},

@@ -21,7 +21,7 @@ from tests.unit.verify import scenario
 from turnaudit.errors import ConfigurationError
 from turnaudit.serialization.native import BloomFilter
 from turnaudit.verify.files import reconcile_log
-from turnaudit.verify.id_store import IdMemory, SpilledIds
+from turnaudit.verify.id_store import FILTER_BITS, FILTER_BITS_PER_ID, IdMemory, SpilledIds
 from turnaudit.verify.report import RangeJson, VerifyReport
 from turnaudit.verify.verifier import Anchors, Verifier
 
@@ -347,3 +347,16 @@ def test_a_spilled_store_answers_recall_exactly_through_its_filter(tmp_path: Pat
 def test_a_spill_filter_below_64_bits_or_not_a_power_of_two_is_refused(bits: int) -> None:
     with pytest.raises(ValueError, match="power of two"):
         BloomFilter(bits)
+
+
+@given(st.integers(-10, 1 << 40))
+def test_the_spilled_ids_filter_is_a_power_of_two_with_room_for_the_range(
+    expected: int,
+) -> None:
+    """Any range: blocks of a power of two, never below the fixed filter, 10 bits an id
+    at least (and under twice that past the fixed size)."""
+    bits = IdMemory(expected_ids=expected).filter_bits
+    assert bits & (bits - 1) == 0
+    assert bits >= FILTER_BITS
+    assert bits >= FILTER_BITS_PER_ID * expected
+    assert bits == FILTER_BITS or bits < 2 * FILTER_BITS_PER_ID * expected
