@@ -181,8 +181,13 @@ def _cases() -> list[Case]:
              "argument --memory-ids: 0 is not a positive number"),
         Case("verify: --memory-ids with --follow",
              ["verify", "--follow", "--memory-ids", "5"], {}, 2,
-             "turnaudit verify: --memory-ids and --jobs are for a range, not --follow "
+             "turnaudit verify: --memory-ids is for a range, not --follow (--workers N)"),
+        Case("verify: --memory-streams and --jobs with --follow",
+             ["verify", "--follow", "--memory-streams", "5", "--jobs", "2"], {}, 2,
+             "turnaudit verify: --memory-streams and --jobs are for a range, not --follow "
              "(--workers N)"),
+        Case("verify: --memory-streams 0", ["verify", "--memory-streams", "0"], {}, 2,
+             "argument --memory-streams: 0 is not a positive number"),
         Case("verify: --jobs 0", ["verify", "--jobs", "0"], {}, 2,
              "argument --jobs: 0 is not a positive number"),
         Case("simulate: --metrics-port in use", ["simulate", "--metrics-port", str(BUSY_PORT)],

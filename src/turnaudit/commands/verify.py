@@ -188,10 +188,14 @@ def _follow(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     if args.follow:
-        if (args.memory_ids != DEFAULT_MEMORY_IDS or args.jobs is not None
-                or args.memory_streams != DEFAULT_MEMORY_STREAMS):
-            raise ConfigurationError("--memory-ids, --memory-streams and --jobs are for a "
-                                     "range, not --follow (--workers N)")
+        given = [flag for flag, set_ in (("--memory-ids", args.memory_ids != DEFAULT_MEMORY_IDS),
+                                         ("--memory-streams",
+                                          args.memory_streams != DEFAULT_MEMORY_STREAMS),
+                                         ("--jobs", args.jobs is not None)) if set_]
+        if given:
+            raise ConfigurationError(f"{' and '.join(given)} "
+                                     f"{'is' if len(given) == 1 else 'are'} for a range, not "
+                                     "--follow (--workers N)")
         return _follow(args)
     memory = IdMemory(event_ids=args.memory_ids, streams=args.memory_streams)
     if args.trust_grace is not None:
