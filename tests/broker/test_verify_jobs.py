@@ -106,7 +106,7 @@ def private_tmp(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> Path:
 
 
 class TestJobsAndMemory:
-    def test_two_jobs_and_five_ids_in_memory_report_what_one_process_does(
+    def test_jobs_and_ids_or_streams_spilled_report_what_one_process_does(
         self, faulty: tuple[KafkaSettings, list[Stored]], monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str], tmp_path: Path,
     ) -> None:
@@ -118,8 +118,11 @@ class TestJobsAndMemory:
             "position_reused", "content_changed", "chain_break", "late_arrival"}
         assert one["duplicates"]["count"] == 3
         assert one["undecodable"] == 3
+        # Ids and streams spilled too (the others to disk, read back when needed).
         for args in (["--jobs", "2"], ["--jobs", "3", "--memory-ids", "5"],
-                     ["--jobs", "1", "--memory-ids", "5"]):
+                     ["--jobs", "1", "--memory-ids", "5"],
+                     ["--jobs", "2", "--memory-ids", "5", "--memory-streams", "3"],
+                     ["--jobs", "1", "--memory-streams", "2"]):
             code, other = run_cli(target, monkeypatch, capsys, *args)
             assert code == 1, args
             assert ordered(other) == ordered(one), args
