@@ -157,22 +157,26 @@ impl StreamSpill {
         if let Some(s) = self.pending.remove(key) {
             return Ok(Some(s));
         }
+        let found = self.stored_row(key, "DELETE FROM streams WHERE session = ?1 AND producer = ?2 RETURNING state")?;
+        if found.is_some() {
+            self.stored -= 1;
+            self.stored_legacy -= u64::from(key.1.is_empty());
+        }
+        Ok(found)
+    }
+
+    /// The stream's row, by `sql` (a select or a delete returning its state), asked only
+    /// when the file may hold it.
+    fn stored_row(&self, key: &StreamKey, sql: &str) -> PyResult<Option<Stream>> {
         if self.stored == 0 || !self.might_hold(key) {
             return Ok(None);
         }
         let Some(conn) = self.conn.as_ref() else { return Ok(None) };
         let found: Option<Vec<u8>> = conn
-            .prepare_cached("DELETE FROM streams WHERE session = ?1 AND producer = ?2 RETURNING state")
+            .prepare_cached(sql)
             .and_then(|mut q| q.query_row(params![key.0, key.1], |r| r.get(0)).optional())
             .map_err(db_error)?;
-        match found {
-            None => Ok(None),
-            Some(bytes) => {
-                self.stored -= 1;
-                self.stored_legacy -= u64::from(key.1.is_empty());
-                Ok(Some(Stream::from_bytes(&bytes)?))
-            }
-        }
+        found.map(|b| Stream::from_bytes(&b)).transpose()
     }
 
     /// The stream, left where it is (a copy), or None.
@@ -180,15 +184,7 @@ impl StreamSpill {
         if let Some(s) = self.pending.get(key) {
             return Ok(Some(s.clone()));
         }
-        if self.stored == 0 || !self.might_hold(key) {
-            return Ok(None);
-        }
-        let Some(conn) = self.conn.as_ref() else { return Ok(None) };
-        let found: Option<Vec<u8>> = conn
-            .prepare_cached("SELECT state FROM streams WHERE session = ?1 AND producer = ?2")
-            .and_then(|mut q| q.query_row(params![key.0, key.1], |r| r.get(0)).optional())
-            .map_err(db_error)?;
-        found.map(|b| Stream::from_bytes(&b)).transpose()
+        self.stored_row(key, "SELECT state FROM streams WHERE session = ?1 AND producer = ?2")
     }
 
     /// (chained, legacy) streams held here.
@@ -214,13 +210,8 @@ impl StreamSpill {
             "SELECT session, producer, state FROM streams"
         };
         let mut q = conn.prepare(sql).map_err(db_error)?;
-        let mut rows = q.query([]).map_err(db_error)?;
-        while let Some(row) = rows.next().map_err(db_error)? {
-            let key: StreamKey = (row.get(0).map_err(db_error)?, row.get(1).map_err(db_error)?);
-            let bytes: Vec<u8> = row.get(2).map_err(db_error)?;
-            f(&key, &Stream::from_bytes(&bytes)?)?;
-        }
-        Ok(())
+        let rows = q.query([]).map_err(db_error)?;
+        for_rows(rows, &mut |key, stream| f(&key, &stream))
     }
 
     /// Up to `limit` chained streams after `after` (all from the start when None), in
@@ -240,12 +231,10 @@ impl StreamSpill {
                      AND (session, producer) > (?1, ?2) ORDER BY session, producer LIMIT ?3",
                 )
                 .map_err(db_error)?;
-            let mut rows = q.query(params![session, producer, limit as i64]).map_err(db_error)?;
-            while let Some(row) = rows.next().map_err(db_error)? {
-                let key: StreamKey = (row.get(0).map_err(db_error)?, row.get(1).map_err(db_error)?);
-                let bytes: Vec<u8> = row.get(2).map_err(db_error)?;
-                out.push(Row { key, stream: Stream::from_bytes(&bytes)? });
-            }
+            for_rows(q.query(params![session, producer, limit as i64]).map_err(db_error)?, &mut |key, stream| {
+                out.push(Row { key, stream });
+                Ok(())
+            })?;
         }
         out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out.truncate(limit);
@@ -321,12 +310,10 @@ impl StreamSpill {
                      JOIN main.streams m ON m.session = t.session AND m.producer = t.producer",
                 )
                 .map_err(db_error)?;
-            let mut rows = q.query([]).map_err(db_error)?;
-            while let Some(row) = rows.next().map_err(db_error)? {
-                let key: StreamKey = (row.get(0).map_err(db_error)?, row.get(1).map_err(db_error)?);
-                let bytes: Vec<u8> = row.get(2).map_err(db_error)?;
-                both.push(Row { key, stream: Stream::from_bytes(&bytes)? });
-            }
+            for_rows(q.query([]).map_err(db_error)?, &mut |key, stream| {
+                both.push(Row { key, stream });
+                Ok(())
+            })?;
             const NEW_ONLY: &str = "FROM theirs.streams t WHERE NOT EXISTS
                 (SELECT 1 FROM main.streams m WHERE m.session = t.session AND m.producer = t.producer)";
             let (n, legacy, missing): (i64, i64, i64) = conn
@@ -357,11 +344,16 @@ impl StreamSpill {
 pub(crate) fn each_row(path: &Path, f: &mut dyn FnMut(&StreamKey, &Stream) -> PyResult<()>) -> PyResult<()> {
     let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(db_error)?;
     let mut q = conn.prepare("SELECT session, producer, state FROM streams ORDER BY session, producer").map_err(db_error)?;
-    let mut rows = q.query([]).map_err(db_error)?;
+    let rows = q.query([]).map_err(db_error)?;
+    for_rows(rows, &mut |key, stream| f(&key, &stream))
+}
+
+/// Each (session, producer, state) row of a query, as a stream.
+fn for_rows(mut rows: rusqlite::Rows<'_>, f: &mut dyn FnMut(StreamKey, Stream) -> PyResult<()>) -> PyResult<()> {
     while let Some(row) = rows.next().map_err(db_error)? {
         let key: StreamKey = (row.get(0).map_err(db_error)?, row.get(1).map_err(db_error)?);
         let bytes: Vec<u8> = row.get(2).map_err(db_error)?;
-        f(&key, &Stream::from_bytes(&bytes)?)?;
+        f(key, Stream::from_bytes(&bytes)?)?;
     }
     Ok(())
 }
