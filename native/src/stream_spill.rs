@@ -340,14 +340,6 @@ impl StreamSpill {
     }
 }
 
-/// Each stream of a file `export` wrote, in key order (one pass over the file).
-pub(crate) fn each_row(path: &Path, f: &mut dyn FnMut(&StreamKey, &Stream) -> PyResult<()>) -> PyResult<()> {
-    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(db_error)?;
-    let mut q = conn.prepare("SELECT session, producer, state FROM streams ORDER BY session, producer").map_err(db_error)?;
-    let rows = q.query([]).map_err(db_error)?;
-    for_rows(rows, &mut |key, stream| f(&key, &stream))
-}
-
 /// Each (session, producer, state) row of a query, as a stream.
 fn for_rows(mut rows: rusqlite::Rows<'_>, f: &mut dyn FnMut(StreamKey, Stream) -> PyResult<()>) -> PyResult<()> {
     while let Some(row) = rows.next().map_err(db_error)? {

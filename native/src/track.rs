@@ -28,7 +28,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple};
 use sha2::{Digest, Sha256};
 
 use crate::spill::{Seen, SortedRunStore};
-use crate::stream_spill::{self, StreamSpill};
+use crate::stream_spill::StreamSpill;
 use std::path::PathBuf;
 
 const CHAIN_DOMAIN: &[u8] = b"turnaudit.chain.v1\x00";
@@ -1237,12 +1237,7 @@ impl NativeStreamTracker {
         let mut st = self.lock()?;
         let st = &mut *st;
         let Some(spill) = st.spill.as_mut() else {
-            // No spill here: every stream comes into memory.
-            return stream_spill::each_row(&path, &mut |key, stream| {
-                let added = self.merge_stream(st, key, stream)?;
-                self.currently_missing.fetch_add(added, Ordering::Relaxed);
-                self.evict_over_bound(py, st)
-            });
+            return Err(PyValueError::new_err("only a tracker with a stream spill absorbs exported streams"));
         };
         // Everything of this tracker's on disk first, so SQLite finds which streams both
         // hold and copies the others file to file.

@@ -89,7 +89,7 @@ def run_job(job: Job) -> Verifier:
     with job.options.verifier(decoder_for(job.settings)) as verifier:
         feed_range(job.settings, job.topic, verifier, start=job.start, end=job.end,
                    timeout=job.timeout)
-        verifier.export_ids(job.ids)
+        verifier.export_for_merge(job.ids)
         return verifier
 
 
@@ -123,7 +123,7 @@ def verify_in_jobs(
                     merged.absorb(part)
             # Jobs read partitions apart, so their ids rarely meet: the files are taken over
             # as they are, and rewritten (merged) only when some id is in two of them.
-            merged.absorb_ids([f for job in planned for f in sorted(job.ids.iterdir())])
+            merged.absorb_exported([f for job in planned for f in sorted(job.ids.iterdir())])
     except BaseException:
         merged.close()
         raise

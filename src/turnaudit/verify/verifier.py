@@ -142,9 +142,9 @@ class Verifier:
         self._spilled.close()
 
     # -- verify --jobs: a verifier per partition set, merged ---------------------------
-    def export_ids(self, directory: Path) -> list[Path]:
+    def export_for_merge(self, directory: Path) -> list[Path]:
         """Every counted event id as run files in ``directory``, and every stream in
-        ``directory / STREAMS_FILE``, for ``absorb_ids`` (then ``event_ids`` and the
+        ``directory / STREAMS_FILE``, for ``absorb_exported`` (then ``event_ids`` and the
         streams are gone here)."""
         directory.mkdir(parents=True, exist_ok=True)
         streams = directory / STREAMS_FILE
@@ -152,7 +152,7 @@ class Verifier:
         return self._spilled.export_runs(self.tracker, directory) + exported
 
     def __getstate__(self) -> dict[str, object]:
-        # Sent back from a job: its ids go by ``export_ids``, its decoder stays there.
+        # Sent back from a job: its ids go by ``export_for_merge``, its decoder stays there.
         return {k: v for k, v in self.__dict__.items()
                 if k not in ("_decode", "_spilled", "event_ids", "_step")}
 
@@ -164,7 +164,8 @@ class Verifier:
         self.event_ids = CountedIds(self.tracker.remembered(), self._spilled)
 
     def absorb(self, other: Verifier) -> None:
-        """The conclusions of a verifier that read other partitions (its ids: ``absorb_ids``)."""
+        """The conclusions of a verifier that read other partitions (its ids and streams:
+        ``absorb_exported``)."""
         self.messages += other.messages
         self.redeliveries += other.redeliveries
         self.outside_window += other.outside_window
@@ -189,10 +190,11 @@ class Verifier:
             if stamp is not None:
                 self.stamped(stamp)
 
-    def absorb_ids(self, files: Sequence[Path]) -> None:
-        """The ids of verifiers that read other partitions (files ``export_ids`` wrote), in
-        the order given, and their streams. An event id two of them counted is a duplicate
-        copy or changed content at the later of its two places; each copy stays counted."""
+    def absorb_exported(self, files: Sequence[Path]) -> None:
+        """The ids and streams of verifiers that read other partitions (the files
+        ``export_for_merge`` wrote), in the order given. An event id two of them counted is
+        a duplicate copy or changed content at the later of its two places; each copy stays
+        counted."""
         for streams in (f for f in files if f.name == STREAMS_FILE):
             self.tracker.absorb_streams(streams)
         for repeat in self._spilled.absorb_all([f for f in files if f.name != STREAMS_FILE]):

@@ -51,10 +51,10 @@ def merged(messages: list[Message], memory: IdMemory, tmp: Path) -> Verifier:
             for n, m in enumerate(messages):
                 if m.partition == partition:
                     job.feed(m.partition, m.offset, m.key, m.value, 1_790_000_000_000 + n)
-            files += job.export_ids(tmp / f"job-{partition}")
+            files += job.export_for_merge(tmp / f"job-{partition}")
             sent = pickle.loads(pickle.dumps(job))  # noqa: S301 -- our own bytes, as a job sends
         out.absorb(sent)
-    out.absorb_ids(files)
+    out.absorb_exported(files)
     return out
 
 

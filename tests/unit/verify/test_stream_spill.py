@@ -120,3 +120,19 @@ def test_exported_streams_merge_as_trackers_in_memory_do(
         reference.absorb(in_memory)
     assert into.streams_in_memory() <= streams
     assert answers(into) == answers(reference)
+
+
+def test_only_a_tracker_with_a_spill_hands_streams_over_or_takes_them(tmp_path: Path) -> None:
+    """A services' tracker (no spill) neither exports nor absorbs streams: one error each,
+    nothing taken."""
+    events = scenario.stamped_events(4, seed=6, producers=1, sessions=2)
+    bounded = tracker(tmp_path, 1)
+    for n, e in enumerate(events):
+        bounded.observe(e.event, e.value, partition=0, offset=n)
+    assert bounded.export_streams(tmp_path / "handed.sqlite3")
+    plain = tracker(None, 0)
+    with pytest.raises(ValueError, match="stream spill"):
+        plain.absorb_streams(tmp_path / "handed.sqlite3")
+    with pytest.raises(ValueError, match="stream spill"):
+        plain.export_streams(tmp_path / "other.sqlite3")
+    assert len(plain) == 0
