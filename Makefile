@@ -18,16 +18,14 @@ demo: setup
 # Lint and types first (seconds), then the whole suite: the broker-free tier
 # (tests/unit/) and the broker tier (tests/broker/), which starts a real broker.
 test: setup promtool otelcol
-	$(VENV)/bin/ruff check .
-	$(MAKE) --no-print-directory typecheck
+	$(MAKE) --no-print-directory lint
 	$(VENV)/bin/pytest
 
 # The edit loop: lint, types and the broker-free tier on both cores. No JVM
 # starts (tests/unit/conftest.py fails a test that reaches for Kafka). Files are
 # dealt whole to a worker: the CLI error table's module fixture then runs once.
 test-fast: setup promtool
-	$(VENV)/bin/ruff check .
-	$(MAKE) --no-print-directory typecheck
+	$(MAKE) --no-print-directory lint
 	$(VENV)/bin/pytest -q -n 2 --dist loadfile tests/unit
 
 # promtool checks and unit-tests the alert rules (Debian's prometheus package,
@@ -96,9 +94,14 @@ $(JARS_STAMP): deploy/kafka/pom.xml
 	mvn -q -B -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=target/jars
 	touch $@
 
+# Every habit the suite holds, seconds each: ruff's lint and format, mypy
+# --strict, and the crate's own tests and clippy.
 lint: setup
 	$(VENV)/bin/ruff check .
-	$(MAKE) typecheck
+	$(VENV)/bin/ruff format --check .
+	$(MAKE) --no-print-directory typecheck
+	cd native && cargo test --quiet --locked
+	cd native && cargo clippy --quiet --locked --all-targets -- -D warnings
 
 # The benchmarks' interpreter: a venv of its own (.venv-bench/) with the `bench`
 # extra (the quixstreams peer of bench_consumers.py, pinned, which holds

@@ -40,8 +40,13 @@ def run_once(
     command = [python, str(tree / "benchmarks" / script[0]), *script[1:], *extra, "--rounds", "1"]
     try:
         out = subprocess.run(
-            command, cwd=tree, capture_output=True, text=True, check=True,
-            env=os.environ.copy(), timeout=timeout,
+            command,
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            check=True,
+            env=os.environ.copy(),
+            timeout=timeout,
         ).stdout
     except subprocess.TimeoutExpired:
         # A benchmark loop that waits for messages which never come (deleted from
@@ -70,8 +75,12 @@ def main() -> None:
     parser.add_argument("--a-args", default="", help="arguments for A's script only")
     parser.add_argument("--b-args", default="", help="arguments for B's script only")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--timeout", type=float, default=900.0,
-                        help="seconds one side's round may take (default 900)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900.0,
+        help="seconds one side's round may take (default 900)",
+    )
     parser.add_argument("script", nargs="+", help="the benchmark script and its arguments")
     args = parser.parse_args()
     sides = {
@@ -86,18 +95,22 @@ def main() -> None:
             for row, figures in run_once(tree, python, args.script, extra, args.timeout).items():
                 results[side].setdefault(row, []).append(figures)
             print(f"round {n + 1}: {side} done", file=sys.stderr)
-    print(f"{'row':32} {'A vs bare':>20} {'B vs bare':>20} {'B/A':>6}"
-          f" {'A CPU us':>20} {'B CPU us':>20} {'B/A':>6}")
+    print(
+        f"{'row':32} {'A vs bare':>20} {'B vs bare':>20} {'B/A':>6}"
+        f" {'A CPU us':>20} {'B CPU us':>20} {'B/A':>6}"
+    )
     for row, a in results["A"].items():
         b = results["B"].get(row)
         if not b:
             continue
         a_bare, a_cpu = [x for x, _ in a], [y for _, y in a]
         b_bare, b_cpu = [x for x, _ in b], [y for _, y in b]
-        print(f"{row:32} {spread(a_bare):>20} {spread(b_bare):>20} "
-              f"{statistics.median(b_bare) / statistics.median(a_bare):6.2f} "
-              f"{spread(a_cpu):>20} {spread(b_cpu):>20} "
-              f"{statistics.median(b_cpu) / statistics.median(a_cpu):6.2f}")
+        print(
+            f"{row:32} {spread(a_bare):>20} {spread(b_bare):>20} "
+            f"{statistics.median(b_bare) / statistics.median(a_bare):6.2f} "
+            f"{spread(a_cpu):>20} {spread(b_cpu):>20} "
+            f"{statistics.median(b_cpu) / statistics.median(a_cpu):6.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -77,12 +77,15 @@ def check(row: Row, argv: list[str], out: Path, code: int, messages: int) -> Non
                 problems.append(f"{path.name} has {lines} lines, the topic {messages} messages")
     if problems:
         stderr = (out / "stderr").read_text(errors="replace")
-        raise SystemExit(f"{row.name}: {'; '.join(problems)}\n--- stdout\n{stdout[-1500:]}"
-                         f"\n--- stderr\n{stderr[-1500:]}")
+        raise SystemExit(
+            f"{row.name}: {'; '.join(problems)}\n--- stdout\n{stdout[-1500:]}"
+            f"\n--- stderr\n{stderr[-1500:]}"
+        )
 
 
-def run_once(row: Row, command: list[str], env: dict[str, str], messages: int,
-             timeout: float) -> Run:
+def run_once(
+    row: Row, command: list[str], env: dict[str, str], messages: int, timeout: float
+) -> Run:
     with tempfile.TemporaryDirectory(prefix="turnaudit-ab-") as work:
         out = Path(work)
         argv = [arg.replace("{out}", work) for arg in (*command, *row.extra)]
@@ -90,8 +93,14 @@ def run_once(row: Row, command: list[str], env: dict[str, str], messages: int,
             cpu_before, began = children_cpu(), time.perf_counter()
             try:
                 code = subprocess.run(
-                    [str(row.turnaudit), *argv], cwd=out, env=env, stdout=stdout,
-                    stderr=stderr, timeout=timeout, check=False).returncode
+                    [str(row.turnaudit), *argv],
+                    cwd=out,
+                    env=env,
+                    stdout=stdout,
+                    stderr=stderr,
+                    timeout=timeout,
+                    check=False,
+                ).returncode
             except subprocess.TimeoutExpired:
                 raise SystemExit(f"{row.name}: over {timeout:g} s: stopped") from None
             seconds, cpu = time.perf_counter() - began, children_cpu() - cpu_before
@@ -100,8 +109,10 @@ def run_once(row: Row, command: list[str], env: dict[str, str], messages: int,
 
 
 def spread(values: list[float], digits: int) -> str:
-    return (f"{statistics.median(values):,.{digits}f} "
-            f"({min(values):,.{digits}f}-{max(values):,.{digits}f})")
+    return (
+        f"{statistics.median(values):,.{digits}f} "
+        f"({min(values):,.{digits}f}-{max(values):,.{digits}f})"
+    )
 
 
 def main() -> None:
@@ -109,8 +120,13 @@ def main() -> None:
     parser.add_argument("--prefix", required=True, help="topic prefix of the published turns")
     parser.add_argument("--a", type=Path, required=True, help="checkout A (the baseline)")
     parser.add_argument("--b", type=Path, required=True, help="checkout B")
-    parser.add_argument("--b-row", action="append", default=[], metavar="ARGS",
-                        help="a further B row: B's command with ARGS appended (repeatable)")
+    parser.add_argument(
+        "--b-row",
+        action="append",
+        default=[],
+        metavar="ARGS",
+        help="a further B row: B's command with ARGS appended (repeatable)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take")
     parser.add_argument("command", nargs="+", help="the turnaudit command line (after --)")
@@ -121,29 +137,42 @@ def main() -> None:
     messages = topic_messages(bootstrap, args.prefix)
     if messages == 0:
         parser.error(f"{args.prefix}turn-events holds no messages")
-    rows = [Row("A", args.a.resolve() / ".venv/bin/turnaudit", ()),
-            Row("B", args.b.resolve() / ".venv/bin/turnaudit", ())]
-    rows += [Row(f"B {extra}", rows[1].turnaudit, tuple(shlex.split(extra)))
-             for extra in args.b_row]
+    rows = [
+        Row("A", args.a.resolve() / ".venv/bin/turnaudit", ()),
+        Row("B", args.b.resolve() / ".venv/bin/turnaudit", ()),
+    ]
+    rows += [
+        Row(f"B {extra}", rows[1].turnaudit, tuple(shlex.split(extra))) for extra in args.b_row
+    ]
     env = {**os.environ, "TURNAUDIT_TOPIC_PREFIX": args.prefix}
     runs: dict[str, list[Run]] = {row.name: [] for row in rows}
     for n in range(args.rounds):
-        for row in rows[n % len(rows):] + rows[:n % len(rows)]:
+        for row in rows[n % len(rows) :] + rows[: n % len(rows)]:
             run = run_once(row, args.command, env, messages, args.timeout)
             runs[row.name].append(run)
-            print(f"round {n + 1}: {row.name:16} {run.seconds:7.2f} s wall "
-                  f"{run.cpu_seconds:7.2f} s CPU", file=sys.stderr, flush=True)
-    print(f"turnaudit {shlex.join(args.command)}: {messages:,} messages of "
-          f"{args.prefix}turn-events, {args.rounds} rounds (rotated), a fresh process per run")
-    print(f"{'row':16} {'events/s median (min-max)':>30} {'B/A':>6} "
-          f"{'CPU us/event median (min-max)':>32} {'B/A':>6}")
+            print(
+                f"round {n + 1}: {row.name:16} {run.seconds:7.2f} s wall "
+                f"{run.cpu_seconds:7.2f} s CPU",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(
+        f"turnaudit {shlex.join(args.command)}: {messages:,} messages of "
+        f"{args.prefix}turn-events, {args.rounds} rounds (rotated), a fresh process per run"
+    )
+    print(
+        f"{'row':16} {'events/s median (min-max)':>30} {'B/A':>6} "
+        f"{'CPU us/event median (min-max)':>32} {'B/A':>6}"
+    )
     rate = {name: [messages / r.seconds for r in found] for name, found in runs.items()}
     cpu = {name: [1e6 * r.cpu_seconds / messages for r in found] for name, found in runs.items()}
     for row in rows:
         rate_ratio = statistics.median(rate[row.name]) / statistics.median(rate["A"])
         cpu_ratio = statistics.median(cpu[row.name]) / statistics.median(cpu["A"])
-        print(f"{row.name:16} {spread(rate[row.name], 0):>30} {rate_ratio:6.2f} "
-              f"{spread(cpu[row.name], 1):>32} {cpu_ratio:6.2f}")
+        print(
+            f"{row.name:16} {spread(rate[row.name], 0):>30} {rate_ratio:6.2f} "
+            f"{spread(cpu[row.name], 1):>32} {cpu_ratio:6.2f}"
+        )
 
 
 if __name__ == "__main__":

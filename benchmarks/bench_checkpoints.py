@@ -43,8 +43,9 @@ KEY = SigningKey(Ed25519PrivateKey.generate(), "bench")
 KINDS: dict[str, CheckpointSettings] = {
     "unsigned": CheckpointSettings(None),
     "signed (5 s / 10,000 turns)": CheckpointSettings(KEY),
-    "signed, aggressive (0.05 s / 500 turns)": CheckpointSettings(KEY, interval_s=0.05,
-                                                                  max_turns=500),
+    "signed, aggressive (0.05 s / 500 turns)": CheckpointSettings(
+        KEY, interval_s=0.05, max_turns=500
+    ),
 }
 
 
@@ -54,10 +55,15 @@ def records(n: int) -> list[dict[str, Any]]:
     return [dict(event) for event in sim.events(n)]
 
 
-def one_round(settings: KafkaSettings, batch: list[dict[str, Any]], spool: Path,
-              checkpoints: CheckpointSettings) -> tuple[float, list[float], int]:
-    publisher = TurnEventPublisher(settings, spool_dir=spool, registry=CollectorRegistry(),
-                                   checkpoints=checkpoints)
+def one_round(
+    settings: KafkaSettings,
+    batch: list[dict[str, Any]],
+    spool: Path,
+    checkpoints: CheckpointSettings,
+) -> tuple[float, list[float], int]:
+    publisher = TurnEventPublisher(
+        settings, spool_dir=spool, registry=CollectorRegistry(), checkpoints=checkpoints
+    )
     gc.collect()
     gc.freeze()  # the copied batch is not publish()'s garbage
     timings = []
@@ -93,10 +99,11 @@ def main() -> None:
             one_round(settings, copy.deepcopy(source[:1000]), tmp / f"warm-{len(name)}", kind)
         names = list(KINDS)
         for r in range(args.rounds):
-            order = names[r % len(names):] + names[: r % len(names)]  # rotated
+            order = names[r % len(names) :] + names[: r % len(names)]  # rotated
             for name in order:
-                mean, timings, count = one_round(settings, copy.deepcopy(source),
-                                                 tmp / f"r{r}-{names.index(name)}", KINDS[name])
+                mean, timings, count = one_round(
+                    settings, copy.deepcopy(source), tmp / f"r{r}-{names.index(name)}", KINDS[name]
+                )
                 means[name].append(mean)
                 tails[name].append(timings[min(len(timings) - 1, int(0.999 * len(timings)))])
                 written[name].append(count)
@@ -104,10 +111,12 @@ def main() -> None:
     print(f"{args.events} records per round, {args.rounds} rounds, order rotated")
     for name in names:
         m = statistics.median(means[name])
-        print(f"  {name:42s} publish() {m * 1e6:6.1f} us/event (min {min(means[name]) * 1e6:.1f}"
-              f", max {max(means[name]) * 1e6:.1f}); p99.9 of calls median "
-              f"{statistics.median(tails[name]) * 1e3:.3f} ms; checkpoints per round "
-              f"{statistics.median(written[name]):g}; ratio {m / base:.3f}x")
+        print(
+            f"  {name:42s} publish() {m * 1e6:6.1f} us/event (min {min(means[name]) * 1e6:.1f}"
+            f", max {max(means[name]) * 1e6:.1f}); p99.9 of calls median "
+            f"{statistics.median(tails[name]) * 1e3:.3f} ms; checkpoints per round "
+            f"{statistics.median(written[name]):g}; ratio {m / base:.3f}x"
+        )
 
 
 if __name__ == "__main__":

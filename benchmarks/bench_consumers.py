@@ -348,8 +348,10 @@ def measure_row(
             registry = CollectorRegistry()
             sink = HtirFeederSink(settings, registry=registry, idle_timeout=300.0)
             service = ConsumerService(
-                service_settings(settings, ServiceName.HTIR_FEEDER), sink,
-                registry=registry, serve_http=False,
+                service_settings(settings, ServiceName.HTIR_FEEDER),
+                sink,
+                registry=registry,
+                serve_http=False,
             )
             return service_rate(service, end, handed=True)
         else:
@@ -409,6 +411,7 @@ def throughput(
     )
     try:
         import quixstreams  # noqa: F401, PLC0415 - only whether the bench extra is installed
+
         rows = ROWS
     except ImportError:
         print("  quixstreams is not installed (pip install -e '.[bench]'): its row is left out")
@@ -489,14 +492,18 @@ P99_GOAL_MS = 50.0
 def latency(bootstrap: str, rate: int, seconds: float, workdir: Path, runs: int) -> None:
     """A warm-up run (a warm broker and page cache, not counted), then ``runs`` runs,
     each on a fresh topic and group; the goal is p99 <= P99_GOAL_MS in every run."""
-    print(f"\n2. delay publish() -> counted by the metrics service at {rate:,}/s, "
-          f"{seconds:.0f} s per run, one worker, a warm-up run then {runs} run(s):")
+    print(
+        f"\n2. delay publish() -> counted by the metrics service at {rate:,}/s, "
+        f"{seconds:.0f} s per run, one worker, a warm-up run then {runs} run(s):"
+    )
     met = 0
     for run in range(runs + 1):
         p50, p99, worst, count = latency_run(bootstrap, rate, seconds, workdir / f"lat-{run}")
         label = "warm-up" if run == 0 else f"run {run}"
-        print(f"  {label:8} p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   max {worst:7.1f} ms   "
-              f"({count:,} events, the first 2 s skipped)")
+        print(
+            f"  {label:8} p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   max {worst:7.1f} ms   "
+            f"({count:,} events, the first 2 s skipped)"
+        )
         met += run > 0 and p99 <= P99_GOAL_MS
     print(f"  p99 <= {P99_GOAL_MS:.0f} ms in {met} of {runs} run(s)")
 
@@ -603,12 +610,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--latency-seconds", type=float)
-    parser.add_argument("--latency-runs", type=int, default=5,
-                        help="delay runs after a warm-up run (goal: p99 <= 50 ms in each)")
+    parser.add_argument(
+        "--latency-runs",
+        type=int,
+        default=5,
+        help="delay runs after a warm-up run (goal: p99 <= 50 ms in each)",
+    )
     parser.add_argument("--memory-minutes", type=float)
     parser.add_argument("--only", choices=("throughput", "latency", "memory"))
-    parser.add_argument("--versions", type=int, nargs="+", default=[3],
-                        help="schema versions of the throughput messages (default: v3)")
+    parser.add_argument(
+        "--versions",
+        type=int,
+        nargs="+",
+        default=[3],
+        help="schema versions of the throughput messages (default: v3)",
+    )
     args = parser.parse_args()
     events = args.events or (30_000 if args.quick else 100_000)
     latency_seconds = args.latency_seconds or (10.0 if args.quick else 30.0)
@@ -636,8 +652,13 @@ def main() -> None:
             if args.only in (None, "throughput"):
                 throughput(bootstrap, events, args.rounds, workdir, tuple(args.versions))
             if args.only in (None, "latency"):
-                latency(bootstrap, args.rate, latency_seconds, workdir,
-                        1 if args.quick else args.latency_runs)
+                latency(
+                    bootstrap,
+                    args.rate,
+                    latency_seconds,
+                    workdir,
+                    1 if args.quick else args.latency_runs,
+                )
             if args.only in (None, "memory"):
                 memory(bootstrap, args.rate, memory_minutes, workdir)
         finally:

@@ -87,8 +87,10 @@ def agreement(decoders: dict[str, Decode], msgs: list[FakeMessage]) -> None:
         print(f"  {name:<16} records equal to fastavro's: {len(msgs) - differ:,} of {len(msgs):,}")
     project, before = decoders["project decoder"], decoders["project, fastavro"]
     differ = sum(project(m.value()) != before(m.value()) for m in msgs)
-    print(f"  {'project decoder':<16} records equal to its fastavro path's: "
-          f"{len(msgs) - differ:,} of {len(msgs):,}")
+    print(
+        f"  {'project decoder':<16} records equal to its fastavro path's: "
+        f"{len(msgs) - differ:,} of {len(msgs):,}"
+    )
     padded = msgs[0].value() + b"\x00\x00\x00"
     for name, decode in decoders.items():
         try:
@@ -124,14 +126,16 @@ def main() -> None:
         print("cavro is not installed (pip install -e '.[bench]'): its row is left out")
     else:
         decoders["cavro"] = cavro
-    print(f"{len(msgs):,} messages (schema v{', v'.join(map(str, args.versions))}), "
-          f"{args.rounds} rounds, rotated")
+    print(
+        f"{len(msgs):,} messages (schema v{', v'.join(map(str, args.versions))}), "
+        f"{args.rounds} rounds, rotated"
+    )
     agreement(decoders, msgs)
     names = list(decoders)
     costs: dict[str, list[float]] = {n: [] for n in names}
     ratios: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         this_round = {n: timed(decoders[n], msgs) for n in order}
         for n in names:
             costs[n].append(this_round[n])
@@ -139,8 +143,10 @@ def main() -> None:
     print(f"  {'decoder':<16} {'µs/event median (min-max)':<30} events/s vs plain fastavro")
     for n in names:
         c, q = costs[n], ratios[n]
-        print(f"  {n:<16} {statistics.median(c):6.1f} ({min(c):5.1f}-{max(c):5.1f})"
-              f"{'':<13} {statistics.median(q):.2f}x ({min(q):.2f}-{max(q):.2f})")
+        print(
+            f"  {n:<16} {statistics.median(c):6.1f} ({min(c):5.1f}-{max(c):5.1f})"
+            f"{'':<13} {statistics.median(q):.2f}x ({min(q):.2f}-{max(q):.2f})"
+        )
 
 
 if __name__ == "__main__":

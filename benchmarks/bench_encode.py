@@ -35,8 +35,13 @@ def stamped_events(n: int, version: int) -> list[dict[str, Any]]:
     prev = "0" * 64
     events = []
     for i, simulated in enumerate(TurnRuntimeSimulator(7, schema_versions=(version,)).events(n)):
-        event = {**simulated, "event_id": f"{producer[:8]}-{i:012d}", "sequence": i,
-                 "producer_id": producer, "prev_hash": prev}
+        event = {
+            **simulated,
+            "event_id": f"{producer[:8]}-{i:012d}",
+            "sequence": i,
+            "producer_id": producer,
+            "prev_hash": prev,
+        }
         prev = hashlib.sha256(repr(i).encode()).hexdigest()
         events.append(event)
     return events
@@ -69,20 +74,25 @@ def main() -> None:
             raise SystemExit(f"the native encoder differs from fastavro on {event['event_id']}")
 
     encoders: list[tuple[str, Callable[[dict[str, Any]], bytes]]] = [
-        ("fastavro schemaless_writer", by_fastavro), ("native Encoder", by_native)]
+        ("fastavro schemaless_writer", by_fastavro),
+        ("native Encoder", by_native),
+    ]
     per_event: dict[str, list[float]] = {name: [] for name, _ in encoders}
     for r in range(args.rounds):
-        for name, encode in encoders[r % 2:] + encoders[: r % 2]:
+        for name, encode in encoders[r % 2 :] + encoders[: r % 2]:
             start = time.perf_counter()
             for event in events:
                 encode(event)
             per_event[name].append((time.perf_counter() - start) / len(events) * 1e6)
 
-    print(f"TurnEvent v{schema.version}, {args.events} events, "
-          f"{args.rounds} rounds (order rotated)")
+    print(
+        f"TurnEvent v{schema.version}, {args.events} events, {args.rounds} rounds (order rotated)"
+    )
     for name, samples in per_event.items():
-        print(f"  {name:28s} µs/event  min {min(samples):6.2f}  "
-              f"median {statistics.median(samples):6.2f}  max {max(samples):6.2f}")
+        print(
+            f"  {name:28s} µs/event  min {min(samples):6.2f}  "
+            f"median {statistics.median(samples):6.2f}  max {max(samples):6.2f}"
+        )
     medians = [statistics.median(per_event[name]) for name, _ in encoders]
     print(f"  fastavro / native (medians): {medians[0] / medians[1]:.1f}x")
 

@@ -60,8 +60,9 @@ V3 = shipped_catalog().version(3)
 
 def records(n: int) -> list[dict[str, Any]]:
     out = []
-    for i, event in enumerate(TurnRuntimeSimulator(1, schema_versions=(3,),
-                                                   concurrent_sessions=200).events(n)):
+    for i, event in enumerate(
+        TurnRuntimeSimulator(1, schema_versions=(3,), concurrent_sessions=200).events(n)
+    ):
         event.update(event_id=f"{i:032x}", sequence=i, producer_id="p" * 36, prev_hash="0" * 64)
         out.append(event)
     return out
@@ -69,8 +70,10 @@ def records(n: int) -> list[dict[str, Any]]:
 
 def spread(values: list[float], unit: float, label: str) -> str:
     median = statistics.median(values)
-    return (f"{label}: min {min(values) * unit:,.2f}  median {median * unit:,.2f}"
-            f"  max {max(values) * unit:,.2f}")
+    return (
+        f"{label}: min {min(values) * unit:,.2f}  median {median * unit:,.2f}"
+        f"  max {max(values) * unit:,.2f}"
+    )
 
 
 # -- 1. publish() ----------------------------------------------------------------------
@@ -112,8 +115,9 @@ def stamper_round(batch: list[dict[str, Any]]) -> float:
     return (time.perf_counter() - started) / len(batch)
 
 
-def bench_publish(settings: KafkaSettings, source: list[dict[str, Any]], rounds: int,
-                  tmp: Path) -> None:
+def bench_publish(
+    settings: KafkaSettings, source: list[dict[str, Any]], rounds: int, tmp: Path
+) -> None:
     baseline_round(settings, copy.deepcopy(source[:2000]))
     publish_round(settings, copy.deepcopy(source[:2000]), tmp / "warm")
     base, ours, stamp = [], [], []
@@ -141,8 +145,14 @@ class NoIdentity:
     currently_missing = 0
     _result = TrackResult(TurnOutcome.NEW, ("", ""), 0)
 
-    def observe(self, event: Mapping[str, Any], value: bytes, *, partition: int | None = None,
-                offset: int | None = None) -> TrackResult:
+    def observe(
+        self,
+        event: Mapping[str, Any],
+        value: bytes,
+        *,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> TrackResult:
         return self._result
 
     def forget_partitions(self, partitions: set[int]) -> None:
@@ -153,10 +163,16 @@ def service(settings: KafkaSettings, kind: str, identity: bool) -> ConsumerServi
     if kind == "metrics":
         svc: ConsumerService = verdict_metrics_service(
             service_settings(settings, ServiceName.VERDICT_METRICS),
-            registry=CollectorRegistry(), serve_http=False)
+            registry=CollectorRegistry(),
+            serve_http=False,
+        )
     else:
-        svc = ConsumerService(service_settings(settings, ServiceName.LOG_SINK), NoSink(),
-                              registry=CollectorRegistry(), serve_http=False)
+        svc = ConsumerService(
+            service_settings(settings, ServiceName.LOG_SINK),
+            NoSink(),
+            registry=CollectorRegistry(),
+            serve_http=False,
+        )
     if not identity:
         svc._sequences = NoIdentity()  # type: ignore[assignment]
     return svc
@@ -175,8 +191,9 @@ def tracker_round(values: list[bytes]) -> float:
 def bench_services(settings: KafkaSettings, rounds: int) -> None:
     end = end_offsets(settings, settings.topics.turn_events)
     total = sum(end.values())
-    values = [m.value() or b"" for m in read_range(settings, settings.topics.turn_events,
-                                                    None, end)]
+    values = [
+        m.value() or b"" for m in read_range(settings, settings.topics.turn_events, None, end)
+    ]
     print(f"\n2. a service's per-event loop: {total} messages, {rounds} rounds (events/s)")
     for kind in ("runtime, no sink", "metrics"):
         with_id, without = [], []
@@ -189,8 +206,10 @@ def bench_services(settings: KafkaSettings, rounds: int) -> None:
         print("  " + spread(without, 1, f"{kind:<17} without identity"))
         print("  " + spread(with_id, 1, f"{kind:<17} with identity   "))
         w, wo = statistics.median(with_id), statistics.median(without)
-        print(f"  {kind}: ratio with/without {w / wo:.3f}x; "
-              f"identity costs {(1 / w - 1 / wo) * 1e6:.2f} us/event")
+        print(
+            f"  {kind}: ratio with/without {w / wo:.3f}x; "
+            f"identity costs {(1 / w - 1 / wo) * 1e6:.2f} us/event"
+        )
     alone = [tracker_round(values) for _ in range(rounds)]
     print("  " + spread(alone, 1e6, "StreamTracker.observe alone (us/event)"))
 

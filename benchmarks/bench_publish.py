@@ -100,10 +100,12 @@ def baseline_round(
     return elapsed / len(batch)
 
 
-def publish_round(settings: KafkaSettings, batch: list[dict[str, Any]], spool: Path,
-                  journal: bool = False) -> float:
-    publisher = TurnEventPublisher(settings, spool_dir=spool, registry=CollectorRegistry(),
-                                   journal=journal)
+def publish_round(
+    settings: KafkaSettings, batch: list[dict[str, Any]], spool: Path, journal: bool = False
+) -> float:
+    publisher = TurnEventPublisher(
+        settings, spool_dir=spool, registry=CollectorRegistry(), journal=journal
+    )
     started = time.perf_counter()
     for record in batch:
         publisher.publish(record)
@@ -169,8 +171,9 @@ def full_tmpfs(directory: Path, size_kb: int = 512) -> Iterator[Path | None]:
     if os.geteuid() != 0 or mount is None or umount is None:
         yield None
         return
-    subprocess.run([mount, "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(directory)],
-                   check=True)
+    subprocess.run(
+        [mount, "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(directory)], check=True
+    )
     try:
         yield directory
     finally:
@@ -189,8 +192,9 @@ def wait_for(condition: Any, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def throughput(settings: KafkaSettings, source: list[dict[str, Any]], rounds: int,
-               tmp: Path) -> None:
+def throughput(
+    settings: KafkaSettings, source: list[dict[str, Any]], rounds: int, tmp: Path
+) -> None:
     base: list[float] = []
     native: list[float] = []
     ours: list[float] = []
@@ -200,52 +204,59 @@ def throughput(settings: KafkaSettings, source: list[dict[str, Any]], rounds: in
     for r in range(rounds):
         runs = [
             lambda: base.append(baseline_round(settings, copy.deepcopy(source))),
-            lambda: native.append(
-                baseline_round(settings, copy.deepcopy(source), native=True)
-            ),
-            lambda r=r: ours.append(
-                publish_round(settings, copy.deepcopy(source), tmp / f"s{r}")
-            ),
+            lambda: native.append(baseline_round(settings, copy.deepcopy(source), native=True)),
+            lambda r=r: ours.append(publish_round(settings, copy.deepcopy(source), tmp / f"s{r}")),
         ]
-        for run in runs[r % 3:] + runs[:r % 3]:  # rotated order
+        for run in runs[r % 3 :] + runs[: r % 3]:  # rotated order
             run()
     ratios = [p / b for p, b in zip(ours, base, strict=True)]
     to_native = [p / b for p, b in zip(ours, native, strict=True)]
-    print(f"throughput: {len(source)} records per round, {rounds} rounds, "
-          "order rotated, per event")
+    print(f"throughput: {len(source)} records per round, {rounds} rounds, order rotated, per event")
     print(f"  baseline encode+produce+poll(0):      {spread(base, 'us', 1e6)}")
     print(f"  native encode+produce+poll(0):        {spread(native, 'us', 1e6)}")
     print(f"  publish(), metrics on:                {spread(ours, 'us', 1e6)}")
-    print(f"  ratio of medians publish/baseline:    "
-          f"{statistics.median(ours) / statistics.median(base):.3f}x   (goal <= 1.15x)")
+    print(
+        f"  ratio of medians publish/baseline:    "
+        f"{statistics.median(ours) / statistics.median(base):.3f}x   (goal <= 1.15x)"
+    )
     print(f"  per-round ratio:                      {spread(ratios, 'x')}")
-    print(f"  per-round publish/native encode+produce (identity, chain, heads, hand-over "
-          f"on the same encoder): {spread(to_native, 'x')}")
+    print(
+        f"  per-round publish/native encode+produce (identity, chain, heads, hand-over "
+        f"on the same encoder): {spread(to_native, 'x')}"
+    )
 
 
-def journal_cost(settings: KafkaSettings, source: list[dict[str, Any]], rounds: int,
-                 tmp: Path) -> None:
+def journal_cost(
+    settings: KafkaSettings, source: list[dict[str, Any]], rounds: int, tmp: Path
+) -> None:
     """publish() per-call p50/p99 in the default mode and in journal mode (each turn
     fsynced before it is produced), one caller thread, rounds rotated; medians of
     the rounds' percentiles."""
     rows: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     for r in range(rounds):
-        for journal in ((False, True) if r % 2 == 0 else (True, False)):
-            publisher = TurnEventPublisher(settings, spool_dir=tmp / f"j{r}{journal:d}",
-                                           registry=CollectorRegistry(), journal=journal)
+        for journal in (False, True) if r % 2 == 0 else (True, False):
+            publisher = TurnEventPublisher(
+                settings,
+                spool_dir=tmp / f"j{r}{journal:d}",
+                registry=CollectorRegistry(),
+                journal=journal,
+            )
             timings = timed_publishes(publisher, copy.deepcopy(source))
             assert publisher.close(timeout=60).ok
             rows[journal].append((pct(timings, 0.5), pct(timings, 0.99)))
-    print(f"journal mode: {len(source)} publish() calls per round, {rounds} rounds, "
-          "order rotated, one caller thread")
+    print(
+        f"journal mode: {len(source)} publish() calls per round, {rounds} rounds, "
+        "order rotated, one caller thread"
+    )
     for journal, label in ((False, "default"), (True, "journal")):
         p50 = statistics.median(p for p, _ in rows[journal])
         p99 = statistics.median(p for _, p in rows[journal])
         print(f"  {label:8} p50 {p50:.3f} ms  p99 {p99:.3f} ms   (medians over rounds)")
 
 
-def latency_rounds(title: str, publisher: TurnEventPublisher, batch: list[dict[str, Any]],
-                   rounds: int) -> None:
+def latency_rounds(
+    title: str, publisher: TurnEventPublisher, batch: list[dict[str, Any]], rounds: int
+) -> None:
     print(f"{title}: {rounds} rounds of {len(batch)} publish() calls")
     p999, control = [], []
     for r in range(rounds):
@@ -253,14 +264,18 @@ def latency_rounds(title: str, publisher: TurnEventPublisher, batch: list[dict[s
         encodes = timed_encodes(copy.deepcopy(batch))
         p999.append(pct(timings, 0.999))
         control.append(pct(encodes, 0.999))
-        print(f"  round {r}: p50 {pct(timings, 0.5):.3f}  p99 {pct(timings, 0.99):.3f}  "
-              f"p99.9 {pct(timings, 0.999):.3f}  max {timings[-1] * 1e3:.3f} ms"
-              f"   (encode alone: p99.9 {control[-1]:.3f} ms)")
+        print(
+            f"  round {r}: p50 {pct(timings, 0.5):.3f}  p99 {pct(timings, 0.99):.3f}  "
+            f"p99.9 {pct(timings, 0.999):.3f}  max {timings[-1] * 1e3:.3f} ms"
+            f"   (encode alone: p99.9 {control[-1]:.3f} ms)"
+        )
     print(f"  p99.9 over rounds: {spread(p999, 'ms')}   (goal < 1 ms)")
     print(f"  control, encode alone p99.9: {spread(control, 'ms')}")
     stats = publisher.stats()
-    print(f"  spooled {stats.spooled} events ({stats.spool_bytes / 1e6:.1f} MB), refused "
-          f"{stats.refused}; stats balanced: {stats.balanced}")
+    print(
+        f"  spooled {stats.spooled} events ({stats.spool_bytes / 1e6:.1f} MB), refused "
+        f"{stats.refused}; stats balanced: {stats.balanced}"
+    )
 
 
 def quiet_logs() -> None:
@@ -268,9 +283,11 @@ def quiet_logs() -> None:
     would: rendered as JSON, written to a file (here /dev/null)."""
     sink = open(os.devnull, "w")  # noqa: SIM115 - open for the whole run
     structlog.configure(
-        processors=[structlog.processors.add_log_level,
-                    structlog.processors.TimeStamper(fmt="iso", utc=True),
-                    structlog.processors.JSONRenderer()],
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.JSONRenderer(),
+        ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         logger_factory=structlog.PrintLoggerFactory(sink),
     )
@@ -282,8 +299,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--down-events", type=int, default=20_000)
     parser.add_argument("--journal-events", type=int, default=2000)
-    parser.add_argument("--only", choices=("throughput", "journal"),
-                        help="run this part alone (on the cluster in KAFKA_BOOTSTRAP_SERVERS)")
+    parser.add_argument(
+        "--only",
+        choices=("throughput", "journal"),
+        help="run this part alone (on the cluster in KAFKA_BOOTSTRAP_SERVERS)",
+    )
     args = parser.parse_args()
     quiet_logs()
     source = records(args.events)
@@ -299,24 +319,34 @@ def main() -> None:
             print("broker-down figures need the local broker; KAFKA_BOOTSTRAP_SERVERS is set")
             return
         down_batch = (source * (1 + args.down_events // len(source)))[: args.down_events]
-        publisher = TurnEventPublisher(settings, spool_dir=tmp / "down", probe_interval=0.5,
-                                       registry=CollectorRegistry())
+        publisher = TurnEventPublisher(
+            settings, spool_dir=tmp / "down", probe_interval=0.5, registry=CollectorRegistry()
+        )
         for record in copy.deepcopy(source[:500]):
             publisher.publish(record)
         broker.stop()
         wait_for(lambda: publisher._route.spooling)  # until the publisher noticed
-        latency_rounds("broker down, every event to the on-disk spool", publisher,
-                       down_batch, args.rounds)
+        latency_rounds(
+            "broker down, every event to the on-disk spool", publisher, down_batch, args.rounds
+        )
         with full_tmpfs(tmp / "small") as small:
             if small is None:
                 print("disk full: needs root to mount a small tmpfs; not measured")
             else:
-                full = TurnEventPublisher(settings, spool_dir=small / "spool",
-                                          probe_interval=0.5, registry=CollectorRegistry())
+                full = TurnEventPublisher(
+                    settings,
+                    spool_dir=small / "spool",
+                    probe_interval=0.5,
+                    registry=CollectorRegistry(),
+                )
                 wait_for(lambda: full._route.spooling)  # the broker is down: it spools
                 fill(small)
-                latency_rounds("disk full (broker down, spool on a full tmpfs), every event "
-                               "refused", full, down_batch, args.rounds)
+                latency_rounds(
+                    "disk full (broker down, spool on a full tmpfs), every event refused",
+                    full,
+                    down_batch,
+                    args.rounds,
+                )
                 full.close(timeout=1)
         broker.start()
         report = publisher.close(timeout=300)

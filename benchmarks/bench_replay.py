@@ -48,8 +48,10 @@ def main() -> None:
     parser.add_argument("--scale-rounds", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args()
-    with benchmark_cluster(partitions=args.partitions) as (settings, _), \
-            tempfile.TemporaryDirectory(prefix="turnaudit-bench-replay-") as work:
+    with (
+        benchmark_cluster(partitions=args.partitions) as (settings, _),
+        tempfile.TemporaryDirectory(prefix="turnaudit-bench-replay-") as work,
+    ):
         folder = Path(work)
         publisher = TurnEventPublisher(settings, spool_dir=folder / "spool")
         for event in TurnRuntimeSimulator(3, schema_versions=(1, 2, 3)).events(args.events):
@@ -60,15 +62,19 @@ def main() -> None:
             scale_out(settings, folder, args.scale_rounds)
 
 
-def single_process(settings: KafkaSettings, folder: Path, events: int, rounds: int,
-                   partitions: int) -> None:
-    loops = {"bare consume+decode": bare(settings), "replay jsonl": into(settings, "jsonl",
-             folder), "replay metrics": into(settings, "metrics", folder)}
+def single_process(
+    settings: KafkaSettings, folder: Path, events: int, rounds: int, partitions: int
+) -> None:
+    loops = {
+        "bare consume+decode": bare(settings),
+        "replay jsonl": into(settings, "jsonl", folder),
+        "replay metrics": into(settings, "metrics", folder),
+    }
     names = list(loops)
     rates: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}  # CPU us per event
     for round_no in range(rounds):
-        for name in names[round_no % len(names):] + names[:round_no % len(names)]:
+        for name in names[round_no % len(names) :] + names[: round_no % len(names)]:
             began, began_cpu = time.perf_counter(), time.process_time()
             count = loops[name]()
             rates[name].append(count / (time.perf_counter() - began))
@@ -78,10 +84,12 @@ def single_process(settings: KafkaSettings, folder: Path, events: int, rounds: i
         ratios = [r / b for r, b in zip(rates[name], rates[names[0]], strict=True)]
         cpu_ratios = [b / c for c, b in zip(cpu[name], cpu[names[0]], strict=True)]
         low, mid, high = min(rates[name]), statistics.median(rates[name]), max(rates[name])
-        print(f"{name:22} events/s min {low:8.0f} median {mid:8.0f} max {high:8.0f}"
-              f" | x bare per round min {min(ratios):.2f} median {statistics.median(ratios):.2f}"
-              f" max {max(ratios):.2f} | CPU us/event median {statistics.median(cpu[name]):.1f},"
-              f" x bare by CPU median {statistics.median(cpu_ratios):.2f}")
+        print(
+            f"{name:22} events/s min {low:8.0f} median {mid:8.0f} max {high:8.0f}"
+            f" | x bare per round min {min(ratios):.2f} median {statistics.median(ratios):.2f}"
+            f" max {max(ratios):.2f} | CPU us/event median {statistics.median(cpu[name]):.1f},"
+            f" x bare by CPU median {statistics.median(cpu_ratios):.2f}"
+        )
 
 
 def bare(settings: KafkaSettings) -> Callable[[], int]:
@@ -92,8 +100,9 @@ def bare(settings: KafkaSettings) -> Callable[[], int]:
 
     def loop() -> int:
         end = {p: o for p, o in end_offsets(settings, topic).items() if o > 0}
-        consumer = KafkaConsumer(settings, topic, READER_CONFIG,
-                                 group_id=f"bench-bare-{uuid.uuid4().hex}")
+        consumer = KafkaConsumer(
+            settings, topic, READER_CONFIG, group_id=f"bench-bare-{uuid.uuid4().hex}"
+        )
         consumer.assign(dict.fromkeys(end, BEGINNING))
         count = 0
         try:
@@ -107,6 +116,7 @@ def bare(settings: KafkaSettings) -> Callable[[], int]:
         finally:
             consumer.close()
         return count
+
     return loop
 
 
@@ -116,42 +126,70 @@ def into(settings: KafkaSettings, kind: str, folder: Path) -> Callable[[], int]:
 
     def loop() -> int:
         target = ReplayTarget.file(kind, folder / f"{kind}-{next(runs)}.out")
-        return replay(settings, decode, ReplayRequest(), target, outputs=OUTPUT_KINDS,
-                      batch_size=2000).events
+        return replay(
+            settings, decode, ReplayRequest(), target, outputs=OUTPUT_KINDS, batch_size=2000
+        ).events
+
     return loop
 
 
 def scale_out(settings: KafkaSettings, folder: Path, rounds: int) -> None:
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers or "",
-           "TURNAUDIT_TOPIC_PREFIX": settings.topics.prefix}
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers or "",
+        "TURNAUDIT_TOPIC_PREFIX": settings.topics.prefix,
+    }
     total = sum(end_offsets(settings, settings.topics.turn_events).values())
     seconds: dict[int, list[float]] = {1: [], 2: []}
     for round_no in range(rounds):
         for members in (1, 2) if round_no % 2 == 0 else (2, 1):
             group = f"bench-{uuid.uuid4().hex[:8]}"
             began = time.perf_counter()
-            processes = [subprocess.Popen(
-                [sys.executable, "-m", "turnaudit.cli", "replay", "--group", group,
-                 "--members", str(members), "--batch-size", "2000", "--into",
-                 f"jsonl:{folder / f'{group}-{i}.jsonl'}"],
-                env=env, cwd=PROJECT_DIR, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                text=True) for i in range(members)]
+            processes = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "turnaudit.cli",
+                        "replay",
+                        "--group",
+                        group,
+                        "--members",
+                        str(members),
+                        "--batch-size",
+                        "2000",
+                        "--into",
+                        f"jsonl:{folder / f'{group}-{i}.jsonl'}",
+                    ],
+                    env=env,
+                    cwd=PROJECT_DIR,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                for i in range(members)
+            ]
             for process in processes:
                 _, err = process.communicate(timeout=900)
                 assert process.returncode == 0, err
             seconds[members].append(time.perf_counter() - began)
-            written = sum(len(p.read_bytes().splitlines())
-                          for p in folder.glob(f"{group}-*.jsonl"))
+            written = sum(len(p.read_bytes().splitlines()) for p in folder.glob(f"{group}-*.jsonl"))
             assert written == total, (written, total)
-    print(f"scale-out: {total} events into jsonl, --group with 1 and 2 processes, {rounds} "
-          f"rounds (alternated), whole processes timed")
+    print(
+        f"scale-out: {total} events into jsonl, --group with 1 and 2 processes, {rounds} "
+        f"rounds (alternated), whole processes timed"
+    )
     for members, found in seconds.items():
         rates = [total / s for s in found]
-        print(f"{members} process(es)           events/s min {min(rates):9.0f}  median "
-              f"{statistics.median(rates):9.0f}  max {max(rates):9.0f}")
+        print(
+            f"{members} process(es)           events/s min {min(rates):9.0f}  median "
+            f"{statistics.median(rates):9.0f}  max {max(rates):9.0f}"
+        )
     ratios = [one / two for one, two in zip(seconds[1], seconds[2], strict=True)]
-    print(f"2 processes vs 1: x{statistics.median(ratios):.2f} median "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    print(
+        f"2 processes vs 1: x{statistics.median(ratios):.2f} median "
+        f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -36,18 +36,23 @@ class SqliteSpill:
         self.db = sqlite3.connect(str(directory / "ids.sqlite3"))
         for pragma in ("journal_mode = OFF", "synchronous = OFF", "cache_size = -16384"):
             self.db.execute(f"PRAGMA {pragma}")
-        self.db.execute("CREATE TABLE seen (event_id TEXT PRIMARY KEY, hash TEXT NOT NULL, "
-                        "partition INTEGER, offset INTEGER) WITHOUT ROWID")
+        self.db.execute(
+            "CREATE TABLE seen (event_id TEXT PRIMARY KEY, hash TEXT NOT NULL, "
+            "partition INTEGER, offset INTEGER) WITHOUT ROWID"
+        )
         self.lookup = self.db.cursor()
 
     def keep_many(self, batch: Batch) -> None:
         with self.db:
-            self.db.executemany("INSERT OR IGNORE INTO seen VALUES (?, ?, ?, ?)",
-                                [(i, *seen) for i, seen in sorted(batch)])
+            self.db.executemany(
+                "INSERT OR IGNORE INTO seen VALUES (?, ?, ?, ?)",
+                [(i, *seen) for i, seen in sorted(batch)],
+            )
 
     def recall(self, event_id: str) -> Seen | None:
-        row = self.lookup.execute("SELECT hash, partition, offset FROM seen WHERE event_id = ?",
-                                  (event_id,)).fetchone()
+        row = self.lookup.execute(
+            "SELECT hash, partition, offset FROM seen WHERE event_id = ?", (event_id,)
+        ).fetchone()
         return None if row is None else (str(row[0]), row[1], row[2])
 
     def close(self) -> None:
@@ -69,7 +74,9 @@ class RunSpill:
 
 
 STORES: dict[str, Callable[[Path], SqliteSpill | RunSpill]] = {
-    "sqlite b-tree": SqliteSpill, "sorted runs": RunSpill}
+    "sqlite b-tree": SqliteSpill,
+    "sorted runs": RunSpill,
+}
 
 
 def one_round(name: str, batches: list[Batch], probes: list[str]) -> tuple[float, float]:
@@ -97,24 +104,29 @@ def main() -> None:
     ids = [uuid.UUID(int=rng.getrandbits(128)).hex for _ in range(args.ids)]
     seen = [(f"{rng.getrandbits(64):016x}", n % 4, n) for n in range(args.ids)]
     pairs = list(zip(ids, seen, strict=True))
-    batches = [pairs[i:i + SPILL_BATCH] for i in range(0, len(pairs), SPILL_BATCH)]
+    batches = [pairs[i : i + SPILL_BATCH] for i in range(0, len(pairs), SPILL_BATCH)]
     probes = rng.sample(ids, 20_000) + [uuid.uuid4().hex for _ in range(20_000)]
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in STORES}
     names = list(STORES)
     for r in range(args.rounds):
-        for name in names[r % 2:] + names[:r % 2]:
+        for name in names[r % 2 :] + names[: r % 2]:
             results[name].append(one_round(name, batches, probes))
     print(f"{args.ids:,} ids kept in batches of {SPILL_BATCH:,}, {args.rounds} rounds (rotated)")
     for name, rows in results.items():
         keep = [k for k, _ in rows]
         recall = [r for _, r in rows]
-        print(f"{name:14} keep µs/id median {statistics.median(keep):.2f} (min {min(keep):.2f}, "
-              f"max {max(keep):.2f}) | recall µs median {statistics.median(recall):.2f} "
-              f"(min {min(recall):.2f}, max {max(recall):.2f})")
-    ratios = [s[0] / n[0] for s, n in zip(results["sqlite b-tree"], results["sorted runs"],
-                                          strict=True)]
-    print(f"keep: sqlite / runs per round median {statistics.median(ratios):.1f}x "
-          f"(min {min(ratios):.1f}, max {max(ratios):.1f})")
+        print(
+            f"{name:14} keep µs/id median {statistics.median(keep):.2f} (min {min(keep):.2f}, "
+            f"max {max(keep):.2f}) | recall µs median {statistics.median(recall):.2f} "
+            f"(min {min(recall):.2f}, max {max(recall):.2f})"
+        )
+    ratios = [
+        s[0] / n[0] for s, n in zip(results["sqlite b-tree"], results["sorted runs"], strict=True)
+    ]
+    print(
+        f"keep: sqlite / runs per round median {statistics.median(ratios):.1f}x "
+        f"(min {min(ratios):.1f}, max {max(ratios):.1f})"
+    )
 
 
 if __name__ == "__main__":

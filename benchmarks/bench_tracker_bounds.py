@@ -100,39 +100,51 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000, help="events timed per row")
     parser.add_argument("--max-event-ids", type=int, default=500_000)
     parser.add_argument("--max-streams", type=int, default=100_000)
-    parser.add_argument("--max-sessions", type=int, default=1_000_000,
-                        help="the stamper's bound (TurnStamper's default)")
+    parser.add_argument(
+        "--max-sessions",
+        type=int,
+        default=1_000_000,
+        help="the stamper's bound (TurnStamper's default)",
+    )
     args = parser.parse_args()
     rows: dict[str, Callable[[], float]] = {
         "tracker, empty": lambda: tracker_cost(
-            False, args.events, args.max_event_ids, args.max_streams),
+            False, args.events, args.max_event_ids, args.max_streams
+        ),
         "tracker, at its bounds": lambda: tracker_cost(
-            True, args.events, args.max_event_ids, args.max_streams),
+            True, args.events, args.max_event_ids, args.max_streams
+        ),
         "stamper, empty": lambda: stamper_cost(False, args.events, args.max_sessions),
         "stamper, at its bound": lambda: stamper_cost(True, args.events, args.max_sessions),
         "evict: dict, first key deleted": lambda: eviction_cost(
-            False, args.events, args.max_event_ids),
-        "evict: OrderedDict.popitem": lambda: eviction_cost(
-            True, args.events, args.max_event_ids),
+            False, args.events, args.max_event_ids
+        ),
+        "evict: OrderedDict.popitem": lambda: eviction_cost(True, args.events, args.max_event_ids),
     }
     names = list(rows)
     costs: dict[str, list[float]] = {n: [] for n in names}
     for r in range(args.rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             costs[name].append(rows[name]())
-    print(f"{args.events:,} events timed per row, {args.rounds} rounds in rotated order; "
-          f"bounds: {args.max_event_ids:,} ids, {args.max_streams:,} streams, "
-          f"{args.max_sessions:,} stamper sessions")
+    print(
+        f"{args.events:,} events timed per row, {args.rounds} rounds in rotated order; "
+        f"bounds: {args.max_event_ids:,} ids, {args.max_streams:,} streams, "
+        f"{args.max_sessions:,} stamper sessions"
+    )
     print(f"  {'row':<34} µs/event median (min-max)")
     for name in names:
         c = costs[name]
         print(f"  {name:<34} {statistics.median(c):8.2f} ({min(c):.2f}-{max(c):.2f})")
-    for full, empty in (("tracker, at its bounds", "tracker, empty"),
-                        ("stamper, at its bound", "stamper, empty"),
-                        ("evict: dict, first key deleted", "evict: OrderedDict.popitem")):
+    for full, empty in (
+        ("tracker, at its bounds", "tracker, empty"),
+        ("stamper, at its bound", "stamper, empty"),
+        ("evict: dict, first key deleted", "evict: OrderedDict.popitem"),
+    ):
         ratios = [f / e for f, e in zip(costs[full], costs[empty], strict=True)]
-        print(f"  {full} / {empty}: {statistics.median(ratios):.2f}x "
-              f"({min(ratios):.2f}-{max(ratios):.2f})")
+        print(
+            f"  {full} / {empty}: {statistics.median(ratios):.2f}x "
+            f"({min(ratios):.2f}-{max(ratios):.2f})"
+        )
 
 
 if __name__ == "__main__":

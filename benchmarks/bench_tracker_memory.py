@@ -41,16 +41,30 @@ def rss_bytes() -> int:
 def measure(tracker_name: str, table: str, count: int) -> float:
     kind = TRACKERS[tracker_name]
     if table == "streams":
-        events = [{"session_id": str(uuid.uuid4()), "producer_id": str(uuid.uuid4()),
-                   "sequence": 0, "prev_hash": GENESIS_HASH, "event_id": str(uuid.uuid4())}
-                  for _ in range(count)]
+        events = [
+            {
+                "session_id": str(uuid.uuid4()),
+                "producer_id": str(uuid.uuid4()),
+                "sequence": 0,
+                "prev_hash": GENESIS_HASH,
+                "event_id": str(uuid.uuid4()),
+            }
+            for _ in range(count)
+        ]
         values = [str(e["event_id"]).encode() for e in events]
     else:
         events, values, prev = [], [], GENESIS_HASH
         for position in range(count):
             event_id = str(uuid.uuid4())
-            events.append({"session_id": "s", "producer_id": "p", "sequence": position,
-                           "prev_hash": prev, "event_id": event_id})
+            events.append(
+                {
+                    "session_id": "s",
+                    "producer_id": "p",
+                    "sequence": position,
+                    "prev_hash": prev,
+                    "event_id": event_id,
+                }
+            )
             values.append(event_id.encode())
             prev = chain_hash(values[-1])
     keep_ids = 1 if table == "streams" else count + 1
@@ -76,7 +90,10 @@ def main() -> None:
         for name in TRACKERS:
             out = subprocess.run(
                 [sys.executable, __file__, "--count", str(args.count), "--child", name, table],
-                check=True, capture_output=True, text=True).stdout.strip()
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
             print(f"  {table:<8} {name:<10} {out:>6} B")
 
 

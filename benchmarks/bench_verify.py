@@ -52,12 +52,14 @@ def main() -> None:
     parser.add_argument("--child", choices=LOOPS)
     parser.add_argument("--bootstrap")
     parser.add_argument("--prefix", help="measure an existing topic (with KAFKA_BOOTSTRAP_SERVERS)")
-    parser.add_argument("--publish-only", action="store_true",
-                        help="publish and keep the topic (its prefix is printed) for --prefix")
+    parser.add_argument(
+        "--publish-only",
+        action="store_true",
+        help="publish and keep the topic (its prefix is printed) for --prefix",
+    )
     args = parser.parse_args()
     if args.child:
-        settings = KafkaSettings(bootstrap_servers=args.bootstrap,
-                                 topics=TopicNames(args.prefix))
+        settings = KafkaSettings(bootstrap_servers=args.bootstrap, topics=TopicNames(args.prefix))
         print(json.dumps(child(settings, args.child)))
         return
     if args.prefix:  # a topic published by an earlier run (--publish-only): measured again
@@ -68,16 +70,22 @@ def main() -> None:
         ends = end_offsets(settings, settings.topics.turn_events)
         rounds(settings, sum(ends.values()), args.rounds, len(ends))
         return
-    with benchmark_cluster(partitions=args.partitions) as (settings, _), \
-            tempfile.TemporaryDirectory(prefix="turnaudit-bench-verify-") as work:
+    with (
+        benchmark_cluster(partitions=args.partitions) as (settings, _),
+        tempfile.TemporaryDirectory(prefix="turnaudit-bench-verify-") as work,
+    ):
         began = time.perf_counter()
-        publisher = TurnEventPublisher(settings, spool_dir=Path(work) / "spool",
-                                       registry=CollectorRegistry())
+        publisher = TurnEventPublisher(
+            settings, spool_dir=Path(work) / "spool", registry=CollectorRegistry()
+        )
         for event in TurnRuntimeSimulator(3, schema_versions=(3,)).events(args.events):
             publisher.publish(event)
         assert publisher.close().ok
-        print(f"published {args.events} turns in {time.perf_counter() - began:.0f} s "
-              f"under prefix {settings.topics.prefix!r}", flush=True)
+        print(
+            f"published {args.events} turns in {time.perf_counter() - began:.0f} s "
+            f"under prefix {settings.topics.prefix!r}",
+            flush=True,
+        )
         if not args.publish_only:
             rounds(settings, args.events, args.rounds, args.partitions)
 
@@ -85,51 +93,78 @@ def main() -> None:
 def rounds(settings: KafkaSettings, events: int, rounds: int, partitions: int) -> None:
     found: dict[str, list[dict[str, float]]] = {name: [] for name in LOOPS}
     for round_no in range(rounds):
-        for name in LOOPS[round_no % 2:] + LOOPS[:round_no % 2]:
+        for name in LOOPS[round_no % 2 :] + LOOPS[: round_no % 2]:
             out = subprocess.run(
-                [sys.executable, __file__, "--child", name, "--bootstrap",
-                 settings.bootstrap_servers or "", "--prefix", settings.topics.prefix],
-                check=True, capture_output=True, text=True, cwd=PROJECT_DIR)
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    name,
+                    "--bootstrap",
+                    settings.bootstrap_servers or "",
+                    "--prefix",
+                    settings.topics.prefix,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=PROJECT_DIR,
+            )
             result = json.loads(out.stdout.splitlines()[-1])
             assert result["count"] == events, result
             found[name].append(result)
-    print(f"{events} turns, {partitions} partitions, {rounds} rounds (rotated), "
-          "one process per loop")
+    print(
+        f"{events} turns, {partitions} partitions, {rounds} rounds (rotated), one process per loop"
+    )
     bare = found[LOOPS[0]]
     for name in LOOPS:
         rates = [r["count"] / r["seconds"] for r in found[name]]
-        ratios = [r["count"] / r["seconds"] / (b["count"] / b["seconds"])
-                  for r, b in zip(found[name], bare, strict=True)]
+        ratios = [
+            r["count"] / r["seconds"] / (b["count"] / b["seconds"])
+            for r, b in zip(found[name], bare, strict=True)
+        ]
         cpu = [1e6 * r["cpu"] / r["count"] for r in found[name]]
         rss = [r["maxrss_kb"] / 1024 for r in found[name]]
         jobs_rss = [r["child_maxrss_kb"] / 1024 for r in found[name]]
-        print(f"{name:20} turns/s median {statistics.median(rates):8.0f} "
-              f"(min {min(rates):.0f}, max {max(rates):.0f}) | x bare per round median "
-              f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})"
-              f" | CPU us/turn median {statistics.median(cpu):.1f} | RSS peak MiB median "
-              f"{statistics.median(rss):.0f} (max {max(rss):.0f}); largest job process "
-              f"{max(jobs_rss):.0f}")
-    extra = statistics.median(r["maxrss_kb"] for r in found["verify --jobs 1"]) - \
-        statistics.median(r["maxrss_kb"] for r in bare)
-    print(f"verify --jobs 1's RSS peak above the bare loop's: {extra / 1024:.0f} MiB, "
-          f"{extra * 1024 / events:.0f} bytes per turn")
+        print(
+            f"{name:20} turns/s median {statistics.median(rates):8.0f} "
+            f"(min {min(rates):.0f}, max {max(rates):.0f}) | x bare per round median "
+            f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})"
+            f" | CPU us/turn median {statistics.median(cpu):.1f} | RSS peak MiB median "
+            f"{statistics.median(rss):.0f} (max {max(rss):.0f}); largest job process "
+            f"{max(jobs_rss):.0f}"
+        )
+    extra = statistics.median(r["maxrss_kb"] for r in found["verify --jobs 1"]) - statistics.median(
+        r["maxrss_kb"] for r in bare
+    )
+    print(
+        f"verify --jobs 1's RSS peak above the bare loop's: {extra / 1024:.0f} MiB, "
+        f"{extra * 1024 / events:.0f} bytes per turn"
+    )
 
 
 def child(settings: KafkaSettings, name: str) -> dict[str, float]:
     began, began_cpu = time.perf_counter(), time.process_time()
     if name.startswith("verify"):
-        report = run_verify(settings, decoder_for(settings), RangeSpec(),
-                            jobs=1 if name.endswith("--jobs 1") else None)
+        report = run_verify(
+            settings,
+            decoder_for(settings),
+            RangeSpec(),
+            jobs=1 if name.endswith("--jobs 1") else None,
+        )
         assert report.ok, "verify found something on a clean topic"
         count = report.verifier.messages
     else:
         count = bare(settings)
     # verify's jobs are child processes: their CPU counts, and the largest one's RSS.
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"count": count, "seconds": time.perf_counter() - began,
-            "cpu": time.process_time() - began_cpu + children.ru_utime + children.ru_stime,
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-            "child_maxrss_kb": children.ru_maxrss}
+    return {
+        "count": count,
+        "seconds": time.perf_counter() - began,
+        "cpu": time.process_time() - began_cpu + children.ru_utime + children.ru_stime,
+        "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "child_maxrss_kb": children.ru_maxrss,
+    }
 
 
 def bare(settings: KafkaSettings) -> int:
@@ -138,8 +173,9 @@ def bare(settings: KafkaSettings) -> int:
     decode = decoder_for(settings)
     topic = settings.topics.turn_events
     end = {p: o for p, o in end_offsets(settings, topic).items() if o > 0}
-    consumer = KafkaConsumer(settings, topic, READER_CONFIG,
-                             group_id=f"bench-bare-{uuid.uuid4().hex}")
+    consumer = KafkaConsumer(
+        settings, topic, READER_CONFIG, group_id=f"bench-bare-{uuid.uuid4().hex}"
+    )
     consumer.assign(dict.fromkeys(end, BEGINNING))
     count = 0
     try:

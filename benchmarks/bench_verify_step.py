@@ -32,16 +32,20 @@ BATCH = 10_000  # what the range reader hands over at a time
 
 
 def stored(events: int) -> list[StoredRecord]:
-    sim = TurnRuntimeSimulator(3, schema_versions=(3,), concurrent_sessions=2000,
-                               start=scenario.GOLDEN_START)
+    sim = TurnRuntimeSimulator(
+        3, schema_versions=(3,), concurrent_sessions=2000, start=scenario.GOLDEN_START
+    )
     stamper = TurnStamper(producer_id="bench")
     out = []
     for n, event in enumerate(sim.events(events)):
         stamper.stamp(event)
         value = scenario.ENCODE_V3(event)
         stamper.commit(event, value)
-        out.append(StoredRecord("t", n % 4, n // 4, event["session_id"].encode(), value,
-                                timestamp_ms=n + 1))
+        out.append(
+            StoredRecord(
+                "t", n % 4, n // 4, event["session_id"].encode(), value, timestamp_ms=n + 1
+            )
+        )
     return out
 
 
@@ -53,10 +57,11 @@ def one_at_a_time(records: list[StoredRecord]) -> Verifier:
 
 
 def batched(records: list[StoredRecord], memory: IdMemory | None = None) -> Verifier:
-    verifier = Verifier(scenario.DECODE, log_start_offsets=dict.fromkeys(range(4), 0),
-                        memory=memory)
+    verifier = Verifier(
+        scenario.DECODE, log_start_offsets=dict.fromkeys(range(4), 0), memory=memory
+    )
     for start in range(0, len(records), BATCH):
-        verifier.feed_batch(records[start:start + BATCH])
+        verifier.feed_batch(records[start : start + BATCH])
     return verifier
 
 
@@ -69,8 +74,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--memory-streams", type=int, default=5_000,
-                        help="streams in memory for the loop whose others spill to disk")
+    parser.add_argument(
+        "--memory-streams",
+        type=int,
+        default=5_000,
+        help="streams in memory for the loop whose others spill to disk",
+    )
     args = parser.parse_args()
     records = stored(args.events)
     spilling = IdMemory(streams=args.memory_streams)
@@ -83,7 +92,7 @@ def main() -> None:
     took: dict[str, list[float]] = {name: [] for name in loops}
     names = list(loops)
     for round_no in range(args.rounds):
-        for name in names[round_no % len(names):] + names[:round_no % len(names)]:
+        for name in names[round_no % len(names) :] + names[: round_no % len(names)]:
             began = time.perf_counter()
             verifier = loops[name](records)
             took[name].append((time.perf_counter() - began) / args.events * 1e6)
@@ -94,14 +103,19 @@ def main() -> None:
                     assert not verifier.lost(), name
     print(f"{args.events} v3 turns, {args.rounds} rounds (rotated), µs per message")
     for name, us in took.items():
-        print(f"{name:40} median {statistics.median(us):5.2f} (min {min(us):.2f}, "
-              f"max {max(us):.2f})")
+        print(
+            f"{name:40} median {statistics.median(us):5.2f} (min {min(us):.2f}, max {max(us):.2f})"
+        )
     ratios = [a / b for a, b in zip(took[names[0]], took[names[1]], strict=True)]
-    print(f"Python path / native step per round: median {statistics.median(ratios):.2f} "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
+    print(
+        f"Python path / native step per round: median {statistics.median(ratios):.2f} "
+        f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+    )
     spilled = [a / b for a, b in zip(took[names[3]], took[names[1]], strict=True)]
-    print(f"streams spilled / all in memory per round: median {statistics.median(spilled):.2f} "
-          f"(min {min(spilled):.2f}, max {max(spilled):.2f})")
+    print(
+        f"streams spilled / all in memory per round: median {statistics.median(spilled):.2f} "
+        f"(min {min(spilled):.2f}, max {max(spilled):.2f})"
+    )
 
 
 if __name__ == "__main__":

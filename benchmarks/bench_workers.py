@@ -134,7 +134,9 @@ def metrics_service(settings: KafkaSettings, workers: int) -> Iterator[Service]:
     }
     proc = subprocess.Popen(
         [TURNAUDIT, "--log-level", "WARNING", "sink", "metrics", "--workers", str(workers)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         yield Service(proc, port)
@@ -216,15 +218,19 @@ def one_row(
     under a second, in this process) and the clock runs from the first one
     to the last counted.
     """
-    settings = KafkaSettings(bootstrap_servers=bootstrap,
-                             topics=TopicNames(f"bench-{uuid.uuid4().hex[:8]}."),
-                             partitions=PARTITIONS)
+    settings = KafkaSettings(
+        bootstrap_servers=bootstrap,
+        topics=TopicNames(f"bench-{uuid.uuid4().hex[:8]}."),
+        partitions=PARTITIONS,
+    )
     ensure_topics(settings)
     time.sleep(1.0)  # leaders settle
     total = len(messages)
-    producer = Producer(settings.client_config(
-        **{"linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000}
-    ))
+    producer = Producer(
+        settings.client_config(
+            **{"linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000}
+        )
+    )
     topic = settings.topics.turn_events
     with metrics_service(settings, workers) as service:
         wait_until(lambda: service.settled(workers), step=0.02)
@@ -249,16 +255,18 @@ def throughput(settings: KafkaSettings, events: int, rounds: int, work: Path) ->
     publish_all(settings, events, work / "spool-throughput")
     messages = read_all(settings)
     assert settings.bootstrap_servers is not None
-    print(f"\n1. throughput: {len(messages):,} events on {PARTITIONS} partitions, {rounds} rounds "
-          "in rotated order, each row `turnaudit sink metrics --workers N` settled on a fresh "
-          "topic, then the events")
+    print(
+        f"\n1. throughput: {len(messages):,} events on {PARTITIONS} partitions, {rounds} rounds "
+        "in rotated order, each row `turnaudit sink metrics --workers N` settled on a fresh "
+        "topic, then the events"
+    )
     rows = (1, 2)
     rates: dict[int, list[float]] = {w: [] for w in rows}
     cores: dict[int, list[float]] = {w: [] for w in rows}
     busy: dict[int, list[float]] = {w: [] for w in rows}
     ratios: list[float] = []
     for r in range(rounds):
-        order = rows[r % 2:] + rows[:r % 2]
+        order = rows[r % 2 :] + rows[: r % 2]
         this: dict[int, float] = {}
         for workers in order:
             rate, service_cores, machine_cores = one_row(
@@ -269,25 +277,35 @@ def throughput(settings: KafkaSettings, events: int, rounds: int, work: Path) ->
             cores[workers].append(service_cores)
             busy[workers].append(machine_cores)
         ratios.append(this[2] / this[1])
-        print(f"  round {r + 1}: " + ", ".join(f"{w} worker(s) {this[w]:,.0f}/s" for w in order)
-              + f"   ratio {ratios[-1]:.2f}x")
-    print(f"\n  {'workers':<8} {'events/s median (min-max)':>30}  {'service cores':>13}  "
-          f"{'machine busy cores':>18}")
+        print(
+            f"  round {r + 1}: "
+            + ", ".join(f"{w} worker(s) {this[w]:,.0f}/s" for w in order)
+            + f"   ratio {ratios[-1]:.2f}x"
+        )
+    print(
+        f"\n  {'workers':<8} {'events/s median (min-max)':>30}  {'service cores':>13}  "
+        f"{'machine busy cores':>18}"
+    )
     for workers in rows:
-        print(f"  {workers:<8} {statistics.median(rates[workers]):>12,.0f} "
-              f"({min(rates[workers]):>7,.0f}-{max(rates[workers]):>7,.0f})  "
-              f"{statistics.median(cores[workers]):>13.2f}  "
-              f"{statistics.median(busy[workers]):>18.2f}")
+        print(
+            f"  {workers:<8} {statistics.median(rates[workers]):>12,.0f} "
+            f"({min(rates[workers]):>7,.0f}-{max(rates[workers]):>7,.0f})  "
+            f"{statistics.median(cores[workers]):>13.2f}  "
+            f"{statistics.median(busy[workers]):>18.2f}"
+        )
     print(f"  2 workers / 1 worker, same round: {spread(ratios)}   (goal >= 1.5x)")
-    print(f"  ({os.cpu_count()} CPUs; busy cores beyond the service's: the broker, this "
-          "process producing, and whatever else runs on the machine)")
+    print(
+        f"  ({os.cpu_count()} CPUs; busy cores beyond the service's: the broker, this "
+        "process producing, and whatever else runs on the machine)"
+    )
 
 
 # -- 2. and 3. at a steady rate -------------------------------------------------------------
 def publish_steadily(bootstrap: str, prefix: str, rate: int, seconds: float, spool: str) -> None:
     """Child process: publish at ``rate``/s, ``occurred_at`` = publish time."""
-    settings = KafkaSettings(bootstrap_servers=bootstrap, topics=TopicNames(prefix),
-                             partitions=PARTITIONS)
+    settings = KafkaSettings(
+        bootstrap_servers=bootstrap, topics=TopicNames(prefix), partitions=PARTITIONS
+    )
     publisher = TurnEventPublisher(settings, spool_dir=Path(spool))
     sim = TurnRuntimeSimulator(3, schema_versions=(3,), concurrent_sessions=600)
     started = time.monotonic()
@@ -325,9 +343,9 @@ def quantile(q: float, buckets: list[tuple[float, float]]) -> float:
     return buckets[-1][0]
 
 
-def minus(after: list[tuple[float, float]], before: list[tuple[float, float]]) -> list[
-    tuple[float, float]
-]:
+def minus(
+    after: list[tuple[float, float]], before: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
     earlier = dict(before)
     return [(le, count - earlier.get(le, 0.0)) for le, count in after]
 
@@ -338,13 +356,21 @@ def within(buckets: list[tuple[float, float]], bound: float) -> float:
 
 
 def steady_run(
-    bootstrap: str, workers: int, rate: int, seconds: float, work: Path,
-    *, sample_every: float = 0.0, warm_up: float = 3.0,
+    bootstrap: str,
+    workers: int,
+    rate: int,
+    seconds: float,
+    work: Path,
+    *,
+    sample_every: float = 0.0,
+    warm_up: float = 3.0,
 ) -> tuple[float, float, float, int, list[tuple[float, list[float]]]]:
     """(p50 s, p99 s, share within 100 ms, events, RSS samples) for one run."""
-    settings = KafkaSettings(bootstrap_servers=bootstrap,
-                             topics=TopicNames(f"bench-{uuid.uuid4().hex[:8]}."),
-                             partitions=PARTITIONS)
+    settings = KafkaSettings(
+        bootstrap_servers=bootstrap,
+        topics=TopicNames(f"bench-{uuid.uuid4().hex[:8]}."),
+        partitions=PARTITIONS,
+    )
     ensure_topics(settings)
     time.sleep(1.0)
     rss: list[tuple[float, list[float]]] = []
@@ -352,8 +378,13 @@ def steady_run(
         wait_until(lambda: service.settled(workers))
         child = multiprocessing.get_context("spawn").Process(
             target=publish_steadily,
-            args=(bootstrap, settings.topics.prefix, rate, seconds + warm_up,
-                  str(work / f"spool-{uuid.uuid4().hex[:6]}")),
+            args=(
+                bootstrap,
+                settings.topics.prefix,
+                rate,
+                seconds + warm_up,
+                str(work / f"spool-{uuid.uuid4().hex[:6]}"),
+            ),
         )
         child.start()
         started = time.monotonic()
@@ -366,58 +397,82 @@ def steady_run(
                 pids = service.pids()
                 rss.append((time.monotonic() - started, [rss_mib(p) for p in pids]))
                 next_sample += sample_every
-                print(f"    {rss[-1][0]:>6.0f} s  RSS MiB: "
-                      + "  ".join(f"{m:.1f}" for m in rss[-1][1]), flush=True)
+                print(
+                    f"    {rss[-1][0]:>6.0f} s  RSS MiB: "
+                    + "  ".join(f"{m:.1f}" for m in rss[-1][1]),
+                    flush=True,
+                )
         end = sum(end_offsets(settings, settings.topics.turn_events).values())
         try:
             wait_until(lambda: service.counted() >= end, timeout=max(300.0, seconds))
         except TimeoutError:  # fell behind on a loaded machine: say so, keep the figures
-            print(f"    still {end - service.counted():,} events behind "
-                  f"{max(300.0, seconds):.0f} s after the publisher stopped", flush=True)
+            print(
+                f"    still {end - service.counted():,} events behind "
+                f"{max(300.0, seconds):.0f} s after the publisher stopped",
+                flush=True,
+            )
         buckets = minus(delay_buckets(service.samples()), before)
-    return quantile(0.5, buckets), quantile(0.99, buckets), within(buckets, 0.1), int(
-        buckets[-1][1]
-    ), rss
+    return (
+        quantile(0.5, buckets),
+        quantile(0.99, buckets),
+        within(buckets, 0.1),
+        int(buckets[-1][1]),
+        rss,
+    )
 
 
 def latency(
     bootstrap: str, rate: int, seconds: float, runs: int, work: Path, *, warm_up_runs: int = 1
 ) -> None:
-    print(f"\n2. delay publish -> counted at {rate:,}/s, {seconds:.0f} s per run (after 3 s "
-          f"warm-up), {runs} runs per row, rows alternating")
+    print(
+        f"\n2. delay publish -> counted at {rate:,}/s, {seconds:.0f} s per run (after 3 s "
+        f"warm-up), {runs} runs per row, rows alternating"
+    )
     # A broker's JVM compiles its hot paths during its first minutes of load; on a
     # broker just started, the first runs measure that. Shown, not counted.
     for run in range(warm_up_runs):
         p50, p99, share, n, _ = steady_run(bootstrap, 1, rate, seconds, work)
-        print(f"  broker warm-up run {run + 1} (not counted), 1 worker: p50 {p50 * 1000:.0f} ms, "
-              f"p99 {p99 * 1000:.0f} ms, {share:.2%} within 100 ms ({n:,} turns)")
+        print(
+            f"  broker warm-up run {run + 1} (not counted), 1 worker: p50 {p50 * 1000:.0f} ms, "
+            f"p99 {p99 * 1000:.0f} ms, {share:.2%} within 100 ms ({n:,} turns)"
+        )
     p99s: dict[int, list[float]] = {1: [], 2: []}
     for run in range(runs):
-        for workers in ((1, 2) if run % 2 == 0 else (2, 1)):
+        for workers in (1, 2) if run % 2 == 0 else (2, 1):
             p50, p99, share, n, _ = steady_run(bootstrap, workers, rate, seconds, work)
             p99s[workers].append(p99 * 1000)
-            print(f"  run {run + 1}, {workers} worker(s): p50 {p50 * 1000:.0f} ms, "
-                  f"p99 {p99 * 1000:.0f} ms, {share:.2%} within 100 ms ({n:,} turns)")
+            print(
+                f"  run {run + 1}, {workers} worker(s): p50 {p50 * 1000:.0f} ms, "
+                f"p99 {p99 * 1000:.0f} ms, {share:.2%} within 100 ms ({n:,} turns)"
+            )
     for workers, values in p99s.items():
         met = sum(v <= 100 for v in values)
-        print(f"  {workers} worker(s): p99 {spread(values, ' ms')}; <= 100 ms in {met} of "
-              f"{len(values)} runs (goal: every run)")
+        print(
+            f"  {workers} worker(s): p99 {spread(values, ' ms')}; <= 100 ms in {met} of "
+            f"{len(values)} runs (goal: every run)"
+        )
 
 
 def memory(bootstrap: str, rate: int, duration: float, every: float, work: Path) -> None:
-    print(f"\n3. 2 workers at {rate:,}/s for {duration:.0f} s: resident memory of the "
-          "supervisor, worker 0, worker 1 (MiB)")
+    print(
+        f"\n3. 2 workers at {rate:,}/s for {duration:.0f} s: resident memory of the "
+        "supervisor, worker 0, worker 1 (MiB)"
+    )
     p50, p99, share, n, rss = steady_run(bootstrap, 2, rate, duration, work, sample_every=every)
-    print(f"  delay over the run: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
-          f"{share:.2%} within 100 ms ({n:,} turns)")
+    print(
+        f"  delay over the run: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
+        f"{share:.2%} within 100 ms ({n:,} turns)"
+    )
     settled = [s for t, s in rss if t >= 60] or [s for _, s in rss]
     if settled:
         names = ("supervisor", "worker 0", "worker 1")
         for i, name in enumerate(names):
             values = [s[i] for s in settled if len(s) > i]
             if values:
-                print(f"  {name}: {values[0]:.1f} -> {values[-1]:.1f} MiB after the first "
-                      f"minute (min {min(values):.1f}, max {max(values):.1f})")
+                print(
+                    f"  {name}: {values[0]:.1f} -> {values[-1]:.1f} MiB after the first "
+                    f"minute (min {min(values):.1f}, max {max(values):.1f})"
+                )
 
 
 def main() -> None:
@@ -427,16 +482,26 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--latency-seconds", type=float, default=20.0)
     parser.add_argument("--runs", type=int, default=5, help="delay runs per row")
-    parser.add_argument("--warm-up-runs", type=int, default=1,
-                        help="delay runs before the counted ones, shown and not counted (a broker "
-                        "just started is still compiling; 0 counts from the first)")
-    parser.add_argument("--duration", type=float, default=600.0,
-                        help="seconds of the memory run (the issue's figure: 600)")
+    parser.add_argument(
+        "--warm-up-runs",
+        type=int,
+        default=1,
+        help="delay runs before the counted ones, shown and not counted (a broker "
+        "just started is still compiling; 0 counts from the first)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=600.0,
+        help="seconds of the memory run (the issue's figure: 600)",
+    )
     parser.add_argument("--sample", type=float, default=30.0, help="RSS sample interval, s")
     parser.add_argument("--only", choices=("throughput", "latency", "memory"))
     args = parser.parse_args()
-    with benchmark_cluster(partitions=PARTITIONS) as (settings, _), \
-            tempfile.TemporaryDirectory(prefix="turnaudit-bench-workers-") as tmp:
+    with (
+        benchmark_cluster(partitions=PARTITIONS) as (settings, _),
+        tempfile.TemporaryDirectory(prefix="turnaudit-bench-workers-") as tmp,
+    ):
         work = Path(tmp)
         assert settings.bootstrap_servers is not None
         print(f"broker {settings.bootstrap_servers}; {os.cpu_count()} CPUs")
@@ -444,8 +509,14 @@ def main() -> None:
         if args.only in (None, "throughput"):
             throughput(settings, args.events, args.rounds, work)
         if args.only in (None, "latency"):
-            latency(settings.bootstrap_servers, args.rate, args.latency_seconds, args.runs, work,
-                    warm_up_runs=args.warm_up_runs)
+            latency(
+                settings.bootstrap_servers,
+                args.rate,
+                args.latency_seconds,
+                args.runs,
+                work,
+                warm_up_runs=args.warm_up_runs,
+            )
         if args.only in (None, "memory"):
             memory(settings.bootstrap_servers, args.rate, args.duration, args.sample, work)
 

@@ -176,8 +176,9 @@ class AuditorSink(BatchingSink):
         if self._checkpoint.exists():
             self.builder.resume(_read_checkpoint(self._checkpoint), str(self._checkpoint))
         elif self._evidence_path.exists():
-            self.builder.resume(parse_evidence(read_json(self._evidence_path)),
-                                str(self._evidence_path))
+            self.builder.resume(
+                parse_evidence(read_json(self._evidence_path)), str(self._evidence_path)
+            )
 
     def evidence(self) -> EvidenceFile:
         """The evidence, once ``finish`` confirmed the auditor's identity."""
@@ -237,7 +238,10 @@ class AuditorEvaluationWorker:
         )
         # Traces are few and each costs many auditor calls: small batches.
         self.settings = replace(
-            base, kafka=kafka, group_id=group_id, batch_size=min(base.batch_size, 100),
+            base,
+            kafka=kafka,
+            group_id=group_id,
+            batch_size=min(base.batch_size, 100),
             batch_timeout_s=max(base.batch_timeout_s, 0.2),
         )
         self.sink = AuditorSink(

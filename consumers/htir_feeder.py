@@ -78,7 +78,11 @@ class TraceProducer(Protocol):
     """What the feeder needs of its producer (``KafkaProducer`` is one)."""
 
     def produce(
-        self, topic: str, value: bytes | None, key: bytes | None = None, *,
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
         on_delivery: DeliveryCallback | None = None,
     ) -> None: ...
     def poll(self, timeout: float = 0.0) -> int: ...
@@ -250,20 +254,23 @@ class HtirFeederSink(BatchingSink):
             if is_size_error(err) and refusals < SIZE_RETRIES:
                 # Maybe its batch's size, not its own: it goes again alone.
                 self._size_refusals[task_id] = refusals + 1
-                log.warning("htir_trace_not_stored", task_id=task_id, error=err.str(),
-                            retried=True, alone=True)
+                log.warning(
+                    "htir_trace_not_stored",
+                    task_id=task_id,
+                    error=err.str(),
+                    retried=True,
+                    alone=True,
+                )
                 self._alone.append(trace)
             elif retry and not is_permanent(err):
-                log.warning("htir_trace_not_stored", task_id=task_id, error=err.str(),
-                            retried=True)
+                log.warning("htir_trace_not_stored", task_id=task_id, error=err.str(), retried=True)
                 self._produce(trace)
             else:
                 # Producing it again cannot help (too large alone, not authorised, ...):
                 # its offsets stay held (a restart re-reads and rebuilds it), and it is
                 # said once.
                 self._size_refusals.pop(task_id, None)
-                log.error("htir_trace_not_stored", task_id=task_id, error=err.str(),
-                          retried=False)
+                log.error("htir_trace_not_stored", task_id=task_id, error=err.str(), retried=False)
         if delivered:
             self._acknowledged(delivered)
         if self._alone:
@@ -282,8 +289,12 @@ class HtirFeederSink(BatchingSink):
             self._size_refusals.pop(trace.task_id, None)
             gap = trace.gap
             if gap is not None:
-                log.warning("htir_trace_gap", task_id=trace.task_id, detail=gap,
-                            missing_task_steps=trace.missing_task_steps)
+                log.warning(
+                    "htir_trace_gap",
+                    task_id=trace.task_id,
+                    detail=gap,
+                    missing_task_steps=trace.missing_task_steps,
+                )
             self._traces.labels(trace.closed_by.value if trace.closed_by else "unknown").inc()
             log.info(
                 "htir_trace_published",

@@ -106,7 +106,6 @@ class VerdictMetricsSink(Sink):
     read as they were; ``verify`` adds both.
     """
 
-
     def __init__(
         self,
         settings: MetricsSettings,
@@ -242,8 +241,12 @@ class VerdictMetricsSink(Sink):
         self._occurred.append(occurred if type(occurred) is int else occurred_millis(occurred))
 
     def _take_redriven(self, pack_id: str, bundle: Any, path: str) -> None:
-        key = (pack_id, bool(bundle["refusal_emitted"]), bool(bundle["hedge_injected"]),
-               path == TurnPath.STUB.value)
+        key = (
+            pack_id,
+            bool(bundle["refusal_emitted"]),
+            bool(bundle["hedge_injected"]),
+            path == TurnPath.STUB.value,
+        )
         self._redriven_tally[key] = self._redriven_tally.get(key, 0) + 1
 
     def _flush_redriven(self) -> None:
@@ -251,8 +254,11 @@ class VerdictMetricsSink(Sink):
         for (pack_id, refused, hedged, stub), n in tally.items():
             pack = self._packs(pack_id)
             self._child((self.redriven, pack)).inc(n)
-            for counted, metric in ((refused, self.redriven_refused),
-                                    (hedged, self.redriven_hedged), (stub, self.redriven_stub)):
+            for counted, metric in (
+                (refused, self.redriven_refused),
+                (hedged, self.redriven_hedged),
+                (stub, self.redriven_stub),
+            ):
                 if counted:
                     self._child((metric, pack)).inc(n)
             self.counted += n

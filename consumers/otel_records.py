@@ -62,7 +62,11 @@ OUTPUT_POLICY: Final = "turnaudit.action.output_policy"  # action_risk only
 HUMAN_DECISION: Final = "turnaudit.action.human_decision_required"  # bool, action_risk only
 
 SAFETY, ETHICS, REFUSAL, HEDGE, ACTION_RISK = (
-    "safety", "ethics", "refusal", "hedge", "action_risk"
+    "safety",
+    "ethics",
+    "refusal",
+    "hedge",
+    "action_risk",
 )
 EVALUATION_NAMES: Final = frozenset({SAFETY, ETHICS, REFUSAL, HEDGE, ACTION_RISK})
 
@@ -110,11 +114,7 @@ def span_parent(trace_context: TraceContext | None) -> SpanParent | None:
 
 
 def _hex_id(value: str, digits: int) -> bool:
-    return (
-        len(value) == digits
-        and set(value) <= _HEX
-        and value != "0" * digits
-    )
+    return len(value) == digits and set(value) <= _HEX and value != "0" * digits
 
 
 def _text(value: str) -> str:
@@ -169,15 +169,31 @@ def evaluation_records(turn: ConsumedTurn) -> list[EvaluationRecord]:
     safety = bundle["safety_verdict"]
     if safety is not None:
         passed = bool(safety["passed"])
-        found.append((SAFETY, float(passed), "pass" if passed else "fail",
-                      None if passed or not safety["violated_boundary_ids"] else
-                      _named("violated boundaries", safety["violated_boundary_ids"]), {}))
+        found.append(
+            (
+                SAFETY,
+                float(passed),
+                "pass" if passed else "fail",
+                None
+                if passed or not safety["violated_boundary_ids"]
+                else _named("violated boundaries", safety["violated_boundary_ids"]),
+                {},
+            )
+        )
     ethics = bundle["ethics_verdict"]
     if ethics is not None:
         passed = bool(ethics["passed"])
-        found.append((ETHICS, float(passed), "pass" if passed else "fail",
-                      None if passed or not ethics["violated_predicate_ids"] else
-                      _named("violated predicates", ethics["violated_predicate_ids"]), {}))
+        found.append(
+            (
+                ETHICS,
+                float(passed),
+                "pass" if passed else "fail",
+                None
+                if passed or not ethics["violated_predicate_ids"]
+                else _named("violated predicates", ethics["violated_predicate_ids"]),
+                {},
+            )
+        )
     refused = bool(bundle["refusal_emitted"])
     found.append((REFUSAL, float(refused), "refused" if refused else "not_refused", None, {}))
     hedged = bool(bundle["hedge_injected"])
@@ -190,17 +206,21 @@ def evaluation_records(turn: ConsumedTurn) -> list[EvaluationRecord]:
         why = f"risk tier {tier}, output policy {policy}" + (
             ", human decision required" if human else ""
         )
-        found.append((
-            ACTION_RISK,
-            _ACTION_SCORES.get(verdict, 0.0),
-            _text(verdict.lower()),
-            _text(why),
-            {RISK_TIER: _text(tier), OUTPUT_POLICY: _text(policy), HUMAN_DECISION: human},
-        ))
+        found.append(
+            (
+                ACTION_RISK,
+                _ACTION_SCORES.get(verdict, 0.0),
+                _text(verdict.lower()),
+                _text(why),
+                {RISK_TIER: _text(tier), OUTPUT_POLICY: _text(policy), HUMAN_DECISION: human},
+            )
+        )
     records = []
     for name, value, label, explanation, own in found:
         attributes: dict[str, AttributeValue] = {
-            EVALUATION_NAME: name, SCORE_VALUE: value, SCORE_LABEL: label
+            EVALUATION_NAME: name,
+            SCORE_VALUE: value,
+            SCORE_LABEL: label,
         }
         if explanation is not None:
             attributes[EXPLANATION] = explanation

@@ -144,9 +144,7 @@ class ServiceSettings:
         if log_file and service is ServiceName.LOG_SINK:
             check_writable_file(Path(log_file), f"{ENV_PREFIX}LOG_FILE")
         kafka = KafkaSettings.from_env(env)
-        http_port = _int(
-            env, "HTTP_PORT", DEFAULT_HTTP_PORTS[service], minimum=0, maximum=MAX_PORT
-        )
+        http_port = _int(env, "HTTP_PORT", DEFAULT_HTTP_PORTS[service], minimum=0, maximum=MAX_PORT)
         instance = _text(env, "GROUP_INSTANCE_ID", "")
         return cls(
             service=service,

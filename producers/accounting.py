@@ -38,8 +38,15 @@ class PublisherStats:
 
     @property
     def balanced(self) -> bool:
-        counts = (self.published, self.delivered, self.failed, self.spooled, self.in_flight,
-                  self.refused, self.inherited)
+        counts = (
+            self.published,
+            self.delivered,
+            self.failed,
+            self.spooled,
+            self.in_flight,
+            self.refused,
+            self.inherited,
+        )
         return min(counts) >= 0 and self.published + self.inherited == (
             self.delivered + self.in_flight + self.spooled + self.refused + self.failed
         )
@@ -161,7 +168,8 @@ class Ledger:
             inherited=self.inherited,
             dead_lettered=self.dead_lettered,
             spool_bytes=spool_bytes,
-            oldest_spooled_age_s=0.0 if oldest_appended_at is None
+            oldest_spooled_age_s=0.0
+            if oldest_appended_at is None
             else max(0.0, time.time() - oldest_appended_at),
             worker_errors=self.worker_errors,
         )

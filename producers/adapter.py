@@ -63,14 +63,17 @@ class Trace:
     def __post_init__(self) -> None:
         for name, digits in (("trace_id", 32), ("span_id", 16)):
             value = getattr(self, name)
-            if (len(value) != digits or value.strip("0123456789abcdef")
-                    or value == "0" * digits):
-                raise ValueError(f"{name} must be {digits} lower-case hex digits, not all "
-                                 f"zero: {value!r}")
+            if len(value) != digits or value.strip("0123456789abcdef") or value == "0" * digits:
+                raise ValueError(
+                    f"{name} must be {digits} lower-case hex digits, not all zero: {value!r}"
+                )
 
     def to_avro(self) -> TraceContext:
-        return {"trace_id": self.trace_id, "span_id": self.span_id,
-                "trace_flags": 1 if self.sampled else 0}
+        return {
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "trace_flags": 1 if self.sampled else 0,
+        }
 
 
 def current_trace() -> Trace | None:
@@ -78,8 +81,11 @@ def current_trace() -> Trace | None:
     span = trace_api.get_current_span().get_span_context()
     if not span.is_valid:
         return None
-    return Trace(f"{span.trace_id:032x}", f"{span.span_id:016x}",
-                 bool(span.trace_flags & trace_api.TraceFlags.SAMPLED))
+    return Trace(
+        f"{span.trace_id:032x}",
+        f"{span.span_id:016x}",
+        bool(span.trace_flags & trace_api.TraceFlags.SAMPLED),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +97,11 @@ class Model:
     response_model: str | None = None  # gen_ai.response.model
 
     def to_avro(self) -> ModelIdentity:
-        return {"provider": self.provider, "request_model": self.request_model,
-                "response_model": self.response_model}
+        return {
+            "provider": self.provider,
+            "request_model": self.request_model,
+            "response_model": self.response_model,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,8 +238,7 @@ class TurnEventBuilder:
             tool_steps=(),
             fields=_Surfaces(
                 input_tokens=list(input_tokens),
-                surface=refusal_surface if refusal_surface is not None
-                else UNKNOWN_DOMAIN_SURFACE,
+                surface=refusal_surface if refusal_surface is not None else UNKNOWN_DOMAIN_SURFACE,
                 walk_surface=UNKNOWN_DOMAIN_SURFACE,
                 articulation_surface=UNKNOWN_DOMAIN_SURFACE,
                 cycle_cost_total=0.0,

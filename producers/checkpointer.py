@@ -38,9 +38,15 @@ log = structlog.get_logger("turnaudit.publisher")
 class CheckpointProducer(Protocol):
     """What the checkpointer needs of a producer (``KafkaProducer`` is one)."""
 
-    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, *,
-                on_delivery: DeliveryCallback | None = None,
-                on_full: OnFull | None = None) -> None: ...
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        on_delivery: DeliveryCallback | None = None,
+        on_full: OnFull | None = None,
+    ) -> None: ...
 
     def poll(self, timeout: float = 0.0) -> int: ...
 
@@ -95,8 +101,9 @@ class Checkpointer:
 
     def due(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
-        return bool(self._pending) and (now - self._last >= self.interval_s
-                                        or self._turns >= self.max_turns)
+        return bool(self._pending) and (
+            now - self._last >= self.interval_s or self._turns >= self.max_turns
+        )
 
     def tick(self, *, final: bool = False) -> None:
         """Write a checkpoint when one is due (or ``final``), then send what is unsent."""
@@ -107,11 +114,20 @@ class Checkpointer:
 
     def _checkpoint(self, final: bool) -> None:
         heads = canonical_heads(self._pending.values())
-        checkpoint = sign(Checkpoint(
-            producer_id=self.producer_id, index=self._index, prev=self._prev,
-            at_ms=time.time_ns() // 1_000_000, key_id=self._key.key_id, final=final,
-            interval_ms=round(self.interval_s * 1000), max_turns=self.max_turns,
-            heads=heads), self._key)
+        checkpoint = sign(
+            Checkpoint(
+                producer_id=self.producer_id,
+                index=self._index,
+                prev=self._prev,
+                at_ms=time.time_ns() // 1_000_000,
+                key_id=self._key.key_id,
+                final=final,
+                interval_ms=round(self.interval_s * 1000),
+                max_turns=self.max_turns,
+                heads=heads,
+            ),
+            self._key,
+        )
         self._index += 1
         self._prev = checkpoint.digest()
         self._pending.clear()
@@ -125,8 +141,13 @@ class Checkpointer:
             if digest in self._in_flight:
                 continue
             try:
-                self._producer.produce(self._topic, checkpoint.encode(), checkpoint.key(),
-                                       on_delivery=self._reported(digest), on_full="raise")
+                self._producer.produce(
+                    self._topic,
+                    checkpoint.encode(),
+                    checkpoint.key(),
+                    on_delivery=self._reported(digest),
+                    on_full="raise",
+                )
             except (QueueFullError, ProduceError) as exc:
                 self.failures += 1
                 log.warning("checkpoint_not_sent", index=checkpoint.index, error=str(exc))
@@ -152,8 +173,9 @@ class Checkpointer:
             self._producer.flush(max(0.0, min(1.0, deadline - time.monotonic())))
             self._send()
         if self._unsent:
-            log.error("checkpoints_unsent", count=len(self._unsent),
-                      first_index=self._unsent[0].index)
+            log.error(
+                "checkpoints_unsent", count=len(self._unsent), first_index=self._unsent[0].index
+            )
         return not self._unsent
 
 

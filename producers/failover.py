@@ -123,8 +123,9 @@ class Failover:
         """Start the background thread, or restart it should it ever have stopped:
         the spool is never without it."""
         if (self._worker is None or not self._worker.is_alive()) and not self._closing.is_set():
-            self._worker = threading.Thread(target=self._run, name="turnaudit-publisher",
-                                            daemon=True)
+            self._worker = threading.Thread(
+                target=self._run, name="turnaudit-publisher", daemon=True
+            )
             self._worker.start()
 
     # -- librdkafka's callbacks (inside poll, on whichever thread polls) ---------------
@@ -145,7 +146,9 @@ class Failover:
         if err is None:
             return False  # a dead letter delivered
         kept = SpooledMessage(
-            msg.topic() or self.topic, as_bytes(msg.key()), as_bytes(msg.value()),
+            msg.topic() or self.topic,
+            as_bytes(msg.key()),
+            as_bytes(msg.value()),
             bytes_headers(msg.headers()),
         )
         if is_event:
@@ -187,8 +190,9 @@ class Failover:
         try:
             self.rejected.append(kept.topic, kept.key, kept.value, kept.headers)
         except PublishError as exc:
-            log.critical("rejected_event_not_kept", spool_dir=str(self.rejected.directory),
-                         error=str(exc))
+            log.critical(
+                "rejected_event_not_kept", spool_dir=str(self.rejected.directory), error=str(exc)
+            )
 
     # -- background: poll, notice recovery, drain the spool ----------------------------
     def _run(self) -> None:
@@ -250,8 +254,11 @@ class Failover:
             # The disk cannot take them (full, failing): back into librdkafka's
             # memory, in order, rather than lost; the bound tries the disk again
             # once they are old again. The spool drains only behind them.
-            log.error("unacknowledged_events_kept_in_memory",
-                      events=sum(m.topic == self.topic for m in ordered), error=str(exc))
+            log.error(
+                "unacknowledged_events_kept_in_memory",
+                events=sum(m.topic == self.topic for m in ordered),
+                error=str(exc),
+            )
             self._back_to_client(producer, ordered)
 
     def _back_to_client(self, producer: KafkaProducer, messages: list[SpooledMessage]) -> None:
@@ -261,7 +268,10 @@ class Failover:
             occurred = self._read(message.value).occurred_at
             with self._ledger.lock:
                 producer.produce(
-                    message.topic, message.value, message.key, headers=message.headers,
+                    message.topic,
+                    message.value,
+                    message.key,
+                    headers=message.headers,
                     timestamp=record_timestamp(occurred, now_ms),
                     on_delivery=None if is_event else self.on_dead_letter_report,
                     on_full="wait",  # the purge just emptied the queue: room for all of them
@@ -302,7 +312,10 @@ class Failover:
             try:
                 with self._ledger.lock:
                     producer.produce(
-                        message.topic, message.value, message.key, headers=message.headers,
+                        message.topic,
+                        message.value,
+                        message.key,
+                        headers=message.headers,
                         timestamp=record_timestamp(occurred, int(time.time() * 1000)),
                         on_delivery=functools.partial(self._on_drained, batch, index),
                         on_full="raise",
@@ -349,8 +362,10 @@ class Failover:
         events that could not be put back on disk (counted as failed)."""
         producer = self._producer
         assert producer is not None
-        while self.route.spooling and time.monotonic() < deadline and (
-            self._worker is not None and self._worker.is_alive()
+        while (
+            self.route.spooling
+            and time.monotonic() < deadline
+            and (self._worker is not None and self._worker.is_alive())
         ):
             time.sleep(_POLL_S)  # let the worker drain the spool if the broker comes back
         self._closing.set()

@@ -89,8 +89,13 @@ def read_heads(path: Path) -> RecordedHeads:
 
 
 def head_line(head: StreamHead) -> bytes:
-    return json.dumps({"s": head.session_id, "p": head.producer_id, "q": head.sequence,
-                       "h": head.hash}, separators=(",", ":")).encode() + b"\n"
+    return (
+        json.dumps(
+            {"s": head.session_id, "p": head.producer_id, "q": head.sequence, "h": head.hash},
+            separators=(",", ":"),
+        ).encode()
+        + b"\n"
+    )
 
 
 class HeadsFile:
@@ -128,8 +133,12 @@ class HeadsFile:
         if self.path.exists():  # a predecessor's: announced by the thread, then deleted
             self.path.rename(directory / f"heads-{time.time_ns()}.pending")
         self._fd = private_fd(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
-        header = {"header": 1, "producer_id": producer_id,
-                  "interval_ms": round(interval_s * 1000), "started": time.time()}
+        header = {
+            "header": 1,
+            "producer_id": producer_id,
+            "interval_ms": round(interval_s * 1000),
+            "started": time.time(),
+        }
         os.write(self._fd, json.dumps(header).encode() + b"\n")
         self._thread = threading.Thread(target=self._run, name="turnaudit-heads", daemon=True)
         self._thread.start()
@@ -166,8 +175,9 @@ class HeadsFile:
         lines = []
         advanced = []
         for (session, producer), (sequence, digest) in dirty.items():
-            head = self._heads[(session, producer)] = StreamHead(session, producer, sequence,
-                                                                 digest)
+            head = self._heads[(session, producer)] = StreamHead(
+                session, producer, sequence, digest
+            )
             advanced.append(head)
             lines.append(head_line(head))
         os.write(self._fd, b"".join(lines))
@@ -185,8 +195,13 @@ class HeadsFile:
             if recorded.heads and not self._announce(recorded, timeout):
                 return False
             path.unlink(missing_ok=True)
-            log.warning("stream_heads_announced", file=path.name, streams=len(recorded.heads),
-                        ended=recorded.ended, predecessor=recorded.producer_id)
+            log.warning(
+                "stream_heads_announced",
+                file=path.name,
+                streams=len(recorded.heads),
+                ended=recorded.ended,
+                predecessor=recorded.producer_id,
+            )
         return True
 
     def _announce(self, recorded: RecordedHeads, timeout: float) -> bool:
@@ -218,8 +233,9 @@ class HeadsFile:
             os.close(self._fd)
         if self.checkpointer is not None:
             self.checkpointer.close(timeout)
-        recorded = RecordedHeads(self.producer_id, round(self.interval_s * 1000),
-                                 dict(self._heads), ended=True)
+        recorded = RecordedHeads(
+            self.producer_id, round(self.interval_s * 1000), dict(self._heads), ended=True
+        )
         if not recorded.heads or self._announce(recorded, timeout):
             self.path.unlink(missing_ok=True)
         self.announce_pending(timeout=min(timeout, 2.0))

@@ -103,11 +103,11 @@ def parse(data: bytes) -> tuple[list[JournalEntry], int]:
         if body + tlen + klen > size:
             break
         try:
-            topic = payload[body:body + tlen].decode()
+            topic = payload[body : body + tlen].decode()
         except UnicodeDecodeError:
             break
-        key = payload[body + tlen:body + tlen + klen]
-        entries.append(JournalEntry(topic, key, payload[body + tlen + klen:]))
+        key = payload[body + tlen : body + tlen + klen]
+        entries.append(JournalEntry(topic, key, payload[body + tlen + klen :]))
         at = end
     return entries, at
 
@@ -341,8 +341,9 @@ class JournalMode(Generic[Turn]):
     journal order (``hand_over``, under ``lock``); a turn leaves the journal once it
     is dealt with (delivered, set aside, spooled or refused)."""
 
-    def __init__(self, directory: Path, producer_id: str, hand_over: HandOver[Turn],
-                 lock: threading.Lock) -> None:
+    def __init__(
+        self, directory: Path, producer_id: str, hand_over: HandOver[Turn], lock: threading.Lock
+    ) -> None:
         self._hand_over = hand_over
         self._lock = lock
         self._waiting: dict[int, Turn] = {}  # appended, not yet committed (under lock)

@@ -64,45 +64,68 @@ class PublisherMetrics(Collector):
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             return GaugeMetricFamily(f"{PREFIX}_{name}", doc, value=value)
 
-        yield counter("events_published", "Events publish() gave an id and sequence number",
-                      stats.published if stats else 0)
-        yield counter("events_delivered", "Events the broker acknowledged",
-                      stats.delivered if stats else 0)
-        yield counter("events_spooled", "Events that went to the on-disk spool",
-                      source.spooled_total if source is not None else 0)
-        yield counter("events_failed", "Events the broker refused for good (kept in rejected/)",
-                      stats.failed if stats else 0)
-        yield counter("events_rejected",
-                      "Events the runtime sent to the dead-letter topic (contract breaches)",
-                      stats.dead_lettered if stats else 0)
+        yield counter(
+            "events_published",
+            "Events publish() gave an id and sequence number",
+            stats.published if stats else 0,
+        )
+        yield counter(
+            "events_delivered", "Events the broker acknowledged", stats.delivered if stats else 0
+        )
+        yield counter(
+            "events_spooled",
+            "Events that went to the on-disk spool",
+            source.spooled_total if source is not None else 0,
+        )
+        yield counter(
+            "events_failed",
+            "Events the broker refused for good (kept in rejected/)",
+            stats.failed if stats else 0,
+        )
+        yield counter(
+            "events_rejected",
+            "Events the runtime sent to the dead-letter topic (contract breaches)",
+            stats.dead_lettered if stats else 0,
+        )
         family = CounterMetricFamily(
             f"{PREFIX}_events_refused",
-            "Events publish() refused: neither sent nor spooled", labels=["reason"],
+            "Events publish() refused: neither sent nor spooled",
+            labels=["reason"],
         )
         for reason in REFUSAL_REASONS:
             family.add_metric([reason], refused.get(reason, 0))
         yield family
-        yield counter("worker_errors", "Unexpected errors the background thread survived",
-                      stats.worker_errors if stats else 0)
-        yield gauge("events_in_flight", "Events in librdkafka's queue, not yet acknowledged",
-                    stats.in_flight if stats else 0)
-        yield gauge("spool_events", "Events waiting in the on-disk spool",
-                    stats.spooled if stats else 0)
-        yield gauge("spool_bytes", "Bytes held by the on-disk spool",
-                    stats.spool_bytes if stats else 0)
-        yield gauge("spool_oldest_event_age_seconds",
-                    "Age of the oldest event in the spool (0 when empty)",
-                    stats.oldest_spooled_age_s if stats else 0.0)
+        yield counter(
+            "worker_errors",
+            "Unexpected errors the background thread survived",
+            stats.worker_errors if stats else 0,
+        )
+        yield gauge(
+            "events_in_flight",
+            "Events in librdkafka's queue, not yet acknowledged",
+            stats.in_flight if stats else 0,
+        )
+        yield gauge(
+            "spool_events", "Events waiting in the on-disk spool", stats.spooled if stats else 0
+        )
+        yield gauge(
+            "spool_bytes", "Bytes held by the on-disk spool", stats.spool_bytes if stats else 0
+        )
+        yield gauge(
+            "spool_oldest_event_age_seconds",
+            "Age of the oldest event in the spool (0 when empty)",
+            stats.oldest_spooled_age_s if stats else 0.0,
+        )
         # Signed checkpoints (all 0 without a signing key): written, failed attempts, waiting.
-        written, failures, unsent = (source.checkpoint_counts() if source is not None
-                                     else (0, 0, 0))
-        yield counter("checkpoints_written", "Signed checkpoints the broker acknowledged",
-                      written)
-        yield counter("checkpoint_failures",
-                      "Signed checkpoints the producer refused or the broker did not take "
-                      "(each is sent again)", failures)
-        yield gauge("checkpoints_unsent", "Signed checkpoints waiting to be acknowledged",
-                    unsent)
+        written, failures, unsent = source.checkpoint_counts() if source is not None else (0, 0, 0)
+        yield counter("checkpoints_written", "Signed checkpoints the broker acknowledged", written)
+        yield counter(
+            "checkpoint_failures",
+            "Signed checkpoints the producer refused or the broker did not take "
+            "(each is sent again)",
+            failures,
+        )
+        yield gauge("checkpoints_unsent", "Signed checkpoints waiting to be acknowledged", unsent)
         yield self.delivery_latency.family(
             f"{PREFIX}_delivery_latency_seconds",
             "Time from publish() to the broker's acknowledgement, per event",

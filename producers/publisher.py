@@ -1,68 +1,13 @@
 """``TurnEventPublisher``: hands TurnEvents to Kafka without failing or delaying the turn.
 
-The contract of ``publish(event)``:
-
-* It returns the event id, or raises one of the project's documented errors,
-  nothing else: ``EventRefusedError`` (the event was refused: spool full or its
-  disk failing; counted, logged, on the refused metric) or
-  ``SerializationError`` (the record does not fit its schema; raised before a
-  sequence number is used up). Every ``PublishError`` is a ``TurnAuditError``.
-* Each event is stamped before it is encoded (``turnaudit.identity.TurnStamper``):
-  event id, this publisher's producer id, its position in the ordered stream
-  (session, producer) and its predecessor's chain hash. Spooled bytes carry
-  that identity, so the process that drains a spool never renumbers them.
-* It never changes the caller's dict: the identity goes into the publisher's
-  own copy (``dead_letter()`` likewise).
-* It never waits for the network: it encodes, then either hands the event to
-  librdkafka's in-memory queue (``produce`` never blocks: a full queue raises
-  at once and the event goes to the spool) or appends it to the on-disk spool
-  (one ``write`` system call). The only lock it takes is held by other threads
-  for counter updates and the same hand-over, never across I/O of theirs. No
-  schema-registry call happens on this path: schema ids are obtained (and
-  cached) when the publisher is built.
-* A turn's Kafka record timestamp is its ``occurred_at`` (capped at now: a
-  broker refuses records too far in its future), also when it is drained from
-  the spool later: broker-time ranges (``--time broker``) and the topic's time
-  retention follow event time. A back-dated turn older than the topic's
-  ``retention.ms`` is deletable as soon as its segment rolls.
-* Each accepted event is delivered, or spooled and delivered later, in order
-  per session; an event the broker refuses for good (too large, not
-  authorised) is counted as failed and kept in ``<spool_dir>/rejected``.
-* ``stats()`` is consistent at every moment:
-  ``published + inherited == delivered + in_flight + spooled + refused + failed``
-  (``inherited``: events a previous publisher left in the spool).
-
-Durability: events in librdkafka's queue are in memory (a killed process loses
-them) unless the publisher is in journal mode (``journal=True`` or
-``TURNAUDIT_PUBLISH_JOURNAL=1``, ``turnaudit.producers.journal``: each turn is
-fsynced to a journal, one group commit for the turns that arrive together, before
-it is handed over; ``publish()`` waits for that commit, and the next publisher on
-the spool folder re-sends what a crash left unacknowledged); spooled events are
-on disk. Memory holds a bounded age of events: once
-the oldest event in librdkafka's queue waited ``max_unacked_s`` seconds
-(``TURNAUDIT_MAX_UNACKED_S``, default 5; 0 turns the bound off) without an
-acknowledgement, everything librdkafka holds is purged into the front of the
-spool and new events are spooled, whether or not librdkafka has declared the
-brokers down (a hung broker is not declared down for a minute or more). An
-in-flight original may still be delivered late: a duplicate with the same
-event id, which readers count once. ``close()`` flushes, moves what the broker
-did not acknowledge into the spool (delivered by the next publisher on the same
-folder) and returns a report; it never raises for delivery problems.
-
-Signed checkpoints: with a signing key (``CheckpointSettings``, from
-``TURNAUDIT_SIGNING_KEY_FILE`` and ``TURNAUDIT_SIGNING_KEY_ID`` unless given), the heads
-thread signs, every ``TURNAUDIT_CHECKPOINT_INTERVAL_S`` or after
-``TURNAUDIT_CHECKPOINT_MAX_TURNS`` turns, a checkpoint of the streams advanced and writes
-it to ``<prefix>checkpoints`` (``turnaudit.producers.checkpointer``); ``close()`` writes
-the final one. ``publish()`` only counts the turn (and wakes that thread at the count).
-
-The failover (``turnaudit.producers.failover``) runs a background thread that
-serves librdkafka's callbacks, notices the broker is back, waits until the
-in-memory queue is empty, then drains the spool in order. It survives any
-error (logged, counted, retried after a pause) and is restarted by
-``publish()`` should it ever stop. After ``close()``, ``publish()`` still
-keeps its promise: events go to the spool, for the next publisher. The
-counts live in ``turnaudit.producers.accounting``.
+``publish(event)`` stamps a copy of the event with the turn's identity (event id,
+producer id, stream position, predecessor hash: ``turnaudit.identity.TurnStamper``),
+encodes it, and hands it to librdkafka's queue or the on-disk spool without waiting
+for the network; it returns the event id or raises ``EventRefusedError`` /
+``SerializationError`` only. ``stats()`` always balances
+(``published + inherited == delivered + in_flight + spooled + refused + failed``);
+``close()`` never raises for delivery problems. Journal mode, the age bound on memory,
+signed checkpoints and the failover thread: the whole contract is in docs/publisher.md.
 """
 
 from __future__ import annotations
@@ -118,6 +63,7 @@ __all__ = ["CloseReport", "PublisherStats", "TurnEventPublisher"]
 
 log = structlog.get_logger("turnaudit.publisher")
 
+
 @dataclass(frozen=True, slots=True)
 class _Turn:
     """What the hand-over needs of a stamped turn besides its bytes."""
@@ -165,8 +111,12 @@ class TurnEventPublisher:
         # the hand-over's: from sequence number to librdkafka or the spool.
         self._ledger = ledger = Ledger()
         self._failover = Failover(
-            topic=self.topic, spool_dir=spool_dir, spool_max_bytes=spool_max_bytes,
-            ledger=ledger, probe_interval=probe_interval, delivered=self._delivered,
+            topic=self.topic,
+            spool_dir=spool_dir,
+            spool_max_bytes=spool_max_bytes,
+            ledger=ledger,
+            probe_interval=probe_interval,
+            delivered=self._delivered,
             max_unacked_s=max_unacked_s if max_unacked_s > 0 else None,
         )
         ledger.inherited = ledger.spooled = self._failover.spool.pending_by_topic[self.topic]
@@ -179,7 +129,9 @@ class TurnEventPublisher:
         # carry. A full queue raises at once: the spool takes the event.
         self._producer = KafkaProducer(
             settings.client_config(PRODUCER_DEFAULTS, **{**(producer_options or {}), **GUARANTEES}),
-            on_full="raise", on_delivery=self._on_delivery, error_cb=self._failover.on_error,
+            on_full="raise",
+            on_delivery=self._on_delivery,
+            error_cb=self._failover.on_error,
             log_failures=False,
         ).open()
         # Schema announcements are not events: their own producer keeps them
@@ -197,21 +149,36 @@ class TurnEventPublisher:
         if head_interval_s is None:
             head_interval_s = env_seconds("TURNAUDIT_HEAD_INTERVAL_S", DEFAULT_HEAD_INTERVAL_S)
         # Idempotent: a retried checkpoint or head note is stored once, in order.
-        self._heads_announcer = KafkaProducer.plain(
-            settings, **{"enable.idempotence": True}).open()
+        self._heads_announcer = KafkaProducer.plain(settings, **{"enable.idempotence": True}).open()
         # Signed checkpoints of the streams advanced, by the heads thread (no key: none,
         # the publisher's streams are unsigned).
-        self.checkpointer = None if checkpoints.key is None else Checkpointer(
-            checkpoints, producer_id=self.producer_id, producer=self._heads_announcer,
-            prefix=settings.topics.prefix)
+        self.checkpointer = (
+            None
+            if checkpoints.key is None
+            else Checkpointer(
+                checkpoints,
+                producer_id=self.producer_id,
+                producer=self._heads_announcer,
+                prefix=settings.topics.prefix,
+            )
+        )
         self._heads = HeadsFile(
-            spool_dir, producer_id=self.producer_id, interval_s=max(head_interval_s, 0.001),
-            lock=ledger.lock, announcer=self._heads_announcer, prefix=settings.topics.prefix,
+            spool_dir,
+            producer_id=self.producer_id,
+            interval_s=max(head_interval_s, 0.001),
+            lock=ledger.lock,
+            announcer=self._heads_announcer,
+            prefix=settings.topics.prefix,
             checkpointer=self.checkpointer,
         )
         # Journal mode: each turn fsynced (group commit) before it is produced.
-        self._journal = None if not journal else JournalMode[_Turn](
-            spool_dir / "journal", self.producer_id, self._hand_over, ledger.lock)
+        self._journal = (
+            None
+            if not journal
+            else JournalMode[_Turn](
+                spool_dir / "journal", self.producer_id, self._hand_over, ledger.lock
+            )
+        )
         self._closed = False
         self._lost = 0
         self.metrics.attach(self)
@@ -234,7 +201,9 @@ class TurnEventPublisher:
             value = self._write(stamped)  # raises before a position is used up
             heads = self._heads
             heads.dirty[(session, stamped["producer_id"])] = (
-                stamped["sequence"], self._stamper.commit(stamped, value))
+                stamped["sequence"],
+                self._stamper.commit(stamped, value),
+            )
             heads.turns += 1
             if heads.turns == heads.wake_at:  # a signed checkpoint's count of turns
                 heads.wake.set()
@@ -262,8 +231,14 @@ class TurnEventPublisher:
         if journal is not None and ticket is not None:
             refusal = journal.wait(ticket, key, value)
         if refusal is not None:
-            log.error("turn_event_refused", event_id=event_id, session_id=session,
-                      sequence=refusal.sequence, reason=refusal.reason, error=str(refusal))
+            log.error(
+                "turn_event_refused",
+                event_id=event_id,
+                session_id=session,
+                sequence=refusal.sequence,
+                reason=refusal.reason,
+                error=str(refusal),
+            )
             raise refusal
         return event_id
 
@@ -282,9 +257,13 @@ class TurnEventPublisher:
                 if ticket is None:
                     self._producer.produce(self.topic, value, key, timestamp=at)
                 else:
-                    self._producer.produce(self.topic, value, key, timestamp=at,
-                                           on_delivery=functools.partial(self._journal_report,
-                                                                         ticket))
+                    self._producer.produce(
+                        self.topic,
+                        value,
+                        key,
+                        timestamp=at,
+                        on_delivery=functools.partial(self._journal_report, ticket),
+                    )
                 ledger.to_client()
                 return None
             except (QueueFullError, ProduceError) as exc:
@@ -300,14 +279,15 @@ class TurnEventPublisher:
             reason = "spool_full" if isinstance(exc, SpoolFullError) else "disk_error"
             ledger.refuse(reason)
             return EventRefusedError(
-                f"event {turn.event_id} refused: {exc}", event_id=turn.event_id,
-                sequence=turn.sequence, reason=reason,
+                f"event {turn.event_id} refused: {exc}",
+                event_id=turn.event_id,
+                sequence=turn.sequence,
+                reason=reason,
             )
         finally:
             self._ack(ticket)  # spooled (on disk) or refused: the journal may forget it
 
-    def _client_refused(self, exc: QueueFullError | ProduceError, key: bytes,
-                        value: bytes) -> bool:
+    def _client_refused(self, exc: QueueFullError | ProduceError, key: bytes, value: bytes) -> bool:
         """librdkafka did not take the turn: True when it never will (too large, ...:
         counted as failed, kept in rejected/), else the spool takes it and what follows."""
         if isinstance(exc, ProduceError):
@@ -344,7 +324,11 @@ class TurnEventPublisher:
         letter["event_id"] = event_id = self._stamper.new_event_id()
         letter["sequence"] = -1
         headers = dead_letter_headers(
-            reason=reason, error=error, topic=self.topic, partition=None, offset=None,
+            reason=reason,
+            error=error,
+            topic=self.topic,
+            partition=None,
+            offset=None,
             stage="producer",
         )
         value, key = self._write(letter), letter["session_id"].encode()
@@ -355,10 +339,13 @@ class TurnEventPublisher:
                     # Stamped like a turn (verify matches producer-side dead letters to
                     # a range by record time, the range's turns' event time).
                     self._producer.produce(
-                        self._dlq_topic, value, key, headers=headers,
-                        timestamp=record_timestamp(letter["occurred_at"],
-                                                   int(time.time() * 1000)),
-                        on_delivery=self._failover.on_dead_letter_report)
+                        self._dlq_topic,
+                        value,
+                        key,
+                        headers=headers,
+                        timestamp=record_timestamp(letter["occurred_at"], int(time.time() * 1000)),
+                        on_delivery=self._failover.on_dead_letter_report,
+                    )
                     return
                 except (QueueFullError, ProduceError):
                     self._route.client_refused()
@@ -367,12 +354,15 @@ class TurnEventPublisher:
                 return
             except (SpoolFullError, SpoolWriteError) as exc:
                 refusal = EventRefusedError(
-                    f"dead letter {event_id} refused: {exc}", event_id=event_id, sequence=-1,
+                    f"dead letter {event_id} refused: {exc}",
+                    event_id=event_id,
+                    sequence=-1,
                     reason="spool_full" if isinstance(exc, SpoolFullError) else "disk_error",
                 )
         # Not an event of the stream (no sequence number): logged, not counted as refused.
-        log.critical("dead_letter_refused", event_id=event_id, reason=refusal.reason,
-                     error=str(refusal))
+        log.critical(
+            "dead_letter_refused", event_id=event_id, reason=refusal.reason, error=str(refusal)
+        )
         raise refusal
 
     # -- delivery reports (on the failover's thread) ---------------------------

@@ -95,9 +95,7 @@ class DiskSpool:
         self._count, self._oldest = self._scan_pending()
 
     # -- writing -------------------------------------------------------------
-    def append(
-        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
-    ) -> None:
+    def append(self, topic: str, key: bytes, value: bytes, headers: Headers | None = None) -> None:
         """Append one record, whole or not at all."""
         now = time.time()
         record = _frame(SpooledMessage(topic, key, value, headers), now)
@@ -144,8 +142,9 @@ class DiskSpool:
         try:
             os.ftruncate(self._fd, self._write_offset)
         except OSError as exc:  # the next open cuts a torn tail anyway
-            log.error("spool_truncate_failed", path=str(self._path(self._write_segment)),
-                      error=str(exc))
+            log.error(
+                "spool_truncate_failed", path=str(self._path(self._write_segment)), error=str(exc)
+            )
             self._close_fd()
 
     def _close_fd(self) -> None:
@@ -373,11 +372,7 @@ class DiskSpool:
 def _frame(message: SpooledMessage, appended_at: float) -> bytes:
     """Length-prefixed record: lengths of topic, key, value, headers, the time, then the bytes."""
     t = message.topic.encode()
-    h = (
-        json.dumps([[k, v.hex()] for k, v in message.headers]).encode()
-        if message.headers
-        else b""
-    )
+    h = json.dumps([[k, v.hex()] for k, v in message.headers]).encode() if message.headers else b""
     body = _RECORD.pack(len(t), len(message.key), len(message.value), len(h), appended_at)
     body += t + message.key + message.value + h
     return _LEN.pack(len(body)) + body

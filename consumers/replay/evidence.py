@@ -152,8 +152,14 @@ def rebuild_evidence(
     """
     output = HtirFileReplayOutput(decode, traces_path, redaction)
     request = replace(request, surfaces=redaction)
-    summary = replay(settings, decode, request, ReplayTarget.file("htir", traces_path),
-                     timeout=timeout, outputs={"htir": lambda _context: output})
+    summary = replay(
+        settings,
+        decode,
+        request,
+        ReplayTarget.file("htir", traces_path),
+        timeout=timeout,
+        outputs={"htir": lambda _context: output},
+    )
     # Exactly the record the live worker decodes from the traces topic.
     catalog = shipped_catalog("htir_trace")
     serialize, read = SingleObjectSerializer(catalog.latest), TurnEventDeserializer(catalog)
@@ -162,8 +168,13 @@ def rebuild_evidence(
     builder = TraceEvidence(auditor, labels)
     pinned = builder.begin()
     recorded = {} if measure_latency else recorded_observations(settings, pinned.to_json())
-    result = RebuildResult(EvidenceFile(pinned, ()), summary, len(traces),
-                           output.trace_sink.partial_turns_skipped, builder.tally)
+    result = RebuildResult(
+        EvidenceFile(pinned, ()),
+        summary,
+        len(traces),
+        output.trace_sink.partial_turns_skipped,
+        builder.tally,
+    )
     for trace in traces:
         if builder.seen(trace.task_id):
             builder.tally.duplicates += 1

@@ -145,9 +145,16 @@ def _number(value: float) -> str:
 class SteppedMetricsReplayOutput(SinkReplayOutput):
     """``metrics:PATH --step S``: the verdict counters with one timestamped sample per step."""
 
-    def __init__(self, decode: TurnEventDeserializer, replay_label: str, path: Path,
-                 step_ms: int, settings: MetricsSettings | None = None, *,
-                 start_gaps: bool = True):
+    def __init__(
+        self,
+        decode: TurnEventDeserializer,
+        replay_label: str,
+        path: Path,
+        step_ms: int,
+        settings: MetricsSettings | None = None,
+        *,
+        start_gaps: bool = True,
+    ):
         self.steps = StepSinks(step_ms, settings or MetricsSettings())
         super().__init__(self.steps, decode, start_gaps=start_gaps)
         self._label = replay_label
@@ -159,8 +166,9 @@ class SteppedMetricsReplayOutput(SinkReplayOutput):
         for index, registry in self.steps.registries.items():
             steps[index], found = counter_samples(registry)
             families.update(found)
-        return history_text(steps, families, self.steps.step_ms,
-                            {"job": REPLAY_JOB, "replay": self._label})
+        return history_text(
+            steps, families, self.steps.step_ms, {"job": REPLAY_JOB, "replay": self._label}
+        )
 
     def finish(self) -> None:
         super().finish()
@@ -172,29 +180,48 @@ class TsdbReplayOutput(SteppedMetricsReplayOutput):
 
     OPENMETRICS = "replay.om"
 
-    def __init__(self, decode: TurnEventDeserializer, replay_label: str, directory: Path,
-                 step_ms: int, *, start_gaps: bool = True, promtool: str | None = None):
+    def __init__(
+        self,
+        decode: TurnEventDeserializer,
+        replay_label: str,
+        directory: Path,
+        step_ms: int,
+        *,
+        start_gaps: bool = True,
+        promtool: str | None = None,
+    ):
         found = promtool or shutil.which("promtool")
         if found is None:
             raise ConfigurationError(
-                "tsdb: needs promtool on PATH (Debian: apt-get install prometheus)")
+                "tsdb: needs promtool on PATH (Debian: apt-get install prometheus)"
+            )
         self._promtool = found
         self._directory = directory
         private_dir(directory)
-        super().__init__(decode, replay_label, directory / self.OPENMETRICS, step_ms,
-                         start_gaps=start_gaps)
+        super().__init__(
+            decode, replay_label, directory / self.OPENMETRICS, step_ms, start_gaps=start_gaps
+        )
 
     def finish(self) -> None:
         super().finish()
         made = subprocess.run(
-            [self._promtool, "tsdb", "create-blocks-from", "openmetrics",
-             str(self._path), str(self._directory)],
-            capture_output=True, text=True, check=False,
+            [
+                self._promtool,
+                "tsdb",
+                "create-blocks-from",
+                "openmetrics",
+                str(self._path),
+                str(self._directory),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if made.returncode != 0:
             why = (made.stderr.strip() or made.stdout.strip()).splitlines()
             raise ConfigurationError(
-                f"promtool could not make blocks from {self._path}: {why[-1] if why else '?'}")
+                f"promtool could not make blocks from {self._path}: {why[-1] if why else '?'}"
+            )
 
     def blocks(self) -> Iterator[Path]:
         """The block folders promtool wrote (ULID names)."""

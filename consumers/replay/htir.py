@@ -49,9 +49,7 @@ class TraceReplaySink(BatchingSink):
     # Tracks its own progress (held offsets): no redelivery marks.
     marks_redeliveries: ClassVar[bool] = False
 
-    def __init__(
-        self, emit: Callable[[HtirTrace], None], redaction: Redaction = DROPPED
-    ) -> None:
+    def __init__(self, emit: Callable[[HtirTrace], None], redaction: Redaction = DROPPED) -> None:
         super().__init__()
         self._emit = emit
         self._assembler = TraceAssembler(idle_timeout=math.inf, redaction=redaction)
@@ -63,7 +61,10 @@ class TraceReplaySink(BatchingSink):
     def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
         for turn in turns:
             trace = self._assembler.add(
-                turn.event, topic=turn.topic, partition=turn.partition, offset=turn.offset,
+                turn.event,
+                topic=turn.topic,
+                partition=turn.partition,
+                offset=turn.offset,
                 breaches=turn.breaches,
             )
             if trace is not None:
@@ -87,8 +88,12 @@ class HtirFileReplayOutput(SinkReplayOutput):
     an interrupted replay into it reads its range again.
     """
 
-    def __init__(self, decode: TurnEventDeserializer, path: Path | None = None,
-                 redaction: Redaction = DROPPED) -> None:
+    def __init__(
+        self,
+        decode: TurnEventDeserializer,
+        path: Path | None = None,
+        redaction: Redaction = DROPPED,
+    ) -> None:
         self.traces: list[HtirTrace] = []
         self.trace_sink = TraceReplaySink(self._closed, redaction)
         self._path = path
@@ -114,8 +119,9 @@ class HtirTopicReplayOutput(HtirFileReplayOutput):
         super().__init__(context.decode, redaction=context.request.surfaces)
         self._producer = KafkaProducer.reliable(context.settings)
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
-        announce_schema(self._producer.produce, context.settings.topics.schemas,
-                        self._serialize.schema)
+        announce_schema(
+            self._producer.produce, context.settings.topics.schemas, self._serialize.schema
+        )
 
     def _closed(self, trace: HtirTrace) -> None:
         super()._closed(trace)
@@ -142,7 +148,14 @@ class HtirTopicReplayOutput(HtirFileReplayOutput):
 
 def register_htir_outputs(kinds: OutputKinds) -> None:
     """The replay output kinds of this module (``turnaudit replay --into``)."""
-    kinds.add("htir", "HTIR traces, one canonical JSON line each, in closing order",
-              lambda c: HtirFileReplayOutput(c.decode, c.target.path, c.request.surfaces))
-    kinds.add("htir-topic", "HTIR traces published to an existing topic as they close",
-              HtirTopicReplayOutput, writes_file=False)
+    kinds.add(
+        "htir",
+        "HTIR traces, one canonical JSON line each, in closing order",
+        lambda c: HtirFileReplayOutput(c.decode, c.target.path, c.request.surfaces),
+    )
+    kinds.add(
+        "htir-topic",
+        "HTIR traces published to an existing topic as they close",
+        HtirTopicReplayOutput,
+        writes_file=False,
+    )

@@ -33,8 +33,14 @@ class LogReplayOutput(SinkReplayOutput):
     resumable = True
     needs_warmup = True
 
-    def __init__(self, path: Path, decode: TurnEventDeserializer,
-                 settings: LogSinkSettings | None = None, *, start_gaps: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        decode: TurnEventDeserializer,
+        settings: LogSinkSettings | None = None,
+        *,
+        start_gaps: bool = True,
+    ) -> None:
         self._path = path
         self._start_gaps = start_gaps
         self._settings = settings or LogSinkSettings()
@@ -46,10 +52,18 @@ class LogReplayOutput(SinkReplayOutput):
         open_for_resume(self._path, position).close()
         self._logging.enter_context(service_logging())
         # One file, never rotated (its length is the checkpoint's position).
-        settings = LogSinkSettings(self._settings.redaction, self._settings.hash_key,
-                                   self._path, file_max_bytes=1 << 62, file_backups=0)
-        super().__init__(LogSink(settings, CollectorRegistry(), event_time=True), self._decode,
-                         start_gaps=self._start_gaps)
+        settings = LogSinkSettings(
+            self._settings.redaction,
+            self._settings.hash_key,
+            self._path,
+            file_max_bytes=1 << 62,
+            file_backups=0,
+        )
+        super().__init__(
+            LogSink(settings, CollectorRegistry(), event_time=True),
+            self._decode,
+            start_gaps=self._start_gaps,
+        )
         self._opened = True
 
     def write(self, messages: Sequence[Record]) -> int:

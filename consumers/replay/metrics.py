@@ -27,8 +27,15 @@ class MetricsReplayOutput(SinkReplayOutput):
     and ``_created`` samples are left out: the same range gives the same bytes.
     """
 
-    def __init__(self, decode: TurnEventDeserializer, replay_label: str, path: Path,
-                 settings: MetricsSettings | None = None, *, start_gaps: bool = True):
+    def __init__(
+        self,
+        decode: TurnEventDeserializer,
+        replay_label: str,
+        path: Path,
+        settings: MetricsSettings | None = None,
+        *,
+        start_gaps: bool = True,
+    ):
         self.registry = CollectorRegistry()
         sink = VerdictMetricsSink(settings or MetricsSettings(), self.registry, clock=lambda: 0.0)
         super().__init__(sink, decode, start_gaps=start_gaps)

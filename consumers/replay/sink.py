@@ -30,8 +30,14 @@ class SinkReplayOutput(ReplayOutput):
     an interrupted replay into it starts its range again.
     """
 
-    def __init__(self, sink: Sink, decode: TurnEventDeserializer, max_sessions: int = 100_000,
-                 *, start_gaps: bool = True):
+    def __init__(
+        self,
+        sink: Sink,
+        decode: TurnEventDeserializer,
+        max_sessions: int = 100_000,
+        *,
+        start_gaps: bool = True,
+    ):
         """``start_gaps=False`` for an event-time window: a stream's first turn
         in it is where the stream starts (see ``StreamTracker``)."""
         self.sink = sink

@@ -51,11 +51,18 @@ class TopicReplayOutput(ReplayOutput):
     def __init__(self, context: OutputContext) -> None:
         settings = context.settings
         self._topic = writable_topic(context, "topic")
-        self._producer = KafkaProducer(settings.client_config(
-            {"linger.ms": 20, "compression.type": "lz4", "log_level": 0,
-             "queue.buffering.max.messages": 200_000},
-            **{"enable.idempotence": True, "acks": "all"},
-        ), log_failures=False)
+        self._producer = KafkaProducer(
+            settings.client_config(
+                {
+                    "linger.ms": 20,
+                    "compression.type": "lz4",
+                    "log_level": 0,
+                    "queue.buffering.max.messages": 200_000,
+                },
+                **{"enable.idempotence": True, "acks": "all"},
+            ),
+            log_failures=False,
+        )
         self._failures: list[str] = []
         self._published = 0
 
@@ -74,9 +81,14 @@ class TopicReplayOutput(ReplayOutput):
             kind, stamp = msg.timestamp()
             while True:
                 try:
-                    self._producer.produce(self._topic, msg.value(), msg.key(), headers=headers,
-                                           timestamp=stamp if kind else 0,
-                                           on_delivery=self._delivered)
+                    self._producer.produce(
+                        self._topic,
+                        msg.value(),
+                        msg.key(),
+                        headers=headers,
+                        timestamp=stamp if kind else 0,
+                        on_delivery=self._delivered,
+                    )
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it
                     self._producer.poll(0.1)
@@ -89,8 +101,8 @@ class TopicReplayOutput(ReplayOutput):
         if left or self._failures:
             raise BrokerError(
                 f"publishing to {self._topic}: {left} message(s) not acknowledged, "
-                f"{len(self._failures)} failed" + (f" ({self._failures[0]})" if self._failures
-                                                   else "")
+                f"{len(self._failures)} failed"
+                + (f" ({self._failures[0]})" if self._failures else "")
             )
         return self._published
 

@@ -26,8 +26,9 @@ class VerifyReplayOutput(ReplayOutput):
     def __init__(self, context: OutputContext) -> None:
         self._context = context
         _, _, self._low = resolve_range(context.settings, context.topic, context.request.spec)
-        self._verifier = Verifier(context.decode, log_start_offsets=self._low,
-                                  start_gaps=not context.request.event_time)
+        self._verifier = Verifier(
+            context.decode, log_start_offsets=self._low, start_gaps=not context.request.event_time
+        )
 
     def write(self, messages: Sequence[Record]) -> int:
         undecodable = len(self._verifier.undecodable)
@@ -39,9 +40,19 @@ class VerifyReplayOutput(ReplayOutput):
 
     def finish(self) -> None:
         c = self._context
-        report = range_report(c.settings, c.topic, c.request.spec, self._verifier,
-                              start=c.start, end=c.end, low=self._low)
+        report = range_report(
+            c.settings,
+            c.topic,
+            c.request.spec,
+            self._verifier,
+            start=c.start,
+            end=c.end,
+            low=self._low,
+        )
         document = report.as_json()
         document["replay"] = {"label": c.label, "event_time": c.request.event_time}
-        write_atomically(c.target.path, json.dumps(
-            document, sort_keys=True, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
+        write_atomically(
+            c.target.path,
+            json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False).encode("utf-8")
+            + b"\n",
+        )

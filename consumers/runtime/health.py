@@ -208,9 +208,7 @@ class ServiceHealth:
                     f"no partition assigned yet ({now - self._unassigned_since:.0f} s since start)"
                 )
             elif not self._assigned and now - self._unassigned_since > self._unassigned_bound_s:
-                reasons.append(
-                    f"no partition assigned for {now - self._unassigned_since:.0f} s"
-                )
+                reasons.append(f"no partition assigned for {now - self._unassigned_since:.0f} s")
         status = "ok" if not reasons else "unhealthy" if unlive else "not_ready"
         return Verdict(not reasons, self._body(reasons, now - self.last_loop, status))
 

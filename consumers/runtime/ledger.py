@@ -39,9 +39,7 @@ class OffsetLedger:
     def delivered(self, next_offsets: Mapping[int, int]) -> None:
         """The sink has taken (and made durable) everything before these offsets."""
         with self._lock:
-            self._delivered.update(
-                (p, o) for p, o in next_offsets.items() if p in self._owned
-            )
+            self._delivered.update((p, o) for p, o in next_offsets.items() if p in self._owned)
 
     def to_store(
         self, held: Mapping[int, int] | None, next_offsets: Mapping[int, int] | None = None

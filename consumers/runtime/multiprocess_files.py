@@ -33,7 +33,8 @@ def readable_files(directory: str) -> list[str]:
 def merged(directory: str) -> Iterable[Metric]:
     """Every worker's samples merged, as prometheus_client merges them."""
     families: Iterable[Metric] = MultiProcessCollector.merge(  # type: ignore[no-untyped-call]
-        readable_files(directory), accumulate=True)
+        readable_files(directory), accumulate=True
+    )
     return families
 
 

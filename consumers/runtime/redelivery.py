@@ -36,7 +36,6 @@ class _Redelivered:
 REDELIVERED = _Redelivered()
 
 
-
 class RedeliveryMarkingSink(Sink):
     """A worker's sink: turns another worker already delivered are marked redelivered.
 

@@ -143,8 +143,10 @@ class TurnEventValidation(Validation):
         except Exception as exc:
             # Decodable but not shaped like a TurnEvent (a foreign schema gone wrong).
             return Rejection(DeadLetterReason.UNDECODABLE, f"not a TurnEvent: {exc!r}")
-        if sequence.outcome is not _NEW or sequence.missing_opened or (
-            sequence.chain_break is not None or key_breach is not None
+        if (
+            sequence.outcome is not _NEW
+            or sequence.missing_opened
+            or (sequence.chain_break is not None or key_breach is not None)
         ):  # the common case (a new turn in order) is counted by the tracker itself
             self._count_identity(
                 sequence, key_breach is not None, topic, partition, offset, pack_id=event["pack_id"]

@@ -78,7 +78,10 @@ class MirroringRegistry(CollectorRegistry):
         gauge = self._gauges.get(family.name)
         if gauge is None:
             gauge = self._gauges[family.name] = Gauge(
-                family.name, family.documentation, labels, registry=None,
+                family.name,
+                family.documentation,
+                labels,
+                registry=None,
                 multiprocess_mode="livesum",
             )
         for sample in family.samples:

@@ -71,9 +71,7 @@ def worker_settings(settings: ServiceSettings, plan: WorkerPlan) -> ServiceSetti
 # -- in the worker process -----------------------------------------------------------
 
 
-def run_worker(
-    factory: ServiceFactory, plan: WorkerPlan, logging_context: LoggingContext
-) -> None:
+def run_worker(factory: ServiceFactory, plan: WorkerPlan, logging_context: LoggingContext) -> None:
     """A worker process's main: build the service, report its state, run it."""
     structlog.contextvars.bind_contextvars(worker=plan.index)
     # The runtime drops a revoked partition's lag series; the multiprocess files

@@ -195,9 +195,7 @@ class WorkerSupervisor:
             private_dir(folder)
 
     def _start(self, index: int) -> None:
-        plan = WorkerPlan(
-            index, True, str(self.state_dir), self._log_level, str(self.metrics_dir)
-        )
+        plan = WorkerPlan(index, True, str(self.state_dir), self._log_level, str(self.metrics_dir))
         process = self._context.Process(
             target=run_worker,
             args=(self._factory, plan, self._logging_context),
@@ -214,8 +212,9 @@ class WorkerSupervisor:
             self._add_requests -= 1
             index = max(self._processes, default=-1) + 1
             if index >= self._max_workers:
-                log.warning("worker_not_added", workers=len(self._processes),
-                            limit=self._max_workers)
+                log.warning(
+                    "worker_not_added", workers=len(self._processes), limit=self._max_workers
+                )
                 continue
             self._start(index)
             log.info("worker_added", worker=index, pid=self._processes[index].pid)
@@ -253,8 +252,12 @@ class WorkerSupervisor:
                 if not process.is_alive():
                     self._reap(index, process)
                     self._forget_worker(index)
-                    log.info("worker_retired", worker=index, pid=process.pid,
-                             exit=_describe_exit(process.exitcode))
+                    log.info(
+                        "worker_retired",
+                        worker=index,
+                        pid=process.pid,
+                        exit=_describe_exit(process.exitcode),
+                    )
                 continue
             if index in self._due:
                 if now >= self._due[index] and not self._stopping.is_set():
@@ -268,9 +271,11 @@ class WorkerSupervisor:
             up_for = now - self._started_at[index]
             deaths = 0 if up_for >= STABLE_AFTER_S else self._deaths.get(index, 0) + 1
             self._deaths[index] = deaths
-            delay = 0.0 if deaths == 0 else RESTART_BACKOFF_S[
-                min(deaths - 1, len(RESTART_BACKOFF_S) - 1)
-            ]
+            delay = (
+                0.0
+                if deaths == 0
+                else RESTART_BACKOFF_S[min(deaths - 1, len(RESTART_BACKOFF_S) - 1)]
+            )
             self._due[index] = now + delay
             log.error(
                 "worker_exited",
@@ -321,7 +326,3 @@ def _describe_exit(code: int | None) -> str:
             return f"killed by {signal.Signals(-code).name}"
         return f"killed by signal {-code}"
     return f"exit code {code}"
-
-
-
-

@@ -112,8 +112,13 @@ def prometheus_alerts(rules_dir: Path = PROMETHEUS / "rules") -> list[Prometheus
                 if "alert" in rule:
                     alerts.append(
                         PrometheusAlert(
-                            group["name"], rule["alert"], rule["expr"], rule.get("for", "0s"),
-                            rule.get("labels", {}), rule.get("annotations", {}), path,
+                            group["name"],
+                            rule["alert"],
+                            rule["expr"],
+                            rule.get("for", "0s"),
+                            rule.get("labels", {}),
+                            rule.get("annotations", {}),
+                            path,
                         )
                     )
     return alerts
@@ -157,19 +162,13 @@ def grafana_annotations(alert: PrometheusAlert, panel: int) -> dict[str, str]:
     external = external_labels()
 
     def templated(text: str) -> str:
-        text = re.sub(
-            r"\{\{\s*\$value\s*\|\s*(\w+)\s*\}\}", r"{{ \1 $values.A.Value }}", text
-        )
+        text = re.sub(r"\{\{\s*\$value\s*\|\s*(\w+)\s*\}\}", r"{{ \1 $values.A.Value }}", text)
         text = re.sub(r"\{\{\s*\$value\s*\}\}", "{{ $values.A.Value }}", text)
         return re.sub(
             r"\{\{\s*\$externalLabels\.(\w+)\s*\}\}", lambda m: external[m.group(1)], text
         )
 
-    out = {
-        key: templated(value)
-        for key, value in alert.annotations.items()
-        if key != "dashboard"
-    }
+    out = {key: templated(value) for key, value in alert.annotations.items() if key != "dashboard"}
     out["__dashboardUid__"] = DASHBOARD_UID
     out["__panelId__"] = str(panel)
     return out
@@ -204,11 +203,7 @@ def build_rule(spec: GrafanaAlertSpec, datasource_uid: str) -> dict[str, Any]:
             .relative_time_range(RelativeTimeRange(from_val=600, to=0))
             .model(prometheus.Dataquery().ref_id("A").expr(query).instant())
         )
-        .with_query(
-            alerting.Query("B")
-            .datasource_uid("__expr__")
-            .model(_math("B", condition))
-        )
+        .with_query(alerting.Query("B").datasource_uid("__expr__").model(_math("B", condition)))
         # No series: the condition does not hold, except where silence is the failure.
         .no_data_state("Alerting" if spec.silence else "OK")
         .exec_err_state("Error")
@@ -234,9 +229,7 @@ def build_rules(datasource_uid: str = DEFAULT_DATASOURCE_UID) -> dict[str, Any]:
     return {
         "apiVersion": 1,
         "groups": [
-            {"orgId": 1, "name": name, "folder": FOLDER, "interval": RULE_INTERVAL,
-             "rules": rules}
+            {"orgId": 1, "name": name, "folder": FOLDER, "interval": RULE_INTERVAL, "rules": rules}
             for name, rules in groups.items()
         ],
     }
-

@@ -95,9 +95,13 @@ def _panel(spec: PanelSpec) -> Any:
     x, y, w, h = spec.grid
     builder: Any
     if spec.kind == "table":
-        builder = table.Panel().show_header(True).with_transformation(
-            DataTransformerConfig(
-                id_val="organize", options={"excludeByName": {"Time": True, "Value": True}}
+        builder = (
+            table.Panel()
+            .show_header(True)
+            .with_transformation(
+                DataTransformerConfig(
+                    id_val="organize", options={"excludeByName": {"Time": True, "Value": True}}
+                )
             )
         )
     elif spec.kind == "bargauge":
@@ -110,7 +114,10 @@ def _panel(spec: PanelSpec) -> Any:
             .show_legend(True)
         )
     builder = (
-        builder.id(spec.id).title(spec.title).datasource(DS).unit(spec.unit)
+        builder.id(spec.id)
+        .title(spec.title)
+        .datasource(DS)
+        .unit(spec.unit)
         .grid_pos(GridPos(h=h, w=w, x=x, y=y))
     )
     if spec.description:
@@ -122,8 +129,13 @@ def _panel(spec: PanelSpec) -> Any:
 
 def _variable_all(name: str, label: str, query: str, all_value: str | None) -> Any:
     variable = (
-        dashboard.QueryVariable(name).label(label).datasource(DS).query(query)
-        .multi(True).include_all(True).refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        dashboard.QueryVariable(name)
+        .label(label)
+        .datasource(DS)
+        .query(query)
+        .multi(True)
+        .include_all(True)
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .current(VariableOption(text="All", value="$__all", selected=True))
     )
     return variable.all_value(all_value) if all_value is not None else variable
@@ -131,8 +143,14 @@ def _variable_all(name: str, label: str, query: str, all_value: str | None) -> A
 
 def build_dashboard() -> dict[str, Any]:
     board = (
-        dashboard.Dashboard(DASHBOARD_TITLE).uid(DASHBOARD_UID).tags(["turnaudit"])
-        .timezone("utc").refresh("30s").time("now-1h", "now").readonly().version(3)
+        dashboard.Dashboard(DASHBOARD_TITLE)
+        .uid(DASHBOARD_UID)
+        .tags(["turnaudit"])
+        .timezone("utc")
+        .refresh("30s")
+        .time("now-1h", "now")
+        .readonly()
+        .version(3)
         .with_variable(
             dashboard.DatasourceVariable(DS_INPUT).label("Data source").type("prometheus")
         )
@@ -151,8 +169,7 @@ def build_dashboard() -> dict[str, Any]:
             {
                 "name": DS_INPUT,
                 "label": "Prometheus",
-                "description": "The Prometheus that scrapes the turn-audit services and "
-                "runtimes",
+                "description": "The Prometheus that scrapes the turn-audit services and runtimes",
                 "type": "datasource",
                 "pluginId": "prometheus",
                 "pluginName": "Prometheus",
@@ -161,10 +178,7 @@ def build_dashboard() -> dict[str, Any]:
         "__requires": [
             {"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
             {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
-            *[
-                {"type": "panel", "id": kind, "name": kind, "version": ""}
-                for kind in panel_types
-            ],
+            *[{"type": "panel", "id": kind, "name": kind, "version": ""} for kind in panel_types],
         ],
         **built,
     }
@@ -176,7 +190,10 @@ def build_dashboard() -> dict[str, Any]:
 def build_notifications() -> dict[str, Any]:
     def contact(name: str, path: str) -> dict[str, Any]:
         point = (
-            alerting.ContactPoint().uid(name).name(name).type("webhook")
+            alerting.ContactPoint()
+            .uid(name)
+            .name(name)
+            .type("webhook")
             .settings({"url": f"{WEBHOOK}/{path}", "httpMethod": "POST"})
             .disable_resolve_message(False)
         )
@@ -191,13 +208,19 @@ def build_notifications() -> dict[str, Any]:
         alerting.NotificationPolicy()
         .receiver("turnaudit-ticket")
         .group_by(["grafana_folder", "alertname", "pack", "job"])
-        .group_wait("30s").group_interval("5m").repeat_interval("12h")
-        .routes([
-            alerting.NotificationPolicy()
-            .receiver("turnaudit-page")
-            .object_matchers([["severity", "=", "page"]])
-            .group_wait("10s").group_interval("1m").repeat_interval("1h")
-        ])
+        .group_wait("30s")
+        .group_interval("5m")
+        .repeat_interval("12h")
+        .routes(
+            [
+                alerting.NotificationPolicy()
+                .receiver("turnaudit-page")
+                .object_matchers([["severity", "=", "page"]])
+                .group_wait("10s")
+                .group_interval("1m")
+                .repeat_interval("1h")
+            ]
+        )
     )
     return {
         "apiVersion": 1,
@@ -256,10 +279,16 @@ def differences(out: Path = HERE, datasource_uid: str = DEFAULT_DATASOURCE_UID) 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write (deploy/grafana)")
-    parser.add_argument("--datasource-uid", default=DEFAULT_DATASOURCE_UID,
-                        help="uid of the Prometheus datasource the alert rules query")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if a file differs from what is generated")
+    parser.add_argument(
+        "--datasource-uid",
+        default=DEFAULT_DATASOURCE_UID,
+        help="uid of the Prometheus datasource the alert rules query",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if a file differs from what is generated",
+    )
     args = parser.parse_args(argv)
     if args.check:
         found = list(differences(args.out, args.datasource_uid))

@@ -44,13 +44,15 @@ def describe(event: TurnEvent) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--last-minutes", type=int, default=0,
-                        help="only turns stored in the last N minutes (default: all retained)")
+    parser.add_argument(
+        "--last-minutes",
+        type=int,
+        default=0,
+        help="only turns stored in the last N minutes (default: all retained)",
+    )
     args = parser.parse_args()
     settings = KafkaSettings.from_env()  # KAFKA_BOOTSTRAP_SERVERS, TURNAUDIT_TOPIC_PREFIX, ...
-    since = (
-        datetime.now(UTC) - timedelta(minutes=args.last_minutes) if args.last_minutes else None
-    )
+    since = datetime.now(UTC) - timedelta(minutes=args.last_minutes) if args.last_minutes else None
     decoder = decoder_for(settings)  # both framings, every schema version
     tally: Counter[str] = Counter()
     for turn in read_turn_events(settings, RangeSpec(since=since), decoder=decoder):

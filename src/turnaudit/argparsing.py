@@ -82,13 +82,26 @@ def partition_offsets(text: str) -> dict[int, int]:
 
 def add_range_arguments(parser: argparse.ArgumentParser, *, to_help: str) -> None:
     """A range of a topic by message time or by offsets (``verify``, ``replay``)."""
-    parser.add_argument("--from", dest="since", type=iso_time, metavar="ISO-TIME",
-                        help="first message time (Kafka timestamp; no zone = UTC)")
+    parser.add_argument(
+        "--from",
+        dest="since",
+        type=iso_time,
+        metavar="ISO-TIME",
+        help="first message time (Kafka timestamp; no zone = UTC)",
+    )
     parser.add_argument("--to", dest="until", type=iso_time, metavar="ISO-TIME", help=to_help)
-    parser.add_argument("--from-offsets", type=partition_offsets, metavar="P:O,…",
-                        help="first offset per partition, e.g. 0:1200,1:980")
-    parser.add_argument("--to-offsets", type=partition_offsets, metavar="P:O,…",
-                        help="end offset (exclusive) per partition")
+    parser.add_argument(
+        "--from-offsets",
+        type=partition_offsets,
+        metavar="P:O,…",
+        help="first offset per partition, e.g. 0:1200,1:980",
+    )
+    parser.add_argument(
+        "--to-offsets",
+        type=partition_offsets,
+        metavar="P:O,…",
+        help="end offset (exclusive) per partition",
+    )
 
 
 def add_time_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,14 +109,20 @@ def add_time_arguments(parser: argparse.ArgumentParser) -> None:
     ``tail``): what ``--from``/``--to`` select; the rule is
     ``turnaudit.kafka.offsets.event_time_range``."""
     parser.add_argument(
-        "--time", choices=("broker", "event"), default="broker",
+        "--time",
+        choices=("broker", "event"),
+        default="broker",
         help="what --from/--to select: broker (default: the records' Kafka timestamps, "
         "resolved with offsets_for_times) or event (the turns' occurred_at, filtered after "
-        "reading the broker range widened by --slack)")
+        "reading the broker range widened by --slack)",
+    )
     parser.add_argument(
-        "--slack", type=non_negative_seconds, metavar="SECONDS",
+        "--slack",
+        type=non_negative_seconds,
+        metavar="SECONDS",
         help="with --time event: read records stored from SECONDS before --from to SECONDS "
-        "after --to (default: the whole retained stream)")
+        "after --to (default: the whole retained stream)",
+    )
 
 
 def non_negative_seconds(text: str) -> float:

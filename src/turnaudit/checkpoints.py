@@ -101,12 +101,21 @@ class Checkpoint:
     def body(self) -> bytes:
         """The canonical bytes the signature covers (everything but the signature)."""
         return json.dumps(
-            {"v": FORMAT_VERSION, "producer_id": self.producer_id, "index": self.index,
-             "prev": self.prev, "at_ms": self.at_ms, "key_id": self.key_id,
-             "final": self.final, "interval_ms": self.interval_ms,
-             "max_turns": self.max_turns,
-             "heads": [[h.session_id, h.producer_id, h.sequence, h.hash] for h in self.heads]},
-            sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+            {
+                "v": FORMAT_VERSION,
+                "producer_id": self.producer_id,
+                "index": self.index,
+                "prev": self.prev,
+                "at_ms": self.at_ms,
+                "key_id": self.key_id,
+                "final": self.final,
+                "interval_ms": self.interval_ms,
+                "max_turns": self.max_turns,
+                "heads": [[h.session_id, h.producer_id, h.sequence, h.hash] for h in self.heads],
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=True,
         ).encode("ascii")
 
     def digest(self) -> str:
@@ -120,8 +129,9 @@ class Checkpoint:
     def encode(self) -> bytes:
         body = json.loads(self.body())
         body["signature"] = base64.b64encode(self.signature).decode("ascii")
-        return json.dumps(body, sort_keys=True, separators=(",", ":"),
-                          ensure_ascii=True).encode("ascii")
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode(
+            "ascii"
+        )
 
     def streams(self) -> set[StreamId]:
         return {h.stream for h in self.heads}
@@ -160,13 +170,18 @@ def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
         data = json.loads(value)
         if not isinstance(data, dict) or data.get("v") != FORMAT_VERSION:
             return None
-        heads = tuple(StreamHead(_text(s), _text(p), _count(q), _text(h))
-                      for s, p, q, h in data["heads"])
+        heads = tuple(
+            StreamHead(_text(s), _text(p), _count(q), _text(h)) for s, p, q, h in data["heads"]
+        )
         checkpoint = Checkpoint(
-            producer_id=_text(data["producer_id"]), index=_count(data["index"]),
-            prev=_text(data["prev"]), at_ms=_count(data["at_ms"]),
-            key_id=_text(data["key_id"]), final=_flag(data["final"]),
-            interval_ms=_count(data["interval_ms"]), max_turns=_count(data["max_turns"]),
+            producer_id=_text(data["producer_id"]),
+            index=_count(data["index"]),
+            prev=_text(data["prev"]),
+            at_ms=_count(data["at_ms"]),
+            key_id=_text(data["key_id"]),
+            final=_flag(data["final"]),
+            interval_ms=_count(data["interval_ms"]),
+            max_turns=_count(data["max_turns"]),
             heads=heads,
             signature=base64.b64decode(_text(data["signature"]), validate=True),
         )
@@ -177,8 +192,19 @@ def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
     return checkpoint
 
 
-_FIELDS = {"v", "producer_id", "index", "prev", "at_ms", "key_id", "final", "interval_ms",
-           "max_turns", "heads", "signature"}
+_FIELDS = {
+    "v",
+    "producer_id",
+    "index",
+    "prev",
+    "at_ms",
+    "key_id",
+    "final",
+    "interval_ms",
+    "max_turns",
+    "heads",
+    "signature",
+}
 
 
 def _text(value: object) -> str:
@@ -212,8 +238,7 @@ class KeyEntry:
     revoked_at: datetime | None = None
 
     def valid_at(self, moment: datetime) -> bool:
-        return self.valid_from <= moment and (self.revoked_at is None
-                                              or moment < self.revoked_at)
+        return self.valid_from <= moment and (self.revoked_at is None or moment < self.revoked_at)
 
 
 @dataclass(frozen=True)
@@ -294,8 +319,10 @@ def _moment(value: object, what: str) -> datetime | None:
 def keyring_entry_toml(key_id: str, pem: str, valid_from: datetime) -> str:
     """The keyring lines for a new public key (what ``turnaudit keys generate`` prints)."""
     quoted = pem.strip().replace("\n", "\\n")
-    return (f'[keys."{key_id}"]\npublic_key = "{quoted}\\n"\n'
-            f"valid_from = {valid_from.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}\n")
+    return (
+        f'[keys."{key_id}"]\npublic_key = "{quoted}\\n"\n'
+        f"valid_from = {valid_from.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}\n"
+    )
 
 
 # -- judging checkpoints ------------------------------------------------------------------
@@ -323,13 +350,16 @@ def judge_signature(
     broker appended the record, when known), verifies the signature."""
     entry = keyring.keys.get(checkpoint.key_id)
     if entry is None:
-        return Judged(checkpoint, "unknown_key", f"key {checkpoint.key_id!r} is not in the "
-                      "keyring")
+        return Judged(checkpoint, "unknown_key", f"key {checkpoint.key_id!r} is not in the keyring")
     for moment_ms, what in ((checkpoint.at_ms, "signed"), (appended_ms, "appended")):
         if moment_ms is not None and not entry.valid_at(_millis(moment_ms)):
-            return Judged(checkpoint, "key_not_valid", f"{what} at "
-                          f"{_millis(moment_ms).isoformat()}, outside key "
-                          f"{checkpoint.key_id!r}'s validity")
+            return Judged(
+                checkpoint,
+                "key_not_valid",
+                f"{what} at "
+                f"{_millis(moment_ms).isoformat()}, outside key "
+                f"{checkpoint.key_id!r}'s validity",
+            )
     if not signature_holds(checkpoint, entry.public_key):
         return Judged(checkpoint, "bad_signature", "the signature does not verify")
     return Judged(checkpoint, None)
@@ -371,14 +401,15 @@ def follows(checkpoint: Checkpoint, before: ChainLink | None) -> bool:
     other names its own producer's checkpoint of the index before."""
     if checkpoint.index == 0:
         return checkpoint.prev == GENESIS_HASH
-    return (before is not None and before.digest == checkpoint.prev
-            and before.producer_id == checkpoint.producer_id
-            and before.index == checkpoint.index - 1)
+    return (
+        before is not None
+        and before.digest == checkpoint.prev
+        and before.producer_id == checkpoint.producer_id
+        and before.index == checkpoint.index - 1
+    )
 
 
-def judge_chain(
-    read: Sequence[tuple[Checkpoint, int | None]], keyring: Keyring
-) -> ChainReport:
+def judge_chain(read: Sequence[tuple[Checkpoint, int | None]], keyring: Keyring) -> ChainReport:
     """Judge each (checkpoint, broker append time) read. A checkpoint with a valid
     signature whose ``prev`` names no checkpoint read (not GENESIS at index 0, or an
     index that is not its predecessor's plus one) breaks its chain: a checkpoint before
@@ -397,10 +428,13 @@ def judge_chain(
         if verdict.problem is None:
             before = seen.get(checkpoint.prev)
             if not follows(checkpoint, None if before is None else link_of(before)):
-                verdict = Judged(checkpoint, "chain_break",
-                                 f"checkpoint {checkpoint.index} of producer "
-                                 f"{checkpoint.producer_id} names a predecessor that is not "
-                                 "there (removed, or never signed)")
+                verdict = Judged(
+                    checkpoint,
+                    "chain_break",
+                    f"checkpoint {checkpoint.index} of producer "
+                    f"{checkpoint.producer_id} names a predecessor that is not "
+                    "there (removed, or never signed)",
+                )
             else:
                 successors.add(checkpoint.prev)
         judged.append(verdict)

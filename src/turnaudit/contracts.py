@@ -88,8 +88,10 @@ def check_event(event: CheckedEvent) -> list[Breach]:
             action["risk_tier"], action["action_risk_verdict"], action["human_decision_required"]
         )
         problem = verdict_split_problem(
-            action["execution_verdict"], action["action_risk_verdict"],
-            action.get("injection_detected", False), action.get("critic_available", True),
+            action["execution_verdict"],
+            action["action_risk_verdict"],
+            action.get("injection_detected", False),
+            action.get("critic_available", True),
         )
         if problem:
             breaches.append(Breach(Contract.VERDICT_SPLIT_PATHS, problem))
@@ -134,8 +136,11 @@ def check_key(key: bytes | None, event: Mapping[str, Any]) -> Breach | None:
 def identity_breach(result: TrackResult) -> Breach | None:
     """Contract 7: an event id with other content, a taken position, a broken chain."""
     if result.outcome is TurnOutcome.CONTENT_CHANGED:
-        return Breach(Contract.CHAIN, f"event id seen before with other content (position "
-                      f"{result.sequence} of session {result.stream[0]})")
+        return Breach(
+            Contract.CHAIN,
+            f"event id seen before with other content (position "
+            f"{result.sequence} of session {result.stream[0]})",
+        )
     if result.outcome is TurnOutcome.POSITION_REUSED or result.chain_break:
         return Breach(Contract.CHAIN, result.chain_break or "position reused")
     return None

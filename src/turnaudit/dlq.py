@@ -36,12 +36,14 @@ UNKNOWN = "unknown"
 _REASONS = frozenset(r.value for r in DeadLetterReason)
 # Reasons a later fix (a schema announced or registered, a consumer upgraded) can cure:
 # the bytes did not decode. A contract breach is in the event itself: it stays one.
-REDRIVABLE = frozenset({
-    DeadLetterReason.UNKNOWN_FRAMING.value,
-    DeadLetterReason.UNKNOWN_SCHEMA.value,
-    DeadLetterReason.UNUSABLE_SCHEMA.value,
-    DeadLetterReason.UNDECODABLE.value,
-})
+REDRIVABLE = frozenset(
+    {
+        DeadLetterReason.UNKNOWN_FRAMING.value,
+        DeadLetterReason.UNKNOWN_SCHEMA.value,
+        DeadLetterReason.UNUSABLE_SCHEMA.value,
+        DeadLetterReason.UNDECODABLE.value,
+    }
+)
 _SERVICE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 _NUMBER = re.compile(r"[0-9]{1,18}")
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -105,8 +107,10 @@ class Letter:
     @property
     def origin(self) -> Origin | None:
         """Where the original was read (topic, partition, offset), when the headers say."""
-        if self.origin_topic is None or self.origin_partition is None or (
-            self.origin_offset is None
+        if (
+            self.origin_topic is None
+            or self.origin_partition is None
+            or (self.origin_offset is None)
         ):
             return None
         return self.origin_topic, self.origin_partition, self.origin_offset
@@ -134,8 +138,10 @@ class Letter:
         origin = self.origin
         where = "?" if origin is None else "{}:{}:{}".format(*origin)
         cut = " (truncated)" if self.truncated else ""
-        return (f"{self.position}  {iso_ms(self.timestamp_ms)}  {self.reason}  "
-                f"{self.service}  from {where}{cut}  {' '.join(self.error.split())[:160]}")
+        return (
+            f"{self.position}  {iso_ms(self.timestamp_ms)}  {self.reason}  "
+            f"{self.service}  from {where}{cut}  {' '.join(self.error.split())[:160]}"
+        )
 
 
 def iso_ms(ms: int) -> str:
@@ -161,9 +167,9 @@ def letter_of(
     original: list[tuple[str, bytes | None]] = []
     for name, raw in headers:
         if name.startswith(HEADER_PREFIX):
-            ours.setdefault(name[len(HEADER_PREFIX):], header_text(raw))
+            ours.setdefault(name[len(HEADER_PREFIX) :], header_text(raw))
         elif name.startswith(CONNECT_HEADER_PREFIX):
-            connect.setdefault(name[len(CONNECT_HEADER_PREFIX):], header_text(raw))
+            connect.setdefault(name[len(CONNECT_HEADER_PREFIX) :], header_text(raw))
         if not is_dead_letter_header(name):
             original.append((name, raw))
     reason = ours.get("reason", "")
@@ -193,8 +199,14 @@ def letter_of(
 def letter_from_record(record: Record) -> Letter:
     """A consumed dead letter (a record always has its position once consumed)."""
     _, stamp = record.timestamp()
-    return letter_of(record.partition() or 0, record.offset() or 0, stamp,
-                     record_headers(record), key=record.key(), value=record.value())
+    return letter_of(
+        record.partition() or 0,
+        record.offset() or 0,
+        stamp,
+        record_headers(record),
+        key=record.key(),
+        value=record.value(),
+    )
 
 
 # -- selecting -------------------------------------------------------------------------
@@ -268,8 +280,12 @@ class Summary:
         lines = [f"{self.count} dead letter(s)"]
         if self.first_ms is not None and self.last_ms is not None:
             lines[0] += f", parked {iso_ms(self.first_ms)} .. {iso_ms(self.last_ms)}"
-        for title, counts in (("reason", self.by_reason), ("service", self.by_service),
-                              ("partition", self.by_partition), ("hour", self.by_hour)):
+        for title, counts in (
+            ("reason", self.by_reason),
+            ("service", self.by_service),
+            ("partition", self.by_partition),
+            ("hour", self.by_hour),
+        ):
             if counts:
                 lines.append(f"  by {title}: " + ", ".join(f"{k}={n}" for k, n in counts.items()))
         return "\n".join(lines)
@@ -296,6 +312,12 @@ def summarize(letters: Iterable[Letter]) -> Summary:
         hours[_hour(letter.timestamp_ms)] += 1
         first = letter.timestamp_ms if first is None else min(first, letter.timestamp_ms)
         last = letter.timestamp_ms if last is None else max(last, letter.timestamp_ms)
-    return Summary(count, first, last, dict(sorted(reasons.items())),
-                   dict(sorted(services.items())), dict(sorted(partitions.items())),
-                   dict(sorted(hours.items())))
+    return Summary(
+        count,
+        first,
+        last,
+        dict(sorted(reasons.items())),
+        dict(sorted(services.items())),
+        dict(sorted(partitions.items())),
+        dict(sorted(hours.items())),
+    )

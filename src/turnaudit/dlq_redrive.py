@@ -52,8 +52,9 @@ class StillFailing(NamedTuple):
 DecodeCheck = Callable[[bytes | None], str | StillFailing]
 
 
-_REDRIVE_HEADERS = frozenset({REDRIVEN_FROM_HEADER, REDRIVEN_ORIGIN_HEADER,
-                              REDRIVEN_EVENT_ID_HEADER})
+_REDRIVE_HEADERS = frozenset(
+    {REDRIVEN_FROM_HEADER, REDRIVEN_ORIGIN_HEADER, REDRIVEN_EVENT_ID_HEADER}
+)
 
 
 def reparked(letter: Letter) -> bool:
@@ -88,7 +89,8 @@ class RedrivenMarks:
 
     def holds(self, letter: Letter) -> bool:
         return (letter.partition, letter.offset) in self.letters or (
-            letter.origin is not None and letter.origin in self.origins)
+            letter.origin is not None and letter.origin in self.origins
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +105,12 @@ class Redrive:
         origin = self.letter.origin
         assert origin is not None  # plan_redrive redrives only letters with an origin
         own = [(n, v) for n, v in self.letter.headers if n not in _REDRIVE_HEADERS]
-        return [*own,
-                (REDRIVEN_FROM_HEADER, f"dlq:{self.letter.position}".encode()),
-                (REDRIVEN_ORIGIN_HEADER, "{}:{}:{}".format(*origin).encode()),
-                (REDRIVEN_EVENT_ID_HEADER, self.event_id.encode())]
+        return [
+            *own,
+            (REDRIVEN_FROM_HEADER, f"dlq:{self.letter.position}".encode()),
+            (REDRIVEN_ORIGIN_HEADER, "{}:{}:{}".format(*origin).encode()),
+            (REDRIVEN_EVENT_ID_HEADER, self.event_id.encode()),
+        ]
 
 
 class RefusedJson(TypedDict):
@@ -143,8 +147,7 @@ class RedrivePlan:
 
     @property
     def selected(self) -> int:
-        return len(self.redrive) + len(self.already) + len(self.same_original) + len(
-            self.refused)
+        return len(self.redrive) + len(self.already) + len(self.same_original) + len(self.refused)
 
     def refused_by_reason(self) -> dict[str, int]:
         return dict(sorted(Counter(r.reason for r in self.refused).items()))
@@ -161,7 +164,11 @@ class RedrivePlan:
 
 
 def plan_redrive(
-    letters: Iterable[Letter], *, topic: str, check: DecodeCheck, marks: RedrivenMarks,
+    letters: Iterable[Letter],
+    *,
+    topic: str,
+    check: DecodeCheck,
+    marks: RedrivenMarks,
 ) -> RedrivePlan:
     """Which letters go back to ``topic``, once per original turn.
 
@@ -183,11 +190,15 @@ def plan_redrive(
         elif origin[0] != topic:
             plan.refused.append(Refused(letter, Refusal.OTHER_TOPIC, f"from {origin[0]}"))
         elif letter.reason not in REDRIVABLE:
-            plan.refused.append(Refused(letter, Refusal.NOT_A_DECODE_FAILURE,
-                                        f"parked as {letter.reason}"))
+            plan.refused.append(
+                Refused(letter, Refusal.NOT_A_DECODE_FAILURE, f"parked as {letter.reason}")
+            )
         elif letter.truncated:
-            plan.refused.append(Refused(letter, Refusal.TRUNCATED,
-                                        "only the start of the original is in the letter"))
+            plan.refused.append(
+                Refused(
+                    letter, Refusal.TRUNCATED, "only the start of the original is in the letter"
+                )
+            )
         elif marks.holds(letter):
             plan.already.append(letter)
         elif origin in origins:

@@ -33,6 +33,7 @@ def occurred_millis(moment: "int | datetime") -> int:
         return (moment - EPOCH) // timedelta(milliseconds=1)
     return moment
 
+
 PathSymbol = Literal["MAIN", "STUB"]
 VerdictSymbol = Literal["SEAL", "HOLD", "VOID"]
 RiskTierSymbol = Literal["UNKNOWN", "LOW", "MEDIUM", "HIGH", "RED", "CRITICAL"]

@@ -120,8 +120,14 @@ def private_fd(path: Path | str, flags: int, modes: FileModes | None = None) -> 
     return fd
 
 
-def open_private(path: Path | str, mode: str = "w", *, encoding: str | None = None,
-                 modes: FileModes | None = None, parents: bool = False) -> IO[Any]:
+def open_private(
+    path: Path | str,
+    mode: str = "w",
+    *,
+    encoding: str | None = None,
+    modes: FileModes | None = None,
+    parents: bool = False,
+) -> IO[Any]:
     """``open(path, mode)`` for writing, the file created (or brought back) owner-only.
 
     ``mode``: ``w``, ``a``, ``x``, ``r+``, ``w+``, ``a+``, with ``b`` for bytes.

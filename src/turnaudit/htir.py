@@ -33,8 +33,17 @@ from turnaudit.htir_steps import STEP_FIELDS, SURFACE_LIMIT, HtirStep, StepActio
 from turnaudit.redaction import DROPPED, Redaction
 
 __all__ = [  # the steps' shapes live in htir_steps; readers of traces find them here too
-    "SURFACE_LIMIT", "HtirStep", "HtirTrace", "PartitionRanges", "StepAction", "StreamRanges",
-    "TraceAssembler", "TraceClose", "TraceSourceJson", "TurnOffsetJson", "turn_steps",
+    "SURFACE_LIMIT",
+    "HtirStep",
+    "HtirTrace",
+    "PartitionRanges",
+    "StepAction",
+    "StreamRanges",
+    "TraceAssembler",
+    "TraceClose",
+    "TraceSourceJson",
+    "TurnOffsetJson",
+    "turn_steps",
 ]
 
 
@@ -42,7 +51,6 @@ class TraceClose(enum.StrEnum):
     END_OF_TASK = "END_OF_TASK"
     IDLE_TIMEOUT = "IDLE_TIMEOUT"
     SHUTDOWN = "SHUTDOWN"
-
 
 
 class TurnOffsetJson(TypedDict):
@@ -74,8 +82,6 @@ class StreamRanges(TypedDict):
     topic: str
     exact: bool
     partitions: list[PartitionRanges]
-
-
 
 
 @dataclass
@@ -126,8 +132,10 @@ class HtirTrace:
         """Why the trace is not the task's turns in order, or None when it is."""
         missing = self.missing_task_steps
         if missing:
-            return (f"task step(s) {missing} missing from the trace (turns not in the "
-                    "stream range, refused or lost); steps not renumbered over the gap")
+            return (
+                f"task step(s) {missing} missing from the trace (turns not in the "
+                "stream range, refused or lost); steps not renumbered over the gap"
+            )
         order = [int(s["task_step"]) for s in self.steps if s["kind"] == "turn"]
         if order != sorted(order):
             return f"turns out of task order: task steps {order}"
@@ -217,8 +225,10 @@ class HtirTrace:
     def manifest_line(self, *, with_context: bool = True) -> dict[str, object]:
         """The eval-manifest JSONL line the review-pack export reads."""
         source: dict[str, object] = dict(self.source)
-        source |= {"session_id": self.session_id,
-                   "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value}
+        source |= {
+            "session_id": self.session_id,
+            "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value,
+        }
         line: dict[str, object] = {
             "task_id": self.task_id,
             "task_family": self.task_family,

@@ -57,7 +57,6 @@ class HtirStep(TypedDict, total=False):
     ok: bool
 
 
-
 STEP_FIELDS = (  # an Avro step record's fields, in its order
     "sequence",
     "turn",

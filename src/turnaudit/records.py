@@ -74,8 +74,9 @@ def record_headers(record: Record) -> Headers:
         pairs = raw
     else:
         return []
-    return [(str(name), value.encode() if isinstance(value, str) else value)
-            for name, value in pairs]
+    return [
+        (str(name), value.encode() if isinstance(value, str) else value) for name, value in pairs
+    ]
 
 
 def record_position(record: Record) -> tuple[str, int, int]:

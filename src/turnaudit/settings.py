@@ -165,8 +165,10 @@ class KafkaSecurity:
         if not protocol:
             sasl, tls = bool(username), ca_file is not None
             protocol = {
-                (True, True): "sasl_ssl", (True, False): "sasl_ssl",
-                (False, True): "ssl", (False, False): "plaintext",
+                (True, True): "sasl_ssl",
+                (True, False): "sasl_ssl",
+                (False, True): "ssl",
+                (False, False): "plaintext",
             }[(sasl, tls)]
         if protocol not in SECURITY_PROTOCOLS:
             raise ConfigurationError(
@@ -191,8 +193,7 @@ def _password(env: Mapping[str, str]) -> Secret | None:
     file_text = env.get(ENV_PREFIX + "KAFKA_PASSWORD_FILE", "").strip()
     if inline and file_text:
         raise ConfigurationError(
-            f"both {ENV_PREFIX}KAFKA_PASSWORD and {ENV_PREFIX}KAFKA_PASSWORD_FILE are set: "
-            "keep one"
+            f"both {ENV_PREFIX}KAFKA_PASSWORD and {ENV_PREFIX}KAFKA_PASSWORD_FILE are set: keep one"
         )
     if file_text:
         try:

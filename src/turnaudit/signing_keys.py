@@ -49,7 +49,8 @@ def load_signing_key(path: Path, key_id: str, *, setting: str = KEY_FILE_ENV) ->
         if mode & 0o077:
             raise ConfigurationError(
                 f"{where}: the private key is readable by group or others (mode "
-                f"{stat.S_IMODE(mode):04o}): chmod 600 it")
+                f"{stat.S_IMODE(mode):04o}): chmod 600 it"
+            )
         with os.fdopen(os.dup(fd), "rb") as f:
             data = f.read(1 << 16)
     finally:
@@ -76,11 +77,13 @@ class CheckpointSettings:
 
     def __post_init__(self) -> None:
         if not 0 < self.interval_s < float("inf"):
-            raise ConfigurationError(f"{INTERVAL_ENV}={self.interval_s!r}: expected a number "
-                                     "of seconds above 0")
+            raise ConfigurationError(
+                f"{INTERVAL_ENV}={self.interval_s!r}: expected a number of seconds above 0"
+            )
         if self.max_turns < 1:
-            raise ConfigurationError(f"{MAX_TURNS_ENV}={self.max_turns!r}: expected a whole "
-                                     "number of 1 or more")
+            raise ConfigurationError(
+                f"{MAX_TURNS_ENV}={self.max_turns!r}: expected a whole number of 1 or more"
+            )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CheckpointSettings:
@@ -90,11 +93,16 @@ class CheckpointSettings:
         if raw_file:
             key_id = env.get(KEY_ID_ENV, "").strip()
             if not key_id:
-                raise ConfigurationError(f"{KEY_FILE_ENV} is set: {KEY_ID_ENV} must name the "
-                                         "key (its id in verify's keyring)")
+                raise ConfigurationError(
+                    f"{KEY_FILE_ENV} is set: {KEY_ID_ENV} must name the "
+                    "key (its id in verify's keyring)"
+                )
             key = load_signing_key(Path(raw_file), key_id)
-        return cls(key, _seconds(env, INTERVAL_ENV, DEFAULT_CHECKPOINT_INTERVAL_S),
-                   _whole(env, MAX_TURNS_ENV, DEFAULT_CHECKPOINT_MAX_TURNS))
+        return cls(
+            key,
+            _seconds(env, INTERVAL_ENV, DEFAULT_CHECKPOINT_INTERVAL_S),
+            _whole(env, MAX_TURNS_ENV, DEFAULT_CHECKPOINT_MAX_TURNS),
+        )
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
@@ -139,16 +147,16 @@ def generate_keys(out: Path, key_id: str, *, now: datetime | None = None) -> Gen
     try:
         out.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
-        raise ConfigurationError(f"--out {out}: cannot create the folder: {exc.strerror}"
-                                 ) from None
+        raise ConfigurationError(f"--out {out}: cannot create the folder: {exc.strerror}") from None
     private_path, public_path = out / f"{key_id}.key", out / f"{key_id}.pub"
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
     try:
         fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        raise ConfigurationError(f"--out {out}: {private_path.name} exists already: choose "
-                                 "another --key-id") from None
+        raise ConfigurationError(
+            f"--out {out}: {private_path.name} exists already: choose another --key-id"
+        ) from None
     except OSError as exc:
         raise ConfigurationError(f"--out {out}: cannot write the key: {exc.strerror}") from None
     try:

@@ -44,10 +44,15 @@ class HeadAnnouncement:
         return f"{self.head.session_id}\x00{self.head.producer_id}".encode()
 
     def encode(self) -> bytes:
-        return json.dumps({**asdict(self.head), "ended": self.ended,
-                           "interval_ms": self.interval_ms,
-                           "announced_by": self.announced_by},
-                          separators=(",", ":")).encode()
+        return json.dumps(
+            {
+                **asdict(self.head),
+                "ended": self.ended,
+                "interval_ms": self.interval_ms,
+                "announced_by": self.announced_by,
+            },
+            separators=(",", ":"),
+        ).encode()
 
 
 def decode_announcement(value: bytes | str | None) -> HeadAnnouncement | None:
@@ -57,9 +62,14 @@ def decode_announcement(value: bytes | str | None) -> HeadAnnouncement | None:
     try:
         # Text, not bytes: json's encoding detection on bytes costs a third of a small load.
         data = json.loads(value.decode() if isinstance(value, bytes) else value)
-        head = StreamHead(str(data["session_id"]), str(data["producer_id"]),
-                          int(data["sequence"]), str(data["hash"]))
-        return HeadAnnouncement(head, bool(data["ended"]), int(data["interval_ms"]),
-                                str(data["announced_by"]))
+        head = StreamHead(
+            str(data["session_id"]),
+            str(data["producer_id"]),
+            int(data["sequence"]),
+            str(data["hash"]),
+        )
+        return HeadAnnouncement(
+            head, bool(data["ended"]), int(data["interval_ms"]), str(data["announced_by"])
+        )
     except (ValueError, KeyError, TypeError):
         return None

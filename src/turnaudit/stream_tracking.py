@@ -39,6 +39,8 @@ class Placement(Protocol):
 
     @property
     def redelivered(self) -> bool: ...  # the same event again
+
+
 BREACHES = frozenset({TurnOutcome.CONTENT_CHANGED, TurnOutcome.POSITION_REUSED})
 REDELIVERED = frozenset({TurnOutcome.REDELIVERY, TurnOutcome.DUPLICATE})
 
@@ -82,8 +84,14 @@ class ForgottenIds(Protocol):
 
 
 # The outcomes in the order the native tracker indexes them.
-_OUTCOMES = (TurnOutcome.NEW, TurnOutcome.LATE, TurnOutcome.REDELIVERY,
-             TurnOutcome.DUPLICATE, TurnOutcome.CONTENT_CHANGED, TurnOutcome.POSITION_REUSED)
+_OUTCOMES = (
+    TurnOutcome.NEW,
+    TurnOutcome.LATE,
+    TurnOutcome.REDELIVERY,
+    TurnOutcome.DUPLICATE,
+    TurnOutcome.CONTENT_CHANGED,
+    TurnOutcome.POSITION_REUSED,
+)
 
 
 class StreamTracker(NativeStreamTracker):
@@ -144,11 +152,19 @@ class StreamTracker(NativeStreamTracker):
         stream_batch: int = 4096,
     ) -> StreamTracker:
         return super().__new__(
-            cls, _OUTCOMES, TrackResult, max_event_ids=max_event_ids,
-            max_streams=max_streams, max_missing=max_missing,
-            log_start_offsets=dict(log_start_offsets or {}), start_gaps=start_gaps,
-            forgotten=forgotten, forget_batch=forget_batch, stream_spill=stream_spill,
-            stream_batch=stream_batch)
+            cls,
+            _OUTCOMES,
+            TrackResult,
+            max_event_ids=max_event_ids,
+            max_streams=max_streams,
+            max_missing=max_missing,
+            log_start_offsets=dict(log_start_offsets or {}),
+            start_gaps=start_gaps,
+            forgotten=forgotten,
+            forget_batch=forget_batch,
+            stream_spill=stream_spill,
+            stream_batch=stream_batch,
+        )
 
     def remembered(self) -> Mapping[str, Seen]:
         """The counted event ids still in memory (the forgotten ones are not): a live

@@ -43,19 +43,23 @@ LOG_LINES_TOTAL: Final = "turnaudit_log_lines_total"
 TURN_LOG_EVENT: Final = "turn"
 
 # The turn counters ``verify --metrics-url`` reconciles, by the figure they must equal.
-TURN_COUNTERS: Final[Mapping[str, str]] = MappingProxyType({
-    "turns": TURNS_TOTAL,
-    "refused": REFUSED_TURNS_TOTAL,
-    "hedged": HEDGED_TURNS_TOTAL,
-    "stub": STUB_TURNS_TOTAL,
-})
+TURN_COUNTERS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "turns": TURNS_TOTAL,
+        "refused": REFUSED_TURNS_TOTAL,
+        "hedged": HEDGED_TURNS_TOTAL,
+        "stub": STUB_TURNS_TOTAL,
+    }
+)
 # Their redriven counterparts, by the same figure.
-REDRIVEN_TURN_COUNTERS: Final[Mapping[str, str]] = MappingProxyType({
-    "turns": REDRIVEN_TURNS_TOTAL,
-    "refused": REDRIVEN_REFUSED_TURNS_TOTAL,
-    "hedged": REDRIVEN_HEDGED_TURNS_TOTAL,
-    "stub": REDRIVEN_STUB_TURNS_TOTAL,
-})
+REDRIVEN_TURN_COUNTERS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "turns": REDRIVEN_TURNS_TOTAL,
+        "refused": REDRIVEN_REFUSED_TURNS_TOTAL,
+        "hedged": REDRIVEN_HEDGED_TURNS_TOTAL,
+        "stub": REDRIVEN_STUB_TURNS_TOTAL,
+    }
+)
 
 
 def rotated_log_files(path: Path, names: Iterable[str]) -> list[Path]:
@@ -68,6 +72,7 @@ def rotated_log_files(path: Path, names: Iterable[str]) -> list[Path]:
     not it is among ``names``.
     """
     pattern = re.compile(re.escape(path.name) + r"\.([1-9][0-9]*)")
-    copies = sorted(((int(m.group(1)), name) for name in names
-                     if (m := pattern.fullmatch(name))), reverse=True)
+    copies = sorted(
+        ((int(m.group(1)), name) for name in names if (m := pattern.fullmatch(name))), reverse=True
+    )
     return [path.with_name(name) for _, name in copies] + [path]

@@ -110,11 +110,14 @@ class TurnVerdicts:
     def to_avro(self, schema_version: int) -> avro.TurnVerdicts:
         return {
             "schema_version": schema_version,
-            "identity_score": None if self.identity_score is None
+            "identity_score": None
+            if self.identity_score is None
             else self.identity_score.to_avro(),
-            "safety_verdict": None if self.safety_verdict is None
+            "safety_verdict": None
+            if self.safety_verdict is None
             else self.safety_verdict.to_avro(),
-            "ethics_verdict": None if self.ethics_verdict is None
+            "ethics_verdict": None
+            if self.ethics_verdict is None
             else self.ethics_verdict.to_avro(),
             "refusal_emitted": self.refusal_emitted,
             "hedge_injected": self.hedge_injected,
@@ -140,8 +143,10 @@ class ActionAssessment:
 
     def __post_init__(self) -> None:
         problem = verdict_split_problem(
-            self.execution_verdict, self.action_risk_verdict,
-            self.injection_detected, self.critic_available,
+            self.execution_verdict,
+            self.action_risk_verdict,
+            self.injection_detected,
+            self.critic_available,
         )
         if problem:
             raise ValueError(problem)

@@ -50,7 +50,8 @@ def test_hedged_refusals_are_published_with_their_breaches_counted_and_listed(
     registry = CollectorRegistry()
     publisher = TurnEventPublisher(kafka_settings, spool_dir=tmp_path / "spool")
     emitter = TurnAuditEmitter(
-        publisher, lambda e, b: pytest.fail("a v4 turn is never dead-lettered"),
+        publisher,
+        lambda e, b: pytest.fail("a v4 turn is never dead-lettered"),
         registry=registry,
     )
     builder = TurnEventBuilder(RuntimeInfo("rt", "1.0", "pod-1"))
@@ -58,24 +59,36 @@ def test_hedged_refusals_are_published_with_their_breaches_counted_and_listed(
     for n in range(15):
         ctx = TurnContext(session_id="s-breach", pack_id="finance", domain="tax", turn=n)
         if n in hedged_refusals:  # the runtime bug: a refusal that also got a hedge
-            kwargs = main_turn_kwargs(surface_before_hedge="[refusal] no.",
-                                      surface=inject_hedge("[refusal] no.", HEDGE),
-                                      refusal_emitted=True)
+            kwargs = main_turn_kwargs(
+                surface_before_hedge="[refusal] no.",
+                surface=inject_hedge("[refusal] no.", HEDGE),
+                refusal_emitted=True,
+            )
         elif n % 5 == 0:  # an ordinary refusal
-            kwargs = main_turn_kwargs(surface_before_hedge="[refusal] no.",
-                                      surface="[refusal] no.", refusal_emitted=True)
+            kwargs = main_turn_kwargs(
+                surface_before_hedge="[refusal] no.", surface="[refusal] no.", refusal_emitted=True
+            )
         else:
             kwargs = main_turn_kwargs()
         emitter.emit(builder.main_turn(ctx, **kwargs))
     assert publisher.close().ok
     assert (emitter.emitted, emitter.breached, emitter.dead_lettered) == (15, 3, 0)
-    assert registry.get_sample_value(
-        "turnaudit_publisher_breaches_total",
-        {"pack": "finance", "contract": "refusal_hedge_exclusive"}) == 3
+    assert (
+        registry.get_sample_value(
+            "turnaudit_publisher_breaches_total",
+            {"pack": "finance", "contract": "refusal_hedge_exclusive"},
+        )
+        == 3
+    )
 
     # An outside producer's hedged refusal: no breaches recorded, found by the consumers.
-    outside = turn("s-outside", 0, refusal_emitted=True, surface=f"{HEDGE} [refusal] no.",
-                   surface_before_hedge="[refusal] no.")
+    outside = turn(
+        "s-outside",
+        0,
+        refusal_emitted=True,
+        surface=f"{HEDGE} [refusal] no.",
+        surface_before_hedge="[refusal] no.",
+    )
     produce_raw(kafka_settings, [(b"s-outside", encode(outside))])
 
     topic = kafka_settings.topics.turn_events
@@ -89,11 +102,14 @@ def test_hedged_refusals_are_published_with_their_breaches_counted_and_listed(
     log_file = tmp_path / "turns.jsonl"
     metrics = verdict_metrics_service(
         service_settings(kafka_settings, ServiceName.VERDICT_METRICS, "g-rec-m"),
-        registry=CollectorRegistry())
+        registry=CollectorRegistry(),
+    )
     logs = log_sink_service(
-        service_settings(kafka_settings, ServiceName.LOG_SINK, "g-rec-l",
-                         log=LogSinkSettings(file=log_file)),
-        registry=CollectorRegistry())
+        service_settings(
+            kafka_settings, ServiceName.LOG_SINK, "g-rec-l", log=LogSinkSettings(file=log_file)
+        ),
+        registry=CollectorRegistry(),
+    )
     with service_logging(), running(metrics), running(logs):
         assert wait_for(consumed_everything(metrics, end))
         assert wait_for(consumed_everything(logs, end))
@@ -103,12 +119,23 @@ def test_hedged_refusals_are_published_with_their_breaches_counted_and_listed(
     assert value("turnaudit_hedged_turns_total", {"pack": "finance", "domain": "tax"}) == 3
     for service, _ in ((metrics, "metrics"), (logs, "logs")):
         get = service._registry.get_sample_value
-        assert get("turnaudit_contract_breaches_total",
-                   {"pack": "finance", "contract": "refusal_hedge_exclusive"}) == 3
-        assert get("turnaudit_contract_breaches_total",
-                   {"pack": outside["pack_id"], "contract": "refusal_hedge_exclusive"}) == 1
-        assert (get("turnaudit_dead_letters_total", {"reason": "contract:refusal_hedge_exclusive"})
-                or 0) == 0
+        assert (
+            get(
+                "turnaudit_contract_breaches_total",
+                {"pack": "finance", "contract": "refusal_hedge_exclusive"},
+            )
+            == 3
+        )
+        assert (
+            get(
+                "turnaudit_contract_breaches_total",
+                {"pack": outside["pack_id"], "contract": "refusal_hedge_exclusive"},
+            )
+            == 1
+        )
+        assert (
+            get("turnaudit_dead_letters_total", {"reason": "contract:refusal_hedge_exclusive"}) or 0
+        ) == 0
     lines = [json.loads(line) for line in log_file.read_text().splitlines()]
     breaching = [ln for ln in lines if ln["breaches"]]
     assert len(lines) == 16
@@ -121,5 +148,4 @@ def test_hedged_refusals_are_published_with_their_breaches_counted_and_listed(
     listed = report["breaching_turns"]
     assert listed["count"] == 4
     assert listed["by_contract"] == {"refusal_hedge_exclusive": 4}
-    assert {t["event_id"] for t in listed["turns"]} == {
-        e["event_id"] for e in [*recorded, outside]}
+    assert {t["event_id"] for t in listed["turns"]} == {e["event_id"] for e in [*recorded, outside]}

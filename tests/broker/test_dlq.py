@@ -58,15 +58,22 @@ def produce(settings: KafkaSettings, topic: str, rows: list[tuple[bytes, bytes]]
 
 def samples(port: int, name: str) -> float:
     _, text = http_get(port, "/metrics")
-    return sum(s.value for family in text_string_to_metric_families(text)
-               for s in family.samples if s.name == name)
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    )
 
 
 def outcome(port: int, value: str) -> float:
     _, text = http_get(port, "/metrics")
-    return sum(s.value for family in text_string_to_metric_families(text)
-               for s in family.samples
-               if s.name == "turnaudit_consumer_messages_total" and s.labels["outcome"] == value)
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "turnaudit_consumer_messages_total" and s.labels["outcome"] == value
+    )
 
 
 def stored(settings: KafkaSettings, topic: str) -> list[Any]:
@@ -89,7 +96,9 @@ def env(kafka_settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch) -> Kafka
 
 class TestRedrive:
     def test_parked_for_an_unknown_schema_then_announced_comes_back_counted_once(
-        self, env: KafkaSettings, capsys: pytest.CaptureFixture[str],
+        self,
+        env: KafkaSettings,
+        capsys: pytest.CaptureFixture[str],
     ) -> None:
         settings = env
         topics = settings.topics
@@ -98,17 +107,28 @@ class TestRedrive:
         live = [(f"s-{n}".encode(), encode(turn(f"s-{n}", 0))) for n in range(6)]
         service = verdict_metrics_service(
             service_settings(settings, ServiceName.VERDICT_METRICS, "g-dlq-metrics"),
-            registry=CollectorRegistry())
+            registry=CollectorRegistry(),
+        )
         with running(service):
             port = service.http_port
             assert port is not None
-            produce(settings, topics.turn_events, [
-                *live,
-                (b"s-late", SingleObjectSerializer(later)(turn("s-late", 0) | {"locale": "fr"})),
-                (b"s-late", SingleObjectSerializer(later)(turn("s-late", 1) | {"locale": "fr"})),
-                (b"s-never", SingleObjectSerializer(never)(turn("s-never", 0))),
-                (b"s-junk", b"not avro at all"),
-            ])
+            produce(
+                settings,
+                topics.turn_events,
+                [
+                    *live,
+                    (
+                        b"s-late",
+                        SingleObjectSerializer(later)(turn("s-late", 0) | {"locale": "fr"}),
+                    ),
+                    (
+                        b"s-late",
+                        SingleObjectSerializer(later)(turn("s-late", 1) | {"locale": "fr"}),
+                    ),
+                    (b"s-never", SingleObjectSerializer(never)(turn("s-never", 0))),
+                    (b"s-junk", b"not avro at all"),
+                ],
+            )
             end = end_offsets(settings, topics.turn_events)
             assert wait_for(consumed_everything(service, end))
             assert wait_for(lambda: len(stored(settings, topics.dlq)) == 4)
@@ -119,15 +139,24 @@ class TestRedrive:
             assert counted["count"] == 4
             assert counted["by_reason"] == {"unknown_framing": 1, "unknown_schema": 3}
             assert counted["by_service"] == {"verdict-metrics": 4}
-            code, listed = cli(capsys, "dlq", "list", "--json", "--reason", "unknown_schema",
-                               "--service", "verdict-metrics")
+            code, listed = cli(
+                capsys,
+                "dlq",
+                "list",
+                "--json",
+                "--reason",
+                "unknown_schema",
+                "--service",
+                "verdict-metrics",
+            )
             assert code == 0
             assert len(listed) == 3
             position = listed[0]["position"]
             code, shown = cli(capsys, "dlq", "show", position, "--json")
             assert code == 0
             assert shown["headers"]["__connect.errors.exception.class.name"] == (
-                "turnaudit.errors.SchemaNotFoundError")
+                "turnaudit.errors.SchemaNotFoundError"
+            )
 
             # Before the schema is known every letter would fail again.
             code, plan = cli(capsys, "dlq", "redrive", "--dry-run", "--json")
@@ -135,8 +164,11 @@ class TestRedrive:
             assert plan["redriven"] == []
             assert plan["refused_by_reason"] == {"unknown_framing": 1, "unknown_schema": 3}
 
-            produce(settings, topics.schemas,
-                    [(later.fingerprint_hex.encode(), later.schema_json.encode())])
+            produce(
+                settings,
+                topics.schemas,
+                [(later.fingerprint_hex.encode(), later.schema_json.encode())],
+            )
             code, plan = cli(capsys, "dlq", "redrive", "--dry-run", "--json")
             assert code == 1  # two letters still refused
             assert len(plan["redriven"]) == 2
@@ -167,12 +199,19 @@ class TestRedrive:
 
             # A redelivery of a redriven copy (its bytes written once more) is not
             # counted again: the service dedupes by event id.
-            copies = [m for m in stored(settings, topics.turn_events)
-                      if any(n == REDRIVEN_FROM_HEADER for n, _ in record_headers(m))]
+            copies = [
+                m
+                for m in stored(settings, topics.turn_events)
+                if any(n == REDRIVEN_FROM_HEADER for n, _ in record_headers(m))
+            ]
             assert len(copies) == 2
             redelivered = Producer(settings.client_config())
-            redelivered.produce(topics.turn_events, copies[0].value(), copies[0].key(),
-                                headers=record_headers(copies[0]))
+            redelivered.produce(
+                topics.turn_events,
+                copies[0].value(),
+                copies[0].key(),
+                headers=record_headers(copies[0]),
+            )
             assert redelivered.flush(10) == 0
             final = end_offsets(settings, topics.turn_events)
             assert wait_for(consumed_everything(service, final))
@@ -181,8 +220,15 @@ class TestRedrive:
 
             # verify: each turn once (the original decodes now, the copies are
             # duplicates), and the service's live and redriven counters together agree.
-            code, report = cli(capsys, "verify", "--json", "--metrics-url",
-                               f"http://127.0.0.1:{port}/metrics", "--metrics-settle", "1")
+            code, report = cli(
+                capsys,
+                "verify",
+                "--json",
+                "--metrics-url",
+                f"http://127.0.0.1:{port}/metrics",
+                "--metrics-settle",
+                "1",
+            )
         assert report["counts"]["turns"] == 8
         kinds = {f["kind"] for f in report["unexplained"]}
         assert "uncounted" not in kinds, report["unexplained"]
@@ -190,18 +236,32 @@ class TestRedrive:
 
 
 class TestOneLineFailures:
-    @pytest.mark.parametrize(("argv", "code", "says"), [
-        (["dlq", "show", "1:999999"], 1,
-         "no letter at 1:999999: t-"),
-        (["dlq", "show", "99:0"], 2, "dlq has no partition 99 (partitions 0-2)"),
-    ])
+    @pytest.mark.parametrize(
+        ("argv", "code", "says"),
+        [
+            (["dlq", "show", "1:999999"], 1, "no letter at 1:999999: t-"),
+            (["dlq", "show", "99:0"], 2, "dlq has no partition 99 (partitions 0-2)"),
+        ],
+    )
     def test_a_letter_that_is_not_there_is_one_line(
-        self, kafka_settings: KafkaSettings, tmp_path: Path, argv: list[str], code: int,
+        self,
+        kafka_settings: KafkaSettings,
+        tmp_path: Path,
+        argv: list[str],
+        code: int,
         says: str,
     ) -> None:
-        outcome = run_case(Case("dlq", argv, {
-            "KAFKA_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers or "",
-            "TURNAUDIT_TOPIC_PREFIX": kafka_settings.topics.prefix}), tmp_path)
+        outcome = run_case(
+            Case(
+                "dlq",
+                argv,
+                {
+                    "KAFKA_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers or "",
+                    "TURNAUDIT_TOPIC_PREFIX": kafka_settings.topics.prefix,
+                },
+            ),
+            tmp_path,
+        )
         lines = outcome.stderr.strip().splitlines()
         assert len(lines) == 1, outcome.stderr
         assert lines[0].startswith("turnaudit dlq: ")
@@ -219,18 +279,24 @@ def flaky() -> Iterator[FlakyRegistry]:
 
 class TestRegistryOutage:
     def test_a_registry_that_fails_then_recovers_costs_a_running_service_no_dead_letter(
-        self, kafka_settings: KafkaSettings, flaky: FlakyRegistry,
+        self,
+        kafka_settings: KafkaSettings,
+        flaky: FlakyRegistry,
     ) -> None:
         settings = replace(kafka_settings, schema_registry_url=flaky.url)
         service = verdict_metrics_service(
             service_settings(settings, ServiceName.VERDICT_METRICS, "g-dlq-registry"),
-            registry=CollectorRegistry())
+            registry=CollectorRegistry(),
+        )
         serialize = ConfluentIdSerializer(shipped_catalog().version(4), 31)
         with running(service):
             port = service.http_port
             assert port is not None
-            produce(settings, settings.topics.turn_events,
-                    [(b"s-reg", serialize(turn("s-reg", n))) for n in range(3)])
+            produce(
+                settings,
+                settings.topics.turn_events,
+                [(b"s-reg", serialize(turn("s-reg", n))) for n in range(3)],
+            )
             end = end_offsets(settings, settings.topics.turn_events)
             assert wait_for(consumed_everything(service, end))
             assert wait_for(lambda: samples(port, "turnaudit_turns_total") == 3)

@@ -46,22 +46,26 @@ def publish(settings: KafkaSettings, base: int) -> list[dict[str, Any]]:
     stamper = TurnStamper(producer_id="p-event-time")
     producer = KafkaProducer(settings.client_config())
     events = []
-    for i, event in enumerate(TurnRuntimeSimulator(4, schema_versions=(3,),
-                                                   concurrent_sessions=3).events(TURNS)):
+    for i, event in enumerate(
+        TurnRuntimeSimulator(4, schema_versions=(3,), concurrent_sessions=3).events(TURNS)
+    ):
         event["occurred_at"] = base + i * MINUTE
         stamper.stamp(event)
         value = ENCODE_V3(event)
         stamper.commit(event, value)
         stored = base + i * MINUTE + {SPOOLED: 15 * MINUTE, EARLY: 4 * MINUTE}.get(i, 2000)
-        producer.produce(settings.topics.turn_events, value, event["session_id"].encode(),
-                         timestamp=stored)
+        producer.produce(
+            settings.topics.turn_events, value, event["session_id"].encode(), timestamp=stored
+        )
         events.append(dict(event))
     assert producer.flush(30) == 0
     return events
 
 
 def test_a_spooled_turn_falls_in_its_event_time_window_for_verify_replay_and_tail(
-    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     base = (int(time.time()) - 3600) * 1000  # an hour ago: inside any retention
@@ -93,8 +97,10 @@ def test_a_spooled_turn_falls_in_its_event_time_window_for_verify_replay_and_tai
 
     # replay: the same turns.
     out = tmp_path / "window.jsonl"
-    assert main(["replay", "--time", "event", *window, "--slack", "1200",
-                 "--into", f"jsonl:{out}"]) == 0
+    assert (
+        main(["replay", "--time", "event", *window, "--slack", "1200", "--into", f"jsonl:{out}"])
+        == 0
+    )
     replayed = {json.loads(line)["event"]["event_id"] for line in out.read_text().splitlines()}
     assert replayed == in_window
 
@@ -102,20 +108,42 @@ def test_a_spooled_turn_falls_in_its_event_time_window_for_verify_replay_and_tai
     # and the auditor are left out here): by occurred_at too.
     requests: list[ReplayRequest] = []
 
-    def rebuild(_settings: KafkaSettings, _decode: object, request: ReplayRequest,
-                *_args: object, **_kw: object) -> None:
+    def rebuild(
+        _settings: KafkaSettings,
+        _decode: object,
+        request: ReplayRequest,
+        *_args: object,
+        **_kw: object,
+    ) -> None:
         requests.append(request)
         raise NotReproducedError("stop here")
 
     monkeypatch.setattr(evaluation, "load_task_labels", lambda _path: {})
     monkeypatch.setattr(evaluation, "rebuild_evidence", rebuild)
-    assert main(["eval", "rebuild", "--time", "event", *window, "--slack", "1200", "--labels",
-                 str(tmp_path / "labels.json"), "--output", str(tmp_path / "ev.json")]) == 1
+    assert (
+        main(
+            [
+                "eval",
+                "rebuild",
+                "--time",
+                "event",
+                *window,
+                "--slack",
+                "1200",
+                "--labels",
+                str(tmp_path / "labels.json"),
+                "--output",
+                str(tmp_path / "ev.json"),
+            ]
+        )
+        == 1
+    )
     [request] = requests
     rebuilt = tmp_path / "rebuild.jsonl"
     replay(kafka_settings, DECODE, request, ReplayTarget.file("jsonl", rebuilt))
-    assert {json.loads(line)["event"]["event_id"]
-            for line in rebuilt.read_text().splitlines()} == in_window
+    assert {
+        json.loads(line)["event"]["event_id"] for line in rebuilt.read_text().splitlines()
+    } == in_window
 
     # tail: from the window's start on, by occurred_at (turns 5..29).
     printed = io.StringIO()
@@ -123,9 +151,16 @@ def test_a_spooled_turn_falls_in_its_event_time_window_for_verify_replay_and_tai
     timer = threading.Timer(30, stop.set)
     timer.start()
     try:
-        count = tail_turns(kafka_settings, printed, since=datetime.fromtimestamp(since / 1000, UTC),
-                           event_time=True, slack=None, limit=TURNS - 5, stop=stop,
-                           show_verdicts=False)
+        count = tail_turns(
+            kafka_settings,
+            printed,
+            since=datetime.fromtimestamp(since / 1000, UTC),
+            event_time=True,
+            slack=None,
+            limit=TURNS - 5,
+            stop=stop,
+            show_verdicts=False,
+        )
     finally:
         timer.cancel()
     assert count == TURNS - 5
@@ -146,7 +181,9 @@ def record_times(settings: KafkaSettings) -> dict[str, tuple[int, int]]:
 
 
 def test_published_and_spooled_turns_are_stored_at_their_occurred_at(
-    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Turns 0..9 are published while no broker answers (connection refused): the
@@ -168,8 +205,9 @@ def test_published_and_spooled_turns_are_stored_at_their_occurred_at(
     assert report.undelivered == 10, report
     assert report.delivered == 0, report
 
-    up = TurnEventPublisher(kafka_settings, spool_dir=spool, probe_interval=0.2,
-                            checkpoints=CheckpointSettings())
+    up = TurnEventPublisher(
+        kafka_settings, spool_dir=spool, probe_interval=0.2, checkpoints=CheckpointSettings()
+    )
     deadline = time.monotonic() + 60
     while up.stats().spooled:  # the inherited turns drain first
         assert time.monotonic() < deadline, up.stats()
@@ -197,33 +235,58 @@ def test_published_and_spooled_turns_are_stored_at_their_occurred_at(
         out = tmp_path / f"{time_kind}.jsonl"
         assert main(["replay", "--time", time_kind, *window, "--into", f"jsonl:{out}"]) == 0
         capsys.readouterr()
-        assert {json.loads(line)["event"]["event_id"]
-                for line in out.read_text().splitlines()} == in_window
+        assert {
+            json.loads(line)["event"]["event_id"] for line in out.read_text().splitlines()
+        } == in_window
 
     requests: list[ReplayRequest] = []
 
-    def rebuild(_settings: KafkaSettings, _decode: object, request: ReplayRequest,
-                *_args: object, **_kw: object) -> None:
+    def rebuild(
+        _settings: KafkaSettings,
+        _decode: object,
+        request: ReplayRequest,
+        *_args: object,
+        **_kw: object,
+    ) -> None:
         requests.append(request)
         raise NotReproducedError("stop here")
 
     monkeypatch.setattr(evaluation, "load_task_labels", lambda _path: {})
     monkeypatch.setattr(evaluation, "rebuild_evidence", rebuild)
-    assert main(["eval", "rebuild", *window, "--labels", str(tmp_path / "labels.json"),
-                 "--output", str(tmp_path / "ev.json")]) == 1
+    assert (
+        main(
+            [
+                "eval",
+                "rebuild",
+                *window,
+                "--labels",
+                str(tmp_path / "labels.json"),
+                "--output",
+                str(tmp_path / "ev.json"),
+            ]
+        )
+        == 1
+    )
     [request] = requests
     rebuilt = tmp_path / "rebuild.jsonl"
     replay(kafka_settings, DECODE, request, ReplayTarget.file("jsonl", rebuilt))
-    assert {json.loads(line)["event"]["event_id"]
-            for line in rebuilt.read_text().splitlines()} == in_window
+    assert {
+        json.loads(line)["event"]["event_id"] for line in rebuilt.read_text().splitlines()
+    } == in_window
 
     # tail by broker time from the window's start: turns 5..29, the drained ones first.
     printed, stop = io.StringIO(), threading.Event()
     timer = threading.Timer(30, stop.set)
     timer.start()
     try:
-        count = tail_turns(kafka_settings, printed, since=datetime.fromtimestamp(since / 1000, UTC),
-                           limit=TURNS - 5, stop=stop, show_verdicts=False)
+        count = tail_turns(
+            kafka_settings,
+            printed,
+            since=datetime.fromtimestamp(since / 1000, UTC),
+            limit=TURNS - 5,
+            stop=stop,
+            show_verdicts=False,
+        )
     finally:
         timer.cancel()
     assert count == TURNS - 5

@@ -53,8 +53,11 @@ class MarkedSimulator(TurnRuntimeSimulator):
                     event[name] = f"{event[name]} [{CARD} {name}-{i}]"
                 event["input_tokens"] = [*event["input_tokens"], f"[{CARD} token-{i}]"]
             event["tool_steps"] = [  # type: ignore[typeddict-unknown-key]
-                {**call, "arguments": f'{{"card": "{CARD}", "at": "args-{i}-{j}"}}',
-                 "result": f"charged [{CARD} result-{i}-{j}]"}
+                {
+                    **call,
+                    "arguments": f'{{"card": "{CARD}", "at": "args-{i}-{j}"}}',
+                    "result": f"charged [{CARD} result-{i}-{j}]",
+                }
                 for j, call in enumerate(event.get("tool_steps", ()))  # older schemas: none
             ]
             yield event
@@ -89,13 +92,18 @@ def planted(settings: KafkaSettings, before: dict[int, int]) -> tuple[set[str], 
         joined = "\x1f".join(event["input_tokens"])
         every |= texts | ({joined} if CARD in joined else set())
         if event["task"] is not None:
-            of_tasks |= {s for s in texts if s not in event["input_tokens"]
-                         and s not in (event["walk_surface"], event["articulation_surface"])}
+            of_tasks |= {
+                s
+                for s in texts
+                if s not in event["input_tokens"]
+                and s not in (event["walk_surface"], event["articulation_surface"])
+            }
     return every, of_tasks
 
 
-def run_pipeline(settings: KafkaSettings, folder: Path, redaction: Redaction,
-                 monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], set[str], set[str]]:
+def run_pipeline(
+    settings: KafkaSettings, folder: Path, redaction: Redaction, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, Any], set[str], set[str]]:
     """Everything that writes turns out, on one simulated run; returns the outputs by name
     (a path or the bytes read from a topic or a stream) and the planted texts."""
     monkeypatch.setattr("turnaudit.commands.simulate.TurnRuntimeSimulator", MarkedSimulator)
@@ -105,40 +113,71 @@ def run_pipeline(settings: KafkaSettings, folder: Path, redaction: Redaction,
     truth = publish_simulated(settings, EVENTS, folder / "spool", seed=41)
     end = end_offsets(settings, settings.topics.turn_events)
     out = folder / "out"
-    rows = run_consumer_stage(settings, truth, truth.events, 120.0, start_offsets=before,
-                              log_file=out / "logs" / "turns.jsonl", redaction=redaction)
+    rows = run_consumer_stage(
+        settings,
+        truth,
+        truth.events,
+        120.0,
+        start_offsets=before,
+        log_file=out / "logs" / "turns.jsonl",
+        redaction=redaction,
+    )
     assert [r for r in rows if not r.ok] == []
-    outcome = run_evaluation_stage(settings, truth, 120.0, start_offsets=before,
-                                   output_dir=out / "eval", redaction=redaction)
+    outcome = run_evaluation_stage(
+        settings, truth, 120.0, start_offsets=before, output_dir=out / "eval", redaction=redaction
+    )
     assert all(r.ok for r in outcome.rows), outcome.rows
-    review_pack.export([(None, outcome.manifest_path)], out / "review" / "pack.json",
-                       redaction=redaction)
+    review_pack.export(
+        [(None, outcome.manifest_path)], out / "review" / "pack.json", redaction=redaction
+    )
     request = ReplayRequest(RangeSpec(from_offsets=before, to_offsets=end), surfaces=redaction)
     for kind in ("jsonl", "logs", "htir"):
-        replay(settings, decoder_for(settings), request,
-               ReplayTarget.file(kind, out / "replay" / f"{kind}.jsonl"), outputs=OUTPUT_KINDS,
-               timeout=60)
+        replay(
+            settings,
+            decoder_for(settings),
+            request,
+            ReplayTarget.file(kind, out / "replay" / f"{kind}.jsonl"),
+            outputs=OUTPUT_KINDS,
+            timeout=60,
+        )
     tailed, stop = io.StringIO(), threading.Event()
     guard = threading.Timer(60, stop.set)  # a tail that never got its lines still ends
     guard.start()
     try:
-        tail_turns(settings, tailed, since=started, show_verdicts=True, stop=stop,
-                   limit=sum(end[p] - before.get(p, 0) for p in end))
+        tail_turns(
+            settings,
+            tailed,
+            since=started,
+            show_verdicts=True,
+            stop=stop,
+            limit=sum(end[p] - before.get(p, 0) for p in end),
+        )
     finally:
         guard.cancel()
-    traces = [msg.value() for msg in read_range(settings, settings.topics.htir_traces,
-                                                traces_before,
-                                                end_offsets(settings, settings.topics.htir_traces))]
+    traces = [
+        msg.value()
+        for msg in read_range(
+            settings,
+            settings.topics.htir_traces,
+            traces_before,
+            end_offsets(settings, settings.topics.htir_traces),
+        )
+    ]
     read_trace = TurnEventDeserializer(shipped_catalog("htir_trace"))
     outputs: dict[str, Any] = {
-        "traces topic": (b"".join(traces),
-                         [s for value in traces for s in strings(read_trace(value).event)]),
+        "traces topic": (
+            b"".join(traces),
+            [s for value in traces for s in strings(read_trace(value).event)],
+        ),
         "tail": (tailed.getvalue().encode(), [tailed.getvalue()]),
     }
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         data = path.read_bytes()
-        decoded = (json_strings(path) if path.suffix in (".json", ".jsonl") else
-                   [data.decode("utf-8", "replace")])
+        decoded = (
+            json_strings(path)
+            if path.suffix in (".json", ".jsonl")
+            else [data.decode("utf-8", "replace")]
+        )
         outputs[str(path.relative_to(out))] = (data, decoded)
     every, of_tasks = planted(settings, before)
     assert len(every) > EVENTS  # surfaces of main turns and tool I/O were planted
@@ -149,8 +188,7 @@ def run_pipeline(settings: KafkaSettings, folder: Path, redaction: Redaction,
 
 
 def file_modes(folder: Path) -> dict[str, int]:
-    return {str(p.relative_to(folder)): stat.S_IMODE(p.stat().st_mode)
-            for p in folder.rglob("*")}
+    return {str(p.relative_to(folder)): stat.S_IMODE(p.stat().st_mode) for p in folder.rglob("*")}
 
 
 class TestThePipelineOnTheBroker:
@@ -160,11 +198,19 @@ class TestThePipelineOnTheBroker:
         for name in ("TURNAUDIT_LOG_SURFACES", "TURNAUDIT_SURFACES", "TURNAUDIT_FILE_MODE"):
             monkeypatch.delenv(name, raising=False)
         configured_modes.cache_clear()
-        outputs, every, _ = run_pipeline(kafka_settings, tmp_path, surface_redaction(),
-                                         monkeypatch)
-        assert {"traces topic", "tail", "logs/turns.jsonl", "eval/htir-manifest.jsonl",
-                "eval/evidence.json", "eval/evidence-bundle.tar", "review/pack.json",
-                "replay/jsonl.jsonl", "replay/logs.jsonl", "replay/htir.jsonl"} <= set(outputs)
+        outputs, every, _ = run_pipeline(kafka_settings, tmp_path, surface_redaction(), monkeypatch)
+        assert {
+            "traces topic",
+            "tail",
+            "logs/turns.jsonl",
+            "eval/htir-manifest.jsonl",
+            "eval/evidence.json",
+            "eval/evidence-bundle.tar",
+            "review/pack.json",
+            "replay/jsonl.jsonl",
+            "replay/logs.jsonl",
+            "replay/htir.jsonl",
+        } <= set(outputs)
         for name, (data, decoded) in outputs.items():
             assert CARD.encode() not in data, name
             assert not [s for s in decoded if CARD in s], name
@@ -182,8 +228,9 @@ class TestThePipelineOnTheBroker:
         monkeypatch.setenv("TURNAUDIT_FILE_MODE", "0640")
         configured_modes.cache_clear()
         try:
-            outputs, every, of_tasks = run_pipeline(kafka_settings, tmp_path,
-                                                    surface_redaction(), monkeypatch)
+            outputs, every, of_tasks = run_pipeline(
+                kafka_settings, tmp_path, surface_redaction(), monkeypatch
+            )
             modes = file_modes(tmp_path)
         finally:
             configured_modes.cache_clear()
@@ -197,8 +244,13 @@ class TestThePipelineOnTheBroker:
         holds("replay/jsonl.jsonl", every - {t for t in every if "\x1f" in t})
         holds("logs/turns.jsonl", {t for t in every if "args-" not in t and "result-" not in t})
         holds("replay/logs.jsonl", {t for t in every if "args-" not in t and "result-" not in t})
-        for name in ("traces topic", "eval/htir-manifest.jsonl", "replay/htir.jsonl",
-                     "eval/rebuilt-traces.htir.jsonl", "review/pack.json"):
+        for name in (
+            "traces topic",
+            "eval/htir-manifest.jsonl",
+            "replay/htir.jsonl",
+            "eval/rebuilt-traces.htir.jsonl",
+            "review/pack.json",
+        ):
             holds(name, tool_io_and_surfaces)
         assert CARD.encode() in outputs["eval/evidence.json"][0]
         assert CARD.encode() not in outputs["tail"][0]  # tail never writes a surface
@@ -222,8 +274,14 @@ class TestThePipelineOnTheBroker:
         for name, (data, decoded) in outputs.items():
             assert CARD.encode() not in data, name
             assert not [s for s in decoded if CARD in s], name
-        for name in ("logs/turns.jsonl", "replay/logs.jsonl", "replay/jsonl.jsonl",
-                     "traces topic", "eval/htir-manifest.jsonl", "review/pack.json"):
+        for name in (
+            "logs/turns.jsonl",
+            "replay/logs.jsonl",
+            "replay/jsonl.jsonl",
+            "traces topic",
+            "eval/htir-manifest.jsonl",
+            "review/pack.json",
+        ):
             assert b"hmac-sha256:" in outputs[name][0], name
         # Equal texts, equal hashes: each task turn's hashed surface is in the log lines.
         logged = set(outputs["logs/turns.jsonl"][1])

@@ -40,7 +40,6 @@ from turnaudit.verify.reconciliation import metric_totals
 pytestmark = pytest.mark.broker
 
 
-
 @pytest.fixture(scope="module")
 def published(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory

@@ -29,28 +29,47 @@ def iso(seconds: float) -> str:
 
 def boundaries(openmetrics: str) -> list[float]:
     """The step boundaries the history has samples at (every series has them all)."""
-    first = next(line for line in openmetrics.splitlines()
-                 if line.startswith("turnaudit_turns_total{"))
+    first = next(
+        line for line in openmetrics.splitlines() if line.startswith("turnaudit_turns_total{")
+    )
     series = first.rsplit(" ", 2)[0]
-    return [float(line.rsplit(" ", 1)[1]) for line in openmetrics.splitlines()
-            if line.startswith(series + " ")]
+    return [
+        float(line.rsplit(" ", 1)[1])
+        for line in openmetrics.splitlines()
+        if line.startswith(series + " ")
+    ]
 
 
 def per_pack(result: list[dict[str, object]]) -> dict[str, int]:
-    return {r["metric"]["pack"]: round(float(r["value"][1]))  # type: ignore[index]
-            for r in result if float(r["value"][1]) != 0}  # type: ignore[index]
+    return {
+        r["metric"]["pack"]: round(float(r["value"][1]))  # type: ignore[index]
+        for r in result
+        if float(r["value"][1]) != 0
+    }  # type: ignore[index]
 
 
 def test_a_replayed_hour_answers_per_pack_refusal_rates_equal_to_verify(
-    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     publish_simulated(kafka_settings, TURNS, tmp_path / "spool", seed=3)
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_settings.bootstrap_servers or "")
     monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", kafka_settings.topics.prefix)
     tsdb = tmp_path / "tsdb"
-    assert main(["replay", "--step", str(STEP_S),  # the whole stream, in steps of event time
-                 "--into", f"tsdb:{tsdb}"]) == 0
+    assert (
+        main(
+            [
+                "replay",
+                "--step",
+                str(STEP_S),  # the whole stream, in steps of event time
+                "--into",
+                f"tsdb:{tsdb}",
+            ]
+        )
+        == 0
+    )
     times = boundaries((tsdb / "replay.om").read_text())
     assert times[-1] - times[0] >= 3600, times  # at least one simulated hour
     assert [b - a for a, b in itertools.pairwise(times)] == [STEP_S] * (len(times) - 1)
@@ -63,8 +82,9 @@ def test_a_replayed_hour_answers_per_pack_refusal_rates_equal_to_verify(
     with prometheus_serving(tsdb, tmp_path) as prometheus:
         for since, until in itertools.pairwise(times):
             capsys.readouterr()
-            code = main(["verify", "--json", "--time", "event", "--from", iso(since),
-                         "--to", iso(until)])
+            code = main(
+                ["verify", "--json", "--time", "event", "--from", iso(since), "--to", iso(until)]
+            )
             report = json.loads(capsys.readouterr().out)
             assert code == 0, report["unexplained"]
             packs = report["counts"]["per_pack"]

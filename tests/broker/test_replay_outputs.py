@@ -42,7 +42,6 @@ from turnaudit.verify.run import run_verify
 pytestmark = pytest.mark.broker
 
 
-
 # The simulated runtime's clock is a day ahead of the broker's: its turns happen
 # tomorrow and are stored now (the publisher caps a record timestamp at now).
 AHEAD = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
@@ -54,8 +53,14 @@ def published(
 ) -> tuple[KafkaSettings, list[Stored]]:
     """600 turns (v1-v3) and 60 copies of some of them stored again (redeliveries)."""
     settings = fresh_topics(kafka_bootstrap)
-    publish(settings, tmp_path_factory.mktemp("spool"), seed=29, events=600, versions=(1, 2, 3),
-            start=AHEAD)
+    publish(
+        settings,
+        tmp_path_factory.mktemp("spool"),
+        seed=29,
+        events=600,
+        versions=(1, 2, 3),
+        start=AHEAD,
+    )
     first = stored_range(settings)
     copy_to(settings, sorted(first, key=lambda m: (m.partition, m.offset))[::10])
     return settings, stored_range(settings)

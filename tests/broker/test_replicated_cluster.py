@@ -158,8 +158,11 @@ def test_nodes_killed_mid_publish_lose_nothing(
         assert cluster.node_status(node).serving  # the killed nodes rejoined
     new_leader, _ = leader_and_replicas(cluster, topic)
     assert new_leader in cluster.node_ids
-    moved = sum(int(json.loads(line)["events"]) for line in (out + err).splitlines()
-                if '"unacknowledged_events_to_spool"' in line)
+    moved = sum(
+        int(json.loads(line)["events"])
+        for line in (out + err).splitlines()
+        if '"unacknowledged_events_to_spool"' in line
+    )
     print(
         f"\n{outage.name}: nodes {victims} killed at {killed_at:.1f} s for {outage.down_s:.0f} s; "
         f"sink's longest pause {pause:.2f} s; {moved} turns moved to the spool for age; "

@@ -72,13 +72,16 @@ class SignedRun:
         return f"SignedRun({self.settings.topics.prefix}, {len(self.messages)} turns)"
 
 
-def publish_signed(settings: KafkaSettings, spool: Path, key_dir: Path, *, seed: int,
-                   events: int = 300) -> SignedRun:
+def publish_signed(
+    settings: KafkaSettings, spool: Path, key_dir: Path, *, seed: int, events: int = 300
+) -> SignedRun:
     made = generate_keys(key_dir, "runtime-1")
     key = load_signing_key(made.private_path, "runtime-1")
     publisher = TurnEventPublisher(
-        settings, spool_dir=spool,
-        checkpoints=CheckpointSettings(key, interval_s=0.05, max_turns=40))
+        settings,
+        spool_dir=spool,
+        checkpoints=CheckpointSettings(key, interval_s=0.05, max_turns=40),
+    )
     sim = TurnRuntimeSimulator(seed, schema_versions=(4,), concurrent_sessions=12)
     for event in sim.events(events):
         publisher.publish(event)
@@ -88,10 +91,18 @@ def publish_signed(settings: KafkaSettings, spool: Path, key_dir: Path, *, seed:
     keyring = key_dir / "keyring.toml"
     keyring.write_text(keyring_entry_toml("runtime-1", key.public_pem(), LONG_AGO))
     revoked = key_dir / "revoked.toml"
-    revoked.write_text(keyring_entry_toml("runtime-1", key.public_pem(), LONG_AGO)
-                       + "revoked_at = 2021-01-01T00:00:00Z\n")
-    return SignedRun(settings, keyring, revoked, stored_range(settings),
-                     checkpoint_values(settings), publisher.producer_id)
+    revoked.write_text(
+        keyring_entry_toml("runtime-1", key.public_pem(), LONG_AGO)
+        + "revoked_at = 2021-01-01T00:00:00Z\n"
+    )
+    return SignedRun(
+        settings,
+        keyring,
+        revoked,
+        stored_range(settings),
+        checkpoint_values(settings),
+        publisher.producer_id,
+    )
 
 
 def checkpoint_values(settings: KafkaSettings) -> list[bytes]:
@@ -111,8 +122,12 @@ def copy_checkpoints(settings: KafkaSettings, values: list[bytes]) -> None:
 
 @pytest.fixture(scope="module")
 def run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> SignedRun:
-    return publish_signed(fresh_topics(kafka_bootstrap), tmp_path_factory.mktemp("spool"),
-                          tmp_path_factory.mktemp("keys"), seed=23)
+    return publish_signed(
+        fresh_topics(kafka_bootstrap),
+        tmp_path_factory.mktemp("spool"),
+        tmp_path_factory.mktemp("keys"),
+        seed=23,
+    )
 
 
 @pytest.fixture
@@ -126,8 +141,9 @@ def cli_env() -> Iterator[None]:
             os.environ[k] = v
 
 
-def verify(settings: KafkaSettings, capsys: pytest.CaptureFixture[str],
-           *args: str) -> tuple[int, dict[str, Any]]:
+def verify(
+    settings: KafkaSettings, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, dict[str, Any]]:
     os.environ["KAFKA_BOOTSTRAP_SERVERS"] = settings.bootstrap_servers or ""
     os.environ["TURNAUDIT_TOPIC_PREFIX"] = settings.topics.prefix
     capsys.readouterr()
@@ -136,13 +152,11 @@ def verify(settings: KafkaSettings, capsys: pytest.CaptureFixture[str],
 
 
 def statuses(report: dict[str, Any]) -> dict[tuple[str, str], str]:
-    return {(s["session_id"], s["producer_id"]): s["status"]
-            for s in report["trust"]["streams"]}
+    return {(s["session_id"], s["producer_id"]): s["status"] for s in report["trust"]["streams"]}
 
 
 def named(report: dict[str, Any], kind: str) -> set[tuple[str, str]]:
-    return {(f["session_id"], f["producer_id"]) for f in report["unexplained"]
-            if f["kind"] == kind}
+    return {(f["session_id"], f["producer_id"]) for f in report["unexplained"] if f["kind"] == kind}
 
 
 def streams_of(messages: list[Stored]) -> dict[tuple[str, str], list[int]]:
@@ -158,8 +172,7 @@ def streams_of(messages: list[Stored]) -> dict[tuple[str, str], list[int]]:
 def test_an_honest_signed_run_verifies_clean_every_stream_signed(
     run: SignedRun, capsys: pytest.CaptureFixture[str], cli_env: None
 ) -> None:
-    code, report = verify(run.settings, capsys, "--keyring", str(run.keyring),
-                          "--require-signed")
+    code, report = verify(run.settings, capsys, "--keyring", str(run.keyring), "--require-signed")
     assert report["unexplained"] == []
     assert code == 0
     trust = report["trust"]
@@ -235,12 +248,19 @@ def longest(run: SignedRun) -> tuple[tuple[str, str], list[int]]:
     return max(streams_of(run.messages).items(), key=lambda kv: len(kv[1]))
 
 
-@settings(max_examples=5, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=5,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(data=st.data())
 def test_a_rewritten_stream_with_a_recomputed_chain_is_found(
-    run: SignedRun, longest: tuple[tuple[str, str], list[int]],
-    capsys: pytest.CaptureFixture[str], cli_env: None, data: st.DataObject,
+    run: SignedRun,
+    longest: tuple[tuple[str, str], list[int]],
+    capsys: pytest.CaptureFixture[str],
+    cli_env: None,
+    data: st.DataObject,
 ) -> None:
     stream, indexes = longest
     chosen = data.draw(st.sets(st.integers(0, len(indexes) - 1), min_size=1, max_size=4))
@@ -268,8 +288,13 @@ def test_a_checkpoint_with_a_bad_signature_makes_its_streams_forged(
     honest = [c for c in map(decode_checkpoint, run.checkpoints) if c is not None]
     victim = next(c for c in honest if c.heads)
     head = victim.heads[0]
-    tampered = replace(victim, heads=(StreamHead(head.session_id, head.producer_id,
-                                                 head.sequence, "f" * 64), *victim.heads[1:]))
+    tampered = replace(
+        victim,
+        heads=(
+            StreamHead(head.session_id, head.producer_id, head.sequence, "f" * 64),
+            *victim.heads[1:],
+        ),
+    )
     copy_checkpoints(target, [*run.checkpoints, tampered.encode()])
     code, report = verify(target, capsys, "--keyring", str(run.keyring))
     assert code == 1
@@ -289,8 +314,10 @@ def test_checkpoints_signed_by_a_revoked_key_make_every_stream_forged(
 
 
 def test_a_stream_cut_before_its_signed_head_is_truncated(
-    run: SignedRun, longest: tuple[tuple[str, str], list[int]],
-    capsys: pytest.CaptureFixture[str], cli_env: None,
+    run: SignedRun,
+    longest: tuple[tuple[str, str], list[int]],
+    capsys: pytest.CaptureFixture[str],
+    cli_env: None,
 ) -> None:
     stream, indexes = longest
     target = fresh_prefix(run.settings)
@@ -315,18 +342,22 @@ def test_a_removed_checkpoint_breaks_the_chain(
     assert len({c.index for c in honest}) >= 3
     # Every copy of checkpoint 1 goes (a retried produce may have stored one twice).
     gone = next(c for c in honest if c.index == 1).digest()
-    copy_checkpoints(target, [v for v, c in zip(run.checkpoints, honest, strict=True)
-                              if c.digest() != gone])
+    copy_checkpoints(
+        target, [v for v, c in zip(run.checkpoints, honest, strict=True) if c.digest() != gone]
+    )
     code, report = verify(target, capsys, "--keyring", str(run.keyring))
-    assert code == 1, (sorted((c.index, c.final, len(c.heads)) for c in honest),
-                       {k: v for k, v in report["trust"].items() if k != "streams"})
+    assert code == 1, (
+        sorted((c.index, c.final, len(c.heads)) for c in honest),
+        {k: v for k, v in report["trust"].items() if k != "streams"},
+    )
     problems = [(c["index"], c["problem"]) for c in report["trust"]["invalid_checkpoints"]]
     assert problems == [(2, "chain_break")]
     # The break is a finding of its own, also when checkpoint 2 names no stream (a final
     # one written when nothing had advanced since checkpoint 1); the streams it names are
     # forged.
-    assert [f["checkpoint"] for f in report["unexplained"]
-            if f["kind"] == "invalid_checkpoint"] == [2]
+    assert [
+        f["checkpoint"] for f in report["unexplained"] if f["kind"] == "invalid_checkpoint"
+    ] == [2]
     after = next(c for c in honest if c.index == 2)
     assert {h.stream for h in after.heads} <= named(report, "forged")
 
@@ -366,8 +397,11 @@ def test_publish_never_waits_on_signing(kafka_bootstrap: str, tmp_path: Path) ->
     key = SlowKey(Ed25519PrivateKey.generate(), "slow")
     registry = CollectorRegistry()
     publisher = TurnEventPublisher(
-        settings_, spool_dir=tmp_path / "spool", registry=registry,
-        checkpoints=CheckpointSettings(key, interval_s=0.01, max_turns=20))
+        settings_,
+        spool_dir=tmp_path / "spool",
+        registry=registry,
+        checkpoints=CheckpointSettings(key, interval_s=0.01, max_turns=20),
+    )
     sim = TurnRuntimeSimulator(5, schema_versions=(4,), concurrent_sessions=8)
     events = list(sim.events(400))
     started = time.monotonic()
@@ -381,8 +415,11 @@ def test_publish_never_waits_on_signing(kafka_bootstrap: str, tmp_path: Path) ->
     assert publisher.checkpointer.written >= 2
     stored = [decode_checkpoint(v) for v in checkpoint_values(settings_)]
     # On the publisher's /metrics: every checkpoint acknowledged, none waiting.
-    assert registry.get_sample_value("turnaudit_publisher_checkpoints_written_total") == len(
-        stored) == publisher.checkpointer.written
+    assert (
+        registry.get_sample_value("turnaudit_publisher_checkpoints_written_total")
+        == len(stored)
+        == publisher.checkpointer.written
+    )
     assert registry.get_sample_value("turnaudit_publisher_checkpoints_unsent") == 0
     assert stored[-1] is not None
     assert stored[-1].final
@@ -392,20 +429,42 @@ def test_publish_never_waits_on_signing(kafka_bootstrap: str, tmp_path: Path) ->
 
 
 def test_a_crashed_publishers_unsigned_tail_is_counted_and_a_finding_only_when_required(
-    kafka_bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], cli_env: None,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    cli_env: None,
 ) -> None:
     target = fresh_topics(kafka_bootstrap)
     made = generate_keys(tmp_path / "keys", "crash-1")
     keyring = tmp_path / "keyring.toml"
-    keyring.write_text(keyring_entry_toml("crash-1", load_signing_key(
-        made.private_path, "crash-1").public_pem(), LONG_AGO))
-    env = {**os.environ, "TURNAUDIT_SIGNING_KEY_FILE": str(made.private_path),
-           "TURNAUDIT_SIGNING_KEY_ID": "crash-1", "TURNAUDIT_CHECKPOINT_INTERVAL_S": "3600",
-           "TURNAUDIT_CHECKPOINT_MAX_TURNS": "30"}
+    keyring.write_text(
+        keyring_entry_toml(
+            "crash-1", load_signing_key(made.private_path, "crash-1").public_pem(), LONG_AGO
+        )
+    )
+    env = {
+        **os.environ,
+        "TURNAUDIT_SIGNING_KEY_FILE": str(made.private_path),
+        "TURNAUDIT_SIGNING_KEY_ID": "crash-1",
+        "TURNAUDIT_CHECKPOINT_INTERVAL_S": "3600",
+        "TURNAUDIT_CHECKPOINT_MAX_TURNS": "30",
+    }
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.crash_part", target.bootstrap_servers or "",
-         target.topics.prefix, str(tmp_path / "spool"), "31"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "tests.support.crash_part",
+            target.bootstrap_servers or "",
+            target.topics.prefix,
+            str(tmp_path / "spool"),
+            "31",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=PROJECT_ROOT,
+        env=env,
+    )
     assert child.stdin is not None
     assert child.stdout is not None
     try:
@@ -429,10 +488,10 @@ def test_a_crashed_publishers_unsigned_tail_is_counted_and_a_finding_only_when_r
     assert 10 <= tail < 10 + 30
     assert sum(s["last_seen"] + 1 for s in streams) == 70
     assert {s["status"] for s in streams} <= {"signed", "unsigned"}
-    assert all("its producer signs" in s["detail"] for s in streams
-               if s["status"] == "unsigned")
+    assert all("its producer signs" in s["detail"] for s in streams if s["status"] == "unsigned")
     assert report["trust"]["checkpoints"]["closed_producers"] == 0
     code, report = verify(target, capsys, "--keyring", str(keyring), "--require-signed")
     assert code == 1
-    assert named(report, "forged") == {(s["session_id"], s["producer_id"]) for s in streams
-                                       if s["unsigned_tail"]}
+    assert named(report, "forged") == {
+        (s["session_id"], s["producer_id"]) for s in streams if s["unsigned_tail"]
+    }

@@ -24,20 +24,42 @@ pytestmark = pytest.mark.broker
 def scrape(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
         text = reply.read().decode()
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
-            if not s.labels}
+    return {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if not s.labels
+    }
 
 
 def test_a_simulated_runtime_serves_its_publisher_metrics_while_it_publishes(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     port = free_port()
-    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers or "",
-           "TURNAUDIT_TOPIC_PREFIX": kafka_settings.topics.prefix}
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers or "",
+        "TURNAUDIT_TOPIC_PREFIX": kafka_settings.topics.prefix,
+    }
     run = subprocess.Popen(
-        [sys.executable, "-m", "turnaudit.cli", "simulate", "--events", "400", "--rate", "100",
-         "--spool-dir", str(tmp_path / "spool"), "--metrics-port", str(port)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "turnaudit.cli",
+            "simulate",
+            "--events",
+            "400",
+            "--rate",
+            "100",
+            "--spool-dir",
+            str(tmp_path / "spool"),
+            "--metrics-port",
+            str(port),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     seen: list[float] = []
     deadline = time.monotonic() + 60

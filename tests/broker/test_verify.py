@@ -99,8 +99,14 @@ def findings(verifier_report: dict[str, Any], kind: str) -> list[dict[str, Any]]
 
 def report_of(messages: list[Stored]) -> dict[str, Any]:
     return VerifyReport(
-        {"topic": "copy", "description": "in memory", "partitions": {}, "from": None,
-         "to": None, "from_log_start": True},
+        {
+            "topic": "copy",
+            "description": "in memory",
+            "partitions": {},
+            "from": None,
+            "to": None,
+            "from_log_start": True,
+        },
         verify_in_memory(messages),
     ).as_json()
 
@@ -327,8 +333,6 @@ def test_a_terminal_gets_a_summary_and_the_verdict(
     assert f"turns {truth.events} " in out
     assert "the whole retained stream" in out
     assert out.rstrip().endswith("verify: every turn accounted for")
-
-
 
 
 def test_heads_of_an_earlier_report_catch_a_truncated_or_rewritten_tail(

@@ -39,8 +39,9 @@ KINDS = ("removed", "inserted", "swapped", "edited")
 
 
 @contextmanager
-def follower(settings: KafkaSettings, port: int, log: Path, *args: str
-             ) -> Iterator[subprocess.Popen[bytes]]:
+def follower(
+    settings: KafkaSettings, port: int, log: Path, *args: str
+) -> Iterator[subprocess.Popen[bytes]]:
     """``verify --follow --grace 2`` (and ``args``) as a process of its own."""
     env = {
         "PATH": os.environ.get("PATH", ""),
@@ -50,8 +51,12 @@ def follower(settings: KafkaSettings, port: int, log: Path, *args: str
         "TURNAUDIT_HTTP_PORT": str(port),
     }
     with log.open("ab") as stderr:
-        proc = subprocess.Popen([TURNAUDIT, "verify", "--follow", "--grace", "2", *args], env=env,
-                                stdout=subprocess.DEVNULL, stderr=stderr)
+        proc = subprocess.Popen(
+            [TURNAUDIT, "verify", "--follow", "--grace", "2", *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
     try:
         yield proc
     finally:
@@ -67,17 +72,22 @@ def scrape(port: int) -> dict[str, float]:
     for family in text_string_to_metric_families(body):
         for sample in family.samples:
             if sample.name.startswith("turnaudit_verify_") or sample.name.startswith(
-                    "turnaudit_consumer_messages"):
+                "turnaudit_consumer_messages"
+            ):
                 labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                found[f"{sample.name}{{{labels}}}"] = found.get(
-                    f"{sample.name}{{{labels}}}", 0) + sample.value
+                found[f"{sample.name}{{{labels}}}"] = (
+                    found.get(f"{sample.name}{{{labels}}}", 0) + sample.value
+                )
     return found
 
 
 def checkpoint(settings: KafkaSettings) -> dict[int, dict[str, Any]]:
     latest: dict[bytes, bytes | None] = dict(read_state(settings))
-    return {int(k.decode().split(":")[1]): json.loads(v) for k, v in latest.items()
-            if k.startswith(b"partition:") and v is not None}
+    return {
+        int(k.decode().split(":")[1]): json.loads(v)
+        for k, v in latest.items()
+        if k.startswith(b"partition:") and v is not None
+    }
 
 
 def caught_up(settings: KafkaSettings) -> bool:
@@ -117,7 +127,9 @@ def tampered_streams(settings: KafkaSettings) -> None:
 
 
 def test_follow_finds_tampering_resumes_after_sigkill_and_agrees_with_one_shot_verify(
-    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     settings = fresh_topics(kafka_bootstrap)
@@ -127,8 +139,9 @@ def test_follow_finds_tampering_resumes_after_sigkill_and_agrees_with_one_shot_v
         assert wait_for(lambda: caught_up(settings), timeout=90)
         tampered_streams(settings)
         assert wait_for(lambda: caught_up(settings), timeout=60)
-        assert wait_for(lambda: scrape(port)["turnaudit_verify_lost_turns_total{}"] >= 1,
-                        timeout=30)
+        assert wait_for(
+            lambda: scrape(port)["turnaudit_verify_lost_turns_total{}"] >= 1, timeout=30
+        )
         first = scrape(port)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -145,8 +158,10 @@ def test_follow_finds_tampering_resumes_after_sigkill_and_agrees_with_one_shot_v
         after = scrape(port)
     reread = after["turnaudit_verify_reread_messages_total{}"]
     proved_again = after["turnaudit_verify_turns_proved_total{}"]
-    print(f"\nrestart after SIGKILL: {proved_again:.0f} turns proved, {reread:.0f} messages "
-          "read again below the checkpoint")
+    print(
+        f"\nrestart after SIGKILL: {proved_again:.0f} turns proved, {reread:.0f} messages "
+        "read again below the checkpoint"
+    )
     assert proved_again == 200
     high_at_kill = sum(p["offset"] for p in at_kill.values())
     assert reread <= high_at_kill  # never more than the uncheckpointed tail (here: ~0)

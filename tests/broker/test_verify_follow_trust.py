@@ -42,8 +42,13 @@ VALID = "turnaudit_verify_signed_checkpoints_total{result=valid}"
 
 @pytest.fixture(scope="module")
 def run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> SignedRun:
-    return publish_signed(fresh_topics(kafka_bootstrap), tmp_path_factory.mktemp("spool"),
-                          tmp_path_factory.mktemp("keys"), seed=41, events=240)
+    return publish_signed(
+        fresh_topics(kafka_bootstrap),
+        tmp_path_factory.mktemp("spool"),
+        tmp_path_factory.mktemp("keys"),
+        seed=41,
+        events=240,
+    )
 
 
 def keyring_args(run: SignedRun, *more: str) -> tuple[str, ...]:
@@ -51,8 +56,7 @@ def keyring_args(run: SignedRun, *more: str) -> tuple[str, ...]:
 
 
 def forgeries(found: dict[str, float]) -> float:
-    return sum(v for k, v in found.items()
-               if k.startswith("turnaudit_verify_forgeries_total{"))
+    return sum(v for k, v in found.items() if k.startswith("turnaudit_verify_forgeries_total{"))
 
 
 def settled(port: int, streams: int) -> bool:
@@ -61,13 +65,13 @@ def settled(port: int, streams: int) -> bool:
         found = scrape(port)
     except OSError:  # the service is not serving /metrics yet
         return False
-    judged = sum(found.get(TRUST % s, 0) for s in ("signed", "unsigned", "forged",
-                                                   "truncated"))
+    judged = sum(found.get(TRUST % s, 0) for s in ("signed", "unsigned", "forged", "truncated"))
     return judged == streams and found.get(TRUST % "pending", 0) == 0
 
 
 def test_an_honest_signed_run_is_signed_throughout_and_resumes_after_sigkill(
-    run: SignedRun, tmp_path: Path,
+    run: SignedRun,
+    tmp_path: Path,
 ) -> None:
     target = fresh_prefix(run.settings)
     copy_to(target, run.messages)
@@ -100,7 +104,8 @@ def test_an_honest_signed_run_is_signed_throughout_and_resumes_after_sigkill(
 
 
 def test_a_stream_forged_under_a_new_producer_id_is_forged_within_the_grace(
-    run: SignedRun, tmp_path: Path,
+    run: SignedRun,
+    tmp_path: Path,
 ) -> None:
     target = fresh_prefix(run.settings)
     copy_to(target, run.messages)
@@ -123,16 +128,19 @@ def test_a_stream_forged_under_a_new_producer_id_is_forged_within_the_grace(
             producer.produce(target.topics.turn_events, value, event["session_id"].encode())
         assert producer.flush(30) == 0
         sent = time.monotonic()
-        assert wait_for(lambda: scrape(port).get(FORGERIES % "uncovered", 0) == 1,
-                        timeout=GRACE + 30)
+        assert wait_for(
+            lambda: scrape(port).get(FORGERIES % "uncovered", 0) == 1, timeout=GRACE + 30
+        )
         took = time.monotonic() - sent
         found = scrape(port)
         assert wait_for(lambda: caught_up(target), timeout=30)
         time.sleep(2)  # the forgery's flush, then the batch's
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
-    print(f"\nforged stream under a new producer id: forged {took:.1f} s after it was "
-          f"written (trust grace {GRACE:g} s)")
+    print(
+        f"\nforged stream under a new producer id: forged {took:.1f} s after it was "
+        f"written (trust grace {GRACE:g} s)"
+    )
     assert took >= GRACE - 0.5  # not before the grace: a checkpoint could still cover it
     assert took < GRACE + 5  # and soon after it: the reader's horizon moves every second
     assert found[TRUST % "forged"] == 1
@@ -149,12 +157,18 @@ def test_a_stream_forged_under_a_new_producer_id_is_forged_within_the_grace(
 
 
 def test_a_rewritten_turn_at_a_signed_position_is_forged(
-    run: SignedRun, tmp_path: Path,
+    run: SignedRun,
+    tmp_path: Path,
 ) -> None:
     by_stream = streams_of(run.messages)
     stream, indexes = max(by_stream.items(), key=lambda kv: len(kv[1]))
-    signed = {h.sequence for c in map(decode_checkpoint, run.checkpoints) if c is not None
-              for h in c.heads if h.stream == stream}
+    signed = {
+        h.sequence
+        for c in map(decode_checkpoint, run.checkpoints)
+        if c is not None
+        for h in c.heads
+        if h.stream == stream
+    }
     position = min(signed)  # its own hash and every later one change: the chain holds
     target = fresh_prefix(run.settings)
     copy_to(target, rewrite(run.messages, indexes, {position}))
@@ -162,8 +176,7 @@ def test_a_rewritten_turn_at_a_signed_position_is_forged(
     port = free_port()
     with follower(target, port, tmp_path / "follow.log", *keyring_args(run)):
         assert wait_for(lambda: caught_up(target), timeout=90)
-        assert wait_for(lambda: scrape(port).get(FORGERIES % "rewritten", 0) == 1,
-                        timeout=30)
+        assert wait_for(lambda: scrape(port).get(FORGERIES % "rewritten", 0) == 1, timeout=30)
         assert wait_for(lambda: settled(port, len(by_stream)), timeout=30)
         found = scrape(port)
     assert found[TRUST % "forged"] == 1

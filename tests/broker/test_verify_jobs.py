@@ -38,8 +38,9 @@ ENCODE_V3 = SingleObjectSerializer(shipped_catalog().version(3))
 
 
 @pytest.fixture(scope="module")
-def faulty(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[
-        KafkaSettings, list[Stored]]:
+def faulty(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[KafkaSettings, list[Stored]]:
     """A published range (v1-v3, 3 partitions) copied with faults in every partition:
     a turn removed, one stored twice, one forged at a taken position, one re-sent with
     other content, one edited, two of a stream swapped."""
@@ -48,8 +49,11 @@ def faulty(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> tu
     messages = stored_range(settings)
     copy = list(messages)
     for partition in sorted({m.partition for m in messages}):
-        mine = [i for i, m in enumerate(copy) if m.partition == partition
-                and DECODE(m.value).writer_version == 3]
+        mine = [
+            i
+            for i, m in enumerate(copy)
+            if m.partition == partition and DECODE(m.value).writer_version == 3
+        ]
         assert len(mine) > 12, "each partition needs chained turns to tamper with"
         a, b, c, d = (mine[k] for k in (2, 4, 6, 8))
         e, f = same_stream_pair(copy, mine[9:])
@@ -77,8 +81,12 @@ def same_stream_pair(copy: list[Stored], indices: list[int]) -> tuple[int, int]:
     raise AssertionError("no stream with two turns in the partition")
 
 
-def run_cli(settings: KafkaSettings, monkeypatch: pytest.MonkeyPatch,
-            capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+def run_cli(
+    settings: KafkaSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *args: str,
+) -> tuple[int, dict[str, Any]]:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
     monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
     capsys.readouterr()
@@ -107,36 +115,49 @@ def private_tmp(monkeypatch: pytest.MonkeyPatch, tmp: Path) -> Path:
 
 class TestJobsAndMemory:
     def test_jobs_and_ids_or_streams_spilled_report_what_one_process_does(
-        self, faulty: tuple[KafkaSettings, list[Stored]], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        self,
+        faulty: tuple[KafkaSettings, list[Stored]],
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+        tmp_path: Path,
     ) -> None:
         target, _ = faulty
         tmp = private_tmp(monkeypatch, tmp_path)
         code, one = run_cli(target, monkeypatch, capsys, "--jobs", "1")
         assert code == 1
         assert set(one["unexplained_by_kind"]) >= {
-            "position_reused", "content_changed", "chain_break", "late_arrival"}
+            "position_reused",
+            "content_changed",
+            "chain_break",
+            "late_arrival",
+        }
         assert one["duplicates"]["count"] == 3
         assert one["undecodable"] == 3
         # Ids and streams spilled too (the others to disk, read back when needed).
-        for args in (["--jobs", "2"], ["--jobs", "3", "--memory-ids", "5"],
-                     ["--jobs", "1", "--memory-ids", "5"],
-                     ["--jobs", "2", "--memory-ids", "5", "--memory-streams", "3"],
-                     ["--jobs", "1", "--memory-streams", "2"]):
+        for args in (
+            ["--jobs", "2"],
+            ["--jobs", "3", "--memory-ids", "5"],
+            ["--jobs", "1", "--memory-ids", "5"],
+            ["--jobs", "2", "--memory-ids", "5", "--memory-streams", "3"],
+            ["--jobs", "1", "--memory-streams", "2"],
+        ):
             code, other = run_cli(target, monkeypatch, capsys, *args)
             assert code == 1, args
             assert ordered(other) == ordered(one), args
         assert list(tmp.iterdir()) == []  # every spill and hand-over directory removed
 
     def test_an_event_id_stored_in_two_partitions_is_found_with_two_jobs(
-        self, faulty: tuple[KafkaSettings, list[Stored]], monkeypatch: pytest.MonkeyPatch,
+        self,
+        faulty: tuple[KafkaSettings, list[Stored]],
+        monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str],
     ) -> None:
         target, copy = faulty
         # Partitions 0 and 2 go to one job, 1 to the other: a copy of a partition-0 turn
         # stored in partition 1 is met only when the jobs' ids are merged.
-        moved = next(m for m in copy if m.partition == 0 and m.value
-                     and DECODE(m.value).writer_version == 3)
+        moved = next(
+            m for m in copy if m.partition == 0 and m.value and DECODE(m.value).writer_version == 3
+        )
         elsewhere = fresh_prefix(target)
         copy_to(elsewhere, [*copy, replace(moved, partition=1, key=b"another-key")])
         code, report = run_cli(elsewhere, monkeypatch, capsys, "--jobs", "2")
@@ -148,7 +169,9 @@ class TestJobsAndMemory:
         assert "key_mismatch" in report["unexplained_by_kind"]
 
     def test_a_failing_job_fails_verify_and_leaves_no_file(
-        self, faulty: tuple[KafkaSettings, list[Stored]], monkeypatch: pytest.MonkeyPatch,
+        self,
+        faulty: tuple[KafkaSettings, list[Stored]],
+        monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path,
     ) -> None:
         target, _ = faulty
@@ -157,8 +180,14 @@ class TestJobsAndMemory:
         end = end_offsets(target, topic)
         beyond = {**end, 1: end[1] + 5}  # offsets never written: that job times out
         with pytest.raises(BrokerError, match="timed out reading"):
-            verify_in_jobs(target, topic, DECODE, VerifierOptions({p: 0 for p in end},
-                                                                   memory=IdMemory(5)),
-                           start={}, end=beyond, jobs=2, timeout=3.0)
+            verify_in_jobs(
+                target,
+                topic,
+                DECODE,
+                VerifierOptions({p: 0 for p in end}, memory=IdMemory(5)),
+                start={},
+                end=beyond,
+                jobs=2,
+                timeout=3.0,
+            )
         assert list(tmp.iterdir()) == []
-

@@ -71,8 +71,7 @@ def test_a_log_start_moved_mid_stream_is_retention_not_loss_and_heads_still_find
     # Retention: every record before the middle of each partition is deleted.
     assert delete_records_before(settings, topic, half) == half
     streams = streams_by_offset(messages)
-    spanning = {s for s, rows in streams.items()
-                if rows[0][1] < half[rows[0][0]] <= rows[-1][1]}
+    spanning = {s for s, rows in streams.items() if rows[0][1] < half[rows[0][0]] <= rows[-1][1]}
     gone = {s for s, rows in streams.items() if rows[-1][1] < half[rows[0][0]]}
     assert spanning
     assert gone
@@ -104,11 +103,13 @@ def test_a_log_start_moved_mid_stream_is_retention_not_loss_and_heads_still_find
 
     # Heads proved only to 1/3: what lay between them and the cut was never proved, and
     # is gone: a truncation, with its stream and positions.
-    code, truncated = run_cli(settings, monkeypatch, capsys,
-                              "--heads", str(tmp_path / "early.json"))
+    code, truncated = run_cli(
+        settings, monkeypatch, capsys, "--heads", str(tmp_path / "early.json")
+    )
     assert code == 1
-    early_heads = {(h["session_id"], h["producer_id"]): h["position"]
-                   for h in early["streams"]["heads"]}
+    early_heads = {
+        (h["session_id"], h["producer_id"]): h["position"] for h in early["streams"]["heads"]
+    }
     expected: dict[StreamId, list[int]] = {}
     for stream, rows in streams.items():
         if stream not in early_heads or stream not in spanning:
@@ -117,8 +118,11 @@ def test_a_log_start_moved_mid_stream_is_retention_not_loss_and_heads_still_find
         if first[2] > early_heads[stream] + 1:
             expected[stream] = list(range(early_heads[stream] + 1, first[2]))[:20]
     assert expected
-    found = {(f["session_id"], f["producer_id"]): f["positions"]
-             for f in truncated["unexplained"] if f["kind"] == "truncated"}
+    found = {
+        (f["session_id"], f["producer_id"]): f["positions"]
+        for f in truncated["unexplained"]
+        if f["kind"] == "truncated"
+    }
     assert found == expected
     assert set(truncated["unexplained_by_kind"]) == {"truncated"}
     assert truncated["lost"] == 0

@@ -31,7 +31,9 @@ def offsets(at: dict[int, int]) -> str:
 
 
 def test_a_metrics_service_running_since_before_the_range_reconciles_by_its_counters_change(
-    kafka_settings: KafkaSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kafka_settings: KafkaSettings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     topic = kafka_settings.topics.turn_events
@@ -56,9 +58,22 @@ def test_a_metrics_service_running_since_before_the_range_reconciles_by_its_coun
 
         def verify(start_at: dict[int, int]) -> tuple[int, dict[str, object]]:
             capsys.readouterr()
-            code = main(["verify", "--json", "--from-offsets", offsets(start_at),
-                         "--to-offsets", offsets(end), "--metrics-url", url,
-                         "--metrics-before", str(before), "--metrics-settle", "1"])
+            code = main(
+                [
+                    "verify",
+                    "--json",
+                    "--from-offsets",
+                    offsets(start_at),
+                    "--to-offsets",
+                    offsets(end),
+                    "--metrics-url",
+                    url,
+                    "--metrics-before",
+                    str(before),
+                    "--metrics-settle",
+                    "1",
+                ]
+            )
             return code, json.loads(capsys.readouterr().out)
 
         code, report = verify(start)
@@ -66,12 +81,16 @@ def test_a_metrics_service_running_since_before_the_range_reconciles_by_its_coun
         assert report["counts"]["turns"] == 80  # type: ignore[index]
         # One turn more in the range than the counters rose by (counted before it began).
         p = next(p for p, o in start.items() if o > 0)
-        extra = next(m for m in stored_range(kafka_settings)
-                     if (m.partition, m.offset) == (p, start[p] - 1))
+        extra = next(
+            m for m in stored_range(kafka_settings) if (m.partition, m.offset) == (p, start[p] - 1)
+        )
         pack = DECODE(extra.value).event["pack_id"]
         code, report = verify({**start, p: start[p] - 1})
     assert code == 1
-    uncounted = [f for f in report["unexplained"]  # type: ignore[attr-defined]
-                 if f["kind"] == "uncounted"]
+    uncounted = [
+        f
+        for f in report["unexplained"]  # type: ignore[attr-defined]
+        if f["kind"] == "uncounted"
+    ]
     assert {(f["pack"], f["counter"]) for f in uncounted} >= {(pack, "turnaudit_turns_total")}
     assert all(f["pack"] == pack for f in uncounted)

@@ -31,14 +31,19 @@ class _Err:
 @dataclass
 class RecordingProducer:
     stored: list[tuple[str, bytes, bytes]] = field(default_factory=list)  # topic, value, key
-    queued: list[tuple[str, bytes, bytes, DeliveryCallback | None]] = field(
-        default_factory=list)
+    queued: list[tuple[str, bytes, bytes, DeliveryCallback | None]] = field(default_factory=list)
     fail_next: int = 0  # deliveries to report as failed
     full_next: int = 0  # produce calls to refuse with a full queue
 
-    def produce(self, topic: str, value: bytes | None, key: bytes | None = None, *,
-                on_delivery: DeliveryCallback | None = None,
-                on_full: OnFull | None = None) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        on_delivery: DeliveryCallback | None = None,
+        on_full: OnFull | None = None,
+    ) -> None:
         if self.full_next:
             self.full_next -= 1
             raise QueueFullError("full")

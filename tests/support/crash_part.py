@@ -18,8 +18,7 @@ def main(argv: list[str]) -> int:
     bootstrap, prefix, spool, seed = argv[0], argv[1], Path(argv[2]), int(argv[3])
     settings = KafkaSettings(bootstrap_servers=bootstrap, topics=TopicNames(prefix))
     publisher = TurnEventPublisher(settings, spool_dir=spool, probe_interval=0.2)
-    source = TurnRuntimeSimulator(seed, schema_versions=(3,), concurrent_sessions=6).events(
-        100_000)
+    source = TurnRuntimeSimulator(seed, schema_versions=(3,), concurrent_sessions=6).events(100_000)
     published = 0
     for line in sys.stdin:
         n = int(line.split()[1])
@@ -28,12 +27,16 @@ def main(argv: list[str]) -> int:
         published += n
         time.sleep(1.0)
         deadline = time.monotonic() + 30
-        while "wait" in line and publisher.stats().delivered < published and (
-                time.monotonic() < deadline):
+        while (
+            "wait" in line
+            and publisher.stats().delivered < published
+            and (time.monotonic() < deadline)
+        ):
             time.sleep(0.1)
         stats = publisher.stats()
-        print(f"published {published} delivered {stats.delivered} spooled {stats.spooled}",
-              flush=True)
+        print(
+            f"published {published} delivered {stats.delivered} spooled {stats.spooled}", flush=True
+        )
     return 0
 
 

@@ -12,7 +12,7 @@ from turnaudit.consumers.log_sink import LogSink
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumerMetrics
 from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
-from turnaudit.consumers.verify_follow import FollowMetrics
+from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.producers.metrics import BreachMetrics, PublisherMetrics
 from turnaudit.settings import KafkaSettings
 

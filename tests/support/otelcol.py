@@ -97,15 +97,19 @@ def _listening(port: int) -> bool:
 
 @contextmanager
 def running_collector(
-    folder: Path, *, ports: tuple[int, int] | None = None, name: str = "evaluations",
+    folder: Path,
+    *,
+    ports: tuple[int, int] | None = None,
+    name: str = "evaluations",
     timeout: float = 30,
 ) -> Iterator[Collector]:
     """The collector on free loopback ports (or ``ports``: gRPC, HTTP), writing
     ``<name>.jsonl`` (truncated at start), stopped (SIGTERM) when the block ends."""
     assert BINARY.exists(), f"{BINARY} not found: run `make otelcol` (needs the Go toolchain)"
     grpc_port, http_port = ports or free_ports(2)
-    collector = Collector(grpc_port, http_port, folder / f"{name}.jsonl",
-                          folder / f"{name}.otelcol.log")
+    collector = Collector(
+        grpc_port, http_port, folder / f"{name}.jsonl", folder / f"{name}.otelcol.log"
+    )
     env = {
         "PATH": os.environ.get("PATH", ""),
         "OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",

@@ -111,7 +111,9 @@ def rule_test_data() -> tuple[Samples, list[Case]]:
             for case in group.get("alert_rule_test", []):
                 cases.append(
                     Case(
-                        path.name, group_index, start + seconds(case["eval_time"]),
+                        path.name,
+                        group_index,
+                        start + seconds(case["eval_time"]),
                         case["alertname"],
                         [dict(a.get("exp_labels", {})) for a in case.get("exp_alerts") or []],
                     )
@@ -151,7 +153,9 @@ def prometheus_over(samples: Samples, workdir: Path) -> Iterator[PrometheusAt]:
     tsdb = workdir / "tsdb"
     made = subprocess.run(
         [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(tsdb)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert made.returncode == 0, made.stdout + made.stderr
     with prometheus_serving(tsdb, workdir) as served:
@@ -168,8 +172,11 @@ def prometheus_serving(tsdb: Path, workdir: Path) -> Iterator[PrometheusAt]:
     log = workdir / "prometheus.log"
     with process(
         [
-            server, f"--config.file={config}", f"--storage.tsdb.path={tsdb}",
-            "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}",
+            server,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tsdb}",
+            "--storage.tsdb.retention.time=100y",
+            f"--web.listen-address=127.0.0.1:{port}",
         ],
         log,
     ) as proc:

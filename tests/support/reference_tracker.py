@@ -236,8 +236,11 @@ class ReferenceStreamTracker:
         if legacy:
             # v1/v2: another publisher numbering the session again.
             return TrackResult(TurnOutcome.NEW, stream_id, sequence)
-        if (self.forgotten_event_ids and self._forgotten is None
-                and stream.own.get(sequence, content) == content):
+        if (
+            self.forgotten_event_ids
+            and self._forgotten is None
+            and stream.own.get(sequence, content) == content
+        ):
             # Beyond the dedupe bound an old redelivery looks like this: its id
             # was forgotten, its position is seen. Within the bound (or with the
             # forgotten ids kept elsewhere and recalled) it cannot be.

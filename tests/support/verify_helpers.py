@@ -64,8 +64,9 @@ def publish(
     """Simulated turns whose clock starts at ``start`` (default: the simulator's, ahead of
     the wall clock, so each turn is stored at the time it is published)."""
     publisher = TurnEventPublisher(settings, spool_dir=spool)
-    sim = TurnRuntimeSimulator(seed, schema_versions=versions, concurrent_sessions=sessions,
-                               start=start)
+    sim = TurnRuntimeSimulator(
+        seed, schema_versions=versions, concurrent_sessions=sessions, start=start
+    )
     for event in sim.events(events):
         publisher.publish(event)
     assert publisher.close().ok
@@ -99,9 +100,7 @@ def verify_in_memory(messages: list[Stored]) -> Verifier:
     return verifier
 
 
-def expected_lines(
-    messages: list[Stored], surfaces: Redaction = DROPPED
-) -> list[dict[str, Any]]:
+def expected_lines(messages: list[Stored], surfaces: Redaction = DROPPED) -> list[dict[str, Any]]:
     """A direct read, decoded: what the replay must hold, partitions ascending, each by offset;
     surfaces and tool I/O as the replay's policy writes them (dropped by default)."""
     ordered = sorted(messages, key=lambda m: (m.partition, m.offset))

@@ -53,8 +53,9 @@ class Plan:
 
 def run_plan(plan: Plan) -> Run:
     """One run, in the calling (child) process."""
-    stamped = scenario.stamped_events(plan.events, seed=1, producers=plan.producers,
-                                      sessions=plan.sessions)
+    stamped = scenario.stamped_events(
+        plan.events, seed=1, producers=plan.producers, sessions=plan.sessions
+    )
     return measure(stamped, memory_ids=plan.memory_ids, drop_every=plan.drop_every)
 
 
@@ -78,11 +79,15 @@ def measure(stamped: list[scenario.Stamped], *, memory_ids: int, drop_every: int
         gc.collect()
         held = rss_bytes() - before
         spill = verifier.spill_file
-        return Run(len(verifier.tracker), verifier.lost_positions(),
-                   len(verifier.tracker.remembered()), len(verifier.event_ids)
-                   - len(verifier.tracker.remembered()),
-                   held, 0 if spill is None else sum(f.stat().st_size for f in spill.iterdir()),
-                   seconds)
+        return Run(
+            len(verifier.tracker),
+            verifier.lost_positions(),
+            len(verifier.tracker.remembered()),
+            len(verifier.event_ids) - len(verifier.tracker.remembered()),
+            held,
+            0 if spill is None else sum(f.stat().st_size for f in spill.iterdir()),
+            seconds,
+        )
 
 
 def main() -> None:
@@ -108,8 +113,10 @@ def main() -> None:
     print(f"per stream:           {per_stream:.0f} B")
     print(f"per missing position: {per_missing:.0f} B")
     print(f"per id in memory:     {per_id:.0f} B")
-    print(f"per spilled id:       {base.spill_bytes / base.spilled:.0f} B on disk "
-          f"(and a filter of {FILTER_BITS // 8 // 2**20} MiB in memory, whatever their number)")
+    print(
+        f"per spilled id:       {base.spill_bytes / base.spilled:.0f} B on disk "
+        f"(and a filter of {FILTER_BITS // 8 // 2**20} MiB in memory, whatever their number)"
+    )
     # Time: every id in memory, against 1,000 (a lookup on disk for each message whose
     # id the filters cannot rule out).
     few = scenario.stamped_events(events, seed=1, producers=1, sessions=200)

@@ -167,37 +167,93 @@ def _cases() -> list[Case]:
             )
         )
     cases += [
-        Case("dlq show: not a position", ["dlq", "show", "7"], {}, 2,
-             "turnaudit dlq: '7' is not a partition:offset like 0:42"),
-        Case("dlq list: --until before --since",
-             ["dlq", "list", "--since", "2026-02-01", "--until", "2026-01-01"], {}, 2,
-             "turnaudit dlq: --until must be later than --since"),
-        Case("dlq count: --since not a time", ["dlq", "count", "--since", "yesterday"], {}, 2,
-             "argument --since: 'yesterday' is not an ISO 8601 time"),
-        Case("dlq redrive: --partition negative", ["dlq", "redrive", "--partition", "-1"], {}, 2,
-             "argument --partition: -1 is negative"),
+        Case(
+            "dlq show: not a position",
+            ["dlq", "show", "7"],
+            {},
+            2,
+            "turnaudit dlq: '7' is not a partition:offset like 0:42",
+        ),
+        Case(
+            "dlq list: --until before --since",
+            ["dlq", "list", "--since", "2026-02-01", "--until", "2026-01-01"],
+            {},
+            2,
+            "turnaudit dlq: --until must be later than --since",
+        ),
+        Case(
+            "dlq count: --since not a time",
+            ["dlq", "count", "--since", "yesterday"],
+            {},
+            2,
+            "argument --since: 'yesterday' is not an ISO 8601 time",
+        ),
+        Case(
+            "dlq redrive: --partition negative",
+            ["dlq", "redrive", "--partition", "-1"],
+            {},
+            2,
+            "argument --partition: -1 is negative",
+        ),
         Case("dlq: no action", ["dlq"], {}, 2, "the following arguments are required: ACTION"),
-        Case("verify: --memory-ids 0", ["verify", "--memory-ids", "0"], {}, 2,
-             "argument --memory-ids: 0 is not a positive number"),
-        Case("verify: --memory-ids with --follow",
-             ["verify", "--follow", "--memory-ids", "5"], {}, 2,
-             "turnaudit verify: --memory-ids is for a range, not --follow (--workers N)"),
-        Case("verify: --memory-streams and --jobs with --follow",
-             ["verify", "--follow", "--memory-streams", "5", "--jobs", "2"], {}, 2,
-             "turnaudit verify: --memory-streams and --jobs are for a range, not --follow "
-             "(--workers N)"),
-        Case("verify: --memory-streams 0", ["verify", "--memory-streams", "0"], {}, 2,
-             "argument --memory-streams: 0 is not a positive number"),
-        Case("verify: --jobs 0", ["verify", "--jobs", "0"], {}, 2,
-             "argument --jobs: 0 is not a positive number"),
-        Case("simulate: --metrics-port in use", ["simulate", "--metrics-port", str(BUSY_PORT)],
-             {}, 2, f"turnaudit simulate: --metrics-port {BUSY_PORT}: cannot listen on "
-             f"127.0.0.1:{BUSY_PORT}"),
-        Case("replay: --step with a jsonl output",
-             ["replay", "--step", "60", "--into", "jsonl:{tmp}/x.jsonl"], {}, 2,
-             "turnaudit replay: --step applies to metrics and tsdb outputs, not jsonl:"),
-        Case("replay: --step 0", ["replay", "--step", "0", "--into", "tsdb:{tmp}/b"], {}, 2,
-             "argument --step: '0': at least one millisecond"),
+        Case(
+            "verify: --memory-ids 0",
+            ["verify", "--memory-ids", "0"],
+            {},
+            2,
+            "argument --memory-ids: 0 is not a positive number",
+        ),
+        Case(
+            "verify: --memory-ids with --follow",
+            ["verify", "--follow", "--memory-ids", "5"],
+            {},
+            2,
+            "turnaudit verify: --memory-ids is for a range, not --follow (--workers N)",
+        ),
+        Case(
+            "verify: --memory-streams and --jobs with --follow",
+            ["verify", "--follow", "--memory-streams", "5", "--jobs", "2"],
+            {},
+            2,
+            "turnaudit verify: --memory-streams and --jobs are for a range, not --follow "
+            "(--workers N)",
+        ),
+        Case(
+            "verify: --memory-streams 0",
+            ["verify", "--memory-streams", "0"],
+            {},
+            2,
+            "argument --memory-streams: 0 is not a positive number",
+        ),
+        Case(
+            "verify: --jobs 0",
+            ["verify", "--jobs", "0"],
+            {},
+            2,
+            "argument --jobs: 0 is not a positive number",
+        ),
+        Case(
+            "simulate: --metrics-port in use",
+            ["simulate", "--metrics-port", str(BUSY_PORT)],
+            {},
+            2,
+            f"turnaudit simulate: --metrics-port {BUSY_PORT}: cannot listen on "
+            f"127.0.0.1:{BUSY_PORT}",
+        ),
+        Case(
+            "replay: --step with a jsonl output",
+            ["replay", "--step", "60", "--into", "jsonl:{tmp}/x.jsonl"],
+            {},
+            2,
+            "turnaudit replay: --step applies to metrics and tsdb outputs, not jsonl:",
+        ),
+        Case(
+            "replay: --step 0",
+            ["replay", "--step", "0", "--into", "tsdb:{tmp}/b"],
+            {},
+            2,
+            "argument --step: '0': at least one millisecond",
+        ),
         Case(
             "sink logs: TURNAUDIT_LOG_FILE is a directory",
             ["sink", "logs"],
@@ -395,5 +451,3 @@ def test_debug_shows_the_traceback_and_librdkafka(tmp_path: Path) -> None:
         .splitlines()[-1]
         .startswith(f"turnaudit tail: cannot reach {NOWHERE}")
     )
-
-

@@ -46,15 +46,32 @@ TOPIC = "t-turn-events"
 REASONS = [r.value for r in DeadLetterReason]
 SERVICES = ["verdict-metrics", "log-sink", "htir-feeder", "producer"]
 
-header_names = st.sampled_from([
-    "dlq.reason", "dlq.error", "dlq.topic", "dlq.partition", "dlq.offset", "dlq.stage",
-    "dlq.truncated", CONNECT_HEADER_PREFIX + "topic", CONNECT_HEADER_PREFIX + "partition",
-    CONNECT_HEADER_PREFIX + "offset", CONNECT_HEADER_PREFIX + "exception.message",
-    "traceparent", "x-other",
-]) | st.text(max_size=20)
-header_values = st.none() | st.binary(max_size=24) | st.sampled_from(
-    [r.encode() for r in REASONS] + [s.encode() + b"/group" for s in SERVICES]
-    + [TOPIC.encode(), b"0", b"3", b"17", b"-1", b"9" * 30, b"\xff\xfe", b"true"])
+header_names = st.sampled_from(
+    [
+        "dlq.reason",
+        "dlq.error",
+        "dlq.topic",
+        "dlq.partition",
+        "dlq.offset",
+        "dlq.stage",
+        "dlq.truncated",
+        CONNECT_HEADER_PREFIX + "topic",
+        CONNECT_HEADER_PREFIX + "partition",
+        CONNECT_HEADER_PREFIX + "offset",
+        CONNECT_HEADER_PREFIX + "exception.message",
+        "traceparent",
+        "x-other",
+    ]
+) | st.text(max_size=20)
+header_values = (
+    st.none()
+    | st.binary(max_size=24)
+    | st.sampled_from(
+        [r.encode() for r in REASONS]
+        + [s.encode() + b"/group" for s in SERVICES]
+        + [TOPIC.encode(), b"0", b"3", b"17", b"-1", b"9" * 30, b"\xff\xfe", b"true"]
+    )
+)
 garbled_headers = st.lists(st.tuples(header_names, header_values), max_size=14)
 
 
@@ -65,9 +82,13 @@ def well_formed(draw: st.DrawFn) -> list[tuple[str, bytes | None]]:
     partition = None if stage == "producer" else draw(st.integers(0, 3))
     offset = None if partition is None else draw(st.integers(0, 50))
     pairs = dead_letter_headers(
-        reason=draw(st.sampled_from(REASONS)), error=draw(st.text(max_size=30)),
-        topic=draw(st.sampled_from([TOPIC, "t-htir-traces"])), partition=partition,
-        offset=offset, stage=stage if stage == "producer" else f"{stage}/g-{stage}")
+        reason=draw(st.sampled_from(REASONS)),
+        error=draw(st.text(max_size=30)),
+        topic=draw(st.sampled_from([TOPIC, "t-htir-traces"])),
+        partition=partition,
+        offset=offset,
+        stage=stage if stage == "producer" else f"{stage}/g-{stage}",
+    )
     return [(k, v if isinstance(v, bytes) or v is None else v.encode()) for k, v in pairs]
 
 
@@ -75,12 +96,21 @@ any_headers = garbled_headers | well_formed()
 
 
 @st.composite
-def letters(draw: st.DrawFn, headers: st.SearchStrategy[list[tuple[str, bytes | None]]]
-            = any_headers) -> list[Letter]:
+def letters(
+    draw: st.DrawFn, headers: st.SearchStrategy[list[tuple[str, bytes | None]]] = any_headers
+) -> list[Letter]:
     rows = draw(st.lists(st.tuples(headers, st.integers(0, 3 * 86_400_000)), max_size=30))
-    return [letter_of(offset % 3, offset, 1_780_000_000_000 + ms, pairs,
-                      key=b"s", value=f"v{offset % 7}".encode())
-            for offset, (pairs, ms) in enumerate(rows)]
+    return [
+        letter_of(
+            offset % 3,
+            offset,
+            1_780_000_000_000 + ms,
+            pairs,
+            key=b"s",
+            value=f"v{offset % 7}".encode(),
+        )
+        for offset, (pairs, ms) in enumerate(rows)
+    ]
 
 
 filters = st.builds(
@@ -113,15 +143,17 @@ class TestReadingLetters:
         assert letter.reason == text["dlq.reason"]
         assert letter.service == text["dlq.stage"].partition("/")[0]
         assert letter.origin_topic == text["dlq.topic"]
-        assert letter.origin_partition == (int(text["dlq.partition"])
-                                           if text["dlq.partition"] else None)
+        assert letter.origin_partition == (
+            int(text["dlq.partition"]) if text["dlq.partition"] else None
+        )
 
     def test_connect_headers_stand_in_for_missing_own_ones(self) -> None:
         pairs: list[tuple[str, bytes | None]] = [
             (CONNECT_HEADER_PREFIX + "topic", TOPIC.encode()),
             (CONNECT_HEADER_PREFIX + "partition", b"2"),
             (CONNECT_HEADER_PREFIX + "offset", b"40"),
-            (CONNECT_HEADER_PREFIX + "exception.message", b"boom")]
+            (CONNECT_HEADER_PREFIX + "exception.message", b"boom"),
+        ]
         letter = letter_of(0, 0, 0, pairs)
         assert letter.origin == (TOPIC, 2, 40)
         assert (letter.reason, letter.service, letter.error) == (UNKNOWN, UNKNOWN, "boom")
@@ -147,8 +179,12 @@ class TestSelectingAndCounting:
     def test_every_count_adds_up(self, found: list[Letter]) -> None:
         summary = summarize(found)
         assert summary.count == len(found)
-        for counts in (summary.by_reason, summary.by_service, summary.by_partition,
-                       summary.by_hour):
+        for counts in (
+            summary.by_reason,
+            summary.by_service,
+            summary.by_partition,
+            summary.by_hour,
+        ):
             assert sum(counts.values()) == len(found)
         unknown = sum(1 for letter in found if letter.reason == UNKNOWN)
         assert summary.by_reason.get(UNKNOWN, 0) == unknown
@@ -160,19 +196,24 @@ class TestSelectingAndCounting:
         self, found: list[Letter], a: LetterFilter, b: LetterFilter
     ) -> None:
         both = LetterFilter(
-            reasons=a.reasons or b.reasons if not (a.reasons and b.reasons)
+            reasons=a.reasons or b.reasons
+            if not (a.reasons and b.reasons)
             else a.reasons & b.reasons,
-            services=a.services or b.services if not (a.services and b.services)
+            services=a.services or b.services
+            if not (a.services and b.services)
             else a.services & b.services,
-            partitions=a.partitions or b.partitions if not (a.partitions and b.partitions)
+            partitions=a.partitions or b.partitions
+            if not (a.partitions and b.partitions)
             else a.partitions & b.partitions,
             since_ms=max((t for t in (a.since_ms, b.since_ms) if t is not None), default=None),
             until_ms=min((t for t in (a.until_ms, b.until_ms) if t is not None), default=None),
         )
         chained = b.select(a.select(found))
-        if (a.reasons and b.reasons and not a.reasons & b.reasons) or (
-            a.services and b.services and not a.services & b.services) or (
-            a.partitions and b.partitions and not a.partitions & b.partitions):
+        if (
+            (a.reasons and b.reasons and not a.reasons & b.reasons)
+            or (a.services and b.services and not a.services & b.services)
+            or (a.partitions and b.partitions and not a.partitions & b.partitions)
+        ):
             assert chained == [] or all(a.matches(x) and b.matches(x) for x in chained)
         else:
             assert both.select(found) == [x for x in chained if both.matches(x)]
@@ -185,17 +226,20 @@ class TestSelectingAndCounting:
         assert contract == [x for x in found if x.reason.startswith("contract:")]
         unknown = LetterFilter(services=frozenset({UNKNOWN})).select(found)
         assert unknown == [x for x in found if x.service == UNKNOWN]
-        window = LetterFilter(since_ms=1_780_000_000_000 + 86_400_000,
-                              until_ms=1_780_000_000_000 + 2 * 86_400_000).select(found)
+        window = LetterFilter(
+            since_ms=1_780_000_000_000 + 86_400_000, until_ms=1_780_000_000_000 + 2 * 86_400_000
+        ).select(found)
         assert all(1_780_086_400_000 <= x.timestamp_ms < 1_780_172_800_000 for x in window)
 
 
 def check_by_value(still: frozenset[bytes]) -> DecodeCheck:
     """Today's decoder, stood in for: ``v<n>`` decodes to event ``e<n>`` unless in ``still``."""
+
     def check(value: bytes | None) -> str | StillFailing:
         if value is None or value in still:
             return StillFailing(DeadLetterReason.UNKNOWN_SCHEMA.value, "schema 00ff unknown")
         return "e" + value.decode()[1:]
+
     return check
 
 
@@ -207,8 +251,12 @@ class TestPlanningARedrive:
     ) -> None:
         check = check_by_value(still)
         plan = plan_redrive(found, topic=TOPIC, check=check, marks=RedrivenMarks())
-        outcomes = ([r.letter for r in plan.redrive] + plan.already + plan.same_original
-                    + [r.letter for r in plan.refused])
+        outcomes = (
+            [r.letter for r in plan.redrive]
+            + plan.already
+            + plan.same_original
+            + [r.letter for r in plan.refused]
+        )
         assert sorted(x.offset for x in outcomes) == [x.offset for x in found]
         assert len({r.event_id for r in plan.redrive}) == len(plan.redrive)
         assert len({r.letter.origin for r in plan.redrive}) == len(plan.redrive)
@@ -239,38 +287,87 @@ class TestPlanningARedrive:
         assert len(second.refused) == len(first.refused)
 
     def test_what_cannot_go_back_is_refused_by_name(self) -> None:
-        def parked(reason: str, *, partition: int | None = 0, topic: str = TOPIC,
-                   extra: tuple[tuple[str, bytes | None], ...] = ()) -> Letter:
-            pairs = dead_letter_headers(reason=reason, error="e", topic=topic,
-                                        partition=partition, offset=partition,
-                                        stage="log-sink/g")
-            return letter_of(0, len(reason), 0, [(k, v if not isinstance(v, str) else v.encode())
-                                                 for k, v in pairs] + list(extra), value=b"v1")
+        def parked(
+            reason: str,
+            *,
+            partition: int | None = 0,
+            topic: str = TOPIC,
+            extra: tuple[tuple[str, bytes | None], ...] = (),
+        ) -> Letter:
+            pairs = dead_letter_headers(
+                reason=reason,
+                error="e",
+                topic=topic,
+                partition=partition,
+                offset=partition,
+                stage="log-sink/g",
+            )
+            return letter_of(
+                0,
+                len(reason),
+                0,
+                [(k, v if not isinstance(v, str) else v.encode()) for k, v in pairs] + list(extra),
+                value=b"v1",
+            )
+
         plan = plan_redrive(
-            [parked("contract:stub_fields"), parked("unknown_schema", partition=None),
-             parked("undecodable", topic="other"),
-             parked("unknown_framing", extra=(("dlq.truncated", b"true"),))],
-            topic=TOPIC, check=check_by_value(frozenset()), marks=RedrivenMarks())
+            [
+                parked("contract:stub_fields"),
+                parked("unknown_schema", partition=None),
+                parked("undecodable", topic="other"),
+                parked("unknown_framing", extra=(("dlq.truncated", b"true"),)),
+            ],
+            topic=TOPIC,
+            check=check_by_value(frozenset()),
+            marks=RedrivenMarks(),
+        )
         assert [r.reason for r in plan.refused] == [
-            Refusal.NOT_A_DECODE_FAILURE, Refusal.NO_ORIGIN, Refusal.OTHER_TOPIC,
-            Refusal.TRUNCATED]
+            Refusal.NOT_A_DECODE_FAILURE,
+            Refusal.NO_ORIGIN,
+            Refusal.OTHER_TOPIC,
+            Refusal.TRUNCATED,
+        ]
         assert plan.as_json()["refused_by_reason"] == {
-            "no_origin": 1, "not_a_decode_failure": 1, "other_topic": 1, "truncated": 1}
+            "no_origin": 1,
+            "not_a_decode_failure": 1,
+            "other_topic": 1,
+            "truncated": 1,
+        }
 
     def test_a_redriven_copy_parked_again_goes_back_again_once(self) -> None:
         check = check_by_value(frozenset())
-        pairs = [(k, v if not isinstance(v, str) else v.encode()) for k, v in dead_letter_headers(
-            reason="unknown_schema", error="e", topic=TOPIC, partition=1, offset=4,
-            stage="log-sink/g")]
-        first = plan_redrive([letter_of(0, 0, 0, pairs, value=b"v1")], topic=TOPIC,
-                             check=check, marks=RedrivenMarks())
+        pairs = [
+            (k, v if not isinstance(v, str) else v.encode())
+            for k, v in dead_letter_headers(
+                reason="unknown_schema",
+                error="e",
+                topic=TOPIC,
+                partition=1,
+                offset=4,
+                stage="log-sink/g",
+            )
+        ]
+        first = plan_redrive(
+            [letter_of(0, 0, 0, pairs, value=b"v1")],
+            topic=TOPIC,
+            check=check,
+            marks=RedrivenMarks(),
+        )
         copy = first.redrive[0].headers()
         marks = RedrivenMarks()
         marks.add(copy)
         # The copy, at 1:9 of the topic, parked again by a consumer whose cache was stale.
-        again = [(k, v if not isinstance(v, str) else v.encode()) for k, v in dead_letter_headers(
-            reason="unknown_schema", error="e", topic=TOPIC, partition=1, offset=9,
-            stage="log-sink/g")]
+        again = [
+            (k, v if not isinstance(v, str) else v.encode())
+            for k, v in dead_letter_headers(
+                reason="unknown_schema",
+                error="e",
+                topic=TOPIC,
+                partition=1,
+                offset=9,
+                stage="log-sink/g",
+            )
+        ]
         reparked = letter_of(0, 5, 0, [*copy, *again], value=b"v1")
         second = plan_redrive([reparked], topic=TOPIC, check=check, marks=marks)
         assert [r.letter.position for r in second.redrive] == ["0:5"]
@@ -282,9 +379,15 @@ class TestPlanningARedrive:
         assert third.redrive == []
         assert third.already == [reparked]
 
-    @given(st.lists(st.tuples(st.sampled_from([REDRIVEN_FROM_HEADER,
-                                               "turnaudit.redriven-origin", "x"]),
-                              header_values), max_size=6))
+    @given(
+        st.lists(
+            st.tuples(
+                st.sampled_from([REDRIVEN_FROM_HEADER, "turnaudit.redriven-origin", "x"]),
+                header_values,
+            ),
+            max_size=6,
+        )
+    )
     def test_marks_read_any_headers(self, pairs: list[tuple[str, bytes | None]]) -> None:
         marks = RedrivenMarks()
         marks.add(pairs)
@@ -300,7 +403,8 @@ class TestRedriveProgress:
         assert capsys.readouterr().err.splitlines() == [
             "dlq redrive: 1000/2500 messages written",
             "dlq redrive: 2000/2500 messages written",
-            "dlq redrive: 2500/2500 messages written"]
+            "dlq redrive: 2500/2500 messages written",
+        ]
 
     def test_a_bar_on_a_terminal(self, capsys: pytest.CaptureFixture[str]) -> None:
         progress = RedriveProgress(10, terminal=True)

@@ -51,8 +51,7 @@ def umask(request: pytest.FixtureRequest) -> Iterator[int]:
 
 
 class TestTheHelper:
-    def test_a_new_file_and_its_folders_are_owner_only(self, tmp_path: Path,
-                                                       umask: int) -> None:
+    def test_a_new_file_and_its_folders_are_owner_only(self, tmp_path: Path, umask: int) -> None:
         path = tmp_path / "a" / "b" / "out.jsonl"
         with open_private(path, "a", parents=True) as out:
             out.write("x\n")
@@ -60,8 +59,7 @@ class TestTheHelper:
         assert mode(tmp_path / "a") == mode(tmp_path / "a" / "b") == 0o700
         assert mode(tmp_path) == stat.S_IMODE(tmp_path.stat().st_mode)  # not ours: unchanged
 
-    def test_an_existing_readable_file_is_brought_back(self, tmp_path: Path,
-                                                       umask: int) -> None:
+    def test_an_existing_readable_file_is_brought_back(self, tmp_path: Path, umask: int) -> None:
         path = tmp_path / "old.jsonl"
         path.write_text("old\n")
         path.chmod(0o644)
@@ -91,7 +89,7 @@ class TestTheHelper:
 class TestTheSetting:
     @given(bits=st.integers(0, 0o7777))
     def test_only_modes_with_owner_rw_nothing_for_others_and_no_execute(self, bits: int) -> None:
-        allowed = (bits & 0o600 == 0o600 and not bits & 0o7117 and bits <= 0o777)
+        allowed = bits & 0o600 == 0o600 and not bits & 0o7117 and bits <= 0o777
         env = {"TURNAUDIT_FILE_MODE": f"{bits:04o}"}
         if not allowed:
             with pytest.raises(ConfigurationError, match="TURNAUDIT_FILE_MODE=") as refused:
@@ -123,8 +121,9 @@ class TestTheSetting:
 
 
 def _log_files(folder: Path) -> list[Path]:
-    settings = LogSinkSettings(file=folder / "logs" / "turns.jsonl", file_max_bytes=1024,
-                               file_backups=3)
+    settings = LogSinkSettings(
+        file=folder / "logs" / "turns.jsonl", file_max_bytes=1024, file_backups=3
+    )
     writer = TurnLineWriter(settings)
     line = json.dumps({"x": "y" * 200}).encode() + b"\n"
     writer.write_lines([line] * 20)  # several rotations
@@ -134,8 +133,10 @@ def _log_files(folder: Path) -> list[Path]:
 
 def _review_pack(folder: Path) -> list[Path]:
     manifest = folder / "m.jsonl"
-    manifest.write_text(json.dumps({"task_id": "t", "task_family": "f",
-                                    "trace": {"steps": [], "source": {}}}) + "\n")
+    manifest.write_text(
+        json.dumps({"task_id": "t", "task_family": "f", "trace": {"steps": [], "source": {}}})
+        + "\n"
+    )
     review_pack.export([(None, manifest)], folder / "out" / "pack.json")
     return [folder / "out" / "pack.json"]
 
@@ -185,4 +186,3 @@ class TestEveryFileWriter:
         for path in written:
             assert mode(path) == 0o600, (path, oct(mode(path)))
             assert mode(path.parent) in (0o700, mode(tmp_path)), path.parent
-

@@ -70,9 +70,17 @@ PURE = (
     "consumers/runtime/ledger.py",
     "consumers/runtime/sink.py",
 )
-IO = ("turnaudit.kafka", "confluent_kafka", "urllib", "http", "socket",
-      "turnaudit.verify.files", "turnaudit.verify.scrape", "turnaudit.verify.kafka_reads",
-      "turnaudit.verify.run")
+IO = (
+    "turnaudit.kafka",
+    "confluent_kafka",
+    "urllib",
+    "http",
+    "socket",
+    "turnaudit.verify.files",
+    "turnaudit.verify.scrape",
+    "turnaudit.verify.kafka_reads",
+    "turnaudit.verify.run",
+)
 RULES = (
     Rule("src/turnaudit", ("turnaudit.producers", "turnaudit.consumers"), WIRING),
     Rule("consumers", ("turnaudit.producers",)),

@@ -47,5 +47,3 @@ def test_missing_maven_is_one_clear_line(tmp_path: Path) -> None:
     assert result.stderr.strip() == (
         "turnaudit broker: mvn not found: install Apache Maven (apt-get install maven)"
     )
-
-

@@ -66,8 +66,11 @@ def simulated_task(seed: int = 5) -> list[dict[str, Any]]:
         if event["task"] is not None:
             by_task.setdefault(event["task"]["task_id"], []).append(dict(event))
     for events in by_task.values():
-        if (events[0]["task"]["step"] == 0 and events[-1]["task"]["end_of_task"]
-                and sum(len(e["tool_steps"]) for e in events) >= 2):
+        if (
+            events[0]["task"]["step"] == 0
+            and events[-1]["task"]["end_of_task"]
+            and sum(len(e["tool_steps"]) for e in events) >= 2
+        ):
             return events
     raise AssertionError("no whole task with tool calls in the simulated run")
 
@@ -107,14 +110,16 @@ def plant(draw: Callable[[st.SearchStrategy[str]], str]) -> Planted:
 
 def consumed(event: dict[str, Any], offset: int) -> ConsumedTurn:
     decoded = DECODE_TURNS(encode(dict(event)))
-    return ConsumedTurn(decoded, SequenceCheck(SequenceOutcome.IN_ORDER), "t.turn-events", 0,
-                        offset)
+    return ConsumedTurn(
+        decoded, SequenceCheck(SequenceOutcome.IN_ORDER), "t.turn-events", 0, offset
+    )
 
 
 def traces(events: Sequence[dict[str, Any]], redaction: Redaction) -> list[HtirTrace]:
     assembler = TraceAssembler(idle_timeout=60, redaction=redaction)
-    closed = [assembler.add(e, topic="t.turn-events", partition=0, offset=i)
-              for i, e in enumerate(events)]
+    closed = [
+        assembler.add(e, topic="t.turn-events", partition=0, offset=i) for i, e in enumerate(events)
+    ]
     return [t for t in closed if t is not None] + assembler.close_all()
 
 
@@ -134,8 +139,9 @@ def traces_topic(events: list[dict[str, Any]], redaction: Redaction, _: Path) ->
 
 def feeder_manifest(events: list[dict[str, Any]], redaction: Redaction, _: Path) -> bytes:
     # The feeder's manifest line, as it writes it.
-    return b"".join(json.dumps(t.manifest_line()).encode() + b"\n"
-                    for t in traces(events, redaction))
+    return b"".join(
+        json.dumps(t.manifest_line()).encode() + b"\n" for t in traces(events, redaction)
+    )
 
 
 def review_pack_file(events: list[dict[str, Any]], redaction: Redaction, folder: Path) -> bytes:
@@ -146,8 +152,9 @@ def review_pack_file(events: list[dict[str, Any]], redaction: Redaction, folder:
 
 
 def replay_jsonl(events: list[dict[str, Any]], redaction: Redaction, _: Path) -> bytes:
-    records = [StoredRecord("t.turn-events", 0, i, b"k", encode(dict(e)))
-               for i, e in enumerate(events)]
+    records = [
+        StoredRecord("t.turn-events", 0, i, b"k", encode(dict(e))) for i, e in enumerate(events)
+    ]
     return b"".join(jsonl_line(DECODE_TURNS, r, redaction)[0] for r in records)
 
 
@@ -157,8 +164,18 @@ def replay_htir(events: list[dict[str, Any]], redaction: Redaction, _: Path) -> 
 
 def evidence_file(events: list[dict[str, Any]], redaction: Redaction, folder: Path) -> bytes:
     built = traces(events, redaction)
-    pack = LabelPack(tuple(Case(t.task_id, t.task_family, "reviewer/1", None,
-                                Trace(tuple(t.steps), {"run": t.task_id})) for t in built))
+    pack = LabelPack(
+        tuple(
+            Case(
+                t.task_id,
+                t.task_family,
+                "reviewer/1",
+                None,
+                Trace(tuple(t.steps), {"run": t.task_id}),
+            )
+            for t in built
+        )
+    )
     write_json(folder / "labels.json", pack.to_json())
     builder = TraceEvidence(RuleBasedAuditor(), load_task_labels(folder / "labels.json"))
     builder.begin()
@@ -171,8 +188,10 @@ def evidence_file(events: list[dict[str, Any]], redaction: Redaction, folder: Pa
 
 def tail_lines(events: list[dict[str, Any]], redaction: Redaction, _: Path) -> bytes:
     # tail writes no surface under any policy: its lines are the same for all three.
-    return "".join(format_turn(DECODE_TURNS(encode(dict(e))), 0, i, show_verdicts=True) + "\n"
-                   for i, e in enumerate(events)).encode()
+    return "".join(
+        format_turn(DECODE_TURNS(encode(dict(e))), 0, i, show_verdicts=True) + "\n"
+        for i, e in enumerate(events)
+    ).encode()
 
 
 WRITERS: dict[str, Callable[[list[dict[str, Any]], Redaction, Path], bytes]] = {
@@ -186,8 +205,14 @@ WRITERS: dict[str, Callable[[list[dict[str, Any]], Redaction, Path], bytes]] = {
     "tail": tail_lines,
 }
 # Where the writer puts out each kind of planted text when the policy keeps it.
-WRITES_TOOL_IO = {"traces topic", "feeder manifest", "review pack", "replay jsonl", "replay htir",
-                  "evidence"}
+WRITES_TOOL_IO = {
+    "traces topic",
+    "feeder manifest",
+    "review pack",
+    "replay jsonl",
+    "replay htir",
+    "evidence",
+}
 WRITES_ALL_SURFACES = {"log lines", "replay jsonl"}  # walk, articulation and tokens too
 WRITES_SURFACE = WRITES_ALL_SURFACES | WRITES_TOOL_IO
 
@@ -199,7 +224,7 @@ def strings_in(data: bytes, writer: str) -> Iterator[str]:
         return
     text = data.decode()
     # Lines end in "\n" only: str.splitlines() would also cut at U+0085 and U+2028 in a text.
-    for line in (text.split("\n") if writer not in ("review pack", "evidence") else [text]):
+    for line in text.split("\n") if writer not in ("review pack", "evidence") else [text]:
         if line.strip():
             yield from _strings(json.loads(line))
 
@@ -228,11 +253,15 @@ def expected(writer: str, where: str) -> bool:
 class TestEveryWriterUnderEveryPolicy:
     @pytest.mark.parametrize("writer", list(WRITERS))
     @pytest.mark.parametrize("policy", list(POLICIES))
-    @settings(max_examples=10, deadline=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
     @given(data=st.data())
     def test_planted_texts_are_written_only_when_kept(
-        self, tmp_path_factory: pytest.TempPathFactory, writer: str, policy: str,
+        self,
+        tmp_path_factory: pytest.TempPathFactory,
+        writer: str,
+        policy: str,
         data: st.DataObject,
     ) -> None:
         planted = plant(data.draw)
@@ -296,8 +325,7 @@ class TestTheSetting:
             ({"TURNAUDIT_SURFACES": "hash", "TURNAUDIT_LOG_HASH_KEY": "k"}, SurfacePolicy.HASH),
         ],
     )
-    def test_one_policy_from_either_name(self, env: dict[str, str],
-                                         policy: SurfacePolicy) -> None:
+    def test_one_policy_from_either_name(self, env: dict[str, str], policy: SurfacePolicy) -> None:
         assert surface_redaction(env).policy is policy
         service = ServiceSettings.from_env(ServiceName.HTIR_FEEDER, env)
         assert service.surfaces.policy is policy
@@ -305,8 +333,10 @@ class TestTheSetting:
     @pytest.mark.parametrize(
         ("env", "message"),
         [
-            ({"TURNAUDIT_LOG_SURFACES": "some"}, "TURNAUDIT_LOG_SURFACES='some': choose "
-                                                 "drop|hash|keep"),
+            (
+                {"TURNAUDIT_LOG_SURFACES": "some"},
+                "TURNAUDIT_LOG_SURFACES='some': choose drop|hash|keep",
+            ),
             ({"TURNAUDIT_SURFACES": "hash"}, "needs a key in TURNAUDIT_LOG_HASH_KEY"),
             ({"TURNAUDIT_SURFACES": "keep", "TURNAUDIT_LOG_SURFACES": "drop"}, "disagree"),
         ],
@@ -353,10 +383,8 @@ class TestTheRuleAuditorOnRedactedTraces:
             assert [t.task_id for t in redacted] == [t.task_id for t in kept]
             for before, after in zip(kept, redacted, strict=True):
                 for end in range(1, len(before.steps) + 1):
-                    assert auditor.decide(before.steps[:end]) == auditor.decide(
-                        after.steps[:end])
-                    assert auditor.triage(before.steps[:end]) == auditor.triage(
-                        after.steps[:end])
+                    assert auditor.decide(before.steps[:end]) == auditor.decide(after.steps[:end])
+                    assert auditor.triage(before.steps[:end]) == auditor.triage(after.steps[:end])
 
     @pytest.mark.parametrize("seed", [7, 8])
     def test_the_gate_report_is_the_same(self, seed: int) -> None:
@@ -372,9 +400,14 @@ class TestTheRuleAuditorOnRedactedTraces:
                     builder.add_case(trace, admission, builder.observe(trace))
             evidence = builder.finish()
             reports[name] = without_latencies(evaluate(evidence))
-            cases[name] = [(c.task_id, c.oracle_alarm_step,
-                            [(o.prefix_end, o.verdict, o.tier) for o in c.observations or ()])
-                           for c in evidence.cases]
+            cases[name] = [
+                (
+                    c.task_id,
+                    c.oracle_alarm_step,
+                    [(o.prefix_end, o.verdict, o.tier) for o in c.observations or ()],
+                )
+                for c in evidence.cases
+            ]
         assert cases["drop"]
         assert cases["drop"] == cases["hash"] == cases["keep"]
         assert reports["drop"] == reports["hash"] == reports["keep"]
@@ -384,14 +417,22 @@ class TestWhoReadsTheTraces:
     """A model auditor needs ``keep`` on the traces topic: then the auditor must be that
     topic's only reader, whatever subscribers a deployment adds."""
 
-    @given(teams=st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,11}", fullmatch=True),
-                          max_size=4, unique=True))
+    @given(
+        teams=st.lists(
+            st.from_regex(r"[a-z][a-z0-9-]{0,11}", fullmatch=True), max_size=4, unique=True
+        )
+    )
     def test_the_auditor_is_the_only_reader_of_the_traces_topic(self, teams: list[str]) -> None:
         prefix = "p."
         rules = plan_acls(prefix, subscribers=teams)
         traces = TopicNames(prefix).htir_traces
-        readers = {r.principal for r in rules if r.resource == "topic" and r.operation == "read"
-                   and (r.name == traces or (r.prefixed and traces.startswith(r.name)))}
+        readers = {
+            r.principal
+            for r in rules
+            if r.resource == "topic"
+            and r.operation == "read"
+            and (r.name == traces or (r.prefixed and traces.startswith(r.name)))
+        }
         assert readers == {Role.AUDITOR.value}
         assert writers_of(rules, traces) == {Role.HTIR_FEEDER.value}
 
@@ -401,8 +442,18 @@ class TestWhoReadsTheTraces:
         # What the policy changes for the auditor: the traces' content digests.
         events, _ = simulated_run(9)
         kept = traces(events, Redaction.keep())[:5]
-        pack = LabelPack(tuple(Case(t.task_id, t.task_family, "reviewer/1", None,
-                                    Trace(tuple(t.steps), {"run": t.task_id})) for t in kept))
+        pack = LabelPack(
+            tuple(
+                Case(
+                    t.task_id,
+                    t.task_family,
+                    "reviewer/1",
+                    None,
+                    Trace(tuple(t.steps), {"run": t.task_id}),
+                )
+                for t in kept
+            )
+        )
         write_json(tmp_path / "labels.json", pack.to_json())
         labels = load_task_labels(tmp_path / "labels.json")
         for name, redaction in POLICIES.items():
@@ -422,8 +473,11 @@ class TestHashesCompareAcrossWriters:
         planted = plant(data.draw)
         hashed = POLICIES["hash"]
         (trace,) = traces(planted.events, hashed)
-        lines = [json.loads(line) for line in log_lines(planted.events, hashed, Path())
-                 .decode().split("\n") if line]
+        lines = [
+            json.loads(line)
+            for line in log_lines(planted.events, hashed, Path()).decode().split("\n")
+            if line
+        ]
         by_event = {line["event_id"]: line["surface_hmac"] for line in lines}
         turns = [s for s in trace.steps if s["kind"] == "turn"]
         assert turns
@@ -434,8 +488,9 @@ class TestHashesCompareAcrossWriters:
 class TestAReplayResumesOnlyUnderItsPolicy:
     def test_the_policy_is_part_of_the_replay_fingerprint(self, tmp_path: Path) -> None:
         target = ReplayTarget.file("jsonl", tmp_path / "out.jsonl")
-        prints = {name: ReplayRequest(surfaces=r).fingerprint("t", target)
-                  for name, r in POLICIES.items()}
+        prints = {
+            name: ReplayRequest(surfaces=r).fingerprint("t", target) for name, r in POLICIES.items()
+        }
         assert len(set(prints.values())) == 3  # a checkpoint of one never resumes another
         # The default's fingerprint is the one replays had before the policy: they resume.
         assert prints["drop"] == ReplayRequest().fingerprint("t", target)

@@ -95,5 +95,3 @@ def test_both_forms_of_any_fingerprint_name_its_wire_bytes(wire: bytes) -> None:
     decimal = str(java_long(wire))
     as_hex = {bytes.fromhex(decimal)} if len(decimal) == 16 and decimal.isdigit() else set()
     assert set(wire_candidates(decimal)) <= {wire} | as_hex
-
-

@@ -44,8 +44,16 @@ def secrets_of(seed: bytes) -> tuple[Ed25519PrivateKey, list[str]]:
     der = key.private_bytes(Encoding.DER, PrivateFormat.PKCS8, NoEncryption())
     body = "".join(pem.strip().splitlines()[1:-1])
     # (the first characters of the body are PKCS#8's fixed header, shared by every key)
-    forms = [pem.strip(), body, body[-24:], seed.hex(), base64.b64encode(seed).decode(),
-             base64.b64encode(der).decode(), repr(seed), repr(der)]
+    forms = [
+        pem.strip(),
+        body,
+        body[-24:],
+        seed.hex(),
+        base64.b64encode(seed).decode(),
+        base64.b64encode(der).decode(),
+        repr(seed),
+        repr(der),
+    ]
     return key, forms
 
 
@@ -83,13 +91,24 @@ def logs() -> Iterator[list[dict[str, object]]]:
 
 
 class TestNoLeaks:
-    @settings(max_examples=60, deadline=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture])
-    @given(seed=st.binary(min_size=32, max_size=32).filter(lambda b: len(set(b)) > 8),
-           mode=MODES, how=DAMAGE,
-           cut=st.integers(0, 10_000), key_id=st.text(min_size=1, max_size=10))
+    @settings(
+        max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(
+        seed=st.binary(min_size=32, max_size=32).filter(lambda b: len(set(b)) > 8),
+        mode=MODES,
+        how=DAMAGE,
+        cut=st.integers(0, 10_000),
+        key_id=st.text(min_size=1, max_size=10),
+    )
     def test_no_error_log_or_repr_shows_the_private_key(  # noqa: PLR0917 - hypothesis's draws
-        self, tmp_path: Path, seed: bytes, mode: int, how: str, cut: int, key_id: str,
+        self,
+        tmp_path: Path,
+        seed: bytes,
+        mode: int,
+        how: str,
+        cut: int,
+        key_id: str,
     ) -> None:
         key, forms = secrets_of(seed)
         pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
@@ -131,8 +150,8 @@ class TestNoLeaks:
         made = generate_keys(tmp_path, "k1")
         pem = made.private_path.read_text()
         settings_ = CheckpointSettings.from_env(
-            {"TURNAUDIT_SIGNING_KEY_FILE": str(made.private_path),
-             "TURNAUDIT_SIGNING_KEY_ID": "k1"})
+            {"TURNAUDIT_SIGNING_KEY_FILE": str(made.private_path), "TURNAUDIT_SIGNING_KEY_ID": "k1"}
+        )
         assert settings_.key is not None
         assert settings_.key.key_id == "k1"
         body = "".join(pem.strip().splitlines()[1:-1])
@@ -154,7 +173,8 @@ class TestKeyFiles:
         key = load_signing_key(made.private_path, "runtime-1")
         ring = parse_keyring(made.keyring_entry)
         assert ring.keys["runtime-1"].public_key.public_bytes_raw() == (
-            key.public_key().public_bytes_raw())
+            key.public_key().public_bytes_raw()
+        )
         assert made.public_path.read_text() == key.public_pem()
 
     def test_a_key_is_never_overwritten(self, tmp_path: Path) -> None:
@@ -165,8 +185,9 @@ class TestKeyFiles:
         assert made.private_path.read_bytes() == before
 
     @pytest.mark.parametrize("key_id", ["", "a/b", ".hidden", "nul\x00"])
-    def test_a_key_id_that_is_not_a_plain_name_is_refused(self, tmp_path: Path,
-                                                          key_id: str) -> None:
+    def test_a_key_id_that_is_not_a_plain_name_is_refused(
+        self, tmp_path: Path, key_id: str
+    ) -> None:
         with pytest.raises(ConfigurationError, match="--key-id"):
             generate_keys(tmp_path, key_id)
 
@@ -177,7 +198,8 @@ class TestKeyFiles:
             load_signing_key(made.private_path, "k")
         assert str(caught.value) == (
             f"TURNAUDIT_SIGNING_KEY_FILE={made.private_path}: the private key is readable "
-            "by group or others (mode 0644): chmod 600 it")
+            "by group or others (mode 0644): chmod 600 it"
+        )
 
     def test_a_symlink_or_a_folder_is_not_a_key(self, tmp_path: Path) -> None:
         made = generate_keys(tmp_path, "k")
@@ -196,21 +218,28 @@ class TestKeyFiles:
 
 
 class TestSettings:
-    @pytest.mark.parametrize(("env", "says"), [
-        ({"TURNAUDIT_SIGNING_KEY_FILE": "{key}"}, "TURNAUDIT_SIGNING_KEY_ID must name the key"),
-        ({"TURNAUDIT_SIGNING_KEY_FILE": "{dir}/none", "TURNAUDIT_SIGNING_KEY_ID": "k"},
-         "cannot read the key file"),
-        ({"TURNAUDIT_CHECKPOINT_INTERVAL_S": "0"}, "expected a number of seconds above 0"),
-        ({"TURNAUDIT_CHECKPOINT_INTERVAL_S": "soon"}, "expected a number of seconds above 0"),
-        ({"TURNAUDIT_CHECKPOINT_MAX_TURNS": "0"}, "expected a whole number of 1 or more"),
-        ({"TURNAUDIT_CHECKPOINT_MAX_TURNS": "1.5"}, "expected a whole number of 1 or more"),
-    ])
+    @pytest.mark.parametrize(
+        ("env", "says"),
+        [
+            ({"TURNAUDIT_SIGNING_KEY_FILE": "{key}"}, "TURNAUDIT_SIGNING_KEY_ID must name the key"),
+            (
+                {"TURNAUDIT_SIGNING_KEY_FILE": "{dir}/none", "TURNAUDIT_SIGNING_KEY_ID": "k"},
+                "cannot read the key file",
+            ),
+            ({"TURNAUDIT_CHECKPOINT_INTERVAL_S": "0"}, "expected a number of seconds above 0"),
+            ({"TURNAUDIT_CHECKPOINT_INTERVAL_S": "soon"}, "expected a number of seconds above 0"),
+            ({"TURNAUDIT_CHECKPOINT_MAX_TURNS": "0"}, "expected a whole number of 1 or more"),
+            ({"TURNAUDIT_CHECKPOINT_MAX_TURNS": "1.5"}, "expected a whole number of 1 or more"),
+        ],
+    )
     def test_settings_that_will_not_do_are_one_line(
         self, tmp_path: Path, env: dict[str, str], says: str
     ) -> None:
         made = generate_keys(tmp_path, "k")
-        filled = {k: v.replace("{key}", str(made.private_path)).replace("{dir}", str(tmp_path))
-                  for k, v in env.items()}
+        filled = {
+            k: v.replace("{key}", str(made.private_path)).replace("{dir}", str(tmp_path))
+            for k, v in env.items()
+        }
         with pytest.raises(ConfigurationError, match=says):
             CheckpointSettings.from_env(filled)
 

@@ -79,19 +79,28 @@ class Feed:
         if move == "fill" and holes:  # a skipped position arrives late
             position = sorted(holes)[k % len(holes)]
         else:
-            position = {"next": high + 1, "skip": high + 1 + k, "back": max(0, high - k),
-                        "at": k, "fill": high + 1}[move]
+            position = {
+                "next": high + 1,
+                "skip": high + 1 + k,
+                "back": max(0, high - k),
+                "at": k,
+                "fill": high + 1,
+            }[move]
         holes.update(range(high + 1, position))
         holes.discard(position)
         self.high[stream] = max(high, position)
         session, producer = SESSIONS[stream % 3], PRODUCERS[stream // 3]
         prev: object
         if prev_mode == "right":
-            prev = (GENESIS_HASH if position == 0
-                    else chain_hash(value_of(stream, position - 1, 0)))
+            prev = GENESIS_HASH if position == 0 else chain_hash(value_of(stream, position - 1, 0))
         else:
-            prev = {"wrong": "ab" * 32, "none": None, "genesis": GENESIS_HASH,
-                    "text": "not a hash", "empty": ""}[prev_mode]
+            prev = {
+                "wrong": "ab" * 32,
+                "none": None,
+                "genesis": GENESIS_HASH,
+                "text": "not a hash",
+                "empty": "",
+            }[prev_mode]
         event: dict[str, Any] = {
             "session_id": session,
             "event_id": event_id_of(stream, position, 0 if same_id else variant),
@@ -114,37 +123,45 @@ class Feed:
         return message
 
 
-new_message =     st.tuples(
-        st.just("msg"),
-        st.integers(0, 8),  # stream: session x producer
-        st.sampled_from(["next"] * 5 + ["skip", "fill", "fill", "back", "at"]),
-        st.integers(0, 6),  # next after the stream's highest sent, k past it, a skipped
-        # one arriving late, k before it, or k itself
-        st.sampled_from([0, 0, 0, 1, 2]),  # content variant
-        st.booleans(),  # a variant keeps variant 0's event id (changed content)
-        st.sampled_from(["right"] * 8 + ["wrong", "none", "genesis", "text", "empty"]),
-        st.one_of(st.none(), st.integers(0, 2)),  # partition (None: no place)
-        st.sampled_from([0, 0, 0, 1, 2]),  # framing
-        st.sampled_from([False] * 9 + [True]),  # sequence given as text (int() taken)
-    )
+new_message = st.tuples(
+    st.just("msg"),
+    st.integers(0, 8),  # stream: session x producer
+    st.sampled_from(["next"] * 5 + ["skip", "fill", "fill", "back", "at"]),
+    st.integers(0, 6),  # next after the stream's highest sent, k past it, a skipped
+    # one arriving late, k before it, or k itself
+    st.sampled_from([0, 0, 0, 1, 2]),  # content variant
+    st.booleans(),  # a variant keeps variant 0's event id (changed content)
+    st.sampled_from(["right"] * 8 + ["wrong", "none", "genesis", "text", "empty"]),
+    st.one_of(st.none(), st.integers(0, 2)),  # partition (None: no place)
+    st.sampled_from([0, 0, 0, 1, 2]),  # framing
+    st.sampled_from([False] * 9 + [True]),  # sequence given as text (int() taken)
+)
 
 message_steps = st.one_of(
     # Mostly messages: one_of picks its branches alike.
-    new_message, new_message, new_message, new_message, new_message, new_message,
+    new_message,
+    new_message,
+    new_message,
+    new_message,
+    new_message,
+    new_message,
     st.tuples(st.just("repeat"), st.integers(0, 200), st.booleans()),
     st.tuples(st.just("forget"), st.frozensets(st.integers(0, 2), max_size=2)),
     st.tuples(st.just("pickle")),
 )
 
-bounds = st.fixed_dictionaries({
-    "max_event_ids": st.integers(1, 40),
-    "max_streams": st.integers(1, 10),
-    "max_missing": st.one_of(st.integers(0, 3), st.just(1_000)),
-    "log_start_offsets": st.one_of(st.none(), st.dictionaries(st.integers(0, 2),
-                                                               st.integers(-1, 3))),
-    "start_gaps": st.booleans(),
-    "forget_batch": st.sampled_from([1, 1, 2, 5]),
-})
+bounds = st.fixed_dictionaries(
+    {
+        "max_event_ids": st.integers(1, 40),
+        "max_streams": st.integers(1, 10),
+        "max_missing": st.one_of(st.integers(0, 3), st.just(1_000)),
+        "log_start_offsets": st.one_of(
+            st.none(), st.dictionaries(st.integers(0, 2), st.integers(-1, 3))
+        ),
+        "start_gaps": st.booleans(),
+        "forget_batch": st.sampled_from([1, 1, 2, 5]),
+    }
+)
 
 
 def result_fields(result: TrackResult) -> tuple[object, ...]:
@@ -166,8 +183,9 @@ def tables(tracker: StreamTracker | ReferenceStreamTracker) -> dict[str, object]
     }
 
 
-def run_both(steps: list[tuple[Any, ...]], options: dict[str, Any], stored: bool) -> tuple[
-        StreamTracker, ReferenceStreamTracker]:
+def run_both(
+    steps: list[tuple[Any, ...]], options: dict[str, Any], stored: bool
+) -> tuple[StreamTracker, ReferenceStreamTracker]:
     native_store, reference_store = (DictStore(), DictStore()) if stored else (None, None)
     native = StreamTracker(**options, forgotten=native_store)
     reference = ReferenceStreamTracker(**options, forgotten=reference_store)
@@ -212,7 +230,9 @@ def test_every_message_is_placed_as_the_reference_places_it(
     # The report's list: chained streams' heads, sorted by stream.
     assert native.chained_heads() == sorted(
         (session, producer, position, digest)
-        for (session, producer), (position, digest) in reference.heads().items() if producer)
+        for (session, producer), (position, digest) in reference.heads().items()
+        if producer
+    )
     # One stream's head, as the anchors check asks for it: each as the table says.
     heads = reference.heads()
     assert all(native.head(*stream) == head for stream, head in heads.items())
@@ -224,8 +244,11 @@ def test_every_message_is_placed_as_the_reference_places_it(
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(message_steps, min_size=5, max_size=60),
-       st.lists(message_steps, min_size=5, max_size=60), bounds)
+@given(
+    st.lists(message_steps, min_size=5, max_size=60),
+    st.lists(message_steps, min_size=5, max_size=60),
+    bounds,
+)
 def test_two_trackers_merged_as_the_reference_merges_them(
     first: list[tuple[Any, ...]], second: list[tuple[Any, ...]], options: dict[str, Any]
 ) -> None:
@@ -248,9 +271,12 @@ def test_the_chain_hash_is_the_python_one(value: bytes) -> None:
 
 
 def test_an_event_that_is_not_a_turn_event_raises_as_the_reference_does() -> None:
-    for event in ({}, {"session_id": "s"}, {"session_id": "s", "sequence": "x",
-                                            "event_id": "e"},
-                  {"session_id": "s", "sequence": None, "event_id": "e"}):
+    for event in (
+        {},
+        {"session_id": "s"},
+        {"session_id": "s", "sequence": "x", "event_id": "e"},
+        {"session_id": "s", "sequence": None, "event_id": "e"},
+    ):
         raised = []
         for tracker in (StreamTracker(), ReferenceStreamTracker()):
             try:
@@ -266,8 +292,18 @@ def test_the_remembered_view_reads_the_live_table() -> None:
     view = tracker.remembered()
     assert len(view) == 0
     assert "e-0-0-0" not in view
-    tracker.observe({"session_id": "s", "event_id": "e-0-0-0", "sequence": 0,
-                     "producer_id": "p", "prev_hash": GENESIS_HASH}, b"v", partition=0, offset=7)
+    tracker.observe(
+        {
+            "session_id": "s",
+            "event_id": "e-0-0-0",
+            "sequence": 0,
+            "producer_id": "p",
+            "prev_hash": GENESIS_HASH,
+        },
+        b"v",
+        partition=0,
+        offset=7,
+    )
     assert list(view) == ["e-0-0-0"]
     assert view["e-0-0-0"] == (chain_hash(b"v")[:16], 0, 7)
     assert view.get("other") is None

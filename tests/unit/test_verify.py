@@ -14,5 +14,3 @@ def test_a_wrong_range_gets_one_line(bad: list[str], capsys: pytest.CaptureFixtu
         main(["verify", *bad])
     assert exit_info.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
-
-

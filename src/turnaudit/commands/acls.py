@@ -42,9 +42,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _rules(args: argparse.Namespace, settings: KafkaSettings | None = None) -> list[AclRule]:
-    prefix = args.prefix if args.prefix is not None else (
-        settings or KafkaSettings.from_env()
-    ).topics.prefix
+    prefix = (
+        args.prefix
+        if args.prefix is not None
+        else (settings or KafkaSettings.from_env()).topics.prefix
+    )
     for team in args.subscriber:
         if not team or not all(c.isalnum() or c in "-_" for c in team):
             raise ConfigurationError(
@@ -57,14 +59,18 @@ def _plan(args: argparse.Namespace) -> int:
     rules = _rules(args)
     if args.json:
         for rule in rules:
-            print(json.dumps({
-                "principal": f"User:{rule.principal}",
-                "resource": rule.resource,
-                "name": rule.name,
-                "pattern": "prefixed" if rule.prefixed else "literal",
-                "operation": rule.operation,
-                "permission": "allow",
-            }))
+            print(
+                json.dumps(
+                    {
+                        "principal": f"User:{rule.principal}",
+                        "resource": rule.resource,
+                        "name": rule.name,
+                        "pattern": "prefixed" if rule.prefixed else "literal",
+                        "operation": rule.operation,
+                        "permission": "allow",
+                    }
+                )
+            )
         return 0
     width = max(len(r.principal) for r in rules) + 5
     print(f"{'principal':<{width}} {'operation':<9} {'resource':<8} name")

@@ -24,15 +24,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="replay HTIR trace prefixes through the pinned auditor; publish observations; "
         "write evidence for labelled traces",
     )
-    run.add_argument("--labels", type=Path, required=True,
-                     help="a finalized label pack, or the simulator's ground truth")
+    run.add_argument(
+        "--labels",
+        type=Path,
+        required=True,
+        help="a finalized label pack, or the simulator's ground truth",
+    )
     add_auditor_arguments(run, default="rules")
     run.add_argument("--evidence", type=Path, required=True, help="evidence file to write")
     run.add_argument("--report", type=Path, help="also run the gate and write its report here")
-    run.add_argument("--group-id", default=None,
-                     help="consumer group (default: a fresh one, reading from the start)")
-    run.add_argument("--traces", type=int, default=0,
-                     help="stop after this many distinct traces (default: run until SIGTERM)")
+    run.add_argument(
+        "--group-id",
+        default=None,
+        help="consumer group (default: a fresh one, reading from the start)",
+    )
+    run.add_argument(
+        "--traces",
+        type=int,
+        default=0,
+        help="stop after this many distinct traces (default: run until SIGTERM)",
+    )
     run.set_defaults(handler=_run)
 
 
@@ -42,7 +53,9 @@ def _run(args: argparse.Namespace) -> int:
     where = f"cluster at {kafka.bootstrap_servers}"
     labels = load_task_labels(args.labels)
     worker = AuditorEvaluationWorker(
-        kafka, build_auditor(args), labels,
+        kafka,
+        build_auditor(args),
+        labels,
         group_id=args.group_id or f"{kafka.topics.prefix}auditor-{uuid.uuid4().hex[:8]}",
         registry=service_registry(),
         evidence_path=args.evidence,
@@ -52,8 +65,10 @@ def _run(args: argparse.Namespace) -> int:
     worker.install_signal_handlers()
     # Written by the worker after the end-of-battery identity check, never before.
     evidence = worker.run(until=(lambda t: t.traces >= args.traces) if args.traces else None)
-    print(f"{where}: {worker.tally.traces} traces audited; evidence "
-          f"{json.dumps(evidence_summary(evidence))} -> {args.evidence}")
+    print(
+        f"{where}: {worker.tally.traces} traces audited; evidence "
+        f"{json.dumps(evidence_summary(evidence))} -> {args.evidence}"
+    )
     if args.report is None:
         return 0
     report = evaluate(evidence)

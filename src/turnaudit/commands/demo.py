@@ -42,6 +42,7 @@ _LEFT_OUT: dict[str, str] = {
     ExclusionReason.TRACE_MISSING_TURNS: "the trace misses a middle turn",
 }
 
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo", help="run the pipeline end to end on the local broker and print a summary"
@@ -169,12 +170,25 @@ def _demo(args: argparse.Namespace) -> int:
             # Ends with turnaudit verify's verdict on this run's range.
             + verify_demo_rows(settings, before, truth.events),
         ),
-        ("consumer services: log sink and verdict metrics", run_consumer_stage(
-            settings, truth, emitter.emitted, args.timeout, start_offsets=before,
-            log_file=OUTPUT_DIR / "turns.jsonl", redaction=surface_redaction())),
+        (
+            "consumer services: log sink and verdict metrics",
+            run_consumer_stage(
+                settings,
+                truth,
+                emitter.emitted,
+                args.timeout,
+                start_offsets=before,
+                log_file=OUTPUT_DIR / "turns.jsonl",
+                redaction=surface_redaction(),
+            ),
+        ),
     ]
     evaluation = run_evaluation_stage(
-        settings, truth, args.timeout, start_offsets=before, output_dir=OUTPUT_DIR,
+        settings,
+        truth,
+        args.timeout,
+        start_offsets=before,
+        output_dir=OUTPUT_DIR,
         redaction=surface_redaction(),
     )
     sections.append(("HTIR traces and the auditor-evaluation worker", evaluation.rows))

@@ -239,10 +239,7 @@ def _reconcile(
     rows += [
         ReconciliationRow(
             "contract breaches (consumers)",
-            sum(
-                sample_total(m, CONTRACT_BREACHES_TOTAL, contract=c.value)
-                for c in Contract
-            ),
+            sum(sample_total(m, CONTRACT_BREACHES_TOTAL, contract=c.value) for c in Contract),
             0,
         ),
         ReconciliationRow("sequence gaps", sample_total(m, SEQUENCE_GAPS_TOTAL), 0),

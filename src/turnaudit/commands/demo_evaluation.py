@@ -80,11 +80,19 @@ def run_evaluation_stage(
     wanted = {p: e for p, e in turns_end.items() if e > start_offsets.get(p, 0)}
     run_id = uuid.uuid4().hex[:8]
     feeder_registry = CollectorRegistry()
-    sink = HtirFeederSink(settings, registry=feeder_registry, idle_timeout=idle_timeout,
-                          manifest=manifest, redaction=redaction)
+    sink = HtirFeederSink(
+        settings,
+        registry=feeder_registry,
+        idle_timeout=idle_timeout,
+        manifest=manifest,
+        redaction=redaction,
+    )
     feeder = ConsumerService(
         ServiceSettings(ServiceName.HTIR_FEEDER, settings, f"turnaudit-demo-htir-{run_id}"),
-        sink, registry=feeder_registry, start_offsets=start_offsets, serve_http=False,
+        sink,
+        registry=feeder_registry,
+        start_offsets=start_offsets,
+        serve_http=False,
     )
     deadline = time.monotonic() + timeout
     with service_logging("WARNING"):
@@ -103,8 +111,11 @@ def run_evaluation_stage(
 
     labels = labels_from_ground_truth(truth.as_json())
     worker = AuditorEvaluationWorker(
-        settings, RuleBasedAuditor(), labels,
-        group_id=f"turnaudit-demo-auditor-{run_id}", registry=CollectorRegistry(),
+        settings,
+        RuleBasedAuditor(),
+        labels,
+        group_id=f"turnaudit-demo-auditor-{run_id}",
+        registry=CollectorRegistry(),
         start_offsets=traces_before,
     )
     evidence = worker.run(
@@ -116,31 +127,48 @@ def run_evaluation_stage(
     write_json(report_path, report)
     rebuilt_path = output_dir / "evidence-rebuilt.json"
     rebuild = rebuild_evidence(
-        settings, decoder_for(settings),
+        settings,
+        decoder_for(settings),
         ReplayRequest(RangeSpec(from_offsets=dict(start_offsets), to_offsets=turns_end)),
-        labels, RuleBasedAuditor(), traces_path=_fresh(output_dir / "rebuilt-traces.htir.jsonl"),
+        labels,
+        RuleBasedAuditor(),
+        traces_path=_fresh(output_dir / "rebuilt-traces.htir.jsonl"),
         redaction=redaction,
     )
     write_json(rebuilt_path, rebuild.evidence.to_json())
     labels_path, bundle_path = output_dir / "labels.json", output_dir / "evidence-bundle.tar"
     write_json(labels_path, truth.as_json())
     bundle_verified = _bundle_verifies(
-        BundleInputs(report_path, evidence_path, labels_path, (manifest,)), bundle_path)
+        BundleInputs(report_path, evidence_path, labels_path, (manifest,)), bundle_path
+    )
     tally = worker.tally
     rows = [
         ReconciliationRow("tasks simulated", len(truth.tasks), len(truth.tasks)),
-        ReconciliationRow("HTIR traces published (one per task)", sink.published,
-                          len(truth.tasks)),
+        ReconciliationRow("HTIR traces published (one per task)", sink.published, len(truth.tasks)),
         ReconciliationRow("traces audited by the worker", tally.traces, sink.published),
-        ReconciliationRow("evidence cases (labelled, usable)", len(evidence.cases),
-                          tally.traces - tally.unusable_labels),
-        ReconciliationRow("evidence rebuilt from the stream: same sha256",
-                          int(file_digest(rebuilt_path) == file_digest(evidence_path)), 1),
-        ReconciliationRow("evidence bundle re-verified (digests, gate decision recomputed)",
-                          int(bundle_verified), 1),
+        ReconciliationRow(
+            "evidence cases (labelled, usable)",
+            len(evidence.cases),
+            tally.traces - tally.unusable_labels,
+        ),
+        ReconciliationRow(
+            "evidence rebuilt from the stream: same sha256",
+            int(file_digest(rebuilt_path) == file_digest(evidence_path)),
+            1,
+        ),
+        ReconciliationRow(
+            "evidence bundle re-verified (digests, gate decision recomputed)",
+            int(bundle_verified),
+            1,
+        ),
     ]
     return EvaluationOutcome(
-        rows, report, evidence_path, report_path, manifest, bundle_path,
+        rows,
+        report,
+        evidence_path,
+        report_path,
+        manifest,
+        bundle_path,
         dict(sorted(tally.excluded.items())),
     )
 

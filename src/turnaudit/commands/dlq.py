@@ -62,18 +62,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     listing = commands.add_parser("list", help="the selected letters, one line each")
     _add_filters(listing)
-    listing.add_argument("--limit", type=non_negative_int, default=0, metavar="N",
-                         help="at most N letters, the newest (default: all)")
+    listing.add_argument(
+        "--limit",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="at most N letters, the newest (default: all)",
+    )
     listing.set_defaults(handler=_list)
 
     show = commands.add_parser("show", help="one letter: its headers, key and value")
-    show.add_argument("position", metavar="PARTITION:OFFSET",
-                      help="the letter's place on the dead-letter topic, e.g. 0:42")
+    show.add_argument(
+        "position",
+        metavar="PARTITION:OFFSET",
+        help="the letter's place on the dead-letter topic, e.g. 0:42",
+    )
     show.add_argument("--json", action="store_true", help="one JSON document")
     show.set_defaults(handler=_show)
 
     count = commands.add_parser(
-        "count", help="the selected letters counted by reason, service, partition and hour")
+        "count", help="the selected letters counted by reason, service, partition and hour"
+    )
     _add_filters(count)
     count.set_defaults(handler=_count)
 
@@ -89,27 +98,50 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "live ones (turnaudit_redriven_turns_total).",
     )
     _add_filters(redrive)
-    redrive.add_argument("--dry-run", action="store_true",
-                         help="say what would be redriven, write nothing")
-    redrive.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                         help="seconds to wait for the broker to take the redriven messages")
+    redrive.add_argument(
+        "--dry-run", action="store_true", help="say what would be redriven, write nothing"
+    )
+    redrive.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds to wait for the broker to take the redriven messages",
+    )
     redrive.set_defaults(handler=_redrive)
 
 
 def _add_filters(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--reason", action="append", default=[], metavar="REASON",
-                        help="only this reason (repeatable; 'contract' is every contract:*, "
-                        "'unknown' letters without a known reason)")
-    parser.add_argument("--since", type=iso_time, metavar="ISO-TIME",
-                        help="parked at or after (no zone = UTC)")
-    parser.add_argument("--until", type=iso_time, metavar="ISO-TIME",
-                        help="parked before (no zone = UTC)")
-    parser.add_argument("--service", action="append", default=[], metavar="NAME",
-                        help="only letters this consuming service parked (its stage header, "
-                        "e.g. verdict-metrics, log-sink, producer; repeatable)")
-    parser.add_argument("--partition", action="append", default=[], type=non_negative_int,
-                        metavar="P", help="only letters of this partition of the original "
-                        "topic (repeatable)")
+    parser.add_argument(
+        "--reason",
+        action="append",
+        default=[],
+        metavar="REASON",
+        help="only this reason (repeatable; 'contract' is every contract:*, "
+        "'unknown' letters without a known reason)",
+    )
+    parser.add_argument(
+        "--since", type=iso_time, metavar="ISO-TIME", help="parked at or after (no zone = UTC)"
+    )
+    parser.add_argument(
+        "--until", type=iso_time, metavar="ISO-TIME", help="parked before (no zone = UTC)"
+    )
+    parser.add_argument(
+        "--service",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only letters this consuming service parked (its stage header, "
+        "e.g. verdict-metrics, log-sink, producer; repeatable)",
+    )
+    parser.add_argument(
+        "--partition",
+        action="append",
+        default=[],
+        type=non_negative_int,
+        metavar="P",
+        help="only letters of this partition of the original topic (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document")
 
 
@@ -147,7 +179,7 @@ def read_letters(settings: KafkaSettings, args: argparse.Namespace) -> Iterator[
 def _list(args: argparse.Namespace) -> int:
     selected = letter_filter(args).select(read_letters(_settings(), args))
     if args.limit:
-        selected = sorted(selected, key=lambda letter: letter.timestamp_ms)[-args.limit:]
+        selected = sorted(selected, key=lambda letter: letter.timestamp_ms)[-args.limit :]
     if args.json:
         print(json.dumps([letter.as_json() for letter in selected], indent=2))
     else:
@@ -174,20 +206,26 @@ def _show(args: argparse.Namespace) -> int:
     marks = watermarks(settings, dlq)
     if partition not in marks.high:
         raise ConfigurationError(
-            f"{dlq} has no partition {partition} (partitions 0-{len(marks.high) - 1})")
+            f"{dlq} has no partition {partition} (partitions 0-{len(marks.high) - 1})"
+        )
     if not marks.low.get(partition, 0) <= offset < marks.high[partition]:
         raise BrokerError(
             f"no letter at {partition}:{offset}: {dlq} partition {partition} holds offsets "
             f"{marks.low.get(partition, 0)} to {marks.high[partition] - 1} "
-            "(older ones are past retention)")
-    record = next(iter(read_range(settings, dlq, {partition: offset},
-                                  {partition: offset + 1})))
+            "(older ones are past retention)"
+        )
+    record = next(iter(read_range(settings, dlq, {partition: offset}, {partition: offset + 1})))
     letter = letter_from_record(record)
-    headers = {name: (value or b"").decode(errors="replace")
-               for name, value in record_headers(record)}
+    headers = {
+        name: (value or b"").decode(errors="replace") for name, value in record_headers(record)
+    }
     if args.json:
-        print(json.dumps({**letter.as_json(), "headers": headers,
-                          "value_hex": (letter.value or b"").hex()}, indent=2))
+        print(
+            json.dumps(
+                {**letter.as_json(), "headers": headers, "value_hex": (letter.value or b"").hex()},
+                indent=2,
+            )
+        )
     else:
         print(letter.line())
         for name, value in headers.items():
@@ -229,43 +267,60 @@ def _redrive(args: argparse.Namespace) -> int:
     selection = letter_filter(args)
     settings = _settings()
     topic = settings.topics.turn_events
-    require_access(settings, reads=[settings.topics.dlq, topic],
-                   writes=[] if args.dry_run else [topic])
+    require_access(
+        settings, reads=[settings.topics.dlq, topic], writes=[] if args.dry_run else [topic]
+    )
     letters = selection.select(read_letters(settings, args))
-    candidates = [letter.timestamp_ms for letter in letters
-                  if letter.origin is not None and letter.origin[0] == topic]
-    marks = (redriven_marks(settings, topic, min(candidates)) if candidates
-             else RedrivenMarks())
+    candidates = [
+        letter.timestamp_ms
+        for letter in letters
+        if letter.origin is not None and letter.origin[0] == topic
+    ]
+    marks = redriven_marks(settings, topic, min(candidates)) if candidates else RedrivenMarks()
     plan = plan_redrive(letters, topic=topic, check=decode_check(settings), marks=marks)
     written, failed = (0, []) if args.dry_run else _write(settings, plan, args.timeout)
     report = plan.as_json()
     if args.json:
-        print(json.dumps({**report, "dry_run": args.dry_run, "written": written,
-                          "failed": failed}, indent=2))
+        print(
+            json.dumps(
+                {**report, "dry_run": args.dry_run, "written": written, "failed": failed}, indent=2
+            )
+        )
     else:
         print(_human(plan, dry_run=args.dry_run, written=written, failed=failed))
     if failed:
-        raise PublishError(f"{len(failed)} of {len(plan.redrive)} redriven message(s) were "
-                           f"not taken by the broker ({', '.join(failed[:5])}): run the same "
-                           "command again, what was written is skipped")
+        raise PublishError(
+            f"{len(failed)} of {len(plan.redrive)} redriven message(s) were "
+            f"not taken by the broker ({', '.join(failed[:5])}): run the same "
+            "command again, what was written is skipped"
+        )
     return FINDINGS_EXIT if plan.refused else 0
 
 
 def _human(plan: RedrivePlan, *, dry_run: bool, written: int, failed: list[str]) -> str:
     verb = "would redrive" if dry_run else "redriven"
-    lines = [f"{plan.selected} letter(s) selected; {verb}: {len(plan.redrive)}"
-             + ("" if dry_run else f" ({written} written)")]
+    lines = [
+        f"{plan.selected} letter(s) selected; {verb}: {len(plan.redrive)}"
+        + ("" if dry_run else f" ({written} written)")
+    ]
     lines += [f"  {r.letter.position} -> {r.topic} event {r.event_id}" for r in plan.redrive]
     if plan.already:
-        lines.append(f"already redriven by an earlier run, skipped: {len(plan.already)} ("
-                     + ", ".join(letter.position for letter in plan.already[:20]) + ")")
+        lines.append(
+            f"already redriven by an earlier run, skipped: {len(plan.already)} ("
+            + ", ".join(letter.position for letter in plan.already[:20])
+            + ")"
+        )
     if plan.same_original:
         lines.append(f"another letter of the same turn, skipped: {len(plan.same_original)}")
     if plan.refused:
-        lines.append(f"refused (would fail again or cannot go back): {len(plan.refused)} "
-                     + json.dumps(plan.refused_by_reason()))
-        lines += [f"  {r.letter.position} {r.reason}: {' '.join(r.error.split())[:200]}"
-                  for r in plan.refused]
+        lines.append(
+            f"refused (would fail again or cannot go back): {len(plan.refused)} "
+            + json.dumps(plan.refused_by_reason())
+        )
+        lines += [
+            f"  {r.letter.position} {r.reason}: {' '.join(r.error.split())[:200]}"
+            for r in plan.refused
+        ]
     return "\n".join(lines)
 
 
@@ -280,17 +335,26 @@ def _write(settings: KafkaSettings, plan: RedrivePlan, timeout: float) -> tuple[
         def report(err: DeliveryError | None, _msg: DeliveredMessage) -> None:
             (failed if err is not None else taken).append(position)
             progress.update(len(taken))
+
         return report
 
     for redrive in plan.redrive:
         letter = redrive.letter
-        producer.produce(redrive.topic, letter.value, letter.key, headers=redrive.headers(),
-                         on_delivery=delivered(letter.position))
+        producer.produce(
+            redrive.topic,
+            letter.value,
+            letter.key,
+            headers=redrive.headers(),
+            on_delivery=delivered(letter.position),
+        )
     producer.flush(timeout)
     progress.close()
     # Not confirmed in time: reported as not taken (a rerun skips what did land).
-    unsettled = [r.letter.position for r in plan.redrive
-                 if r.letter.position not in taken and r.letter.position not in failed]
+    unsettled = [
+        r.letter.position
+        for r in plan.redrive
+        if r.letter.position not in taken and r.letter.position not in failed
+    ]
     return len(taken), failed + unsettled
 
 
@@ -307,8 +371,11 @@ class RedriveProgress:
     def update(self, done: int) -> None:
         if not self._terminal:
             if done == self._total or done % 1000 == 0:
-                print(f"dlq redrive: {done}/{self._total} messages written",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"dlq redrive: {done}/{self._total} messages written",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return
         if self._bar is None:
             self._bar = tqdm(total=self._total, unit="msg", file=sys.stderr, dynamic_ncols=True)

@@ -48,18 +48,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_time_arguments(rebuild)
     rebuild.add_argument("--partitions", metavar="P,…", help="only these partitions, e.g. 0,2")
     rebuild.add_argument("--topic", help="turn-events topic (default: the configured one)")
-    rebuild.add_argument("--labels", type=Path, required=True,
-                         help="a finalized label pack, or the simulator's ground truth")
+    rebuild.add_argument(
+        "--labels",
+        type=Path,
+        required=True,
+        help="a finalized label pack, or the simulator's ground truth",
+    )
     evaluation_cli.add_auditor_arguments(rebuild, default="rules")
     rebuild.add_argument("--output", type=Path, required=True, help="evidence file to write")
     rebuild.add_argument("--report", type=Path, help="also run the gate and write its report")
-    rebuild.add_argument("--traces", type=Path,
-                         help="keep the replayed traces here (htir JSONL; default: not kept)")
-    rebuild.add_argument("--measure-latency", action="store_true",
-                         help="keep freshly measured latencies instead of the recorded ones "
-                         "(the file then differs from the live worker's by its latencies)")
-    rebuild.add_argument("--read-timeout", type=float, default=300.0,
-                         help="seconds a partition's range may take to read")
+    rebuild.add_argument(
+        "--traces", type=Path, help="keep the replayed traces here (htir JSONL; default: not kept)"
+    )
+    rebuild.add_argument(
+        "--measure-latency",
+        action="store_true",
+        help="keep freshly measured latencies instead of the recorded ones "
+        "(the file then differs from the live worker's by its latencies)",
+    )
+    rebuild.add_argument(
+        "--read-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a partition's range may take to read",
+    )
     rebuild.set_defaults(handler=_rebuild)
 
 
@@ -80,16 +92,26 @@ def _rebuild(args: argparse.Namespace) -> int:
         traces_path = args.traces or Path(scratch) / "traces.htir.jsonl"
         try:
             result = rebuild_evidence(
-                settings, decode, request, labels, auditor, traces_path=traces_path,
-                measure_latency=args.measure_latency, timeout=args.read_timeout,
-                redaction=surface_redaction())
+                settings,
+                decode,
+                request,
+                labels,
+                auditor,
+                traces_path=traces_path,
+                measure_latency=args.measure_latency,
+                timeout=args.read_timeout,
+                redaction=surface_redaction(),
+            )
         except (NotReproducedError, AuditorIdentityError) as exc:
             # A finding about the evidence, not a wrong argument: exit 1, no evidence.
             print(f"turnaudit eval rebuild: {exc}", file=sys.stderr)
             return 1
     write_json(args.output, result.evidence.to_json())
-    summary = {**result.describe(), "evidence": str(args.output),
-               "evidence_sha256": file_digest(args.output)}
+    summary = {
+        **result.describe(),
+        "evidence": str(args.output),
+        "evidence_sha256": file_digest(args.output),
+    }
     print(f"{where}: rebuilt {json.dumps(summary, sort_keys=True)}")
     if args.report is None:
         return 0

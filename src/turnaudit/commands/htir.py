@@ -28,11 +28,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "feed", help="assemble per-task traces and publish them to <prefix>htir-traces"
     )
     feed.add_argument(
-        "--idle-timeout", type=float, default=300.0,
+        "--idle-timeout",
+        type=float,
+        default=300.0,
         help="close a trace after this many seconds without a turn (default 300)",
     )
     feed.add_argument(
-        "--manifest", type=Path,
+        "--manifest",
+        type=Path,
         help="also append each trace as an eval-manifest JSONL line (for review packs); "
         "with --workers N, worker i writes <name>.worker-<i><suffix>",
     )
@@ -58,7 +61,10 @@ class FeederWorker:
         if manifest is not None and plan.supervised:
             manifest = per_worker_path(manifest, plan.index)  # one writer per file
         sink = HtirFeederSink(
-            settings.kafka, registry=registry, idle_timeout=self.idle_timeout, manifest=manifest,
+            settings.kafka,
+            registry=registry,
+            idle_timeout=self.idle_timeout,
+            manifest=manifest,
             redaction=settings.surfaces,
         )
         return consumer_service(settings, sink, plan, registry)

@@ -17,11 +17,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("keys", help="signing keys for signed checkpoints")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     generate = actions.add_parser(
-        "generate", help="write a new Ed25519 key pair and print its keyring entry")
-    generate.add_argument("--out", type=Path, required=True, metavar="DIR",
-                          help="folder for <ID>.key (mode 0600) and <ID>.pub")
-    generate.add_argument("--key-id", required=True, metavar="ID",
-                          help="the key's id: in every checkpoint it signs and in the keyring")
+        "generate", help="write a new Ed25519 key pair and print its keyring entry"
+    )
+    generate.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="folder for <ID>.key (mode 0600) and <ID>.pub",
+    )
+    generate.add_argument(
+        "--key-id",
+        required=True,
+        metavar="ID",
+        help="the key's id: in every checkpoint it signs and in the keyring",
+    )
     generate.set_defaults(handler=_generate)
 
 

@@ -60,28 +60,53 @@ def _step_ms(step: timedelta) -> int:
 
 
 OUTPUT_KINDS = OutputKinds()
-OUTPUT_KINDS.add("jsonl", "decoded events, one canonical JSON line each",
-                 lambda c: JsonlOutput(c.target.path, c.decode, c.request.surfaces))
-OUTPUT_KINDS.add("logs", "the log sink's turn lines, stamped with each turn's time",
-                 lambda c: LogReplayOutput(c.target.path, c.decode, _log_settings(),
-                                           start_gaps=not c.request.event_time))
-OUTPUT_KINDS.add("metrics", "the verdict metrics as OpenMetrics text, job=turnaudit-replay "
-                 "(with --step: one timestamped sample per step of event time)",
-                 lambda c: MetricsReplayOutput(c.decode, c.label, c.target.path,
-                                               start_gaps=not c.request.event_time)
-                 if c.request.step is None else
-                 SteppedMetricsReplayOutput(c.decode, c.label, c.target.path,
-                                            _step_ms(c.request.step),
-                                            start_gaps=not c.request.event_time))
-OUTPUT_KINDS.add("tsdb", "Prometheus TSDB blocks of the verdict counters in DIR, one sample "
-                 "per --step of event time (promtool tsdb create-blocks-from openmetrics)",
-                 lambda c: TsdbReplayOutput(c.decode, c.label, c.target.path,
-                                            _step_ms(c.request.step or DEFAULT_STEP),
-                                            start_gaps=not c.request.event_time))
-OUTPUT_KINDS.add("verify", "turnaudit verify's report over the range, as JSON",
-                 VerifyReplayOutput)
-OUTPUT_KINDS.add("topic", "the messages re-published to another topic, keyed as the source",
-                 TopicReplayOutput, writes_file=False)
+OUTPUT_KINDS.add(
+    "jsonl",
+    "decoded events, one canonical JSON line each",
+    lambda c: JsonlOutput(c.target.path, c.decode, c.request.surfaces),
+)
+OUTPUT_KINDS.add(
+    "logs",
+    "the log sink's turn lines, stamped with each turn's time",
+    lambda c: LogReplayOutput(
+        c.target.path, c.decode, _log_settings(), start_gaps=not c.request.event_time
+    ),
+)
+OUTPUT_KINDS.add(
+    "metrics",
+    "the verdict metrics as OpenMetrics text, job=turnaudit-replay "
+    "(with --step: one timestamped sample per step of event time)",
+    lambda c: (
+        MetricsReplayOutput(c.decode, c.label, c.target.path, start_gaps=not c.request.event_time)
+        if c.request.step is None
+        else SteppedMetricsReplayOutput(
+            c.decode,
+            c.label,
+            c.target.path,
+            _step_ms(c.request.step),
+            start_gaps=not c.request.event_time,
+        )
+    ),
+)
+OUTPUT_KINDS.add(
+    "tsdb",
+    "Prometheus TSDB blocks of the verdict counters in DIR, one sample "
+    "per --step of event time (promtool tsdb create-blocks-from openmetrics)",
+    lambda c: TsdbReplayOutput(
+        c.decode,
+        c.label,
+        c.target.path,
+        _step_ms(c.request.step or DEFAULT_STEP),
+        start_gaps=not c.request.event_time,
+    ),
+)
+OUTPUT_KINDS.add("verify", "turnaudit verify's report over the range, as JSON", VerifyReplayOutput)
+OUTPUT_KINDS.add(
+    "topic",
+    "the messages re-published to another topic, keyed as the source",
+    TopicReplayOutput,
+    writes_file=False,
+)
 register_htir_outputs(OUTPUT_KINDS)  # htir:PATH, htir-topic:NAME
 
 
@@ -101,37 +126,73 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "command after an interruption resumes from it. With --group, several processes "
         "share the range through a consumer group of their own.",
     )
-    parser.add_argument("--into", required=True, metavar="KIND:WHERE",
-                        help="where to write: " + OUTPUT_KINDS.describe())
+    parser.add_argument(
+        "--into",
+        required=True,
+        metavar="KIND:WHERE",
+        help="where to write: " + OUTPUT_KINDS.describe(),
+    )
     add_range_arguments(
         parser, to_help="end of the range (exclusive; default: the high-water marks now)"
     )
     parser.add_argument(
-        "--step", type=positive_seconds, metavar="SECONDS",
+        "--step",
+        type=positive_seconds,
+        metavar="SECONDS",
         help="metrics: and tsdb: outputs: one timestamped sample of every counter per STEP "
-        "seconds of event time (tsdb: default 60)")
+        "seconds of event time (tsdb: default 60)",
+    )
     parser.add_argument("--partitions", metavar="P,…", help="only these partitions, e.g. 0,2")
     parser.add_argument("--topic", help="topic to replay (default: the configured turn events)")
     add_time_arguments(parser)
     parser.add_argument(
-        "--group", metavar="NAME",
+        "--group",
+        metavar="NAME",
         help="share the range with other replay processes of the same arguments: consumer "
         "group turnaudit-replay.NAME (never a live service's); each process writes its own "
-        "output (jsonl, logs or topic)")
-    parser.add_argument("--members", type=positive_int, default=1, metavar="N",
-                        help="with --group: start reading once N processes have joined, so "
-                        "the range is split between them from the start (default 1)")
-    parser.add_argument("--checkpoint", type=Path, metavar="PATH",
-                        help="checkpoint file (default: OUTPUT.replay-checkpoint.json; "
-                        "topic outputs: topic-NAME.replay-checkpoint.json here)")
-    parser.add_argument("--batch-size", type=positive_int, default=500,
-                        help="events handed to the output at once (default 500)")
-    parser.add_argument("--checkpoint-every", type=positive_int, default=50_000,
-                        metavar="EVENTS", help="events between checkpoints (default 50000)")
-    parser.add_argument("--checkpoint-seconds", type=float, default=5.0, metavar="SECONDS",
-                        help="at most this long between checkpoints (default 5)")
-    parser.add_argument("--timeout", type=float, default=300.0,
-                        help="seconds without a message before an unfinished replay gives up")
+        "output (jsonl, logs or topic)",
+    )
+    parser.add_argument(
+        "--members",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="with --group: start reading once N processes have joined, so "
+        "the range is split between them from the start (default 1)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="PATH",
+        help="checkpoint file (default: OUTPUT.replay-checkpoint.json; "
+        "topic outputs: topic-NAME.replay-checkpoint.json here)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=500,
+        help="events handed to the output at once (default 500)",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        default=50_000,
+        metavar="EVENTS",
+        help="events between checkpoints (default 50000)",
+    )
+    parser.add_argument(
+        "--checkpoint-seconds",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="at most this long between checkpoints (default 5)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds without a message before an unfinished replay gives up",
+    )
     parser.set_defaults(handler=_replay)
 
 
@@ -149,18 +210,26 @@ def _replay(args: argparse.Namespace) -> int:
     )
     if request.step is not None and target.kind not in STEPPED_KINDS:
         raise ConfigurationError(
-            f"--step applies to {' and '.join(STEPPED_KINDS)} outputs, not {target.kind}:")
+            f"--step applies to {' and '.join(STEPPED_KINDS)} outputs, not {target.kind}:"
+        )
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
     require_access(settings, reads=[args.topic or settings.topics.turn_events])
 
     progress = Progress(terminal=sys.stderr.isatty())
     decode = decoder_for(settings)
-    run = (partial(replay_group, group=args.group, members=args.members) if args.group
-           else replay)
-    summary = run(settings, decode, request, target, batch_size=args.batch_size,
-                  timeout=args.timeout, after_batch=progress, outputs=OUTPUT_KINDS,
-                  checkpoint_every=args.checkpoint_every,
-                  checkpoint_seconds=args.checkpoint_seconds)
+    run = partial(replay_group, group=args.group, members=args.members) if args.group else replay
+    summary = run(
+        settings,
+        decode,
+        request,
+        target,
+        batch_size=args.batch_size,
+        timeout=args.timeout,
+        after_batch=progress,
+        outputs=OUTPUT_KINDS,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_seconds=args.checkpoint_seconds,
+    )
     progress.close()
     print(summary.human())
     return 0
@@ -177,8 +246,11 @@ class Progress:
     def __call__(self, state: ReplayCheckpoint) -> None:
         total, read = state.total, state.read
         if not self._terminal:
-            print(f"replay: {read}/{total} messages read, {state.events} events written",
-                  file=sys.stderr, flush=True)
+            print(
+                f"replay: {read}/{total} messages read, {state.events} events written",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         if self._bar is None:
             self._bar = tqdm(total=total, unit="msg", file=sys.stderr, dynamic_ncols=True)

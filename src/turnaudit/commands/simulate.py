@@ -38,11 +38,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "the time they are published)",
     )
     parser.add_argument(
-        "--metrics-port", type=non_negative_int, metavar="PORT",
+        "--metrics-port",
+        type=non_negative_int,
+        metavar="PORT",
         help="serve the runtime's metrics (publisher, spool, contract breaches) on "
-        "http://HOST:PORT/metrics while it publishes, as a live runtime does")
-    parser.add_argument("--metrics-host", default="127.0.0.1",
-                        help="address for --metrics-port (default 127.0.0.1)")
+        "http://HOST:PORT/metrics while it publishes, as a live runtime does",
+    )
+    parser.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
+    )
     parser.set_defaults(handler=_simulate)
 
 
@@ -98,8 +102,12 @@ def _versions(text: str) -> tuple[int, ...]:
 
 
 def publish_simulation(
-    settings: KafkaSettings, args: argparse.Namespace, *, real_time: bool = False,
-    checkpoints: CheckpointSettings | None = None, registry: CollectorRegistry | None = None,
+    settings: KafkaSettings,
+    args: argparse.Namespace,
+    *,
+    real_time: bool = False,
+    checkpoints: CheckpointSettings | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> tuple[TurnRuntimeSimulator, CloseReport, TurnAuditEmitter, float]:
     """Publish ``args.events`` simulated turns through the adapter and one publisher.
 
@@ -113,8 +121,9 @@ def publish_simulation(
     sim = TurnRuntimeSimulator(
         args.seed, schema_versions=args.schema_versions, concurrent_sessions=max(1, args.sessions)
     )
-    publisher = TurnEventPublisher(settings, spool_dir=args.spool_dir, checkpoints=checkpoints,
-                                   registry=registry)
+    publisher = TurnEventPublisher(
+        settings, spool_dir=args.spool_dir, checkpoints=checkpoints, registry=registry
+    )
 
     def to_dead_letters(event: OutgoingTurnEvent, breaches: list[Breach]) -> None:
         publisher.dead_letter(
@@ -149,13 +158,15 @@ def _simulate(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigurationError(
                 f"--metrics-port {args.metrics_port}: cannot listen on "
-                f"{args.metrics_host}:{args.metrics_port} ({exc.strerror or exc})") from None
+                f"{args.metrics_host}:{args.metrics_port} ({exc.strerror or exc})"
+            ) from None
     settings, where = connect(KafkaSettings.from_env(), start_local=False)
     print(where)
     ensure_topics(settings)
     require_access(settings, writes=[settings.topics.turn_events, settings.topics.schemas])
-    sim, report, emitter, elapsed = publish_simulation(settings, args, real_time=args.real_time,
-                                                       checkpoints=checkpoints, registry=registry)
+    sim, report, emitter, elapsed = publish_simulation(
+        settings, args, real_time=args.real_time, checkpoints=checkpoints, registry=registry
+    )
     print(
         f"published {emitter.emitted} turns in {elapsed:.1f}s "
         f"({emitter.emitted / max(elapsed, 1e-9):.0f}/s) to {settings.topics.turn_events}: "

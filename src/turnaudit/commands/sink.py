@@ -99,9 +99,7 @@ def _run(service: ConsumerService) -> int:
     return 0
 
 
-def run_service(
-    name: ServiceName, factory: ServiceFactory, args: argparse.Namespace
-) -> int:
+def run_service(name: ServiceName, factory: ServiceFactory, args: argparse.Namespace) -> int:
     """One process, or a supervisor of ``--workers`` worker processes."""
     settings = service_settings(name)
     workers = args.workers or settings.workers
@@ -149,8 +147,9 @@ def consumer_service(
         sink = marking = RedeliveryMarkingSink(
             sink, settings.kafka.topics.turn_events, plan.metrics_dir
         )
-    service = ConsumerService(settings, sink, registry=registry, serve_http=False,
-                              validation=validation)
+    service = ConsumerService(
+        settings, sink, registry=registry, serve_http=False, validation=validation
+    )
     if marking is not None:
         marking.on_marked = service.metrics.redelivered.inc
     return service

@@ -37,13 +37,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="start at this time (e.g. 2026-11-01T12:00:00Z; no zone = UTC) instead of now",
     )
     parser.add_argument(
-        "--time", choices=("broker", "event"), default="broker",
+        "--time",
+        choices=("broker", "event"),
+        default="broker",
         help="what --from selects: broker (default: the records' Kafka timestamps) or event "
-        "(the turns' occurred_at, from the records stored --slack before --from on)")
+        "(the turns' occurred_at, from the records stored --slack before --from on)",
+    )
     parser.add_argument(
-        "--slack", type=non_negative_seconds, metavar="SECONDS",
+        "--slack",
+        type=non_negative_seconds,
+        metavar="SECONDS",
         help="with --time event: read records stored from SECONDS before --from "
-        "(default: the whole retained stream)")
+        "(default: the whole retained stream)",
+    )
     parser.add_argument("--pack", help="only turns of this pack id")
     parser.add_argument("--session", help="only turns of this session id")
     parser.add_argument("--limit", type=positive_int, help="stop after this many lines")

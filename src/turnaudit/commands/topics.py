@@ -66,9 +66,7 @@ def _create(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.wait
     # With --wait, the cluster gets that long to answer (asked every second);
     # without, the connect timeout (TURNAUDIT_CONNECT_TIMEOUT_S, 10 s).
-    settings, where = connect(
-        KafkaSettings.from_env(), start_local=False, wait=args.wait or None
-    )
+    settings, where = connect(KafkaSettings.from_env(), start_local=False, wait=args.wait or None)
     settings = replace(
         settings,
         replication_factor=args.replication_factor or settings.replication_factor,

@@ -29,12 +29,9 @@ from turnaudit.commands.sink import (
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.worker_process import WorkerPlan
 from turnaudit.consumers.settings import ServiceName
-from turnaudit.consumers.verify_follow import (
-    FollowMetrics,
-    FollowValidation,
-    TrustFeed,
-    VerifyFollowSink,
-)
+from turnaudit.consumers.verify_follow import FollowValidation, VerifyFollowSink
+from turnaudit.consumers.verify_follow_metrics import FollowMetrics
+from turnaudit.consumers.verify_follow_trust import TrustFeed
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.kafka.state_topic import ensure_verify_state_topic
@@ -56,60 +53,118 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_range_arguments(parser, to_help="end of the range (exclusive)")
     add_time_arguments(parser)
     parser.add_argument("--topic", help="turn-events topic to verify (default: the configured one)")
-    parser.add_argument("--log-file", type=Path,
-                        help="a log sink's JSON-lines file: every turn of the range must be in it")
-    parser.add_argument("--metrics-url", action="append", default=[], metavar="URL",
-                        help="a verdict-metrics /metrics URL: each pack's turns, refused, "
-                        "hedged and stub counters must have risen over the range by the "
-                        "range's counts (repeatable)")
-    parser.add_argument("--metrics-before", action="append", default=[], metavar="PAGE",
-                        help="the /metrics page of the same service saved at the range's "
-                        "start (curl URL > PAGE), one per --metrics-url in order; without "
-                        "it the service must have read exactly this range since it started")
-    parser.add_argument("--metrics-settle", type=float, default=10.0, metavar="SECONDS",
-                        help="how long the scrape at the range's end is retried while the "
-                        "service is still reading the range (default 10)")
-    parser.add_argument("--heads", type=Path, metavar="REPORT",
-                        help="an earlier verify --json report: every stream head it saw must "
-                        "still be there, unchanged (catches a truncated or rewritten tail)")
-    parser.add_argument("--keyring", type=Path, metavar="FILE",
-                        help="a keyring (TOML: key id -> Ed25519 public key, valid_from, "
-                        "revoked_at): every stream is judged against the signed checkpoints "
-                        "on <prefix>checkpoints; a forged or truncated stream is a finding "
-                        "(docs/trust.md)")
-    parser.add_argument("--require-signed", action="store_true",
-                        help="with --keyring: a stream no valid checkpoint covers is forged, "
-                        "not unsigned (also require_signed = true in the keyring)")
+    parser.add_argument(
+        "--log-file",
+        type=Path,
+        help="a log sink's JSON-lines file: every turn of the range must be in it",
+    )
+    parser.add_argument(
+        "--metrics-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a verdict-metrics /metrics URL: each pack's turns, refused, "
+        "hedged and stub counters must have risen over the range by the "
+        "range's counts (repeatable)",
+    )
+    parser.add_argument(
+        "--metrics-before",
+        action="append",
+        default=[],
+        metavar="PAGE",
+        help="the /metrics page of the same service saved at the range's "
+        "start (curl URL > PAGE), one per --metrics-url in order; without "
+        "it the service must have read exactly this range since it started",
+    )
+    parser.add_argument(
+        "--metrics-settle",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long the scrape at the range's end is retried while the "
+        "service is still reading the range (default 10)",
+    )
+    parser.add_argument(
+        "--heads",
+        type=Path,
+        metavar="REPORT",
+        help="an earlier verify --json report: every stream head it saw must "
+        "still be there, unchanged (catches a truncated or rewritten tail)",
+    )
+    parser.add_argument(
+        "--keyring",
+        type=Path,
+        metavar="FILE",
+        help="a keyring (TOML: key id -> Ed25519 public key, valid_from, "
+        "revoked_at): every stream is judged against the signed checkpoints "
+        "on <prefix>checkpoints; a forged or truncated stream is a finding "
+        "(docs/trust.md)",
+    )
+    parser.add_argument(
+        "--require-signed",
+        action="store_true",
+        help="with --keyring: a stream no valid checkpoint covers is forged, "
+        "not unsigned (also require_signed = true in the keyring)",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON report")
-    parser.add_argument("--timeout", type=float, default=300.0,
-                        help="seconds the range may take to read")
-    parser.add_argument("--memory-ids", type=positive_int, default=DEFAULT_MEMORY_IDS, metavar="N",
-                        help="event ids kept in memory; older ones are spilled to sorted "
-                        "run files in a temporary directory and looked up there, removed at "
-                        f"the end (default {DEFAULT_MEMORY_IDS:,}; docs/verify.md)")
-    parser.add_argument("--memory-streams", type=positive_int, default=DEFAULT_MEMORY_STREAMS,
-                        metavar="N",
-                        help="streams kept in memory; the least recently seen others are "
-                        "spilled to a temporary SQLite file and read back when their stream "
-                        f"goes on, removed at the end (default {DEFAULT_MEMORY_STREAMS:,}; "
-                        "docs/verify.md)")
-    parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
-                        help="processes reading the range's partitions, each its own set "
-                        "(default: one per partition, at most one per core)")
-    parser.add_argument("--follow", action="store_true",
-                        help="run as a service that keeps proving the stream as it arrives "
-                        "(its own consumer group, /metrics turnaudit_verify_*, checkpoints in "
-                        "<prefix>verify-state; settings from TURNAUDIT_* like the sinks)")
-    parser.add_argument("--grace", type=float, default=None, metavar="SECONDS",
-                        help="--follow: a missing position is lost only this long after its "
-                        f"gap opened (default {GRACE_ENV} or {DEFAULT_GRACE_S:g})")
-    parser.add_argument("--trust-grace", type=float, default=None, metavar="SECONDS",
-                        help="--follow --keyring: positions no valid checkpoint covers this "
-                        "long after their turn make the stream unsigned (forged when "
-                        f"required); default {TRUST_GRACE_ENV}, else twice "
-                        f"{INTERVAL_ENV} (default {DEFAULT_CHECKPOINT_INTERVAL_S:g} s)")
-    parser.add_argument("--workers", type=worker_count, default=None,
-                        help="--follow: " + WORKERS_HELP)
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds the range may take to read"
+    )
+    parser.add_argument(
+        "--memory-ids",
+        type=positive_int,
+        default=DEFAULT_MEMORY_IDS,
+        metavar="N",
+        help="event ids kept in memory; older ones are spilled to sorted "
+        "run files in a temporary directory and looked up there, removed at "
+        f"the end (default {DEFAULT_MEMORY_IDS:,}; docs/verify.md)",
+    )
+    parser.add_argument(
+        "--memory-streams",
+        type=positive_int,
+        default=DEFAULT_MEMORY_STREAMS,
+        metavar="N",
+        help="streams kept in memory; the least recently seen others are "
+        "spilled to a temporary SQLite file and read back when their stream "
+        f"goes on, removed at the end (default {DEFAULT_MEMORY_STREAMS:,}; "
+        "docs/verify.md)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="processes reading the range's partitions, each its own set "
+        "(default: one per partition, at most one per core)",
+    )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="run as a service that keeps proving the stream as it arrives "
+        "(its own consumer group, /metrics turnaudit_verify_*, checkpoints in "
+        "<prefix>verify-state; settings from TURNAUDIT_* like the sinks)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="--follow: a missing position is lost only this long after its "
+        f"gap opened (default {GRACE_ENV} or {DEFAULT_GRACE_S:g})",
+    )
+    parser.add_argument(
+        "--trust-grace",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="--follow --keyring: positions no valid checkpoint covers this "
+        "long after their turn make the stream unsigned (forged when "
+        f"required); default {TRUST_GRACE_ENV}, else twice "
+        f"{INTERVAL_ENV} (default {DEFAULT_CHECKPOINT_INTERVAL_S:g} s)",
+    )
+    parser.add_argument(
+        "--workers", type=worker_count, default=None, help="--follow: " + WORKERS_HELP
+    )
     parser.set_defaults(handler=_verify)
 
 
@@ -128,8 +183,9 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
     metrics = FollowMetrics(registry)
     trust = _trust_feed(settings.kafka, metrics)
     sink = VerifyFollowSink(settings.kafka, state, metrics, trust=trust)
-    validation = FollowValidation(decoder_for(settings.kafka, registry=registry), state,
-                                  metrics, sink.load, trust=trust)
+    validation = FollowValidation(
+        decoder_for(settings.kafka, registry=registry), state, metrics, sink.load, trust=trust
+    )
     return consumer_service(settings, sink, plan, registry, validation=validation)
 
 
@@ -151,8 +207,10 @@ def trust_grace() -> float:
     try:
         grace = float(given) if given else 2 * float(interval or DEFAULT_CHECKPOINT_INTERVAL_S)
     except ValueError:
-        raise ConfigurationError(f"{TRUST_GRACE_ENV}={given!r} / {INTERVAL_ENV}={interval!r}: "
-                                 "expected a number of seconds") from None
+        raise ConfigurationError(
+            f"{TRUST_GRACE_ENV}={given!r} / {INTERVAL_ENV}={interval!r}: "
+            "expected a number of seconds"
+        ) from None
     if not 0 <= grace < float("inf"):
         raise ConfigurationError(f"the trust grace must be 0 or more seconds, not {grace!r}")
     return grace
@@ -173,8 +231,9 @@ def _follow(args: argparse.Namespace) -> int:
         if (args.workers or service_settings(ServiceName.VERIFY_FOLLOW).workers) > 1:
             # Each worker would read every checkpoint but prove only its partitions'
             # streams; the trust state is kept for one member.
-            raise ConfigurationError("--follow --keyring runs one worker (no --workers N, "
-                                     "no TURNAUDIT_WORKERS above 1)")
+            raise ConfigurationError(
+                "--follow --keyring runs one worker (no --workers N, no TURNAUDIT_WORKERS above 1)"
+            )
         load_keyring(args.keyring)  # a bad keyring: one line now, not in the worker
         os.environ[KEYRING_ENV] = str(args.keyring.resolve())
         os.environ[REQUIRE_SIGNED_ENV] = "1" if args.require_signed else ""
@@ -188,14 +247,21 @@ def _follow(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     if args.follow:
-        given = [flag for flag, set_ in (("--memory-ids", args.memory_ids != DEFAULT_MEMORY_IDS),
-                                         ("--memory-streams",
-                                          args.memory_streams != DEFAULT_MEMORY_STREAMS),
-                                         ("--jobs", args.jobs is not None)) if set_]
+        given = [
+            flag
+            for flag, set_ in (
+                ("--memory-ids", args.memory_ids != DEFAULT_MEMORY_IDS),
+                ("--memory-streams", args.memory_streams != DEFAULT_MEMORY_STREAMS),
+                ("--jobs", args.jobs is not None),
+            )
+            if set_
+        ]
         if given:
-            raise ConfigurationError(f"{' and '.join(given)} "
-                                     f"{'is' if len(given) == 1 else 'are'} for a range, not "
-                                     "--follow (--workers N)")
+            raise ConfigurationError(
+                f"{' and '.join(given)} "
+                f"{'is' if len(given) == 1 else 'are'} for a range, not "
+                "--follow (--workers N)"
+            )
         return _follow(args)
     memory = IdMemory(event_ids=args.memory_ids, streams=args.memory_streams)
     if args.trust_grace is not None:
@@ -215,12 +281,21 @@ def _verify(args: argparse.Namespace) -> int:
     before = [_read_page(Path(p)) for p in args.metrics_before]
     event_time, slack = event_time_options(args)
     report = run_verify(
-        settings, decode, spec, topic=args.topic, log_file=args.log_file,
-        metrics_urls=args.metrics_url, metrics_before=before,
-        metrics_settle_s=args.metrics_settle, timeout=args.timeout,
-        event_time=event_time, slack=slack,
+        settings,
+        decode,
+        spec,
+        topic=args.topic,
+        log_file=args.log_file,
+        metrics_urls=args.metrics_url,
+        metrics_before=before,
+        metrics_settle_s=args.metrics_settle,
+        timeout=args.timeout,
+        event_time=event_time,
+        slack=slack,
         anchors=load_anchors(args.heads) if args.heads else None,
-        keyring=keyring, keyring_source=str(args.keyring or ""), memory=memory,
+        keyring=keyring,
+        keyring_source=str(args.keyring or ""),
+        memory=memory,
         jobs=args.jobs,
     )
     if args.json:
@@ -242,12 +317,11 @@ def demo_rows(
     settings: KafkaSettings, start_offsets: dict[int, int], expected_turns: int
 ) -> list[ReconciliationRow]:
     """``verify``'s verdict on what the demo published (from ``start_offsets`` to the end)."""
-    report = run_verify(
-        settings, decoder_for(settings), RangeSpec(from_offsets=start_offsets)
-    )
+    report = run_verify(settings, decoder_for(settings), RangeSpec(from_offsets=start_offsets))
     return [
-        ReconciliationRow("verify: turns on the stream", report.verifier.counts.turns,
-                          expected_turns),
+        ReconciliationRow(
+            "verify: turns on the stream", report.verifier.counts.turns, expected_turns
+        ),
         ReconciliationRow("verify: turns lost", report.verifier.lost_positions(), 0),
         ReconciliationRow("verify: unexplained findings", len(report.unexplained()), 0),
     ]

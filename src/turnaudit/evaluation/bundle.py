@@ -146,8 +146,10 @@ def make_bundle(inputs: BundleInputs, output: Path) -> BundleSummary:
         LABELS: ("independent labels", _read(inputs.labels, "labels")),
     }
     if inputs.review_pack is not None:
-        members[REVIEW_PACK] = ("independent-label review",
-                                _read(inputs.review_pack, "review pack"))
+        members[REVIEW_PACK] = (
+            "independent-label review",
+            _read(inputs.review_pack, "review pack"),
+        )
     sources: list[SourceEntry] = []
     for position, path in enumerate(inputs.sources, start=1):
         member, data = _source_member(position, path), _read(path, "source manifest")
@@ -170,14 +172,21 @@ def make_bundle(inputs: BundleInputs, output: Path) -> BundleSummary:
         "format_version": BUNDLE_FORMAT_VERSION,
         "decision": report["decision"],
         "auditor_id": identity,
-        "members": [{"path": name, "role": role, "bytes": len(data), "sha256": sha256(data)}
-                    for name, (role, data) in sorted(members.items())],
+        "members": [
+            {"path": name, "role": role, "bytes": len(data), "sha256": sha256(data)}
+            for name, (role, data) in sorted(members.items())
+        ],
         "sources": sources,
     }
     sealed = {**manifest, "manifest_digest": _manifest_digest(manifest)}
     _write_tar(output, {MANIFEST: _render(sealed), **contents})
-    return BundleSummary(report["decision"], identity["name"] if identity else "none",
-                         len(members) + 1, len(evidence.cases), len(sources))
+    return BundleSummary(
+        report["decision"],
+        identity["name"] if identity else "none",
+        len(members) + 1,
+        len(evidence.cases),
+        len(sources),
+    )
 
 
 def _write_tar(output: Path, members: Mapping[str, bytes]) -> None:
@@ -241,17 +250,21 @@ def _manifest(data: bytes | None) -> _ReadManifest:
     if not isinstance(raw, dict) or raw.get("format") != BUNDLE_FORMAT:
         raise BundleCheckError(MANIFEST, f"not a {BUNDLE_FORMAT} manifest")
     if raw.get("format_version") != BUNDLE_FORMAT_VERSION:
-        raise BundleCheckError(MANIFEST, f"format_version {raw.get('format_version')!r} is "
-                                         f"not {BUNDLE_FORMAT_VERSION}")
+        raise BundleCheckError(
+            MANIFEST, f"format_version {raw.get('format_version')!r} is not {BUNDLE_FORMAT_VERSION}"
+        )
     if raw.get("manifest_digest") != _manifest_digest(raw):
         raise BundleCheckError(MANIFEST, "changed: its manifest_digest does not match it")
     if _render(raw) != data:
         raise BundleCheckError(MANIFEST, "changed: not in the form the bundle wrote")
-    members = tuple((str(path), str(digest), size if isinstance(size, int) else -1)
-                    for path, digest, size in _entries(raw.get("members"),
-                                                       ("path", "sha256", "bytes")))
-    sources = tuple((str(member), str(digest))
-                    for member, digest in _entries(raw.get("sources"), ("member", "sha256")))
+    members = tuple(
+        (str(path), str(digest), size if isinstance(size, int) else -1)
+        for path, digest, size in _entries(raw.get("members"), ("path", "sha256", "bytes"))
+    )
+    sources = tuple(
+        (str(member), str(digest))
+        for member, digest in _entries(raw.get("sources"), ("member", "sha256"))
+    )
     return _ReadManifest(raw.get("decision"), raw.get("auditor_id"), members, sources)
 
 
@@ -267,7 +280,8 @@ def check_bundle(path: Path) -> BundleSummary:
         data = members[name]
         if sha256(data) != digest or len(data) != size:
             raise BundleCheckError(
-                name, f"changed: sha256 {sha256(data)}, the manifest says {digest}")
+                name, f"changed: sha256 {sha256(data)}, the manifest says {digest}"
+            )
     extra = sorted(set(members) - listed)
     if extra:
         raise BundleCheckError(extra[0], "in the archive but not in the manifest")
@@ -280,12 +294,12 @@ def check_bundle(path: Path) -> BundleSummary:
             raise BundleCheckError(member, "the source's sha256 is not the member's")
     evidence, report = verify_contents(members, source_members)
     if manifest.decision != report["decision"]:
-        raise BundleCheckError(MANIFEST, f"decision {manifest.decision!r} is not the "
-                                         f"report's {report['decision']!r}")
+        raise BundleCheckError(
+            MANIFEST, f"decision {manifest.decision!r} is not the report's {report['decision']!r}"
+        )
     if manifest.auditor_id != json.loads(json.dumps(report["auditor_id"])):
         raise BundleCheckError(MANIFEST, "auditor_id is not the report's")
     name = evidence.auditor_id.name if evidence.auditor_id else "none"
-    return BundleSummary(report["decision"], name, len(members), len(evidence.cases),
-                         len(source_members))
-
-
+    return BundleSummary(
+        report["decision"], name, len(members), len(evidence.cases), len(source_members)
+    )

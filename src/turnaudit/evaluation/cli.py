@@ -15,7 +15,6 @@ from turnaudit.argparsing import OneLineErrorParser
 from turnaudit.errors import ConfigurationError, TurnAuditError
 from turnaudit.evaluation import review_pack
 from turnaudit.evaluation.auditors import (
-    OllamaAuditor,
     PrefixAuditor,
     RuleBasedAuditor,
     RuleConfig,
@@ -26,6 +25,7 @@ from turnaudit.evaluation.errors import BundleCheckError
 from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.files import read_json
 from turnaudit.evaluation.gate import GateReport, exit_code, run_gate
+from turnaudit.evaluation.model_auditor import OllamaAuditor
 from turnaudit.redaction import surface_redaction
 
 DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
@@ -37,30 +37,49 @@ def register(
 ) -> argparse._SubParsersAction[argparse.ArgumentParser]:
     """The ``eval`` group; returns its tools, where the CLI adds the stream-wired ones."""
     parser = subparsers.add_parser(
-        "eval", help="EVR-6: review packs, auditor evidence and the pass/hold gate")
+        "eval", help="EVR-6: review packs, auditor evidence and the pass/hold gate"
+    )
     tools = parser.add_subparsers(dest="tool", metavar="TOOL", required=True)
-    configure_review_pack(tools.add_parser(
-        "review-pack", help="export manifests for independent labelling; finalize labels"))
-    configure_evidence(tools.add_parser(
-        "evidence", help="replay every prefix through the pinned auditor, then gate"))
+    configure_review_pack(
+        tools.add_parser(
+            "review-pack", help="export manifests for independent labelling; finalize labels"
+        )
+    )
+    configure_evidence(
+        tools.add_parser(
+            "evidence", help="replay every prefix through the pinned auditor, then gate"
+        )
+    )
     configure_gate(tools.add_parser("gate", help="apply the pre-registered gate to evidence"))
-    configure_bundle(tools.add_parser(
-        "bundle", help="the evidence artifact for a rollout PR: report, evidence, sources, "
-                       "auditor identity and label review in one archive; --check re-verifies"))
+    configure_bundle(
+        tools.add_parser(
+            "bundle",
+            help="the evidence artifact for a rollout PR: report, evidence, sources, "
+            "auditor identity and label review in one archive; --check re-verifies",
+        )
+    )
     return tools
 
 
 def configure_review_pack(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     export = actions.add_parser("export", help="manifests -> review pack, every case pending")
-    export.add_argument("--source", action="append", required=True, type=_family_source,
-                        metavar="[FAMILY=]PATH",
-                        help="an eval-manifest JSONL and the task family of all its runs; "
-                             "without FAMILY=, the family each line records (the feeder's "
-                             "manifests)")
+    export.add_argument(
+        "--source",
+        action="append",
+        required=True,
+        type=_family_source,
+        metavar="[FAMILY=]PATH",
+        help="an eval-manifest JSONL and the task family of all its runs; "
+        "without FAMILY=, the family each line records (the feeder's "
+        "manifests)",
+    )
     export.add_argument("--output", type=Path, required=True, help="review pack to write")
-    export.add_argument("--without-context", action="store_true",
-                        help="omit task, tool and final-response context from the pack")
+    export.add_argument(
+        "--without-context",
+        action="store_true",
+        help="omit task, tool and final-response context from the pack",
+    )
     export.set_defaults(handler=_export)
     finalize = actions.add_parser("finalize", help="reviewed pack -> label pack")
     finalize.add_argument("pack", type=Path, help="the reviewed review pack")
@@ -78,18 +97,29 @@ def configure_evidence(parser: argparse.ArgumentParser) -> None:
 
 def add_auditor_arguments(parser: argparse.ArgumentParser, *, default: str) -> None:
     """The pinned auditor's options, shared with ``turnaudit auditor run``."""
-    parser.add_argument("--auditor", choices=("two-tier", "ollama", "rules"), default=default,
-                        help="auditor under test: two-tier (the production auditor: the rules "
-                             "first, escalating what they cannot settle to the pinned model), "
-                             f"or one tier alone (default: {default})")
+    parser.add_argument(
+        "--auditor",
+        choices=("two-tier", "ollama", "rules"),
+        default=default,
+        help="auditor under test: two-tier (the production auditor: the rules "
+        "first, escalating what they cannot settle to the pinned model), "
+        f"or one tier alone (default: {default})",
+    )
     parser.add_argument("--model", help="exact Ollama tag, e.g. qwen3.5:2b")
     parser.add_argument("--expected-digest", help="the tag's pinned SHA-256 (sha256: optional)")
-    parser.add_argument("--ollama-url", default=DEFAULT_OLLAMA_URL,
-                        help=f"Ollama base URL (default {DEFAULT_OLLAMA_URL})")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds per Ollama request (default 120)")
-    parser.add_argument("--auditor-config", type=Path,
-                        help="JSON object of rule-auditor settings (rules and two-tier)")
+    parser.add_argument(
+        "--ollama-url",
+        default=DEFAULT_OLLAMA_URL,
+        help=f"Ollama base URL (default {DEFAULT_OLLAMA_URL})",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds per Ollama request (default 120)"
+    )
+    parser.add_argument(
+        "--auditor-config",
+        type=Path,
+        help="JSON object of rule-auditor settings (rules and two-tier)",
+    )
 
 
 def configure_gate(parser: argparse.ArgumentParser) -> None:
@@ -99,21 +129,33 @@ def configure_gate(parser: argparse.ArgumentParser) -> None:
 
 
 def configure_bundle(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("archive", type=Path, nargs="?",
-                        help="with --check: the bundle to re-verify")
-    parser.add_argument("--check", action="store_true",
-                        help="re-verify ARCHIVE: every digest, and the gate decision "
-                             "recomputed from its evidence; exit 1 naming the first member "
-                             "that fails")
+    parser.add_argument(
+        "archive", type=Path, nargs="?", help="with --check: the bundle to re-verify"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="re-verify ARCHIVE: every digest, and the gate decision "
+        "recomputed from its evidence; exit 1 naming the first member "
+        "that fails",
+    )
     parser.add_argument("--report", type=Path, help="the gate report")
     parser.add_argument("--evidence", type=Path, help="the evidence the report decided on")
-    parser.add_argument("--labels", type=Path,
-                        help="the independent labels: a finalized label pack, or the "
-                             "simulator's ground truth")
-    parser.add_argument("--review-pack", type=Path,
-                        help="the reviewed pack the labels were finalized from")
-    parser.add_argument("--source", type=Path, action="append", default=[],
-                        help="a source trace manifest (eval-manifest JSONL); repeat for each")
+    parser.add_argument(
+        "--labels",
+        type=Path,
+        help="the independent labels: a finalized label pack, or the simulator's ground truth",
+    )
+    parser.add_argument(
+        "--review-pack", type=Path, help="the reviewed pack the labels were finalized from"
+    )
+    parser.add_argument(
+        "--source",
+        type=Path,
+        action="append",
+        default=[],
+        help="a source trace manifest (eval-manifest JSONL); repeat for each",
+    )
     parser.add_argument("--output", type=Path, help="the archive to write (.tar)")
     parser.set_defaults(handler=_bundle)
 
@@ -130,8 +172,7 @@ def _family_source(text: str) -> tuple[str | None, Path]:
 
 
 def _export(args: argparse.Namespace) -> int:
-    pack = review_pack.export(args.source, args.output, args.without_context,
-                              surface_redaction())
+    pack = review_pack.export(args.source, args.output, args.without_context, surface_redaction())
     print(f"review pack: {len(pack['cases'])} case(s) pending review -> {args.output}")
     return 0
 
@@ -139,8 +180,10 @@ def _export(args: argparse.Namespace) -> int:
 def _finalize(args: argparse.Namespace) -> int:
     labels = review_pack.finalize(args.pack, args.output)
     healthy = sum(1 for case in labels.cases if not case.alarm_positive)
-    print(f"label pack: {len(labels.cases)} case(s) ({len(labels.cases) - healthy} "
-          f"alarm-positive, {healthy} healthy) -> {args.output}")
+    print(
+        f"label pack: {len(labels.cases)} case(s) ({len(labels.cases) - healthy} "
+        f"alarm-positive, {healthy} healthy) -> {args.output}"
+    )
     return 0
 
 
@@ -148,13 +191,15 @@ def build_auditor(args: argparse.Namespace) -> PrefixAuditor:
     if args.auditor == "rules":
         if args.model or args.expected_digest:
             raise ConfigurationError(
-                "--model/--expected-digest apply to --auditor two-tier or ollama only")
+                "--model/--expected-digest apply to --auditor two-tier or ollama only"
+            )
         return _rules(args)
     if args.auditor_config and args.auditor != "two-tier":
         raise ConfigurationError("--auditor-config applies to --auditor rules or two-tier only")
     if not args.model or not args.expected_digest:
         raise ConfigurationError(
-            f"--auditor {args.auditor} needs --model TAG and --expected-digest HEX")
+            f"--auditor {args.auditor} needs --model TAG and --expected-digest HEX"
+        )
     model = OllamaAuditor(args.ollama_url, args.model, args.expected_digest, timeout=args.timeout)
     return TwoTierAuditor(_rules(args), model) if args.auditor == "two-tier" else model
 
@@ -167,8 +212,9 @@ def _rules(args: argparse.Namespace) -> RuleBasedAuditor:
 
 
 def _evidence(args: argparse.Namespace) -> int:
-    report = produce_evidence(args.labels, build_auditor(args),
-                              evidence_output=args.output, report_output=args.report)
+    report = produce_evidence(
+        args.labels, build_auditor(args), evidence_output=args.output, report_output=args.report
+    )
     print(f"evidence: {len(report['traces'])} case(s) -> {args.output}")
     return _print_report(report, args.report)
 
@@ -179,36 +225,53 @@ def _gate(args: argparse.Namespace) -> int:
 
 def _bundle(args: argparse.Namespace) -> int:
     if args.check:
-        given = [f"--{name.replace('_', '-')}" for name in
-                 ("report", "evidence", "labels", "review_pack", "output")
-                 if getattr(args, name) is not None] + (["--source"] if args.source else [])
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name in ("report", "evidence", "labels", "review_pack", "output")
+            if getattr(args, name) is not None
+        ] + (["--source"] if args.source else [])
         if args.archive is None or given:
             raise ConfigurationError(
                 "--check takes only the ARCHIVE to re-verify"
-                + (f" (not {', '.join(given)})" if given else ""))
+                + (f" (not {', '.join(given)})" if given else "")
+            )
         try:
             summary = check_bundle(args.archive)
         except BundleCheckError as exc:
             # A finding about the archive, not a wrong argument: exit 1.
             print(f"turnaudit eval bundle: {args.archive}: {exc}", file=sys.stderr)
             return 1
-        print(f"bundle verified: {summary.members} members, every digest matches; gate "
-              f"decision {summary.decision} recomputed from {summary.cases} case(s); auditor "
-              f"{summary.auditor} <- {args.archive}")
+        print(
+            f"bundle verified: {summary.members} members, every digest matches; gate "
+            f"decision {summary.decision} recomputed from {summary.cases} case(s); auditor "
+            f"{summary.auditor} <- {args.archive}"
+        )
         return 0
-    missing = [f"--{name.replace('_', '-')}" for name in
-               ("report", "evidence", "labels", "output") if getattr(args, name) is None]
+    missing = [
+        f"--{name.replace('_', '-')}"
+        for name in ("report", "evidence", "labels", "output")
+        if getattr(args, name) is None
+    ]
     if args.archive is not None or missing or not args.source:
         raise ConfigurationError(
             "eval bundle needs --report, --evidence, --labels, --source (one or more) and "
-            "--output" + (f" (missing {', '.join(missing + ([] if args.source else ['--source']))})"
-                          if missing or not args.source else "")
-            + ("; ARCHIVE goes with --check only" if args.archive is not None else ""))
-    summary = make_bundle(BundleInputs(args.report, args.evidence, args.labels,
-                                       tuple(args.source), args.review_pack), args.output)
-    print(f"bundle: {summary.members} members ({summary.sources} source manifest(s), "
-          f"{summary.cases} case(s), gate decision {summary.decision}, auditor "
-          f"{summary.auditor}) -> {args.output}")
+            "--output"
+            + (
+                f" (missing {', '.join(missing + ([] if args.source else ['--source']))})"
+                if missing or not args.source
+                else ""
+            )
+            + ("; ARCHIVE goes with --check only" if args.archive is not None else "")
+        )
+    summary = make_bundle(
+        BundleInputs(args.report, args.evidence, args.labels, tuple(args.source), args.review_pack),
+        args.output,
+    )
+    print(
+        f"bundle: {summary.members} members ({summary.sources} source manifest(s), "
+        f"{summary.cases} case(s), gate decision {summary.decision}, auditor "
+        f"{summary.auditor}) -> {args.output}"
+    )
     return 0
 
 
@@ -221,16 +284,20 @@ def _print_report(report: GateReport, path: Path) -> int:
     failed = report["failed_requirements"]
     print(f"EVR-6 gate: {report['decision']} ({len(failed)} requirement(s) failed) -> {path}")
     for failure in failed:
-        print(f"  {failure['requirement']} [{failure['scope']}]: {failure['actual']} "
-              f"vs {failure['comparison']} {failure['threshold']} "
-              f"(missed by {failure['missed_by']}): {failure['detail']}")
+        print(
+            f"  {failure['requirement']} [{failure['scope']}]: {failure['actual']} "
+            f"vs {failure['comparison']} {failure['threshold']} "
+            f"(missed by {failure['missed_by']}): {failure['detail']}"
+        )
     tiers = report["tiers"]
     if len(tiers["pinned"]) > 1:
         decided = ", ".join(f"{t['tier']} {t['decided']}" for t in tiers["decided_by"])
         print(f"  tiers: {decided} observation(s) decided; {tiers['escalations']} escalated")
     scope = report["authorization"]
-    print(f"  a pass is {scope['pass_is']}: it does not {'; '.join(scope['pass_does_not'])}; "
-          f"still required: {scope['still_required']}")
+    print(
+        f"  a pass is {scope['pass_is']}: it does not {'; '.join(scope['pass_does_not'])}; "
+        f"still required: {scope['still_required']}"
+    )
     return exit_code(report)
 
 

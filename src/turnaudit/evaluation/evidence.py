@@ -36,16 +36,18 @@ from turnaudit.evaluation.gate import GateReport, evaluate
 from turnaudit.evaluation.independence import CASE_LIMIT, refuse_dependent_labels
 
 
-def observe_prefixes(steps: Sequence[Step], auditor: PrefixAuditor,
-                     clock: Callable[[], float] = time.perf_counter) -> tuple[Observation, ...]:
+def observe_prefixes(
+    steps: Sequence[Step], auditor: PrefixAuditor, clock: Callable[[], float] = time.perf_counter
+) -> tuple[Observation, ...]:
     """One fresh auditor call per prefix ``steps[0..k]``, in order, with its latency
     (through the whole auditor, every tier it took) and the tier that decided."""
     observations = []
     for prefix_end in range(len(steps)):
         started = clock()
         decision = decide_prefix(auditor, steps[: prefix_end + 1])
-        observations.append(Observation(prefix_end, decision.verdict,
-                                        (clock() - started) * 1000.0, decision.tier))
+        observations.append(
+            Observation(prefix_end, decision.verdict, (clock() - started) * 1000.0, decision.tier)
+        )
     return tuple(observations)
 
 
@@ -62,7 +64,8 @@ def refuse_unversioned_oracles(cases: Sequence[Mapping[str, object]]) -> None:
         raise UnversionedOracleError(
             f"{len(named)} label(s) without a versioned oracle_source (write it as "
             f"{ORACLE_SOURCE_FORM}, e.g. reviewer-panel@2026-11): " + "; ".join(listed),
-            sorted(named))
+            sorted(named),
+        )
 
 
 def _ids(ids: Sequence[str]) -> str:
@@ -70,36 +73,53 @@ def _ids(ids: Sequence[str]) -> str:
     return ", ".join(ids[:CASE_LIMIT]) + (f" and {more} more" if more > 0 else "")
 
 
-def replay(labels: LabelPack, auditor: PrefixAuditor,
-           clock: Callable[[], float] = time.perf_counter, *,
-           raw_cases: Sequence[Mapping[str, object]] | None = None) -> EvidenceFile:
+def replay(
+    labels: LabelPack,
+    auditor: PrefixAuditor,
+    clock: Callable[[], float] = time.perf_counter,
+    *,
+    raw_cases: Sequence[Mapping[str, object]] | None = None,
+) -> EvidenceFile:
     """Run the battery: one observation per prefix, in order, for every case.
 
     ``raw_cases``: the label pack's cases as read (keys the typed form drops are
     checked too); by default the typed cases.
     """
     cases_as_read: Sequence[Mapping[str, object]] = (
-        raw_cases if raw_cases is not None else [case.to_json() for case in labels.cases])
+        raw_cases if raw_cases is not None else [case.to_json() for case in labels.cases]
+    )
     refuse_unversioned_oracles(cases_as_read)
     auditor.begin_battery()
     pinned = auditor.identity
     # Only now is the auditor under test known (the model's digest is resolved here).
     refuse_dependent_labels(cases_as_read, pinned)
     cases = [
-        Case(case.task_id, case.task_family, case.oracle_source, case.oracle_alarm_step,
-             case.trace, observe_prefixes(case.trace.steps, auditor, clock))
+        Case(
+            case.task_id,
+            case.task_family,
+            case.oracle_source,
+            case.oracle_alarm_step,
+            case.trace,
+            observe_prefixes(case.trace.steps, auditor, clock),
+        )
         for case in labels.cases
     ]
     auditor.end_battery()
     if auditor.identity != pinned:
         raise AuditorIdentityError(
             f"auditor identity changed during the battery: {pinned} before, "
-            f"{auditor.identity} after")
+            f"{auditor.identity} after"
+        )
     return EvidenceFile(auditor_id=pinned, cases=tuple(cases))
 
 
-def produce_evidence(labels: Path | Mapping[str, object], auditor: PrefixAuditor, *,
-                     evidence_output: Path, report_output: Path) -> GateReport:
+def produce_evidence(
+    labels: Path | Mapping[str, object],
+    auditor: PrefixAuditor,
+    *,
+    evidence_output: Path,
+    report_output: Path,
+) -> GateReport:
     """Label pack (file or parsed JSON) in; evidence and gate report written; report returned."""
     raw = read_json(labels) if isinstance(labels, Path) else labels
     pack = parse_labels(raw)  # refuses a pack carrying auditor_id or observations

@@ -37,8 +37,10 @@ def oracle_source_problem(oracle_source: object) -> str | None:
     if not isinstance(oracle_source, str) or not oracle_source.strip():
         return "has no oracle_source"
     if not _ORACLE_SOURCE.fullmatch(oracle_source):
-        return (f"oracle_source {oracle_source!r} is not a versioned source: write it as "
-                f"{ORACLE_SOURCE_FORM} (e.g. reviewer-panel@2026-11)")
+        return (
+            f"oracle_source {oracle_source!r} is not a versioned source: write it as "
+            f"{ORACLE_SOURCE_FORM} (e.g. reviewer-panel@2026-11)"
+        )
     return None
 
 
@@ -110,8 +112,12 @@ class TierIdentity:
     digest: str
 
     def to_json(self) -> TierIdentityJson:
-        return {"tier": self.tier, "name": self.name, "version": self.version,
-                "digest": self.digest}
+        return {
+            "tier": self.tier,
+            "name": self.name,
+            "version": self.version,
+            "digest": self.digest,
+        }
 
 
 def composed_digest(tiers: Sequence[TierIdentity]) -> str:
@@ -137,8 +143,11 @@ class AuditorIdentity:
     tiers: tuple[TierIdentity, ...] = ()
 
     def to_json(self) -> AuditorIdentityJson:
-        return {"name": self.name, "digest": self.digest,
-                "tiers": [tier.to_json() for tier in self.tiers]}
+        return {
+            "name": self.name,
+            "digest": self.digest,
+            "tiers": [tier.to_json() for tier in self.tiers],
+        }
 
 
 @dataclass(frozen=True)
@@ -152,8 +161,12 @@ class Observation:
     tier: Tier | None = None
 
     def to_json(self) -> ObservationJson:
-        return {"prefix_end": self.prefix_end, "verdict": self.verdict,
-                "latency_ms": self.latency_ms, "tier": self.tier}
+        return {
+            "prefix_end": self.prefix_end,
+            "verdict": self.verdict,
+            "latency_ms": self.latency_ms,
+            "tier": self.tier,
+        }
 
 
 def observation_from_record(record: Mapping[str, object]) -> Observation:
@@ -213,8 +226,11 @@ class LabelPack:
     cases: tuple[Case, ...]
 
     def to_json(self) -> LabelPackJson:
-        return {"format": LABELS_FORMAT, "format_version": FORMAT_VERSION,
-                "cases": [case.to_json() for case in self.cases]}
+        return {
+            "format": LABELS_FORMAT,
+            "format_version": FORMAT_VERSION,
+            "cases": [case.to_json() for case in self.cases],
+        }
 
 
 @dataclass(frozen=True)
@@ -227,8 +243,12 @@ class Exclusion:
     source: Mapping[str, Any]
 
     def to_json(self) -> ExclusionJson:
-        return {"task_id": self.task_id, "reason": self.reason, "detail": self.detail,
-                "source": dict(self.source)}
+        return {
+            "task_id": self.task_id,
+            "reason": self.reason,
+            "detail": self.detail,
+            "source": dict(self.source),
+        }
 
 
 @dataclass(frozen=True)
@@ -245,10 +265,13 @@ class EvidenceFile:
     identity_problem: str | None = None
 
     def to_json(self) -> EvidenceJson:
-        return {"format": EVIDENCE_FORMAT, "format_version": FORMAT_VERSION,
-                "auditor_id": None if self.auditor_id is None else self.auditor_id.to_json(),
-                "cases": [case.to_json() for case in self.cases],
-                "exclusions": [exclusion.to_json() for exclusion in self.exclusions]}
+        return {
+            "format": EVIDENCE_FORMAT,
+            "format_version": FORMAT_VERSION,
+            "auditor_id": None if self.auditor_id is None else self.auditor_id.to_json(),
+            "cases": [case.to_json() for case in self.cases],
+            "exclusions": [exclusion.to_json() for exclusion in self.exclusions],
+        }
 
 
 # --- content digests --------------------------------------------------------------------

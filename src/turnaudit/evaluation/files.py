@@ -160,11 +160,13 @@ def _int(value: object, where: str) -> int:
 def _header(data: Mapping[str, Any], expected_format: str, what: str) -> None:
     if data.get("format") != expected_format:
         raise EvidenceFormatError(
-            f"not a {what}: format is {data.get('format')!r}, expected {expected_format!r}")
+            f"not a {what}: format is {data.get('format')!r}, expected {expected_format!r}"
+        )
     if data.get("format_version") != FORMAT_VERSION:
         raise EvidenceFormatError(
             f"{what} format_version {data.get('format_version')!r} is not supported "
-            f"(this build reads version {FORMAT_VERSION})")
+            f"(this build reads version {FORMAT_VERSION})"
+        )
 
 
 def parse_identity(value: object) -> AuditorIdentity:
@@ -211,8 +213,10 @@ def _evidence_identity(data: Mapping[str, Any]) -> tuple[AuditorIdentity | None,
         return None, "auditor_id is missing: the auditor under test is not pinned"
     value = data["auditor_id"]
     if not isinstance(value, Mapping):
-        return None, (f"auditor_id is {type(value).__name__} {_clip(value)}, not an object "
-                      "with a name and a digest")
+        return None, (
+            f"auditor_id is {type(value).__name__} {_clip(value)}, not an object "
+            "with a name and a digest"
+        )
     if "digest" not in value:
         return None, "auditor_id has no digest: the auditor under test is not pinned"
     for key in ("name", "digest"):
@@ -231,32 +235,41 @@ def _clip(value: object) -> str:
 
 def _parse_exclusion(value: object, where: str) -> Exclusion:
     data = _object(value, where)
-    return Exclusion(task_id=_str(data, "task_id", where), reason=_str(data, "reason", where),
-                     detail=_str(data, "detail", where),
-                     source=_object(data.get("source", {}), f"{where}.source"))
+    return Exclusion(
+        task_id=_str(data, "task_id", where),
+        reason=_str(data, "reason", where),
+        detail=_str(data, "detail", where),
+        source=_object(data.get("source", {}), f"{where}.source"),
+    )
 
 
 def _parse_observation(value: object, where: str) -> Observation:
     data = _object(value, where)
     verdict = data.get("verdict")
     if verdict not in VERDICTS:
-        raise EvidenceFormatError(f"{where}.verdict must be \"alarm\" or \"ok\", got {verdict!r}")
+        raise EvidenceFormatError(f'{where}.verdict must be "alarm" or "ok", got {verdict!r}')
     latency = data.get("latency_ms")
     if isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0:
         raise EvidenceFormatError(f"{where}.latency_ms must be a non-negative number")
     tier = data.get("tier")
     if tier is not None and tier not in TIERS:
-        raise EvidenceFormatError(f"{where}.tier must be one of {list(TIERS)} or null, "
-                                  f"got {tier!r}")
-    return Observation(prefix_end=_int(data.get("prefix_end"), f"{where}.prefix_end"),
-                       verdict=cast(Verdict, verdict), latency_ms=float(latency),
-                       tier=cast("Tier | None", tier))
+        raise EvidenceFormatError(
+            f"{where}.tier must be one of {list(TIERS)} or null, got {tier!r}"
+        )
+    return Observation(
+        prefix_end=_int(data.get("prefix_end"), f"{where}.prefix_end"),
+        verdict=cast(Verdict, verdict),
+        latency_ms=float(latency),
+        tier=cast("Tier | None", tier),
+    )
 
 
 def parse_trace(value: object, where: str) -> Trace:
     data = _object(value, where)
-    steps = tuple(_object(step, f"{where}.steps[{i}]")
-                  for i, step in enumerate(_list(data.get("steps"), f"{where}.steps")))
+    steps = tuple(
+        _object(step, f"{where}.steps[{i}]")
+        for i, step in enumerate(_list(data.get("steps"), f"{where}.steps"))
+    )
     return Trace(steps=steps, source=_object(data.get("source"), f"{where}.source"))
 
 
@@ -279,13 +292,15 @@ def _parse_case(value: object, where: str, *, with_observations: bool) -> Case:
     if with_observations:
         observations = tuple(
             _parse_observation(obs, f"{where}.observations[{i}]")
-            for i, obs in enumerate(_list(data.get("observations"), f"{where}.observations")))
+            for i, obs in enumerate(_list(data.get("observations"), f"{where}.observations"))
+        )
     return Case(
         task_id=task_id,
         task_family=_str(data, "task_family", where),
         oracle_source=_str(data, "oracle_source", where),
-        oracle_alarm_step=parse_oracle_alarm_step(_required(data, "oracle_alarm_step", where),
-                                                  f"{where}.oracle_alarm_step"),
+        oracle_alarm_step=parse_oracle_alarm_step(
+            _required(data, "oracle_alarm_step", where), f"{where}.oracle_alarm_step"
+        ),
         trace=parse_trace(data.get("trace"), f"{where}.trace"),
         observations=observations,
     )
@@ -301,10 +316,12 @@ def parse_evidence(raw: object) -> EvidenceFile:
     exclusions = _list(data.get("exclusions", []), "exclusions")
     return EvidenceFile(
         auditor_id=identity,
-        cases=tuple(_parse_case(case, f"cases[{i}]", with_observations=True)
-                    for i, case in enumerate(cases)),
-        exclusions=tuple(_parse_exclusion(item, f"exclusions[{i}]")
-                         for i, item in enumerate(exclusions)),
+        cases=tuple(
+            _parse_case(case, f"cases[{i}]", with_observations=True) for i, case in enumerate(cases)
+        ),
+        exclusions=tuple(
+            _parse_exclusion(item, f"exclusions[{i}]") for i, item in enumerate(exclusions)
+        ),
         identity_problem=problem,
     )
 
@@ -315,18 +332,26 @@ def parse_labels(raw: object) -> LabelPack:
     cases = _list(data.get("cases"), "cases")
     # Checked before the format, so an evidence file passed as labels gets the real reason.
     case_objects = [_object(case, f"cases[{i}]") for i, case in enumerate(cases)]
-    contaminated = [str(case.get("task_id", f"cases[{i}]"))
-                    for i, case in enumerate(case_objects) if "observations" in case]
+    contaminated = [
+        str(case.get("task_id", f"cases[{i}]"))
+        for i, case in enumerate(case_objects)
+        if "observations" in case
+    ]
     if "auditor_id" in data or contaminated:
         found = ["auditor_id"] if "auditor_id" in data else []
         if contaminated:
             found.append(f"observations in case(s) {', '.join(contaminated)}")
         raise ContaminatedLabelPackError(
             f"label pack carries auditor output ({'; '.join(found)}); labels must come "
-            "from an independent oracle, never from the auditor under test")
+            "from an independent oracle, never from the auditor under test"
+        )
     _header(data, LABELS_FORMAT, "label pack")
-    return LabelPack(cases=tuple(_parse_case(case, f"cases[{i}]", with_observations=False)
-                                 for i, case in enumerate(case_objects)))
+    return LabelPack(
+        cases=tuple(
+            _parse_case(case, f"cases[{i}]", with_observations=False)
+            for i, case in enumerate(case_objects)
+        )
+    )
 
 
 def load_evidence(path: Path) -> EvidenceFile:

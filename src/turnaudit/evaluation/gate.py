@@ -57,8 +57,16 @@ from turnaudit.evaluation.gate_report import (
 )
 
 # GateReport is re-exported: callers take the report type from the gate.
-__all__ = ["GateReport", "Tally", "TraceOutcome", "classify", "evaluate", "exit_code",
-           "p95_nearest_rank", "run_gate"]
+__all__ = [
+    "GateReport",
+    "Tally",
+    "TraceOutcome",
+    "classify",
+    "evaluate",
+    "exit_code",
+    "p95_nearest_rank",
+    "run_gate",
+]
 
 MIN_TRACES = 24
 MIN_ALARM_POSITIVE = 8
@@ -83,9 +91,13 @@ class TraceOutcome:
     outcome: Outcome
 
     def to_json(self) -> TraceOutcomeReport:
-        return {"task_id": self.task_id, "task_family": self.task_family,
-                "oracle_alarm_step": self.oracle_alarm_step,
-                "first_alarm_step": self.first_alarm_step, "outcome": self.outcome}
+        return {
+            "task_id": self.task_id,
+            "task_family": self.task_family,
+            "oracle_alarm_step": self.oracle_alarm_step,
+            "first_alarm_step": self.first_alarm_step,
+            "outcome": self.outcome,
+        }
 
 
 def classify(case: Case) -> TraceOutcome:
@@ -98,8 +110,9 @@ def classify(case: Case) -> TraceOutcome:
         outcome = "missed"
     else:
         outcome = "early" if first_alarm <= case.oracle_alarm_step else "late"
-    return TraceOutcome(case.task_id, case.task_family, case.oracle_alarm_step, first_alarm,
-                        outcome)
+    return TraceOutcome(
+        case.task_id, case.task_family, case.oracle_alarm_step, first_alarm, outcome
+    )
 
 
 def p95_nearest_rank(latencies: Sequence[float]) -> float | None:
@@ -178,9 +191,14 @@ def _tiers_report(evidence: EvidenceFile) -> TiersReport:
     return {
         "pinned": pinned,
         "escalations": sum(len(latencies.get(tier, [])) for tier in past_first),
-        "decided_by": [{"tier": tier, "decided": len(latencies.get(tier, [])),
-                        "p95_latency_ms": p95_nearest_rank(latencies.get(tier, []))}
-                       for tier in order],
+        "decided_by": [
+            {
+                "tier": tier,
+                "decided": len(latencies.get(tier, [])),
+                "p95_latency_ms": p95_nearest_rank(latencies.get(tier, [])),
+            }
+            for tier in order
+        ],
     }
 
 
@@ -189,32 +207,58 @@ def _scope_failures(scope: str, tally: Tally) -> list[FailedRequirement]:
     early, positives = tally.count("early"), tally.alarm_positive
     false_alarms, healthy = tally.count("false_alarm"), tally.healthy
     return [
-        *at_least("early_alarm_recall", scope, MIN_EARLY_ALARM_RECALL, tally.early_alarm_recall,
-                   f"{early} of {positives} alarm-positive traces alarmed early "
-                   f"({tally.count('late')} late, {tally.count('missed')} missed)"),
-        *at_most("false_alarm_rate", scope, MAX_FALSE_ALARM_RATE, tally.false_alarm_rate,
-                  f"{false_alarms} of {healthy} healthy traces raised an alarm"),
+        *at_least(
+            "early_alarm_recall",
+            scope,
+            MIN_EARLY_ALARM_RECALL,
+            tally.early_alarm_recall,
+            f"{early} of {positives} alarm-positive traces alarmed early "
+            f"({tally.count('late')} late, {tally.count('missed')} missed)",
+        ),
+        *at_most(
+            "false_alarm_rate",
+            scope,
+            MAX_FALSE_ALARM_RATE,
+            tally.false_alarm_rate,
+            f"{false_alarms} of {healthy} healthy traces raised an alarm",
+        ),
     ]
 
 
 def _family_failures(family: str, tally: Tally) -> list[FailedRequirement]:
     scope = f"family {family}"
     return [
-        *at_least("family_traces", scope, MIN_TRACES_PER_FAMILY, len(tally.outcomes),
-                   f"{len(tally.outcomes)} traces"),
-        *at_least("family_alarm_positive", scope, 1, tally.alarm_positive,
-                   "a family needs both polarities: alarm-positive traces"),
-        *at_least("family_healthy", scope, 1, tally.healthy,
-                   "a family needs both polarities: healthy traces"),
+        *at_least(
+            "family_traces",
+            scope,
+            MIN_TRACES_PER_FAMILY,
+            len(tally.outcomes),
+            f"{len(tally.outcomes)} traces",
+        ),
+        *at_least(
+            "family_alarm_positive",
+            scope,
+            1,
+            tally.alarm_positive,
+            "a family needs both polarities: alarm-positive traces",
+        ),
+        *at_least(
+            "family_healthy",
+            scope,
+            1,
+            tally.healthy,
+            "a family needs both polarities: healthy traces",
+        ),
         *_scope_failures(scope, tally),
     ]
 
 
 def _tally(scored: Iterable[tuple[Case, TraceOutcome]]) -> Tally:
     chosen = list(scored)
-    return Tally(outcomes=tuple(outcome for _, outcome in chosen),
-                 latencies=tuple(obs.latency_ms for case, _ in chosen
-                                 for obs in case.observations or ()))
+    return Tally(
+        outcomes=tuple(outcome for _, outcome in chosen),
+        latencies=tuple(obs.latency_ms for case, _ in chosen for obs in case.observations or ()),
+    )
 
 
 def evaluate(evidence: EvidenceFile) -> GateReport:
@@ -222,27 +266,59 @@ def evaluate(evidence: EvidenceFile) -> GateReport:
     scored = [(case, classify(case)) for case in evidence.cases]
     overall = _tally(scored)
     family_names = sorted({case.task_family for case in evidence.cases})
-    families = {name: _tally(pair for pair in scored if pair[0].task_family == name)
-                for name in family_names}
+    families = {
+        name: _tally(pair for pair in scored if pair[0].task_family == name)
+        for name in family_names
+    }
 
     tp, fp = overall.count("early"), overall.count("false_alarm")
     p95 = p95_nearest_rank(overall.latencies)
     failed = [
         *integrity_failures(evidence),
-        *at_least("traces", "overall", MIN_TRACES, len(overall.outcomes),
-                   f"{len(overall.outcomes)} traces"),
-        *at_least("alarm_positive_traces", "overall", MIN_ALARM_POSITIVE,
-                   overall.alarm_positive, f"{overall.alarm_positive} alarm-positive traces"),
-        *at_least("healthy_traces", "overall", MIN_HEALTHY, overall.healthy,
-                   f"{overall.healthy} healthy traces"),
-        *at_least("families", "overall", MIN_FAMILIES, len(families),
-                   f"{len(families)} families: {', '.join(family_names) or 'none'}"),
-        *at_least("precision", "overall", MIN_PRECISION, overall.precision,
-                   f"{tp} early alarms, {fp} false alarms on healthy traces"
-                   + ("" if tp + fp else " (undefined: no alarm counted)")),
+        *at_least(
+            "traces",
+            "overall",
+            MIN_TRACES,
+            len(overall.outcomes),
+            f"{len(overall.outcomes)} traces",
+        ),
+        *at_least(
+            "alarm_positive_traces",
+            "overall",
+            MIN_ALARM_POSITIVE,
+            overall.alarm_positive,
+            f"{overall.alarm_positive} alarm-positive traces",
+        ),
+        *at_least(
+            "healthy_traces",
+            "overall",
+            MIN_HEALTHY,
+            overall.healthy,
+            f"{overall.healthy} healthy traces",
+        ),
+        *at_least(
+            "families",
+            "overall",
+            MIN_FAMILIES,
+            len(families),
+            f"{len(families)} families: {', '.join(family_names) or 'none'}",
+        ),
+        *at_least(
+            "precision",
+            "overall",
+            MIN_PRECISION,
+            overall.precision,
+            f"{tp} early alarms, {fp} false alarms on healthy traces"
+            + ("" if tp + fp else " (undefined: no alarm counted)"),
+        ),
         *_scope_failures("overall", overall),
-        *at_most("p95_latency_ms", "overall", MAX_P95_LATENCY_MS, p95,
-                  f"nearest-rank p95 over {len(overall.latencies)} observations"),
+        *at_most(
+            "p95_latency_ms",
+            "overall",
+            MAX_P95_LATENCY_MS,
+            p95,
+            f"nearest-rank p95 over {len(overall.latencies)} observations",
+        ),
     ]
     for name, tally in families.items():
         failed.extend(_family_failures(name, tally))
@@ -264,14 +340,15 @@ def evaluate(evidence: EvidenceFile) -> GateReport:
             "max_false_alarm_rate": float(MAX_FALSE_ALARM_RATE),
             "max_p95_latency_ms": MAX_P95_LATENCY_MS,
             "p95_definition": "nearest rank: the ceil(0.95*n)-th smallest latency over all "
-                              "observations",
+            "observations",
         },
         "overall": overall.to_json(),
         "families": {name: tally.to_json() for name, tally in families.items()},
         "tiers": _tiers_report(evidence),
         "traces": [outcome.to_json() for _, outcome in scored],
-        "excluded_traces": [{"task_id": e.task_id, "reason": e.reason}
-                            for e in evidence.exclusions],
+        "excluded_traces": [
+            {"task_id": e.task_id, "reason": e.reason} for e in evidence.exclusions
+        ],
         "failed_requirements": failed,
         "authorization": authorization(),
     }

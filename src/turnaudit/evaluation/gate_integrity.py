@@ -33,8 +33,14 @@ def _integrity(requirement: str, problems: dict[str, str]) -> list[FailedRequire
     more = len(listed) - DETAIL_CASE_LIMIT
     detail = "; ".join(listed[:DETAIL_CASE_LIMIT]) + (f"; and {more} more" if more > 0 else "")
     seed_name = SEED_INTEGRITY[requirement]
-    entry = failure(requirement, "overall", comparison="==", threshold=0,
-                    actual=len(problems), detail=f"integrity ({seed_name}): {detail}")
+    entry = failure(
+        requirement,
+        "overall",
+        comparison="==",
+        threshold=0,
+        actual=len(problems),
+        detail=f"integrity ({seed_name}): {detail}",
+    )
     entry["integrity_requirement"] = seed_name
     entry["cases"] = sorted(problems)
     return [entry]
@@ -91,17 +97,18 @@ def _tier_problems(identity: AuditorIdentity) -> dict[str, str]:
             problems[f"{where}.name"] = "empty tier name"
         if not DIGEST_PATTERN.fullmatch(tier.digest):
             problems[f"{where}.digest"] = (
-                f"{tier.digest!r} is not sha256: followed by 64 lowercase hex digits")
+                f"{tier.digest!r} is not sha256: followed by 64 lowercase hex digits"
+            )
         if tier.tier == "rules" and not (tier.version or "").strip():
             problems[f"{where}.version"] = "the rules tier names no rule-set version"
     expected = tiers[0].digest if len(tiers) == 1 else composed_digest(tiers)
     if identity.digest != expected:
-        pinned = ", ".join(f"{t.tier} {t.name}@{t.version or '-'} {t.digest[:19]}…"
-                           for t in tiers)
+        pinned = ", ".join(f"{t.tier} {t.name}@{t.version or '-'} {t.digest[:19]}…" for t in tiers)
         problems["auditor_id.tiers"] = (
             f"the digest {identity.digest[:19]}… does not pin these tiers ({pinned}; they "
             f"compose to {expected[:19]}…): a tier's rule-set version or model digest is not "
-            "the one the battery ran")
+            "the one the battery ran"
+        )
     return problems
 
 
@@ -109,8 +116,10 @@ def _tier_attribution_problem(tiers: tuple[str, ...]) -> Callable[[Case], str | 
     def problem(case: Case) -> str | None:
         for obs in case.observations or ():
             if obs.tier not in tiers:
-                return (f"observation {obs.prefix_end} was decided by tier {obs.tier!r}, not "
-                        f"by a pinned tier {list(tiers)}")
+                return (
+                    f"observation {obs.prefix_end} was decided by tier {obs.tier!r}, not "
+                    f"by a pinned tier {list(tiers)}"
+                )
         return None
 
     return problem
@@ -140,7 +149,8 @@ def integrity_failures(evidence: EvidenceFile) -> list[FailedRequirement]:
         if not DIGEST_PATTERN.fullmatch(identity.digest):
             identity_problems["auditor_id.digest"] = (
                 f"{identity.digest!r} is not sha256: followed by 64 lowercase hex digits, "
-                "so the auditor under test is not pinned")
+                "so the auditor under test is not pinned"
+            )
         identity_problems.update(_tier_problems(identity))
     pinned_tiers = tuple(t.tier for t in identity.tiers) if identity is not None else ()
     attribution = problems(_tier_attribution_problem(pinned_tiers)) if pinned_tiers else {}

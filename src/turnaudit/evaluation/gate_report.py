@@ -111,19 +111,19 @@ class GateReport(TypedDict):
 # What a decision authorizes, in the terms of the evaluation's decision boundary.
 _AUTHORIZATION: Authorization = {
     "pass_is": "an offline prerequisite for broader rollout of the per-turn auditor, and "
-               "nothing more",
+    "nothing more",
     "pass_does_not": [
         "enable per_turn_auditor",
         "change VICTOR_PER_TURN_AUDITOR (the runtime's per-turn auditor setting)",
         "authorize a default flip",
     ],
     "still_required": "a later flag-OFF/ON A/B on real agent runs, where task success with "
-                      "the per-turn auditor ON must match or beat task success with it OFF",
+    "the per-turn auditor ON must match or beat task success with it OFF",
     "hold_is": "an expected experimental result, not permission to relax the pre-registered "
-               "thresholds",
+    "thresholds",
     "evidence_artifact": "keep this report, the source trace manifests, the auditor identity "
-                         "and the independent-label review together (turnaudit eval bundle) "
-                         "as the evidence for any rollout PR",
+    "and the independent-label review together (turnaudit eval bundle) "
+    "as the evidence for any rollout PR",
 }
 
 
@@ -136,8 +136,15 @@ def _number(value: Number) -> int | float:
     return float(value) if isinstance(value, Fraction) else value
 
 
-def failure(requirement: str, scope: str, *, comparison: str, threshold: Number,
-             actual: Number | None, detail: str) -> FailedRequirement:
+def failure(
+    requirement: str,
+    scope: str,
+    *,
+    comparison: str,
+    threshold: Number,
+    actual: Number | None,
+    detail: str,
+) -> FailedRequirement:
     missed_by: int | float | None = None
     if actual is not None:
         gap = abs(Fraction(threshold) - Fraction(actual))
@@ -146,23 +153,36 @@ def failure(requirement: str, scope: str, *, comparison: str, threshold: Number,
         else:
             # A measured latency carries float noise; microseconds are plenty.
             missed_by = round(float(gap), 6) if isinstance(actual, float) else float(gap)
-    return {"requirement": requirement, "scope": scope, "comparison": comparison,
-            "threshold": _number(threshold),
-            "actual": None if actual is None else _number(actual),
-            "missed_by": missed_by, "detail": detail}
+    return {
+        "requirement": requirement,
+        "scope": scope,
+        "comparison": comparison,
+        "threshold": _number(threshold),
+        "actual": None if actual is None else _number(actual),
+        "missed_by": missed_by,
+        "detail": detail,
+    }
 
 
-def at_least(requirement: str, scope: str, threshold: Number, actual: Number | None,
-              detail: str) -> list[FailedRequirement]:
+def at_least(
+    requirement: str, scope: str, threshold: Number, actual: Number | None, detail: str
+) -> list[FailedRequirement]:
     if actual is not None and Fraction(actual) >= Fraction(threshold):
         return []
-    return [failure(requirement, scope, comparison=">=", threshold=threshold, actual=actual,
-                     detail=detail)]
+    return [
+        failure(
+            requirement, scope, comparison=">=", threshold=threshold, actual=actual, detail=detail
+        )
+    ]
 
 
-def at_most(requirement: str, scope: str, threshold: Number, actual: Number | None,
-             detail: str) -> list[FailedRequirement]:
+def at_most(
+    requirement: str, scope: str, threshold: Number, actual: Number | None, detail: str
+) -> list[FailedRequirement]:
     if actual is not None and Fraction(actual) <= Fraction(threshold):
         return []
-    return [failure(requirement, scope, comparison="<=", threshold=threshold, actual=actual,
-                     detail=detail)]
+    return [
+        failure(
+            requirement, scope, comparison="<=", threshold=threshold, actual=actual, detail=detail
+        )
+    ]

@@ -27,10 +27,16 @@ from turnaudit.evaluation.files import AuditorIdentity
 
 # Keys that only auditor output has; a label pack holding any of them was built with
 # an auditor's answers in hand.
-AUDITOR_OUTPUT_KEYS = frozenset({
-    "observations", "prefix_end", "first_alarm_step", "auditor_id", "auditor_verdict",
-    "auditor_verdicts",
-})
+AUDITOR_OUTPUT_KEYS = frozenset(
+    {
+        "observations",
+        "prefix_end",
+        "first_alarm_step",
+        "auditor_id",
+        "auditor_verdict",
+        "auditor_verdicts",
+    }
+)
 AUDITOR_VERDICTS = frozenset({"alarm", "ok"})
 # A shorter hex run would match digests by chance; 12 is the usual short-digest length.
 MIN_DIGEST_PREFIX = 12
@@ -46,7 +52,8 @@ JsonValue = object
 def _digests(identity: AuditorIdentity) -> list[tuple[str, str]]:
     """(what, 64-hex digest) for the auditor and each of its tiers."""
     found = [("the auditor", identity.digest)] + [
-        (f"its {tier.tier} tier {tier.name}", tier.digest) for tier in identity.tiers]
+        (f"its {tier.tier} tier {tier.name}", tier.digest) for tier in identity.tiers
+    ]
     return [(what, digest.lower().removeprefix("sha256:")) for what, digest in found]
 
 
@@ -140,6 +147,7 @@ def refuse_dependent_labels(
     raise DependentLabelsError(
         f"{len(problems)} label(s) not independent of the auditor under test {identity.name} "
         f"({identity.digest}); labels must never come from it: "
-        + "; ".join(listed[:CASE_LIMIT]) + (f"; and {more} more" if more > 0 else ""),
+        + "; ".join(listed[:CASE_LIMIT])
+        + (f"; and {more} more" if more > 0 else ""),
         sorted(problems),
     )

@@ -37,8 +37,10 @@ class TaskLabel:
         """Why this label does not apply to a trace with content ``digest``, or None."""
         if self.trace_digest is None or self.trace_digest == digest:
             return None
-        return (f"label reviewed on trace {self.trace_digest}, but the trace that arrived "
-                f"is {digest}: its steps changed since review")
+        return (
+            f"label reviewed on trace {self.trace_digest}, but the trace that arrived "
+            f"is {digest}: its steps changed since review"
+        )
 
     def step_for(self, trace: HtirTrace) -> tuple[bool, int | None]:
         """(usable, oracle step index) for this trace.
@@ -63,10 +65,13 @@ def load_task_labels(path: Path) -> dict[str, TaskLabel]:
     if raw.get("format") == LABELS_FORMAT:
         pack = parse_labels(raw)  # refuses a pack carrying auditor output
         return {
-            c.task_id: TaskLabel(c.task_family, c.oracle_source,
-                                 oracle_alarm_step=c.oracle_alarm_step,
-                                 alarm_positive=c.oracle_alarm_step is not None,
-                                 trace_digest=trace_digest(c.trace.steps))
+            c.task_id: TaskLabel(
+                c.task_family,
+                c.oracle_source,
+                oracle_alarm_step=c.oracle_alarm_step,
+                alarm_positive=c.oracle_alarm_step is not None,
+                trace_digest=trace_digest(c.trace.steps),
+            )
             for c in pack.cases
         }
     if "tasks" in raw and "seed" in raw:

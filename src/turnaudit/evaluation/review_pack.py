@@ -142,7 +142,8 @@ def _bounded_context(raw: object, where: str, redaction: Redaction = DROPPED) ->
         raise ReviewPackError(f"{where}: context.tools must be a JSON array")
     context["tools"] = [
         {key: clip(value) for key, value in _tool_context(tool, redaction).items()}
-        if isinstance(tool, Mapping) else {"name": clip(tool)}
+        if isinstance(tool, Mapping)
+        else {"name": clip(tool)}
         for tool in tools[:CONTEXT_TOOL_LIMIT]
     ]
     if len(tools) > CONTEXT_TOOL_LIMIT:
@@ -184,18 +185,22 @@ def _manifest_cases(
             if not isinstance(recorded, str) or not recorded.strip():
                 raise ReviewPackError(
                     f"{where}: task {task_id!r} records no task_family; give its source "
-                    f"as FAMILY=PATH")
+                    f"as FAMILY=PATH"
+                )
         elif recorded not in (None, family):
             raise ReviewPackError(
                 f"{where}: task {task_id!r} says family {recorded!r} but its source "
-                f"was given as {family!r}")
+                f"was given as {family!r}"
+            )
         try:
             trace = parse_trace(run.get("trace"), "trace").to_json()
         except EvidenceFormatError as exc:
             raise ReviewPackError(f"{where}: {exc}") from exc
         # Enough to find the original run again, even after the manifest moves.
-        trace["source"] = {**trace["source"],
-                           "review_pack": {"manifest": str(path), "line": number}}
+        trace["source"] = {
+            **trace["source"],
+            "review_pack": {"manifest": str(path), "line": number},
+        }
         case: ReviewCase = {
             "task_id": task_id,
             "task_family": family or str(recorded),
@@ -216,8 +221,12 @@ def _without_location(case: ReviewCase) -> str:
     return canonical_json({**case, "trace": {**case["trace"], "source": source}})
 
 
-def export(sources: Sequence[tuple[str | None, Path]], output: Path,
-           without_context: bool = False, redaction: Redaction = DROPPED) -> ReviewPackJson:
+def export(
+    sources: Sequence[tuple[str | None, Path]],
+    output: Path,
+    without_context: bool = False,
+    redaction: Redaction = DROPPED,
+) -> ReviewPackJson:
     """Write a review pack with every run of every source pending review; return it.
 
     ``sources``: (family, manifest) pairs; a family of None takes each line's own.
@@ -238,10 +247,15 @@ def export(sources: Sequence[tuple[str | None, Path]], output: Path,
         raise ReviewPackError(
             "task ids appear more than once across the manifests with different runs: "
             + "; ".join(f"{task_id!r} at {', '.join(differing[task_id])}" for task_id in named)
-            + (f" and {more} more" if more else ""))
+            + (f" and {more} more" if more else "")
+        )
     cases = [case for _, case in first.values()]
-    pack: ReviewPackJson = {"format": REVIEW_PACK_FORMAT, "format_version": FORMAT_VERSION,
-                            "instructions": REVIEW_INSTRUCTIONS, "cases": cases}
+    pack: ReviewPackJson = {
+        "format": REVIEW_PACK_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "instructions": REVIEW_INSTRUCTIONS,
+        "cases": cases,
+    }
     write_json(output, pack)
     return pack
 
@@ -249,8 +263,9 @@ def export(sources: Sequence[tuple[str | None, Path]], output: Path,
 def _included_case(raw: Mapping[str, Any]) -> Case:
     task_id, family = raw.get("task_id"), raw.get("task_family")
     where = f"case {task_id!r}"
-    if not (isinstance(task_id, str) and task_id.strip()
-            and isinstance(family, str) and family.strip()):
+    if not (
+        isinstance(task_id, str) and task_id.strip() and isinstance(family, str) and family.strip()
+    ):
         raise ReviewPackError(f"{where} needs a non-empty task_id and task_family")
     oracle_source = raw.get("oracle_source")
     problem = oracle_source_problem(oracle_source)
@@ -258,14 +273,14 @@ def _included_case(raw: Mapping[str, Any]) -> Case:
         raise ReviewPackError(f"{where} is included but {problem}")
     try:
         trace = parse_trace(raw.get("trace"), f"{where}.trace")
-        step = parse_oracle_alarm_step(raw.get("oracle_alarm_step"),
-                                       f"{where}.oracle_alarm_step")
+        step = parse_oracle_alarm_step(raw.get("oracle_alarm_step"), f"{where}.oracle_alarm_step")
     except EvidenceFormatError as exc:
         raise ReviewPackError(str(exc)) from exc
     if step is not None and not 0 <= step < len(trace.steps):
         raise ReviewPackError(
             f"{where}: oracle_alarm_step {step} is outside the trace's steps "
-            f"0..{len(trace.steps) - 1}")
+            f"0..{len(trace.steps) - 1}"
+        )
     return Case(task_id, family, oracle_source, step, trace)
 
 
@@ -288,8 +303,9 @@ def finalize(pack_path: Path, output: Path) -> LabelPack:
         else:
             unknown.append(f"{raw.get('task_id')} ({status!r})")
     if unknown:
-        raise ReviewPackError(f"review.status must be one of {', '.join(STATUSES)}; found "
-                              f"{_ids(unknown)}")
+        raise ReviewPackError(
+            f"review.status must be one of {', '.join(STATUSES)}; found {_ids(unknown)}"
+        )
     pending = [str(raw.get("task_id")) for raw in by_status["pending"]]
     if pending:
         raise ReviewPackError(f"{len(pending)} case(s) still pending review: {_ids(pending)}")
@@ -304,12 +320,14 @@ def finalize(pack_path: Path, output: Path) -> LabelPack:
         count = sum(len(ids) for ids in by_source.values())
         raise ReviewPackError(
             f"{count} included case(s) without a versioned oracle_source "
-            f"({ORACLE_SOURCE_FORM}): " + "; ".join(
-                f"{_ids(ids)} {problem}" for problem, ids in by_source.items()))
+            f"({ORACLE_SOURCE_FORM}): "
+            + "; ".join(f"{_ids(ids)} {problem}" for problem, ids in by_source.items())
+        )
 
     labels = LabelPack(tuple(_included_case(raw) for raw in by_status["included"]))
-    duplicates = sorted(task_id for task_id, n in Counter(c.task_id for c in labels.cases).items()
-                        if n > 1)
+    duplicates = sorted(
+        task_id for task_id, n in Counter(c.task_id for c in labels.cases).items() if n > 1
+    )
     if duplicates:
         raise ReviewPackError(f"included task ids appear more than once: {_ids(duplicates)}")
     write_json(output, labels.to_json())

@@ -130,8 +130,12 @@ class TraceEvidence:
         self._auditor.begin_battery()
         pinned = self._auditor.identity
         refuse_dependent_labels(
-            [{"task_id": task_id, "oracle_source": label.oracle_source}
-             for task_id, label in sorted(self._labels.items())], pinned)
+            [
+                {"task_id": task_id, "oracle_source": label.oracle_source}
+                for task_id, label in sorted(self._labels.items())
+            ],
+            pinned,
+        )
         self._pinned = pinned
         return pinned
 
@@ -175,10 +179,15 @@ class TraceEvidence:
             return self._exclude(trace, label, ExclusionReason.LABEL_TRACE_CHANGED, refusal)
         usable, oracle_step = label.step_for(trace)
         if not usable:
-            named = (f"task turn {label.oracle_alarm_turn}" if label.oracle_alarm_turn is not None
-                     else f"step {label.oracle_alarm_step}")
+            named = (
+                f"task turn {label.oracle_alarm_turn}"
+                if label.oracle_alarm_turn is not None
+                else f"step {label.oracle_alarm_step}"
+            )
             return self._exclude(
-                trace, label, ExclusionReason.LABEL_STEP_NOT_IN_TRACE,
+                trace,
+                label,
+                ExclusionReason.LABEL_STEP_NOT_IN_TRACE,
                 f"the label's alarm {named} is not in the trace ({len(trace.steps)} steps, "
                 f"closed by {closed}): it cannot be scored honestly",
             )
@@ -229,6 +238,7 @@ class TraceEvidence:
         exclusion = Exclusion(trace.task_id, reason.value, detail, case_source(trace))
         self._exclusions[trace.task_id] = exclusion
         self.tally.excluded[reason.value] = self.tally.excluded.get(reason.value, 0) + 1
-        log.warning("evidence_trace_excluded", task_id=trace.task_id, reason=reason.value,
-                    detail=detail)
+        log.warning(
+            "evidence_trace_excluded", task_id=trace.task_id, reason=reason.value, detail=detail
+        )
         return Admission(label, exclusion=exclusion)

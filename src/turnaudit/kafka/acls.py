@@ -204,9 +204,9 @@ def writers_of(rules: Iterable[AclRule], topic: str) -> set[str]:
     return {
         r.principal
         for r in rules
-        if r.resource == "topic" and r.operation == "write" and (
-            r.name == topic or (r.prefixed and topic.startswith(r.name))
-        )
+        if r.resource == "topic"
+        and r.operation == "write"
+        and (r.name == topic or (r.prefixed and topic.startswith(r.name)))
     }
 
 

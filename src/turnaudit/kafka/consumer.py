@@ -53,10 +53,14 @@ BULK_READER: dict[str, int | bool] = {
 
 ErrorCallback = Callable[[ClientError], None]
 # A commit the broker refuses while the group rebalances (or the client closes).
-_REBALANCING = frozenset({
-    KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION,
-    KafkaError.UNKNOWN_MEMBER_ID, KafkaError._DESTROY,
-})
+_REBALANCING = frozenset(
+    {
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError._DESTROY,
+    }
+)
 
 
 def client_error(error: KafkaError) -> ClientError:
@@ -166,8 +170,11 @@ class KafkaConsumer:
 
         self._join(listener, on_assign)
 
-    def _join(self, listener: RebalanceListener,
-              on_assign: Callable[[Consumer, list[TopicPartition]], None]) -> None:
+    def _join(
+        self,
+        listener: RebalanceListener,
+        on_assign: Callable[[Consumer, list[TopicPartition]], None],
+    ) -> None:
         def on_revoke(_consumer: Consumer, partitions: list[TopicPartition]) -> None:
             listener.revoked({tp.partition for tp in partitions})
 
@@ -246,8 +253,11 @@ class KafkaConsumer:
         with self._failing_as("store offsets of"):
             self._client.store_offsets(offsets=self._partitions(offsets))
 
-    def commit(self, offsets: Mapping[int, int], metadata: Mapping[int, str] | None = None,
-               ) -> None:
+    def commit(
+        self,
+        offsets: Mapping[int, int],
+        metadata: Mapping[int, str] | None = None,
+    ) -> None:
         """Commit next offsets now, with optional metadata per partition."""
         try:
             self._commit(offsets, metadata)
@@ -270,8 +280,12 @@ class KafkaConsumer:
     def _commit(self, offsets: Mapping[int, int], metadata: Mapping[int, str] | None) -> None:
         # A TopicPartition's metadata is set when it is built (the attribute is read-only).
         noted = metadata or {}
-        partitions = [TopicPartition(self.topic, p, o, metadata=noted[p]) if p in noted
-                      else TopicPartition(self.topic, p, o) for p, o in offsets.items()]
+        partitions = [
+            TopicPartition(self.topic, p, o, metadata=noted[p])
+            if p in noted
+            else TopicPartition(self.topic, p, o)
+            for p, o in offsets.items()
+        ]
         self._client.commit(offsets=partitions, asynchronous=False)
 
     def committed(self, partitions: Iterable[int], timeout: float) -> dict[int, Committed]:

@@ -40,11 +40,14 @@ log = structlog.get_logger("turnaudit.dead_letters")
 
 
 # Refusals a smaller message gets past.
-_SIZE_ERRORS = frozenset({
-    KafkaError.MSG_SIZE_TOO_LARGE,
-    KafkaError.RECORD_LIST_TOO_LARGE,
-    KafkaError.INVALID_RECORD,
-})
+_SIZE_ERRORS = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+    }
+)
+
 
 class DeadLetterWriter:
     """Writes dead letters for one stage; ``pending()`` says how many are unsettled.
@@ -81,11 +84,13 @@ class DeadLetterWriter:
         partition: int | None,
         offset: int | None,
     ) -> None:
-        headers: Headers = [
-            (k, v) for k, v in original_headers if not is_dead_letter_header(k)
-        ]
+        headers: Headers = [(k, v) for k, v in original_headers if not is_dead_letter_header(k)]
         headers += dead_letter_headers(
-            reason=reason, error=error, topic=topic, partition=partition, offset=offset,
+            reason=reason,
+            error=error,
+            topic=topic,
+            partition=partition,
+            offset=offset,
             stage=self.stage,
         )
         with self._lock:
@@ -166,9 +171,11 @@ class DeadLetterWriter:
             # alone (the large one is truncated too by now).
             try:
                 self._producer.produce(
-                    self.topic, msg.value(), msg.key(), headers=headers,
-                    on_delivery=functools.partial(self._on_truncated_delivery, headers,
-                                                  again=True),
+                    self.topic,
+                    msg.value(),
+                    msg.key(),
+                    headers=headers,
+                    on_delivery=functools.partial(self._on_truncated_delivery, headers, again=True),
                     from_callback=True,
                 )
             except (KafkaException, BufferError):
@@ -199,4 +206,3 @@ class DeadLetterWriter:
         if self._on_settled is not None:
             reason = read_dead_letter_headers(headers).get("reason", "")
             self._on_settled(DeadLetterOutcome(reason, truncated, failed))
-

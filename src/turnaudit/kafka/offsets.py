@@ -74,12 +74,14 @@ def event_time_range(
     since, until = spec.since, spec.until
     if since is None or (until is None and not open_end):
         raise ConfigurationError("an event-time window needs both --from and --to")
-    window = EventWindow(occurred_millis(since),
-                         OPEN_END_MS if until is None else occurred_millis(until))
+    window = EventWindow(
+        occurred_millis(since), OPEN_END_MS if until is None else occurred_millis(until)
+    )
     if slack is None:
         return RangeSpec(None, None, spec.from_offsets, spec.to_offsets), window
-    return RangeSpec(since - slack, None if until is None else until + slack,
-                     spec.from_offsets, spec.to_offsets), window
+    return RangeSpec(
+        since - slack, None if until is None else until + slack, spec.from_offsets, spec.to_offsets
+    ), window
 
 
 class Watermarks(NamedTuple):
@@ -169,21 +171,24 @@ def plan_range(
 _QUIET = {"log_level": 0}
 # Right after a topic is created a leader may not be known yet; librdkafka does
 # not flag every such error as retriable.
-_LEADERSHIP_ERRORS = frozenset({
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._TIMED_OUT,
-    KafkaError._TRANSPORT,
-})
+_LEADERSHIP_ERRORS = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
 
 
 @contextmanager
 def _probe(settings: KafkaSettings, topic: str) -> Iterator[Consumer]:
     """A consumer that only asks for offsets (no group joined, nothing committed);
     librdkafka's failures come out as ``BrokerError``."""
-    consumer = Consumer(settings.client_config(
-        _QUIET, **{"group.id": f"turnaudit-offsets-{uuid.uuid4().hex}"}))
+    consumer = Consumer(
+        settings.client_config(_QUIET, **{"group.id": f"turnaudit-offsets-{uuid.uuid4().hex}"})
+    )
     try:
         yield consumer
     except KafkaException as exc:
@@ -212,7 +217,8 @@ def _watermarks(consumer: Consumer, topic: str, timeout: float) -> Watermarks:
             high: dict[int, int] = {}
             for p in partitions:
                 low[p], high[p] = consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=timeout)
+                    TopicPartition(topic, p), timeout=timeout
+                )
             return Watermarks(low, high)
         except KafkaException as exc:
             error = exc.args[0]
@@ -229,7 +235,8 @@ def _offsets_for_time(
     ``NO_OFFSET`` where there is none."""
     millis = occurred_millis(moment)
     found = consumer.offsets_for_times(
-        [TopicPartition(topic, p, millis) for p in partitions], timeout=timeout)
+        [TopicPartition(topic, p, millis) for p in partitions], timeout=timeout
+    )
     return {tp.partition: tp.offset for tp in found}
 
 
@@ -280,9 +287,9 @@ def delete_records_before(
     admin = AdminClient(settings.client_config(_QUIET))
     wanted = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
     try:
-        futures = admin.delete_records(wanted, request_timeout=timeout,
-                                       operation_timeout=timeout)
-        return {tp.partition: future.result(timeout).low_watermark
-                for tp, future in futures.items()}
+        futures = admin.delete_records(wanted, request_timeout=timeout, operation_timeout=timeout)
+        return {
+            tp.partition: future.result(timeout).low_watermark for tp, future in futures.items()
+        }
     except KafkaException as exc:
         raise BrokerError(f"cannot delete records of {topic}: {exc}") from exc

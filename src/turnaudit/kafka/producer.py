@@ -116,19 +116,23 @@ class ProduceError(PublishError, KafkaException):
 
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 # Refusals a smaller message gets past.
-_SIZE = frozenset({
-    KafkaError.MSG_SIZE_TOO_LARGE,
-    KafkaError.RECORD_LIST_TOO_LARGE,
-    KafkaError.INVALID_RECORD,
-})
-_TRANSIENT = frozenset({
-    *_PURGED,
-    KafkaError._MSG_TIMED_OUT,
-    KafkaError._TIMED_OUT,
-    KafkaError._TRANSPORT,
-    KafkaError._ALL_BROKERS_DOWN,
-    KafkaError._QUEUE_FULL,
-})
+_SIZE = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+    }
+)
+_TRANSIENT = frozenset(
+    {
+        *_PURGED,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._QUEUE_FULL,
+    }
+)
 
 
 def is_purged(error: DeliveryError) -> bool:
@@ -196,7 +200,9 @@ class KafkaProducer:
         """Idempotent, ``acks=all``, retried until delivered; ``overrides`` win."""
         return cls(
             settings.client_config(defaults, **{**RELIABLE, **overrides}),
-            on_full=on_full, on_delivery=on_delivery, error_cb=error_cb,
+            on_full=on_full,
+            on_delivery=on_delivery,
+            error_cb=error_cb,
         )
 
     @classmethod
@@ -211,9 +217,7 @@ class KafkaProducer:
             try:
                 self._client = Producer(self._config)
             except KafkaException as exc:
-                raise ConfigurationError(
-                    f"Kafka producer settings: {_error_text(exc)}"
-                ) from None
+                raise ConfigurationError(f"Kafka producer settings: {_error_text(exc)}") from None
         return self
 
     def _opened(self) -> Producer:
@@ -284,7 +288,10 @@ class KafkaProducer:
 
     @staticmethod
     def _wait_for_room(
-        client: Producer, topic: str, value: bytes | None, key: bytes | None,
+        client: Producer,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
         kwargs: _Keywords,
     ) -> None:
         while True:

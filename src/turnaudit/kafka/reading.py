@@ -24,8 +24,9 @@ def read_range(
     timeout: float = 60.0,
 ) -> Iterator[Record]:
     """Every record from ``start`` (default: the beginning) up to ``end`` (exclusive)."""
-    for batch in read_range_batches(settings, topic, start, end, timeout=timeout, size=1000,
-                                    config=READER):
+    for batch in read_range_batches(
+        settings, topic, start, end, timeout=timeout, size=1000, config=READER
+    ):
         yield from batch
 
 

@@ -32,7 +32,8 @@ def ensure_verify_state_topic(settings: KafkaSettings, timeout: float = 30.0) ->
         if name in admin.list_topics(timeout=timeout).topics:
             return name
         futures = admin.create_topics(
-            [NewTopic(name, 1, -1, config=dict(STATE_TOPIC_CONFIG))], request_timeout=timeout)
+            [NewTopic(name, 1, -1, config=dict(STATE_TOPIC_CONFIG))], request_timeout=timeout
+        )
         for future in futures.values():
             try:
                 future.result(timeout)

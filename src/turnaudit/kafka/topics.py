@@ -50,13 +50,22 @@ def topic_specs(settings: KafkaSettings) -> list[TopicSpec]:
         TopicSpec(t.htir_traces, settings.partitions, {"retention.ms": keep_events}),
         TopicSpec(t.auditor_observations, settings.partitions, {"retention.ms": keep_events}),
         # Each publisher stream's last recorded head, keyed by stream: compacted.
-        TopicSpec(f"{t.prefix}stream-heads", 1,
-                  {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}),
+        TopicSpec(
+            f"{t.prefix}stream-heads",
+            1,
+            {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"},
+        ),
         # Signed checkpoints, each under its own key (compaction folds re-sent copies
         # only); the broker stamps the append time, which verify holds a key's revocation to.
-        TopicSpec(checkpoints_topic(t.prefix), 1,
-                  {"cleanup.policy": "compact", "min.compaction.lag.ms": "0",
-                   "message.timestamp.type": "LogAppendTime"}),
+        TopicSpec(
+            checkpoints_topic(t.prefix),
+            1,
+            {
+                "cleanup.policy": "compact",
+                "min.compaction.lag.ms": "0",
+                "message.timestamp.type": "LogAppendTime",
+            },
+        ),
     ]
 
 

@@ -72,9 +72,7 @@ class LocalKafkaBroker:
                 f"no password for {user} under {self.secrets_dir}: "
                 "start the secured broker first (turnaudit broker start)"
             ) from None
-        return KafkaSecurity(
-            "sasl_ssl", KafkaCredentials(user, Secret(password)), self.ca_file
-        )
+        return KafkaSecurity("sasl_ssl", KafkaCredentials(user, Secret(password)), self.ca_file)
 
     def client_env(self, user: str) -> dict[str, str]:
         """The ``TURNAUDIT_KAFKA_*`` variables a process of ``user`` needs (no password
@@ -134,9 +132,7 @@ class LocalKafkaBroker:
             credentials.ensure_tls(self.tls_dir, self.ca_file, self._password("keystore"))
         write_config(self.settings, self.home, self._nodes, self._password)
         self._format_storage_once()
-        procs = {
-            node.node_id: self._launch(node) for node in self._nodes if node.pid() is None
-        }
+        procs = {node.node_id: self._launch(node) for node in self._nodes if node.pid() is None}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for node_id, proc in procs.items():
@@ -231,8 +227,9 @@ class LocalKafkaBroker:
         pid = node.pid()
         running = pid is not None and alive(pid)
         serving = running and port_open(node.port) and self._serves(node)
-        return NodeStatus(node_id, running, pid if running else None, serving,
-                          node.bootstrap_servers)
+        return NodeStatus(
+            node_id, running, pid if running else None, serving, node.bootstrap_servers
+        )
 
     def status(self) -> BrokerStatus:
         nodes = tuple(self.node_status(n.node_id) for n in self._nodes)

@@ -110,8 +110,7 @@ def check_layout(settings: LocalBrokerSettings, home: Path) -> None:
     layout = home / LAYOUT_FILE
     if not layout.exists():
         formatted = (home / "data" / "meta.properties").exists() or any(
-            (home / f"node-{i}" / "data" / "meta.properties").exists()
-            for i in (1, 2, 3)
+            (home / f"node-{i}" / "data" / "meta.properties").exists() for i in (1, 2, 3)
         )
         if formatted and (settings.nodes != 1 or settings.secured):
             raise ConfigurationError(
@@ -132,12 +131,14 @@ def check_layout(settings: LocalBrokerSettings, home: Path) -> None:
 def write_layout(settings: LocalBrokerSettings, home: Path) -> None:
     ports = settings.node_ports()
     (home / LAYOUT_FILE).write_text(
-        json.dumps({
-            "nodes": settings.nodes,
-            "security": settings.security,
-            "ports": [p for p, _ in ports],
-            "controller_ports": [c for _, c in ports],
-        })
+        json.dumps(
+            {
+                "nodes": settings.nodes,
+                "security": settings.security,
+                "ports": [p for p, _ in ports],
+                "controller_ports": [c for _, c in ports],
+            }
+        )
     )
 
 

@@ -92,9 +92,7 @@ def format_storage(
         check=False,
     )
     if result.returncode != 0:
-        raise BrokerError(
-            f"formatting Kafka storage failed: {result.stdout}{result.stderr}"
-        )
+        raise BrokerError(f"formatting Kafka storage failed: {result.stdout}{result.stderr}")
 
 
 def launch(node: Node, heap: str, classpath: str, log_config: Path) -> subprocess.Popen[bytes]:

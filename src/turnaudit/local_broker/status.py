@@ -34,9 +34,7 @@ class BrokerStatus:
         secured = " (SASL_SSL)" if self.security == "sasl_ssl" else ""
         if len(self.nodes) <= 1:
             if self.running and self.serving:
-                return (
-                    f"running (pid {self.pid}), serving on {self.bootstrap_servers}{secured}"
-                )
+                return f"running (pid {self.pid}), serving on {self.bootstrap_servers}{secured}"
             if self.running:
                 return f"process {self.pid} alive but not serving on {self.bootstrap_servers}"
             return "stopped"

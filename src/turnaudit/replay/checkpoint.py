@@ -76,13 +76,21 @@ class ReplayCheckpoint:
 
     def as_json(self) -> CheckpointJson:
         return {
-            "format": CHECKPOINT_FORMAT, "fingerprint": self.fingerprint, "topic": self.topic,
-            "order": order.ORDER, "block": order.BLOCK_MESSAGES,
-            "start": by_partition(self.start), "end": by_partition(self.end),
-            "next": by_partition(self.next), "cursor": self.cursor, "taken": self.taken,
+            "format": CHECKPOINT_FORMAT,
+            "fingerprint": self.fingerprint,
+            "topic": self.topic,
+            "order": order.ORDER,
+            "block": order.BLOCK_MESSAGES,
+            "start": by_partition(self.start),
+            "end": by_partition(self.end),
+            "next": by_partition(self.next),
+            "cursor": self.cursor,
+            "taken": self.taken,
             "window_ms": None if self.window is None else list(self.window),
-            "output_bytes": self.output_bytes, "events": self.events,
-            "undecodable": self.undecodable, "outside_window": self.outside_window,
+            "output_bytes": self.output_bytes,
+            "events": self.events,
+            "undecodable": self.undecodable,
+            "outside_window": self.outside_window,
             "complete": self.complete,
         }
 
@@ -103,10 +111,14 @@ class ReplayCheckpoint:
             raise ValueError(f"format {raw.get('format')!r}")
         window = raw["window_ms"]
         return cls(
-            fingerprint=str(raw["fingerprint"]), topic=str(raw["topic"]),
-            start=partitions(raw["start"]), end=partitions(raw["end"]),
-            next=partitions(raw["next"]), output_bytes=int(raw["output_bytes"]),
-            events=int(raw["events"]), undecodable=int(raw["undecodable"]),
+            fingerprint=str(raw["fingerprint"]),
+            topic=str(raw["topic"]),
+            start=partitions(raw["start"]),
+            end=partitions(raw["end"]),
+            next=partitions(raw["next"]),
+            output_bytes=int(raw["output_bytes"]),
+            events=int(raw["events"]),
+            undecodable=int(raw["undecodable"]),
             complete=bool(raw["complete"]),
             cursor=None if raw["cursor"] is None else int(raw["cursor"]),
             taken=int(raw["taken"]),

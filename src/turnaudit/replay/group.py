@@ -67,9 +67,17 @@ class GroupMember:
     offsets carry each partition's recorded bound (``start end`` in the commit metadata).
     The consumer's ``RebalanceListener``."""
 
-    def __init__(self, settings: KafkaSettings, *, group: str, own: ReplayCheckpoint,
-                 output: ReplayOutput, local: ReplayCheckpoint, checkpoint: Path,
-                 members: int = 1) -> None:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        *,
+        group: str,
+        own: ReplayCheckpoint,
+        output: ReplayOutput,
+        local: ReplayCheckpoint,
+        checkpoint: Path,
+        members: int = 1,
+    ) -> None:
         self.topic = own.topic
         self.own = own
         self.output = output
@@ -86,14 +94,19 @@ class GroupMember:
         # Assigned before the group is complete: where each partition will start.
         self.waiting: dict[int, int] = {}
         self.admin = GroupAdmin(settings)
-        self.consumer = KafkaConsumer(settings, self.topic, READER_CONFIG, group_id=self.group,
-                                      fixed={
-            "auto.offset.reset": "earliest",
-            "partition.assignment.strategy": "range",
-            # A member joining is noticed by the others at their next heartbeat: the
-            # default 3 s would be most of a short replay's time.
-            "heartbeat.interval.ms": 250,
-        })
+        self.consumer = KafkaConsumer(
+            settings,
+            self.topic,
+            READER_CONFIG,
+            group_id=self.group,
+            fixed={
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": "range",
+                # A member joining is noticed by the others at their next heartbeat: the
+                # default 3 s would be most of a short replay's time.
+                "heartbeat.interval.ms": 250,
+            },
+        )
 
     def subscribe(self) -> None:
         self.consumer.subscribe_assigning(self)
@@ -110,8 +123,10 @@ class GroupMember:
             bound = parse_bound(found.metadata)
             if bound is not None:
                 if bound[0] != fingerprint[:16]:
-                    self.error = (f"replay group {self.group} is replaying a range with other "
-                                  "arguments; use another --group name")
+                    self.error = (
+                        f"replay group {self.group} is replaying a range with other "
+                        "arguments; use another --group name"
+                    )
                     continue
                 self.bounds[p] = (bound[1], bound[2])
                 self.next[p] = max(found.offset, bound[1])
@@ -120,8 +135,7 @@ class GroupMember:
                 self.next[p] = record[p] = self.own.start[p]
         if record:  # the first member to hold a partition records its bound for the group
             self._commit(record)
-        assigned = {p: self.next[p] for p in sorted(self.next)
-                    if self.next[p] < self.bounds[p][1]}
+        assigned = {p: self.next[p] for p in sorted(self.next) if self.next[p] < self.bounds[p][1]}
         if not self.started:
             # Nothing is read before the group is complete: messages fetched meanwhile
             # are dropped (take() skips partitions not in ``next``) and each partition
@@ -168,11 +182,19 @@ class GroupMember:
         owner reads those messages again)."""
         fingerprint = self.own.fingerprint
         self.consumer.commit_unless_rebalancing(
-            offsets, {p: bound_metadata(fingerprint, *self.bounds[p]) for p in offsets})
+            offsets, {p: bound_metadata(fingerprint, *self.bounds[p]) for p in offsets}
+        )
 
-    def run(self, decode: TurnEventDeserializer, *, batch_size: int, timeout: float,
-            after_batch: BatchHook | None, checkpoint_every: int,
-            checkpoint_seconds: float) -> None:
+    def run(
+        self,
+        decode: TurnEventDeserializer,
+        *,
+        batch_size: int,
+        timeout: float,
+        after_batch: BatchHook | None,
+        checkpoint_every: int,
+        checkpoint_seconds: float,
+    ) -> None:
         """Read what Kafka assigns until every partition of the range is done."""
         local = self.local
         since_sync, synced_at, checked_at, asked_at = 0, time.monotonic(), 0.0, 0.0
@@ -209,9 +231,12 @@ class GroupMember:
                 if self.range_done():
                     return
                 if now - last_message > timeout and any(
-                        self.next[p] < self.bounds[p][1] for p in self.next):
-                    raise BrokerError(f"no message of {self.topic} for {timeout:.0f} s in "
-                                      f"replay group {self.group}")
+                    self.next[p] < self.bounds[p][1] for p in self.next
+                ):
+                    raise BrokerError(
+                        f"no message of {self.topic} for {timeout:.0f} s in "
+                        f"replay group {self.group}"
+                    )
 
     def take(self, got: Sequence[Record]) -> tuple[list[Record], bool]:
         """The messages of the range (and whether one finished a partition)."""
@@ -267,11 +292,19 @@ def replay_group(
     """
     if not group or any(c.isspace() for c in group):
         raise ConfigurationError(f"--group {group!r}: a name without spaces")
-    run = Prologue.of(settings, decode, request, target, outputs, batch_size=batch_size,
-                      checkpoint_every=checkpoint_every)
+    run = Prologue.of(
+        settings,
+        decode,
+        request,
+        target,
+        outputs,
+        batch_size=batch_size,
+        checkpoint_every=checkpoint_every,
+    )
     own = run.resolve(timeout)
-    local = run.recorded or ReplayCheckpoint(run.fingerprint, run.topic, {}, {}, {}, 0, 0, 0,
-                                             window=own.window)
+    local = run.recorded or ReplayCheckpoint(
+        run.fingerprint, run.topic, {}, {}, {}, 0, 0, 0, window=own.window
+    )
     output = run.build(own.start, own.end)
     if not output.resumable:
         output.close()
@@ -279,14 +312,27 @@ def replay_group(
             f"--group: a {target.kind} output is computed over the whole range in one "
             "process; share a range with jsonl, logs or topic outputs"
         )
-    member = GroupMember(settings, group=group, own=own, output=output, local=local,
-                         checkpoint=target.checkpoint, members=members)
+    member = GroupMember(
+        settings,
+        group=group,
+        own=own,
+        output=output,
+        local=local,
+        checkpoint=target.checkpoint,
+        members=members,
+    )
     with closing(output):
         try:
             output.open(local.output_bytes)
             member.subscribe()
-            member.run(decode, batch_size=batch_size, timeout=timeout, after_batch=after_batch,
-                       checkpoint_every=checkpoint_every, checkpoint_seconds=checkpoint_seconds)
+            member.run(
+                decode,
+                batch_size=batch_size,
+                timeout=timeout,
+                after_batch=after_batch,
+                checkpoint_every=checkpoint_every,
+                checkpoint_seconds=checkpoint_seconds,
+            )
             member.commit()
             return run.conclude(output, local)
         finally:

@@ -37,8 +37,9 @@ class JsonlOutput(ReplayOutput):
 
     resumable = True
 
-    def __init__(self, path: Path, decode: TurnEventDeserializer,
-                 surfaces: Redaction = DROPPED) -> None:
+    def __init__(
+        self, path: Path, decode: TurnEventDeserializer, surfaces: Redaction = DROPPED
+    ) -> None:
         self._path = path
         self._decode = decode
         self._surfaces = surfaces

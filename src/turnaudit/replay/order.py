@@ -25,8 +25,10 @@ from turnaudit.records import Record
 # Records a partition contributes before the next partition's turn; part of
 # the stated order (and of the checkpoint), independent of the batch size.
 BLOCK_MESSAGES = 1000
-ORDER = (f"each partition by offset; partitions in ascending order, interleaved in blocks of "
-         f"{BLOCK_MESSAGES} messages")
+ORDER = (
+    f"each partition by offset; partitions in ascending order, interleaved in blocks of "
+    f"{BLOCK_MESSAGES} messages"
+)
 # Records buffered ahead across all partitions: a partition holding its share
 # (at least two blocks) pauses its fetching, so memory does not grow with the
 # partition count (64 partitions at 20,000 each would hold 1.3 M messages).
@@ -99,7 +101,7 @@ class BlockOrder:
             # below it ends the partition.
             take = min(len(buffer) - head, block - state.taken, batch_size - len(batch))
             if take > 0:
-                batch += buffer[head:head + take]
+                batch += buffer[head : head + take]
                 head += take
                 state.taken += take
                 state.next[p] = int(buffer[head - 1].offset() or 0) + 1
@@ -127,8 +129,7 @@ class BlockOrder:
         limit = max(_BUFFER_FLOOR, _BUFFER_BUDGET // len(active))
         held = {p: len(self._buffers[p]) - self._heads[p] for p in active}
         stop = [p for p in active if p != waiting and p not in paused and held[p] >= limit]
-        go = [p for p in sorted(paused) if p in active
-              and (p == waiting or held[p] < limit // 2)]
+        go = [p for p in sorted(paused) if p in active and (p == waiting or held[p] < limit // 2)]
         paused.update(stop)
         paused.difference_update(go)
         return stop, go

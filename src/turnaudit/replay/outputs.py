@@ -90,8 +90,7 @@ class OutputKinds:
     def __init__(self) -> None:
         self._kinds: dict[str, OutputKind] = {}
 
-    def add(self, name: str, help: str, build: OutputFactory, *,
-            writes_file: bool = True) -> None:
+    def add(self, name: str, help: str, build: OutputFactory, *, writes_file: bool = True) -> None:
         if name in self._kinds:
             raise ValueError(f"output kind {name!r} is registered twice")
         self._kinds[name] = OutputKind(name, help, build, writes_file)

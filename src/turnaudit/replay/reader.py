@@ -40,8 +40,9 @@ class OrderedReader:
     out messages, so the state at any batch boundary resumes the same order.
     """
 
-    def __init__(self, settings: KafkaSettings, state: ReplayCheckpoint, *,
-                 timeout: float = 300.0) -> None:
+    def __init__(
+        self, settings: KafkaSettings, state: ReplayCheckpoint, *, timeout: float = 300.0
+    ) -> None:
         self._settings = settings
         self._state = state
         self._timeout = timeout
@@ -52,8 +53,12 @@ class OrderedReader:
         if not order.active:
             return
         topic = self._state.topic
-        consumer = KafkaConsumer(self._settings, topic, READER_CONFIG,
-                                 group_id=f"turnaudit-replay-reader-{uuid.uuid4().hex}")
+        consumer = KafkaConsumer(
+            self._settings,
+            topic,
+            READER_CONFIG,
+            group_id=f"turnaudit-replay-reader-{uuid.uuid4().hex}",
+        )
         try:
             consumer.assign(order.starts)
             last_message = time.monotonic()

@@ -77,6 +77,7 @@ class ReplayRequest:
 
     def fingerprint(self, topic: str, target: ReplayTarget) -> str:
         """A digest of the arguments: a checkpoint resumes only the replay it was written by."""
+
         def when(moment: datetime | None) -> str | None:
             return moment.isoformat() if moment is not None else None
 
@@ -84,8 +85,10 @@ class ReplayRequest:
             return by_partition(found) if found is not None else None
 
         described = {
-            "topic": topic, "kind": target.kind,
-            "since": when(self.spec.since), "until": when(self.spec.until),
+            "topic": topic,
+            "kind": target.kind,
+            "since": when(self.spec.since),
+            "until": when(self.spec.until),
             "from_offsets": offsets(self.spec.from_offsets),
             "to_offsets": offsets(self.spec.to_offsets),
             "partitions": list(self.partitions) if self.partitions is not None else None,
@@ -93,8 +96,11 @@ class ReplayRequest:
             "slack_s": None if self.slack is None else self.slack.total_seconds(),
             "block": order.BLOCK_MESSAGES,
             # Only when not the default, so a checkpoint of a default replay still resumes.
-            **({} if self.surfaces.policy is SurfacePolicy.DROP
-               else {"surfaces": self.surfaces.label}),
+            **(
+                {}
+                if self.surfaces.policy is SurfacePolicy.DROP
+                else {"surfaces": self.surfaces.label}
+            ),
             **({} if self.step is None else {"step_s": self.step.total_seconds()}),
         }
         return hashlib.sha256(canonical_json(described)).hexdigest()

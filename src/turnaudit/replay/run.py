@@ -38,11 +38,11 @@ class ReplaySummary:
 
     def human(self) -> str:
         spans = ", ".join(f"{p}:{self.start[p]}-{self.end[p]}" for p in sorted(self.end))
-        skipped = (f", {self.outside_window} outside the time window"
-                   if self.outside_window else "")
-        return (f"replayed {self.events} events ({self.undecodable} undecodable{skipped}) of "
-                f"{self.topic} [{spans}] into {self.output}"
-                + (" (resumed)" if self.resumed else ""))
+        skipped = f", {self.outside_window} outside the time window" if self.outside_window else ""
+        return (
+            f"replayed {self.events} events ({self.undecodable} undecodable{skipped}) of "
+            f"{self.topic} [{spans}] into {self.output}" + (" (resumed)" if self.resumed else "")
+        )
 
 
 def replay(
@@ -65,8 +65,15 @@ def replay(
     line passes its registry of kinds). ``timeout``: seconds without a message
     while the range is unfinished before giving up.
     """
-    run = Prologue.of(settings, decode, request, target, outputs, batch_size=batch_size,
-                      checkpoint_every=checkpoint_every)
+    run = Prologue.of(
+        settings,
+        decode,
+        request,
+        target,
+        outputs,
+        batch_size=batch_size,
+        checkpoint_every=checkpoint_every,
+    )
     state = run.recorded or run.resolve(timeout)
     output = run.build(state.start, state.end)  # a refused output leaves no checkpoint behind
     if not run.resumed:
@@ -85,8 +92,9 @@ def replay(
                 state.undecodable += output.write(kept)
                 state.events += len(kept)
                 since_sync += len(kept)
-            if output.resumable and (since_sync >= checkpoint_every
-                                     or time.monotonic() - synced_at >= checkpoint_seconds):
+            if output.resumable and (
+                since_sync >= checkpoint_every or time.monotonic() - synced_at >= checkpoint_seconds
+            ):
                 state.output_bytes = output.sync()
                 state.save(target.checkpoint)
                 since_sync, synced_at = 0, time.monotonic()
@@ -113,9 +121,17 @@ class Prologue:
     recorded: ReplayCheckpoint | None
 
     @classmethod
-    def of(cls, settings: KafkaSettings, decode: TurnEventDeserializer,
-           request: ReplayRequest, target: ReplayTarget, outputs: Outputs | None, *,
-           batch_size: int, checkpoint_every: int) -> Prologue:
+    def of(
+        cls,
+        settings: KafkaSettings,
+        decode: TurnEventDeserializer,
+        request: ReplayRequest,
+        target: ReplayTarget,
+        outputs: Outputs | None,
+        *,
+        batch_size: int,
+        checkpoint_every: int,
+    ) -> Prologue:
         if batch_size < 1:
             raise ConfigurationError(f"batch size {batch_size}: must be >= 1")
         if checkpoint_every < 1:
@@ -123,8 +139,7 @@ class Prologue:
         factory = output_factory(target.kind, outputs)
         topic = request.topic or settings.topics.turn_events
         fingerprint = request.fingerprint(topic, target)
-        recorded = (_recorded(target.checkpoint, fingerprint) if target.checkpoint.exists()
-                    else None)
+        recorded = _recorded(target.checkpoint, fingerprint) if target.checkpoint.exists() else None
         return cls(settings, decode, request, target, topic, fingerprint, factory, recorded)
 
     @property
@@ -137,9 +152,18 @@ class Prologue:
 
     def build(self, start: Mapping[int, int], end: Mapping[int, int]) -> ReplayOutput:
         """The output, given the recorded range."""
-        return self.factory(OutputContext(
-            self.settings, self.decode, self.topic, self.target, self.request,
-            self.fingerprint[:12], start, end))
+        return self.factory(
+            OutputContext(
+                self.settings,
+                self.decode,
+                self.topic,
+                self.target,
+                self.request,
+                self.fingerprint[:12],
+                start,
+                end,
+            )
+        )
 
     def conclude(self, output: ReplayOutput, state: ReplayCheckpoint) -> ReplaySummary:
         """The range is read: the output made durable and completed, the checkpoint
@@ -148,9 +172,16 @@ class Prologue:
         output.finish()
         state.complete = True
         state.save(self.target.checkpoint)
-        return ReplaySummary(self.topic, dict(state.start), dict(state.end), state.events,
-                             state.undecodable, self.resumed, self.target.where,
-                             state.outside_window)
+        return ReplaySummary(
+            self.topic,
+            dict(state.start),
+            dict(state.end),
+            state.events,
+            state.undecodable,
+            self.resumed,
+            self.target.where,
+            state.outside_window,
+        )
 
 
 @contextmanager
@@ -181,13 +212,15 @@ def output_factory(kind: str, outputs: Outputs | None) -> OutputFactory:
     elif outputs is not None and kind in outputs:
         return outputs[kind]
     if kind == "jsonl":
-        return lambda context: JsonlOutput(context.target.path, context.decode,
-                                           context.request.surfaces)
+        return lambda context: JsonlOutput(
+            context.target.path, context.decode, context.request.surfaces
+        )
     raise ConfigurationError(f"no output of kind {kind!r} was wired")
 
 
-def new_state(settings: KafkaSettings, request: ReplayRequest, topic: str,
-              fingerprint: str, timeout: float) -> ReplayCheckpoint:
+def new_state(
+    settings: KafkaSettings, request: ReplayRequest, topic: str, fingerprint: str, timeout: float
+) -> ReplayCheckpoint:
     """Resolve the request's broker range now: the bound every resume keeps."""
     spec, window = request.spec, None
     if request.event_time:
@@ -215,8 +248,15 @@ def _restart(state: ReplayCheckpoint) -> None:
     state.complete = False
 
 
-def _warm(settings: KafkaSettings, decode: TurnEventDeserializer, state: ReplayCheckpoint,
-          output: ReplayOutput, *, batch_size: int, timeout: float) -> None:
+def _warm(
+    settings: KafkaSettings,
+    decode: TurnEventDeserializer,
+    state: ReplayCheckpoint,
+    output: ReplayOutput,
+    *,
+    batch_size: int,
+    timeout: float,
+) -> None:
     """Feed the already-written prefix to the output's state, in the same order.
 
     The prefix of the block order up to the checkpoint is the block order of
@@ -233,13 +273,22 @@ def prefix_state(state: ReplayCheckpoint) -> ReplayCheckpoint:
     """A new replay of the range cut at ``state``'s next offsets: its block order is the
     prefix of the range's up to ``state`` (every partition but the cursor's stands at a
     block boundary)."""
-    return ReplayCheckpoint(state.fingerprint, state.topic, dict(state.start),
-                            dict(state.next), dict(state.start), 0, 0, 0,
-                            window=state.window)
+    return ReplayCheckpoint(
+        state.fingerprint,
+        state.topic,
+        dict(state.start),
+        dict(state.next),
+        dict(state.start),
+        0,
+        0,
+        0,
+        window=state.window,
+    )
 
 
-def in_window(decode: TurnEventDeserializer, batch: list[Record],
-              state: ReplayCheckpoint) -> list[Record]:
+def in_window(
+    decode: TurnEventDeserializer, batch: list[Record], state: ReplayCheckpoint
+) -> list[Record]:
     """The messages whose event happened in the window (all of them without one).
 
     An undecodable message has no event time: it is kept, so the output

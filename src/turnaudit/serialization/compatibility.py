@@ -164,8 +164,12 @@ def _as_read(value: Any, reader_type: Any, records: dict[str, Any]) -> Any:
     kind = reader_type.get("type") if isinstance(reader_type, dict) else None
     resolved = value
     if kind == "record" and isinstance(value, dict):
-        resolved = {f["name"]: _as_read(value[f["name"]], f["type"], records)
-                    if f["name"] in value else f.get("default") for f in reader_type["fields"]}
+        resolved = {
+            f["name"]: _as_read(value[f["name"]], f["type"], records)
+            if f["name"] in value
+            else f.get("default")
+            for f in reader_type["fields"]
+        }
     elif kind == "array" and isinstance(value, list):
         resolved = [_as_read(v, reader_type["items"], records) for v in value]
     elif kind == "map" and isinstance(value, dict):

@@ -187,8 +187,7 @@ def schema_ids(
             ) from exc
         if schema_id is None:
             raise RegistryUnavailableError(
-                f"schema registry {where} has no id for TurnEvent v{schema.version} "
-                f"under {subject}"
+                f"schema registry {where} has no id for TurnEvent v{schema.version} under {subject}"
             )
         out[schema.version] = schema_id
     return out

@@ -141,7 +141,10 @@ class SchemaTopicResolver:
         # make one writer's bytes decode with another writer's schema.
         if schema.fingerprint_hex != key.decode(errors="replace"):
             self._skip(
-                UnusableRecord.KEY_MISMATCH, key, partition, offset,
+                UnusableRecord.KEY_MISMATCH,
+                key,
+                partition,
+                offset,
                 f"kept under its own fingerprint {schema.fingerprint_hex}",
             )
         self._known[schema.fingerprint] = schema.schema_json

@@ -77,9 +77,7 @@ def decoding_schema(schema_json: str) -> DecodingSchema:
                 top_level.append(field_name)
             return {k: v for k, v in node.items() if k != "logicalType"}
         if node.get("type") == "record" and node is raw:
-            fields = [
-                {**f, "type": strip(f["type"], f["name"])} for f in node.get("fields", [])
-            ]
+            fields = [{**f, "type": strip(f["type"], f["name"])} for f in node.get("fields", [])]
             return {**node, "fields": fields}
         return {k: strip(v, None) for k, v in node.items()}
 

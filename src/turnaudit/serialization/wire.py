@@ -198,9 +198,11 @@ class TurnEventDeserializer:
         """(fingerprint, decoder, version, shared defaults, copied defaults) of every shipped
         writer schema read natively: what a native reader needs to decode them as
         ``__call__`` does (verify's native step)."""
-        return [(fp, plan.native, plan.version, plan.fill_shared, plan.fill_copied)
-                for fp, plan in self._by_fp.items()
-                if plan.native is not None and plan.version is not None]
+        return [
+            (fp, plan.native, plan.version, plan.fill_shared, plan.fill_copied)
+            for fp, plan in self._by_fp.items()
+            if plan.native is not None and plan.version is not None
+        ]
 
     def _count_fastavro(self, schema: str, why: str) -> None:
         self._fastavro_schemas += 1
@@ -221,13 +223,9 @@ class TurnEventDeserializer:
             )
         writer = decoding_schema(schema_json)
         # Resolved into the reader: fastavro's schema resolution, the reference.
-        return ReadPlan(
-            writer.parsed, self._reader, None, [], time_fields=writer.long_time_fields
-        )
+        return ReadPlan(writer.parsed, self._reader, None, [], time_fields=writer.long_time_fields)
 
-    def __call__(
-        self, payload: bytes | None, ctx: object = None
-    ) -> DecodedTurnEvent:
+    def __call__(self, payload: bytes | None, ctx: object = None) -> DecodedTurnEvent:
         if not payload:
             raise UnknownFramingError("empty message: no Avro framing")
         if type(payload) is not bytes:
@@ -279,8 +277,7 @@ class TurnEventDeserializer:
         trailing = len(payload) - body.tell()
         if trailing:
             raise SerializationError(
-                f"Avro body has {trailing} trailing bytes "
-                f"after a record of schema {plan.origin}"
+                f"Avro body has {trailing} trailing bytes after a record of schema {plan.origin}"
             )
         # The named tuple built without its Python-level __new__ (one per message).
         return _tuple_new(DecodedTurnEvent, (record, version, framing, plan.origin))
@@ -314,8 +311,12 @@ class TurnEventDeserializer:
                     raise SchemaNotFoundError(
                         f"schema id {schema_id} not found in the registry{tried}: {exc}"
                     ) from exc
-                log.warning("schema_registry_retry", schema_id=schema_id, attempt=attempt + 1,
-                            error=str(exc)[:300])
+                log.warning(
+                    "schema_registry_retry",
+                    schema_id=schema_id,
+                    attempt=attempt + 1,
+                    error=str(exc)[:300],
+                )
                 self._sleep(self._registry_backoff[attempt])
                 attempt += 1
                 with self._lock:

@@ -62,8 +62,10 @@ def turn_event_writers(
             {s.version: SingleObjectSerializer(s) for s in catalog.versions}, registered=False
         )
     ids = schema_ids(
-        registry, f"{topic}-value",  # TopicNameStrategy, as confluent-kafka's own
-        catalog.versions, auto_register=settings.schema_registry_auto_register,
+        registry,
+        f"{topic}-value",  # TopicNameStrategy, as confluent-kafka's own
+        catalog.versions,
+        auto_register=settings.schema_registry_auto_register,
         where=url or "client",
     )
     return TurnEventWriters(

@@ -90,14 +90,18 @@ class TurnCounts:
         return self._sum(3)
 
     def figures(self) -> TurnFigures:
-        return TurnFigures(turns=self.turns, refused=self.refused, hedged=self.hedged,
-                           stub=self.stub)
+        return TurnFigures(
+            turns=self.turns, refused=self.refused, hedged=self.hedged, stub=self.stub
+        )
 
     def by_pack(self) -> dict[str, TurnFigures]:
         """The figures per pack, as a verdict-metrics service labels its counters."""
-        return {pack: TurnFigures(turns=c["turns"], refused=c["refused"], hedged=c["hedged"],
-                                  stub=c["stub"])
-                for pack, c in self.as_json()["per_pack"].items()}
+        return {
+            pack: TurnFigures(
+                turns=c["turns"], refused=c["refused"], hedged=c["hedged"], stub=c["stub"]
+            )
+            for pack, c in self.as_json()["per_pack"].items()
+        }
 
     def as_json(self) -> CountsJson:
         versions: Counter[int] = Counter()

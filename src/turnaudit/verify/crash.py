@@ -46,9 +46,11 @@ class StreamEndsJson(TypedDict):
     cut_streams: list[StreamEndJson]
 
 
-BOUND = ("lost_in_crash counts turns publish() accepted that never reached the stream, up to "
-         "the publisher's last head write: turns handed on in the last head interval before a "
-         "crash are not counted (never over-counted)")
+BOUND = (
+    "lost_in_crash counts turns publish() accepted that never reached the stream, up to "
+    "the publisher's last head write: turns handed on in the last head interval before a "
+    "crash are not counted (never over-counted)"
+)
 
 
 @dataclass
@@ -73,17 +75,21 @@ class StreamEnds:
             where["position"] = s["announced_sequence"]
             how = "was cut by a crash" if s["status"] == "cut" else "ended cleanly"
             seen = "nothing" if s["last_seen"] is None else f"position {s['last_seen']}"
-            found.append(Finding(
-                "lost_in_crash", f"the stream {how} at position {s['announced_sequence']}; the "
-                f"range holds {seen}: {s['lost_in_crash']} turn(s) never on the stream", where))
+            found.append(
+                Finding(
+                    "lost_in_crash",
+                    f"the stream {how} at position {s['announced_sequence']}; the "
+                    f"range holds {seen}: {s['lost_in_crash']} turn(s) never on the stream",
+                    where,
+                )
+            )
         return found
 
     def as_json(self) -> StreamEndsJson:
         cut = [s for s in self.streams if s["status"] == "cut"]
         return StreamEndsJson(
             announced=len(self.streams) + self.ended_whole + self.not_in_range,
-            ended_cleanly=self.ended_whole + sum(1 for s in self.streams
-                                                 if s["status"] == "ended"),
+            ended_cleanly=self.ended_whole + sum(1 for s in self.streams if s["status"] == "ended"),
             cut=len(cut),
             lost_in_crash=self.lost_in_crash,
             not_in_range=self.not_in_range,
@@ -103,17 +109,23 @@ class LatestAnnouncements:
         # "": a temporary database of this connection's alone, on disk once it outgrows
         # its cache, removed when closed. Filled on one thread, read on another.
         self._db = sqlite3.connect("", check_same_thread=False)
-        self._db.execute("CREATE TABLE latest (session TEXT NOT NULL, producer TEXT NOT NULL, "
-                         "note BLOB NOT NULL, PRIMARY KEY (session, producer)) WITHOUT ROWID")
+        self._db.execute(
+            "CREATE TABLE latest (session TEXT NOT NULL, producer TEXT NOT NULL, "
+            "note BLOB NOT NULL, PRIMARY KEY (session, producer)) WITHOUT ROWID"
+        )
 
     def add_values(self, values: Iterable[bytes | None]) -> None:
         """Records of the stream-heads topic; those that are not announcements skipped."""
-        notes = ((note, value) for value in values
-                 if value is not None and (note := decode_announcement(value)) is not None)
+        notes = (
+            (note, value)
+            for value in values
+            if value is not None and (note := decode_announcement(value)) is not None
+        )
         with self._db:
             self._db.executemany(
                 "INSERT OR REPLACE INTO latest VALUES (?, ?, ?)",
-                ((note.head.session_id, note.head.producer_id, value) for note, value in notes))
+                ((note.head.session_id, note.head.producer_id, value) for note, value in notes),
+            )
 
     @classmethod
     def of(cls, announcements: Iterable[HeadAnnouncement]) -> LatestAnnouncements:
@@ -145,16 +157,20 @@ def stream_ends(
     (read from offset 0); otherwise it is counted as not in the range. A range that
     ends before now (``to_end`` False) cannot tell a cut stream from one that goes on
     after it: every announced stream is counted as not in the range."""
-    latest = (announcements if isinstance(announcements, LatestAnnouncements)
-              else LatestAnnouncements.of(announcements))
+    latest = (
+        announcements
+        if isinstance(announcements, LatestAnnouncements)
+        else LatestAnnouncements.of(announcements)
+    )
     try:
         return _ends(latest, seen, whole_stream=whole_stream, to_end=to_end)
     finally:
         latest.close()
 
 
-def _ends(latest: LatestAnnouncements, seen: Mapping[StreamId, int], *, whole_stream: bool,
-          to_end: bool) -> StreamEnds:
+def _ends(
+    latest: LatestAnnouncements, seen: Mapping[StreamId, int], *, whole_stream: bool, to_end: bool
+) -> StreamEnds:
     out = StreamEnds()
     for note in latest:
         stream = note.head.stream
@@ -168,9 +184,14 @@ def _ends(latest: LatestAnnouncements, seen: Mapping[StreamId, int], *, whole_st
         if note.ended and lost <= 0:
             out.ended_whole += 1
             continue
-        out.streams.append(StreamEndJson(
-            session_id=stream[0], producer_id=stream[1],
-            status="ended" if note.ended else "cut",
-            announced_sequence=note.head.sequence, last_seen=last_seen,
-            lost_in_crash=max(0, lost)))
+        out.streams.append(
+            StreamEndJson(
+                session_id=stream[0],
+                producer_id=stream[1],
+                status="ended" if note.ended else "cut",
+                announced_sequence=note.head.sequence,
+                last_seen=last_seen,
+                lost_in_crash=max(0, lost),
+            )
+        )
     return out

@@ -15,8 +15,9 @@ from turnaudit.verify.logged_ids import LoggedIds
 from turnaudit.verify.reconciliation import LogReconciliation, compare_log, turn_ids
 
 
-def reconcile_log(path: Path, turns: AbstractSet[str],
-                  memory: IdMemory | None = None) -> LogReconciliation:
+def reconcile_log(
+    path: Path, turns: AbstractSet[str], memory: IdMemory | None = None
+) -> LogReconciliation:
     """Compare a log sink's JSON lines (``event: turn``), in ``path`` and its rotated
     copies (``rotated_log_files``), with the range's turns; the logged ids beyond
     ``memory`` are kept in a temporary file, removed before this returns."""
@@ -40,8 +41,9 @@ def _compare(path: Path, turns: AbstractSet[str], logged: LoggedIds) -> LogRecon
                     logged.add(event_id)
         except FileNotFoundError:
             if len(files) == 1:
-                raise ConfigurationError(f"cannot read the log-sink file {path}: it does "
-                                         "not exist") from None
+                raise ConfigurationError(
+                    f"cannot read the log-sink file {path}: it does not exist"
+                ) from None
             # rotated away (or the current file not reopened yet) while being read
         except OSError as exc:
             raise ConfigurationError(f"cannot read the log-sink file {file}: {exc}") from exc
@@ -52,8 +54,9 @@ def load_anchors(path: Path) -> dict[StreamId, tuple[int, str]]:
     """The stream heads of an earlier ``verify --json`` report."""
     try:
         heads = json.loads(path.read_text("utf-8"))["streams"]["heads"]
-        return {(h["session_id"], h["producer_id"]): (int(h["position"]), str(h["hash"]))
-                for h in heads}
+        return {
+            (h["session_id"], h["producer_id"]): (int(h["position"]), str(h["hash"])) for h in heads
+        }
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigurationError(
             f"{path} is not a verify --json report with stream heads: {exc!r}"

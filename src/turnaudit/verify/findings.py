@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypedDict
 
@@ -91,15 +92,39 @@ def classify(result: TrackResult, where: Where) -> list[Finding]:
     copies are explained: counted by the ``Verifier``, not listed here)."""
     found = []
     if result.outcome is TurnOutcome.CONTENT_CHANGED:
-        found.append(Finding(
-            "content_changed", "an event id seen before comes back with other content", where))
+        found.append(
+            Finding(
+                "content_changed", "an event id seen before comes back with other content", where
+            )
+        )
     elif result.outcome is TurnOutcome.POSITION_REUSED:
-        found.append(Finding(
-            "position_reused", result.chain_break or "position already taken", where))
+        found.append(
+            Finding("position_reused", result.chain_break or "position already taken", where)
+        )
     if result.chain_break and result.outcome is not TurnOutcome.POSITION_REUSED:
         found.append(Finding("chain_break", result.chain_break, where))
     if result.gap_closed:
-        found.append(Finding(
-            "late_arrival",
-            f"position {result.sequence} stored after later positions of its stream", where))
+        found.append(
+            Finding(
+                "late_arrival",
+                f"position {result.sequence} stored after later positions of its stream",
+                where,
+            )
+        )
+    return found
+
+
+def lost_findings(missing: Mapping[StreamId, list[int]]) -> list[Finding]:
+    """One ``lost`` finding per stream with positions that never arrived, by stream."""
+    found = []
+    for stream, positions in sorted(missing.items()):
+        where = stream_where(stream)
+        where["positions"] = positions[:EXAMPLES]
+        found.append(
+            Finding(
+                "lost",
+                f"{len(positions)} position(s) never arrived: {positions_text(positions)}",
+                where,
+            )
+        )
     return found

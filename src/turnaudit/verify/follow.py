@@ -23,152 +23,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any
 
 from turnaudit.contracts import check_event, check_key
 from turnaudit.identity import GENESIS_HASH, LEGACY_PRODUCER, StreamId, chain_hash
-
-RECENT = 8  # positions per stream whose hash is kept (duplicate copy vs reused position)
-_DIGITS = 16
-
-# How a partition's reading began: from a checkpoint, from log start 0, from a log
-# start retention moved, or mid-log (a new group started at the end).
-StartMode = Literal["checkpoint", "log_start", "retention", "mid_log"]
-CHAIN_KINDS = ("chain", "position_reused")
-
-PARTITION_KEY = "partition:"
-STREAM_KEY = "stream:"
-
-
-class FollowCountsJson(TypedDict):
-    proved: int
-    late: int
-    duplicates: int
-    chain: int
-    position_reused: int
-    lost: int
-    breaches: dict[str, int]
-    undecodable: int
-    began_before_retention: int
-
-
-class PartitionProofJson(TypedDict):
-    mode: StartMode
-    offset: int
-    event_time_ms: int
-    counts: FollowCountsJson
-
-
-# A proved stream, in the short keys the state topic keeps (many per partition).
-class ProvedStreamJson(TypedDict):
-    p: int
-    o: int
-    n: int
-    h: str
-    m: dict[str, float]
-    l: list[int]  # noqa: E741 - the state topic's short key for the lost positions
-    e: dict[str, str]
-    c: dict[str, str]
-    r: dict[str, str]
-    b: bool
-
-
-@dataclass
-class FollowCounts:
-    """What one partition's proof counted so far (checkpointed with it)."""
-
-    proved: int = 0  # turns (new or late), legacy v1/v2 turns included
-    late: int = 0
-    duplicates: int = 0
-    chain: int = 0
-    position_reused: int = 0
-    lost: int = 0  # missing positions past the grace
-    breaches: dict[str, int] = field(default_factory=dict)
-    undecodable: int = 0
-    began_before_retention: int = 0
-    reread: int = 0  # messages already proved, read again after a restart (not checkpointed)
-
-    def as_json(self) -> FollowCountsJson:
-        return {"proved": self.proved, "late": self.late, "duplicates": self.duplicates,
-                "chain": self.chain, "position_reused": self.position_reused,
-                "lost": self.lost, "breaches": dict(sorted(self.breaches.items())),
-                "undecodable": self.undecodable,
-                "began_before_retention": self.began_before_retention}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FollowCounts:
-        return cls(proved=data["proved"], late=data["late"], duplicates=data["duplicates"],
-                   chain=data["chain"], position_reused=data["position_reused"],
-                   lost=data["lost"], breaches=dict(data["breaches"]),
-                   undecodable=data["undecodable"],
-                   began_before_retention=data["began_before_retention"])
-
-    def add(self, other: FollowCounts) -> None:
-        for name in ("proved", "late", "duplicates", "chain", "position_reused", "lost",
-                     "undecodable", "began_before_retention", "reread"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for contract, n in other.breaches.items():
-            self.breaches[contract] = self.breaches.get(contract, 0) + n
-
-
-@dataclass
-class PartitionProof:
-    mode: StartMode
-    next_offset: int  # every offset below is proved
-    counts: FollowCounts = field(default_factory=FollowCounts)
-    event_time_ms: int = 0  # occurred_at of the last turn proved
-
-    def as_json(self) -> PartitionProofJson:
-        return {"mode": self.mode, "offset": self.next_offset, "event_time_ms": self.event_time_ms,
-                "counts": self.counts.as_json()}
-
-
-@dataclass
-class ProvedStream:
-    partition: int
-    offset: int  # the last offset of this stream taken
-    next: int = 0  # one past the highest position seen
-    head: str = ""  # chain hash of position next - 1 ("" before the first)
-    missing: dict[int, float] = field(default_factory=dict)  # position -> when the gap opened
-    lost: set[int] = field(default_factory=set)  # missing past the grace (counted once)
-    edges: dict[int, str] = field(default_factory=dict)  # own hash of a gap's left neighbour
-    claimed: dict[int, str] = field(default_factory=dict)  # prev_hash a gap's right side names
-    recent: dict[int, str] = field(default_factory=dict)  # last positions' hash prefixes
-    began_before_retention: bool = False
-
-    def as_json(self) -> ProvedStreamJson:
-        return {"p": self.partition, "o": self.offset, "n": self.next, "h": self.head,
-                "m": {str(k): v for k, v in self.missing.items()}, "l": sorted(self.lost),
-                "e": {str(k): v for k, v in self.edges.items()},
-                "c": {str(k): v for k, v in self.claimed.items()},
-                "r": {str(k): v for k, v in self.recent.items()},
-                "b": self.began_before_retention}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ProvedStream:
-        return cls(partition=d["p"], offset=d["o"], next=d["n"], head=d["h"],
-                   missing={int(k): v for k, v in d["m"].items()}, lost=set(d["l"]),
-                   edges={int(k): v for k, v in d["e"].items()},
-                   claimed={int(k): v for k, v in d["c"].items()},
-                   recent={int(k): v for k, v in d["r"].items()},
-                   began_before_retention=d["b"])
-
-    def remember(self, position: int, content: str) -> None:
-        self.recent[position] = content[:_DIGITS]
-        if len(self.recent) > RECENT:
-            del self.recent[min(self.recent)]
-
-
-Outcome = Literal["new", "late", "duplicate", "chain", "position_reused", "reread", "legacy"]
-
-
-def stream_key(stream: StreamId) -> bytes:
-    return (STREAM_KEY + json.dumps(list(stream))).encode()
-
-
-def partition_key(partition: int) -> bytes:
-    return f"{PARTITION_KEY}{partition}".encode()
+from turnaudit.verify.follow_records import (
+    HASH_DIGITS,
+    PARTITION_KEY,
+    STREAM_KEY,
+    FollowCounts,
+    Outcome,
+    PartitionProof,
+    ProvedStream,
+    StartMode,
+    partition_key,
+    stream_key,
+)
 
 
 class FollowState:
@@ -184,7 +54,11 @@ class FollowState:
 
     # -- partitions ----------------------------------------------------------------
     def load_partition(
-        self, partition: int, *, first_offset: int, log_start: int,
+        self,
+        partition: int,
+        *,
+        first_offset: int,
+        log_start: int,
         records: Iterable[tuple[bytes, bytes | None]] = (),
     ) -> StartMode:
         """Take a partition over: from its checkpoint records (the latest per key of the
@@ -195,11 +69,14 @@ class FollowState:
             text = key.decode()
             if text == f"{PARTITION_KEY}{partition}" and value is not None:
                 data = json.loads(value)
-                proof = PartitionProof("checkpoint", data["offset"],
-                                       FollowCounts.from_json(data["counts"]),
-                                       data["event_time_ms"])
+                proof = PartitionProof(
+                    "checkpoint",
+                    data["offset"],
+                    FollowCounts.from_json(data["counts"]),
+                    data["event_time_ms"],
+                )
             elif text.startswith(STREAM_KEY):
-                session, producer = json.loads(text[len(STREAM_KEY):])
+                session, producer = json.loads(text[len(STREAM_KEY) :])
                 if value is None:
                     streams.pop((session, producer), None)
                     continue
@@ -207,8 +84,13 @@ class FollowState:
                 if stream.partition == partition:
                     streams[(session, producer)] = stream
         if proof is None:
-            mode: StartMode = ("mid_log" if first_offset > log_start
-                               else "retention" if log_start > 0 else "log_start")
+            mode: StartMode = (
+                "mid_log"
+                if first_offset > log_start
+                else "retention"
+                if log_start > 0
+                else "log_start"
+            )
             proof = PartitionProof(mode, first_offset)
             streams = {}
         self.partitions[partition] = proof
@@ -239,8 +121,14 @@ class FollowState:
         return True
 
     def observe(
-        self, partition: int, offset: int, key: bytes | None, value: bytes, *,
-        event: Mapping[str, Any], now: float,
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes,
+        *,
+        event: Mapping[str, Any],
+        now: float,
     ) -> tuple[Outcome, list[str]]:
         """One decoded message: what it is for its stream, and the contracts it breaks."""
         proof = self.partitions[partition]
@@ -263,8 +151,9 @@ class FollowState:
         if stream_id[1] == LEGACY_PRODUCER:
             counts.proved += 1  # v1/v2: no chain, no positions to hold them to
             return "legacy", breaches
-        outcome = self._place(proof, stream_id, partition, offset, event=event,
-                              content=chain_hash(value), now=now)
+        outcome = self._place(
+            proof, stream_id, partition, offset, event=event, content=chain_hash(value), now=now
+        )
         if outcome in ("new", "late"):
             counts.proved += 1
         if outcome == "late":
@@ -279,8 +168,15 @@ class FollowState:
         return outcome, breaches
 
     def _place(
-        self, proof: PartitionProof, stream_id: StreamId, partition: int, offset: int, *,
-        event: Mapping[str, Any], content: str, now: float,
+        self,
+        proof: PartitionProof,
+        stream_id: StreamId,
+        partition: int,
+        offset: int,
+        *,
+        event: Mapping[str, Any],
+        content: str,
+        now: float,
     ) -> Outcome:
         sequence = int(event["sequence"])
         prev = event.get("prev_hash") or ""
@@ -300,12 +196,20 @@ class FollowState:
             return self._advance(stream_id, stream, sequence, prev, content=content, now=now)
         if sequence in stream.missing:
             return self._fill(stream_id, stream, sequence, prev, content)
-        if stream.recent.get(sequence) == content[:_DIGITS]:
+        if stream.recent.get(sequence) == content[:HASH_DIGITS]:
             return "duplicate"
         return "position_reused"
 
-    def _advance(self, stream_id: StreamId, stream: ProvedStream, sequence: int, prev: str, *,
-                 content: str, now: float) -> Outcome:
+    def _advance(
+        self,
+        stream_id: StreamId,
+        stream: ProvedStream,
+        sequence: int,
+        prev: str,
+        *,
+        content: str,
+        now: float,
+    ) -> Outcome:
         """A position at or past the stream's next: in order, or opening a gap."""
         broken = False
         if sequence == 0:
@@ -322,8 +226,9 @@ class FollowState:
         stream.remember(sequence, content)
         return "chain" if broken else "new"
 
-    def _fill(self, stream_id: StreamId, stream: ProvedStream, sequence: int, prev: str,
-              content: str) -> Outcome:
+    def _fill(
+        self, stream_id: StreamId, stream: ProvedStream, sequence: int, prev: str, content: str
+    ) -> Outcome:
         """A late arrival into a gap: chained to both its neighbours where they are here."""
         del stream.missing[sequence]
         stream.lost.discard(sequence)
@@ -344,8 +249,9 @@ class FollowState:
         stream.remember(sequence, content)
         return "chain" if broken else "late"
 
-    def _open(self, stream_id: StreamId, stream: ProvedStream, start: int, end: int,
-              now: float) -> None:
+    def _open(
+        self, stream_id: StreamId, stream: ProvedStream, start: int, end: int, now: float
+    ) -> None:
         for position in range(start, end):
             stream.missing[position] = now
         if end > start:
@@ -389,10 +295,14 @@ class FollowState:
         partition's offset and counts (the state topic is compacted by key)."""
         records: list[tuple[bytes, bytes | None]] = [
             (stream_key(s), json.dumps(self.streams[s].as_json()).encode())
-            for s in sorted(self._dirty) if s in self.streams
+            for s in sorted(self._dirty)
+            if s in self.streams
         ]
-        records += [(partition_key(p), json.dumps(self.partitions[p].as_json()).encode())
-                    for p in sorted(self._dirty_partitions) if p in self.partitions]
+        records += [
+            (partition_key(p), json.dumps(self.partitions[p].as_json()).encode())
+            for p in sorted(self._dirty_partitions)
+            if p in self.partitions
+        ]
         self._dirty.clear()
         self._dirty_partitions.clear()
         return records

@@ -52,10 +52,24 @@ TRUST_READER_KEY = b"trust:reader"
 
 # What makes a stream forged (the forgeries counter's label values): a checkpoint's
 # problem, or what the turns show against valid checkpoints.
-Reason = Literal["bad_signature", "unknown_key", "key_not_valid", "chain_break",
-                 "rewritten", "uncovered", "after_final"]
-REASONS: tuple[Reason, ...] = ("bad_signature", "unknown_key", "key_not_valid",
-                               "chain_break", "rewritten", "uncovered", "after_final")
+Reason = Literal[
+    "bad_signature",
+    "unknown_key",
+    "key_not_valid",
+    "chain_break",
+    "rewritten",
+    "uncovered",
+    "after_final",
+]
+REASONS: tuple[Reason, ...] = (
+    "bad_signature",
+    "unknown_key",
+    "key_not_valid",
+    "chain_break",
+    "rewritten",
+    "uncovered",
+    "after_final",
+)
 # The gauge's label values: the four statuses, and streams still within the grace.
 GaugeState = Status | Literal["pending"]
 GAUGE_STATES: tuple[GaugeState, ...] = (*STATUSES, "pending")
@@ -84,11 +98,18 @@ class StreamTrust:
     unchecked: int = 0  # signed positions whose turn's hash had left the window
 
     def as_json(self) -> dict[str, object]:
-        return {"p": self.partition, "t": self.top, "s": self.signed,
-                "x": {str(k): list(v) for k, v in self.expected.items()},
-                "n": {str(k): list(v) for k, v in self.seen.items()},
-                "f": self.forged, "r": self.reason, "tr": self.truncated,
-                "u": self.uncovered_late, "c": self.unchecked}
+        return {
+            "p": self.partition,
+            "t": self.top,
+            "s": self.signed,
+            "x": {str(k): list(v) for k, v in self.expected.items()},
+            "n": {str(k): list(v) for k, v in self.seen.items()},
+            "f": self.forged,
+            "r": self.reason,
+            "tr": self.truncated,
+            "u": self.uncovered_late,
+            "c": self.unchecked,
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, object]) -> StreamTrust:
@@ -96,10 +117,18 @@ class StreamTrust:
             assert isinstance(v, dict)
             return {int(k): (str(h), int(t)) for k, (h, t) in v.items()}
 
-        return cls(partition=_int(d["p"]), top=_int(d["t"]), signed=_int(d["s"]),
-                   expected=pairs(d["x"]), seen=pairs(d["n"]), forged=str(d["f"]),
-                   reason=str(d["r"]), truncated=str(d["tr"]), uncovered_late=bool(d["u"]),
-                   unchecked=_int(d["c"]))
+        return cls(
+            partition=_int(d["p"]),
+            top=_int(d["t"]),
+            signed=_int(d["s"]),
+            expected=pairs(d["x"]),
+            seen=pairs(d["n"]),
+            forged=str(d["f"]),
+            reason=str(d["r"]),
+            truncated=str(d["tr"]),
+            uncovered_late=bool(d["u"]),
+            unchecked=_int(d["c"]),
+        )
 
     def status(self) -> GaugeState:
         if self.forged:
@@ -160,19 +189,28 @@ class FollowTrust:
             if last is not None and checkpoint.index <= last.link.index:
                 if checkpoint.index < last.link.index or checkpoint.digest() == last.link.digest:
                     return verdict  # a copy re-sent, already taken
-                verdict = Judged(checkpoint, "chain_break", f"a second checkpoint "
-                                 f"{checkpoint.index} of producer {checkpoint.producer_id} "
-                                 "(the chain forks)")
+                verdict = Judged(
+                    checkpoint,
+                    "chain_break",
+                    f"a second checkpoint "
+                    f"{checkpoint.index} of producer {checkpoint.producer_id} "
+                    "(the chain forks)",
+                )
             elif not follows(checkpoint, None if last is None else last.link):
-                verdict = Judged(checkpoint, "chain_break", f"checkpoint {checkpoint.index} "
-                                 f"of producer {checkpoint.producer_id} names a predecessor "
-                                 "that is not the last one read (removed, or never signed)")
+                verdict = Judged(
+                    checkpoint,
+                    "chain_break",
+                    f"checkpoint {checkpoint.index} "
+                    f"of producer {checkpoint.producer_id} names a predecessor "
+                    "that is not the last one read (removed, or never signed)",
+                )
         if verdict.problem is not None:
             self._invalid(verdict, verdict.problem)
             return verdict
         self.valid += 1
-        self.producers[checkpoint.producer_id] = ProducerChain(link_of(checkpoint),
-                                                               checkpoint.final)
+        self.producers[checkpoint.producer_id] = ProducerChain(
+            link_of(checkpoint), checkpoint.final
+        )
         self._dirty_producers.add(checkpoint.producer_id)
         for head in checkpoint.heads:
             self._signed(head.stream, head.sequence, head.hash, checkpoint.at_ms)
@@ -181,8 +219,10 @@ class FollowTrust:
     def _invalid(self, verdict: Judged, problem: Problem) -> None:
         self.invalid += 1
         c = verdict.checkpoint
-        detail = (f"checkpoint {c.index} of producer {c.producer_id} (key {c.key_id!r}) is "
-                  f"not valid: {verdict.detail}")
+        detail = (
+            f"checkpoint {c.index} of producer {c.producer_id} (key {c.key_id!r}) is "
+            f"not valid: {verdict.detail}"
+        )
         self._found.append(Forgery(problem, detail))
         for stream in sorted(c.streams()):
             self._forge(stream, self._stream(stream), problem, detail, count=False)
@@ -205,14 +245,21 @@ class FollowTrust:
             if not stream.seen:
                 stream.uncovered_late = False
 
-    def _rewritten(self, stream_id: StreamId, stream: StreamTrust, position: int,
-                   have: str, signed: str) -> None:
-        self._forge(stream_id, stream, "rewritten", f"position {position} has chain hash "
-                    f"{have[:16]}…, the signed checkpoint says {signed[:16]}… (rewritten)")
+    def _rewritten(
+        self, stream_id: StreamId, stream: StreamTrust, position: int, have: str, signed: str
+    ) -> None:
+        self._forge(
+            stream_id,
+            stream,
+            "rewritten",
+            f"position {position} has chain hash "
+            f"{have[:16]}…, the signed checkpoint says {signed[:16]}… (rewritten)",
+        )
 
     # -- turns ---------------------------------------------------------------------------
-    def observe(self, stream_id: StreamId, partition: int, position: int, digest: str,
-                at_ms: int) -> None:
+    def observe(
+        self, stream_id: StreamId, partition: int, position: int, digest: str, at_ms: int
+    ) -> None:
         """A turn read: its stream, position, chain hash and arrival (epoch ms)."""
         if stream_id[1] == LEGACY_PRODUCER:
             return
@@ -233,8 +280,12 @@ class FollowTrust:
             del stream.seen[min(stream.seen)]
         chain = self.producers.get(stream_id[1])
         if chain is not None and chain.final:
-            self._forge(stream_id, stream, "after_final", f"position {position} after its "
-                        f"producer's final checkpoint {chain.link.index}")
+            self._forge(
+                stream_id,
+                stream,
+                "after_final",
+                f"position {position} after its producer's final checkpoint {chain.link.index}",
+            )
 
     def _stream(self, stream_id: StreamId) -> StreamTrust:
         stream = self.streams.get(stream_id)
@@ -242,8 +293,15 @@ class FollowTrust:
             stream = self.streams[stream_id] = StreamTrust()
         return stream
 
-    def _forge(self, stream_id: StreamId, stream: StreamTrust, reason: Reason, detail: str,
-               *, count: bool = True) -> None:
+    def _forge(
+        self,
+        stream_id: StreamId,
+        stream: StreamTrust,
+        reason: Reason,
+        detail: str,
+        *,
+        count: bool = True,
+    ) -> None:
         self._dirty.add(stream_id)
         if stream.forged:
             return  # forged once; the first reason stays
@@ -267,23 +325,32 @@ class FollowTrust:
                     self._uncovered(stream_id, stream)
             if not stream.truncated and stream.expected and stream.partition >= 0:
                 proved = event_time_ms.get(stream.partition, 0)
-                late = [p for p, (_, at) in stream.expected.items()
-                        if proved - at >= self.grace_ms]
+                late = [p for p, (_, at) in stream.expected.items() if proved - at >= self.grace_ms]
                 if late:
                     self._dirty.add(stream_id)
-                    stream.truncated = (f"signed position {min(late)} has not arrived "
-                                        f"{self.grace_ms / 1000:g} s after its checkpoint "
-                                        f"(the stream is read to position {stream.top})")
+                    stream.truncated = (
+                        f"signed position {min(late)} has not arrived "
+                        f"{self.grace_ms / 1000:g} s after its checkpoint "
+                        f"(the stream is read to position {stream.top})"
+                    )
 
     def _uncovered(self, stream_id: StreamId, stream: StreamTrust) -> None:
         self._dirty.add(stream_id)
         stream.uncovered_late = True
         if self.keyring.require_signed:
-            where = (f"after its last signed head {stream.signed}" if stream.signed >= 0
-                     else "and no checkpoint names the stream")
-            self._forge(stream_id, stream, "uncovered", f"{len(stream.seen)} position(s) "
-                        f"{where}, which no valid checkpoint covers within "
-                        f"{self.grace_ms / 1000:g} s, and the keyring requires signatures")
+            where = (
+                f"after its last signed head {stream.signed}"
+                if stream.signed >= 0
+                else "and no checkpoint names the stream"
+            )
+            self._forge(
+                stream_id,
+                stream,
+                "uncovered",
+                f"{len(stream.seen)} position(s) "
+                f"{where}, which no valid checkpoint covers within "
+                f"{self.grace_ms / 1000:g} s, and the keyring requires signatures",
+            )
 
     def found(self) -> list[Forgery]:
         """Forgeries found since the last call."""
@@ -305,13 +372,22 @@ class FollowTrust:
     def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
         records: list[tuple[bytes, bytes | None]] = [
             (trust_stream_key(s), json.dumps(self.streams[s].as_json()).encode())
-            for s in sorted(self._dirty) if s in self.streams]
-        records += [((TRUST_PRODUCER_KEY + p).encode(),
-                     json.dumps(self.producers[p].as_json()).encode())
-                    for p in sorted(self._dirty_producers)]
+            for s in sorted(self._dirty)
+            if s in self.streams
+        ]
+        records += [
+            ((TRUST_PRODUCER_KEY + p).encode(), json.dumps(self.producers[p].as_json()).encode())
+            for p in sorted(self._dirty_producers)
+        ]
         if self._reader_moved:
-            records.append((TRUST_READER_KEY, json.dumps(
-                {str(p): o for p, o in sorted(self.reader_offsets.items())}).encode()))
+            records.append(
+                (
+                    TRUST_READER_KEY,
+                    json.dumps(
+                        {str(p): o for p, o in sorted(self.reader_offsets.items())}
+                    ).encode(),
+                )
+            )
         self._dirty.clear()
         self._dirty_producers.clear()
         self._reader_moved = False
@@ -322,7 +398,7 @@ class FollowTrust:
         for key, value in records:
             text = key.decode()
             if text.startswith(TRUST_STREAM_KEY):
-                session, producer = json.loads(text[len(TRUST_STREAM_KEY):])
+                session, producer = json.loads(text[len(TRUST_STREAM_KEY) :])
                 if value is None:
                     self.streams.pop((session, producer), None)
                     self._watch.discard((session, producer))
@@ -332,7 +408,7 @@ class FollowTrust:
                     if stream.seen or stream.expected:
                         self._watch.add((session, producer))
             elif text.startswith(TRUST_PRODUCER_KEY) and value is not None:
-                pid = text[len(TRUST_PRODUCER_KEY):]
+                pid = text[len(TRUST_PRODUCER_KEY) :]
                 d = json.loads(value)
                 self.producers[pid] = ProducerChain(ChainLink(pid, d["i"], d["d"]), d["f"])
             elif key == TRUST_READER_KEY and value is not None:

@@ -79,12 +79,15 @@ class IdMemory:
 
     def __post_init__(self) -> None:
         if self.event_ids < 1 or self.spill_batch < 1:
-            raise ConfigurationError("verify keeps 1 or more event ids in memory and spills "
-                                     f"1 or more at a time, not {self.event_ids} and "
-                                     f"{self.spill_batch}")
+            raise ConfigurationError(
+                "verify keeps 1 or more event ids in memory and spills "
+                f"1 or more at a time, not {self.event_ids} and "
+                f"{self.spill_batch}"
+            )
         if self.streams < 1:
-            raise ConfigurationError("verify keeps 1 or more streams in memory, not "
-                                     f"{self.streams}")
+            raise ConfigurationError(
+                f"verify keeps 1 or more streams in memory, not {self.streams}"
+            )
 
 
 class ScratchDb:
@@ -106,8 +109,9 @@ class ScratchDb:
     def connect(self) -> sqlite3.Connection:
         if self.db is None:
             if self._directory is None:
-                self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
-                                                              dir=self._spill_dir)
+                self._directory = tempfile.TemporaryDirectory(
+                    prefix="turnaudit-verify-", dir=self._spill_dir
+                )
             self.db = sqlite3.connect(str(self.path))
             # A scratch file removed at the end: no journal, no fsync, a bounded cache.
             self.db.execute("PRAGMA journal_mode = OFF")
@@ -142,6 +146,7 @@ class Repeat(NamedTuple):
     def of(cls, event_id: str, one: Seen, other: Seen) -> Repeat:
         def place(seen: Seen) -> tuple[int, int]:
             return (seen[1] or 0, seen[2] or 0)
+
         return cls(event_id, *sorted((one, other), key=place))
 
 
@@ -157,16 +162,21 @@ class SpilledIds:
     keeps. The temporary directory of the runs is made when the first run is written and
     removed by ``close`` (and, should ``close`` never run, when the process exits)."""
 
-    def __init__(self, spill_dir: Path | None = None, batch: int = SPILL_BATCH,
-                 filter_bits: int = FILTER_BITS) -> None:
+    def __init__(
+        self,
+        spill_dir: Path | None = None,
+        batch: int = SPILL_BATCH,
+        filter_bits: int = FILTER_BITS,
+    ) -> None:
         self._spill_dir = spill_dir
         self._directory: tempfile.TemporaryDirectory[str] | None = None
         self.native = SortedRunStore(self._make_directory, batch, filter_bits)
 
     def _make_directory(self) -> str:
         if self._directory is None:
-            self._directory = tempfile.TemporaryDirectory(prefix="turnaudit-verify-",
-                                                          dir=self._spill_dir)
+            self._directory = tempfile.TemporaryDirectory(
+                prefix="turnaudit-verify-", dir=self._spill_dir
+            )
         return self._directory.name
 
     def stream_file(self) -> str:
@@ -210,14 +220,17 @@ class SpilledIds:
     def absorb(self, path: Path) -> list[Repeat]:
         """The ids of another store's exported file; those both hold are returned, and
         the copy read first (lowest partition, offset) is kept."""
-        return [Repeat.of(event_id, mine, theirs)
-                for event_id, mine, theirs in self.native.absorb(path)]
+        return [
+            Repeat.of(event_id, mine, theirs) for event_id, mine, theirs in self.native.absorb(path)
+        ]
 
     def absorb_all(self, paths: Sequence[Path]) -> list[Repeat]:
         """``absorb`` of each file in turn (the same answer); files that share no id, into an
         empty store, are taken over as they are instead of rewritten."""
-        return [Repeat.of(event_id, mine, theirs)
-                for event_id, mine, theirs in self.native.absorb_all(paths)]
+        return [
+            Repeat.of(event_id, mine, theirs)
+            for event_id, mine, theirs in self.native.absorb_all(paths)
+        ]
 
     def __iter__(self) -> Iterator[str]:
         for chunk in self.native.id_chunks(ITERATION_CHUNK):

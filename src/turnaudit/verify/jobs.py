@@ -27,15 +27,17 @@ from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.id_store import IdMemory
 from turnaudit.verify.kafka_reads import feed_range
-from turnaudit.verify.verifier import Anchors, Verifier
+from turnaudit.verify.retained_start import Anchors
+from turnaudit.verify.verifier import Verifier
 
 
 def read_only(mapping: dict[str, str]) -> MappingProxyType[str, str]:
     return MappingProxyType(mapping)
 
 
-def _reduce_proxy(proxy: MappingProxyType[str, str]) -> tuple[
-        Callable[[dict[str, str]], MappingProxyType[str, str]], tuple[dict[str, str]]]:
+def _reduce_proxy(
+    proxy: MappingProxyType[str, str],
+) -> tuple[Callable[[dict[str, str]], MappingProxyType[str, str]], tuple[dict[str, str]]]:
     return read_only, (dict(proxy),)
 
 
@@ -56,9 +58,15 @@ class VerifierOptions:
     memory: IdMemory = field(default_factory=IdMemory)
 
     def verifier(self, decode: TurnEventDeserializer) -> Verifier:
-        return Verifier(decode, log_start_offsets=self.log_start_offsets, anchors=self.anchors,
-                        start_gaps=self.start_gaps, event_window=self.event_window,
-                        signed=self.signed, memory=self.memory)
+        return Verifier(
+            decode,
+            log_start_offsets=self.log_start_offsets,
+            anchors=self.anchors,
+            start_gaps=self.start_gaps,
+            event_window=self.event_window,
+            signed=self.signed,
+            memory=self.memory,
+        )
 
 
 @dataclass(frozen=True)
@@ -77,8 +85,7 @@ def default_jobs(partitions: int) -> int:
     return max(1, min(partitions, len(os.sched_getaffinity(0))))
 
 
-def partition_sets(start: Mapping[int, int], end: Mapping[int, int], jobs: int) -> list[
-        list[int]]:
+def partition_sets(start: Mapping[int, int], end: Mapping[int, int], jobs: int) -> list[list[int]]:
     """The partitions with messages in the range, dealt round-robin to at most ``jobs``."""
     partitions = sorted(p for p, e in end.items() if e > start.get(p, 0))
     return [s for s in (partitions[i::jobs] for i in range(jobs)) if s]
@@ -87,8 +94,9 @@ def partition_sets(start: Mapping[int, int], end: Mapping[int, int], jobs: int) 
 def run_job(job: Job) -> Verifier:
     """One job (in its own process): its partitions verified, its ids left in run files."""
     with job.options.verifier(decoder_for(job.settings)) as verifier:
-        feed_range(job.settings, job.topic, verifier, start=job.start, end=job.end,
-                   timeout=job.timeout)
+        feed_range(
+            job.settings, job.topic, verifier, start=job.start, end=job.end, timeout=job.timeout
+        )
         verifier.export_for_merge(job.ids)
         return verifier
 
@@ -107,14 +115,24 @@ def verify_in_jobs(
     """The range verified by ``jobs`` processes and merged (the caller closes it)."""
     merged = options.verifier(decode)
     try:
-        with tempfile.TemporaryDirectory(prefix="turnaudit-verify-jobs-",
-                                         dir=options.memory.spill_dir) as handed:
+        with tempfile.TemporaryDirectory(
+            prefix="turnaudit-verify-jobs-", dir=options.memory.spill_dir
+        ) as handed:
             planned = [
-                Job(settings, topic, {p: start.get(p, 0) for p in part},
-                    {p: end[p] for p in part}, replace(options, memory=replace(
-                        options.memory,
-                        expected_ids=sum(end[p] - start.get(p, 0) for p in part))),
-                    timeout, Path(handed) / f"job-{n}")
+                Job(
+                    settings,
+                    topic,
+                    {p: start.get(p, 0) for p in part},
+                    {p: end[p] for p in part},
+                    replace(
+                        options,
+                        memory=replace(
+                            options.memory, expected_ids=sum(end[p] - start.get(p, 0) for p in part)
+                        ),
+                    ),
+                    timeout,
+                    Path(handed) / f"job-{n}",
+                )
                 for n, part in enumerate(partition_sets(start, end, jobs))
             ]
             context = multiprocessing.get_context("spawn")

@@ -76,12 +76,14 @@ def dead_letters_in_range(
         count += 1
         by_reason[headers.get("reason", "?")] += 1
         by_stage[headers.get("stage", "?")] += 1
-    return DeadLetters(count, dict(sorted(by_reason.items())), dict(sorted(by_stage.items())),
-                       frozenset(positions))
+    return DeadLetters(
+        count, dict(sorted(by_reason.items())), dict(sorted(by_stage.items())), frozenset(positions)
+    )
 
 
-def stream_head_announcements(settings: KafkaSettings,
-                              timeout: float = 60.0) -> LatestAnnouncements:
+def stream_head_announcements(
+    settings: KafkaSettings, timeout: float = 60.0
+) -> LatestAnnouncements:
     """The last announcement of each stream on ``<prefix>stream-heads`` (none when the
     topic does not exist: publishers before stream heads never created it)."""
     topic = stream_heads_topic(settings.topics.prefix)
@@ -90,8 +92,9 @@ def stream_head_announcements(settings: KafkaSettings,
         heads = resolve_range(settings, topic, RangeSpec())
     except BrokerError:
         return latest
-    latest.add_values(msg.value() for msg in read_range(settings, topic, heads.start,
-                                                         heads.end, timeout=timeout))
+    latest.add_values(
+        msg.value() for msg in read_range(settings, topic, heads.start, heads.end, timeout=timeout)
+    )
     return latest
 
 

@@ -13,8 +13,9 @@ from turnaudit.verify.id_store import SPILL_BATCH, ScratchDb
 class LoggedIds(Collection[str]):
     """Distinct logged event ids (``len``, ``in``, iteration) and the lines read."""
 
-    def __init__(self, memory: int, spill_dir: Path | None = None,
-                 batch: int = SPILL_BATCH) -> None:
+    def __init__(
+        self, memory: int, spill_dir: Path | None = None, batch: int = SPILL_BATCH
+    ) -> None:
         self._memory = memory
         self._batch = batch
         self._counted: set[str] = set()
@@ -43,8 +44,10 @@ class LoggedIds(Collection[str]):
             return
         db = self._file.connect()
         with db:
-            db.executemany("INSERT OR IGNORE INTO logged VALUES (?)",
-                           [(event_id,) for event_id in sorted(self._pending)])
+            db.executemany(
+                "INSERT OR IGNORE INTO logged VALUES (?)",
+                [(event_id,) for event_id in sorted(self._pending)],
+            )
         self._pending.clear()
         self._on_disk = int(db.execute("SELECT COUNT(*) FROM logged").fetchone()[0])
 
@@ -52,8 +55,11 @@ class LoggedIds(Collection[str]):
         if event_id in self._counted or event_id in self._pending:
             return True
         db = self._file.db
-        return db is not None and db.execute(
-            "SELECT 1 FROM logged WHERE event_id = ?", (event_id,)).fetchone() is not None
+        return (
+            db is not None
+            and db.execute("SELECT 1 FROM logged WHERE event_id = ?", (event_id,)).fetchone()
+            is not None
+        )
 
     def __iter__(self) -> Iterator[str]:
         self.flush()

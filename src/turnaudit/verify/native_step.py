@@ -29,9 +29,13 @@ DONE, FEED, FINISH, NOT_A_TURN = VerifyStep.kinds
 def contract_check() -> ContractCheck:
     """Contracts 1-4, natively, with the rule's own constants."""
     return ContractCheck(
-        stub_path=TurnPath.STUB, unknown_surface=UNKNOWN_DOMAIN_SURFACE,
-        per_field=PER_FIELD_VERDICTS, v2_per_field=V2_PER_FIELD_VERDICTS,
-        void_tiers=(RiskTier.RED, RiskTier.CRITICAL), void=Verdict.VOID, hold=Verdict.HOLD,
+        stub_path=TurnPath.STUB,
+        unknown_surface=UNKNOWN_DOMAIN_SURFACE,
+        per_field=PER_FIELD_VERDICTS,
+        v2_per_field=V2_PER_FIELD_VERDICTS,
+        void_tiers=(RiskTier.RED, RiskTier.CRITICAL),
+        void=Verdict.VOID,
+        hold=Verdict.HOLD,
         policies=(OutputPolicy.DOMAIN_SEAL, OutputPolicy.DOMAIN_HOLD, OutputPolicy.DOMAIN_VOID),
     )
 
@@ -54,8 +58,15 @@ def feed_batch(verifier: Verifier, step: VerifyStep, batch: Sequence[Record]) ->
                 raise placed
             verifier.not_a_turn(placed, partition, offset)
         else:
-            verifier.conclude(partition, offset, msg.key(), msg.value(), decoded=decoded,
-                              result=placed, opened=opened)
+            verifier.conclude(
+                partition,
+                offset,
+                msg.key(),
+                msg.value(),
+                decoded=decoded,
+                result=placed,
+                opened=opened,
+            )
         index += 1
     verifier.messages += step.take_messages()
     for stamp in step.take_timestamps():

@@ -68,10 +68,14 @@ class LogReconciliation:
 
     def as_json(self) -> LogJson:
         return LogJson(
-            path=self.path, lines=self.lines, distinct_event_ids=self.distinct,
-            repeated_lines=self.repeated_lines, not_logged=self.not_logged_count,
+            path=self.path,
+            lines=self.lines,
+            distinct_event_ids=self.distinct,
+            repeated_lines=self.repeated_lines,
+            not_logged=self.not_logged_count,
             not_logged_examples=self.not_logged[:EXAMPLES],
-            logged_outside_range=self.outside_range, agrees=self.agrees,
+            logged_outside_range=self.outside_range,
+            agrees=self.agrees,
         )
 
 
@@ -92,8 +96,9 @@ def logged_turns(raw_lines: Iterable[bytes | str]) -> Counter[str]:
     return Counter(turn_ids(raw_lines))
 
 
-def compare_log(path: str, lines: int, logged: Collection[str],
-                turns: AbstractSet[str]) -> LogReconciliation:
+def compare_log(
+    path: str, lines: int, logged: Collection[str], turns: AbstractSet[str]
+) -> LogReconciliation:
     """A log sink's ``lines`` turn lines (``logged``: their distinct event ids) against the
     range's turns, one pass over each: either may be on disk, looked up one by one."""
     count = 0
@@ -107,8 +112,7 @@ def compare_log(path: str, lines: int, logged: Collection[str],
 
     first = heapq.nsmallest(EXAMPLES, missing())  # the examples: bounded, however many
     outside = sum(1 for e in logged if e not in turns)
-    return LogReconciliation(path, lines, len(logged), lines - len(logged), first, outside,
-                             count)
+    return LogReconciliation(path, lines, len(logged), lines - len(logged), first, outside, count)
 
 
 ByPack = dict[str, TurnFigures]
@@ -137,12 +141,15 @@ class CounterGap:
     stream: int
 
     def text(self) -> str:
-        return (f"pack {self.pack}: {self.counter} rose by {self.counted} over the range, "
-                f"the stream has {self.stream}")
+        return (
+            f"pack {self.pack}: {self.counter} rose by {self.counted} over the range, "
+            f"the stream has {self.stream}"
+        )
 
     def as_json(self) -> CounterGapJson:
-        return CounterGapJson(pack=self.pack, counter=self.counter, counted=self.counted,
-                              stream=self.stream)
+        return CounterGapJson(
+            pack=self.pack, counter=self.counter, counted=self.counted, stream=self.stream
+        )
 
 
 @dataclass
@@ -185,9 +192,13 @@ class MetricsReconciliation:
     def as_json(self) -> MetricsJson:
         counted, expected = self.counted, self.expected
         return MetricsJson(
-            url=self.url, counted=counted, stream=expected,
-            uncounted={name: expected[name] - counted[name]  # type: ignore[literal-required]
-                       for name in FIGURES},
+            url=self.url,
+            counted=counted,
+            stream=expected,
+            uncounted={
+                name: expected[name] - counted[name]  # type: ignore[literal-required]
+                for name in FIGURES
+            },
             baseline=self.baseline,
             disagreements=[g.as_json() for g in self.disagreements()],
             agrees=self.agrees,
@@ -198,8 +209,11 @@ def metric_figures_by_pack(text: str) -> ByPack:
     """The turn counters of a ``/metrics`` page, per ``pack`` label (summed over the
     other labels; a sample without one is under ``""``); a turn redriven from the
     dead-letter topic is counted in its own counter, added to the live one's figure."""
-    wanted = {name: figure for counters in (TURN_COUNTERS, REDRIVEN_TURN_COUNTERS)
-              for figure, name in counters.items()}
+    wanted = {
+        name: figure
+        for counters in (TURN_COUNTERS, REDRIVEN_TURN_COUNTERS)
+        for figure, name in counters.items()
+    }
     sums: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -207,9 +221,15 @@ def metric_figures_by_pack(text: str) -> ByPack:
             if figure is not None:
                 pack = sums.setdefault(sample.labels.get("pack", ""), dict.fromkeys(FIGURES, 0.0))
                 pack[figure] += sample.value
-    return {pack: TurnFigures(turns=int(f["turns"]), refused=int(f["refused"]),
-                              hedged=int(f["hedged"]), stub=int(f["stub"]))
-            for pack, f in sorted(sums.items())}
+    return {
+        pack: TurnFigures(
+            turns=int(f["turns"]),
+            refused=int(f["refused"]),
+            hedged=int(f["hedged"]),
+            stub=int(f["stub"]),
+        )
+        for pack, f in sorted(sums.items())
+    }
 
 
 def counters_change(after: ByPack, before: ByPack | None) -> ByPack:
@@ -218,10 +238,12 @@ def counters_change(after: ByPack, before: ByPack | None) -> ByPack:
     change: ByPack = {}
     for pack, figures in after.items():
         start = (before or {}).get(pack, _zero())
-        moved = TurnFigures(turns=figures["turns"] - start["turns"],
-                            refused=figures["refused"] - start["refused"],
-                            hedged=figures["hedged"] - start["hedged"],
-                            stub=figures["stub"] - start["stub"])
+        moved = TurnFigures(
+            turns=figures["turns"] - start["turns"],
+            refused=figures["refused"] - start["refused"],
+            hedged=figures["hedged"] - start["hedged"],
+            stub=figures["stub"] - start["stub"],
+        )
         if any(moved[name] for name in FIGURES):  # type: ignore[literal-required]
             change[pack] = moved
     return change

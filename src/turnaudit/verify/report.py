@@ -45,14 +45,17 @@ AT_LEAST_ONCE_BOUND = (
 )
 
 # The range as resolved: ``partitions`` maps a partition to [start, end).
-RangeJson = TypedDict("RangeJson", {
-    "topic": str,
-    "description": str,
-    "partitions": dict[str, list[int]],
-    "from": str | None,
-    "to": str | None,
-    "from_log_start": bool,
-})
+RangeJson = TypedDict(
+    "RangeJson",
+    {
+        "topic": str,
+        "description": str,
+        "partitions": dict[str, list[int]],
+        "from": str | None,
+        "to": str | None,
+        "from_log_start": bool,
+    },
+)
 
 
 class DeadLettersJson(TypedDict):
@@ -72,8 +75,7 @@ class DeadLetters:
     positions: frozenset[tuple[int, int]] = frozenset()
 
     def as_json(self) -> DeadLettersJson:
-        return DeadLettersJson(count=self.count, by_reason=self.by_reason,
-                               by_stage=self.by_stage)
+        return DeadLettersJson(count=self.count, by_reason=self.by_reason, by_stage=self.by_stage)
 
 
 class StreamsJson(TypedDict):
@@ -170,12 +172,20 @@ class VerifyReport:
         if self.trust is not None:
             found += self.trust.findings()
         if self.log is not None and not self.log.agrees:
-            found.append(Finding("not_logged", f"{self.log.not_logged_count} turn(s) of the "
-                                 f"range are not in {self.log.path}", {}))
+            found.append(
+                Finding(
+                    "not_logged",
+                    f"{self.log.not_logged_count} turn(s) of the range are not in {self.log.path}",
+                    {},
+                )
+            )
         for m in self.metrics:
-            found += [Finding("uncounted", f"{m.url}: {gap.text()}",
-                              Where(pack=gap.pack, counter=gap.counter))
-                      for gap in m.disagreements()]
+            found += [
+                Finding(
+                    "uncounted", f"{m.url}: {gap.text()}", Where(pack=gap.pack, counter=gap.counter)
+                )
+                for gap in m.disagreements()
+            ]
         return found
 
     @property
@@ -199,23 +209,22 @@ class VerifyReport:
                 total=chained + legacy,
                 chained=chained,
                 legacy_v1_v2=legacy,
-                anchors_checked=len(v.anchors),
+                anchors_checked=len(v.retained.anchors),
                 heads=v.heads() if heads else [],
             ),
             lost=v.lost_positions(),
-            uncounted=max(
-                [0] + [m.expected["turns"] - m.counted["turns"] for m in self.metrics]
-            ),
+            uncounted=max([0] + [m.expected["turns"] - m.counted["turns"] for m in self.metrics]),
             not_logged=0 if self.log is None else self.log.not_logged_count,
             redeliveries=v.redeliveries,
             duplicates=DuplicatesJson(
-                count=len(v.duplicates),
-                examples=[d.as_json() for d in v.duplicates[:EXAMPLES]]),
+                count=len(v.duplicates), examples=[d.as_json() for d in v.duplicates[:EXAMPLES]]
+            ),
             breaching_turns=BreachingJson(
                 count=len(v.breaching),
                 by_contract=dict(sorted(v.breaches_by_contract.items())),
                 by_pack=dict(sorted(v.breaching_by_pack.items())),
-                turns=[b.as_json() for b in v.breaching[: EXAMPLES * 5]]),
+                turns=[b.as_json() for b in v.breaching[: EXAMPLES * 5]],
+            ),
             undecodable=len(v.undecodable),
             dead_letters=self.dead_letters.as_json(),
             log_sink=None if self.log is None else self.log.as_json(),
@@ -225,8 +234,9 @@ class VerifyReport:
             unexplained=[f.as_json() for f in unexplained[: EXAMPLES * 5]],
         )
         if v.event_window is not None:
-            document["event_time"] = EventTimeJson(window_ms=list(v.event_window),
-                                                   outside_window=v.outside_window)
+            document["event_time"] = EventTimeJson(
+                window_ms=list(v.event_window), outside_window=v.outside_window
+            )
         if self.stream_ends is not None:
             document["stream_ends"] = self.stream_ends.as_json()
         if self.trust is not None:
@@ -234,8 +244,8 @@ class VerifyReport:
         if v.retained_from:
             document["retention"] = RetentionJson(
                 log_start={str(p): v.log_start[p] for p in sorted(v.retained_from)},
-                began_before_retention=v.began_before_retention,
-                examples=list(v.retained_examples),
+                began_before_retention=v.retained.began_before_retention,
+                examples=list(v.retained.examples),
                 anchors_expired=v.anchors_expired(),
             )
         return document
@@ -248,13 +258,13 @@ class VerifyReport:
         # A mark no event's text can hold (new random digits each time): where the heads go.
         mark = f"\x00heads-{secrets.token_hex(16)}\x00"
         document["streams"]["heads"] = mark  # type: ignore[typeddict-item]  # replaced below
-        before, after = json.dumps(document, indent=2, sort_keys=False).split(
-            json.dumps(mark), 1)
+        before, after = json.dumps(document, indent=2, sort_keys=False).split(json.dumps(mark), 1)
         out.write(before)
         first = True
         for session, producer, position, digest in self.verifier.chained_heads():
-            head = HeadJson(session_id=session, producer_id=producer, position=position,
-                            hash=digest)
+            head = HeadJson(
+                session_id=session, producer_id=producer, position=position, hash=digest
+            )
             text = json.dumps(head, indent=2).replace("\n", "\n" + _HEAD_INDENT)
             out.write(("[\n" if first else ",\n") + _HEAD_INDENT + text)
             first = False
@@ -269,14 +279,17 @@ class VerifyReport:
             f"turnaudit verify: {r['topic']} {r['description']}",
             f"  messages read {j['messages']}; turns {c['turns']} (main {c['main']}, stub "
             f"{c['stub']}), refused {c['refused']}, hedged {c['hedged']}",
-            "  schema versions: " + ", ".join(
-                f"v{k} {n}" for k, n in c["by_schema_version"].items()) or "  (no turns)",
-            "  action risk by output policy: " + (", ".join(
-                f"{k} {n}" for k, n in c["action_risk_by_policy"].items()) or "none"),
-            "  per pack: " + "; ".join(
+            "  schema versions: "
+            + ", ".join(f"v{k} {n}" for k, n in c["by_schema_version"].items())
+            or "  (no turns)",
+            "  action risk by output policy: "
+            + (", ".join(f"{k} {n}" for k, n in c["action_risk_by_policy"].items()) or "none"),
+            "  per pack: "
+            + "; ".join(
                 f"{p} {d['turns']} turns/{d['refused']} refused/{d['hedged']} hedged/"
                 f"{d['stub']} stub"
-                for p, d in c["per_pack"].items()),
+                for p, d in c["per_pack"].items()
+            ),
             f"  ordered streams {j['streams']['total']} ({j['streams']['chained']} chained, "
             f"{j['streams']['legacy_v1_v2']} v1/v2 without a chain)",
             f"  lost {j['lost']}, uncounted {j['uncounted']}, not logged {j['not_logged']}; "
@@ -290,7 +303,9 @@ class VerifyReport:
             lines.append(
                 f"  breaching turns {breaching['count']} (counted as turns, explained): "
                 + ", ".join(f"{k} {n}" for k, n in breaching["by_contract"].items())
-                + "; per pack " + ", ".join(f"{k} {n}" for k, n in breaching["by_pack"].items()))
+                + "; per pack "
+                + ", ".join(f"{k} {n}" for k, n in breaching["by_pack"].items())
+            )
             for f in self.verifier.breaching[:EXAMPLES]:
                 at = ", ".join(f"{k} {v}" for k, v in f.where.items() if k != "positions")
                 lines.append(f"  BREACHING {f.detail} [{at}]")
@@ -298,14 +313,17 @@ class VerifyReport:
                 lines.append(f"  … {breaching['count'] - EXAMPLES} more breaching turns (--json)")
         event_time = j.get("event_time")
         if event_time is not None:
-            lines.append(f"  by event time: {event_time['outside_window']} turn(s) read from the "
-                         "broker range happened outside the window (left out)")
+            lines.append(
+                f"  by event time: {event_time['outside_window']} turn(s) read from the "
+                "broker range happened outside the window (left out)"
+            )
         ends = j.get("stream_ends")
         if ends is not None:
             lines.append(
                 f"  stream ends announced {ends['announced']}: {ends['ended_cleanly']} ended "
                 f"cleanly, {ends['cut']} cut by a crash, lost in crash {ends['lost_in_crash']} "
-                f"(exact up to the last head write: head interval {ends['head_interval_ms']} ms)")
+                f"(exact up to the last head write: head interval {ends['head_interval_ms']} ms)"
+            )
         if self.trust is not None:
             lines.append(self.trust.human())
         retention = j.get("retention")
@@ -315,16 +333,20 @@ class VerifyReport:
                 + ", ".join(f"p{p} {o}" for p, o in retention["log_start"].items())
                 + f"); {retention['began_before_retention']} stream(s) began before "
                 f"retention (not lost), {retention['anchors_expired']} anchored stream(s) "
-                "expired")
+                "expired"
+            )
         if self.log is not None:
             lines.append(
                 f"  log sink {self.log.path}: {self.log.lines} lines, {self.log.distinct} turns, "
                 f"{self.log.repeated_lines} repeated (redeliveries), "
                 f"{self.log.not_logged_count} not logged: "
-                + ("agrees" if self.log.agrees else "DISAGREES"))
+                + ("agrees" if self.log.agrees else "DISAGREES")
+            )
         for m in self.metrics:
-            lines.append(f"  counters {m.url}: {m.counted} vs stream {m.expected}: "
-                         + ("agree" if m.agrees else "DISAGREE"))
+            lines.append(
+                f"  counters {m.url}: {m.counted} vs stream {m.expected}: "
+                + ("agree" if m.agrees else "DISAGREE")
+            )
         lines.append(f"  bound: {AT_LEAST_ONCE_BOUND}")
         unexplained = self.unexplained()
         for f in unexplained[:EXAMPLES]:
@@ -333,7 +355,8 @@ class VerifyReport:
         if len(unexplained) > EXAMPLES:
             lines.append(f"  … {len(unexplained) - EXAMPLES} more unexplained findings (--json)")
         lines.append(
-            "verify: every turn accounted for" if not unexplained
+            "verify: every turn accounted for"
+            if not unexplained
             else f"verify: {len(unexplained)} unexplained finding(s): "
             + ", ".join(f"{k} {n}" for k, n in j["unexplained_by_kind"].items())
         )

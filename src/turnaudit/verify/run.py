@@ -64,50 +64,72 @@ def run_verify(
     # By event time a session's first turn in the window is where its stream starts for
     # the window (its earlier turns happened before it), as in ``replay --into verify:``.
     # The ids' filter sized for the range (the merging process holds every job's ids).
-    memory = replace(memory or IdMemory(),
-                     expected_ids=sum(e - start.get(p, 0) for p, e in end.items()))
-    options = VerifierOptions(low, anchors=anchors, start_gaps=not event_time,
-                              event_window=window, memory=memory,
-                              signed=None if chain is None else signed_heads(chain).positions)
+    memory = replace(
+        memory or IdMemory(), expected_ids=sum(e - start.get(p, 0) for p, e in end.items())
+    )
+    options = VerifierOptions(
+        low,
+        anchors=anchors,
+        start_gaps=not event_time,
+        event_window=window,
+        memory=memory,
+        signed=None if chain is None else signed_heads(chain).positions,
+    )
     parts = len(partition_sets(start, end, len(end) or 1))
     jobs = min(default_jobs(parts) if jobs is None else jobs, parts)
     with ThreadPoolExecutor(1, thread_name_prefix="turnaudit-verify-heads") as aside:
         # The announced stream heads (one per stream a publisher closed: a million for a
         # million streams) are read and decoded while the jobs verify, not after them.
         # (One process has no core to spare: it reads them after the range.)
-        announced = (aside.submit(stream_head_announcements, settings, timeout=timeout)
-                     if jobs > 1 else None)
+        announced = (
+            aside.submit(stream_head_announcements, settings, timeout=timeout) if jobs > 1 else None
+        )
         if jobs > 1:
-            verifier = verify_in_jobs(settings, topic, decode, options, start=start, end=end,
-                                      jobs=jobs, timeout=timeout)
+            verifier = verify_in_jobs(
+                settings, topic, decode, options, start=start, end=end, jobs=jobs, timeout=timeout
+            )
         else:
             verifier = options.verifier(decode)
     with verifier:  # the spilled event ids are removed at the end, also on error
         if jobs <= 1:
             feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
         report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
-        whole_stream = (report.range["from_log_start"] and not verifier.retained_from
-                        and all(start.get(p, 0) == 0 for p in end))
+        whole_stream = (
+            report.range["from_log_start"]
+            and not verifier.retained_from
+            and all(start.get(p, 0) == 0 for p in end)
+        )
         # Where each announced stream ended (cleanly or cut by a crash), against the range:
         # only a range that reaches the stream's end now can say turns never reached it.
         report.stream_ends = stream_ends(
-            announced.result() if announced is not None
+            announced.result()
+            if announced is not None
             else stream_head_announcements(settings, timeout=timeout),
             verifier.tracker.last_position_of(),
-            whole_stream=whole_stream, to_end=spec.until is None and not spec.to_offsets,
+            whole_stream=whole_stream,
+            to_end=spec.until is None and not spec.to_offsets,
         )
         if keyring is not None and chain is not None:
             report.trust = judge_streams(
-                chain, keyring=keyring_source, require_signed=keyring.require_signed,
-                observed=verifier.signed_seen, last_seen=verifier.tracker.last_positions(),
+                chain,
+                keyring=keyring_source,
+                require_signed=keyring.require_signed,
+                observed=verifier.signed_seen,
+                last_seen=verifier.tracker.last_positions(),
                 to_end=spec.until is None and not spec.to_offsets and not event_time,
-                whole_stream=whole_stream and not event_time, not_checkpoints=not_checkpoints)
+                whole_stream=whole_stream and not event_time,
+                not_checkpoints=not_checkpoints,
+            )
         if log_file is not None:
             report.log = reconcile_log(log_file, verifier.event_ids, options.memory)
         before = list(metrics_before)
         report.metrics = [
-            reconcile_metrics(url, verifier.counts, before=before[i] if i < len(before) else None,
-                              settle_s=metrics_settle_s)
+            reconcile_metrics(
+                url,
+                verifier.counts,
+                before=before[i] if i < len(before) else None,
+                settle_s=metrics_settle_s,
+            )
             for i, url in enumerate(metrics_urls)
         ]
         return report
@@ -124,14 +146,22 @@ def range_report(
     low: Mapping[int, int],
 ) -> VerifyReport:
     """The report of a range ``verifier`` has been fed, with the range's dead letters."""
-    dead = dead_letters_in_range(settings, topic, start=start, end=end,
-                                 first_ms=verifier.first_timestamp,
-                                 last_ms=verifier.last_timestamp)
+    dead = dead_letters_in_range(
+        settings,
+        topic,
+        start=start,
+        end=end,
+        first_ms=verifier.first_timestamp,
+        last_ms=verifier.last_timestamp,
+    )
     return VerifyReport(range_json(topic, spec, start, end, low), verifier, dead)
 
 
 def range_json(
-    topic: str, spec: RangeSpec, start: Mapping[int, int], end: Mapping[int, int],
+    topic: str,
+    spec: RangeSpec,
+    start: Mapping[int, int],
+    end: Mapping[int, int],
     low: Mapping[int, int],
 ) -> RangeJson:
     return {
@@ -147,10 +177,13 @@ def range_json(
 def describe_range(spec: RangeSpec, start: Mapping[int, int], end: Mapping[int, int]) -> str:
     parts = []
     if spec.since or spec.until:
-        parts.append(f"from {spec.since.isoformat() if spec.since else 'the start'} to "
-                     f"{spec.until.isoformat() if spec.until else 'the end'}")
+        parts.append(
+            f"from {spec.since.isoformat() if spec.since else 'the start'} to "
+            f"{spec.until.isoformat() if spec.until else 'the end'}"
+        )
     elif not (spec.from_offsets or spec.to_offsets):
         parts.append("the whole retained stream")
-    parts.append("offsets " + ", ".join(f"p{p} [{start.get(p, 0)}, {e})" for p, e in
-                                         sorted(end.items())))
+    parts.append(
+        "offsets " + ", ".join(f"p{p} [{start.get(p, 0)}, {e})" for p, e in sorted(end.items()))
+    )
     return "; ".join(parts)

@@ -51,8 +51,12 @@ def reconcile_metrics(
     deadline = clock() + settle_s
     while True:
         page = fetch(url) if text is None else text
-        found = MetricsReconciliation(url, counters_change(metric_figures_by_pack(page), start),
-                                      expected, baseline=before is not None)
+        found = MetricsReconciliation(
+            url,
+            counters_change(metric_figures_by_pack(page), start),
+            expected,
+            baseline=before is not None,
+        )
         if found.agrees or text is not None or clock() >= deadline:
             return found
         sleep(0.5)

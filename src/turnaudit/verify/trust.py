@@ -99,9 +99,12 @@ class TrustReport:
         # chain broken before a checkpoint that names none (a final one, written when
         # nothing had advanced) still shows that a checkpoint was removed.
         found = [
-            Finding("invalid_checkpoint", f"checkpoint {j.checkpoint.index} of producer "
-                    f"{j.checkpoint.producer_id}: {j.problem}: {j.detail}",
-                    Where(producer_id=j.checkpoint.producer_id, checkpoint=j.checkpoint.index))
+            Finding(
+                "invalid_checkpoint",
+                f"checkpoint {j.checkpoint.index} of producer "
+                f"{j.checkpoint.producer_id}: {j.problem}: {j.detail}",
+                Where(producer_id=j.checkpoint.producer_id, checkpoint=j.checkpoint.index),
+            )
             for j in self.chain.invalid()
         ]
         for s in self.streams:
@@ -122,25 +125,37 @@ class TrustReport:
             keyring=self.keyring,
             require_signed=self.require_signed,
             checkpoints=CheckpointsJson(
-                read=len(self.chain.judged), valid=len(self.chain.judged) - len(invalid),
-                invalid=len(invalid), not_checkpoints=self.not_checkpoints,
-                closed_producers=len(self.chain.closed)),
+                read=len(self.chain.judged),
+                valid=len(self.chain.judged) - len(invalid),
+                invalid=len(invalid),
+                not_checkpoints=self.not_checkpoints,
+                closed_producers=len(self.chain.closed),
+            ),
             by_status=self.by_status(),
             invalid_checkpoints=[
                 InvalidCheckpointJson(
-                    producer_id=j.checkpoint.producer_id, index=j.checkpoint.index,
-                    key_id=j.checkpoint.key_id, problem=j.problem, detail=j.detail,
-                    streams=len(j.checkpoint.heads))
-                for j in invalid[: EXAMPLES * 5] if j.problem is not None],
+                    producer_id=j.checkpoint.producer_id,
+                    index=j.checkpoint.index,
+                    key_id=j.checkpoint.key_id,
+                    problem=j.problem,
+                    detail=j.detail,
+                    streams=len(j.checkpoint.heads),
+                )
+                for j in invalid[: EXAMPLES * 5]
+                if j.problem is not None
+            ],
             streams=list(self.streams),
         )
 
     def human(self) -> str:
         counts = self.by_status()
         j = self.as_json()["checkpoints"]
-        return (f"  signed checkpoints ({self.keyring}): {j['valid']} valid, {j['invalid']} "
-                f"invalid; streams " + ", ".join(f"{k} {n}" for k, n in counts.items())
-                + ("; signatures required" if self.require_signed else ""))
+        return (
+            f"  signed checkpoints ({self.keyring}): {j['valid']} valid, {j['invalid']} "
+            f"invalid; streams "
+            + ", ".join(f"{k} {n}" for k, n in counts.items())
+            + ("; signatures required" if self.require_signed else "")
+        )
 
 
 def judge_streams(
@@ -164,18 +179,29 @@ def judge_streams(
     for judged in chain.invalid():
         c = judged.checkpoint
         for stream in c.streams():
-            bad.setdefault(stream, f"checkpoint {c.index} of producer {c.producer_id} "
-                           f"(key {c.key_id!r}) that names it is not valid: {judged.detail}")
+            bad.setdefault(
+                stream,
+                f"checkpoint {c.index} of producer {c.producer_id} "
+                f"(key {c.key_id!r}) that names it is not valid: {judged.detail}",
+            )
     report = TrustReport(keyring, require_signed, chain, not_checkpoints)
     streams = set(last_seen) | set(signed) | set(bad)
     for stream in sorted(s for s in streams if s[1] != LEGACY_PRODUCER):
         last = last_seen.get(stream)
         if last is None and not whole_stream:
             continue  # signed, but not in this range (read from a later start)
-        report.streams.append(_judge(
-            stream, signed=signed.get(stream, {}), bad=bad.get(stream),
-            observed=observed.get(stream, {}), last=last, chain=chain,
-            require_signed=require_signed, to_end=to_end))
+        report.streams.append(
+            _judge(
+                stream,
+                signed=signed.get(stream, {}),
+                bad=bad.get(stream),
+                observed=observed.get(stream, {}),
+                last=last,
+                chain=chain,
+                require_signed=require_signed,
+                to_end=to_end,
+            )
+        )
     return report
 
 
@@ -194,15 +220,19 @@ def _judge(
     for position, digest in sorted(signed.items()):
         others = sorted(h for h in observed.get(position, ()) if h != digest)
         if others:
-            forged.append(f"position {position} has chain hash {others[0][:16]}…, the signed "
-                          f"checkpoint says {digest[:16]}… (rewritten)")
+            forged.append(
+                f"position {position} has chain hash {others[0][:16]}…, the signed "
+                f"checkpoint says {digest[:16]}… (rewritten)"
+            )
             break
     head = max(signed) if signed else None
     truncated = None
     if head is not None and to_end and (last is None or last < head):
         seen = "nothing" if last is None else f"position {last}"
-        truncated = (f"the stream ends at {seen}, before its signed head {head}: "
-                     f"{head - (-1 if last is None else last)} signed position(s) missing")
+        truncated = (
+            f"the stream ends at {seen}, before its signed head {head}: "
+            f"{head - (-1 if last is None else last)} signed position(s) missing"
+        )
     tail = 0 if last is None else last - (-1 if head is None else head)
     tail = max(0, tail)
     if bad is None:
@@ -214,33 +244,45 @@ def _judge(
         status, detail = "truncated", truncated
     elif head is None:
         status = "unsigned"
-        detail = ("its producer signs, but no checkpoint names it: begun after the "
-                  "producer's last checkpoint, and the producer did not close cleanly"
-                  if stream[1] in chain.signing
-                  else "no checkpoint names it (a publisher without a key)")
+        detail = (
+            "its producer signs, but no checkpoint names it: begun after the "
+            "producer's last checkpoint, and the producer did not close cleanly"
+            if stream[1] in chain.signing
+            else "no checkpoint names it (a publisher without a key)"
+        )
     else:
         status = "signed"
-        detail = (f"consistent with its signed head {head}"
-                  + (f"; {tail} later position(s) unsigned (no final checkpoint)" if tail
-                     else ""))
-    return StreamTrustJson(session_id=stream[0], producer_id=stream[1], status=status,
-                           signed_position=head, last_seen=last, unsigned_tail=tail,
-                           detail=detail)
+        detail = f"consistent with its signed head {head}" + (
+            f"; {tail} later position(s) unsigned (no final checkpoint)" if tail else ""
+        )
+    return StreamTrustJson(
+        session_id=stream[0],
+        producer_id=stream[1],
+        status=status,
+        signed_position=head,
+        last_seen=last,
+        unsigned_tail=tail,
+        detail=detail,
+    )
 
 
-def _uncovered(stream: StreamId, head: int | None, tail: int, chain: ChainReport,
-               require_signed: bool) -> list[str]:
+def _uncovered(
+    stream: StreamId, head: int | None, tail: int, chain: ChainReport, require_signed: bool
+) -> list[str]:
     """Why positions no valid checkpoint covers make the stream forged (none: they don't)."""
     closed = stream[1] in chain.closed
     if not tail or not (closed or require_signed):
         return []
     if head is None:
-        why = ("its producer closed with a final checkpoint, and no checkpoint names this "
-               "stream" if closed else "no valid checkpoint covers it, and the keyring "
-               "requires signatures")
+        why = (
+            "its producer closed with a final checkpoint, and no checkpoint names this stream"
+            if closed
+            else "no valid checkpoint covers it, and the keyring requires signatures"
+        )
         return [f"{why} ({tail} position(s))"]
     if closed:
-        return [f"{tail} position(s) after its producer's final checkpoint (signed head "
-                f"{head})"]
-    return [f"{tail} position(s) after its last signed head {head}, which no valid "
-            "checkpoint covers (its producer did not close cleanly)"]
+        return [f"{tail} position(s) after its producer's final checkpoint (signed head {head})"]
+    return [
+        f"{tail} position(s) after its last signed head {head}, which no valid "
+        "checkpoint covers (its producer did not close cleanly)"
+    ]

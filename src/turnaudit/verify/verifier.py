@@ -21,7 +21,6 @@ from turnaudit.contracts import Breach, check_event, check_key
 from turnaudit.errors import SerializationError
 from turnaudit.events import occurred_millis
 from turnaudit.identity import (
-    LEGACY_PRODUCER,
     StreamId,
     StreamTracker,
     TrackResult,
@@ -34,15 +33,12 @@ from turnaudit.serialization.read_plans import DecodedTurnEvent
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.verify.counts import TurnCounts
 from turnaudit.verify.findings import (
-    EXAMPLES,
     Finding,
     HeadJson,
-    RetainedJson,
     Where,
     classify,
+    lost_findings,
     message_where,
-    positions_text,
-    stream_where,
 )
 from turnaudit.verify.id_store import (
     STREAM_BATCH,
@@ -52,9 +48,8 @@ from turnaudit.verify.id_store import (
     SpilledIds,
 )
 from turnaudit.verify.native_step import contract_check, feed_batch
+from turnaudit.verify.retained_start import Anchors, RetainedStart
 
-# Stream heads of an earlier report: (position, chain hash) per stream.
-Anchors = Mapping[StreamId, tuple[int, str]]
 # Heads read from the tracker at a time for a report (streams spilled or not).
 HEADS_PAGE = 10_000
 
@@ -84,8 +79,7 @@ class Verifier:
         self.event_window = event_window
         self.outside_window = 0
         # Stream heads from an earlier report: (position, chain hash) that must still be there.
-        self.anchors = dict(anchors or {})
-        self._anchored_hash: dict[StreamId, str] = {}
+        self.retained = RetainedStart(anchors)
         # Retention: a partition whose log start is past 0 lost its beginning to time
         # retention (or delete_records). Read from there, a stream first seen past
         # position 0 began before retention: the tracker opens no gap at its start, and
@@ -96,18 +90,19 @@ class Verifier:
         self._start_gaps = start_gaps
         self._first_fed: dict[int, int] = {}
         self.retained_from: set[int] = set()  # partitions read from a moved log start
-        self.began_before_retention = 0
-        self.retained_examples: list[RetainedJson] = []
-        self.prefix_findings: list[Finding] = []
         # Exact, in bounded memory: the most recently seen streams and the newest event
         # ids in memory, the others spilled to disk and read back from there (``close``
         # removes them); every missing position of a stream.
         memory = memory or IdMemory()
         self._spilled = SpilledIds(memory.spill_dir, memory.batch, memory.filter_bits)
         self.tracker = StreamTracker(
-            max_event_ids=memory.event_ids, max_streams=memory.streams, max_missing=1 << 62,
+            max_event_ids=memory.event_ids,
+            max_streams=memory.streams,
+            max_missing=1 << 62,
             log_start_offsets={p: -1 if o > 0 else o for p, o in low.items()},
-            start_gaps=start_gaps, forgotten=self._spilled.native, forget_batch=memory.batch,
+            start_gaps=start_gaps,
+            forgotten=self._spilled.native,
+            forget_batch=memory.batch,
             stream_spill=self._spilled.stream_file,
             stream_batch=min(STREAM_BATCH, memory.streams),
         )
@@ -125,9 +120,13 @@ class Verifier:
         self.breaching_by_pack: Counter[str] = Counter()
         # The ordinary messages of a batch, natively; not with ``--time event``, anchors
         # or signed heads (kept per message by ``feed``).
-        self._step = (VerifyStep(decode, self.tracker, contract_check(), self.counts.tally,
-                                 decode.native_plans())
-                      if event_window is None and not self._watched else None)
+        self._step = (
+            VerifyStep(
+                decode, self.tracker, contract_check(), self.counts.tally, decode.native_plans()
+            )
+            if event_window is None and not self._watched
+            else None
+        )
         self.first_timestamp: int | None = None
         self.last_timestamp: int | None = None
 
@@ -153,8 +152,11 @@ class Verifier:
 
     def __getstate__(self) -> dict[str, object]:
         # Sent back from a job: its ids go by ``export_for_merge``, its decoder stays there.
-        return {k: v for k, v in self.__dict__.items()
-                if k not in ("_decode", "_spilled", "event_ids", "_step")}
+        return {
+            k: v
+            for k, v in self.__dict__.items()
+            if k not in ("_decode", "_spilled", "event_ids", "_step")
+        }
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
@@ -180,12 +182,9 @@ class Verifier:
         for stream, hashes in other.signed_seen.items():
             for position, seen in hashes.items():
                 self.signed_seen.setdefault(stream, {}).setdefault(position, set()).update(seen)
-        self._anchored_hash.update(other._anchored_hash)
+        self.retained.absorb(other.retained)
         self._first_fed.update(other._first_fed)
         self.retained_from |= other.retained_from
-        self.began_before_retention += other.began_before_retention
-        self.retained_examples = (self.retained_examples + other.retained_examples)[:EXAMPLES]
-        self.prefix_findings += other.prefix_findings
         for stamp in (other.first_timestamp, other.last_timestamp):
             if stamp is not None:
                 self.stamped(stamp)
@@ -201,11 +200,17 @@ class Verifier:
             where = message_where(repeat.repeat[1] or 0, repeat.repeat[2] or 0)
             where["event_id"] = repeat.event_id
             if repeat.repeat[0] == repeat.first[0]:
-                self.duplicates.append(Finding(
-                    "duplicate", "the same event stored again (same content)", where))
+                self.duplicates.append(
+                    Finding("duplicate", "the same event stored again (same content)", where)
+                )
             else:
-                self.findings.append(Finding("content_changed", "an event id seen before "
-                                             "comes back with other content", where))
+                self.findings.append(
+                    Finding(
+                        "content_changed",
+                        "an event id seen before comes back with other content",
+                        where,
+                    )
+                )
 
     def __enter__(self) -> Verifier:
         return self
@@ -234,8 +239,9 @@ class Verifier:
             feed_batch(self, self._step, batch)
             return
         for msg in batch:
-            self.feed(msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value(),
-                      msg.timestamp()[1])
+            self.feed(
+                msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value(), msg.timestamp()[1]
+            )
 
     def feed(
         self,
@@ -256,28 +262,45 @@ class Verifier:
             decoded = self._decode(value)
         except SerializationError as exc:
             self.undecodable.append(
-                Finding("undecodable", str(exc), message_where(partition, offset)))
+                Finding("undecodable", str(exc), message_where(partition, offset))
+            )
             return
         if self.event_window is not None and not self._in_window(decoded.event):
             self.outside_window += 1
             return
         held = len(self.tracker)
         try:
-            result = self.tracker.observe(decoded.event, value or b"", partition=partition,
-                                          offset=offset)
+            result = self.tracker.observe(
+                decoded.event, value or b"", partition=partition, offset=offset
+            )
         except (KeyError, TypeError, ValueError) as exc:
             self.not_a_turn(exc, partition, offset)
             return
-        self.conclude(partition, offset, key, value, decoded=decoded, result=result,
-                      opened=len(self.tracker) != held)
+        self.conclude(
+            partition,
+            offset,
+            key,
+            value,
+            decoded=decoded,
+            result=result,
+            opened=len(self.tracker) != held,
+        )
 
     def not_a_turn(self, exc: Exception, partition: int, offset: int) -> None:
-        self.undecodable.append(Finding("undecodable", f"not a TurnEvent: {exc!r}",
-                                        message_where(partition, offset)))
+        self.undecodable.append(
+            Finding("undecodable", f"not a TurnEvent: {exc!r}", message_where(partition, offset))
+        )
 
     def conclude(
-        self, partition: int, offset: int, key: bytes | None, value: bytes | None, *,
-        decoded: DecodedTurnEvent, result: TrackResult, opened: bool,
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        decoded: DecodedTurnEvent,
+        result: TrackResult,
+        opened: bool,
     ) -> None:
         """What a placed message adds (``opened``: its placement opened a stream)."""
         event = decoded.event
@@ -287,19 +310,44 @@ class Verifier:
             self.not_a_turn(exc, partition, offset)
             return
         stream: StreamId = result.stream  # the tracker's: not built a second time per turn
-        if (opened and result.sequence > 0 and partition in self.retained_from
-                and self._start_gaps and result.counts_as_turn):
-            self._began_earlier(stream, event, partition, offset, result.sequence)
+        if (
+            opened
+            and result.sequence > 0
+            and partition in self.retained_from
+            and self._start_gaps
+            and result.counts_as_turn
+        ):
+            self.retained.first_seen_past_zero(
+                stream,
+                str(event.get("prev_hash") or ""),
+                Where(
+                    partition=partition,
+                    offset=offset,
+                    session_id=stream[0],
+                    producer_id=stream[1],
+                    position=result.sequence,
+                ),
+            )
         # Contract 6's check only for a key that is not the session id's text (rare).
         key_breach = None if key == stream[0].encode() else check_key(key, event)
         recorded = event.get("breaches") or ()
-        ordinary = (result.outcome is TurnOutcome.NEW and result.chain_break is None
-                    and key_breach is None and not breaches and not recorded)
+        ordinary = (
+            result.outcome is TurnOutcome.NEW
+            and result.chain_break is None
+            and key_breach is None
+            and not breaches
+            and not recorded
+        )
         if not ordinary:
             # Where a finding is: built only for the few messages that have one.
-            where = Where(partition=partition, offset=offset, session_id=stream[0],
-                          producer_id=stream[1], position=result.sequence,
-                          event_id=event["event_id"])
+            where = Where(
+                partition=partition,
+                offset=offset,
+                session_id=stream[0],
+                producer_id=stream[1],
+                position=result.sequence,
+                event_id=event["event_id"],
+            )
             self._report(result, key_breach, breaches, where)
             if result.counts_as_turn and (breaches or recorded):
                 self._breaching(event, breaches, recorded, where)
@@ -312,16 +360,18 @@ class Verifier:
         self.counts.add(event, decoded.writer_version)
 
     def _keep_hashes(self, stream: StreamId, sequence: int, value: bytes | None) -> None:
-        anchor = self.anchors.get(stream)
-        if anchor is not None and anchor[0] == sequence:
-            self._anchored_hash[stream] = chain_hash(value or b"")
+        self.retained.keep(stream, sequence, value)
         wanted = self._signed.get(stream)
         if wanted is not None and sequence in wanted:
             self.signed_seen.setdefault(stream, {}).setdefault(sequence, set()).add(
-                chain_hash(value or b""))
+                chain_hash(value or b"")
+            )
 
     def _report(
-        self, result: TrackResult, key_breach: Breach | None, breaches: list[Breach],
+        self,
+        result: TrackResult,
+        key_breach: Breach | None,
+        breaches: list[Breach],
         where: Where,
     ) -> None:
         if key_breach is not None:
@@ -331,10 +381,14 @@ class Verifier:
             self.redeliveries += 1
         elif result.outcome is TurnOutcome.DUPLICATE:
             self.duplicates.append(
-                Finding("duplicate", "the same event stored again (same content)", where))
+                Finding("duplicate", "the same event stored again (same content)", where)
+            )
 
     def _breaching(
-        self, event: Mapping[str, Any], breaches: list[Breach], recorded: Sequence[str],
+        self,
+        event: Mapping[str, Any],
+        breaches: list[Breach],
+        recorded: Sequence[str],
         where: Where,
     ) -> None:
         """A turn that broke a contract: counted as a turn (by ``feed``) and listed here."""
@@ -346,38 +400,9 @@ class Verifier:
         self.breaches_by_contract.update(details.keys())
         listed = Where(**where)
         listed["pack"] = pack
-        self.breaching.append(Finding(
-            "breaching_turn", "; ".join(f"{c}: {d}" for c, d in details.items()), listed))
-
-    def _began_earlier(
-        self, stream: StreamId, event: Mapping[str, object], partition: int, offset: int,
-        sequence: int,
-    ) -> None:
-        """A stream first seen past position 0 in a partition read from a moved log start:
-        it began before retention, unless an anchor proves its earlier head and the
-        positions after that head are gone (a prefix deleted before anyone proved it)."""
-        where = Where(partition=partition, offset=offset, session_id=stream[0],
-                      producer_id=stream[1], position=sequence)
-        anchor = self.anchors.get(stream)
-        if anchor is not None and sequence > anchor[0] + 1:
-            gone = list(range(anchor[0] + 1, sequence))
-            where["positions"] = gone[:EXAMPLES]
-            self.prefix_findings.append(Finding(
-                "truncated", f"{len(gone)} position(s) after the head an earlier report proved "
-                f"({anchor[0]}) are gone from the start of the retained log: "
-                f"{positions_text(gone)}", where))
-            return
-        if (anchor is not None and sequence == anchor[0] + 1 and stream[1] != LEGACY_PRODUCER
-                and (event.get("prev_hash") or "") != anchor[1]):
-            self.prefix_findings.append(Finding(
-                "rewritten", f"the first retained position {sequence} does not chain to the "
-                f"head an earlier report proved ({anchor[0]})", where))
-            return
-        self.began_before_retention += 1
-        if len(self.retained_examples) < EXAMPLES:
-            self.retained_examples.append(RetainedJson(
-                session_id=stream[0], producer_id=stream[1], partition=partition,
-                offset=offset, position=sequence))
+        self.breaching.append(
+            Finding("breaching_turn", "; ".join(f"{c}: {d}" for c, d in details.items()), listed)
+        )
 
     def holds(self, stream: StreamId) -> bool:
         """Whether a turn of ``stream`` was placed (a message whose event id was seen before
@@ -405,42 +430,18 @@ class Verifier:
             after = (page[-1][0], page[-1][1])
 
     def anchors_expired(self) -> int:
-        """Anchored streams with no event left, in a range read from a moved log start:
-        retention may have taken the whole stream (reported, not a finding)."""
-        if not self.retained_from:
-            return 0
-        return sum(1 for stream in self.anchors if not self.holds(stream))
+        """Anchored streams with no event left, in a range read from a moved log start."""
+        return self.retained.expired(self.holds) if self.retained_from else 0
 
     def anchor_findings(self) -> list[Finding]:
-        found = list(self.prefix_findings)
-        for stream, (position, digest) in sorted(self.anchors.items()):
-            head = self.tracker.head(*stream)  # this stream's alone: no table of every head
-            where = stream_where(stream)
-            where["position"] = position
-            if not self.holds(stream):
-                if self.retained_from:
-                    continue  # counted by anchors_expired
-                found.append(Finding("anchor_absent", "a stream an earlier report anchored has "
-                                     "no event in this range", where))
-            elif head is not None and head[0] < position:
-                found.append(Finding(
-                    "truncated", f"the stream ends at position {head[0]}, an earlier "
-                    f"report saw it reach {position}", where))
-            elif stream in self._anchored_hash and self._anchored_hash[stream] != digest:
-                found.append(Finding("rewritten", f"position {position} has another chain hash "
-                                     "than an earlier report saw", where))
-        return found
+        return self.retained.findings(
+            self.holds,
+            lambda stream: self.tracker.head(*stream),
+            retained_from_moved_start=bool(self.retained_from),
+        )
 
     def lost(self) -> list[Finding]:
-        found = []
-        for stream, positions in sorted(self.tracker.missing().items()):
-            where = stream_where(stream)
-            where["positions"] = positions[:EXAMPLES]
-            found.append(Finding(
-                "lost", f"{len(positions)} position(s) never arrived: {positions_text(positions)}",
-                where))
-        return found
+        return lost_findings(self.tracker.missing())
 
     def lost_positions(self) -> int:
         return sum(len(p) for p in self.tracker.missing().values())
-

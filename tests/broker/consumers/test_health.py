@@ -77,5 +77,3 @@ def _answers(port: int) -> bool:
     except OSError:
         return False
     return True
-
-

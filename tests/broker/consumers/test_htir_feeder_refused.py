@@ -103,7 +103,9 @@ def stream_plan(oversized: tuple[int, ...], sharing: tuple[int, ...]) -> list[Se
 
 
 def held_at(
-    sessions: list[Session], refused: set[str], turns: dict[str, list[tuple[int, int]]],
+    sessions: list[Session],
+    refused: set[str],
+    turns: dict[str, list[tuple[int, int]]],
     end: dict[int, int],
 ) -> dict[int, int]:
     """Where the group's committed offsets must stop: on each partition, the
@@ -184,7 +186,8 @@ def log_lines(path: Path) -> list[dict[str, Any]]:
 def not_stored(path: Path) -> list[dict[str, Any]]:
     """The feeder's error line for each trace refused for good."""
     return [
-        line for line in log_lines(path)
+        line
+        for line in log_lines(path)
         if line.get("event") == "htir_trace_not_stored" and line.get("level") == "error"
     ]
 
@@ -192,7 +195,8 @@ def not_stored(path: Path) -> list[dict[str, Any]]:
 def retried_alone(path: Path) -> list[dict[str, Any]]:
     """The feeder's warning for each trace refused as too large and produced again alone."""
     return [
-        line for line in log_lines(path)
+        line
+        for line in log_lines(path)
         if line.get("event") == "htir_trace_not_stored" and line.get("alone") is True
     ]
 
@@ -242,8 +246,12 @@ class TestATraceRefusedForGood:
     @pytest.mark.parametrize(
         ("oversized", "sharing"),
         [((0,), ()), ((2,), ()), ((0, 4), ()), ((2,), (3,))],
-        ids=["first-session", "middle-session", "first-and-last-session",
-             "middle-session-sharing-its-batch"],
+        ids=[
+            "first-session",
+            "middle-session",
+            "first-and-last-session",
+            "middle-session-sharing-its-batch",
+        ],
     )
     def test_is_said_once_holds_its_turns_and_lands_after_a_restart(
         self,

@@ -45,5 +45,3 @@ def test_n_simulated_events_give_exactly_n_distinct_event_ids(
     assert len({line["event_id"] for line in lines}) == truth.events
     assert sum(line["refusal_emitted"] for line in lines) == truth.refused
     assert sum(line["hedge_injected"] for line in lines) == truth.hedged
-
-

@@ -66,5 +66,3 @@ def test_counters_equal_the_simulators_truth_per_pack_and_output_policy(
         assert sample_total(registry, "turnaudit_action_risk_total", risk_tier=tier) == n
     for version, n in truth.by_schema_version.items():
         assert sample_total(registry, "turnaudit_turns_total", schema_version=str(version)) == n
-
-

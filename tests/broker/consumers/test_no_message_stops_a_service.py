@@ -47,8 +47,9 @@ def around(settings: KafkaSettings, bad: list[bytes], *, valid: int = 20) -> Non
     half = valid // 2
     values = events[:half] + bad + events[half:]
     # Idempotent: a retried batch (a new topic's leader not known yet) keeps its place.
-    producer = Producer(settings.client_config(
-        **{"message.max.bytes": 2_000_000, "enable.idempotence": True}))
+    producer = Producer(
+        settings.client_config(**{"message.max.bytes": 2_000_000, "enable.idempotence": True})
+    )
     for value in values:
         producer.produce(settings.topics.turn_events, value, SESSION.encode())
     assert producer.flush(30) == 0

@@ -36,8 +36,11 @@ from turnaudit.settings import KafkaSettings
 pytestmark = pytest.mark.broker
 
 EVENT_NAME = "gen_ai.evaluation.result"
-GENAI_NAMES = ("gen_ai.evaluation.name", "gen_ai.evaluation.score.value",
-               "gen_ai.evaluation.score.label")
+GENAI_NAMES = (
+    "gen_ai.evaluation.name",
+    "gen_ai.evaluation.score.value",
+    "gen_ai.evaluation.score.label",
+)
 
 
 def events_on_topic(settings: KafkaSettings) -> dict[str, dict[str, Any]]:
@@ -73,12 +76,21 @@ def every_turn_exported(
 ) -> Callable[[], bool]:
     """Every verdict of every turn (of ``among``, or all) written by the collector: a
     turn's records may span two export requests, and the file is flushed every second."""
-    wanted = {(event_id, name) for event_id, event in events.items()
-              if among is None or event_id in among for name in verdict_names(event)}
+    wanted = {
+        (event_id, name)
+        for event_id, event in events.items()
+        if among is None or event_id in among
+        for name in verdict_names(event)
+    }
 
     def done() -> bool:
-        seen = {(str(r.attributes.get("turnaudit.event_id")),
-                 str(r.attributes.get("gen_ai.evaluation.name"))) for r in collector.records()}
+        seen = {
+            (
+                str(r.attributes.get("turnaudit.event_id")),
+                str(r.attributes.get("gen_ai.evaluation.name")),
+            )
+            for r in collector.records()
+        }
         return seen >= wanted
 
     return done
@@ -102,7 +114,9 @@ def check_records(events: dict[str, dict[str, Any]], records: list[LogRecord]) -
             assert record.resource["service.name"] == "turnaudit-otel-sink"
             if context is not None:  # the span the runtime had, exactly
                 assert (record.trace_id, record.span_id) == (
-                    context["trace_id"], context["span_id"])
+                    context["trace_id"],
+                    context["span_id"],
+                )
             else:
                 assert record.trace_id == ""
             if model is not None:
@@ -131,7 +145,8 @@ def test_sigkill_and_restart_of_the_service_over_http_loses_no_turn(
             TURNAUDIT_GROUP_INSTANCE_ID="otel-1",  # the restart takes its partitions back at once
         )
         publisher = threading.Thread(
-            target=publish_simulated, args=(kafka_settings, 1500, tmp_path / "spool"))
+            target=publish_simulated, args=(kafka_settings, 1500, tmp_path / "spool")
+        )
         with service_process("otel", env, tmp_path / "first.log") as first:
             assert wait_for(lambda: bool(assigned(env)))
             publisher.start()  # killed while it consumes a stream still being written
@@ -156,8 +171,10 @@ def test_sigkill_and_restart_of_the_service_over_http_loses_no_turn(
     # A turn exported twice (read again after the kill) is the same record twice.
     copies: dict[tuple[str, str], set[str]] = defaultdict(set)
     for record in records:
-        key = (str(record.attributes["turnaudit.event_id"]),
-               str(record.attributes["gen_ai.evaluation.name"]))
+        key = (
+            str(record.attributes["turnaudit.event_id"]),
+            str(record.attributes["gen_ai.evaluation.name"]),
+        )
         copies[key].add(without_delivery_marks(record))
     assert all(len(kinds) == 1 for kinds in copies.values())
 
@@ -202,7 +219,8 @@ def test_a_killed_worker_over_grpc_loses_no_turn_and_its_reread_turns_are_flagge
         # Enough turns that the kill, once 500 are exported, lands mid-stream: with 3,000 a
         # fast machine exported them all between two polls of the collector.
         publisher = threading.Thread(
-            target=publish_simulated, args=(kafka_settings, TURNS, tmp_path / "spool"))
+            target=publish_simulated, args=(kafka_settings, TURNS, tmp_path / "spool")
+        )
         argv = ["--log-level", "INFO", "sink", "otel", "--workers", "2"]
         with turnaudit_process(argv, env, tmp_path / "workers.log") as service:
             assert wait_for(lambda: workers_hold_partitions(port, 2), timeout=90)
@@ -229,11 +247,14 @@ def test_a_killed_worker_over_grpc_loses_no_turn_and_its_reread_turns_are_flagge
     # A flag is never false news: a flagged turn was exported before, unflagged.
     first_copies = {
         (str(r.attributes["turnaudit.event_id"]), str(r.attributes["gen_ai.evaluation.name"]))
-        for r in records if r.attributes["turnaudit.redelivered"] is False
+        for r in records
+        if r.attributes["turnaudit.redelivered"] is False
     }
     for record in flagged:
-        assert (str(record.attributes["turnaudit.event_id"]),
-                str(record.attributes["gen_ai.evaluation.name"])) in first_copies
+        assert (
+            str(record.attributes["turnaudit.event_id"]),
+            str(record.attributes["gen_ai.evaluation.name"]),
+        ) in first_copies
 
 
 def test_a_collector_outage_holds_the_turns_until_it_is_back(
@@ -275,6 +296,8 @@ def test_a_collector_outage_holds_the_turns_until_it_is_back(
             records = after.records()
     assert exported_before == set(first)
     # Every turn published during the outage reached the collector once it was back.
-    check_records({k: v for k, v in events.items() if k in during},
-                  [r for r in records if r.attributes["turnaudit.event_id"] in during])
+    check_records(
+        {k: v for k, v in events.items() if k in during},
+        [r for r in records if r.attributes["turnaudit.event_id"] in during],
+    )
     assert "sink_write_failed" in (tmp_path / "service.log").read_text()

@@ -68,8 +68,9 @@ def test_poison_messages_go_to_the_dlq_with_their_reason_and_the_service_keeps_c
         produce_raw(kafka_settings, [(k, v) for k, (v, _) in poison.items()])
         # Turns an outside producer wrote in breach of a contract: flagged and counted.
         breaching = breaking_events()
-        produce_raw(kafka_settings, [(e["session_id"].encode(), encode(e))
-                                     for e in breaching.values()])
+        produce_raw(
+            kafka_settings, [(e["session_id"].encode(), encode(e)) for e in breaching.values()]
+        )
         truth = publish_simulated(kafka_settings, 2000, tmp_path / "spool")
         end = end_offsets(kafka_settings, kafka_settings.topics.turn_events)
         assert wait_for(consumed_everything(service, end))
@@ -108,8 +109,15 @@ def test_poison_messages_go_to_the_dlq_with_their_reason_and_the_service_keeps_c
         assert total(samples, "turnaudit_contract_breaches_total", contract=contract) == 1
     # The hedged refusal is a refusal of its pack, counted as one.
     both = breaching["contract:refusal_hedge_exclusive"]
-    assert total(samples, "turnaudit_contract_breaches_total", pack=both["pack_id"],
-                 contract="refusal_hedge_exclusive") == 1
+    assert (
+        total(
+            samples,
+            "turnaudit_contract_breaches_total",
+            pack=both["pack_id"],
+            contract="refusal_hedge_exclusive",
+        )
+        == 1
+    )
     assert total(samples, "turnaudit_consumer_messages_total", outcome="dead_lettered") == len(
         poison
     )
@@ -291,5 +299,3 @@ def test_metrics_and_healthz_over_http_and_lag_per_partition(kafka_settings: Kaf
     assert missing == 404
     assert not service.health.liveness().ok  # stopped
     assert not service.health.readiness().ok
-
-

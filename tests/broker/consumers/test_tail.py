@@ -22,11 +22,6 @@ from turnaudit.settings import KafkaSettings
 pytestmark = pytest.mark.broker
 
 
-
-
-
-
-
 def run_tail(
     settings: KafkaSettings, **options: object
 ) -> tuple[io.StringIO, threading.Event, threading.Thread, threading.Event]:

@@ -75,8 +75,6 @@ def health(port: int) -> tuple[int, dict[str, Any]]:
     return code, json.loads(body)
 
 
-
-
 def settled(port: int, workers: int) -> bool:
     """Every partition held, by every one of ``workers`` workers, none twice."""
     states = health(port)[1].get("worker_states", [])
@@ -325,17 +323,3 @@ def test_workers_of_a_killed_supervisor_drain_and_leave(
     log = (tmp_path / "orphans.log").read_text()
     assert log.count('"worker_orphaned"') == 2
     assert log.count('"consumer_stopped"') == 2
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -30,13 +30,25 @@ def test_the_reading_example_prints_every_turn(
     env["KAFKA_BOOTSTRAP_SERVERS"] = kafka_settings.bootstrap_servers or ""
     env["TURNAUDIT_TOPIC_PREFIX"] = kafka_settings.topics.prefix
     published = run_turnaudit(
-        "simulate", "--events", "150", "--seed", "5", "--spool-dir", str(tmp_path / "spool"),
-        env=env, timeout=120,
+        "simulate",
+        "--events",
+        "150",
+        "--seed",
+        "5",
+        "--spool-dir",
+        str(tmp_path / "spool"),
+        env=env,
+        timeout=120,
     )
     assert published.returncode == 0, published.stderr
     ran = subprocess.run(
-        [sys.executable, str(EXAMPLE)], env=env, capture_output=True, text=True, check=False,
-        timeout=120, cwd=tmp_path,
+        [sys.executable, str(EXAMPLE)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert ran.returncode == 0, ran.stderr
     *turns, summary = [json.loads(line) for line in ran.stdout.splitlines()]

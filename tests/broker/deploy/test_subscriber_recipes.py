@@ -31,14 +31,6 @@ def python_recipe() -> str:
     return blocks[0]
 
 
-
-
-
-
-
-
-
-
 def test_the_python_recipe_reads_every_version_without_the_project(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:

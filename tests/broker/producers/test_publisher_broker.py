@@ -325,8 +325,9 @@ def test_journal_mode_from_four_threads_delivers_each_turn_once_in_order(
     ids: list[str] = []
 
     def runtime(seed: int) -> None:
-        for i, event in enumerate(TurnRuntimeSimulator(seed, schema_versions=(3,),
-                                                       concurrent_sessions=5).events(150)):
+        for i, event in enumerate(
+            TurnRuntimeSimulator(seed, schema_versions=(3,), concurrent_sessions=5).events(150)
+        ):
             event["occurred_at"] = base + i
             ids.append(publisher.publish(event))
 

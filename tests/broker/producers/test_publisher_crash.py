@@ -41,8 +41,11 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaB
 def test_a_crash_under_a_hung_broker_is_counted_to_the_turn(
     own_broker: LocalKafkaBroker, tmp_path: Path
 ) -> None:
-    settings = KafkaSettings(bootstrap_servers=own_broker.bootstrap_servers,
-                             topics=TopicNames(f"c-{uuid.uuid4().hex[:8]}."), partitions=3)
+    settings = KafkaSettings(
+        bootstrap_servers=own_broker.bootstrap_servers,
+        topics=TopicNames(f"c-{uuid.uuid4().hex[:8]}."),
+        partitions=3,
+    )
     ensure_topics(settings)
     spool = tmp_path / "spool"
     env = {**os.environ, "TURNAUDIT_MAX_UNACKED_S": "60"}  # keep them in memory: the crash case
@@ -53,8 +56,7 @@ def test_a_crash_under_a_hung_broker_is_counted_to_the_turn(
     assert spooled == 0
     successor = TurnEventPublisher(settings, spool_dir=spool, probe_interval=0.2)
     successor.close(timeout=20)
-    report = run_verify(settings, TurnEventDeserializer(shipped_catalog()), RangeSpec(),
-                        timeout=60)
+    report = run_verify(settings, TurnEventDeserializer(shipped_catalog()), RangeSpec(), timeout=60)
     ends = report.as_json()["stream_ends"]
     on_topic = report.verifier.counts.turns
     # Exact: the child waited a second (five head intervals) after its last turn.
@@ -66,7 +68,8 @@ def test_a_crash_under_a_hung_broker_is_counted_to_the_turn(
     assert ends["ended_cleanly"] == 0
     assert not report.ok
     assert report.as_json()["unexplained_by_kind"]["lost_in_crash"] == sum(
-        1 for s in ends["cut_streams"] if s["lost_in_crash"])
+        1 for s in ends["cut_streams"] if s["lost_in_crash"]
+    )
 
 
 def test_in_journal_mode_a_crash_under_a_hung_broker_loses_nothing(
@@ -76,8 +79,11 @@ def test_in_journal_mode_a_crash_under_a_hung_broker_loses_nothing(
     were fsynced to the journal first; the successor re-sends them from it, and
     verify counts every turn once (a re-sent copy the broker had taken already has
     the same event id)."""
-    settings = KafkaSettings(bootstrap_servers=own_broker.bootstrap_servers,
-                             topics=TopicNames(f"j-{uuid.uuid4().hex[:8]}."), partitions=3)
+    settings = KafkaSettings(
+        bootstrap_servers=own_broker.bootstrap_servers,
+        topics=TopicNames(f"j-{uuid.uuid4().hex[:8]}."),
+        partitions=3,
+    )
     ensure_topics(settings)
     spool = tmp_path / "spool"
     env = {**os.environ, "TURNAUDIT_MAX_UNACKED_S": "60", "TURNAUDIT_PUBLISH_JOURNAL": "1"}
@@ -93,8 +99,7 @@ def test_in_journal_mode_a_crash_under_a_hung_broker_loses_nothing(
     report_closed = successor.close(timeout=60)
     assert report_closed.ok, report_closed
     assert not list((spool / "journal").iterdir())  # recovered into the spool, then sent
-    report = run_verify(settings, TurnEventDeserializer(shipped_catalog()), RangeSpec(),
-                        timeout=60)
+    report = run_verify(settings, TurnEventDeserializer(shipped_catalog()), RangeSpec(), timeout=60)
     ends = report.as_json()["stream_ends"]
     assert ends["lost_in_crash"] == 0
     assert report.verifier.counts.turns == published  # each turn once, copies or not
@@ -102,15 +107,29 @@ def test_in_journal_mode_a_crash_under_a_hung_broker_loses_nothing(
 
 
 def crash_while_hung(
-    own_broker: LocalKafkaBroker, settings: KafkaSettings, spool: Path, seed: int,
+    own_broker: LocalKafkaBroker,
+    settings: KafkaSettings,
+    spool: Path,
+    seed: int,
     env: dict[str, str],
 ) -> tuple[list[str], list[str]]:
     """A publisher process hands on 40 turns (delivered), the broker's JVM is
     SIGSTOPped, it hands on 60 more and is SIGKILLed: its two status lines."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.crash_part", settings.bootstrap_servers,
-         settings.topics.prefix, str(spool), str(seed)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT_ROOT, env=env,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.crash_part",
+            settings.bootstrap_servers,
+            settings.topics.prefix,
+            str(spool),
+            str(seed),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=PROJECT_ROOT,
+        env=env,
     )
     assert child.stdin is not None
     assert child.stdout is not None

@@ -179,7 +179,10 @@ def test_broker_down_then_back(
 ) -> None:
     registry = CollectorRegistry()
     publisher = TurnEventPublisher(
-        own_settings, spool_dir=tmp_path / "spool", registry=registry, probe_interval=0.2,
+        own_settings,
+        spool_dir=tmp_path / "spool",
+        registry=registry,
+        probe_interval=0.2,
         max_unacked_s=0,  # librdkafka's outage path alone, as in the test below
     )
     runtime = Runtime(publisher, seed=32)
@@ -215,7 +218,10 @@ def test_broker_down_and_disk_full_at_once(
     # it, and the turns it moves may come back as same-id duplicates, which is its
     # own contract (test_turns_aged_out_of_a_hung_broker_onto_a_full_disk_stay_in_memory).
     publisher = TurnEventPublisher(
-        own_settings, spool_dir=spool, registry=registry, probe_interval=0.2,
+        own_settings,
+        spool_dir=spool,
+        registry=registry,
+        probe_interval=0.2,
         max_unacked_s=0,
     )
     runtime = Runtime(publisher, seed=33)
@@ -380,7 +386,10 @@ def test_turns_aged_out_of_a_hung_broker_onto_a_full_disk_stay_in_memory(
     instead of being lost, and are delivered once the broker answers."""
     registry = CollectorRegistry()
     publisher = TurnEventPublisher(
-        own_settings, spool_dir=small_fs / "spool", registry=registry, probe_interval=0.2,
+        own_settings,
+        spool_dir=small_fs / "spool",
+        registry=registry,
+        probe_interval=0.2,
         max_unacked_s=1.0,
     )
     runtime = Runtime(publisher, seed=41)

@@ -33,5 +33,3 @@ def test_tail_with_a_bad_time_is_one_line_and_exit_2(capsys: pytest.CaptureFixtu
         build_parser().parse_args(["tail", "--from", "yesterday"])
     assert exit_.value.code == 2
     assert "not an ISO 8601 time" in capsys.readouterr().err
-
-

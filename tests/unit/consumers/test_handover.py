@@ -29,8 +29,9 @@ KINDS = ("valid", "breach", "rejected", "raises")
 PLACED = TrackResult(TurnOutcome.NEW, ("s", "p"), 0)
 
 
-def examine_by_kind(value: bytes | None, key: bytes | None, topic: str, partition: int,
-                    offset: int) -> ConsumedTurn | Rejection:
+def examine_by_kind(
+    value: bytes | None, key: bytes | None, topic: str, partition: int, offset: int
+) -> ConsumedTurn | Rejection:
     """A validation whose verdict is written in the record's value."""
     kind = (value or b"").decode()
     if kind == "raises":
@@ -38,8 +39,14 @@ def examine_by_kind(value: bytes | None, key: bytes | None, topic: str, partitio
     if kind == "rejected":
         return Rejection(DeadLetterReason.UNKNOWN_FRAMING, "no framing")
     breaches = ("stub_fields: stub",) if kind == "breach" else ()
-    return ConsumedTurn(None, PLACED, topic, partition, offset,  # type: ignore[arg-type]
-                        breaches)
+    return ConsumedTurn(
+        None,
+        PLACED,
+        topic,
+        partition,
+        offset,  # type: ignore[arg-type]
+        breaches,
+    )
 
 
 def _numbered(rows: list[tuple[int, str]]) -> list[StoredRecord]:
@@ -53,9 +60,9 @@ def _numbered(rows: list[tuple[int, str]]) -> list[StoredRecord]:
     return out
 
 
-records_strategy = st.lists(
-    st.tuples(st.integers(0, 3), st.sampled_from(KINDS)), max_size=60
-).map(_numbered)
+records_strategy = st.lists(st.tuples(st.integers(0, 3), st.sampled_from(KINDS)), max_size=60).map(
+    _numbered
+)
 
 
 @given(records=records_strategy)
@@ -69,7 +76,10 @@ def test_every_record_is_taken_or_rejected_as_the_model_says(
         rejected.append((record.partition() or 0, record.offset() or 0, rejection.reason))
 
     batch = hand_over(
-        records, examine_by_kind, lambda t: taken.append((t.partition, t.offset)), reject,
+        records,
+        examine_by_kind,
+        lambda t: taken.append((t.partition, t.offset)),
+        reject,
     )
     # The reference model, record by record.
     want_taken, want_rejected, next_offsets = [], [], {}
@@ -98,14 +108,15 @@ def test_real_validation_hands_breaching_turns_on_and_rejects_only_bad_bytes() -
     )
     valid = [turn("s-h", n, version=v) for v, n in ((1, 0), (2, 1), (3, 2))]
     breaches = breaking_events()
-    values = [encode(e) for e in valid] + [b"\x00garbage"] + [
-        encode(e) for e in breaches.values()
+    values = [encode(e) for e in valid] + [b"\x00garbage"] + [encode(e) for e in breaches.values()]
+    keys = (
+        [e["session_id"].encode() for e in valid]
+        + [b"x"]
+        + [e["session_id"].encode() for e in breaches.values()]
+    )
+    records = [
+        StoredRecord("t", 0, n, k, v) for n, (k, v) in enumerate(zip(keys, values, strict=True))
     ]
-    keys = [e["session_id"].encode() for e in valid] + [b"x"] + [
-        e["session_id"].encode() for e in breaches.values()
-    ]
-    records = [StoredRecord("t", 0, n, k, v) for n, (k, v) in enumerate(zip(keys, values,
-                                                                          strict=True))]
     taken: list[str] = []
     found: list[str] = []
     reasons: list[str] = []
@@ -115,7 +126,9 @@ def test_real_validation_hands_breaching_turns_on_and_rejects_only_bad_bytes() -
         found.extend(b.partition(":")[0] for b in t.breaches[:1])
 
     batch = hand_over(
-        records, validation.examine, take,
+        records,
+        validation.examine,
+        take,
         lambda _r, rejection: reasons.append(rejection.reason.value),
     )
     assert taken == [e["event_id"] for e in valid] + [e["event_id"] for e in breaches.values()]

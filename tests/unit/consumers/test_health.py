@@ -92,10 +92,6 @@ def test_an_unreachable_broker_is_reported_once_then_at_a_bounded_rate() -> None
     assert reported > 60 * 45 - 10 * 45
 
 
-
-
-
-
 def test_a_flapping_broker_makes_at_most_three_lines_per_interval() -> None:
     clock = Clock()
     h = health(clock, report_s=10.0)
@@ -109,14 +105,22 @@ def test_a_flapping_broker_makes_at_most_three_lines_per_interval() -> None:
     assert [e["event"] for e in logs][:2] == ["kafka_broker_unreachable", "kafka_broker_reachable"]
 
 
-DENIALS = {"GROUP_AUTHORIZATION_FAILED", "TOPIC_AUTHORIZATION_FAILED",
-           "CLUSTER_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-           "DELEGATION_TOKEN_AUTHORIZATION_FAILED"}
+DENIALS = {
+    "GROUP_AUTHORIZATION_FAILED",
+    "TOPIC_AUTHORIZATION_FAILED",
+    "CLUSTER_AUTHORIZATION_FAILED",
+    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    "DELEGATION_TOKEN_AUTHORIZATION_FAILED",
+}
 
 
 def every_kafka_error() -> list[ClientError]:
-    codes = {v for k, v in vars(KafkaError).items() if k.isupper() or k.startswith("_")
-             if isinstance(v, int) and not isinstance(v, bool)}
+    codes = {
+        v
+        for k, v in vars(KafkaError).items()
+        if k.isupper() or k.startswith("_")
+        if isinstance(v, int) and not isinstance(v, bool)
+    }
     return [client_error(KafkaError(code, "refused by the broker")) for code in sorted(codes)]
 
 

@@ -103,7 +103,11 @@ class FakeProducer:
     flushes: int = 0
 
     def produce(
-        self, topic: str, value: bytes | None, key: bytes | None = None, *,
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
         on_delivery: DeliveryCallback | None = None,
     ) -> None:
         self.queue.append(Sent(topic, value, key, on_delivery))
@@ -172,10 +176,15 @@ def stream(
         for step in range(steps):
             offset = next_offset.get(partition, 0)
             next_offset[partition] = offset + 1
-            turns.append(ConsumedTurn(
-                decoded_turn(n, step, steps - 1), SequenceCheck(SequenceOutcome.IN_ORDER),
-                TURNS, partition, offset,
-            ))
+            turns.append(
+                ConsumedTurn(
+                    decoded_turn(n, step, steps - 1),
+                    SequenceCheck(SequenceOutcome.IN_ORDER),
+                    TURNS,
+                    partition,
+                    offset,
+                )
+            )
     return tasks, turns
 
 
@@ -195,7 +204,8 @@ def settle(sink: HtirFeederSink, producer: FakeProducer, tasks: int) -> None:
 
 def refused_for_good(logs: Sequence[Mapping[str, Any]]) -> list[str]:
     return [
-        line["task_id"] for line in logs
+        line["task_id"]
+        for line in logs
         if line["event"] == "htir_trace_not_stored" and line["log_level"] == "error"
     ]
 
@@ -312,9 +322,7 @@ class TestDeliveryOutcomes:
         assert sink.held_offsets() == {}
 
     def test_refused_as_too_large_every_time_is_said_once_and_held(self) -> None:
-        producer = FakeProducer(
-            scripted({b"task-0": [Outcome.TOO_LARGE] * 50, b"task-1": []})
-        )
+        producer = FakeProducer(scripted({b"task-0": [Outcome.TOO_LARGE] * 50, b"task-1": []}))
         sink = feeder(producer)
         tasks, turns = stream([SMALL, SMALL], [1, 1])
         with capture_logs() as logs:

@@ -40,10 +40,15 @@ class LedgerModel(RuleBasedStateMachine):
             self.delivered.pop(p, None)
             self.stored.pop(p, None)
 
-    @rule(batch=st.dictionaries(PARTITIONS, OFFSETS, min_size=1),
-          held=st.none() | st.dictionaries(PARTITIONS, OFFSETS))
-    def batch_delivered_then_stored(self, batch: dict[int, int], held: dict[int, int] | None,
-                                    ) -> None:
+    @rule(
+        batch=st.dictionaries(PARTITIONS, OFFSETS, min_size=1),
+        held=st.none() | st.dictionaries(PARTITIONS, OFFSETS),
+    )
+    def batch_delivered_then_stored(
+        self,
+        batch: dict[int, int],
+        held: dict[int, int] | None,
+    ) -> None:
         """A batch the sink flushed: its offsets recorded, then what may be stored."""
         # A batch moves forward from where the partition was (the consumer's order).
         batch = {p: max(o, self.delivered.get(p, 0)) for p, o in batch.items()}
@@ -60,8 +65,9 @@ class LedgerModel(RuleBasedStateMachine):
         stored = self.ledger.to_store(held)
         self._check_stored(stored, self.delivered, held)
 
-    def _check_stored(self, stored: dict[int, int], candidates: dict[int, int],
-                      held: dict[int, int] | None) -> None:
+    def _check_stored(
+        self, stored: dict[int, int], candidates: dict[int, int], held: dict[int, int] | None
+    ) -> None:
         expected = {}
         for p, o in candidates.items():
             capped = min(o, held[p]) if held is not None and p in held else o
@@ -76,9 +82,11 @@ class LedgerModel(RuleBasedStateMachine):
 
     @rule(partitions=st.none() | PARTITION_SETS)
     def commit(self, partitions: set[int] | None) -> None:
-        wanted = self.stored if partitions is None else {
-            p: o for p, o in self.stored.items() if p in partitions
-        }
+        wanted = (
+            self.stored
+            if partitions is None
+            else {p: o for p, o in self.stored.items() if p in partitions}
+        )
         assert self.ledger.to_commit(partitions) == wanted
 
     @invariant()

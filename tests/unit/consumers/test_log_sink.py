@@ -148,8 +148,6 @@ def test_event_time_lines_carry_the_turns_time_and_render_the_same_bytes_twice(
         assert stamped == datetime.fromisoformat(line["occurred_at"])
 
 
-
-
 def simulated_turns(count: int) -> list[ConsumedTurn]:
     """Simulated turns of both schema versions, every kind, some redelivered, some non-ASCII."""
     sim = TurnRuntimeSimulator(5, schema_versions=(1, 2), concurrent_sessions=20)

@@ -50,8 +50,10 @@ def mock_cluster() -> Iterator[tuple[KafkaSettings, Producer]]:
     producer = Producer({"test.mock.num.brokers": 1, "log_level": 0})
     brokers = producer.list_topics(timeout=10).brokers.values()
     bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers)
-    yield KafkaSettings(bootstrap_servers=bootstrap, topics=TopicNames(f"m-{uuid.uuid4().hex[:8]}.")
-                        ), producer
+    yield (
+        KafkaSettings(bootstrap_servers=bootstrap, topics=TopicNames(f"m-{uuid.uuid4().hex[:8]}.")),
+        producer,
+    )
     producer.flush(5)
 
 
@@ -69,8 +71,10 @@ def test_every_turn_once_through_sink_failures_and_bad_bytes_dead_lettered(
     sink = FailingTwice()
     registry = CollectorRegistry()
     service = ConsumerService(
-        service_settings(settings, ServiceName.LOG_SINK, "g-mock"), sink,
-        registry=registry, serve_http=False,
+        service_settings(settings, ServiceName.LOG_SINK, "g-mock"),
+        sink,
+        registry=registry,
+        serve_http=False,
     )
     with running(service):
         assert wait_for(lambda: len(sink.ids) >= len(events), timeout=60)
@@ -86,9 +90,17 @@ def test_every_turn_once_through_sink_failures_and_bad_bytes_dead_lettered(
     dlq = KafkaConsumer(settings, settings.topics.dlq, READER)
     dlq.assign({p: 0 for p in range(PARTITIONS)})
     letters: list[dict[str, str]] = []
-    assert wait_for(lambda: bool(letters.extend(
-        read_dead_letter_headers(record_headers(r)) for r in dlq.consume(100, 0.2)
-    )) or len(letters) >= 3, timeout=30)
+    assert wait_for(
+        lambda: (
+            bool(
+                letters.extend(
+                    read_dead_letter_headers(record_headers(r)) for r in dlq.consume(100, 0.2)
+                )
+            )
+            or len(letters) >= 3
+        ),
+        timeout=30,
+    )
     dlq.close()
     assert len(letters) == 3
     assert {letter["topic"] for letter in letters} == {settings.topics.turn_events}

@@ -93,7 +93,8 @@ def test_delay_from_the_turns_time_to_counted_is_observed() -> None:
     sink = VerdictMetricsSink(
         MetricsSettings(), registry, clock=lambda: occurred.timestamp() + 0.04
     )
-    deliver(sink,
+    deliver(
+        sink,
         [
             consumed(
                 turn(
@@ -102,7 +103,7 @@ def test_delay_from_the_turns_time_to_counted_is_observed() -> None:
                 )
                 | {"occurred_at": int(occurred.timestamp() * 1000)}
             )
-        ]
+        ],
     )
     assert (
         registry.get_sample_value("turnaudit_turn_count_delay_seconds_bucket", {"le": "0.03"}) == 0
@@ -110,8 +111,6 @@ def test_delay_from_the_turns_time_to_counted_is_observed() -> None:
     assert (
         registry.get_sample_value("turnaudit_turn_count_delay_seconds_bucket", {"le": "0.05"}) == 1
     )
-
-
 
 
 def test_a_batch_counts_exactly_what_its_turns_say_per_label_set() -> None:

@@ -53,14 +53,16 @@ def simulated(seed: int, count: int, versions: tuple[int, ...] = VERSIONS) -> li
     events = []
     for i, event in enumerate(TurnRuntimeSimulator(seed, schema_versions=versions).events(count)):
         stamped = dict(event)
-        stamped.update(event_id=f"e-{seed}-{i}", sequence=i, producer_id=f"p-{seed}",
-                       prev_hash="0" * 64)
+        stamped.update(
+            event_id=f"e-{seed}-{i}", sequence=i, producer_id=f"p-{seed}", prev_hash="0" * 64
+        )
         events.append(stamped)
     return events
 
 
-def consumed(event: dict[str, Any], outcome: TurnOutcome = TurnOutcome.NEW,
-             *, redriven: bool = False) -> ConsumedTurn:
+def consumed(
+    event: dict[str, Any], outcome: TurnOutcome = TurnOutcome.NEW, *, redriven: bool = False
+) -> ConsumedTurn:
     version = event["verdicts"]["schema_version"]
     decoded = DECODE(SingleObjectSerializer(CATALOG.version(version))(event))
     placement = TrackResult(outcome, ("p", "s"), event["sequence"])  # type: ignore[arg-type]
@@ -101,8 +103,12 @@ def check_bounded(record: EvaluationRecord) -> None:
 
 class TestSimulatedTurns:
     @settings(max_examples=40, deadline=None)
-    @given(seed=st.integers(0, 10_000), count=st.integers(1, 40),
-           outcome=st.sampled_from(list(TurnOutcome)), redriven=st.booleans())
+    @given(
+        seed=st.integers(0, 10_000),
+        count=st.integers(1, 40),
+        outcome=st.sampled_from(list(TurnOutcome)),
+        redriven=st.booleans(),
+    )
     def test_one_record_per_named_verdict_typed_bounded_and_parented(
         self, seed: int, count: int, outcome: TurnOutcome, redriven: bool
     ) -> None:
@@ -165,8 +171,9 @@ class TestSimulatedTurns:
             bundle = event["verdicts"]
             refused = by_name[REFUSAL]
             assert refused[SCORE_VALUE] == float(bundle["refusal_emitted"])
-            assert refused[SCORE_LABEL] == ("refused" if bundle["refusal_emitted"] else
-                                            "not_refused")
+            assert refused[SCORE_LABEL] == (
+                "refused" if bundle["refusal_emitted"] else "not_refused"
+            )
             assert by_name[HEDGE][SCORE_VALUE] == float(bundle["hedge_injected"])
             safety = bundle["safety_verdict"]
             if safety is not None:
@@ -178,14 +185,20 @@ class TestSimulatedTurns:
             if action is not None:
                 risk = by_name[ACTION_RISK]
                 assert risk[SCORE_LABEL] == action["action_risk_verdict"].lower()
-                assert risk[SCORE_VALUE] == {"SEAL": 1.0, "HOLD": 0.5, "VOID": 0.0}[
-                    action["action_risk_verdict"]]
+                assert (
+                    risk[SCORE_VALUE]
+                    == {"SEAL": 1.0, "HOLD": 0.5, "VOID": 0.0}[action["action_risk_verdict"]]
+                )
 
 
 class TestMutatedTurns:
     @settings(max_examples=60, deadline=None)
-    @given(seed=st.integers(0, 1000), trace_id=st.text(max_size=40),
-           span_id=st.text(max_size=20), flags=st.integers(0, 2**31 - 1))
+    @given(
+        seed=st.integers(0, 1000),
+        trace_id=st.text(max_size=40),
+        span_id=st.text(max_size=20),
+        flags=st.integers(0, 2**31 - 1),
+    )
     def test_a_malformed_trace_context_gives_no_parent_a_good_one_its_ids(
         self, seed: int, trace_id: str, span_id: str, flags: int
     ) -> None:
@@ -193,29 +206,39 @@ class TestMutatedTurns:
         event["trace_context"] = {"trace_id": trace_id, "span_id": span_id, "trace_flags": flags}
         records = evaluation_records(consumed(event))
         well_formed = (
-            len(trace_id) == 32 and len(span_id) == 16
+            len(trace_id) == 32
+            and len(span_id) == 16
             and set(trace_id + span_id) <= set("0123456789abcdef")
-            and trace_id != "0" * 32 and span_id != "0" * 16
+            and trace_id != "0" * 32
+            and span_id != "0" * 16
         )
         for record in records:
             if well_formed:
                 assert record.parent is not None
                 assert (record.parent.trace_id, record.parent.span_id) == (
-                    int(trace_id, 16), int(span_id, 16))
+                    int(trace_id, 16),
+                    int(span_id, 16),
+                )
                 assert record.parent.trace_flags == flags & 0xFF
             else:
                 assert record.parent is None
 
     @settings(max_examples=30, deadline=None)
-    @given(seed=st.integers(0, 1000), long_text=st.text(min_size=MAX_TEXT + 1, max_size=3000),
-           many=st.lists(st.text(min_size=1, max_size=600), min_size=1, max_size=40))
+    @given(
+        seed=st.integers(0, 1000),
+        long_text=st.text(min_size=MAX_TEXT + 1, max_size=3000),
+        many=st.lists(st.text(min_size=1, max_size=600), min_size=1, max_size=40),
+    )
     def test_oversized_ids_and_long_id_lists_stay_bounded(
         self, seed: int, long_text: str, many: list[str]
     ) -> None:
         event = simulated(seed, 1, (4,))[0]
-        event.update(pack_id=long_text, session_id=long_text, response_id=long_text,
-                     model={"provider": long_text, "request_model": long_text,
-                            "response_model": long_text})
+        event.update(
+            pack_id=long_text,
+            session_id=long_text,
+            response_id=long_text,
+            model={"provider": long_text, "request_model": long_text, "response_model": long_text},
+        )
         bundle = event["verdicts"]
         bundle["safety_verdict"] = {"passed": False, "violated_boundary_ids": many}
         event["safety_verdict"] = bundle["safety_verdict"]

@@ -52,8 +52,10 @@ class FlakyExporter(LogRecordExporter):
 
 def exported_ids(exporter: InMemoryLogRecordExporter) -> list[tuple[str, str]]:
     return [
-        (str(r.log_record.attributes[EVENT_ID]),  # type: ignore[index]
-         str(r.log_record.attributes["gen_ai.evaluation.name"]))  # type: ignore[index]
+        (
+            str(r.log_record.attributes[EVENT_ID]),  # type: ignore[index]
+            str(r.log_record.attributes["gen_ai.evaluation.name"]),
+        )  # type: ignore[index]
         for r in exporter.get_finished_logs()
     ]
 
@@ -94,8 +96,9 @@ class TestExport:
         sink = OtelSink(OtlpSettings(), CollectorRegistry(), exporter=memory)
         turns = [consumed(e) for e in simulated(5, 1200)]
         deliver(sink, turns)
-        expected = sorted((str(r.attributes[EVENT_ID]), r.name)
-                          for t in turns for r in evaluation_records(t))
+        expected = sorted(
+            (str(r.attributes[EVENT_ID]), r.name) for t in turns for r in evaluation_records(t)
+        )
         assert len(expected) > 4096  # above the queue: emitted in chunks
         assert sorted(exported_ids(memory)) == expected
         sink.close()
@@ -123,8 +126,9 @@ class TestFailedExports:
                 assert attempts <= failures
         assert attempts > 1
         assert sample(registry, EXPORT_FAILURES_TOTAL) >= 1
-        expected = {(str(r.attributes[EVENT_ID]), r.name)
-                    for t in turns for r in evaluation_records(t)}
+        expected = {
+            (str(r.attributes[EVENT_ID]), r.name) for t in turns for r in evaluation_records(t)
+        }
         assert set(exported_ids(flaky.stored)) == expected  # every record, at least once
         sink.flush()  # nothing pending: nothing sent again
         assert set(exported_ids(flaky.stored)) == expected
@@ -149,23 +153,31 @@ class TestFailedExports:
 class TestSettings:
     def test_defaults_and_the_http_logs_path(self) -> None:
         assert OtlpSettings.from_env({}) == OtlpSettings(
-            OtlpProtocol.GRPC, "http://localhost:4317", 10.0)
+            OtlpProtocol.GRPC, "http://localhost:4317", 10.0
+        )
         http = OtlpSettings.from_env({"TURNAUDIT_OTLP_PROTOCOL": "HTTP"})
         assert http.export_url == "http://localhost:4318" + LOGS_PATH
-        own = OtlpSettings.from_env({"TURNAUDIT_OTLP_PROTOCOL": "http",
-                                     "TURNAUDIT_OTLP_ENDPOINT": "https://c.example:443/x/logs"})
+        own = OtlpSettings.from_env(
+            {
+                "TURNAUDIT_OTLP_PROTOCOL": "http",
+                "TURNAUDIT_OTLP_ENDPOINT": "https://c.example:443/x/logs",
+            }
+        )
         assert own.export_url == "https://c.example:443/x/logs"
         assert not own.insecure
         assert OtlpSettings.from_env({"TURNAUDIT_OTLP_ENDPOINT": "http://h:1"}).insecure
 
-    @given(protocol=st.text(max_size=12), endpoint=st.text(max_size=40),
-           timeout=st.text(max_size=8))
+    @given(
+        protocol=st.text(max_size=12), endpoint=st.text(max_size=40), timeout=st.text(max_size=8)
+    )
     def test_any_value_is_taken_or_refused_in_one_line_naming_the_variable(
         self, protocol: str, endpoint: str, timeout: str
     ) -> None:
-        env: dict[str, Any] = {"TURNAUDIT_OTLP_PROTOCOL": protocol,
-                               "TURNAUDIT_OTLP_ENDPOINT": endpoint,
-                               "TURNAUDIT_OTLP_TIMEOUT_MS": timeout}
+        env: dict[str, Any] = {
+            "TURNAUDIT_OTLP_PROTOCOL": protocol,
+            "TURNAUDIT_OTLP_ENDPOINT": endpoint,
+            "TURNAUDIT_OTLP_TIMEOUT_MS": timeout,
+        }
         try:
             taken = OtlpSettings.from_env(env)
         except ConfigurationError as exc:

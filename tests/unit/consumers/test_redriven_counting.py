@@ -31,8 +31,7 @@ REDRIVE_HEADERS = ((REDRIVEN_FROM_HEADER, b"dlq:0:7"), (REDRIVEN_ORIGIN_HEADER, 
 
 
 def total(registry: CollectorRegistry, name: str) -> float:
-    return sum(s.value for family in registry.collect() for s in family.samples
-               if s.name == name)
+    return sum(s.value for family in registry.collect() for s in family.samples if s.name == name)
 
 
 # Each copy: (which turn of one session, redriven?, refused?)
@@ -55,11 +54,19 @@ class TestRedrivenCounting:
             # The same turn always has the same bytes: a copy is a redelivery.
             refused = refused_of.setdefault(n, asked_refused)
             event = turn("s-redrive", n) | (
-                {"verdicts": turn("s", 0)["verdicts"] | {"refusal_emitted": True},
-                 "surface": "[refusal] no", "surface_before_hedge": "[refusal] no"}
-                if refused else {})
-            records.append(StoredRecord("t", 0, offset, b"s-redrive", encode(event),
-                                        REDRIVE_HEADERS if redriven else ()))
+                {
+                    "verdicts": turn("s", 0)["verdicts"] | {"refusal_emitted": True},
+                    "surface": "[refusal] no",
+                    "surface_before_hedge": "[refusal] no",
+                }
+                if refused
+                else {}
+            )
+            records.append(
+                StoredRecord(
+                    "t", 0, offset, b"s-redrive", encode(event), REDRIVE_HEADERS if redriven else ()
+                )
+            )
         batch = hand_over(records, validation.examine, sink.take, lambda r, j: None)
         sink.flush()
 
@@ -85,15 +92,20 @@ class TestRedrivenCounting:
     def test_the_outcome_label_is_a_closed_value_present_from_the_start(self) -> None:
         registry = CollectorRegistry()
         ConsumerMetrics(registry)
-        outcomes = {s.labels["outcome"] for family in registry.collect() for s in family.samples
-                    if s.name == "turnaudit_consumer_messages_total"}
+        outcomes = {
+            s.labels["outcome"]
+            for family in registry.collect()
+            for s in family.samples
+            if s.name == "turnaudit_consumer_messages_total"
+        }
         assert outcomes == {o.value for o in MessageOutcome}
         assert MessageOutcome.REDRIVEN.value in outcomes
 
 
 class TestRedrivenMark:
-    @given(st.lists(st.tuples(st.text(max_size=30), st.none() | st.binary(max_size=10)),
-                    max_size=8))
+    @given(
+        st.lists(st.tuples(st.text(max_size=30), st.none() | st.binary(max_size=10)), max_size=8)
+    )
     def test_only_the_redrive_header_marks_a_record(
         self, pairs: list[tuple[str, bytes | None]]
     ) -> None:

@@ -44,7 +44,8 @@ def records(turns: list[tuple[int, str, bool]]) -> list[StoredRecord]:
 
 turn_lists = st.lists(
     st.tuples(st.integers(0, 10 * STEP_MS - 1), st.sampled_from(PACKS), st.booleans()),
-    min_size=1, max_size=60,
+    min_size=1,
+    max_size=60,
 )
 
 
@@ -65,18 +66,20 @@ def replayed(turns: list[tuple[int, str, bool]], tmp: Path) -> bytes:
     output = SteppedMetricsReplayOutput(decode, "r1", tmp / "h.om", STEP_MS)
     output.open(0)
     stored = records(turns)
-    for batch in (stored[: len(stored) // 2], stored[len(stored) // 2:]):
+    for batch in (stored[: len(stored) // 2], stored[len(stored) // 2 :]):
         assert output.write(batch) == 0
     output.finish()
     output.close()
     return (tmp / "h.om").read_bytes()
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(turns=turn_lists, rnd=st.randoms())
 def test_each_step_s_change_is_the_turns_of_that_step(
-    tmp_path_factory: pytest.TempPathFactory, turns: list[tuple[int, str, bool]],
+    tmp_path_factory: pytest.TempPathFactory,
+    turns: list[tuple[int, str, bool]],
     rnd: random.Random,
 ) -> None:
     shuffled = list(turns)
@@ -89,8 +92,10 @@ def test_each_step_s_change_is_the_turns_of_that_step(
     for pack in {p for _, p, _ in turns}:
         expected_turns = Counter(at // STEP_MS for at, p, _ in turns if p == pack)
         expected_refused = Counter(at // STEP_MS for at, p, r in turns if p == pack and r)
-        for name, expected in (("turnaudit_turns_total", expected_turns),
-                               ("turnaudit_refused_turns_total", expected_refused)):
+        for name, expected in (
+            ("turnaudit_turns_total", expected_turns),
+            ("turnaudit_refused_turns_total", expected_refused),
+        ):
             points = series.get((name, pack), [])
             if not expected:
                 continue
@@ -104,9 +109,17 @@ def test_each_step_s_change_is_the_turns_of_that_step(
 def test_the_text_is_what_promtool_makes_blocks_from(tmp_path: Path) -> None:
     text = replayed([(0, "medical", True), (3 * STEP_MS + 5, "legal", False)], tmp_path)
     made = subprocess.run(
-        [binary("promtool", "promtool"), "tsdb", "create-blocks-from", "openmetrics",
-         str(tmp_path / "h.om"), str(tmp_path / "tsdb")],
-        capture_output=True, text=True, check=False,
+        [
+            binary("promtool", "promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(tmp_path / "h.om"),
+            str(tmp_path / "tsdb"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert made.returncode == 0, made.stdout + made.stderr
     assert any(p.is_dir() for p in (tmp_path / "tsdb").iterdir())

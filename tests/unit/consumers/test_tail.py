@@ -42,5 +42,3 @@ def test_without_show_verdicts_the_line_names_the_turn_only() -> None:
     line = format_turn(DECODE(encode(event)), 0, 3, show_verdicts=False)
     assert line.endswith("s-2#0 seq=0 MAIN medical/triage v2 [p0@3]")
     assert "HEDGED" in format_turn(DECODE(encode(event)), 0, 3, show_verdicts=True)
-
-

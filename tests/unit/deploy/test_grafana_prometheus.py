@@ -65,10 +65,19 @@ SERVICE_JOB, RUNTIME_JOB = "audit-consumers-eu", "chat-runtime-eu"
 def steady_state(samples: Samples) -> None:
     """Every exported metric, as a running system under other job names would export it."""
     labels = {
-        "instance": "c-0", "pack": "general", "domain": "howto", "path": "MAIN",
-        "output_policy": "DOMAIN_SEAL", "risk_tier": "LOW", "contract": "stub_fields",
-        "reason": "undecodable", "partition": "0", "topic": "turn-audit.turn-events",
-        "closed_by": "end_of_task", "label": "pack", "kind": "chain",
+        "instance": "c-0",
+        "pack": "general",
+        "domain": "howto",
+        "path": "MAIN",
+        "output_policy": "DOMAIN_SEAL",
+        "risk_tier": "LOW",
+        "contract": "stub_fields",
+        "reason": "undecodable",
+        "partition": "0",
+        "topic": "turn-audit.turn-events",
+        "closed_by": "end_of_task",
+        "label": "pack",
+        "kind": "chain",
     }
     minutes = range(41)
     for name in sorted(exported_sample_names() - {"up", "ALERTS"}):
@@ -80,19 +89,28 @@ def steady_state(samples: Samples) -> None:
             extra = {"le": le} if le else {}
             rate = 5.0 if le == "0.5" else 10.0
             samples.add(
-                name, {**labels, "job": job, **extra},
+                name,
+                {**labels, "job": job, **extra},
                 [(STEADY + 60 * m, rate * m if counting else 3.0) for m in minutes],
             )
     for job, instance, value in (
-        (SERVICE_JOB, "c-0", 1.0), (SERVICE_JOB, "c-1", 0.0), (RUNTIME_JOB, "rt-0", 1.0),
+        (SERVICE_JOB, "c-0", 1.0),
+        (SERVICE_JOB, "c-1", 0.0),
+        (RUNTIME_JOB, "rt-0", 1.0),
         ("verdict-metrics", "verdict-metrics:9308", 1.0),
     ):
-        samples.add("up", {"job": job, "instance": instance},
-                    [(STEADY + 60 * m, value) for m in minutes])
+        samples.add(
+            "up", {"job": job, "instance": instance}, [(STEADY + 60 * m, value) for m in minutes]
+        )
     samples.add(
         "ALERTS",
-        {"alertname": "TurnAuditRefusalRateHigh", "alertstate": "firing", "severity": "page",
-         "service": "turnaudit", "pack": "general"},
+        {
+            "alertname": "TurnAuditRefusalRateHigh",
+            "alertstate": "firing",
+            "severity": "page",
+            "service": "turnaudit",
+            "pack": "general",
+        },
         [(STEADY + 60 * m, 1.0) for m in minutes],
     )
 
@@ -125,8 +143,12 @@ def holds(condition: str, value: float) -> bool:
     if math.isnan(value) or math.isnan(other):
         return op == "!="
     return {
-        "==": value == other, "!=": value != other, "<": value < other,
-        ">": value > other, "<=": value <= other, ">=": value >= other,
+        "==": value == other,
+        "!=": value != other,
+        "<": value < other,
+        ">": value > other,
+        "<=": value <= other,
+        ">=": value >= other,
     }[op]
 
 
@@ -143,8 +165,9 @@ def grafana_fires(prom: PrometheusAt, rule: Mapping[str, Any], at: float) -> set
         return {NO_DATA} if rule["noDataState"] == "Alerting" else set()
     return {
         labels
-        for series, labels in zip(result, [next(iter(label_sets([s]))) for s in result],
-                                  strict=True)
+        for series, labels in zip(
+            result, [next(iter(label_sets([s]))) for s in result], strict=True
+        )
         if holds(condition["model"]["expression"], float(series["value"][1]))
     }
 
@@ -217,21 +240,40 @@ def provisioning_folder(root: Path, prometheus_url: str) -> Path:
     """A clean provisioning folder: the dashboard file unchanged, a Prometheus with another
     uid, not the default datasource (a Loki is)."""
     (root / "datasources").mkdir(parents=True)
-    (root / "datasources/datasources.yml").write_text(yaml.safe_dump({
-        "apiVersion": 1,
-        "datasources": [
-            {"name": "Logs", "uid": "logs", "type": "loki", "url": "http://loki:3100",
-             "isDefault": True},
-            {"name": "Metrics EU", "uid": OTHER_UID, "type": "prometheus",
-             "url": prometheus_url},
-        ],
-    }))
+    (root / "datasources/datasources.yml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": 1,
+                "datasources": [
+                    {
+                        "name": "Logs",
+                        "uid": "logs",
+                        "type": "loki",
+                        "url": "http://loki:3100",
+                        "isDefault": True,
+                    },
+                    {
+                        "name": "Metrics EU",
+                        "uid": OTHER_UID,
+                        "type": "prometheus",
+                        "url": prometheus_url,
+                    },
+                ],
+            }
+        )
+    )
     (root / "dashboards").mkdir()
     shutil.copy(GRAFANA / "dashboards/turnaudit.json", root / "dashboards/turnaudit.json")
-    (root / "dashboards/provider.yml").write_text(yaml.safe_dump({
-        "apiVersion": 1,
-        "providers": [{"name": "t", "type": "file", "options": {"path": str(root / "dashboards")}}],
-    }))
+    (root / "dashboards/provider.yml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": 1,
+                "providers": [
+                    {"name": "t", "type": "file", "options": {"path": str(root / "dashboards")}}
+                ],
+            }
+        )
+    )
     return root
 
 

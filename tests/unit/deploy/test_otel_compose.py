@@ -47,8 +47,9 @@ def test_the_collector_image_is_the_release_the_tests_build() -> None:
     assert service("otel-collector")["image"] == (
         f"otel/opentelemetry-collector-contrib:{built.group(1)}"
     )
-    version = re.search(r'Version:\s+"([^"]+)"', (PROJECT_ROOT / "deploy/otelcol/main.go")
-                        .read_text())
+    version = re.search(
+        r'Version:\s+"([^"]+)"', (PROJECT_ROOT / "deploy/otelcol/main.go").read_text()
+    )
     assert version
     assert version.group(1) == built.group(1)
 
@@ -62,8 +63,9 @@ def test_the_collector_runs_the_tests_configuration_and_the_sink_reaches_it() ->
     assert target.hostname == "otel-collector"
     assert target.port == default_port(settings.otlp.protocol.value)
     for protocol in OtlpProtocol:
-        assert f"{default_port(protocol.value)}:{default_port(protocol.value)}" in (
-            collector["ports"])
+        assert (
+            f"{default_port(protocol.value)}:{default_port(protocol.value)}" in (collector["ports"])
+        )
 
 
 def test_the_collector_configuration_writes_every_log_record_and_keeps_its_port_closed() -> None:

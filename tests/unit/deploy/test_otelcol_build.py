@@ -21,7 +21,10 @@ def test_make_test_builds_the_collector_into_an_ignored_folder() -> None:
     git = shutil.which("git")
     assert git is not None, "git not found"
     tracked = subprocess.run(
-        [git, "ls-files", "deploy/otelcol"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+        [git, "ls-files", "deploy/otelcol"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
         check=True,
     ).stdout.split()
     assert sorted(tracked) == sorted(
@@ -39,8 +42,12 @@ def test_without_go_make_says_so_in_one_line(tmp_path: Path) -> None:
     empty.mkdir()
     run = subprocess.run(
         [make, "--no-print-directory", "-W", "deploy/otelcol/main.go", "otelcol"],
-        cwd=PROJECT_ROOT, env={"PATH": str(empty)}, capture_output=True, text=True,
-        check=False, timeout=60,
+        cwd=PROJECT_ROOT,
+        env={"PATH": str(empty)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     assert run.returncode != 0
     assert run.stdout.splitlines() == [

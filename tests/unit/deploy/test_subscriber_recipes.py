@@ -50,5 +50,3 @@ def test_recomputing_with_apache_python_avro_gives_other_fingerprints_as_the_gui
         trace.fingerprint
     )
     assert "Apache's Python `avro` 1.12" in GUIDE
-
-

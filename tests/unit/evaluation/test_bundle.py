@@ -42,8 +42,9 @@ def demo_artifacts(tmp_path_factory: pytest.TempPathFactory) -> BundleInputs:
     write_json(out / "evidence.json", evidence.to_json())
     write_json(out / "gate-report.json", evaluate(evidence))
     write_json(out / "labels.json", truth)
-    return BundleInputs(out / "gate-report.json", out / "evidence.json", out / "labels.json",
-                        (manifest,))
+    return BundleInputs(
+        out / "gate-report.json", out / "evidence.json", out / "labels.json", (manifest,)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +63,14 @@ def test_bundle_then_check_pass_on_the_demo_artifacts(
     bundle: Path, demo_artifacts: BundleInputs, eval_cli: Cli, capsys: pytest.CaptureFixture[str]
 ) -> None:
     members = _members(bundle)
-    assert set(members) == {"MANIFEST.json", "report.json", "evidence.json", "auditor-id.json",
-                            "review/labels.json", "sources/1-htir-manifest.jsonl"}
+    assert set(members) == {
+        "MANIFEST.json",
+        "report.json",
+        "evidence.json",
+        "auditor-id.json",
+        "review/labels.json",
+        "sources/1-htir-manifest.jsonl",
+    }
     manifest = json.loads(members["MANIFEST.json"])
     report = json.loads(members["report.json"])
     assert manifest["decision"] == report["decision"]
@@ -87,11 +94,15 @@ def _flip(archive: Path, member: str, position: int, out: Path) -> None:
     out.write_bytes(bytes(data))
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_any_changed_byte_of_any_member_fails_the_check_naming_it(
-    bundle: Path, tmp_path: Path, data: st.DataObject, eval_cli: Cli,
+    bundle: Path,
+    tmp_path: Path,
+    data: st.DataObject,
+    eval_cli: Cli,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     members = _members(bundle)
@@ -137,8 +148,9 @@ def test_a_report_that_is_not_the_evidences_is_refused_when_bundling(
     report["decision"] = "pass" if report["decision"] == "hold" else "hold"
     forged = tmp_path / "report.json"
     forged.write_text(json.dumps(report))
-    inputs = BundleInputs(forged, demo_artifacts.evidence, demo_artifacts.labels,
-                          demo_artifacts.sources)
+    inputs = BundleInputs(
+        forged, demo_artifacts.evidence, demo_artifacts.labels, demo_artifacts.sources
+    )
     with pytest.raises(BundleError, match=r"report\.json: decision"):
         make_bundle(inputs, tmp_path / "b.tar")
     assert not (tmp_path / "b.tar").exists()
@@ -149,7 +161,8 @@ def test_a_source_without_the_cases_traces_is_refused(
 ) -> None:
     empty = tmp_path / "other.jsonl"
     empty.write_text("")
-    inputs = BundleInputs(demo_artifacts.report, demo_artifacts.evidence, demo_artifacts.labels,
-                          (empty,))
+    inputs = BundleInputs(
+        demo_artifacts.report, demo_artifacts.evidence, demo_artifacts.labels, (empty,)
+    )
     with pytest.raises(BundleError, match="no source manifest holds the trace"):
         make_bundle(inputs, tmp_path / "b.tar")

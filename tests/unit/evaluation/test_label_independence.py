@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from turnaudit.evaluation.auditors import OllamaAuditor, RuleBasedAuditor, TwoTierAuditor
+from turnaudit.evaluation.auditors import RuleBasedAuditor, TwoTierAuditor
 from turnaudit.evaluation.errors import (
     ContaminatedLabelPackError,
     DependentLabelsError,
@@ -21,6 +21,7 @@ from turnaudit.evaluation.errors import (
 from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.files import AuditorIdentity, oracle_source_problem
 from turnaudit.evaluation.labels import TaskLabel
+from turnaudit.evaluation.model_auditor import OllamaAuditor
 from turnaudit.evaluation.review_pack import export, finalize
 from turnaudit.evaluation.trace_evidence import TraceEvidence
 
@@ -37,7 +38,8 @@ unversioned = st.one_of(
     st.builds(lambda n: f"{n}@", names),
     st.builds(lambda v: f"@{v}", versions),
     st.builds(lambda n, v: f"{n}@{v} (reviewed)", names, versions),
-    st.just(""), st.just("   "),
+    st.just(""),
+    st.just("   "),
 )
 
 
@@ -58,8 +60,9 @@ def _labels(n_bad: int, bad: list[str]) -> dict[str, Any]:
     return pack
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(bad=st.lists(unversioned, min_size=1, max_size=6))
 def test_the_producer_refuses_unversioned_oracles_naming_each_case(
     tmp_path: Path, bad: list[str]
@@ -67,8 +70,12 @@ def test_the_producer_refuses_unversioned_oracles_naming_each_case(
     pack = _labels(len(bad), bad)
     expected = sorted(pack["cases"][i * 2]["task_id"] for i in range(len(bad)))
     with pytest.raises(UnversionedOracleError) as refused:
-        produce_evidence(pack, RuleBasedAuditor(), evidence_output=tmp_path / "e.json",
-                         report_output=tmp_path / "r.json")
+        produce_evidence(
+            pack,
+            RuleBasedAuditor(),
+            evidence_output=tmp_path / "e.json",
+            report_output=tmp_path / "r.json",
+        )
     assert refused.value.cases == expected
     assert all(task_id in str(refused.value) for task_id in expected[:10])
     assert not (tmp_path / "e.json").exists()
@@ -86,8 +93,16 @@ def _marker(identity: AuditorIdentity, which: str) -> str:
     }[which]
 
 
-MARKERS = st.sampled_from(["rules name", "model tag", "model name", "rules digest",
-                           "model short digest", "composed digest"])
+MARKERS = st.sampled_from(
+    [
+        "rules name",
+        "model tag",
+        "model name",
+        "rules digest",
+        "model short digest",
+        "composed digest",
+    ]
+)
 
 
 @pytest.fixture(scope="module")
@@ -100,23 +115,34 @@ def two_tier() -> Any:
 
 
 def _produce(auditor: Any, pack: dict[str, Any], tmp_path: Path) -> None:
-    produce_evidence(pack, auditor, evidence_output=tmp_path / "e.json",
-                     report_output=tmp_path / "r.json")
+    produce_evidence(
+        pack, auditor, evidence_output=tmp_path / "e.json", report_output=tmp_path / "r.json"
+    )
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(which=st.lists(MARKERS, min_size=1, max_size=5), version=versions,
-       positions=st.lists(st.integers(0, 23), min_size=1, max_size=5, unique=True))
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    which=st.lists(MARKERS, min_size=1, max_size=5),
+    version=versions,
+    positions=st.lists(st.integers(0, 23), min_size=1, max_size=5, unique=True),
+)
 def test_the_producer_refuses_labels_naming_the_auditor_under_test_by_either_tier(
-    two_tier: TwoTierAuditor, tmp_path: Path, which: list[str], version: str,
+    two_tier: TwoTierAuditor,
+    tmp_path: Path,
+    which: list[str],
+    version: str,
     positions: list[int],
 ) -> None:
     pack = label_pack(battery())
     identity = two_tier.identity
     for position, marker in zip(positions, which * len(positions), strict=False):
-        pack["cases"][position]["oracle_source"] = f"{_marker(identity, marker)}@{version}" \
-            if "digest" not in marker else f"replayed@{_marker(identity, marker)}"
+        pack["cases"][position]["oracle_source"] = (
+            f"{_marker(identity, marker)}@{version}"
+            if "digest" not in marker
+            else f"replayed@{_marker(identity, marker)}"
+        )
     named = sorted(pack["cases"][p]["task_id"] for p in positions)
     with pytest.raises(DependentLabelsError) as refused:
         _produce(two_tier, pack, tmp_path)
@@ -124,22 +150,29 @@ def test_the_producer_refuses_labels_naming_the_auditor_under_test_by_either_tie
     assert "names the auditor under test" in str(refused.value)
 
 
-CARRIERS = st.sampled_from([
-    ("trace.source", {"auditor": {"observations": [{"prefix_end": 0, "verdict": "ok"}]}}),
-    ("trace.source", {"first_alarm_step": 2}),
-    ("trace.source", {"auditor_verdicts": ["ok", "alarm"]}),
-    ("trace.source", {"verdict": "alarm"}),
-    ("step", {"auditor_verdict": "alarm"}),
-    ("step digest", None),
-])
+CARRIERS = st.sampled_from(
+    [
+        ("trace.source", {"auditor": {"observations": [{"prefix_end": 0, "verdict": "ok"}]}}),
+        ("trace.source", {"first_alarm_step": 2}),
+        ("trace.source", {"auditor_verdicts": ["ok", "alarm"]}),
+        ("trace.source", {"verdict": "alarm"}),
+        ("step", {"auditor_verdict": "alarm"}),
+        ("step digest", None),
+    ]
+)
 
 
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(carriers=st.lists(CARRIERS, min_size=1, max_size=4),
-       positions=st.lists(st.integers(0, 23), min_size=1, max_size=4, unique=True))
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    carriers=st.lists(CARRIERS, min_size=1, max_size=4),
+    positions=st.lists(st.integers(0, 23), min_size=1, max_size=4, unique=True),
+)
 def test_the_producer_refuses_labels_carrying_the_auditors_verdicts(
-    two_tier: TwoTierAuditor, tmp_path: Path, carriers: list[tuple[str, Any]],
+    two_tier: TwoTierAuditor,
+    tmp_path: Path,
+    carriers: list[tuple[str, Any]],
     positions: list[int],
 ) -> None:
     pack = label_pack(battery())
@@ -168,23 +201,31 @@ def test_independent_labels_pass_and_a_pack_with_observations_is_refused(
 
 
 def test_the_worker_refuses_labels_naming_the_rules(tmp_path: Path) -> None:
-    labels = {"t-1": TaskLabel("code-fix", f"{RULES.NAME}@{RULES.RULESET_VERSION}"),
-              "t-2": TaskLabel("code-fix", "panel@1")}
+    labels = {
+        "t-1": TaskLabel("code-fix", f"{RULES.NAME}@{RULES.RULESET_VERSION}"),
+        "t-2": TaskLabel("code-fix", "panel@1"),
+    }
     with pytest.raises(DependentLabelsError) as refused:
         TraceEvidence(RuleBasedAuditor(), labels).begin()
     assert refused.value.cases == ["t-1"]
 
 
-@settings(max_examples=20, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(bad=st.lists(unversioned, min_size=1, max_size=4))
 def test_finalization_refuses_unversioned_oracles_naming_each_case(
     tmp_path: Path, bad: list[str]
 ) -> None:
     manifest = tmp_path / "runs.jsonl"
-    runs = [{"task_id": f"run-{i}", "task_family": "code-fix",
-             "trace": {"steps": [turn_step(0), turn_step(1)], "source": {"i": i}}}
-            for i in range(6)]
+    runs = [
+        {
+            "task_id": f"run-{i}",
+            "task_family": "code-fix",
+            "trace": {"steps": [turn_step(0), turn_step(1)], "source": {"i": i}},
+        }
+        for i in range(6)
+    ]
     manifest.write_text("".join(json.dumps(r) + "\n" for r in runs))
     pack_path = tmp_path / "pack.json"
     export([(None, manifest)], pack_path)

@@ -20,12 +20,22 @@ def test_every_version_reads_every_others_data() -> None:
 
 def _record(observations: list[Observation]) -> dict[str, object]:
     return {
-        "task_id": "t-1", "task_family": "code-fix",
-        "auditor_id": RuleBasedAuditor().identity.to_json(), "first_alarm_step": None,
+        "task_id": "t-1",
+        "task_family": "code-fix",
+        "auditor_id": RuleBasedAuditor().identity.to_json(),
+        "first_alarm_step": None,
         "observations": [o.to_json() for o in observations],
-        "source": {"topic": "t", "partition": 0, "first_offset": 0, "last_offset": 1,
-                   "first_sequence": 0, "last_sequence": 1, "runtime_name": "r",
-                   "runtime_version": "1", "event_ids": ["a", "b"]},
+        "source": {
+            "topic": "t",
+            "partition": 0,
+            "first_offset": 0,
+            "last_offset": 1,
+            "first_sequence": 0,
+            "last_sequence": 1,
+            "runtime_name": "r",
+            "runtime_version": "1",
+            "event_ids": ["a", "b"],
+        },
     }
 
 

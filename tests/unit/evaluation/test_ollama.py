@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from turnaudit.errors import ConfigurationError
-from turnaudit.evaluation.auditors import OllamaAuditor, parse_verdict
 from turnaudit.evaluation.errors import (
     AuditorIdentityError,
     AuditorResponseError,
@@ -21,6 +20,7 @@ from turnaudit.evaluation.errors import (
 )
 from turnaudit.evaluation.evidence import produce_evidence
 from turnaudit.evaluation.files import load_evidence
+from turnaudit.evaluation.model_auditor import OllamaAuditor, parse_verdict
 
 from .builders import FAMILIES, healthy_steps, label_pack
 

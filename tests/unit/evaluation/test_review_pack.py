@@ -300,8 +300,9 @@ def test_finalize_refuses_included_case_without_oracle_source(
         },
     )
 
-    with pytest.raises(ReviewPackError,
-                       match=r"without a versioned oracle_source .*'fix-1' has no oracle_source"):
+    with pytest.raises(
+        ReviewPackError, match=r"without a versioned oracle_source .*'fix-1' has no oracle_source"
+    ):
         finalize(pack_path, tmp_path / "labels.json")
 
 

@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnaudit.evaluation.auditors import OllamaAuditor, RuleBasedAuditor, TwoTierAuditor
+from turnaudit.evaluation.auditors import RuleBasedAuditor, TwoTierAuditor
 from turnaudit.evaluation.errors import AuditorIdentityError
 from turnaudit.evaluation.files import EvidenceFile, composed_digest, parse_evidence
 from turnaudit.evaluation.gate import evaluate
 from turnaudit.evaluation.labels import labels_from_ground_truth
+from turnaudit.evaluation.model_auditor import OllamaAuditor
 from turnaudit.evaluation.trace_evidence import TraceEvidence
 from turnaudit.htir import HtirTrace, TraceAssembler
 from turnaudit.producers.simulator import TurnRuntimeSimulator
@@ -52,8 +53,9 @@ def model() -> Iterator[tuple[StandInOllama, str]]:
         yield fake, url
 
 
-def battery(auditor: TwoTierAuditor, traces: list[HtirTrace],
-            truth: dict[str, Any]) -> EvidenceFile:
+def battery(
+    auditor: TwoTierAuditor, traces: list[HtirTrace], truth: dict[str, Any]
+) -> EvidenceFile:
     builder = TraceEvidence(auditor, labels_from_ground_truth(truth))
     builder.begin()
     for trace in traces:
@@ -83,8 +85,12 @@ def test_a_battery_on_the_demo_traces_names_the_tier_of_every_observation(
     identity = evidence.auditor_id
     assert identity is not None
     assert [(t.tier, t.name, t.version, t.digest) for t in identity.tiers] == [
-        ("rules", RuleBasedAuditor.NAME, RuleBasedAuditor.RULESET_VERSION,
-         RuleBasedAuditor().identity.digest),
+        (
+            "rules",
+            RuleBasedAuditor.NAME,
+            RuleBasedAuditor.RULESET_VERSION,
+            RuleBasedAuditor().identity.digest,
+        ),
         ("model", f"ollama/{TAG}", None, f"sha256:{DIGEST}"),
     ]
     assert identity.digest == composed_digest(identity.tiers)
@@ -94,8 +100,9 @@ def test_a_battery_on_the_demo_traces_names_the_tier_of_every_observation(
     assert report["tiers"]["escalations"] == by_tier["model"]
     assert {t["tier"]: t["decided"] for t in report["tiers"]["decided_by"]} == by_tier
     assert report["overall"]["observations"] == len(observations)
-    assert not [f for f in report["failed_requirements"]
-                if f["requirement"].startswith("integrity")]
+    assert not [
+        f for f in report["failed_requirements"] if f["requirement"].startswith("integrity")
+    ]
 
 
 def test_the_rules_decide_alone_what_they_can_and_escalate_only_doubt(
@@ -124,8 +131,7 @@ def test_a_model_re_pointed_during_the_battery_leaves_no_evidence(
     fake.switch_digest_after = 1
     traces, truth = demo_traces(800)
     with pytest.raises(AuditorIdentityError, match="changed digest during the battery"):
-        battery(TwoTierAuditor(RuleBasedAuditor(), OllamaAuditor(url, TAG, DIGEST)), traces,
-                truth)
+        battery(TwoTierAuditor(RuleBasedAuditor(), OllamaAuditor(url, TAG, DIGEST)), traces, truth)
 
 
 def test_a_model_not_at_its_pinned_digest_does_not_start(
@@ -142,23 +148,28 @@ def two_tier_evidence() -> dict[str, Any]:
     fake = StandInOllama()
     with serving(fake) as url:
         traces, truth = demo_traces(1500)
-        evidence = battery(TwoTierAuditor(RuleBasedAuditor(), OllamaAuditor(url, TAG, DIGEST)),
-                           traces, truth)
+        evidence = battery(
+            TwoTierAuditor(RuleBasedAuditor(), OllamaAuditor(url, TAG, DIGEST)), traces, truth
+        )
     return json.loads(json.dumps(evidence.to_json()))
 
 
-CHANGES = st.sampled_from([
-    ("rules", "version", "3"),
-    ("rules", "digest", "sha256:" + "1" * 64),
-    ("model", "digest", "sha256:" + OTHER_DIGEST),
-    ("model", "name", "ollama/qwen3.5:7b"),
-])
+CHANGES = st.sampled_from(
+    [
+        ("rules", "version", "3"),
+        ("rules", "digest", "sha256:" + "1" * 64),
+        ("model", "digest", "sha256:" + OTHER_DIGEST),
+        ("model", "name", "ollama/qwen3.5:7b"),
+    ]
+)
 
 
 @settings(max_examples=20, deadline=None)
 @given(change=CHANGES, keep_digest=st.booleans())
 def test_a_changed_rule_set_version_or_model_digest_is_a_hold_for_integrity(
-    two_tier_evidence: dict[str, Any], change: tuple[str, str, str], keep_digest: bool,
+    two_tier_evidence: dict[str, Any],
+    change: tuple[str, str, str],
+    keep_digest: bool,
 ) -> None:
     raw = copy.deepcopy(two_tier_evidence)
     tier_name, key, value = change
@@ -169,8 +180,9 @@ def test_a_changed_rule_set_version_or_model_digest_is_a_hold_for_integrity(
         raw["auditor_id"]["digest"] = "sha256:" + "2" * 64
     report = evaluate(parse_evidence(raw))
     assert report["decision"] == "hold"
-    failed = [f for f in report["failed_requirements"]
-              if f["requirement"] == "integrity.pinned_identity"]
+    failed = [
+        f for f in report["failed_requirements"] if f["requirement"] == "integrity.pinned_identity"
+    ]
     assert failed
     assert failed[0]["integrity_requirement"] == "pinned identities"
     assert "auditor_id.tiers" in failed[0]["cases"]

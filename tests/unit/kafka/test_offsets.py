@@ -37,15 +37,16 @@ def watermarks(draw: st.DrawFn) -> Watermarks:
 
 def answers(marks: Watermarks) -> st.SearchStrategy[dict[int, int] | None]:
     """offsets_for_times answers: an offset of the log, or nothing at/after the time."""
-    return st.none() | st.fixed_dictionaries({
-        p: st.just(NO_OFFSET) | st.integers(marks.low[p], marks.high[p]) for p in marks.high
-    })
+    return st.none() | st.fixed_dictionaries(
+        {p: st.just(NO_OFFSET) | st.integers(marks.low[p], marks.high[p]) for p in marks.high}
+    )
 
 
 def requested(marks: Watermarks) -> st.SearchStrategy[dict[int, int] | None]:
     """Offsets a user may ask for: anything, in range or not, for some partitions."""
-    return st.none() | st.dictionaries(st.sampled_from(sorted(marks.high)),
-                                       st.integers(-5, 2500), max_size=len(marks.high))
+    return st.none() | st.dictionaries(
+        st.sampled_from(sorted(marks.high)), st.integers(-5, 2500), max_size=len(marks.high)
+    )
 
 
 def clamp(offset: int, low: int, high: int) -> int:
@@ -91,8 +92,7 @@ def test_nothing_asked_is_the_whole_retained_log(marks: Watermarks) -> None:
 def test_a_time_with_nothing_at_or_after_it_is_the_partitions_end(
     marks: Watermarks, data: st.DataObject
 ) -> None:
-    found = data.draw(st.dictionaries(st.sampled_from(sorted(marks.high)),
-                                      st.integers(-3, 5000)))
+    found = data.draw(st.dictionaries(st.sampled_from(sorted(marks.high)), st.integers(-3, 5000)))
     ends = at_or_end(found, marks.high)
     assert sorted(ends) == sorted(marks.high)
     for p, high in marks.high.items():

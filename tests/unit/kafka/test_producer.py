@@ -113,8 +113,13 @@ def test_flush_counts_what_was_not_stored_and_reports_hand_protocol_types() -> N
 
     def on_delivery(err: DeliveryError | None, msg: DeliveredMessage) -> None:
         value = msg.value()
-        reports.append((None if err is None else err.code(), msg.topic(),
-                        value if isinstance(value, bytes) else None))
+        reports.append(
+            (
+                None if err is None else err.code(),
+                msg.topic(),
+                value if isinstance(value, bytes) else None,
+            )
+        )
         assert err is not None
         assert not is_permanent(err)
 

@@ -25,6 +25,7 @@ STEPS = ("to_client", "to_spool", "refuse", "deliver", "fail", "drain", "purge",
 
 def apply(step: str, ledger: Ledger, places: list[Place], pick: int) -> None:
     """One step on both the ledger and the model (skipped when nothing is where it starts)."""
+
     def first(place: Place) -> int | None:
         found = [i for i, p in enumerate(places) if p is place]
         return found[pick % len(found)] if found else None
@@ -96,7 +97,8 @@ def test_balanced_refuses_a_negative_count_or_a_sum_that_does_not_add_up() -> No
 def test_a_close_report_is_ok_only_when_nothing_is_left_refused_failed_or_lost() -> None:
     assert CloseReport(delivered=5, undelivered=0, failed=0, spool_dir="s").ok
     for field in ("undelivered", "failed", "refused", "lost"):
-        report = CloseReport(**{"delivered": 5, "undelivered": 0, "failed": 0, "spool_dir": "s",
-                                field: 1})
+        report = CloseReport(
+            **{"delivered": 5, "undelivered": 0, "failed": 0, "spool_dir": "s", field: 1}
+        )
         assert not report.ok
         assert "1 " in report.describe()

@@ -221,8 +221,10 @@ def test_a_breaching_v4_turn_is_published_with_its_breaches_and_counted() -> Non
     registry = CollectorRegistry()
     recorded: list[list[Breach]] = []
     emitter = TurnAuditEmitter(
-        sink, lambda e, b: pytest.fail("a v4 turn carries its breaches"),
-        registry=registry, on_recorded=lambda e, b: recorded.append(b),
+        sink,
+        lambda e, b: pytest.fail("a v4 turn carries its breaches"),
+        registry=registry,
+        on_recorded=lambda e, b: recorded.append(b),
     )
     event = main_turn(
         builder(4),
@@ -239,25 +241,36 @@ def test_a_breaching_v4_turn_is_published_with_its_breaches_and_counted() -> Non
     assert [b.contract for b in recorded[0]] == [Contract.REFUSAL_HEDGE_EXCLUSIVE]
     assert (emitter.breached, emitter.emitted, emitter.dead_lettered) == (1, 1, 0)
     assert logs[0]["event"] == "turn_event_contract_breach"
-    assert registry.get_sample_value(
-        "turnaudit_publisher_breaches_total",
-        {"pack": event["pack_id"], "contract": "refusal_hedge_exclusive"},
-    ) == 1
+    assert (
+        registry.get_sample_value(
+            "turnaudit_publisher_breaches_total",
+            {"pack": event["pack_id"], "contract": "refusal_hedge_exclusive"},
+        )
+        == 1
+    )
 
 
 def test_the_breach_counter_bounds_its_pack_label() -> None:
     registry = CollectorRegistry()
     emitter = TurnAuditEmitter(RecordingSink(), registry=registry, max_packs=1)
     for pack in ("a", "b", "c"):
-        event = main_turn(builder(4), surface_before_hedge="[refusal] no.",
-                          surface=inject_hedge("[refusal] no.", HEDGE), refusal_emitted=True)
+        event = main_turn(
+            builder(4),
+            surface_before_hedge="[refusal] no.",
+            surface=inject_hedge("[refusal] no.", HEDGE),
+            refusal_emitted=True,
+        )
         event["pack_id"] = pack
         emitter.emit(event)
     labels = {"contract": "refusal_hedge_exclusive"}
-    assert registry.get_sample_value(
-        "turnaudit_publisher_breaches_total", {"pack": "a", **labels}) == 1
-    assert registry.get_sample_value(
-        "turnaudit_publisher_breaches_total", {"pack": "other", **labels}) == 2
+    assert (
+        registry.get_sample_value("turnaudit_publisher_breaches_total", {"pack": "a", **labels})
+        == 1
+    )
+    assert (
+        registry.get_sample_value("turnaudit_publisher_breaches_total", {"pack": "other", **labels})
+        == 2
+    )
 
 
 def test_a_valid_turn_is_published() -> None:

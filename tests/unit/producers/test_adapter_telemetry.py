@@ -39,17 +39,23 @@ def test_the_builder_writes_the_newest_version() -> None:
 
 
 @given(trace_id=hex_ids, span_id=span_ids, sampled=st.booleans())
-def test_the_active_span_is_recorded_and_read_back(trace_id: str, span_id: str,
-                                                   sampled: bool) -> None:
+def test_the_active_span_is_recorded_and_read_back(
+    trace_id: str, span_id: str, sampled: bool
+) -> None:
     context = trace_api.SpanContext(
-        int(trace_id, 16), int(span_id, 16), is_remote=False,
+        int(trace_id, 16),
+        int(span_id, 16),
+        is_remote=False,
         trace_flags=trace_api.TraceFlags(1 if sampled else 0),
     )
     with trace_api.use_span(trace_api.NonRecordingSpan(context)):
         assert current_trace() == Trace(trace_id, span_id, sampled)
         read = built(TurnContext("s-1", "general", "howto", 0))
-    assert read["trace_context"] == {"trace_id": trace_id, "span_id": span_id,
-                                     "trace_flags": 1 if sampled else 0}
+    assert read["trace_context"] == {
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "trace_flags": 1 if sampled else 0,
+    }
     assert read["breaches"] == []
 
 
@@ -58,12 +64,18 @@ def test_without_a_span_the_turn_has_no_trace_and_an_explicit_one_wins() -> None
     assert built(TurnContext("s-1", "general", "howto", 0))["trace_context"] is None
     given_trace = Trace("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
     model = Model("ollama", "llama3.2:1b", "llama3.2:1b-q4")
-    read = built(TurnContext("s-1", "general", "howto", 0, trace=given_trace,
-                             response_id="resp-7", model=model))
+    read = built(
+        TurnContext(
+            "s-1", "general", "howto", 0, trace=given_trace, response_id="resp-7", model=model
+        )
+    )
     assert read["trace_context"] == given_trace.to_avro()
     assert read["response_id"] == "resp-7"
-    assert read["model"] == {"provider": "ollama", "request_model": "llama3.2:1b",
-                             "response_model": "llama3.2:1b-q4"}
+    assert read["model"] == {
+        "provider": "ollama",
+        "request_model": "llama3.2:1b",
+        "response_model": "llama3.2:1b-q4",
+    }
 
 
 @given(st.text(max_size=40))
@@ -77,8 +89,13 @@ def test_a_malformed_trace_id_is_refused(text: str) -> None:
 def test_older_writers_carry_none_of_the_v4_fields() -> None:
     for version in (1, 2, 3):
         event = TurnEventBuilder(RuntimeInfo("rt", "1.0", "i-1"), version).main_turn(
-            TurnContext("s-1", "general", "howto", 0, trace=Trace(
-                "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")),
+            TurnContext(
+                "s-1",
+                "general",
+                "howto",
+                0,
+                trace=Trace("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"),
+            ),
             **main_turn_kwargs(),
         )
         assert not {"breaches", "trace_context", "response_id", "model"} & set(event)

@@ -73,7 +73,10 @@ def test_a_hung_broker_holds_at_most_the_age_bound_in_memory(
     tmp_path: Path, hung_broker: KafkaSettings
 ) -> None:
     publisher = TurnEventPublisher(
-        hung_broker, spool_dir=tmp_path / "spool", probe_interval=60.0, max_unacked_s=0.5,
+        hung_broker,
+        spool_dir=tmp_path / "spool",
+        probe_interval=60.0,
+        max_unacked_s=0.5,
     )
     source = TurnRuntimeSimulator(5, concurrent_sessions=4).events(10_000)
     for _ in range(30):
@@ -123,9 +126,15 @@ def test_stale_hand_over_times_with_an_empty_client_never_turn_the_route(tmp_pat
     for _ in range(3):
         ledger.to_client()
     ledger.handed_at[0] -= 60.0  # an old hand-over whose report was paired with another
-    failover = Failover(topic="u.turn-events", spool_dir=tmp_path, spool_max_bytes=1 << 20,
-                        ledger=ledger, probe_interval=1.0, delivered=lambda _: None,
-                        max_unacked_s=2.0)
+    failover = Failover(
+        topic="u.turn-events",
+        spool_dir=tmp_path,
+        spool_max_bytes=1 << 20,
+        ledger=ledger,
+        probe_interval=1.0,
+        delivered=lambda _: None,
+        max_unacked_s=2.0,
+    )
     for _ in range(5):
         failover._enforce_age_bound(EmptyClient())  # type: ignore[arg-type]  # a stand-in client
     assert not failover.route.spooling

@@ -33,10 +33,15 @@ KEY = SigningKey(Ed25519PrivateKey.from_private_bytes(bytes(range(32))), "k1")
 RING = parse_keyring(keyring_entry_toml("k1", KEY.public_pem(), datetime(2020, 1, 1, tzinfo=UTC)))
 
 
-def writer(sink: RecordingProducer, *, interval_s: float = 3600, max_turns: int = 10
-           ) -> Checkpointer:
-    return Checkpointer(CheckpointSettings(KEY, interval_s=interval_s, max_turns=max_turns),
-                        producer_id="p", producer=sink, prefix="t.")
+def writer(
+    sink: RecordingProducer, *, interval_s: float = 3600, max_turns: int = 10
+) -> Checkpointer:
+    return Checkpointer(
+        CheckpointSettings(KEY, interval_s=interval_s, max_turns=max_turns),
+        producer_id="p",
+        producer=sink,
+        prefix="t.",
+    )
 
 
 def stored(sink: RecordingProducer) -> list[Checkpoint]:
@@ -51,8 +56,9 @@ def head(session: str, sequence: int) -> StreamHead:
 class TestCadence:
     @settings(max_examples=30, deadline=None)
     @given(st.integers(1, 20), st.lists(st.integers(1, 7), min_size=1, max_size=40))
-    def test_a_checkpoint_once_the_count_is_reached(self, max_turns: int,
-                                                    batches: list[int]) -> None:
+    def test_a_checkpoint_once_the_count_is_reached(
+        self, max_turns: int, batches: list[int]
+    ) -> None:
         sink = RecordingProducer()
         w = writer(sink, max_turns=max_turns)
         since = 0
@@ -136,8 +142,15 @@ class TestHeadsThread:
         sink = RecordingProducer()
         lock = threading.Lock()
         w = writer(sink, max_turns=5)
-        heads = HeadsFile(tmp_path, producer_id="p", interval_s=30.0, lock=lock,
-                          announcer=None, prefix="t.", checkpointer=w)
+        heads = HeadsFile(
+            tmp_path,
+            producer_id="p",
+            interval_s=30.0,
+            lock=lock,
+            announcer=None,
+            prefix="t.",
+            checkpointer=w,
+        )
         try:
             for sequence in range(5):  # what publish() does, under its lock
                 with lock:

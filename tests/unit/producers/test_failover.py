@@ -73,7 +73,9 @@ def test_events_the_client_cannot_take_go_to_the_spool_and_come_back_in_order(
 ) -> None:
     queue = 5
     publisher = TurnEventPublisher(
-        nowhere(), spool_dir=tmp_path / "spool", probe_interval=60.0,
+        nowhere(),
+        spool_dir=tmp_path / "spool",
+        probe_interval=60.0,
         producer_options={"queue.buffering.max.messages": queue},
     )
     events = list(TurnRuntimeSimulator(3, concurrent_sessions=3).events(12))
@@ -111,7 +113,9 @@ def test_events_the_client_cannot_take_go_to_the_spool_and_come_back_in_order(
 
 def test_an_unreachable_cluster_turns_the_route_to_the_spool(tmp_path: Path) -> None:
     publisher = TurnEventPublisher(
-        nowhere(), spool_dir=tmp_path / "spool", probe_interval=60.0,
+        nowhere(),
+        spool_dir=tmp_path / "spool",
+        probe_interval=60.0,
         producer_options={"reconnect.backoff.max.ms": 100},
         max_unacked_s=0,  # librdkafka's own outage path alone (the age bound has its tests)
     )

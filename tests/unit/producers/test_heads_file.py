@@ -13,8 +13,9 @@ from turnaudit.producers.heads import HEADS_FILE, HeadsFile, head_line, read_hea
 from turnaudit.stream_heads import HeadAnnouncement, StreamHead, decode_announcement
 
 heads_st = st.lists(
-    st.tuples(st.sampled_from(["s1", "s2", "s3"]), st.sampled_from(["p", "p.1"]),
-              st.integers(0, 10**6)),
+    st.tuples(
+        st.sampled_from(["s1", "s2", "s3"]), st.sampled_from(["p", "p.1"]), st.integers(0, 10**6)
+    ),
     max_size=30,
 )
 
@@ -54,21 +55,22 @@ def test_heads_are_written_by_their_thread_and_a_predecessor_is_kept_for_announc
     tmp_path: Path,
 ) -> None:
     lock = threading.Lock()
-    first = HeadsFile(tmp_path, producer_id="p1", interval_s=0.01, lock=lock, announcer=None,
-                      prefix="u.")
+    first = HeadsFile(
+        tmp_path, producer_id="p1", interval_s=0.01, lock=lock, announcer=None, prefix="u."
+    )
     with lock:
         first.dirty[("s1", "p1")] = (0, "h0")
         first.dirty[("s1", "p1")] = (1, "h1")
         first.dirty[("s2", "p1")] = (0, "g0")
     first.write_now()
     recorded = read_heads(tmp_path / HEADS_FILE)
-    assert {k: h.sequence for k, h in recorded.heads.items()} == {("s1", "p1"): 1,
-                                                                  ("s2", "p1"): 0}
+    assert {k: h.sequence for k, h in recorded.heads.items()} == {("s1", "p1"): 1, ("s2", "p1"): 0}
     assert not recorded.ended
     # A crash (no close): the successor renames the file, to announce it as cut.
     first._closing.set()
-    second = HeadsFile(tmp_path, producer_id="p2", interval_s=0.01, lock=lock, announcer=None,
-                       prefix="u.")
+    second = HeadsFile(
+        tmp_path, producer_id="p2", interval_s=0.01, lock=lock, announcer=None, prefix="u."
+    )
     pending = second.pending_files()
     assert len(pending) == 1
     assert read_heads(pending[0]).producer_id == "p1"

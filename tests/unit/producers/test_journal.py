@@ -32,9 +32,14 @@ from turnaudit.producers.ordering import shipped_position_reader
 from turnaudit.producers.spool import DiskSpool, SpooledMessage
 
 entries = st.lists(
-    st.builds(JournalEntry, st.sampled_from(["t.turn-events", "t.dlq", "ü"]),
-              st.binary(max_size=40), st.binary(max_size=200)),
-    min_size=0, max_size=12,
+    st.builds(
+        JournalEntry,
+        st.sampled_from(["t.turn-events", "t.dlq", "ü"]),
+        st.binary(max_size=40),
+        st.binary(max_size=200),
+    ),
+    min_size=0,
+    max_size=12,
 )
 
 
@@ -76,7 +81,7 @@ class TestReadingAfterAKill:
         if not raw:
             return
         at = data.draw(st.integers(0, len(raw) - 1))
-        damaged = raw[:at] + bytes([raw[at] ^ 0xFF]) + raw[at + 1:]
+        damaged = raw[:at] + bytes([raw[at] ^ 0xFF]) + raw[at + 1 :]
         got, _ = parse(damaged)
         hit = next(i for i, end in enumerate(ends) if at < end)
         assert got == items[:hit]
@@ -109,8 +114,12 @@ class TestGroupCommit:
         self, tmp_path: Path
     ) -> None:
         handed: list[int] = []
-        journal = Journal(tmp_path / "journal", "p", lambda group: handed.extend(
-            t for t, _ in group), segment_entries=50)
+        journal = Journal(
+            tmp_path / "journal",
+            "p",
+            lambda group: handed.extend(t for t, _ in group),
+            segment_entries=50,
+        )
         lock = threading.Lock()
         tickets: list[int] = []
 
@@ -134,9 +143,7 @@ class TestGroupCommit:
         on_disk = [e for path in left_journals(tmp_path / "journal") for e in read_journal(path)]
         assert len(on_disk) == 400
 
-    def test_segments_whose_tickets_are_all_acknowledged_are_deleted(
-        self, tmp_path: Path
-    ) -> None:
+    def test_segments_whose_tickets_are_all_acknowledged_are_deleted(self, tmp_path: Path) -> None:
         journal = Journal(tmp_path / "journal", "p", lambda group: None, segment_entries=10)
         for i in range(35):
             ticket = journal.append(JournalEntry("t", b"k", bytes([i])))
@@ -205,8 +212,9 @@ class TestRecovery:
 
 
 class TestSetting:
-    @pytest.mark.parametrize(("raw", "on"), [("1", True), ("yes", True), ("0", False),
-                                             ("off", False), ("", False)])
+    @pytest.mark.parametrize(
+        ("raw", "on"), [("1", True), ("yes", True), ("0", False), ("off", False), ("", False)]
+    )
     def test_the_environment_turns_it_on_or_off(
         self, monkeypatch: pytest.MonkeyPatch, raw: str, on: bool
     ) -> None:

@@ -67,8 +67,7 @@ def test_a_stream_with_an_unreadable_position_is_kept_as_reported(
     turns = [i for i, m in enumerate(reported) if m.topic == TOPIC]
     broken = data.draw(st.sampled_from(turns))
     bad = reported[broken]
-    reported = [*reported[:broken], Msg(TOPIC, bad.key, b"?" + bad.value),
-                *reported[broken + 1:]]
+    reported = [*reported[:broken], Msg(TOPIC, bad.key, b"?" + bad.value), *reported[broken + 1 :]]
     ordered = in_stream_order(reported, TOPIC, position)
     assert [m for m in ordered if m.key == bad.key and m.topic == TOPIC] == [
         m for m in reported if m.key == bad.key and m.topic == TOPIC
@@ -99,7 +98,7 @@ class TestEventTime:
         assert shipped_turn_reader()(framed) == UNREADABLE
         assert UNREADABLE.occurred_at == 0
 
-    @given(st.integers(-10**13, 10**13), st.integers(1, 10**13))
+    @given(st.integers(-(10**13), 10**13), st.integers(1, 10**13))
     def test_the_record_timestamp_is_occurred_at_never_after_now(
         self, occurred: int, now: int
     ) -> None:

@@ -29,12 +29,17 @@ def checkpoints(draw: st.DrawFn) -> ReplayCheckpoint:
     return ReplayCheckpoint(
         fingerprint=draw(st.text("0123456789abcdef", min_size=64, max_size=64)),
         topic=draw(st.text(min_size=1, max_size=30)),
-        start=start, end=end, next=nxt,
-        output_bytes=draw(counts), events=draw(counts), undecodable=draw(counts),
+        start=start,
+        end=end,
+        next=nxt,
+        output_bytes=draw(counts),
+        events=draw(counts),
+        undecodable=draw(counts),
         complete=draw(st.booleans()),
         cursor=draw(st.none() | st.sampled_from(ids)) if ids else None,
         taken=draw(st.integers(0, BLOCK_MESSAGES - 1)),
-        window=window, outside_window=draw(counts),
+        window=window,
+        outside_window=draw(counts),
     )
 
 
@@ -46,8 +51,20 @@ def test_a_saved_checkpoint_loads_as_it_was(state: ReplayCheckpoint) -> None:
 
 def test_save_replaces_the_file_and_load_reads_it(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl.replay-checkpoint.json"
-    state = ReplayCheckpoint("f" * 64, "t", {0: 0, 3: 5}, {0: 10, 3: 9}, {0: 4, 3: 5}, 120,
-                             4, 1, cursor=0, taken=4, window=(1, 2), outside_window=3)
+    state = ReplayCheckpoint(
+        "f" * 64,
+        "t",
+        {0: 0, 3: 5},
+        {0: 10, 3: 9},
+        {0: 4, 3: 5},
+        120,
+        4,
+        1,
+        cursor=0,
+        taken=4,
+        window=(1, 2),
+        outside_window=3,
+    )
     state.save(path)
     state.events = 9
     state.save(path)
@@ -61,8 +78,9 @@ def test_save_replaces_the_file_and_load_reads_it(tmp_path: Path) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(state=checkpoints(), data=st.data())
-def test_a_torn_checkpoint_is_refused(state: ReplayCheckpoint, data: st.DataObject,
-                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_torn_checkpoint_is_refused(
+    state: ReplayCheckpoint, data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     text = json.dumps(state.as_json(), indent=2)
     cut = data.draw(st.integers(0, text.rindex("}") - 1))  # stopped before the last brace
     path = tmp_path_factory.mktemp("torn") / "c.json"
@@ -76,19 +94,22 @@ def _valid() -> dict[str, object]:
     return dict(state.as_json())
 
 
-@pytest.mark.parametrize("text", [
-    "",
-    "[]",
-    "null",
-    '"a checkpoint"',
-    '{"format": 1}',
-    json.dumps({**_valid(), "format": CHECKPOINT_FORMAT + 1}),
-    json.dumps({k: v for k, v in _valid().items() if k != "next"}),
-    json.dumps({**_valid(), "start": {"zero": 0}}),
-    json.dumps({**_valid(), "window_ms": [1]}),
-    json.dumps({**_valid(), "taken": "many"}),
-    json.dumps({**_valid(), "end": [10]}),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "[]",
+        "null",
+        '"a checkpoint"',
+        '{"format": 1}',
+        json.dumps({**_valid(), "format": CHECKPOINT_FORMAT + 1}),
+        json.dumps({k: v for k, v in _valid().items() if k != "next"}),
+        json.dumps({**_valid(), "start": {"zero": 0}}),
+        json.dumps({**_valid(), "window_ms": [1]}),
+        json.dumps({**_valid(), "taken": "many"}),
+        json.dumps({**_valid(), "end": [10]}),
+    ],
+)
 def test_a_file_that_is_not_a_checkpoint_is_refused(text: str, tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text(text, encoding="utf-8")

@@ -35,8 +35,11 @@ class Partition:
 
 
 @st.composite
-def partitions(draw: st.DrawFn, max_partitions: int = 4, max_records: int = 40,
-               ) -> dict[int, Partition]:
+def partitions(
+    draw: st.DrawFn,
+    max_partitions: int = 4,
+    max_records: int = 40,
+) -> dict[int, Partition]:
     """Up to ``max_partitions`` partitions (ids not necessarily contiguous); each log has
     records before and after its range, and the range's last offset is a record."""
     ids = draw(st.lists(st.integers(0, 9), min_size=1, max_size=max_partitions, unique=True))
@@ -101,7 +104,7 @@ class FakeBroker:
             if at > 0 and self.rnd.random() < 0.2:
                 at = self.rnd.randint(max(0, at - 5), at)  # served again
             step = self.rnd.randint(1, 12)
-            got += [StoredRecord(TOPIC, p, o) for o in log[at:at + step]]
+            got += [StoredRecord(TOPIC, p, o) for o in log[at : at + step]]
             self.position[p] = max(self.position[p], min(at + step, len(log)))
         # Partitions interleave as they arrive; each partition's records in offset order.
         arrival = [r.partition() or 0 for r in got]
@@ -110,9 +113,15 @@ class FakeBroker:
         return [next(served[p]) for p in arrival]
 
 
-def run(state: ReplayCheckpoint, contents: dict[int, Partition], rnd: random.Random,
-        block: int, *, batches: list[int] | None = None,
-        snapshots: list[tuple[int, str]] | None = None) -> list[Position]:
+def run(
+    state: ReplayCheckpoint,
+    contents: dict[int, Partition],
+    rnd: random.Random,
+    block: int,
+    *,
+    batches: list[int] | None = None,
+    snapshots: list[tuple[int, str]] | None = None,
+) -> list[Position]:
     """What the reader does, with a fake broker: emit, else apply the pauses and fetch.
     ``snapshots`` gets (records emitted so far, checkpoint JSON) after every batch."""
     blocks = BlockOrder(state, block)
@@ -151,13 +160,20 @@ def test_every_record_once_in_the_stated_block_order(
 
 
 @settings(max_examples=100, deadline=None)
-@given(partitions(), st.integers(1, 6), st.integers(1, 3), st.integers(1, 4),
-       st.randoms(use_true_random=False))
+@given(
+    partitions(),
+    st.integers(1, 6),
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.randoms(use_true_random=False),
+)
 def test_the_order_holds_whatever_the_buffer_budget_pauses(
     contents: dict[int, Partition], block: int, budget: int, floor: int, rnd: random.Random
 ) -> None:
-    with mock.patch.object(order, "_BUFFER_BUDGET", budget), \
-            mock.patch.object(order, "_BUFFER_FLOOR", floor):
+    with (
+        mock.patch.object(order, "_BUFFER_BUDGET", budget),
+        mock.patch.object(order, "_BUFFER_FLOOR", floor),
+    ):
         emitted = run(new_state(contents), contents, rnd, block)
     assert emitted == reference(contents, block)
 
@@ -177,25 +193,36 @@ def test_resuming_any_saved_checkpoint_gives_the_same_remaining_order(
     assert whole[:done] + rest == whole
     # The already-written prefix (what a warmed output is fed again) is the block order
     # of the range cut at the checkpoint's offsets.
-    prefix = run(prefix_state(ReplayCheckpoint.from_json(json.loads(saved))), contents, rnd,
-                 block)
+    prefix = run(prefix_state(ReplayCheckpoint.from_json(json.loads(saved))), contents, rnd, block)
     assert prefix == whole[:done]
 
 
 @settings(max_examples=15, deadline=None)
-@given(partitions(max_partitions=3, max_records=2_600), st.randoms(use_true_random=False),
-       st.data())
+@given(
+    partitions(max_partitions=3, max_records=2_600), st.randoms(use_true_random=False), st.data()
+)
 def test_blocks_of_block_messages_and_a_resume(
     contents: dict[int, Partition], rnd: random.Random, data: st.DataObject
 ) -> None:
     snapshots: list[tuple[int, str]] = []
-    whole = run(new_state(contents), contents, rnd, BLOCK_MESSAGES,
-                batches=[1, 500, 999, 1000, 4000], snapshots=snapshots)
+    whole = run(
+        new_state(contents),
+        contents,
+        rnd,
+        BLOCK_MESSAGES,
+        batches=[1, 500, 999, 1000, 4000],
+        snapshots=snapshots,
+    )
     assert whole == reference(contents, BLOCK_MESSAGES)
     if snapshots:
         done, saved = data.draw(st.sampled_from(snapshots))
-        rest = run(ReplayCheckpoint.from_json(json.loads(saved)), contents, rnd,
-                   BLOCK_MESSAGES, batches=[1, 500, 999, 1000, 4000])
+        rest = run(
+            ReplayCheckpoint.from_json(json.loads(saved)),
+            contents,
+            rnd,
+            BLOCK_MESSAGES,
+            batches=[1, 500, 999, 1000, 4000],
+        )
         assert whole[:done] + rest == whole
 
 
@@ -214,7 +241,8 @@ def test_the_state_names_the_place_in_the_block_order() -> None:
         for o in range(10):
             blocks.offer(StoredRecord(TOPIC, p, o))
     assert [(r.partition(), r.offset()) for r in blocks.emit(6)] == (
-        [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)])
+        [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
+    )
     assert (state.cursor, state.taken, state.next) == (1, 2, {0: 4, 1: 2})
 
 

@@ -28,8 +28,11 @@ def kinds() -> OutputKinds:
 
 def test_a_file_target_has_its_checkpoint_beside_it(kinds: OutputKinds) -> None:
     target = ReplayTarget.parse("jsonl:out/day.jsonl", kinds)
-    assert (target.kind, target.where, target.path) == ("jsonl", "out/day.jsonl",
-                                                        Path("out/day.jsonl"))
+    assert (target.kind, target.where, target.path) == (
+        "jsonl",
+        "out/day.jsonl",
+        Path("out/day.jsonl"),
+    )
     assert target.checkpoint == Path("out/day.jsonl.replay-checkpoint.json")
     assert ReplayTarget.file("jsonl", Path("out/day.jsonl")) == target
 
@@ -45,14 +48,16 @@ def test_a_checkpoint_given_is_kept_and_where_may_hold_colons(kinds: OutputKinds
     assert (target.where, target.checkpoint) == ("c:/x.jsonl", Path("elsewhere.json"))
 
 
-@pytest.mark.parametrize(("text", "says"), [
-    ("jsonl", "write KIND:WHERE"),
-    ("jsonl:", "write KIND:WHERE"),
-    (":out.jsonl", "unknown sink kind ''"),
-    ("csv:out.csv", "unknown sink kind 'csv'; choose jsonl, topic"),
-])
-def test_a_target_that_does_not_parse_is_refused(kinds: OutputKinds, text: str,
-                                                 says: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("jsonl", "write KIND:WHERE"),
+        ("jsonl:", "write KIND:WHERE"),
+        (":out.jsonl", "unknown sink kind ''"),
+        ("csv:out.csv", "unknown sink kind 'csv'; choose jsonl, topic"),
+    ],
+)
+def test_a_target_that_does_not_parse_is_refused(kinds: OutputKinds, text: str, says: str) -> None:
     with pytest.raises(ConfigurationError, match=says):
         ReplayTarget.parse(text, kinds)
 
@@ -64,9 +69,14 @@ def test_a_kind_is_registered_once_and_described(kinds: OutputKinds) -> None:
     assert kinds.describe() == "jsonl:PATH (lines); topic:TOPIC (to a topic)"
 
 
-@pytest.mark.parametrize(("text", "found"), [
-    ("0", (0,)), ("2,0", (0, 2)), (" 2, 0,2,", (0, 2)),
-])
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("0", (0,)),
+        ("2,0", (0, 2)),
+        (" 2, 0,2,", (0, 2)),
+    ],
+)
 def test_partitions_parse_sorted_and_once(text: str, found: tuple[int, ...]) -> None:
     assert parse_partitions(text) == found
 
@@ -84,8 +94,10 @@ def test_the_fingerprint_is_the_arguments() -> None:
     fingerprint = request.fingerprint("t", jsonl)
     assert len(fingerprint) == 64
     # The same arguments, the same digest (whatever the output's path: it is not one).
-    assert ReplayRequest(day).fingerprint("t", ReplayTarget.file("jsonl", Path("b.jsonl"))) \
+    assert (
+        ReplayRequest(day).fingerprint("t", ReplayTarget.file("jsonl", Path("b.jsonl")))
         == fingerprint
+    )
     others = [
         request.fingerprint("u", jsonl),
         request.fingerprint("t", ReplayTarget.file("logs", Path("a.jsonl"))),

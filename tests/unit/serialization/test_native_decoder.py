@@ -85,8 +85,13 @@ def outcome(decode: TurnEventDeserializer, payload: bytes) -> Any:
         got = decode(payload)
     except SerializationError as exc:
         return ("refused", type(exc).__name__)
-    return ("decoded", canonical(got.event), got.writer_version, got.framing,
-            got.writer_fingerprint)
+    return (
+        "decoded",
+        canonical(got.event),
+        got.writer_version,
+        got.framing,
+        got.writer_fingerprint,
+    )
 
 
 def turn_events(version: int, n: int) -> list[dict[str, Any]]:
@@ -225,11 +230,20 @@ EVERY_TYPE = {
         {"name": "fx", "type": {"type": "fixed", "name": "Four", "size": 4}},
         {"name": "e", "type": {"type": "enum", "name": "Color", "symbols": ["R", "G", "B"]}},
         {"name": "m", "type": {"type": "map", "values": ["null", "long", "Four"]}},
-        {"name": "a", "type": {"type": "array", "items": {
-            "type": "record", "name": "Item", "fields": [
-                {"name": "c", "type": "t.every.Color"},
-                {"name": "u", "type": ["string", "double", "null", "boolean"]},
-            ]}}},
+        {
+            "name": "a",
+            "type": {
+                "type": "array",
+                "items": {
+                    "type": "record",
+                    "name": "Item",
+                    "fields": [
+                        {"name": "c", "type": "t.every.Color"},
+                        {"name": "u", "type": ["string", "double", "null", "boolean"]},
+                    ],
+                },
+            },
+        },
         {"name": "r", "type": ["null", "Item"]},
     ],
 }
@@ -242,8 +256,11 @@ def test_every_type_decodes_like_fastavro_on_random_bytes(body: bytes) -> None:
     decoder = native.compile_decoder(decoding)
     stream = io.BytesIO(body)
     try:
-        expected: Any = ("decoded", canonical(
-            fastavro.schemaless_reader(stream, decoding.parsed, None)), stream.tell())
+        expected: Any = (
+            "decoded",
+            canonical(fastavro.schemaless_reader(stream, decoding.parsed, None)),
+            stream.tell(),
+        )
     except Exception:
         expected = ("refused",)
     try:
@@ -267,10 +284,15 @@ def test_the_native_decoder_refuses_trailing_bytes_and_says_where_the_record_end
 
 def test_a_schema_the_compiler_refuses_is_read_by_fastavro_and_counted() -> None:
     # A logical type fastavro turns into a Python object (date): not compiled.
-    raw = {"type": "record", "name": "Dated", "namespace": "t.dated", "fields": [
-        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-        {"name": "note", "type": "string"},
-    ]}
+    raw = {
+        "type": "record",
+        "name": "Dated",
+        "namespace": "t.dated",
+        "fields": [
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "note", "type": "string"},
+        ],
+    }
     schema = schema_from_json(json.dumps(raw), name="dated", version=1)
     with pytest.raises(native.UnsupportedSchemaError):
         native.compile_decoder(decoding_schema(schema.schema_json))
@@ -284,10 +306,14 @@ def test_a_schema_the_compiler_refuses_is_read_by_fastavro_and_counted() -> None
 
 
 def test_recursive_and_foreign_schemas_go_to_fastavro_and_are_counted() -> None:
-    recursive = {"type": "record", "name": "Node", "fields": [
-        {"name": "value", "type": "long"},
-        {"name": "next", "type": ["null", "Node"]},
-    ]}
+    recursive = {
+        "type": "record",
+        "name": "Node",
+        "fields": [
+            {"name": "value", "type": "long"},
+            {"name": "next", "type": ["null", "Node"]},
+        ],
+    }
     with pytest.raises(native.UnsupportedSchemaError, match="recursive"):
         native.compile_decoder(decoding_schema(json.dumps(recursive)))
     # A future TurnEvent version learned at run time: resolved by fastavro.
@@ -316,8 +342,9 @@ def test_a_missing_native_module_is_one_clear_error() -> None:
         "try:\n    import turnaudit.serialization.native\n"
         "except ImportError as exc:\n    print(exc)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert "make setup" in out
     assert "cargo" in out
 

@@ -110,7 +110,8 @@ class TestShippedSchemas:
             payload = project._native(record, project._header)
             natively = decoder(payload, len(project._header))
             by_fastavro = fastavro.schemaless_reader(
-                io.BytesIO(payload[len(project._header):]), decoding.parsed, None)
+                io.BytesIO(payload[len(project._header) :]), decoding.parsed, None
+            )
             assert canonical(natively) == canonical(by_fastavro)
             if key[0] == "turn_event":
                 assert natively == {k: record[k] for k in natively}
@@ -130,28 +131,61 @@ class Path(enum.Enum):
 
 SURROGATES = st.builds(
     lambda a, s, b: a + s + b,
-    st.text(max_size=3), st.sampled_from(["\ud800", "\udfff", "\udc80"]), st.text(max_size=3),
+    st.text(max_size=3),
+    st.sampled_from(["\ud800", "\udfff", "\udc80"]),
+    st.text(max_size=3),
 )
 SMALL = st.one_of(st.integers(), st.text(max_size=3), st.none())
 WRONG = st.one_of(
-    st.none(), st.booleans(), st.integers(),
-    st.sampled_from([2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**63 - 1, 2**63,
-                     -(2**63), -(2**63) - 1, 2**64, 10**30]),
-    st.floats(), st.floats(width=32), st.text(max_size=8), SURROGATES, st.binary(max_size=8),
-    st.lists(SMALL, max_size=3), st.dictionaries(st.text(max_size=4), SMALL, max_size=3),
-    st.datetimes(), st.datetimes(timezones=st.just(UTC)),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.sampled_from(
+        [
+            2**31 - 1,
+            2**31,
+            -(2**31),
+            -(2**31) - 1,
+            2**63 - 1,
+            2**63,
+            -(2**63),
+            -(2**63) - 1,
+            2**64,
+            10**30,
+        ]
+    ),
+    st.floats(),
+    st.floats(width=32),
+    st.text(max_size=8),
+    SURROGATES,
+    st.binary(max_size=8),
+    st.lists(SMALL, max_size=3),
+    st.dictionaries(st.text(max_size=4), SMALL, max_size=3),
+    st.datetimes(),
+    st.datetimes(timezones=st.just(UTC)),
     st.tuples(st.text(max_size=4), SMALL),
     st.sampled_from(["MAIN", "STUB", "main", "MAIN ", "", "a", "b", "R", "G"]),
-    st.builds(Text, st.sampled_from(["MAIN", "x"])), st.builds(Whole, st.integers(-3, 3)),
-    st.binary(max_size=4).map(bytearray), st.just(Path.MAIN),
+    st.builds(Text, st.sampled_from(["MAIN", "x"])),
+    st.builds(Whole, st.integers(-3, 3)),
+    st.binary(max_size=4).map(bytearray),
+    st.just(Path.MAIN),
 )
-KEYS = st.one_of(st.text(max_size=6), st.integers(), st.none(), st.binary(max_size=3),
-                 st.tuples(st.integers()), SURROGATES)
+KEYS = st.one_of(
+    st.text(max_size=6),
+    st.integers(),
+    st.none(),
+    st.binary(max_size=3),
+    st.tuples(st.integers()),
+    SURROGATES,
+)
 # Values of the same kind as the one they replace: most keep the record one the
 # native encoder writes, with other bytes (unicode, edge ints, NaN, empty lists).
 SIMILAR: tuple[tuple[type, st.SearchStrategy[Any]], ...] = (
-    (bool, st.booleans()), (int, st.integers(-(2**64), 2**64) | st.sampled_from([0, -1, 2**31])),
-    (float, st.floats()), (str, st.text(max_size=12) | SURROGATES), (bytes, st.binary(max_size=8)),
+    (bool, st.booleans()),
+    (int, st.integers(-(2**64), 2**64) | st.sampled_from([0, -1, 2**31])),
+    (float, st.floats()),
+    (str, st.text(max_size=12) | SURROGATES),
+    (bytes, st.binary(max_size=8)),
 )
 OPS = ("replace", "replace", "similar", "similar", "delete", "extra", "append", "convert")
 
@@ -169,7 +203,11 @@ def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 # The same content in another container or a subclass (bool before int: a bool is an int).
 CONVERSIONS: tuple[tuple[type, Any], ...] = (
-    (dict, collections.OrderedDict), (list, tuple), (str, Text), (bool, int), (int, float),
+    (dict, collections.OrderedDict),
+    (list, tuple),
+    (str, Text),
+    (bool, int),
+    (int, float),
     (bytes, bytearray),
 )
 
@@ -198,8 +236,9 @@ def mutate(data: st.DataObject, record: Any) -> Any:
             if similar:
                 parent[key] = data.draw(similar[0])
             elif type(target) in (list, dict):  # a repeated item; fields in another order
-                parent[key] = target[:1] * 2 if type(target) is list else dict(
-                    reversed(target.items()))
+                parent[key] = (
+                    target[:1] * 2 if type(target) is list else dict(reversed(target.items()))
+                )
             else:
                 parent[key] = data.draw(WRONG)
         elif op == "delete" and parent is not root:
@@ -213,8 +252,11 @@ def mutate(data: st.DataObject, record: Any) -> Any:
     return root[0]
 
 
-PROPERTY = settings(max_examples=1500, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=1500,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 class TestMutatedRecords:
@@ -244,33 +286,59 @@ class TestMutatedRecords:
 
 # Unions a value of one Python type could take more than one branch of, and
 # the other types fastavro's own rules decide (timestamp-millis, float32).
-UNIONS: dict[str, Any] = {"type": "record", "name": "Unions", "namespace": "t.unions", "fields": [
-    {"name": "num", "type": ["null", "long", "double"]},
-    {"name": "real", "type": ["float", "double", "null"]},
-    {"name": "i32", "type": ["null", "int"]},
-    {"name": "word", "type": ["null", "string",
-                              {"type": "enum", "name": "Kind", "symbols": ["a", "b"]}]},
-    {"name": "raw", "type": ["null", "bytes", {"type": "array", "items": "int"}]},
-    {"name": "two", "type": ["null",
-                             {"type": "record", "name": "A", "fields": [
-                                 {"name": "x", "type": "long"}]},
-                             {"type": "record", "name": "B", "fields": [
-                                 {"name": "x", "type": "long"},
-                                 {"name": "y", "type": ["null", "string"], "default": None}]}]},
-    {"name": "rec_or_map", "type": ["null", {"type": "map", "values": "long"}, "A"]},
-    {"name": "plain", "type": ["null", "A"]},
-    {"name": "flag", "type": ["boolean", "null"]},
-    {"name": "when", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "tiny", "type": "float"},
-    {"name": "fx", "type": ["null", {"type": "fixed", "name": "Two", "size": 2}]},
-]}
-AMBIGUOUS = {"num": st.integers(-5, 5), "real": st.floats(), "word": st.sampled_from(["a", "x"]),
-             "raw": st.binary(max_size=3), "two": st.fixed_dictionaries({"x": st.integers(0, 9)}),
-             "rec_or_map": st.fixed_dictionaries({"x": st.integers(0, 9)})}
+UNIONS: dict[str, Any] = {
+    "type": "record",
+    "name": "Unions",
+    "namespace": "t.unions",
+    "fields": [
+        {"name": "num", "type": ["null", "long", "double"]},
+        {"name": "real", "type": ["float", "double", "null"]},
+        {"name": "i32", "type": ["null", "int"]},
+        {
+            "name": "word",
+            "type": ["null", "string", {"type": "enum", "name": "Kind", "symbols": ["a", "b"]}],
+        },
+        {"name": "raw", "type": ["null", "bytes", {"type": "array", "items": "int"}]},
+        {
+            "name": "two",
+            "type": [
+                "null",
+                {"type": "record", "name": "A", "fields": [{"name": "x", "type": "long"}]},
+                {
+                    "type": "record",
+                    "name": "B",
+                    "fields": [
+                        {"name": "x", "type": "long"},
+                        {"name": "y", "type": ["null", "string"], "default": None},
+                    ],
+                },
+            ],
+        },
+        {"name": "rec_or_map", "type": ["null", {"type": "map", "values": "long"}, "A"]},
+        {"name": "plain", "type": ["null", "A"]},
+        {"name": "flag", "type": ["boolean", "null"]},
+        {"name": "when", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "tiny", "type": "float"},
+        {"name": "fx", "type": ["null", {"type": "fixed", "name": "Two", "size": 2}]},
+    ],
+}
+AMBIGUOUS = {
+    "num": st.integers(-5, 5),
+    "real": st.floats(),
+    "word": st.sampled_from(["a", "x"]),
+    "raw": st.binary(max_size=3),
+    "two": st.fixed_dictionaries({"x": st.integers(0, 9)}),
+    "rec_or_map": st.fixed_dictionaries({"x": st.integers(0, 9)}),
+}
 PRIMITIVES = {
-    "null": st.none(), "boolean": st.booleans(), "int": st.integers(-(2**31), 2**31 - 1),
-    "long": st.integers(-(2**63), 2**63 - 1), "float": st.floats(width=32) | st.floats(),
-    "double": st.floats(), "bytes": st.binary(max_size=6), "string": st.text(max_size=6),
+    "null": st.none(),
+    "boolean": st.booleans(),
+    "int": st.integers(-(2**31), 2**31 - 1),
+    "long": st.integers(-(2**63), 2**63 - 1),
+    "float": st.floats(width=32) | st.floats(),
+    "double": st.floats(),
+    "bytes": st.binary(max_size=6),
+    "string": st.text(max_size=6),
 }
 
 
@@ -297,15 +365,18 @@ def values(schema: Any, named: dict[str, Any], ns: str = "") -> st.SearchStrateg
         out = st.binary(min_size=schema["size"], max_size=schema["size"])
     else:
         out = st.fixed_dictionaries(
-            {f["name"]: values(f["type"], named, ns) for f in schema["fields"]})
+            {f["name"]: values(f["type"], named, ns) for f in schema["fields"]}
+        )
     if "name" in schema:
         named[schema["name"]] = named[f"{ns}.{schema['name']}" if ns else schema["name"]] = out
     return out
 
 
 RANDOM_SCHEMAS = {raw["name"]: raw for raw in (EVERY_TYPE, UNIONS)}
-RANDOM_PAIRS = {n: pair(schema_from_json(json.dumps(raw), name=n, version=1))
-                for n, raw in RANDOM_SCHEMAS.items()}
+RANDOM_PAIRS = {
+    n: pair(schema_from_json(json.dumps(raw), name=n, version=1))
+    for n, raw in RANDOM_SCHEMAS.items()
+}
 RANDOM_VALUES = {n: values(raw, {}) for n, raw in RANDOM_SCHEMAS.items()}
 
 
@@ -323,7 +394,7 @@ class TestEveryAvroType:
             return
         decoding = decoding_schema(project.schema.schema_json)
         payload = project(record)
-        body = payload[len(project._header):]
+        body = payload[len(project._header) :]
         natively = native.compile_decoder(decoding)(body, 0)
         by_fastavro = fastavro.schemaless_reader(io.BytesIO(body), decoding.parsed, None)
         assert canonical(natively) == canonical(by_fastavro)
@@ -339,8 +410,7 @@ class TestEveryAvroType:
     @staticmethod
     def unambiguous(data: st.DataObject) -> dict[str, Any]:
         """A Unions record the native encoder writes (its ambiguous fields None)."""
-        record: dict[str, Any] = {**data.draw(RANDOM_VALUES["Unions"]),
-                                  **dict.fromkeys(AMBIGUOUS)}
+        record: dict[str, Any] = {**data.draw(RANDOM_VALUES["Unions"]), **dict.fromkeys(AMBIGUOUS)}
         assume(assert_same(RANDOM_PAIRS["Unions"], record))
         return record
 
@@ -364,10 +434,15 @@ class TestEveryAvroType:
 
 class TestUnsupportedSchemas:
     def test_a_schema_the_compiler_refuses_is_written_by_fastavro(self) -> None:
-        raw = {"type": "record", "name": "Dated", "namespace": "t.dated", "fields": [
-            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-            {"name": "note", "type": "string"},
-        ]}
+        raw = {
+            "type": "record",
+            "name": "Dated",
+            "namespace": "t.dated",
+            "fields": [
+                {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+                {"name": "note", "type": "string"},
+            ],
+        }
         schema = schema_from_json(json.dumps(raw), name="dated", version=1)
         with pytest.raises(native.UnsupportedSchemaError):
             native.compile_encoder(schema.schema_json)

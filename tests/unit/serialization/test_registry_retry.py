@@ -41,7 +41,10 @@ def message() -> bytes:
 def decoder(url: str, slept: list[float]) -> TurnEventDeserializer:
     return TurnEventDeserializer(
         # The client's own retries off: the retries seen are the decoder's.
-        CATALOG, registry=SchemaRegistryClient({"url": url, "max.retries": 0}), sleep=slept.append)
+        CATALOG,
+        registry=SchemaRegistryClient({"url": url, "max.retries": 0}),
+        sleep=slept.append,
+    )
 
 
 def test_a_registry_that_fails_then_recovers_costs_no_dead_letter(flaky: FlakyRegistry) -> None:
@@ -66,7 +69,8 @@ def test_an_outage_longer_than_the_backoff_is_unknown_schema_after_bounded_retri
     try:
         slept: list[float] = []
         validation = TurnEventValidation(
-            decoder(down.url, slept), ConsumerMetrics(CollectorRegistry()), max_sessions=10)
+            decoder(down.url, slept), ConsumerMetrics(CollectorRegistry()), max_sessions=10
+        )
         result = validation.examine(message(), b"s-reg", "t", 0, 0)
     finally:
         down.server.shutdown()

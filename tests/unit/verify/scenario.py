@@ -38,11 +38,16 @@ def stamped_events(count: int, *, seed: int, producers: int, sessions: int) -> l
     stampers = []
     for n in range(producers):
         ids = iter(range(10**6))
-        stampers.append(TurnStamper(producer_id=f"producer-{n}",
-                                    id_factory=lambda n=n, ids=ids: f"event-{n}-{next(ids)}"))
+        stampers.append(
+            TurnStamper(
+                producer_id=f"producer-{n}",
+                id_factory=lambda n=n, ids=ids: f"event-{n}-{next(ids)}",
+            )
+        )
     # A fixed clock: the golden report holds the turns' hashes, occurred_at included.
-    sim = TurnRuntimeSimulator(seed, schema_versions=(3,), concurrent_sessions=sessions,
-                               start=GOLDEN_START)
+    sim = TurnRuntimeSimulator(
+        seed, schema_versions=(3,), concurrent_sessions=sessions, start=GOLDEN_START
+    )
     out = []
     for i, event in enumerate(sim.events(count)):
         stamper = stampers[i % producers]
@@ -116,15 +121,21 @@ def anchors() -> dict[tuple[str, str], tuple[int, str]]:
         ("gone-session", "f" * 32): (3, "0" * 64),
         (first["session_id"], first["producer_id"]): (10_000, "1" * 64),
         (second["session_id"], second["producer_id"]): (
-            second["sequence"], chain_hash(b"something else")),
+            second["sequence"],
+            chain_hash(b"something else"),
+        ),
     }
 
 
 def metrics_text(by_pack: Mapping[str, Mapping[str, int]]) -> str:
     """A verdict-metrics page with these figures (turns, refused, hedged, stub) per pack."""
     registry = CollectorRegistry()
-    for figure, name in (("turns", "turnaudit_turns"), ("refused", "turnaudit_refused_turns"),
-                         ("hedged", "turnaudit_hedged_turns"), ("stub", "turnaudit_stub_turns")):
+    for figure, name in (
+        ("turns", "turnaudit_turns"),
+        ("refused", "turnaudit_refused_turns"),
+        ("hedged", "turnaudit_hedged_turns"),
+        ("stub", "turnaudit_stub_turns"),
+    ):
         counter = Counter(name, "x", ["pack"], registry=registry)
         for pack, figures in by_pack.items():
             counter.labels(pack=pack).inc(figures[figure])

@@ -42,7 +42,7 @@ def test_a_window_needs_both_ends_unless_left_open() -> None:
     assert window.high == OPEN_END_MS
 
 
-@given(st.integers(-10**6, 10**6))
+@given(st.integers(-(10**6), 10**6))
 def test_the_window_is_half_open(delta: int) -> None:
     window = EventWindow(10**12, 10**12 + 1000)
     millis = 10**12 + delta
@@ -67,7 +67,8 @@ def test_verify_keeps_the_turns_that_happened_in_the_window_only() -> None:
 def test_tail_shows_the_turns_that_happened_from_its_start() -> None:
     stamped = scenario.stamped_events(10, seed=2, producers=1, sessions=2)
     cut = sorted(occurred_millis(s.event["occurred_at"]) for s in stamped)[5]
-    _, window = event_time_range(RangeSpec(datetime.fromtimestamp(cut / 1000, UTC)), None,
-                                 open_end=True)
+    _, window = event_time_range(
+        RangeSpec(datetime.fromtimestamp(cut / 1000, UTC)), None, open_end=True
+    )
     shown = [s for s in stamped if TailFilter(window=window).accepts(s.event)]  # type: ignore[arg-type]
     assert len(shown) == 5

@@ -29,8 +29,9 @@ GRACE_S = 10.0
 Item = tuple[str, Stamped | Checkpoint]
 
 
-def interleave(events: list[Stamped], checkpoints: list[Checkpoint],
-               picks: list[bool]) -> list[Item]:
+def interleave(
+    events: list[Stamped], checkpoints: list[Checkpoint], picks: list[bool]
+) -> list[Item]:
     """Both sequences merged, each in its own order, ``picks`` choosing turn or checkpoint."""
     turns: list[Item] = [("turn", s) for s in events]
     cps: list[Item] = [("cp", c) for c in checkpoints]
@@ -55,8 +56,13 @@ class Run:
             self.now_ms += 1
             if kind == "turn":
                 assert isinstance(item, Stamped)
-                self.trust.observe(stream_of(item.event), 0, item.event["sequence"],
-                                   chain_hash(item.value), self.now_ms)
+                self.trust.observe(
+                    stream_of(item.event),
+                    0,
+                    item.event["sequence"],
+                    chain_hash(item.value),
+                    self.now_ms,
+                )
             else:
                 assert isinstance(item, Checkpoint)
                 self.trust.take_checkpoint(item, None)
@@ -65,8 +71,7 @@ class Run:
     def settle(self, *, reader_current: bool = True) -> None:
         """Past the grace: the reader caught up (or not), the partition's time moved on."""
         later = self.now_ms + int(GRACE_S * 1000) + 1
-        self.trust.sweep(horizon_ms=later if reader_current else None,
-                         event_time_ms={0: 2**62})
+        self.trust.sweep(horizon_ms=later if reader_current else None, event_time_ms={0: 2**62})
         self.found += self.trust.found()
 
     def statuses(self) -> dict[StreamId, str]:
@@ -123,8 +128,7 @@ class TestSigned:
     def test_a_checkpoint_read_again_is_a_copy_not_a_fork(self) -> None:
         events = stamped_events(20, sessions=2)
         written = checkpoints_of(events, max_turns=5)
-        r = run([("cp", c) for c in written + written] + [("turn", s) for s in events],
-                REQUIRED)
+        r = run([("cp", c) for c in written + written] + [("turn", s) for s in events], REQUIRED)
         assert set(r.statuses().values()) == {"signed"}
         assert r.found == []
 
@@ -132,9 +136,7 @@ class TestSigned:
 class TestUnsigned:
     @settings(max_examples=15, deadline=None)
     @given(st.integers(5, 40))
-    def test_no_checkpoint_is_pending_then_unsigned_or_forged_when_required(
-        self, n: int
-    ) -> None:
+    def test_no_checkpoint_is_pending_then_unsigned_or_forged_when_required(self, n: int) -> None:
         events = stamped_events(n, sessions=3)
         items: list[Item] = [("turn", s) for s in events]
         within = run(items, settle=False)
@@ -144,7 +146,8 @@ class TestUnsigned:
         required = run(items, REQUIRED)
         assert set(required.statuses().values()) == {"forged"}
         assert {(f.reason, f.stream) for f in required.found} == {
-            ("uncovered", s) for s in streams(events)}
+            ("uncovered", s) for s in streams(events)
+        }
 
     def test_nothing_is_judged_before_the_reader_has_read_that_far(self) -> None:
         events = stamped_events(12, sessions=2)
@@ -180,19 +183,20 @@ class TestForged:
 
     @settings(max_examples=20, deadline=None)
     @given(st.data())
-    def test_an_edited_checkpoint_forges_every_stream_it_names(
-        self, data: st.DataObject
-    ) -> None:
+    def test_an_edited_checkpoint_forges_every_stream_it_names(self, data: st.DataObject) -> None:
         events = stamped_events(30, sessions=3)
         written = checkpoints_of(events, max_turns=6)
         at = data.draw(st.sampled_from([i for i, c in enumerate(written) if c.heads]))
         victim = written[at]
         first = victim.heads[0]
-        edited = dataclasses.replace(victim, heads=(
-            StreamHead(first.session_id, first.producer_id, first.sequence, "f" * 64),
-            *victim.heads[1:]))
-        items = interleave(events, [*written[:at], edited, *written[at + 1:]],
-                           data.draw(PICKS))
+        edited = dataclasses.replace(
+            victim,
+            heads=(
+                StreamHead(first.session_id, first.producer_id, first.sequence, "f" * 64),
+                *victim.heads[1:],
+            ),
+        )
+        items = interleave(events, [*written[:at], edited, *written[at + 1 :]], data.draw(PICKS))
         r = run(items)
         assert r.trust.invalid >= 1
         assert r.found[0].reason == "bad_signature"
@@ -213,10 +217,15 @@ class TestForged:
         r = run([("cp", c) for c in foreign] + [("turn", s) for s in events])
         assert {f.reason for f in r.found} == {"unknown_key"}
         assert set(r.statuses().values()) == {"forged"}
-        revoked = parse_keyring(keyring_entry_toml("k1", KEY.public_pem(), datetime(
-            2020, 1, 1, tzinfo=UTC)) + "revoked_at = 2021-01-01T00:00:00Z\n")
-        r = run([("cp", c) for c in checkpoints_of(events, max_turns=5)]
-                + [("turn", s) for s in events], revoked)
+        revoked = parse_keyring(
+            keyring_entry_toml("k1", KEY.public_pem(), datetime(2020, 1, 1, tzinfo=UTC))
+            + "revoked_at = 2021-01-01T00:00:00Z\n"
+        )
+        r = run(
+            [("cp", c) for c in checkpoints_of(events, max_turns=5)]
+            + [("turn", s) for s in events],
+            revoked,
+        )
         assert {f.reason for f in r.found} == {"key_not_valid"}
 
     def test_turns_after_a_final_checkpoint_are_forged(self) -> None:
@@ -253,7 +262,7 @@ class TestRestart:
         before = Run(FollowTrust(RING, grace_s=GRACE_S))
         records = []
         for i in range(0, cut, 7):  # checkpointed every few items, as at each flush
-            before.feed(items[i:min(i + 7, cut)])
+            before.feed(items[i : min(i + 7, cut)])
             records += before.trust.checkpoint()
         after = Run(FollowTrust(RING, grace_s=GRACE_S))
         after.trust.load(records)
@@ -262,6 +271,8 @@ class TestRestart:
         after.settle()
         assert after.statuses() == whole.statuses()
         assert sorted(f.reason for f in before.found + after.found) == sorted(
-            f.reason for f in whole.found)
+            f.reason for f in whole.found
+        )
         assert {p: c.link for p, c in after.trust.producers.items()} == {
-            p: c.link for p, c in whole.trust.producers.items()}
+            p: c.link for p, c in whole.trust.producers.items()
+        }

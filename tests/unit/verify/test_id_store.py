@@ -25,14 +25,22 @@ from turnaudit.verify.id_store import FILTER_BITS, FILTER_BITS_PER_ID, IdMemory,
 from turnaudit.verify.report import RangeJson, VerifyReport
 from turnaudit.verify.verifier import Anchors, Verifier
 
-RANGE: RangeJson = {"topic": "t", "description": "d", "partitions": {}, "from": None,
-                    "to": None, "from_log_start": True}
+RANGE: RangeJson = {
+    "topic": "t",
+    "description": "d",
+    "partitions": {},
+    "from": None,
+    "to": None,
+    "from_log_start": True,
+}
 UNBOUNDED = IdMemory(event_ids=1 << 62)
 TINY = IdMemory(event_ids=3, spill_batch=2)  # spills from the 4th id, to disk from the 5th
 # Streams spilled too: every stream but the last seen one (written at once), or but the
 # last two (the first evicted waits in the pending batch, the second writes both).
-TINY_STREAMS = (IdMemory(event_ids=3, spill_batch=2, streams=1),
-                IdMemory(event_ids=3, spill_batch=2, streams=2))
+TINY_STREAMS = (
+    IdMemory(event_ids=3, spill_batch=2, streams=1),
+    IdMemory(event_ids=3, spill_batch=2, streams=2),
+)
 FAULTS = ("drop", "swap", "redeliver", "duplicate", "change", "reuse_id", "forge", "renumber")
 
 
@@ -56,8 +64,10 @@ class Message:
 
 @cache
 def chained(count: int, seed: int, producers: int, sessions: int) -> tuple[dict[str, Any], ...]:
-    return tuple(s.event for s in scenario.stamped_events(count, seed=seed, producers=producers,
-                                                          sessions=sessions))
+    return tuple(
+        s.event
+        for s in scenario.stamped_events(count, seed=seed, producers=producers, sessions=sessions)
+    )
 
 
 def legacy(sessions: int, turns: int) -> list[dict[str, Any]]:
@@ -67,8 +77,14 @@ def legacy(sessions: int, turns: int) -> list[dict[str, Any]]:
 
 @st.composite
 def faulty_ranges(draw: st.DrawFn) -> list[Item]:
-    events = list(chained(draw(st.integers(3, 24)), draw(st.sampled_from([1, 2, 3])),
-                          draw(st.integers(1, 2)), draw(st.integers(1, 3))))
+    events = list(
+        chained(
+            draw(st.integers(3, 24)),
+            draw(st.sampled_from([1, 2, 3])),
+            draw(st.integers(1, 2)),
+            draw(st.integers(1, 3)),
+        )
+    )
     old = legacy(draw(st.integers(0, 2)), draw(st.integers(0, 5)))
     merged: list[dict[str, Any]] = []
     while events or old:  # each kind keeps its own order, interleaved at random
@@ -101,8 +117,11 @@ def faulty_ranges(draw: st.DrawFn) -> list[Item]:
         elif fault == "forge":  # another event id at a taken position
             event = {**event, "event_id": f"forged-{uid}"}
         elif fault == "renumber":  # another event id at an earlier position
-            event = {**event, "event_id": f"renumbered-{uid}",
-                     "sequence": max(0, event["sequence"] - draw(st.integers(1, 3)))}
+            event = {
+                **event,
+                "event_id": f"renumbered-{uid}",
+                "sequence": max(0, event["sequence"] - draw(st.integers(1, 3))),
+            }
         items.insert(at, Item(uid, item.key, event))  # "duplicate": a second stored copy
     return items
 
@@ -126,8 +145,9 @@ def stored(items: list[Item]) -> list[Message]:
 
 
 def verified(messages: list[Message], memory: IdMemory, anchors: Anchors) -> Verifier:
-    verifier = Verifier(scenario.DECODE, log_start_offsets={0: 0, 1: 0}, anchors=anchors,
-                        memory=memory)
+    verifier = Verifier(
+        scenario.DECODE, log_start_offsets={0: 0, 1: 0}, anchors=anchors, memory=memory
+    )
     for n, m in enumerate(messages):
         verifier.feed(m.partition, m.offset, m.key, m.value, 1_790_000_000_000 + n)
     return verifier
@@ -154,43 +174,64 @@ class TestSpilledVerifierIsExact:
     @settings(max_examples=200, deadline=None)
     @given(items=faulty_ranges(), stride=st.integers(1, 3), anchored=st.booleans())
     def test_three_ids_in_memory_give_the_unbounded_report(
-        self, tmp_path_factory: pytest.TempPathFactory, items: list[Item], stride: int,
+        self,
+        tmp_path_factory: pytest.TempPathFactory,
+        items: list[Item],
+        stride: int,
         anchored: bool,
     ) -> None:
         self.check_bounded_against_unbounded(tmp_path_factory, items, stride, anchored, TINY)
 
     @settings(max_examples=300, deadline=None)
-    @given(items=faulty_ranges(), stride=st.integers(1, 3), anchored=st.booleans(),
-           memory=st.sampled_from(TINY_STREAMS))
+    @given(
+        items=faulty_ranges(),
+        stride=st.integers(1, 3),
+        anchored=st.booleans(),
+        memory=st.sampled_from(TINY_STREAMS),
+    )
     def test_one_or_two_streams_in_memory_give_the_unbounded_report(
-        self, tmp_path_factory: pytest.TempPathFactory, items: list[Item], stride: int,
-        anchored: bool, memory: IdMemory,
+        self,
+        tmp_path_factory: pytest.TempPathFactory,
+        items: list[Item],
+        stride: int,
+        anchored: bool,
+        memory: IdMemory,
     ) -> None:
         """Streams pushed out of memory and brought back, with their gaps, claims and
         heads, over every fault: the same report, heads, counts and lost positions."""
-        tiny = self.check_bounded_against_unbounded(tmp_path_factory, items, stride,
-                                                    anchored, memory)
+        tiny = self.check_bounded_against_unbounded(
+            tmp_path_factory, items, stride, anchored, memory
+        )
         assert tiny.tracker.streams_in_memory() <= memory.streams
 
     @staticmethod
     def check_bounded_against_unbounded(
-        tmp_path_factory: pytest.TempPathFactory, items: list[Item], stride: int,
-        anchored: bool, memory: IdMemory,
+        tmp_path_factory: pytest.TempPathFactory,
+        items: list[Item],
+        stride: int,
+        anchored: bool,
+        memory: IdMemory,
     ) -> Verifier:
         messages = stored(items)
         clean = stored([i for i in items if i.again is None])
         anchors: Anchors = {}
         if anchored:
             with verified(clean, UNBOUNDED, {}) as first:
-                anchors = {(h["session_id"], h["producer_id"]): (h["position"], h["hash"])
-                           for h in first.heads()}
+                anchors = {
+                    (h["session_id"], h["producer_id"]): (h["position"], h["hash"])
+                    for h in first.heads()
+                }
         tmp = tmp_path_factory.mktemp("log")
-        with verified(messages, UNBOUNDED, anchors) as exact, \
-                verified(messages, memory, anchors) as tiny:
+        with (
+            verified(messages, UNBOUNDED, anchors) as exact,
+            verified(messages, memory, anchors) as tiny,
+        ):
             log = log_file(tmp / "turns.jsonl", exact, stride)
             expected = report(exact, log)
-            note(f"{len(messages)} messages, {exact.counts.turns} turns; "
-                 f"{sorted(expected['unexplained_by_kind'])}")
+            note(
+                f"{len(messages)} messages, {exact.counts.turns} turns; "
+                f"{sorted(expected['unexplained_by_kind'])}"
+            )
             assert report(tiny, log, memory) == expected  # the logged ids spilled too
             assert tiny.heads() == exact.heads()
             assert tiny.tracker.heads() == exact.tracker.heads()
@@ -210,8 +251,9 @@ class TestSpilledVerifierIsExact:
     def test_an_id_reused_at_a_fresh_position_long_after_is_content_changed(self) -> None:
         events = list(chained(12, 1, 1, 1))
         reused = {**events[0], "sequence": 40}
-        messages = stored([Item(i, e["session_id"].encode(), e)
-                           for i, e in enumerate([*events, reused])])
+        messages = stored(
+            [Item(i, e["session_id"].encode(), e) for i, e in enumerate([*events, reused])]
+        )
         with verified(messages, TINY, {}) as tiny:
             assert tiny.spill_file is not None
             assert [f.kind for f in tiny.findings] == ["content_changed"]
@@ -231,8 +273,9 @@ class TestSpilledVerifierIsExact:
 
 class TestSpillFile:
     def test_the_spill_file_is_removed_at_the_end(self, tmp_path: Path) -> None:
-        messages = stored([Item(i, e["session_id"].encode(), e)
-                           for i, e in enumerate(chained(20, 2, 1, 2))])
+        messages = stored(
+            [Item(i, e["session_id"].encode(), e) for i, e in enumerate(chained(20, 2, 1, 2))]
+        )
         memory = IdMemory(event_ids=3, spill_dir=tmp_path, spill_batch=2)
         with verified(messages, memory, {}) as verifier:
             spill = verifier.spill_file
@@ -252,8 +295,12 @@ class TestSpillFile:
 
         def fail_midway() -> None:
             with Verifier(scenario.DECODE, memory=memory) as verifier:
-                for m in stored([Item(i, e["session_id"].encode(), e)
-                                 for i, e in enumerate(chained(5, 3, 1, 1))]):
+                for m in stored(
+                    [
+                        Item(i, e["session_id"].encode(), e)
+                        for i, e in enumerate(chained(5, 3, 1, 1))
+                    ]
+                ):
                     verifier.feed(m.partition, m.offset, m.key, m.value)
                 spills.append(verifier.spill_file)
                 assert list(tmp_path.iterdir()) != []
@@ -266,14 +313,16 @@ class TestSpillFile:
         assert list(tmp_path.iterdir()) == []
 
     def test_a_range_within_memory_writes_no_file(self, tmp_path: Path) -> None:
-        messages = stored([Item(i, e["session_id"].encode(), e)
-                           for i, e in enumerate(chained(10, 2, 1, 2))])
+        messages = stored(
+            [Item(i, e["session_id"].encode(), e) for i, e in enumerate(chained(10, 2, 1, 2))]
+        )
         with verified(messages, IdMemory(event_ids=10, spill_dir=tmp_path), {}) as verifier:
             assert verifier.spill_file is None
         assert list(tmp_path.iterdir()) == []
 
     def test_logged_ids_beyond_memory_are_counted_in_a_file_removed_after(
-        self, tmp_path: Path,
+        self,
+        tmp_path: Path,
     ) -> None:
         turns = {f"t-{n:02}" for n in range(30)}
         logged = [f"t-{n:02}" for n in range(0, 30, 2)] * 2 + ["other-1", "other-2"]
@@ -281,11 +330,10 @@ class TestSpillFile:
         log.write_text("".join(f'{{"event": "turn", "event_id": "{i}"}}\n' for i in logged))
         spills = tmp_path / "spills"
         spills.mkdir()
-        found = reconcile_log(log, turns, IdMemory(event_ids=2, spill_dir=spills,
-                                                    spill_batch=3))
+        found = reconcile_log(log, turns, IdMemory(event_ids=2, spill_dir=spills, spill_batch=3))
         assert (found.lines, found.distinct, found.repeated_lines) == (32, 17, 15)
         assert found.not_logged_count == 15
-        assert found.not_logged == [f"t-{n:02}" for n in range(1, 30, 2)][:len(found.not_logged)]
+        assert found.not_logged == [f"t-{n:02}" for n in range(1, 30, 2)][: len(found.not_logged)]
         assert found.outside_range == 2
         assert list(spills.iterdir()) == []
 
@@ -295,7 +343,9 @@ class TestSpillFile:
             spilled.keep(f"id-{n}", (f"{n:016x}", n % 2, n))
         assert spilled.path is not None  # two batches written, one id pending
         assert [spilled.recall(f"id-{n}") for n in (0, 6)] == [
-            ("0" * 16, 0, 0), ("0" * 15 + "6", 0, 6)]
+            ("0" * 16, 0, 0),
+            ("0" * 15 + "6", 0, 6),
+        ]
         assert spilled.recall("id-7") is None
         assert sorted(spilled) == sorted(f"id-{n}" for n in range(7))
         assert len(spilled) == 7
@@ -309,8 +359,12 @@ class TestSpillFile:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sets(st.text(max_size=40), max_size=300), st.lists(st.text(max_size=40), max_size=300),
-       st.sampled_from([64, 128, 1024, 1 << 16]), st.booleans())
+@given(
+    st.sets(st.text(max_size=40), max_size=300),
+    st.lists(st.text(max_size=40), max_size=300),
+    st.sampled_from([64, 128, 1024, 1 << 16]),
+    st.booleans(),
+)
 def test_the_spill_filter_never_says_never_for_an_id_it_was_given(
     added: set[str], others: list[str], bits: int, batched: bool
 ) -> None:

@@ -78,10 +78,15 @@ def canonical(verifier: Verifier, log: Path) -> dict[str, Any]:
 
 class TestMergedJobs:
     @settings(max_examples=120, deadline=None)
-    @given(items=faulty_ranges(),
-           memory=st.sampled_from([TINY, *TINY_STREAMS, IdMemory(event_ids=1 << 62)]))
+    @given(
+        items=faulty_ranges(),
+        memory=st.sampled_from([TINY, *TINY_STREAMS, IdMemory(event_ids=1 << 62)]),
+    )
     def test_merged_jobs_conclude_what_one_verifier_does(
-        self, tmp_path_factory: pytest.TempPathFactory, items: list[Item], memory: IdMemory,
+        self,
+        tmp_path_factory: pytest.TempPathFactory,
+        items: list[Item],
+        memory: IdMemory,
     ) -> None:
         messages = stored(items)
         tmp = tmp_path_factory.mktemp("jobs")
@@ -91,21 +96,27 @@ class TestMergedJobs:
 
     @pytest.mark.parametrize("same_content", [True, False])
     def test_an_event_id_in_two_partitions_is_found_at_its_later_place(
-        self, tmp_path: Path, same_content: bool,
+        self,
+        tmp_path: Path,
+        same_content: bool,
     ) -> None:
         events = list(chained(8, 1, 1, 2))
         copy = events[3] if same_content else {**events[3], "surface": "other"}
         messages = stored([Item(i, e["session_id"].encode(), e) for i, e in enumerate(events)])
-        other = 1 - next(m.partition for m in messages if m.key == events[3]["session_id"]
-                         .encode())
+        other = 1 - next(m.partition for m in messages if m.key == events[3]["session_id"].encode())
         messages.append(Message(other, 100, b"another-key", encode(copy)))
         with merged(messages, TINY, tmp_path) as joined:
             kinds = sorted(f.kind for f in joined.findings)
             assert "key_mismatch" in kinds
-            found = joined.duplicates if same_content else [
-                f for f in joined.findings if f.kind == "content_changed"]
-            assert [(f.where.get("partition"), f.where.get("offset"), f.where.get("event_id"))
-                    for f in found] == [(other, 100, events[3]["event_id"])]
+            found = (
+                joined.duplicates
+                if same_content
+                else [f for f in joined.findings if f.kind == "content_changed"]
+            )
+            assert [
+                (f.where.get("partition"), f.where.get("offset"), f.where.get("event_id"))
+                for f in found
+            ] == [(other, 100, events[3]["event_id"])]
             assert len(joined.event_ids) == 8
 
 

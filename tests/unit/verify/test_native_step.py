@@ -28,8 +28,14 @@ from turnaudit.verdicts import ActionAssessment, RiskTier, SafetyVerdict, Verdic
 from turnaudit.verify.report import RangeJson, VerifyReport
 from turnaudit.verify.verifier import Verifier
 
-RANGE: RangeJson = {"topic": "t", "description": "d", "partitions": {}, "from": None,
-                    "to": None, "from_log_start": True}
+RANGE: RangeJson = {
+    "topic": "t",
+    "description": "d",
+    "partitions": {},
+    "from": None,
+    "to": None,
+    "from_log_start": True,
+}
 
 
 def decoded(event: dict[str, Any]) -> dict[str, Any]:
@@ -38,29 +44,52 @@ def decoded(event: dict[str, Any]) -> dict[str, Any]:
 
 def base_events() -> list[dict[str, Any]]:
     out = [decoded(turn("s", 0, version=v)) for v in (1, 2, 3)]
-    out.append(decoded(turn("s", 1, refusal_emitted=True, surface="[refusal] no",
-                            surface_before_hedge="[refusal] no")))
-    for tier, verdict in ((RiskTier.LOW, Verdict.SEAL), (RiskTier.HIGH, Verdict.HOLD),
-                          (RiskTier.CRITICAL, Verdict.VOID), (RiskTier.MEDIUM, Verdict.VOID)):
+    out.append(
+        decoded(
+            turn(
+                "s",
+                1,
+                refusal_emitted=True,
+                surface="[refusal] no",
+                surface_before_hedge="[refusal] no",
+            )
+        )
+    )
+    for tier, verdict in (
+        (RiskTier.LOW, Verdict.SEAL),
+        (RiskTier.HIGH, Verdict.HOLD),
+        (RiskTier.CRITICAL, Verdict.VOID),
+        (RiskTier.MEDIUM, Verdict.VOID),
+    ):
         action = ActionAssessment.from_critic("deploy", verdict, tier, tier is RiskTier.HIGH)
         out.append(decoded(turn("s", 2, version=3, action=action)))
-    for action in (ActionAssessment.injection_detected_for("x"),
-                   ActionAssessment.critic_unavailable_for("y")):
+    for action in (
+        ActionAssessment.injection_detected_for("x"),
+        ActionAssessment.critic_unavailable_for("y"),
+    ):
         out.append(decoded(turn("s", 3, version=3, action=action)))
-    stub = builder(3).stub_turn(TurnContext("s", "medical", "triage", 0), input_tokens=["x"],
-                                versor_condition=1.0, safety_verdict=SafetyVerdict(True),
-                                ethics_verdict=None)
+    stub = builder(3).stub_turn(
+        TurnContext("s", "medical", "triage", 0),
+        input_tokens=["x"],
+        versor_condition=1.0,
+        safety_verdict=SafetyVerdict(True),
+        ethics_verdict=None,
+    )
     assert stub is not None
     stub.update(event_id="stub-0", sequence=0)
     out.append(decoded(stub))
     out += [decoded(e) for e in breaking_events().values()]
     # The simulator's turns: every kind it makes, stubs and actions included.
-    out += [scenario.DECODE(s.value).event
-            for s in scenario.stamped_events(60, seed=11, producers=1, sessions=3)]
+    out += [
+        scenario.DECODE(s.value).event
+        for s in scenario.stamped_events(60, seed=11, producers=1, sessions=3)
+    ]
     return out
 
 
 BASES = base_events()
+
+
 def test_every_base_turn_is_judged_as_the_python_path_judges_it() -> None:
     """The simulator's turns of every kind, the contract-breaking ones, actions on each
     path of the verdict split, a stub: each after a clean first message, in one range."""
@@ -71,8 +100,7 @@ def test_every_base_turn_is_judged_as_the_python_path_judges_it() -> None:
         again = {**event, "session_id": f"base-{n}", "event_id": f"base-{n}", "sequence": 0}
         again["verdicts"] = {**event["verdicts"], "schema_version": max(version, 3)}
         messages.append(Fed(0, n, f"base-{n}".encode(), encode(again), ("", ""), 0, ""))
-    with one_at_a_time(messages, {0: 0}) as reference, \
-            in_batches(messages, {0: 0}, []) as native:
+    with one_at_a_time(messages, {0: 0}) as reference, in_batches(messages, {0: 0}, []) as native:
         assert reference.breaching  # breaching turns are among them
         assert native.counts.tally == reference.counts.tally
         assert VerifyReport(RANGE, native).as_json() == VerifyReport(RANGE, reference).as_json()
@@ -115,8 +143,9 @@ def mixed_ranges(draw: st.DrawFn) -> tuple[list[Fed], dict[int, int]]:
         if again is not None:
             out.append(again)
             continue
-        renumbered = Fed(m.partition, offsets[m.partition], m.key, m.value, m.stream,
-                         m.position, m.event_id)
+        renumbered = Fed(
+            m.partition, offsets[m.partition], m.key, m.value, m.stream, m.position, m.event_id
+        )
         offsets[m.partition] += 1
         placed[id(m)] = renumbered
         out.append(renumbered)
@@ -132,8 +161,12 @@ def one_at_a_time(messages: list[Fed], log_start: dict[int, int]) -> Verifier:
 
 def in_batches(messages: list[Fed], log_start: dict[int, int], cuts: list[int]) -> Verifier:
     verifier = Verifier(scenario.DECODE, log_start_offsets=log_start)
-    records = [StoredRecord("t", m.partition, m.offset, m.key, m.value or None,
-                            timestamp_ms=1_790_000_000_000 + n) for n, m in enumerate(messages)]
+    records = [
+        StoredRecord(
+            "t", m.partition, m.offset, m.key, m.value or None, timestamp_ms=1_790_000_000_000 + n
+        )
+        for n, m in enumerate(messages)
+    ]
     bounds = sorted({0, len(records), *(c % (len(records) + 1) for c in cuts)})
     for low, high in itertools.pairwise(bounds):
         verifier.feed_batch(records[low:high])
@@ -143,21 +176,25 @@ def in_batches(messages: list[Fed], log_start: dict[int, int], cuts: list[int]) 
 @given(mixed_ranges(), st.lists(st.integers(0, 200), max_size=6))
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_batches_conclude_what_feeding_one_at_a_time_does(
-    ranged: tuple[list[Fed], dict[int, int]], cuts: list[int],
+    ranged: tuple[list[Fed], dict[int, int]],
+    cuts: list[int],
 ) -> None:
     messages, log_start = ranged
-    with one_at_a_time(messages, log_start) as reference, \
-            in_batches(messages, log_start, cuts) as native:
+    with (
+        one_at_a_time(messages, log_start) as reference,
+        in_batches(messages, log_start, cuts) as native,
+    ):
         assert native.counts.tally == reference.counts.tally
         assert native.messages == reference.messages
         assert VerifyReport(RANGE, native).as_json() == VerifyReport(RANGE, reference).as_json()
 
 
-def test_a_clean_range_is_verified_without_python_but_for_each_partitions_first_message(
-) -> None:
+def test_a_clean_range_is_verified_without_python_but_for_each_partitions_first_message() -> None:
     events = scenario.stamped_events(200, seed=9, producers=2, sessions=6)
-    records = [StoredRecord("t", n % 2, n // 2, e.key, e.value, timestamp_ms=n + 1)
-               for n, e in enumerate(events)]
+    records = [
+        StoredRecord("t", n % 2, n // 2, e.key, e.value, timestamp_ms=n + 1)
+        for n, e in enumerate(events)
+    ]
     verifier = Verifier(scenario.DECODE, log_start_offsets={0: 0, 1: 0})
     fed: list[int] = []
     concluded: list[int] = []
@@ -173,15 +210,22 @@ def test_a_clean_range_is_verified_without_python_but_for_each_partitions_first_
         assert VerifyReport(RANGE, verifier).ok
 
 
-IDENTITIES: list[object] = [None, {"score": 0.8, "threshold": 0.5},
-                            {"score": math.nan, "threshold": 0.5},
-                            {"score": -0.0, "threshold": 0.5}, {"score": 0.0, "threshold": 0.5}]
-SAFETY = [{"passed": True, "violated_boundary_ids": []},
-          {"passed": False, "violated_boundary_ids": ["weapons"]}]
-ETHICS: list[object] = [None, {"passed": True, "violated_predicate_ids": [],
-                               "hedge_recommended": False},
-                        {"passed": False, "violated_predicate_ids": ["p"],
-                         "hedge_recommended": True}]
+IDENTITIES: list[object] = [
+    None,
+    {"score": 0.8, "threshold": 0.5},
+    {"score": math.nan, "threshold": 0.5},
+    {"score": -0.0, "threshold": 0.5},
+    {"score": 0.0, "threshold": 0.5},
+]
+SAFETY = [
+    {"passed": True, "violated_boundary_ids": []},
+    {"passed": False, "violated_boundary_ids": ["weapons"]},
+]
+ETHICS: list[object] = [
+    None,
+    {"passed": True, "violated_predicate_ids": [], "hedge_recommended": False},
+    {"passed": False, "violated_predicate_ids": ["p"], "hedge_recommended": True},
+]
 TEXTS = ["[unknown-domain]", "walk:triage", "[refusal] no", "", "Take 200mg."]
 ACTION_VALUES = {
     "risk_tier": [t.value for t in RiskTier],
@@ -207,12 +251,18 @@ def typed_turns(draw: st.DrawFn) -> tuple[bytes, dict[str, Any]]:
         bundle[name] = pick(st.booleans())
     event["path"] = pick(st.sampled_from(["MAIN", "STUB"]))
     event["identity_score"] = copy.deepcopy(pick(st.sampled_from(IDENTITIES)))
-    bundle["identity_score"] = (copy.deepcopy(event["identity_score"]) if pick(st.booleans())
-                                else copy.deepcopy(pick(st.sampled_from(IDENTITIES))))
+    bundle["identity_score"] = (
+        copy.deepcopy(event["identity_score"])
+        if pick(st.booleans())
+        else copy.deepcopy(pick(st.sampled_from(IDENTITIES)))
+    )
     for name, pool in (("safety_verdict", SAFETY), ("ethics_verdict", ETHICS)):
         event[name] = copy.deepcopy(pick(st.sampled_from(pool)))
-        bundle[name] = (copy.deepcopy(event[name]) if pick(st.booleans())
-                        else copy.deepcopy(pick(st.sampled_from(pool))))
+        bundle[name] = (
+            copy.deepcopy(event[name])
+            if pick(st.booleans())
+            else copy.deepcopy(pick(st.sampled_from(pool)))
+        )
     if bundle["safety_verdict"] is None:
         bundle["safety_verdict"] = copy.deepcopy(SAFETY[0])
     event["cycle_cost_total"] = pick(st.sampled_from([0.0, -0.0, 12.5]))
@@ -243,8 +293,7 @@ def test_scanned_turns_are_judged_and_counted_as_decoded_ones(
     for n, (key, event) in enumerate(turns):
         event.update(sequence=n, event_id=f"typed-{n}")
         messages.append(Fed(0, n + 1, key, encode(event), ("", ""), 0, ""))
-    with one_at_a_time(messages, {0: 0}) as reference, \
-            in_batches(messages, {0: 0}, []) as native:
+    with one_at_a_time(messages, {0: 0}) as reference, in_batches(messages, {0: 0}, []) as native:
         assert native.counts.tally == reference.counts.tally
         assert VerifyReport(RANGE, native).as_json() == VerifyReport(RANGE, reference).as_json()
 
@@ -284,7 +333,6 @@ def test_a_damaged_body_is_refused_by_the_scan_exactly_when_decoding_refuses_it(
     first = scenario.stamped_events(1, seed=1, producers=1, sessions=1)[0]
     messages = [Fed(0, 0, first.key, first.value, ("", ""), 0, "")]
     messages += [Fed(0, n, b"wire", value, ("", ""), 0, "") for n, value in enumerate(damaged, 1)]
-    with one_at_a_time(messages, {0: 0}) as reference, \
-            in_batches(messages, {0: 0}, []) as native:
+    with one_at_a_time(messages, {0: 0}) as reference, in_batches(messages, {0: 0}, []) as native:
         assert native.counts.tally == reference.counts.tally
         assert VerifyReport(RANGE, native).as_json() == VerifyReport(RANGE, reference).as_json()

@@ -19,20 +19,29 @@ GOLDEN_LOG = "/tmp/golden-turns.jsonl"
 
 
 def golden_report(tmp_path: Path) -> VerifyReport:
-    verifier = Verifier(scenario.DECODE, log_start_offsets={0: 0, 1: 0, 2: 0},
-                        anchors=scenario.anchors())
+    verifier = Verifier(
+        scenario.DECODE, log_start_offsets={0: 0, 1: 0, 2: 0}, anchors=scenario.anchors()
+    )
     scenario.feed_all(verifier.feed)
     undecodable = {f.place for f in verifier.undecodable}
     assert len(undecodable) == 1
     range_json: RangeJson = {
-        "topic": "turns", "description": "the whole retained stream; offsets p0 [0, 23)",
-        "partitions": {"0": [0, 23], "1": [0, 22], "2": [0, 22]}, "from": None, "to": None,
+        "topic": "turns",
+        "description": "the whole retained stream; offsets p0 [0, 23)",
+        "partitions": {"0": [0, 23], "1": [0, 22], "2": [0, 22]},
+        "from": None,
+        "to": None,
         "from_log_start": True,
     }
     report = VerifyReport(
-        range_json, verifier,
-        DeadLetters(1, {"undecodable": 1}, {"validation": 1},
-                    frozenset(p for p in undecodable if p is not None)),
+        range_json,
+        verifier,
+        DeadLetters(
+            1,
+            {"undecodable": 1},
+            {"validation": 1},
+            frozenset(p for p in undecodable if p is not None),
+        ),
     )
     log = scenario.log_file(tmp_path / "turns.jsonl", sorted(verifier.event_ids))
     report.log = reconcile_log(log, verifier.event_ids)
@@ -67,9 +76,17 @@ def test_the_streamed_json_is_the_json_report_byte_for_byte(tmp_path: Path) -> N
 def test_the_streamed_json_without_heads_is_the_json_report() -> None:
     verifier = Verifier(scenario.DECODE, log_start_offsets={0: 0})
     report = VerifyReport(
-        {"topic": "turns", "description": "nothing", "partitions": {}, "from": None,
-         "to": None, "from_log_start": True},
-        verifier, DeadLetters(0, {}, {}, frozenset()))
+        {
+            "topic": "turns",
+            "description": "nothing",
+            "partitions": {},
+            "from": None,
+            "to": None,
+            "from_log_start": True,
+        },
+        verifier,
+        DeadLetters(0, {}, {}, frozenset()),
+    )
     out = io.StringIO()
     report.write_json(out)
     assert out.getvalue() + "\n" == scenario.dump(report.as_json())
@@ -83,12 +100,24 @@ def test_the_streamed_json_holds_event_text_that_looks_like_a_mark() -> None:
     for n, text in enumerate(["\x00heads\x00", "\\u0000heads", '"heads": []']):
         event = turn(text, 0, pack=text)
         verifier.feed(0, n, text.encode(), encode(event))
-    verifier.feed(0, 3, scenario.stamped_events(1, seed=2, producers=1, sessions=1)[0].key,
-                  scenario.stamped_events(1, seed=2, producers=1, sessions=1)[0].value)
+    verifier.feed(
+        0,
+        3,
+        scenario.stamped_events(1, seed=2, producers=1, sessions=1)[0].key,
+        scenario.stamped_events(1, seed=2, producers=1, sessions=1)[0].value,
+    )
     report = VerifyReport(
-        {"topic": "turns", "description": "marks", "partitions": {"0": [0, 4]}, "from": None,
-         "to": None, "from_log_start": True},
-        verifier, DeadLetters(0, {}, {}, frozenset()))
+        {
+            "topic": "turns",
+            "description": "marks",
+            "partitions": {"0": [0, 4]},
+            "from": None,
+            "to": None,
+            "from_log_start": True,
+        },
+        verifier,
+        DeadLetters(0, {}, {}, frozenset()),
+    )
     out = io.StringIO()
     report.write_json(out)
     assert out.getvalue() + "\n" == scenario.dump(report.as_json())
@@ -103,18 +132,30 @@ def test_the_summary_is_line_for_line_the_one_verify_printed(tmp_path: Path) -> 
 def test_every_kind_of_finding_is_in_the_golden_report() -> None:
     document = json.loads((scenario.GOLDEN / "report.json").read_text())
     assert set(document["unexplained_by_kind"]) == {
-        "anchor_absent", "chain_break", "content_changed", "key_mismatch", "late_arrival",
-        "lost", "not_logged",
-        "position_reused", "rewritten", "truncated", "uncounted",
+        "anchor_absent",
+        "chain_break",
+        "content_changed",
+        "key_mismatch",
+        "late_arrival",
+        "lost",
+        "not_logged",
+        "position_reused",
+        "rewritten",
+        "truncated",
+        "uncounted",
     }
     assert document["duplicates"]["count"] == 1
     assert document["redeliveries"] == 1
     assert document["undecodable"] == 1  # dead-lettered: explained
     # Breaching turns are counted as turns and listed, not unexplained.
     assert document["breaching_turns"]["by_contract"] == {
-        "refusal_hedge_exclusive": 1, "stub_fields": 1}
+        "refusal_hedge_exclusive": 1,
+        "stub_fields": 1,
+    }
     assert [t["event_id"] for t in document["breaching_turns"]["turns"]] == [
-        "breach-1-0", "breach-2-0"]
+        "breach-1-0",
+        "breach-2-0",
+    ]
 
 
 def test_a_report_without_dead_letters_or_reconciliations_is_ok_when_nothing_is_wrong() -> None:
@@ -122,8 +163,16 @@ def test_a_report_without_dead_letters_or_reconciliations_is_ok_when_nothing_is_
     for m in scenario.stamped_events(12, seed=9, producers=1, sessions=2):
         verifier.feed(0, verifier.messages, m.key, m.value)
     report = VerifyReport(
-        {"topic": "t", "description": "d", "partitions": {}, "from": None, "to": None,
-         "from_log_start": True}, verifier)
+        {
+            "topic": "t",
+            "description": "d",
+            "partitions": {},
+            "from": None,
+            "to": None,
+            "from_log_start": True,
+        },
+        verifier,
+    )
     document = report.as_json()
     assert report.ok
     assert document["verdict"] == "ok"

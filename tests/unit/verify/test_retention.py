@@ -9,8 +9,14 @@ from turnaudit.identity import chain_hash, stream_of
 from turnaudit.verify.report import RangeJson, VerifyReport
 from turnaudit.verify.verifier import Anchors, Verifier
 
-RANGE: RangeJson = {"topic": "t", "description": "d", "partitions": {}, "from": None, "to": None,
-         "from_log_start": True}
+RANGE: RangeJson = {
+    "topic": "t",
+    "description": "d",
+    "partitions": {},
+    "from": None,
+    "to": None,
+    "from_log_start": True,
+}
 
 
 def retained(cut: int, *, log_start: int, anchors: Anchors | None = None) -> Verifier:
@@ -31,8 +37,10 @@ def test_a_stream_cut_by_retention_began_before_it_and_is_not_lost() -> None:
     assert document["lost"] == 0
     assert document["retention"]["log_start"] == {"0": 10}
     assert document["retention"]["began_before_retention"] >= 1
-    assert all(e["partition"] == 0 and e["offset"] >= 10 and e["position"] > 0
-               for e in document["retention"]["examples"])
+    assert all(
+        e["partition"] == 0 and e["offset"] >= 10 and e["position"] > 0
+        for e in document["retention"]["examples"]
+    )
     assert "began before retention" in report.human()
 
 
@@ -47,11 +55,15 @@ def test_the_same_cut_read_where_the_log_starts_at_zero_is_lost() -> None:
 def test_an_anchor_short_of_the_cut_makes_the_missing_prefix_a_truncation() -> None:
     events = scenario.stamped_events(40, seed=3, producers=1, sessions=3)
     # A stream with positions before offset 5, between 5 and 15, and after 15.
-    stream = next(stream_of(e.event) for e in events[15:]
-                  if any(stream_of(x.event) == stream_of(e.event) for x in events[:5])
-                  and any(stream_of(x.event) == stream_of(e.event) for x in events[5:15]))
-    head = max((e for e in events[:5] if stream_of(e.event) == stream),
-               key=lambda e: e.event["sequence"])
+    stream = next(
+        stream_of(e.event)
+        for e in events[15:]
+        if any(stream_of(x.event) == stream_of(e.event) for x in events[:5])
+        and any(stream_of(x.event) == stream_of(e.event) for x in events[5:15])
+    )
+    head = max(
+        (e for e in events[:5] if stream_of(e.event) == stream), key=lambda e: e.event["sequence"]
+    )
     proved = {stream: (head.event["sequence"], chain_hash(head.value))}
     report = VerifyReport(RANGE, retained(15, log_start=15, anchors=proved))
     found = [f for f in report.unexplained() if f.kind == "truncated"]
@@ -59,8 +71,9 @@ def test_an_anchor_short_of_the_cut_makes_the_missing_prefix_a_truncation() -> N
     first = min(e.event["sequence"] for e in events[15:] if stream_of(e.event) == stream)
     assert found[0].where["positions"] == list(range(head.event["sequence"] + 1, first))
     # Proved up to the cut: the deleted prefix was proved, nothing is found.
-    last = max((e for e in events[:15] if stream_of(e.event) == stream),
-               key=lambda e: e.event["sequence"])
+    last = max(
+        (e for e in events[:15] if stream_of(e.event) == stream), key=lambda e: e.event["sequence"]
+    )
     proved = {stream: (last.event["sequence"], chain_hash(last.value))}
     assert VerifyReport(RANGE, retained(15, log_start=15, anchors=proved)).ok
     # ... unless the first retained turn does not chain to the proved head.

@@ -18,9 +18,11 @@ from turnaudit.identity import Seen
 from turnaudit.verify.id_store import SpilledIds
 
 ids = st.text(min_size=0, max_size=12)
-seens = st.tuples(st.text(alphabet="0123456789abcdef?", max_size=64),
-                  st.none() | st.integers(-(2**63), 2**63 - 1),
-                  st.none() | st.integers(-(2**63), 2**63 - 1))
+seens = st.tuples(
+    st.text(alphabet="0123456789abcdef?", max_size=64),
+    st.none() | st.integers(-(2**63), 2**63 - 1),
+    st.none() | st.integers(-(2**63), 2**63 - 1),
+)
 kept_lists = st.lists(st.tuples(ids, seens), max_size=300)
 
 
@@ -32,17 +34,24 @@ def model(kept: list[tuple[str, Seen]]) -> dict[str, Seen]:
 
 
 @settings(max_examples=80, deadline=None)
-@given(kept=kept_lists, batch=st.integers(1, 40), chunk=st.integers(1, 50),
-       probes=st.lists(ids, max_size=50))
+@given(
+    kept=kept_lists,
+    batch=st.integers(1, 40),
+    chunk=st.integers(1, 50),
+    probes=st.lists(ids, max_size=50),
+)
 def test_the_runs_answer_as_the_first_copy_kept(
-    tmp_path_factory: pytest.TempPathFactory, kept: list[tuple[str, Seen]], batch: int,
-    chunk: int, probes: list[str],
+    tmp_path_factory: pytest.TempPathFactory,
+    kept: list[tuple[str, Seen]],
+    batch: int,
+    chunk: int,
+    probes: list[str],
 ) -> None:
     spill_dir = tmp_path_factory.mktemp("spill")
     store = SpilledIds(spill_dir, batch=batch)
     try:
         for start in range(0, len(kept), chunk):
-            part = kept[start:start + chunk]
+            part = kept[start : start + chunk]
             if chunk % 2:
                 store.keep_many(part)
             else:
@@ -66,11 +75,18 @@ def place(seen: Seen) -> tuple[int, int]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(mine=kept_lists, theirs=kept_lists, batch=st.integers(1, 30),
-       remembered=st.dictionaries(ids, seens, max_size=40))
+@given(
+    mine=kept_lists,
+    theirs=kept_lists,
+    batch=st.integers(1, 30),
+    remembered=st.dictionaries(ids, seens, max_size=40),
+)
 def test_export_then_absorb_finds_every_shared_id_once(
-    tmp_path_factory: pytest.TempPathFactory, mine: list[tuple[str, Seen]],
-    theirs: list[tuple[str, Seen]], batch: int, remembered: dict[str, Seen],
+    tmp_path_factory: pytest.TempPathFactory,
+    mine: list[tuple[str, Seen]],
+    theirs: list[tuple[str, Seen]],
+    batch: int,
+    remembered: dict[str, Seen],
 ) -> None:
     spill_dir = tmp_path_factory.mktemp("absorb")
     other = SpilledIds(spill_dir, batch=batch)
@@ -106,8 +122,12 @@ def test_a_store_closed_refuses_every_use(tmp_path: Path) -> None:
     store.keep_many([("a", ("0" * 16, 0, 1)), ("b", ("1" * 16, 0, 2))])
     store.close()
     store.close()  # idempotent
-    for use in (lambda: store.recall("a"), lambda: len(store), lambda: list(store),
-                lambda: store.keep("c", ("2" * 16, 0, 3))):
+    for use in (
+        lambda: store.recall("a"),
+        lambda: len(store),
+        lambda: list(store),
+        lambda: store.keep("c", ("2" * 16, 0, 3)),
+    ):
         with pytest.raises(ValueError, match="removed"):
             use()
     assert list(tmp_path.iterdir()) == []
@@ -126,7 +146,7 @@ def test_a_really_full_disk_is_an_os_error_and_what_was_written_stays(tmp_path: 
             refused: OSError | None = None
             for start in range(0, len(rest), 100):
                 try:
-                    store.keep_many(rest[start:start + 100])
+                    store.keep_many(rest[start : start + 100])
                 except OSError as exc:
                     refused = exc
                     break
@@ -142,15 +162,26 @@ def test_a_really_full_disk_is_an_os_error_and_what_was_written_stays(tmp_path: 
 
 
 @settings(max_examples=60, deadline=None)
-@given(parts=st.lists(kept_lists, min_size=1, max_size=4), batch=st.integers(1, 30),
-       disjoint=st.booleans(), probes=st.lists(ids, max_size=30), filled=st.booleans())
+@given(
+    parts=st.lists(kept_lists, min_size=1, max_size=4),
+    batch=st.integers(1, 30),
+    disjoint=st.booleans(),
+    probes=st.lists(ids, max_size=30),
+    filled=st.booleans(),
+)
 def test_absorbing_files_together_answers_as_absorbing_them_one_by_one(
-    tmp_path_factory: pytest.TempPathFactory, *, parts: list[list[tuple[str, Seen]]],
-    batch: int, disjoint: bool, probes: list[str], filled: bool,
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    parts: list[list[tuple[str, Seen]]],
+    batch: int,
+    disjoint: bool,
+    probes: list[str],
+    filled: bool,
 ) -> None:
     if disjoint:  # as verify's jobs hand them over: no id in two files (taken over)
-        parts = [[(f"{n}:{event_id}", seen) for event_id, seen in part]
-                 for n, part in enumerate(parts)]
+        parts = [
+            [(f"{n}:{event_id}", seen) for event_id, seen in part] for n, part in enumerate(parts)
+        ]
     spill_dir = tmp_path_factory.mktemp("absorb-all")
 
     def handed(tag: str) -> list[Path]:

@@ -19,30 +19,56 @@ from turnaudit.identity import StreamTracker
 def tracker(spill: Path | None, streams: int, batch: int = 2) -> StreamTracker:
     if spill is None:
         return StreamTracker(max_event_ids=1 << 40, max_streams=1 << 40, max_missing=1 << 40)
-    return StreamTracker(max_event_ids=1 << 40, max_streams=streams, max_missing=1 << 40,
-                         stream_spill=lambda: str(spill / "streams.sqlite3"),
-                         stream_batch=batch)
+    return StreamTracker(
+        max_event_ids=1 << 40,
+        max_streams=streams,
+        max_missing=1 << 40,
+        stream_spill=lambda: str(spill / "streams.sqlite3"),
+        stream_batch=batch,
+    )
 
 
 def answers(t: StreamTracker) -> dict[str, object]:
-    return {"heads": t.heads(), "last": t.last_positions(), "missing": t.missing(),
-            "untracked": t.untracked_missing(), "counts": t.stream_counts(), "len": len(t),
-            "currently_missing": t.currently_missing, "chained": t.chained_heads(),
-            "paged": [h for after in (None, ("s", "")) for h in t.chained_heads(after, 3)]}
+    return {
+        "heads": t.heads(),
+        "last": t.last_positions(),
+        "missing": t.missing(),
+        "untracked": t.untracked_missing(),
+        "counts": t.stream_counts(),
+        "len": len(t),
+        "currently_missing": t.currently_missing,
+        "chained": t.chained_heads(),
+        "paged": [h for after in (None, ("s", "")) for h in t.chained_heads(after, 3)],
+    }
 
 
 @settings(max_examples=80, deadline=None)
-@given(count=st.integers(1, 60), sessions=st.integers(1, 8), streams=st.integers(1, 4),
-       batch=st.integers(1, 5), dropped=st.sets(st.integers(0, 59), max_size=10),
-       forget=st.sets(st.integers(0, 2), max_size=2))
+@given(
+    count=st.integers(1, 60),
+    sessions=st.integers(1, 8),
+    streams=st.integers(1, 4),
+    batch=st.integers(1, 5),
+    dropped=st.sets(st.integers(0, 59), max_size=10),
+    forget=st.sets(st.integers(0, 2), max_size=2),
+)
 def test_spilled_streams_answer_as_held_ones_and_leave_with_their_partition(
-    tmp_path_factory: pytest.TempPathFactory, *, count: int, sessions: int, streams: int,
-    batch: int, dropped: set[int], forget: set[int],
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    count: int,
+    sessions: int,
+    streams: int,
+    batch: int,
+    dropped: set[int],
+    forget: set[int],
 ) -> None:
     spill = tmp_path_factory.mktemp("streams")
-    events = [e for n, e in enumerate(scenario.stamped_events(count, seed=3, producers=2,
-                                                              sessions=sessions))
-              if n not in dropped]  # gaps, some closed by nothing
+    events = [
+        e
+        for n, e in enumerate(
+            scenario.stamped_events(count, seed=3, producers=2, sessions=sessions)
+        )
+        if n not in dropped
+    ]  # gaps, some closed by nothing
     bounded, unbounded = tracker(spill, streams, batch), tracker(None, 0)
     for n, e in enumerate(events):
         partition = len(e.event["session_id"]) % 3
@@ -76,25 +102,33 @@ def test_a_really_full_disk_is_an_os_error_and_no_stream_is_lost(tmp_path: Path)
         assert refused is not None, "the spill never met the full disk"
         assert refused.errno == errno.ENOSPC
         stopped = n
-        seen = {(e.event["session_id"], e.event["producer_id"]) for e in events[:stopped + 1]}
+        seen = {(e.event["session_id"], e.event["producer_id"]) for e in events[: stopped + 1]}
         assert len(bounded) == len(seen)
         assert all(bounded.last_position(*s) == unbounded.last_position(*s) for s in seen)
         assert filler is not None
         filler.unlink()
-        for n, e in enumerate(events[stopped + 1:], start=stopped + 1):
+        for n, e in enumerate(events[stopped + 1 :], start=stopped + 1):
             bounded.observe(e.event, e.value, partition=0, offset=n)
             unbounded.observe(e.event, e.value, partition=0, offset=n)
         assert answers(bounded) == answers(unbounded)
 
 
 @settings(max_examples=80, deadline=None)
-@given(count=st.integers(1, 50), sessions=st.integers(1, 6), streams=st.integers(1, 4),
-       readers=st.lists(st.sampled_from(["first", "second", "both"]), min_size=50,
-                        max_size=50),
-       held=st.integers(0, 3))
+@given(
+    count=st.integers(1, 50),
+    sessions=st.integers(1, 6),
+    streams=st.integers(1, 4),
+    readers=st.lists(st.sampled_from(["first", "second", "both"]), min_size=50, max_size=50),
+    held=st.integers(0, 3),
+)
 def test_exported_streams_merge_as_trackers_in_memory_do(
-    tmp_path_factory: pytest.TempPathFactory, *, count: int, sessions: int, streams: int,
-    readers: list[str], held: int,
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    count: int,
+    sessions: int,
+    streams: int,
+    readers: list[str],
+    held: int,
 ) -> None:
     """Two trackers that read parts of the same streams (a stream in both: turns stored
     under another key), handed over as files into a third, which may hold streams of

@@ -39,17 +39,28 @@ ENCODE_V3 = SingleObjectSerializer(shipped_catalog().version(3))
 KEY = SigningKey(Ed25519PrivateKey.from_private_bytes(bytes(range(32))), "k1")
 RING = parse_keyring(keyring_entry_toml("k1", KEY.public_pem(), datetime(2020, 1, 1, tzinfo=UTC)))
 REQUIRED = dataclasses.replace(RING, require_signed=True)
-RANGE: RangeJson = {"topic": "t", "description": "in memory", "partitions": {}, "from": None,
-                    "to": None, "from_log_start": True}
+RANGE: RangeJson = {
+    "topic": "t",
+    "description": "in memory",
+    "partitions": {},
+    "from": None,
+    "to": None,
+    "from_log_start": True,
+}
 
 
-def checkpoints_of(events: list[Stamped], *, max_turns: int, close: bool = True
-                   ) -> list[Checkpoint]:
+def checkpoints_of(
+    events: list[Stamped], *, max_turns: int, close: bool = True
+) -> list[Checkpoint]:
     """What the publisher's checkpointer writes for ``events`` (one head write per turn)."""
     sink = RecordingProducer()
     pid = events[0].event["producer_id"]
-    writer = Checkpointer(CheckpointSettings(KEY, interval_s=3600, max_turns=max_turns),
-                          producer_id=pid, producer=sink, prefix="t.")
+    writer = Checkpointer(
+        CheckpointSettings(KEY, interval_s=3600, max_turns=max_turns),
+        producer_id=pid,
+        producer=sink,
+        prefix="t.",
+    )
     for s in events:
         head = StreamHead(s.event["session_id"], pid, s.event["sequence"], chain_hash(s.value))
         writer.advance([head], 1)
@@ -62,16 +73,26 @@ def checkpoints_of(events: list[Stamped], *, max_turns: int, close: bool = True
     return [c for c in out if c is not None]
 
 
-def judge(events: list[Stamped], checkpoints: list[Checkpoint], ring: Keyring = RING,
-          *, to_end: bool = True) -> TrustReport:
+def judge(
+    events: list[Stamped],
+    checkpoints: list[Checkpoint],
+    ring: Keyring = RING,
+    *,
+    to_end: bool = True,
+) -> TrustReport:
     chain = judge_chain([(c, None) for c in checkpoints], ring)
     verifier = Verifier(DECODE, signed=signed_heads(chain).positions)
     for offset, s in enumerate(events):
         verifier.feed(0, offset, s.key, s.value)
-    return judge_streams(chain, keyring="ring", require_signed=ring.require_signed,
-                         observed=verifier.signed_seen,
-                         last_seen=verifier.tracker.last_positions(), to_end=to_end,
-                         whole_stream=True)
+    return judge_streams(
+        chain,
+        keyring="ring",
+        require_signed=ring.require_signed,
+        observed=verifier.signed_seen,
+        last_seen=verifier.tracker.last_positions(),
+        to_end=to_end,
+        whole_stream=True,
+    )
 
 
 def status(report: TrustReport) -> dict[tuple[str, str], str]:
@@ -85,8 +106,9 @@ def streams(events: list[Stamped]) -> set[tuple[str, str]]:
 class TestSigned:
     @settings(max_examples=15, deadline=None)
     @given(st.integers(10, 60), st.integers(1, 25))
-    def test_an_honest_closed_run_is_signed_whatever_the_count(self, n: int,
-                                                               max_turns: int) -> None:
+    def test_an_honest_closed_run_is_signed_whatever_the_count(
+        self, n: int, max_turns: int
+    ) -> None:
         events = stamped_events(n, sessions=4)
         report = judge(events, checkpoints_of(events, max_turns=max_turns), REQUIRED)
         assert set(status(report).values()) == {"signed"}
@@ -98,8 +120,9 @@ class TestSigned:
         assert judge(events, []).findings() == []
         required = judge(events, [], REQUIRED)
         assert set(status(required).values()) == {"forged"}
-        assert {(f.where["session_id"], f.where["producer_id"]) for f in required.findings()
-                } == streams(events)
+        assert {
+            (f.where["session_id"], f.where["producer_id"]) for f in required.findings()
+        } == streams(events)
 
     def test_a_crash_leaves_an_unsigned_tail_counted_a_finding_only_when_required(
         self,
@@ -135,8 +158,9 @@ class TestForgedAndTruncated:
             copy[i] = Stamped(copy[i].key, value, event)
         report = judge(copy, written)
         assert {f.kind for f in report.findings()} == {"forged"}
-        assert {(f.where["session_id"], f.where["producer_id"])
-                for f in report.findings()} == {target}
+        assert {(f.where["session_id"], f.where["producer_id"]) for f in report.findings()} == {
+            target
+        }
         # the chain itself holds: only the signature tells
         verifier = Verifier(DECODE)
         for offset, s in enumerate(copy):
@@ -200,8 +224,7 @@ class TestForgedAndTruncated:
         assert status(report)[target] == "truncated"
         assert [f.kind for f in report.findings()] == ["truncated"]
         # a range that stops before the topic's end cannot tell
-        report = judge([s for i, s in enumerate(events) if i not in last], written,
-                       to_end=False)
+        report = judge([s for i, s in enumerate(events) if i not in last], written, to_end=False)
         assert status(report)[target] == "signed"
 
     def test_an_invalid_checkpoint_makes_the_streams_it_names_forged(self) -> None:
@@ -246,5 +269,6 @@ class TestRemovedCheckpoint:
         assert written[-1].heads == ()
         report = judge(events, written[:-2] + written[-1:])
         assert [f.kind for f in report.findings() if f.kind == "invalid_checkpoint"] == [
-            "invalid_checkpoint"]
+            "invalid_checkpoint"
+        ]
         assert not [s for s in report.streams if s["status"] == "forged"]  # it names none

@@ -20,8 +20,7 @@ OPS = ("remove", "duplicate", "redeliver", "edit", "resend_changed", "swap", "fo
 
 @cache
 def clean(count: int, seed: int, producers: int, sessions: int) -> tuple[scenario.Stamped, ...]:
-    return tuple(scenario.stamped_events(count, seed=seed, producers=producers,
-                                         sessions=sessions))
+    return tuple(scenario.stamped_events(count, seed=seed, producers=producers, sessions=sessions))
 
 
 @dataclass(frozen=True)
@@ -49,8 +48,12 @@ def stream_of(s: scenario.Stamped) -> tuple[str, str]:
 
 @st.composite
 def tampered_streams(draw: st.DrawFn) -> tuple[Tampered, dict[tuple[str, str], tuple[int, str]]]:
-    events = clean(draw(st.integers(4, 40)), draw(st.sampled_from([1, 2, 3])),
-                   draw(st.integers(1, 2)), draw(st.integers(1, 4)))
+    events = clean(
+        draw(st.integers(4, 40)),
+        draw(st.sampled_from([1, 2, 3])),
+        draw(st.integers(1, 2)),
+        draw(st.integers(1, 4)),
+    )
     sessions = sorted({e.event["session_id"] for e in events})
     rows: list[tuple[str, scenario.Stamped]] = [("msg", e) for e in events]
     edited: set[tuple[tuple[str, str], int]] = set()
@@ -82,24 +85,31 @@ def tampered_streams(draw: st.DrawFn) -> tuple[Tampered, dict[tuple[str, str], t
             rows.insert(i + 1, ("msg", scenario.Stamped(e.key, scenario.ENCODE_V3(forged), forged)))
             untouched = [u if u <= i else u + 1 for u in untouched]
         elif op == "swap":
-            later = [j for j in untouched if j > i and rows[j][0] == "msg"
-                     and stream_of(rows[j][1]) == stream_of(e)]
+            later = [
+                j
+                for j in untouched
+                if j > i and rows[j][0] == "msg" and stream_of(rows[j][1]) == stream_of(e)
+            ]
             if later:
                 j = draw(st.sampled_from(later))
                 untouched.remove(j)
                 rows[i], rows[j] = rows[j], rows[i]
         else:  # truncate: the stream's last turns cut off
             cut = draw(st.integers(1, 3))
-            mine = [j for j, (k, r) in enumerate(rows) if k == "msg"
-                    and stream_of(r) == stream_of(e)][-cut:]
+            mine = [
+                j for j, (k, r) in enumerate(rows) if k == "msg" and stream_of(r) == stream_of(e)
+            ][-cut:]
             for j in mine:
                 rows[j] = ("gone", rows[j][1])
             untouched = [u for u in untouched if u not in mine]
     return feed_order(rows, sessions, edited), clean_heads(events, sessions)
 
 
-def feed_order(rows: list[tuple[str, scenario.Stamped]], sessions: list[str],
-               edited: set[tuple[tuple[str, str], int]]) -> Tampered:
+def feed_order(
+    rows: list[tuple[str, scenario.Stamped]],
+    sessions: list[str],
+    edited: set[tuple[tuple[str, str], int]],
+) -> Tampered:
     offsets: Counter[int] = Counter()
     fed: list[Fed] = []
     where: dict[str, Fed] = {}  # event id -> its first stored copy
@@ -110,19 +120,28 @@ def feed_order(rows: list[tuple[str, scenario.Stamped]], sessions: list[str],
             fed.append(where[e.event["event_id"]])  # the same place: a redelivery
             continue
         partition = sessions.index(e.event["session_id"]) % 2
-        m = Fed(partition, offsets[partition], e.key, e.value, stream_of(e),
-                e.event["sequence"], e.event["event_id"])
+        m = Fed(
+            partition,
+            offsets[partition],
+            e.key,
+            e.value,
+            stream_of(e),
+            e.event["sequence"],
+            e.event["event_id"],
+        )
         offsets[partition] += 1
         where.setdefault(m.event_id, m)
         fed.append(m)
     return Tampered(fed, edited)
 
 
-def clean_heads(events: tuple[scenario.Stamped, ...],
-                sessions: list[str]) -> dict[tuple[str, str], tuple[int, str]]:
+def clean_heads(
+    events: tuple[scenario.Stamped, ...], sessions: list[str]
+) -> dict[tuple[str, str], tuple[int, str]]:
     verifier = run(feed_order([("msg", e) for e in events], sessions, set()).messages, {})
-    return {(h["session_id"], h["producer_id"]): (h["position"], h["hash"])
-            for h in verifier.heads()}
+    return {
+        (h["session_id"], h["producer_id"]): (h["position"], h["hash"]) for h in verifier.heads()
+    }
 
 
 def run(messages: list[Fed], anchors: dict[tuple[str, str], tuple[int, str]]) -> Verifier:
@@ -175,8 +194,11 @@ def model(messages: list[Fed]) -> Model:
 
 
 def places(verifier: Verifier, kind: str) -> set[tuple[tuple[str, str], int]]:
-    return {((f.where["session_id"], f.where["producer_id"]), f.where["position"])
-            for f in verifier.findings if f.kind == kind}
+    return {
+        ((f.where["session_id"], f.where["producer_id"]), f.where["position"])
+        for f in verifier.findings
+        if f.kind == kind
+    }
 
 
 @settings(max_examples=150, deadline=None)
@@ -194,16 +216,25 @@ def test_the_verifier_classifies_every_message_as_the_reference_model(
     assert places(verifier, "position_reused") == expected.position_reused
     assert places(verifier, "late_arrival") == expected.late
     assert dict(verifier.tracker.missing()) == expected.lost()
-    assert {(f.where["session_id"], f.where["producer_id"]): f.where["positions"]
-            for f in verifier.lost()} == {s: p[:20] for s, p in expected.lost().items()}
+    assert {
+        (f.where["session_id"], f.where["producer_id"]): f.where["positions"]
+        for f in verifier.lost()
+    } == {s: p[:20] for s, p in expected.lost().items()}
     # An edit shows where its successor is in the range; the stream's last turn's edit
     # only against an anchored head.
-    detectable = {s for s, k in tampered.edited
-                  if k in expected.taken.get(s, {}) and k + 1 in expected.taken.get(s, {})}
+    detectable = {
+        s
+        for s, k in tampered.edited
+        if k in expected.taken.get(s, {}) and k + 1 in expected.taken.get(s, {})
+    }
     broken = {s for s, _ in places(verifier, "chain_break")}
     assert broken == detectable
     assert not {f.kind for f in verifier.findings} - {
-        "content_changed", "position_reused", "late_arrival", "chain_break"}
+        "content_changed",
+        "position_reused",
+        "late_arrival",
+        "chain_break",
+    }
     # Anchored heads of the untampered range: a stream gone, cut short or rewritten.
     anchor_kinds = {}
     for stream, (position, digest) in anchors.items():
@@ -214,8 +245,9 @@ def test_the_verifier_classifies_every_message_as_the_reference_model(
             anchor_kinds[stream] = "truncated"
         elif chain_hash(taken[position]) != digest:
             anchor_kinds[stream] = "rewritten"
-    assert {(f.where["session_id"], f.where["producer_id"]): f.kind
-            for f in verifier.anchor_findings()} == anchor_kinds
+    assert {
+        (f.where["session_id"], f.where["producer_id"]): f.kind for f in verifier.anchor_findings()
+    } == anchor_kinds
 
 
 def test_an_untouched_stream_has_no_finding_and_every_turn_counted() -> None:
@@ -228,9 +260,11 @@ def test_an_untouched_stream_has_no_finding_and_every_turn_counted() -> None:
     assert verifier.lost() == []
     assert verifier.anchor_findings() == []
     assert verifier.counts.refused == sum(
-        bool(e.event["verdicts"]["refusal_emitted"]) for e in events)
+        bool(e.event["verdicts"]["refusal_emitted"]) for e in events
+    )
     assert verifier.counts.hedged == sum(
-        bool(e.event["verdicts"]["hedge_injected"]) for e in events)
+        bool(e.event["verdicts"]["hedge_injected"]) for e in events
+    )
     assert verifier.counts.stub == sum(e.event["path"] == "STUB" for e in events)
 
 
