@@ -641,8 +641,9 @@ impl Decoder {
     }
 }
 
+/// The module `turnaudit._native`: the classes and functions each job's module defines.
 #[pymodule]
-fn turnaudit_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Decoder>()?;
     m.add_class::<encode::Encoder>()?;
