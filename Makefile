@@ -93,6 +93,42 @@ $(DIST_STAMP): $(DIST_SRC) | $(PIP_STAMP)
 	@ls -l dist/*.whl dist/*.tar.gz
 	touch $@
 
+# Containers. podman (Debian's, with its helpers) is the one system package the
+# suite installs, and only where it is missing: the image and compose tests run
+# it with the project's own settings (deploy/podman/containers.conf). The base
+# image (debian:bookworm-slim) is pulled, or made locally by debootstrap where no
+# registry answers (deploy/podman/base-image.sh).
+PODMAN := CONTAINERS_CONF=$(CURDIR)/deploy/podman/containers.conf podman
+.PHONY: podman image wheelhouse
+podman:
+	@command -v podman >/dev/null && command -v debootstrap >/dev/null || { \
+	  [ "$$(id -u)" -eq 0 ] || { echo "podman not found: install Debian's podman, runc, debootstrap, netavark, aardvark-dns and iptables (needs root)"; exit 1; }; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends podman runc debootstrap uidmap slirp4netns fuse-overlayfs netavark aardvark-dns iptables; }
+
+# The wheel and every dependency as binary wheels for the image's Python (Debian
+# bookworm's CPython 3.11, x86_64): the image build needs no package index.
+WHEELHOUSE_STAMP := dist/wheelhouse/.gathered
+wheelhouse: $(WHEELHOUSE_STAMP)
+
+$(WHEELHOUSE_STAMP): $(DIST_STAMP)
+	rm -rf dist/wheelhouse
+	$(PY) -m pip download -q --only-binary=:all: --python-version 3.11 --implementation cp \
+	  --abi cp311 --abi abi3 --abi none --platform manylinux_2_36_x86_64 \
+	  --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+	  -d dist/wheelhouse dist/turnaudit-*.whl
+	touch $@
+
+# localhost/turnaudit:local, the image compose runs (Dockerfile), from the wheelhouse.
+IMAGE_STAMP := dist/.image
+image: $(IMAGE_STAMP)
+
+$(IMAGE_STAMP): $(WHEELHOUSE_STAMP) Dockerfile .dockerignore deploy/podman/containers.conf | podman
+	$(PODMAN) info >/dev/null
+	CONTAINERS_CONF=$(CURDIR)/deploy/podman/containers.conf deploy/podman/base-image.sh
+	$(PODMAN) build -q -t localhost/turnaudit:local . >/dev/null
+	touch $@
+
 # The OpenTelemetry Collector the `sink otel` broker test exports to, built from
 # Go modules (deploy/otelcol/: OTLP receiver, file and debug exporters) into the
 # ignored deploy/otelcol/bin/. Needs the Go toolchain (1.26 or newer).
