@@ -162,9 +162,8 @@ def _run(args: argparse.Namespace) -> tuple[list[str], bool]:
     ]
     lines = [
         f"turnaudit demo on the {where}",
-        f"run {run.run_id}: topics {run.prefix}*, {truth.events} simulated turns (seed "
-        f"{args.seed}) from {len(truth.sessions)} sessions, {len(truth.tasks)} tasks, "
-        f"published in {elapsed:.1f}s",
+        f"run {run.run_id}: {truth.events} turns (seed {args.seed}, {len(truth.sessions)} "
+        f"sessions, {len(truth.tasks)} tasks) published in {elapsed:.1f}s to {run.prefix}*",
         header_line(),
     ]
     for section in sections:

@@ -113,7 +113,9 @@ class DemoFollower:
                 ReconciliationRow(f"turns {name}", sample_total(r, metric), 0, no_turn, name)
                 for name, metric in TURNS_NEVER.items()
             ),
-            ReconciliationRow("streams signed", self._trust("signed"), streams),
+            ReconciliationRow(
+                "streams signed, judged as they arrived", self._trust("signed"), streams
+            ),
             ReconciliationRow(
                 "signed checkpoints read, valid",
                 sample_total(r, VALID_CHECKPOINTS, result="valid"),
