@@ -144,12 +144,13 @@ def _run(args: argparse.Namespace) -> tuple[list[str], bool]:
     v4 = truth.by_schema_version[CURRENT_VERSION]
     sections = [
         Section(
-            f"the stream, read back: {v4} of {truth.events} turns v4, {truth.traced} with a "
-            f"trace id, {truth.with_model} naming their model",
+            f"the stream: {'mostly ' if 2 * v4 > truth.events else ''}TurnEvent v4 ({v4} of "
+            f"{truth.events} turns); {truth.traced} carry a trace id, {truth.with_model} a "
+            "model identity",
             stream,
         ),
         Section(
-            f"signed checkpoints: Ed25519 key {run.key_id}, one per "
+            f"signed checkpoints: the publisher signs with Ed25519 key {run.key_id} every "
             f"{CHECKPOINT_EVERY_TURNS:,} turns and on close",
             signed,
         ),
@@ -187,19 +188,19 @@ def _files_lines(run: DemoRun, evaluation: EvaluationOutcome) -> list[str]:
         return str(path.relative_to(OUTPUT_DIR)) if path.is_relative_to(OUTPUT_DIR) else str(path)
 
     written = [
-        f"{LOG_FILE} (log lines)",
+        f"{LOG_FILE} (the log lines)",
         f"{TURNS_LOG} (the log sink's)",
-        f"{name(run.key_path)} (owner-only) and .pub",
         name(run.keyring_path),
+        f"{name(run.key_path)} (owner-only) and .pub",
         name(evaluation.manifest_path),
         name(evaluation.evidence_path),
         name(evaluation.report_path),
         name(evaluation.bundle_path),
     ]
     text = f"files in {OUTPUT_DIR}/: " + ", ".join(written)
-    lines = textwrap.wrap(text, width=100, subsequent_indent="  ")
+    lines = textwrap.wrap(text, width=100, subsequent_indent="  ", break_on_hyphens=False)
     lines.append(
-        f"  again: TURNAUDIT_TOPIC_PREFIX={run.prefix} turnaudit verify "
+        f"  re-verify: TURNAUDIT_TOPIC_PREFIX={run.prefix} turnaudit verify "
         f"--keyring {run.keyring_path} --require-signed"
     )
     return lines

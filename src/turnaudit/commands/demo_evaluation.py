@@ -157,7 +157,7 @@ def run_evaluation_stage(
             1,
         ),
         ReconciliationRow(
-            "evidence bundle re-verified (gate decision recomputed)",
+            "evidence bundle re-verified, gate recomputed",
             int(bundle_verified),
             1,
         ),

@@ -19,7 +19,7 @@ VALUE_WIDTH = 10
 # Where a folded line's mark goes (a line longer than this puts it after two spaces).
 MARK_COLUMN = 2 + LABEL_WIDTH + 2 * VALUE_WIDTH + 2
 # The gate's failed requirements shown; the rest are counted (all are in gate-report.json).
-MAX_FAILED_SHOWN = 3
+MAX_FAILED_SHOWN = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +96,12 @@ def mismatches(sections: Iterable[Section]) -> list[str]:
     return [row.label for section in sections for row in section.rows if not row.ok]
 
 
-# Why the evaluation kept a labelled trace out, in words.
+# Why the evaluation kept labelled traces out, in words ("N labelled trace(s) that …").
 _LEFT_OUT: dict[str, str] = {
-    ExclusionReason.LABEL_STEP_NOT_IN_TRACE: "a failing run whose trace ended before the "
-    "labelled failure turn (not scorable)",
-    ExclusionReason.LABEL_TRACE_CHANGED: "the trace differs from the one the label was reviewed on",
-    ExclusionReason.TRACE_MISSING_TURNS: "the trace misses a middle turn",
+    ExclusionReason.LABEL_STEP_NOT_IN_TRACE: "ended before their labelled failure turn "
+    "(not scorable)",
+    ExclusionReason.LABEL_TRACE_CHANGED: "differ from the trace their label was reviewed on",
+    ExclusionReason.TRACE_MISSING_TURNS: "miss a middle turn",
 }
 
 
@@ -145,8 +145,8 @@ def gate_lines(report: GateReport, left_out: dict[str, int]) -> list[str]:
         f"EVR-6 gate: {decision} (labels: the simulator's scripted failure turns"
         + ("; a hold is a result, not a failure)" if report["decision"] != "pass" else ")"),
         *auditor_lines(report),
-        f"  overall: {overall['traces']} traces ({overall['alarm_positive']} alarm-positive, "
-        f"{overall['healthy']} healthy), precision {_pct(overall['precision'])}, early-alarm "
+        f"  overall: {overall['traces']} traces ({overall['alarm_positive']}+/"
+        f"{overall['healthy']}-): precision {_pct(overall['precision'])}, early-alarm "
         f"recall {_pct(overall['early_alarm_recall'])}, false-alarm rate "
         f"{_pct(overall['false_alarm_rate'])}, late {overall['late_alarms']}",
     ]
@@ -156,7 +156,7 @@ def gate_lines(report: GateReport, left_out: dict[str, int]) -> list[str]:
         for name, fam in sorted(report["families"].items())
     ]
     for i in range(0, len(families), 2):
-        lead = "  by family (traces, recall/false alarms): " if i == 0 else "    "
+        lead = "  families (recall/false-alarm rate): " if i == 0 else "    "
         lines.append(lead + "; ".join(families[i : i + 2]))
     failed = report["failed_requirements"]
     lines += [
@@ -166,7 +166,9 @@ def gate_lines(report: GateReport, left_out: dict[str, int]) -> list[str]:
     if len(failed) > MAX_FAILED_SHOWN:
         lines.append(f"  … and {len(failed) - MAX_FAILED_SHOWN} more failed (gate-report.json)")
     lines += [
-        f"  left out: {count} labelled trace(s), {_LEFT_OUT.get(reason, reason)}"
+        f"  left out: {count} labelled trace(s) that {_LEFT_OUT[reason]}"
+        if reason in _LEFT_OUT
+        else f"  left out: {count} labelled trace(s): {reason}"
         for reason, count in left_out.items()
     ]
     return lines

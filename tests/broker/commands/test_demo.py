@@ -84,8 +84,11 @@ def check_summary(result_stdout: str, folder: Path) -> tuple[str, str]:
     assert found["v4 with a trace id (W3C trace context)"][:2] == (v4, v4)
     named, named_expected, _ = found["v4 naming their model (main turns)"]
     assert 0 < named == named_expected <= v4
-    heading = next(line for line in summary if line.startswith("the stream, read back:"))
-    assert f"{v4} of {turns} turns v4, {v4} with a trace id, {named} naming their model" in heading
+    heading = next(line for line in summary if line.startswith("the stream: "))
+    assert heading == (
+        f"the stream: mostly TurnEvent v4 ({v4} of {turns} turns); {v4} carry a trace id, "
+        f"{named} a model identity"
+    )
     # Every stream signed under verify --keyring --require-signed, which exits 0.
     judged = found["streams judged (sessions written with v3 or later)"]
     assert judged[0] == judged[1] > 0
