@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.kafka import offsets
+from turnaudit.kafka.groups import ANONYMOUS, namespace
 from turnaudit.kafka.offsets import (
     NO_OFFSET,
     RangeSpec,
@@ -22,7 +23,6 @@ from turnaudit.kafka.offsets import (
     check_partitions,
     plan_range,
 )
-from turnaudit.kafka.groups import ANONYMOUS, namespace
 from turnaudit.settings import DEFAULT_TOPIC_PREFIX, KafkaSettings
 
 
