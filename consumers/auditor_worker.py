@@ -6,10 +6,11 @@ on ``<prefix>htir-traces`` in its own group. Its sink replays every prefix of
 each trace through the pinned auditor (one fresh call per prefix, no
 caching), publishes the observations to ``<prefix>auditor-observations``
 (Avro single-object, ``schemas/auditor_observation.v*.avsc``, whose writer
-schemas the runtime announces on the schemas topic; keyed by task id), and builds EVR-6 evidence for the traces it
-holds independent labels for (``turnaudit.evaluation.trace_evidence``: a label
-applies only to the trace it was reviewed on, a trace missing a turn is kept
-out, each with its reason in the evidence's ``exclusions``).
+schemas the runtime announces on the schemas topic; keyed by task id), and
+builds EVR-6 evidence for the traces it holds independent labels for
+(``turnaudit.evaluation.trace_evidence``: a label applies only to the trace it
+was reviewed on, a trace missing a turn is kept out, each with its reason in
+the evidence's ``exclusions``).
 
 A batch returns only once its observations were acknowledged and the work so
 far is in a checkpoint on disk (``<evidence>.checkpoint.json``, not an evidence

@@ -12,7 +12,9 @@ import contextlib
 import io
 import itertools
 import string
+from pathlib import Path
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -210,3 +212,28 @@ def test_a_team_is_accepted_exactly_when_its_names_are_legal_and_dot_free(team: 
     if not legal:
         assert err.startswith("turnaudit acls: --subscriber")
         assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("topics", "create"),
+        ("acls", "plan"),
+        ("acls", "apply"),
+        ("simulate", "--events", "1"),
+        ("replay", "--into", "jsonl:out.jsonl"),
+    ],
+)
+def test_every_command_refuses_a_prefix_kafka_would_in_one_line_before_any_cluster(
+    argv: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", "bad prefix/")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")  # nothing answers there
+    code, out, err = run_cli(*argv)
+    assert code == 2
+    assert out == ""
+    assert err == (
+        f"turnaudit {argv[0]}: TURNAUDIT_TOPIC_PREFIX 'bad prefix/': Kafka topic names hold "
+        "only ASCII letters, digits, '.', '_' and '-' (not ' ', '/')\n"
+    )
