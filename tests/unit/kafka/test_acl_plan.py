@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import re
 import string
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.support import PROJECT_ROOT
 from turnaudit.checkpoints import checkpoints_topic
 from turnaudit.cli import main
 from turnaudit.consumers.settings import ServiceName, ServiceSettings, default_group_id
@@ -36,7 +38,14 @@ from turnaudit.kafka.acls import (
 from turnaudit.kafka.consumer import KafkaConsumer
 from turnaudit.kafka.groups import own_group
 from turnaudit.replay.group import group_id
-from turnaudit.settings import KafkaCredentials, KafkaSecurity, KafkaSettings, Secret, TopicNames
+from turnaudit.settings import (
+    DEFAULT_TOPIC_PREFIX,
+    KafkaCredentials,
+    KafkaSecurity,
+    KafkaSettings,
+    Secret,
+    TopicNames,
+)
 from turnaudit.topic_names import TOPIC_SUFFIXES, check_topic_prefix
 
 LEGAL = string.ascii_letters + string.digits + "._-"
@@ -237,3 +246,14 @@ def test_every_command_refuses_a_prefix_kafka_would_in_one_line_before_any_clust
         f"turnaudit {argv[0]}: TURNAUDIT_TOPIC_PREFIX 'bad prefix/': Kafka topic names hold "
         "only ASCII letters, digits, '.', '_' and '-' (not ' ', '/')\n"
     )
+
+
+def test_the_security_guide_says_who_writes_each_topic_as_the_plan_does() -> None:
+    guide = (PROJECT_ROOT / "docs/security.md").read_text()
+    section = guide.split("### Who writes what", 1)[1].split("\n#", 1)[0]
+    rows = re.findall(r"^\| `([\w-]+)` \| ([^|]+) \|", section, re.M)
+    assert {topic for topic, _ in rows} == set(TOPIC_SUFFIXES)
+    rules = plan_acls(DEFAULT_TOPIC_PREFIX)
+    for topic, writers in rows:
+        named = set(re.findall(r"`([\w-]+)`", writers))
+        assert named == writers_of(rules, DEFAULT_TOPIC_PREFIX + topic), topic
