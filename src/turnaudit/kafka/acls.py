@@ -288,12 +288,11 @@ def delete_user(admin_config: Mapping[str, Any], user: str, timeout: float = 30.
 
 
 def writers_of(rules: Iterable[AclRule], topic: str) -> set[str]:
+    """The principals ``rules`` let write ``topic``."""
     return {
         r.principal
         for r in rules
-        if r.resource == "topic"
-        and r.operation == "write"
-        and (r.name == topic or (r.prefixed and topic.startswith(r.name)))
+        if r.resource == "topic" and r.operation == "write" and r.covers(topic)
     }
 
 
