@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-BROKER_FIXTURES = frozenset({"kafka_bootstrap", "kafka_settings"})
+BROKER_FIXTURES = frozenset({"kafka_bootstrap", "kafka_settings", "secured"})
 
 
 def tier_violations(items: list[pytest.Item], tests: Path) -> list[str]:
