@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turnaudit.kafka.offsets import watermarks
-from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, TopicNames
+from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
-from turnaudit.settings import KafkaSettings, LocalBrokerSettings, TopicNames
+from turnaudit.settings import KafkaSettings, LocalBrokerSettings
+from turnaudit.topic_names import TopicNames
 
 PROJECT = Path(__file__).resolve().parent.parent
 TURNAUDIT = str(Path(sys.executable).parent / "turnaudit")

@@ -52,7 +52,8 @@ from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 from turnaudit.verify.run import run_verify
 
 V3 = shipped_catalog().version(3)

@@ -36,7 +36,8 @@ from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.replay import READER_CONFIG
 from turnaudit.serialization.decoders import decoder_for
-from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, TopicNames
+from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings
+from turnaudit.topic_names import TopicNames
 from turnaudit.verify.run import run_verify
 
 # verify as the CLI runs it (partitions read in parallel, one job per core at most), and

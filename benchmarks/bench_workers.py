@@ -63,7 +63,8 @@ from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import free_port
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 TURNAUDIT = str(Path(sys.executable).parent / "turnaudit")
 PARTITIONS = 6

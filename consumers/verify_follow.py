@@ -38,7 +38,7 @@ from turnaudit.consumers.verify_follow_trust import TrustFeed
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.offsets import watermarks
 from turnaudit.kafka.producer import KafkaProducer
-from turnaudit.kafka.state_topic import read_state, verify_state_topic
+from turnaudit.kafka.state_topic import read_state
 from turnaudit.serialization.wire import DecodedTurnEvent, Framing, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.follow import FollowState
@@ -139,7 +139,7 @@ class VerifyFollowSink(Sink):
         self._state = state
         self._metrics = metrics
         self._clock = clock
-        self._topic = verify_state_topic(kafka)
+        self._topic = kafka.topics.verify_state
         self._producer = KafkaProducer.reliable(kafka).open()
         self._pending: list[tuple[bytes, bytes | None]] = []
         self._flush_timeout_s = flush_timeout_s

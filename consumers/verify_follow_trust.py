@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import structlog
 
-from turnaudit.checkpoints import checkpoints_topic, decode_checkpoint
+from turnaudit.checkpoints import decode_checkpoint
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.identity import LEGACY_PRODUCER, chain_hash
 from turnaudit.kafka.consumer import BEGINNING, READER, KafkaConsumer
@@ -40,7 +40,7 @@ class TrustFeed:
         self._metrics = metrics
         self._clock = clock
         self._idle_check_s = idle_check_s
-        self._topic = checkpoints_topic(kafka.topics.prefix)
+        self._topic = kafka.topics.checkpoints
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

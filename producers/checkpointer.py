@@ -19,7 +19,7 @@ from typing import Protocol
 
 import structlog
 
-from turnaudit.checkpoints import Checkpoint, canonical_heads, checkpoints_topic, sign
+from turnaudit.checkpoints import Checkpoint, canonical_heads, sign
 from turnaudit.identity import GENESIS_HASH, LEGACY_PRODUCER, StreamId
 from turnaudit.kafka.producer import (
     DeliveredMessage,
@@ -31,6 +31,7 @@ from turnaudit.kafka.producer import (
 )
 from turnaudit.signing_keys import CheckpointSettings
 from turnaudit.stream_heads import StreamHead
+from turnaudit.topic_names import TopicNames
 
 log = structlog.get_logger("turnaudit.publisher")
 
@@ -72,7 +73,7 @@ class Checkpointer:
         self.max_turns = settings.max_turns
         self.producer_id = producer_id
         self._producer = producer
-        self._topic = checkpoints_topic(prefix)
+        self._topic = TopicNames(prefix).checkpoints
         self._pending: dict[StreamId, StreamHead] = {}
         self._turns = 0
         self._last = time.monotonic()

@@ -39,7 +39,8 @@ import structlog
 from turnaudit.files import private_fd
 from turnaudit.kafka.producer import DeliveredMessage, DeliveryError, KafkaProducer
 from turnaudit.producers.checkpointer import Checkpointer
-from turnaudit.stream_heads import HeadAnnouncement, StreamHead, stream_heads_topic
+from turnaudit.stream_heads import HeadAnnouncement, StreamHead
+from turnaudit.topic_names import TopicNames
 
 log = structlog.get_logger("turnaudit.publisher")
 
@@ -126,7 +127,7 @@ class HeadsFile:
         self.wake = threading.Event()
         self._heads: dict[Stream, StreamHead] = {}
         self._announcer = announcer
-        self._topic = stream_heads_topic(prefix)
+        self._topic = TopicNames(prefix).stream_heads
         self._closing = threading.Event()
         self.writes = 0
         self.write_errors = 0

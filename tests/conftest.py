@@ -25,7 +25,8 @@ from tests.support.broker import local_broker_settings
 from tests.support.tiers import tier_violations
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalKafkaBroker
-from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, TopicNames
+from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 TESTS = Path(__file__).resolve().parent
 

@@ -40,14 +40,9 @@ from turnaudit.errors import ConfigurationError
 from turnaudit.identity import GENESIS_HASH, StreamId
 from turnaudit.stream_heads import StreamHead
 
-CHECKPOINTS_SUFFIX = "checkpoints"
 FORMAT_VERSION = 1
 _SIGNED_DOMAIN = b"turnaudit-checkpoint-v1\x00"
 _DIGEST_DOMAIN = b"turnaudit-checkpoint-digest-v1\x00"
-
-
-def checkpoints_topic(prefix: str) -> str:
-    return f"{prefix}{CHECKPOINTS_SUFFIX}"
 
 
 class SigningKey:

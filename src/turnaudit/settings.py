@@ -20,11 +20,13 @@ from typing import Any
 from turnaudit.errors import ConfigurationError
 from turnaudit.files import open_private
 from turnaudit.serialization.registry import auto_register_from_env, registry_options_from_env
-from turnaudit.topic_names import check_topic_prefix
+from turnaudit.topic_names import DEFAULT_TOPIC_PREFIX
+
+# Re-exported: settings hold the topics' names, and the demo imports them from here.
+from turnaudit.topic_names import TopicNames as TopicNames  # noqa: PLC0414
 
 ENV_PREFIX = "TURNAUDIT_"
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
-DEFAULT_TOPIC_PREFIX = "turn-audit."
 HOUR_MS = 3_600_000
 MAX_PORT = 65_535
 
@@ -35,36 +37,6 @@ MAX_PORT = 65_535
 LIBRDKAFKA_LOGGER = logging.getLogger("turnaudit.librdkafka")
 LIBRDKAFKA_LOGGER.addHandler(logging.NullHandler())
 LIBRDKAFKA_LOGGER.propagate = False
-
-
-@dataclass(frozen=True)
-class TopicNames:
-    """The project's topics, all under one prefix (``check_topic_prefix``'s)."""
-
-    prefix: str = DEFAULT_TOPIC_PREFIX
-
-    def __post_init__(self) -> None:
-        check_topic_prefix(self.prefix, f"{ENV_PREFIX}TOPIC_PREFIX")
-
-    @property
-    def turn_events(self) -> str:
-        return f"{self.prefix}turn-events"
-
-    @property
-    def schemas(self) -> str:
-        return f"{self.prefix}schemas"
-
-    @property
-    def dlq(self) -> str:
-        return f"{self.prefix}dlq"
-
-    @property
-    def htir_traces(self) -> str:
-        return f"{self.prefix}htir-traces"
-
-    @property
-    def auditor_observations(self) -> str:
-        return f"{self.prefix}auditor-observations"
 
 
 class Secret:

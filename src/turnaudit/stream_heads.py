@@ -14,12 +14,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-STREAM_HEADS_SUFFIX = "stream-heads"
-
-
-def stream_heads_topic(prefix: str) -> str:
-    return f"{prefix}{STREAM_HEADS_SUFFIX}"
-
 
 @dataclass(frozen=True, slots=True)
 class StreamHead:

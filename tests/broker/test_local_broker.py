@@ -14,7 +14,8 @@ from tests.support.cli import broker_ports, run_turnaudit
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.topics import ensure_topics, topic_specs
 from turnaudit.local_broker import free_port
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 pytestmark = pytest.mark.broker
 

@@ -37,7 +37,6 @@ from tests.support.verify_helpers import (
 from turnaudit.checkpoints import (
     Checkpoint,
     SigningKey,
-    checkpoints_topic,
     decode_checkpoint,
     keyring_entry_toml,
 )
@@ -106,7 +105,7 @@ def publish_signed(
 
 
 def checkpoint_values(settings: KafkaSettings) -> list[bytes]:
-    topic = checkpoints_topic(settings.topics.prefix)
+    topic = settings.topics.checkpoints
     found = resolve_range(settings, topic, RangeSpec())
     return [m.value() or b"" for m in read_range(settings, topic, found.start, found.end)]
 
@@ -116,7 +115,7 @@ def copy_checkpoints(settings: KafkaSettings, values: list[bytes]) -> None:
     for value in values:
         checkpoint = decode_checkpoint(value)
         key = checkpoint.key() if checkpoint is not None else uuid.uuid4().bytes
-        producer.produce(checkpoints_topic(settings.topics.prefix), value, key)
+        producer.produce(settings.topics.checkpoints, value, key)
     assert producer.flush(30) == 0
 
 

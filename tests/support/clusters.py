@@ -17,7 +17,8 @@ from tests.support import PROJECT_ROOT
 from turnaudit.kafka.acls import apply_acls, plan_acls
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LOCAL_SUBSCRIBERS, LocalKafkaBroker, free_ports
-from turnaudit.settings import KafkaSettings, LocalBrokerSettings, TopicNames
+from turnaudit.settings import KafkaSettings, LocalBrokerSettings
+from turnaudit.topic_names import TopicNames
 
 
 def cluster_settings(

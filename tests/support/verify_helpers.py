@@ -21,7 +21,8 @@ from turnaudit.producers.simulator import GroundTruth, TurnRuntimeSimulator
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 from turnaudit.verify.verifier import Verifier
 
 DECODE = TurnEventDeserializer(shipped_catalog())

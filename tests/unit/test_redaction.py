@@ -43,7 +43,7 @@ from turnaudit.replay.jsonl import jsonl_line
 from turnaudit.replay.request import ReplayRequest, ReplayTarget
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
-from turnaudit.settings import TopicNames
+from turnaudit.topic_names import TopicNames
 
 KEY = b"redaction-test-key"
 CARD = "4111-1111-1111-1111"  # a test card number, as a tool call might carry one

@@ -12,8 +12,8 @@ import json
 
 from turnaudit.cluster import connect
 from turnaudit.kafka.acls import AclRule, apply_acls, check_team, plan_acls
-from turnaudit.settings import DEFAULT_TOPIC_PREFIX, ENV_PREFIX, KafkaSettings
-from turnaudit.topic_names import check_topic_prefix
+from turnaudit.settings import ENV_PREFIX, KafkaSettings
+from turnaudit.topic_names import DEFAULT_TOPIC_PREFIX, check_topic_prefix
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -57,12 +57,10 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from turnaudit.checkpoints import checkpoints_topic
 from turnaudit.errors import AccessDeniedError, BrokerError, ConfigurationError
 from turnaudit.kafka.access import denial_text
 from turnaudit.kafka.groups import namespace, replay_namespace, service_group
-from turnaudit.settings import DEFAULT_TOPIC_PREFIX, TopicNames
-from turnaudit.topic_names import TOPIC_NAME_CHARACTERS
+from turnaudit.topic_names import DEFAULT_TOPIC_PREFIX, TOPIC_NAME_CHARACTERS, TopicNames
 
 
 class Role(enum.StrEnum):
@@ -146,9 +144,8 @@ def plan_acls(
 
     # Checkpoints: each publisher stream's last head (a successor announces a
     # predecessor's), and verify --follow's own progress.
-    stream_heads = f"{prefix}stream-heads"
-    verify_state = f"{prefix}verify-state"
-    checkpoints = checkpoints_topic(prefix)  # signed: docs/trust.md
+    stream_heads, verify_state = t.stream_heads, t.verify_state
+    checkpoints = t.checkpoints  # signed: docs/trust.md
 
     # The control topics (schemas, stream heads, checkpoints) have one writer.
     runtime = Role.RUNTIME.value

@@ -21,12 +21,12 @@ STATE_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
 
 
 def verify_state_topic(settings: KafkaSettings) -> str:
-    return f"{settings.topics.prefix}verify-state"
+    return settings.topics.verify_state
 
 
 def ensure_verify_state_topic(settings: KafkaSettings, timeout: float = 30.0) -> str:
     """Create the compacted state topic (one partition) when it does not exist."""
-    name = verify_state_topic(settings)
+    name = settings.topics.verify_state
     admin = AdminClient(settings.client_config({"log_level": 0}))
     try:
         if name in admin.list_topics(timeout=timeout).topics:
@@ -49,7 +49,7 @@ def read_state(
     settings: KafkaSettings, timeout: float = 60.0
 ) -> Iterator[tuple[bytes, bytes | None]]:
     """Every (key, value) of the state topic in log order (the latest per key wins)."""
-    topic = verify_state_topic(settings)
+    topic = settings.topics.verify_state
     marks = watermarks(settings, topic)
     for record in read_range(settings, topic, marks.low, marks.high, timeout=timeout):
         key = record.key()

@@ -10,7 +10,6 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from turnaudit.checkpoints import checkpoints_topic
 from turnaudit.errors import (
     AccessDeniedError,
     BrokerError,
@@ -51,14 +50,14 @@ def topic_specs(settings: KafkaSettings) -> list[TopicSpec]:
         TopicSpec(t.auditor_observations, settings.partitions, {"retention.ms": keep_events}),
         # Each publisher stream's last recorded head, keyed by stream: compacted.
         TopicSpec(
-            f"{t.prefix}stream-heads",
+            t.stream_heads,
             1,
             {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"},
         ),
         # Signed checkpoints, each under its own key (compaction folds re-sent copies
         # only); the broker stamps the append time, which verify holds a key's revocation to.
         TopicSpec(
-            checkpoints_topic(t.prefix),
+            t.checkpoints,
             1,
             {
                 "cleanup.policy": "compact",

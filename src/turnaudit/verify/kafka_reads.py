@@ -7,14 +7,13 @@ import gc
 from collections import Counter
 from collections.abc import Mapping
 
-from turnaudit.checkpoints import Checkpoint, checkpoints_topic, decode_checkpoint
+from turnaudit.checkpoints import Checkpoint, decode_checkpoint
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.offsets import RangeSpec, resolve_range
 from turnaudit.kafka.reading import read_range, read_range_batches
 from turnaudit.records import record_headers
 from turnaudit.settings import KafkaSettings
-from turnaudit.stream_heads import stream_heads_topic
 from turnaudit.verify.crash import LatestAnnouncements
 from turnaudit.verify.report import DeadLetters
 from turnaudit.verify.verifier import Verifier
@@ -86,7 +85,7 @@ def stream_head_announcements(
 ) -> LatestAnnouncements:
     """The last announcement of each stream on ``<prefix>stream-heads`` (none when the
     topic does not exist: publishers before stream heads never created it)."""
-    topic = stream_heads_topic(settings.topics.prefix)
+    topic = settings.topics.stream_heads
     latest = LatestAnnouncements()
     try:
         heads = resolve_range(settings, topic, RangeSpec())
@@ -108,7 +107,7 @@ def read_checkpoints(
     """Every checkpoint on ``<prefix>checkpoints`` with the time the broker appended it
     (None when the broker did not stamp it), and the count of records that are not
     checkpoints. None and zero when the topic does not exist."""
-    topic = checkpoints_topic(settings.topics.prefix)
+    topic = settings.topics.checkpoints
     try:
         found = resolve_range(settings, topic, RangeSpec())
     except BrokerError:

@@ -9,7 +9,8 @@ from confluent_kafka.admin import AdminClient
 
 from turnaudit.cli import main
 from turnaudit.kafka.topics import topic_specs
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 pytestmark = pytest.mark.broker
 

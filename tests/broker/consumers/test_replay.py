@@ -37,7 +37,8 @@ from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.replay import ReplayRequest, ReplayTarget, replay
 from turnaudit.serialization.decoders import decoder_for
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 from turnaudit.verify.reconciliation import metric_totals
 
 pytestmark = pytest.mark.broker

@@ -41,7 +41,8 @@ from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.simulator import PACKS
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 pytestmark = pytest.mark.broker
 

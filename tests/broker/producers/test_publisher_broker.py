@@ -26,7 +26,8 @@ from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import schema_path, shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer, registry_client
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 pytestmark = pytest.mark.broker
 

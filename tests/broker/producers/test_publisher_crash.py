@@ -22,7 +22,8 @@ from turnaudit.local_broker import LocalKafkaBroker
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 from turnaudit.verify.run import run_verify
 
 pytestmark = pytest.mark.broker

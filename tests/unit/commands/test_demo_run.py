@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from turnaudit.commands import demo_run
 from turnaudit.commands.demo_run import RUN_FILE, read_previous, run_prefix, start_run
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 BASE = "turn-audit."
 

@@ -31,7 +31,8 @@ from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.kafka.producer import DeliveryCallback, DeliveryError
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 SETTINGS = KafkaSettings(topics=TopicNames("t."))
 TRACES = SETTINGS.topics.htir_traces

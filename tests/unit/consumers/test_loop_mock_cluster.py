@@ -26,7 +26,8 @@ from turnaudit.consumers.settings import ServiceName
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.consumer import READER, KafkaConsumer
 from turnaudit.records import record_headers
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 PARTITIONS = 4  # the mock cluster's default for a topic created by a produce
 

@@ -23,7 +23,8 @@ from tests.support.realparts import binary
 from turnaudit.consumers.replay.history import SteppedMetricsReplayOutput, history_text
 from turnaudit.records import StoredRecord
 from turnaudit.serialization.decoders import decoder_for
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 STEP_MS = 60_000
 BASE_MS = 29_833_333 * STEP_MS  # a step boundary

@@ -10,7 +10,7 @@ from tests.support import PROJECT_ROOT
 from turnaudit.consumers.settings import ServiceName, ServiceSettings, default_group_id
 from turnaudit.kafka.acls import SERVICE_GROUPS, subscriber_groups
 from turnaudit.kafka.groups import namespace, replay_group_id
-from turnaudit.settings import DEFAULT_TOPIC_PREFIX
+from turnaudit.topic_names import DEFAULT_TOPIC_PREFIX
 
 GUIDE = (PROJECT_ROOT / "docs/subscribers.md").read_text()
 SECTION = GUIDE.split("## Consumer groups", 1)[1].split("\n## ", 1)[0]

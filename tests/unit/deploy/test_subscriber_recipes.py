@@ -9,7 +9,8 @@ from turnaudit.commands.schemas import java_long
 from turnaudit.dead_letters import DeadLetterReason, dead_letter_headers
 from turnaudit.kafka.topics import topic_specs
 from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 GUIDE = (PROJECT_ROOT / "docs" / "subscribers.md").read_text()
 

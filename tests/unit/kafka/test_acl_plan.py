@@ -20,7 +20,6 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.support import PROJECT_ROOT
-from turnaudit.checkpoints import checkpoints_topic
 from turnaudit.cli import main
 from turnaudit.consumers.settings import ServiceName, ServiceSettings, default_group_id
 from turnaudit.errors import ConfigurationError
@@ -38,15 +37,13 @@ from turnaudit.kafka.acls import (
 from turnaudit.kafka.consumer import KafkaConsumer
 from turnaudit.kafka.groups import own_group
 from turnaudit.replay.group import group_id
-from turnaudit.settings import (
+from turnaudit.settings import KafkaCredentials, KafkaSecurity, KafkaSettings, Secret
+from turnaudit.topic_names import (
     DEFAULT_TOPIC_PREFIX,
-    KafkaCredentials,
-    KafkaSecurity,
-    KafkaSettings,
-    Secret,
+    TOPIC_SUFFIXES,
     TopicNames,
+    check_topic_prefix,
 )
-from turnaudit.topic_names import TOPIC_SUFFIXES, check_topic_prefix
 
 LEGAL = string.ascii_letters + string.digits + "._-"
 prefixes = st.text(alphabet=LEGAL, max_size=40) | st.text(
@@ -155,7 +152,7 @@ def test_each_control_topic_has_one_writer_and_only_the_redriver_redrives(
     t = TopicNames(prefix)
     runtime = {Role.RUNTIME.value}
     assert writers_of(rules, t.schemas) == runtime
-    assert writers_of(rules, checkpoints_topic(prefix)) == runtime
+    assert writers_of(rules, TopicNames(prefix).checkpoints) == runtime
     assert writers_of(rules, f"{prefix}stream-heads") == runtime
     assert writers_of(rules, f"{prefix}verify-state") == {Role.RECONCILER.value}
     assert writers_of(rules, t.turn_events) == {Role.RUNTIME.value, Role.REDRIVER.value}

@@ -11,7 +11,8 @@ from confluent_kafka import Producer
 
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.consumer import READER, KafkaConsumer
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 
 @pytest.fixture

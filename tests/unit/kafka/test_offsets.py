@@ -23,7 +23,8 @@ from turnaudit.kafka.offsets import (
     check_partitions,
     plan_range,
 )
-from turnaudit.settings import DEFAULT_TOPIC_PREFIX, KafkaSettings
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import DEFAULT_TOPIC_PREFIX
 
 
 @st.composite

@@ -23,7 +23,8 @@ from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.producers.spool import DiskSpool
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 
 @pytest.fixture

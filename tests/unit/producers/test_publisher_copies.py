@@ -12,7 +12,8 @@ from turnaudit.errors import SerializationError
 from turnaudit.local_broker import free_port
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
+from turnaudit.topic_names import TopicNames
 
 
 @pytest.fixture
