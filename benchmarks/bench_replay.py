@@ -33,11 +33,11 @@ from _broker import PROJECT_DIR, benchmark_cluster
 
 from turnaudit.commands.replay import OUTPUT_KINDS
 from turnaudit.kafka.consumer import BEGINNING, KafkaConsumer
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.replay import READER_CONFIG, ReplayRequest, ReplayTarget, replay
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
 

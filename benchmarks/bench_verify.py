@@ -31,11 +31,11 @@ from _broker import PROJECT_DIR, benchmark_cluster
 from prometheus_client import CollectorRegistry
 
 from turnaudit.kafka.consumer import BEGINNING, KafkaConsumer
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.replay import READER_CONFIG
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings
 from turnaudit.topic_names import TopicNames
 from turnaudit.verify.run import run_verify

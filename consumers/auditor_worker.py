@@ -52,8 +52,8 @@ from turnaudit.evaluation.files import (
 from turnaudit.evaluation.labels import TaskLabel
 from turnaudit.evaluation.trace_evidence import EvidenceTally, TraceEvidence
 from turnaudit.htir import HtirTrace
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.producer import KafkaProducer
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings

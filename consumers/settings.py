@@ -16,6 +16,7 @@ from pathlib import Path
 from turnaudit.consumers.otel_settings import OtlpSettings
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.groups import service_group
+from turnaudit.kafka.producer import check_passthrough_options
 from turnaudit.label_bounds import DEFAULT_LABEL_LIMIT
 from turnaudit.redaction import Redaction, SurfacePolicy, surface_redaction
 
@@ -146,6 +147,7 @@ class ServiceSettings:
         if log_file and service is ServiceName.LOG_SINK:
             check_writable_file(Path(log_file), f"{ENV_PREFIX}LOG_FILE")
         kafka = KafkaSettings.from_env(env)
+        check_passthrough_options(kafka)
         http_port = _int(env, "HTTP_PORT", DEFAULT_HTTP_PORTS[service], minimum=0, maximum=MAX_PORT)
         instance = _text(env, "GROUP_INSTANCE_ID", "")
         return cls(

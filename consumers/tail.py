@@ -18,6 +18,7 @@ from turnaudit.contracts import check_event
 from turnaudit.errors import SerializationError
 from turnaudit.events import TurnEvent, occurred_moment
 from turnaudit.kafka.consumer import READER, KafkaConsumer
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import (
     EventWindow,
     RangeSpec,
@@ -26,7 +27,6 @@ from turnaudit.kafka.offsets import (
     resolve_range,
 )
 from turnaudit.records import Record
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 

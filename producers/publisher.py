@@ -39,6 +39,8 @@ from turnaudit.kafka.producer import (
     is_permanent,
     is_purged,
 )
+from turnaudit.kafka.schema_topic import announce_schema, announced_schemas
+from turnaudit.kafka.schema_writers import RegistryClient, turn_event_writers
 from turnaudit.producers.accounting import CloseReport, Ledger, PublisherStats
 from turnaudit.producers.checkpointer import Checkpointer
 from turnaudit.producers.failover import Failover
@@ -53,9 +55,7 @@ from turnaudit.producers.producer_config import (
     env_seconds,
 )
 from turnaudit.producers.spool import SpooledMessage, bytes_headers
-from turnaudit.serialization.schema_topic import announce_schema, announced_schemas
 from turnaudit.serialization.schemas import SchemaCatalog, shipped_catalog
-from turnaudit.serialization.writers import RegistryClient, turn_event_writers
 from turnaudit.settings import KafkaSettings
 from turnaudit.signing_keys import CheckpointSettings
 

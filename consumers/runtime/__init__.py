@@ -10,7 +10,7 @@
 * ``line_files``: files of lines a service appends to, whole lines only.
 
 Dead letters are written by ``turnaudit.kafka.dead_letters.DeadLetterWriter``
-and decoders built by ``turnaudit.serialization.decoders.decoder_for``.
+and decoders built by ``turnaudit.kafka.decoders.decoder_for``.
 """
 
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics, MessageOutcome

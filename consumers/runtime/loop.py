@@ -40,9 +40,9 @@ from turnaudit.consumers.settings import ServiceSettings
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.consumer import KafkaConsumer
 from turnaudit.kafka.dead_letters import DeadLetterWriter
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.producer import KafkaProducer
 from turnaudit.records import Record, record_headers, record_position
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import TurnEventDeserializer
 
 log = structlog.get_logger("turnaudit.consumer")

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.access import check_group_access, check_topic_access
+from turnaudit.kafka.producer import check_passthrough_options
 from turnaudit.kafka.topics import CLUSTER_HINT, LOCAL_BROKER_HINT, require_cluster
 from turnaudit.local_broker import LocalKafkaBroker, saved_layout
 from turnaudit.settings import KafkaSettings, LocalBrokerSettings
@@ -29,8 +30,10 @@ def connect(
     A cluster that does not answer within ``wait`` seconds (default: the
     settings' connect timeout) ends the command with one line saying so, unless
     ``require`` is false: a long-running service starts anyway, reports itself
-    not ready and says so in its log until the cluster answers.
+    not ready and says so in its log until the cluster answers. Passthrough
+    librdkafka options it refuses end the command first (one line, exit 2).
     """
+    check_passthrough_options(settings)
     if settings.bootstrap_servers:
         if require:
             require_cluster(settings, wait=wait, hint=CLUSTER_HINT)

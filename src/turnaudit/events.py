@@ -13,11 +13,11 @@ field, so a schema change that is not made here fails the tests.
 from datetime import UTC, datetime, timedelta
 from typing import Literal, NotRequired, TypedDict
 
+# The epoch milliseconds a datetime holds: the decoder refuses a timestamp beyond them.
+from turnaudit.serialization.framing import MAX_MILLIS as MAX_MILLIS  # noqa: PLC0414
+from turnaudit.serialization.framing import MIN_MILLIS as MIN_MILLIS  # noqa: PLC0414
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# The epoch milliseconds a datetime holds (0001-01-01 to 9999-12-31T23:59:59.999Z):
-# the decoder refuses a timestamp beyond them, as fastavro did building a datetime.
-MIN_MILLIS = -62_135_596_800_000
-MAX_MILLIS = 253_402_300_799_999
 
 
 def occurred_moment(millis: "int | datetime") -> datetime:

@@ -48,10 +48,10 @@ from turnaudit.events import (
     TurnVerdicts,
     occurred_moment,
 )
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec, ResolvedRange, resolve_range
 from turnaudit.kafka.reading import read_range
 from turnaudit.records import Record
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import DecodedTurnEvent, Framing, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 

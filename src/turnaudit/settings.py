@@ -19,7 +19,7 @@ from typing import Any
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.files import open_private
-from turnaudit.serialization.registry import auto_register_from_env, registry_options_from_env
+from turnaudit.registry_settings import auto_register_from_env, registry_options_from_env
 from turnaudit.topic_names import DEFAULT_TOPIC_PREFIX
 
 # Re-exported: settings hold the topics' names, and the demo imports them from here.
@@ -195,7 +195,7 @@ class KafkaSettings:
     topics: TopicNames = field(default_factory=TopicNames)
     schema_registry_url: str | None = None
     # Registry client options (credentials, TLS) and whether the publisher may
-    # register schemas: turnaudit.serialization.registry reads them.
+    # register schemas (turnaudit.registry_settings reads them from the environment).
     schema_registry_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     schema_registry_auto_register: bool = True
     client_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -246,12 +246,9 @@ class KafkaSettings:
             ) from exc
         if not isinstance(options, dict):
             raise ConfigurationError(f"{ENV_PREFIX}KAFKA_OPTIONS must be a JSON object")
+        # Kept as given: librdkafka judges them when a command connects
+        # (turnaudit.kafka.producer.check_passthrough_options).
         client_options = {str(k): str(v) for k, v in options.items()}
-        # librdkafka judges them, through the one producer wrapper (imported
-        # here: turnaudit.kafka builds on these settings).
-        from turnaudit.kafka.producer import check_client_options  # noqa: PLC0415
-
-        check_client_options(client_options, f"{ENV_PREFIX}KAFKA_OPTIONS")
         return cls(
             bootstrap_servers=env.get(BOOTSTRAP_ENV) or None,
             topics=TopicNames(env.get(ENV_PREFIX + "TOPIC_PREFIX", DEFAULT_TOPIC_PREFIX)),

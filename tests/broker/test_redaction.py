@@ -25,12 +25,12 @@ from turnaudit.commands.replay import OUTPUT_KINDS
 from turnaudit.consumers.tail import tail_turns
 from turnaudit.evaluation import review_pack
 from turnaudit.files import configured_modes
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.redaction import SURFACE_FIELDS, Redaction, surface_redaction
 from turnaudit.replay import ReplayRequest, ReplayTarget, replay
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings

@@ -12,6 +12,7 @@ import json
 
 from turnaudit.cluster import connect
 from turnaudit.kafka.acls import AclRule, apply_acls, check_team, plan_acls
+from turnaudit.kafka.producer import check_passthrough_options
 from turnaudit.settings import ENV_PREFIX, KafkaSettings
 from turnaudit.topic_names import DEFAULT_TOPIC_PREFIX, check_topic_prefix
 
@@ -48,7 +49,9 @@ def _rules(args: argparse.Namespace) -> list[AclRule]:
     if args.prefix is not None:
         prefix = check_topic_prefix(args.prefix, "--prefix")
     else:
-        prefix = KafkaSettings.from_env().topics.prefix  # checked as it is read
+        settings = KafkaSettings.from_env()  # the prefix is checked as it is read
+        check_passthrough_options(settings)
+        prefix = settings.topics.prefix
     for team in args.subscriber:
         check_team(team)
     return plan_acls(prefix, subscribers=args.subscriber)

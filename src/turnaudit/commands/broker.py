@@ -8,6 +8,7 @@ from dataclasses import replace
 from turnaudit.cluster import local_broker
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.acls import apply_acls, plan_acls
+from turnaudit.kafka.producer import check_passthrough_options
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LOCAL_SUBSCRIBERS, LocalKafkaBroker
 from turnaudit.settings import (
@@ -64,6 +65,7 @@ def _start(args: argparse.Namespace) -> int:
     status = broker.start()
     print(f"kafka: {status.describe()}")
     kafka = KafkaSettings.from_env().with_bootstrap(broker.bootstrap_servers)
+    check_passthrough_options(kafka)
     if broker.settings.secured:
         kafka = kafka.with_security(broker.security())  # the admin: topics and ACLs
         count = apply_acls(

@@ -37,11 +37,11 @@ from turnaudit.evaluation.files import write_json
 from turnaudit.evaluation.gate import GateReport, evaluate
 from turnaudit.evaluation.labels import labels_from_ground_truth
 from turnaudit.files import private_dir
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay import CHECKPOINT_SUFFIX, ReplayRequest
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
 DEFAULT_OUTPUT = Path("var/demo")

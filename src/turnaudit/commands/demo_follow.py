@@ -22,8 +22,8 @@ from turnaudit.consumers.settings import ServiceSettings
 from turnaudit.consumers.verify_follow import FollowValidation, VerifyFollowSink
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.consumers.verify_follow_trust import TrustFeed
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.producers.simulator import GroundTruth
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.verify.follow import FollowState
 from turnaudit.verify.follow_trust import GAUGE_STATES, FollowTrust
 

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from turnaudit.commands.demo_summary import ReconciliationRow
 from turnaudit.contracts import SequenceOutcome, SessionSequenceTracker, check_event
 from turnaudit.errors import SerializationError
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.producers.publisher import CloseReport
 from turnaudit.producers.simulator import GroundTruth
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
 CURRENT_VERSION = 4  # the runtime's default writer schema

@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry
 from turnaudit.checkpoints import Keyring
 from turnaudit.commands.demo_consumers import sample_total
 from turnaudit.commands.demo_summary import ReconciliationRow
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.producers.simulator import GroundTruth
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.run import run_verify
 

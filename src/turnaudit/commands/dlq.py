@@ -35,6 +35,7 @@ from turnaudit.dlq_redrive import (
     plan_redrive,
 )
 from turnaudit.errors import BrokerError, ConfigurationError, PublishError
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec, resolve_range, watermarks
 from turnaudit.kafka.producer import (
     DeliveredMessage,
@@ -44,7 +45,6 @@ from turnaudit.kafka.producer import (
 )
 from turnaudit.kafka.reading import read_range
 from turnaudit.records import record_headers
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
 FINDINGS_EXIT = 1

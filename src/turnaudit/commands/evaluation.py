@@ -24,10 +24,10 @@ from turnaudit.evaluation.errors import AuditorIdentityError, NotReproducedError
 from turnaudit.evaluation.files import write_json
 from turnaudit.evaluation.gate import evaluate
 from turnaudit.evaluation.labels import load_task_labels
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.redaction import surface_redaction
 from turnaudit.replay import ReplayRequest, parse_partitions
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
 

@@ -36,6 +36,7 @@ from turnaudit.consumers.replay import (
 )
 from turnaudit.consumers.settings import LogSinkSettings, ServiceName, ServiceSettings
 from turnaudit.errors import ConfigurationError
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.redaction import surface_redaction
 from turnaudit.replay import (
@@ -49,7 +50,6 @@ from turnaudit.replay import (
     replay,
     replay_group,
 )
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
 DEFAULT_STEP = timedelta(minutes=1)

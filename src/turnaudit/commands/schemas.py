@@ -113,7 +113,7 @@ def _get(args: argparse.Namespace) -> int:
 def _from_topic(candidates: list[bytes]) -> str | None:
     # Only when asked beyond the shipped schemas: reaching a cluster costs time.
     from turnaudit.cluster import connect  # noqa: PLC0415 - the cluster is needed on a miss only
-    from turnaudit.serialization.schema_topic import SchemaTopicResolver  # noqa: PLC0415
+    from turnaudit.kafka.schema_topic import SchemaTopicResolver  # noqa: PLC0415
     from turnaudit.settings import KafkaSettings  # noqa: PLC0415
 
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)

@@ -378,3 +378,13 @@ def check_client_options(options: Mapping[str, str], setting: str) -> None:
         raise ConfigurationError(
             f"{setting}: {detail} (see librdkafka's CONFIGURATION.md for the options it knows)"
         ) from None
+
+
+PASSTHROUGH_SETTING = "TURNAUDIT_KAFKA_OPTIONS"
+
+
+def check_passthrough_options(settings: KafkaSettings) -> None:
+    """librdkafka's judgement of the user's passthrough options
+    (``TURNAUDIT_KAFKA_OPTIONS``, kept as given by ``KafkaSettings.from_env``):
+    one line naming the setting, before a command or a service asks a cluster."""
+    check_client_options(settings.client_options, PASSTHROUGH_SETTING)

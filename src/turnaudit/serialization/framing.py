@@ -1,4 +1,5 @@
-"""The two wire framings of an Avro record, defined once (no dependencies).
+"""The two wire framings of an Avro record, defined once (no dependencies), and the
+range of timestamps the decoder reads.
 
 * Avro single-object encoding: ``C3 01`` + 8-byte little-endian CRC-64-AVRO
   fingerprint + Avro body.
@@ -17,6 +18,10 @@ SINGLE_OBJECT_HEADER_LEN = 10  # magic + 8-byte fingerprint
 CONFLUENT_MAGIC = 0
 CONFLUENT_MAGIC_BYTE = b"\x00"
 CONFLUENT_HEADER_LEN = 5  # magic + 4-byte schema id
+# The epoch milliseconds a datetime holds (0001-01-01 to 9999-12-31T23:59:59.999Z):
+# the decoder refuses a timestamp-millis beyond them, as fastavro did building a datetime.
+MIN_MILLIS = -62_135_596_800_000
+MAX_MILLIS = 253_402_300_799_999
 
 
 def single_object_header(fingerprint: bytes) -> bytes:

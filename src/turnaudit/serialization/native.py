@@ -30,7 +30,7 @@ except ImportError as exc:  # pragma: no cover - the environment, not the code
         "installed: run `make setup` (it needs Rust's cargo >= 1.95, https://rustup.rs)"
     ) from exc
 
-from turnaudit.events import MAX_MILLIS, MIN_MILLIS
+from turnaudit.serialization.framing import MAX_MILLIS, MIN_MILLIS
 from turnaudit.serialization.schemas import DecodingSchema, decoding_schema
 
 Decoder = _native.Decoder

@@ -11,8 +11,8 @@ from typing import Any, NamedTuple, cast
 import fastavro
 
 from turnaudit.errors import SerializationError
-from turnaudit.events import MAX_MILLIS, MIN_MILLIS
 from turnaudit.serialization import native
+from turnaudit.serialization.framing import MAX_MILLIS, MIN_MILLIS
 
 
 class Framing(enum.StrEnum):

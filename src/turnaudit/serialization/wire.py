@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from fastavro.read import SchemaResolutionError
@@ -44,11 +44,6 @@ from turnaudit.serialization.read_plans import (
     named,
     read_natively,
 )
-from turnaudit.serialization.registry import (
-    ConfluentSerializer,
-    RegistryClient,
-    registry_client,
-)
 from turnaudit.serialization.schemas import (
     SchemaCatalog,
     WriterSchema,
@@ -61,23 +56,35 @@ from turnaudit.serialization.serializers import (
     SingleObjectSerializer,
 )
 
-__all__ = [  # the framing constants, the registry's client, the serializers and the decoded
-    # message's types: where readers and writers of the wire look
+__all__ = [  # the framing constants, the serializers and the decoded message's types:
+    # where readers and writers of the wire look
     "CONFLUENT_HEADER_LEN",
     "CONFLUENT_MAGIC",
     "SINGLE_OBJECT_HEADER_LEN",
     "SINGLE_OBJECT_MAGIC",
     "ConfluentIdSerializer",
-    "ConfluentSerializer",
     "DecodedTurnEvent",
     "FramedSerializer",
     "Framing",
-    "RegistryClient",
     "SingleObjectSerializer",
-    "registry_client",
 ]
 
 log = structlog.get_logger("turnaudit.serialization")
+
+
+class RegisteredSchema(Protocol):
+    """A schema a registry holds: its text (the registry client's ``Schema``)."""
+
+    @property
+    def schema_str(self) -> str | None: ...
+
+
+class SchemaRegistryReader(Protocol):
+    """What the reader asks of a Schema Registry: the writer schema of an id. The
+    registry client (``turnaudit.kafka.schema_registry``) is one; the codec needs no more."""
+
+    def get_schema(self, schema_id: int) -> RegisteredSchema: ...
+
 
 # A function that returns the schema JSON for an unknown fingerprint, or None.
 FingerprintResolver = Callable[[bytes], str | None]
@@ -142,7 +149,7 @@ class TurnEventDeserializer:
         self,
         catalog: SchemaCatalog,
         *,
-        registry: RegistryClient | None = None,
+        registry: SchemaRegistryReader | None = None,
         resolver: FingerprintResolver | None = None,
         registry_backoff: Sequence[float] = REGISTRY_RETRY_BACKOFF_S,
         sleep: Callable[[float], None] = time.sleep,
@@ -298,7 +305,7 @@ class TurnEventDeserializer:
                 self._by_fp[fp] = plan
         return plan
 
-    def _registry_schema(self, registry: RegistryClient, schema_id: int) -> str:
+    def _registry_schema(self, registry: SchemaRegistryReader, schema_id: int) -> str:
         """The writer schema of a registry id; a transient registry error is retried with
         the bounded backoff (each retry counted) before the id is given up as not found."""
         attempt = 0

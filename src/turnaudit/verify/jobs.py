@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from turnaudit.identity import StreamId
-from turnaudit.serialization.decoders import decoder_for
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.id_store import IdMemory

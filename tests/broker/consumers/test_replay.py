@@ -30,13 +30,13 @@ from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.replay import MetricsReplayOutput
 from turnaudit.consumers.settings import ServiceName
 from turnaudit.events import occurred_millis
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.replay import ReplayRequest, ReplayTarget, replay
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 from turnaudit.topic_names import TopicNames
 from turnaudit.verify.reconciliation import metric_totals

@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 
 from tests.support.events import turn
 from turnaudit.errors import SchemaNotFoundError
-from turnaudit.serialization.schema_topic import SchemaTopicResolver
+from turnaudit.kafka.schema_topic import SchemaTopicResolver
 from turnaudit.serialization.schemas import schema_from_json, shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings

@@ -12,11 +12,8 @@ import pytest
 from tests.support.events import encode, turn
 from tests.support.streams import produce_raw, wait_for
 from turnaudit.consumers.tail import TailFilter, tail_turns
+from turnaudit.kafka.schema_registry import ConfluentSerializer, registry_client
 from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import (
-    ConfluentSerializer,
-    registry_client,
-)
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker

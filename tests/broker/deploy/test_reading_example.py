@@ -13,9 +13,9 @@ import pytest
 
 from tests.support import PROJECT_ROOT
 from tests.support.cli import run_turnaudit
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker

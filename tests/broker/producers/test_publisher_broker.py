@@ -19,13 +19,14 @@ from tests.support.broker import local_broker_settings
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
+from turnaudit.kafka.schema_registry import registry_client
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalKafkaBroker, free_port
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import schema_path, shipped_catalog
-from turnaudit.serialization.wire import TurnEventDeserializer, registry_client
+from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.topic_names import TopicNames
 

@@ -21,8 +21,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from tests.support.events import encode, turn
 from tests.support.realparts import binary
 from turnaudit.consumers.replay.history import SteppedMetricsReplayOutput, history_text
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.records import StoredRecord
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 from turnaudit.topic_names import TopicNames
 

@@ -21,7 +21,7 @@ from tests.support.events import breaking_events, encode, turn
 from turnaudit.consumers.runtime import ConsumedTurn, Rejection, TurnEventValidation
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.dead_letters import DeadLetterReason
-from turnaudit.serialization.schema_topic import SchemaTopicResolver
+from turnaudit.kafka.schema_topic import SchemaTopicResolver
 from turnaudit.serialization.schemas import schema_from_json, shipped_catalog
 from turnaudit.serialization.wire import (
     CONFLUENT_HEADER_LEN,

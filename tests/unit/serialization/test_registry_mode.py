@@ -21,13 +21,9 @@ import pytest
 
 from tests.support.events import turn
 from turnaudit.errors import ConfigurationError, SerializationError
-from turnaudit.serialization.registry import (
-    COMPATIBILITY,
-    auto_register_from_env,
-    registry_options_from_env,
-)
+from turnaudit.kafka.schema_registry import COMPATIBILITY, ConfluentSerializer, registry_client
+from turnaudit.registry_settings import auto_register_from_env, registry_options_from_env
 from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import ConfluentSerializer, registry_client
 from turnaudit.settings import KafkaSettings
 
 V2 = shipped_catalog().version(2)

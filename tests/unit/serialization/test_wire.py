@@ -17,22 +17,17 @@ from turnaudit.errors import (
     SerializationError,
     UnknownFramingError,
 )
-from turnaudit.events import MAX_MILLIS, MIN_MILLIS
+from turnaudit.kafka.schema_registry import ConfluentSerializer, registry_client
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.compatibility import check_full_transitive
+from turnaudit.serialization.framing import MAX_MILLIS, MIN_MILLIS
 from turnaudit.serialization.schemas import (
     SchemaCatalog,
     decoding_schema,
     schema_from_json,
     shipped_catalog,
 )
-from turnaudit.serialization.wire import (
-    ConfluentSerializer,
-    Framing,
-    SingleObjectSerializer,
-    TurnEventDeserializer,
-    registry_client,
-)
+from turnaudit.serialization.wire import Framing, SingleObjectSerializer, TurnEventDeserializer
 
 CATALOG = shipped_catalog()
 

@@ -15,13 +15,9 @@ from typing import Any
 
 from turnaudit.errors import SerializationError
 from turnaudit.events import OutgoingTurnEvent
-from turnaudit.serialization.registry import RegistryClient, schema_ids
+from turnaudit.kafka.schema_registry import RegistryClient, registry_client, schema_ids
 from turnaudit.serialization.schemas import SchemaCatalog
-from turnaudit.serialization.wire import (
-    ConfluentIdSerializer,
-    SingleObjectSerializer,
-    registry_client,
-)
+from turnaudit.serialization.wire import ConfluentIdSerializer, SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
 
 __all__ = ["RegistryClient", "TurnEventWriters", "turn_event_writers"]

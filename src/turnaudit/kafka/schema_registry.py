@@ -1,12 +1,11 @@
-"""Schema Registry mode for real deployments: credentials, auto-registration, compatibility.
+"""The Schema Registry client, for real deployments: registration and compatibility.
 
-* ``TURNAUDIT_SCHEMA_REGISTRY_BASIC_AUTH`` = ``user:password`` (HTTP basic auth), or
-  ``TURNAUDIT_SCHEMA_REGISTRY_BEARER_TOKEN`` (a static bearer token), or any client
-  option of ``confluent_kafka.schema_registry`` in ``TURNAUDIT_SCHEMA_REGISTRY_OPTIONS``
-  (a JSON object: TLS files, OAuth, ...).
-* ``TURNAUDIT_SCHEMA_REGISTRY_AUTO_REGISTER`` = ``false``: use schemas registered
-  beforehand (by a pipeline with write rights); the publisher only looks them up,
-  and never changes the registry.
+* Its options (credentials, TLS) and whether the publisher may register come
+  from the settings (``KafkaSettings.schema_registry_options`` and
+  ``schema_registry_auto_register``, read by ``turnaudit.registry_settings``).
+* Without auto-registration the schemas were registered beforehand (by a
+  pipeline with write rights); the publisher only looks them up, and never
+  changes the registry.
 * When it does register, the publisher first sets the subject's compatibility level
   to FULL_TRANSITIVE, the guarantee ``turnaudit schemas check`` proves for the
   shipped versions: every version reads and is read by every other.
@@ -15,7 +14,6 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -25,48 +23,12 @@ if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.serialization import SerializationContext
 
-from turnaudit.errors import ConfigurationError, RegistryUnavailableError, SerializationError
+from turnaudit.errors import RegistryUnavailableError, SerializationError
 from turnaudit.serialization.schemas import WriterSchema
 
-ENV = "TURNAUDIT_SCHEMA_REGISTRY_"
 COMPATIBILITY = "FULL_TRANSITIVE"
 # The registry client type, for callers that hand one in (tests, a runtime's own).
 RegistryClient: TypeAlias = "SchemaRegistryClient"
-
-
-def registry_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Client options for the registry (credentials and passthrough), from the environment."""
-    text = env.get(ENV + "OPTIONS", "").strip()
-    try:
-        options = json.loads(text) if text else {}
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"{ENV}OPTIONS is not a JSON object: {exc}") from exc
-    if not isinstance(options, dict):
-        raise ConfigurationError(f"{ENV}OPTIONS must be a JSON object")
-    config = {str(k): str(v) for k, v in options.items()}
-    basic = env.get(ENV + "BASIC_AUTH", "").strip()
-    bearer = env.get(ENV + "BEARER_TOKEN", "").strip()
-    if basic and bearer:
-        raise ConfigurationError(f"set {ENV}BASIC_AUTH or {ENV}BEARER_TOKEN, not both")
-    if basic:
-        if ":" not in basic:
-            raise ConfigurationError(f"{ENV}BASIC_AUTH must be user:password")
-        config["basic.auth.user.info"] = basic
-    if bearer:
-        config["bearer.auth.credentials.source"] = "STATIC_TOKEN"
-        config["bearer.auth.token"] = bearer
-        # Required by some client versions (2.12 both, 2.16 neither); Confluent Cloud
-        # reads them, other registries ignore them.
-        config.setdefault("bearer.auth.logical.cluster", "")
-        config.setdefault("bearer.auth.identity.pool.id", "")
-    return config
-
-
-def auto_register_from_env(env: Mapping[str, str]) -> bool:
-    text = env.get(ENV + "AUTO_REGISTER", "true").strip().lower()
-    if text not in ("true", "false"):
-        raise ConfigurationError(f"{ENV}AUTO_REGISTER must be true or false, not {text!r}")
-    return text == "true"
 
 
 class ConfluentSerializer:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from turnaudit.serialization.schema_topic import SchemaTopicResolver
+from turnaudit.kafka.schema_registry import registry_client
+from turnaudit.kafka.schema_topic import SchemaTopicResolver
 from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import TurnEventDeserializer, registry_client
+from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
 
