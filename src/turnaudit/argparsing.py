@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from turnaudit.errors import TurnAuditError
+
+# Adds a tool's arguments (and its ``handler``) to a parser.
+Configure = Callable[[argparse.ArgumentParser], None]
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -145,3 +150,15 @@ def positive_seconds(text: str) -> float:
 def event_time_options(args: argparse.Namespace) -> tuple[bool, timedelta | None]:
     """``(event_time, slack)`` from ``add_time_arguments``' options."""
     return args.time == "event", None if args.slack is None else timedelta(seconds=args.slack)
+
+
+def run_standalone(prog: str, configure: Configure, argv: Sequence[str] | None = None) -> int:
+    """The ``python -m`` form of one tool: same parser, same handlers, same exit codes."""
+    parser = OneLineErrorParser(prog=prog)
+    configure(parser)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except TurnAuditError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from turnaudit.commands.sink import service_registry, service_settings
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker, evidence_summary
-from turnaudit.consumers.settings import ServiceName
-from turnaudit.evaluation.cli import add_auditor_arguments, build_auditor
+from turnaudit.consumers.runtime.settings import ServiceName
+from turnaudit.evaluation.auditor_options import add_auditor_arguments, build_auditor
 from turnaudit.evaluation.files import write_json
 from turnaudit.evaluation.gate import evaluate, exit_code
 from turnaudit.evaluation.labels import load_task_labels

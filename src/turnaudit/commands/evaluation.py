@@ -20,9 +20,10 @@ from turnaudit.argparsing import add_range_arguments, add_time_arguments, event_
 from turnaudit.cluster import connect
 from turnaudit.consumers.replay.evidence import file_digest, rebuild_evidence
 from turnaudit.evaluation import cli as evaluation_cli
+from turnaudit.evaluation.auditor_options import add_auditor_arguments, build_auditor
 from turnaudit.evaluation.errors import AuditorIdentityError, NotReproducedError
 from turnaudit.evaluation.files import write_json
-from turnaudit.evaluation.gate import evaluate
+from turnaudit.evaluation.gate import evaluate, print_report
 from turnaudit.evaluation.labels import load_task_labels
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec
@@ -54,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         required=True,
         help="a finalized label pack, or the simulator's ground truth",
     )
-    evaluation_cli.add_auditor_arguments(rebuild, default="rules")
+    add_auditor_arguments(rebuild, default="rules")
     rebuild.add_argument("--output", type=Path, required=True, help="evidence file to write")
     rebuild.add_argument("--report", type=Path, help="also run the gate and write its report")
     rebuild.add_argument(
@@ -77,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _rebuild(args: argparse.Namespace) -> int:
     labels = load_task_labels(args.labels)
-    auditor = evaluation_cli.build_auditor(args)
+    auditor = build_auditor(args)
     event_time, slack = event_time_options(args)
     request = ReplayRequest(
         RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets),
@@ -117,4 +118,4 @@ def _rebuild(args: argparse.Namespace) -> int:
         return 0
     report = evaluate(result.evidence)
     write_json(args.report, report)
-    return evaluation_cli.print_report(report, args.report)
+    return print_report(report, args.report)

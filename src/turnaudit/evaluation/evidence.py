@@ -14,11 +14,14 @@ written too.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from turnaudit.argparsing import run_standalone
+from turnaudit.evaluation.auditor_options import add_auditor_arguments, build_auditor
 from turnaudit.evaluation.auditors import PrefixAuditor, Step, decide_prefix
 from turnaudit.evaluation.errors import AuditorIdentityError, UnversionedOracleError
 from turnaudit.evaluation.files import (
@@ -32,7 +35,7 @@ from turnaudit.evaluation.files import (
     read_json,
     write_json,
 )
-from turnaudit.evaluation.gate import GateReport, evaluate
+from turnaudit.evaluation.gate import GateReport, evaluate, print_report
 from turnaudit.evaluation.independence import CASE_LIMIT, refuse_dependent_labels
 
 
@@ -132,7 +135,25 @@ def produce_evidence(
     return report
 
 
-if __name__ == "__main__":  # pragma: no cover - thin wrapper over the CLI's parser
-    from turnaudit.evaluation.cli import configure_evidence, run_standalone
+# The producer's command line: ``turnaudit eval evidence`` and
+# ``python -m turnaudit.evaluation.evidence``.
 
+
+def configure_evidence(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("labels", type=Path, help="label pack (no auditor output in it)")
+    add_auditor_arguments(parser, default="ollama")
+    parser.add_argument("--output", type=Path, required=True, help="evidence file to write")
+    parser.add_argument("--report", type=Path, required=True, help="gate report to write")
+    parser.set_defaults(handler=_evidence)
+
+
+def _evidence(args: argparse.Namespace) -> int:
+    report = produce_evidence(
+        args.labels, build_auditor(args), evidence_output=args.output, report_output=args.report
+    )
+    print(f"evidence: {len(report['traces'])} case(s) -> {args.output}")
+    return print_report(report, args.report)
+
+
+if __name__ == "__main__":  # pragma: no cover - thin wrapper over the CLI's parser
     sys.exit(run_standalone("python -m turnaudit.evaluation.evidence", configure_evidence))

@@ -34,12 +34,14 @@ Ratios are compared as exact fractions, so a precision of exactly 0.80 passes.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
+from turnaudit.argparsing import run_standalone
 from turnaudit.evaluation.files import Case, EvidenceFile, load_evidence, write_json
 from turnaudit.evaluation.gate_integrity import integrity_failures
 from turnaudit.evaluation.gate_report import (
@@ -366,7 +368,40 @@ def exit_code(report: GateReport) -> int:
     return 0 if report["decision"] == "pass" else 1
 
 
-if __name__ == "__main__":  # pragma: no cover - thin wrapper over the CLI's parser
-    from turnaudit.evaluation.cli import configure_gate, run_standalone
+# The gate's command line: ``turnaudit eval gate`` and ``python -m turnaudit.evaluation.gate``.
 
+
+def configure_gate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("evidence", type=Path, help="evidence file")
+    parser.add_argument("--output", type=Path, required=True, help="gate report to write")
+    parser.set_defaults(handler=_gate)
+
+
+def _gate(args: argparse.Namespace) -> int:
+    return print_report(run_gate(args.evidence, args.output), args.output)
+
+
+def print_report(report: GateReport, path: Path) -> int:
+    """The gate's decision and every failed requirement, one line each; the exit code."""
+    failed = report["failed_requirements"]
+    print(f"EVR-6 gate: {report['decision']} ({len(failed)} requirement(s) failed) -> {path}")
+    for failure in failed:
+        print(
+            f"  {failure['requirement']} [{failure['scope']}]: {failure['actual']} "
+            f"vs {failure['comparison']} {failure['threshold']} "
+            f"(missed by {failure['missed_by']}): {failure['detail']}"
+        )
+    tiers = report["tiers"]
+    if len(tiers["pinned"]) > 1:
+        decided = ", ".join(f"{t['tier']} {t['decided']}" for t in tiers["decided_by"])
+        print(f"  tiers: {decided} observation(s) decided; {tiers['escalations']} escalated")
+    scope = report["authorization"]
+    print(
+        f"  a pass is {scope['pass_is']}: it does not {'; '.join(scope['pass_does_not'])}; "
+        f"still required: {scope['still_required']}"
+    )
+    return exit_code(report)
+
+
+if __name__ == "__main__":  # pragma: no cover - thin wrapper over the CLI's parser
     sys.exit(run_standalone("python -m turnaudit.evaluation.gate", configure_gate))

@@ -37,6 +37,7 @@ worker reads on the traces topic.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections import Counter
@@ -44,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
+from turnaudit.argparsing import run_standalone
 from turnaudit.evaluation.errors import EvidenceFormatError, ReviewPackError
 from turnaudit.evaluation.files import (
     FORMAT_VERSION,
@@ -58,7 +60,7 @@ from turnaudit.evaluation.files import (
     read_json,
     write_json,
 )
-from turnaudit.redaction import DROPPED, Redaction
+from turnaudit.redaction import DROPPED, Redaction, surface_redaction
 
 REVIEW_PACK_FORMAT = "turn-audit/evr6-review-pack"
 ReviewStatus = Literal["pending", "included", "excluded"]
@@ -334,7 +336,62 @@ def finalize(pack_path: Path, output: Path) -> LabelPack:
     return labels
 
 
-if __name__ == "__main__":  # pragma: no cover - thin wrapper over the CLI's parser
-    from turnaudit.evaluation.cli import configure_review_pack, run_standalone
+# The review pack's command line: ``turnaudit eval review-pack`` and
+# ``python -m turnaudit.evaluation.review_pack``.
 
+
+def configure_review_pack(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    export = actions.add_parser("export", help="manifests -> review pack, every case pending")
+    export.add_argument(
+        "--source",
+        action="append",
+        required=True,
+        type=_family_source,
+        metavar="[FAMILY=]PATH",
+        help="an eval-manifest JSONL and the task family of all its runs; "
+        "without FAMILY=, the family each line records (the feeder's "
+        "manifests)",
+    )
+    export.add_argument("--output", type=Path, required=True, help="review pack to write")
+    export.add_argument(
+        "--without-context",
+        action="store_true",
+        help="omit task, tool and final-response context from the pack",
+    )
+    export.set_defaults(handler=_export)
+    finalize = actions.add_parser("finalize", help="reviewed pack -> label pack")
+    finalize.add_argument("pack", type=Path, help="the reviewed review pack")
+    finalize.add_argument("--output", type=Path, required=True, help="label pack to write")
+    finalize.set_defaults(handler=_finalize)
+
+
+def _family_source(text: str) -> tuple[str | None, Path]:
+    family, sep, path = text.partition("=")
+    if not sep:
+        if not text.strip():
+            raise argparse.ArgumentTypeError("expected FAMILY=PATH or PATH, got ''")
+        return None, Path(text).expanduser()
+    if not family.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"expected FAMILY=PATH or PATH, got {text!r}")
+    return family.strip(), Path(path).expanduser()
+
+
+def _export(args: argparse.Namespace) -> int:
+    pack = export(args.source, args.output, args.without_context, surface_redaction())
+    print(f"review pack: {len(pack['cases'])} case(s) pending review -> {args.output}")
+    return 0
+
+
+def _finalize(args: argparse.Namespace) -> int:
+    labels = finalize(args.pack, args.output)
+    healthy = sum(1 for case in labels.cases if not case.alarm_positive)
+    print(
+        f"label pack: {len(labels.cases)} case(s) ({len(labels.cases) - healthy} "
+        f"alarm-positive, {healthy} healthy) -> {args.output}"
+    )
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - thin wrapper over the CLI's parser
     sys.exit(run_standalone("python -m turnaudit.evaluation.review_pack", configure_review_pack))
