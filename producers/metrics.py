@@ -23,7 +23,7 @@ from turnaudit.label_bounds import BoundedLabelSet
 if TYPE_CHECKING:
     from prometheus_client import Metric
 
-    from turnaudit.producers.publisher import PublisherStats
+    from turnaudit.producers.accounting import PublisherStats
 
 PREFIX = "turnaudit_publisher"
 REFUSAL_REASONS = ("spool_full", "disk_error")

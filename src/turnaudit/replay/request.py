@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.offsets import RangeSpec
@@ -16,10 +16,20 @@ from turnaudit.redaction import DROPPED, Redaction, SurfacePolicy
 from turnaudit.replay import order
 from turnaudit.replay.canonical import by_partition, canonical_json
 
-if TYPE_CHECKING:
-    from turnaudit.replay.outputs import OutputKinds
-
 CHECKPOINT_SUFFIX = ".replay-checkpoint.json"
+
+
+class KnownOutputKind(Protocol):
+    @property
+    def writes_file(self) -> bool: ...
+
+
+class OutputKindLookup(Protocol):
+    """The output kinds ``--into`` may name: ``turnaudit.replay.outputs.OutputKinds``."""
+
+    def get(self, name: str) -> KnownOutputKind | None: ...
+
+    def names(self) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,9 @@ class ReplayTarget:
         return Path(self.where)
 
     @classmethod
-    def parse(cls, text: str, kinds: OutputKinds, checkpoint: Path | None = None) -> ReplayTarget:
+    def parse(
+        cls, text: str, kinds: OutputKindLookup, checkpoint: Path | None = None
+    ) -> ReplayTarget:
         kind, sep, where = text.partition(":")
         if not sep or not where:
             raise ConfigurationError(f"--into {text!r}: write KIND:WHERE, e.g. jsonl:out.jsonl")

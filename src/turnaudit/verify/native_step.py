@@ -13,17 +13,48 @@ breach" only where ``check_event`` says so; the differential tests hold it to th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from turnaudit.contracts import PER_FIELD_VERDICTS, V2_PER_FIELD_VERDICTS
+from turnaudit.identity import TrackResult
 from turnaudit.records import Record
 from turnaudit.serialization.native import ContractCheck, VerifyStep
+from turnaudit.serialization.read_plans import DecodedTurnEvent
 from turnaudit.verdicts import UNKNOWN_DOMAIN_SURFACE, OutputPolicy, RiskTier, TurnPath, Verdict
 
-if TYPE_CHECKING:
-    from turnaudit.verify.verifier import Verifier
-
 DONE, FEED, FINISH, NOT_A_TURN = VerifyStep.kinds
+
+
+class BatchVerifier(Protocol):
+    """What the native step hands the messages it does not settle back to: the
+    ``Verifier`` (``turnaudit.verify.verifier``), which calls this module."""
+
+    messages: int
+
+    def feed(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int | None = None,
+    ) -> None: ...
+
+    def not_a_turn(self, exc: Exception, partition: int, offset: int) -> None: ...
+
+    def conclude(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        decoded: DecodedTurnEvent,
+        result: TrackResult,
+        opened: bool,
+    ) -> None: ...
+
+    def stamped(self, timestamp_ms: int) -> None: ...
 
 
 def contract_check() -> ContractCheck:
@@ -40,7 +71,7 @@ def contract_check() -> ContractCheck:
     )
 
 
-def feed_batch(verifier: Verifier, step: VerifyStep, batch: Sequence[Record]) -> None:
+def feed_batch(verifier: BatchVerifier, step: VerifyStep, batch: Sequence[Record]) -> None:
     """Every message of ``batch`` into ``verifier``, the ordinary ones by ``step``."""
     if not isinstance(batch, list):
         batch = list(batch)  # the native step walks a list
