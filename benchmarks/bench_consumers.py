@@ -54,7 +54,7 @@ from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import log_sink_service, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink, verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
-from turnaudit.consumers.settings import (
+from turnaudit.consumers.runtime.settings import (
     LogSinkSettings,
     MetricsSettings,
     ServiceName,

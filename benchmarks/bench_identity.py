@@ -42,7 +42,7 @@ from bench_consumers import NoSink, service_rate, service_settings
 from turnaudit.consumers.log_sink import service_logging
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumerService
-from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.identity import StreamTracker, TrackResult, TurnOutcome, TurnStamper
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.kafka.reading import read_range

@@ -35,8 +35,8 @@ from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.consumers.runtime.gc_sizing import batch_sized_gc
+from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName, ServiceSettings
 from turnaudit.consumers.runtime.validation import TurnEventValidation
-from turnaudit.consumers.settings import LogSinkSettings, ServiceName, ServiceSettings
 from turnaudit.contracts import check_event, check_key
 from turnaudit.identity import StreamTracker, TurnStamper
 from turnaudit.producers.simulator import TurnRuntimeSimulator

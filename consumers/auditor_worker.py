@@ -37,7 +37,7 @@ from turnaudit.consumers.runtime import (
     ConsumerService,
     HtirTraceValidation,
 )
-from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings
 from turnaudit.errors import TurnAuditError
 from turnaudit.evaluation.auditors import PrefixAuditor
 from turnaudit.evaluation.errors import EvidenceFormatError

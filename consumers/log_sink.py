@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
-from turnaudit.consumers.settings import LogSinkSettings, ServiceSettings
+from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceSettings
 from turnaudit.events import EPOCH, occurred_millis, occurred_moment
 from turnaudit.files import open_private, private_dir
 from turnaudit.redaction import SURFACE_FIELDS, TOKEN_SEPARATOR, Redaction, SurfacePolicy

@@ -19,7 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
-from turnaudit.consumers.settings import MetricsSettings, ServiceSettings
+from turnaudit.consumers.runtime.settings import MetricsSettings, ServiceSettings
 from turnaudit.events import occurred_millis
 from turnaudit.label_bounds import BoundedLabelSet, LabelBoundMetrics
 from turnaudit.serialization.schemas import shipped_catalog

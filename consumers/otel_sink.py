@@ -3,7 +3,7 @@
 What a record holds is ``turnaudit.consumers.otel_records`` (GenAI
 ``gen_ai.evaluation.result`` events, one per verdict, parented to the
 runtime's span); this module hands them to the OpenTelemetry SDK and the
-official OTLP exporter (gRPC or HTTP, ``turnaudit.consumers.otel_settings``).
+official OTLP exporter (gRPC or HTTP, ``turnaudit.consumers.runtime.otel_settings``).
 
 At-least-once, as every sink of the runtime: ``take`` maps a turn to its
 records and keeps them; ``flush`` emits them through a batch processor and
@@ -34,8 +34,8 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.consumers.otel_records import EVENT_NAME, EvaluationRecord, evaluation_records
-from turnaudit.consumers.otel_settings import OtlpProtocol, OtlpSettings
 from turnaudit.consumers.runtime import ConsumedTurn, Sink
+from turnaudit.consumers.runtime.otel_settings import OtlpProtocol, OtlpSettings
 from turnaudit.errors import TurnAuditError
 
 SCOPE = "turnaudit.consumers.otel_sink"

@@ -28,8 +28,8 @@ from prometheus_client import CollectorRegistry
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.replay.metrics import REPLAY_JOB
 from turnaudit.consumers.replay.sink import SinkReplayOutput
+from turnaudit.consumers.runtime.settings import MetricsSettings
 from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
-from turnaudit.consumers.settings import MetricsSettings
 from turnaudit.errors import ConfigurationError
 from turnaudit.files import private_dir
 from turnaudit.replay.files import write_atomically

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from turnaudit.consumers.log_sink import LogSink, service_logging
 from turnaudit.consumers.replay.sink import SinkReplayOutput
-from turnaudit.consumers.settings import LogSinkSettings
+from turnaudit.consumers.runtime.settings import LogSinkSettings
 from turnaudit.records import Record
 from turnaudit.replay.files import fsync_path, open_for_resume
 from turnaudit.serialization.wire import TurnEventDeserializer

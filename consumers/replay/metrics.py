@@ -11,7 +11,7 @@ from prometheus_client.registry import Collector
 
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.replay.sink import SinkReplayOutput
-from turnaudit.consumers.settings import MetricsSettings
+from turnaudit.consumers.runtime.settings import MetricsSettings
 from turnaudit.replay.files import write_atomically
 from turnaudit.serialization.wire import TurnEventDeserializer
 

@@ -34,9 +34,9 @@ from turnaudit.consumers.runtime.handover import hand_over
 from turnaudit.consumers.runtime.health import ServiceHealth
 from turnaudit.consumers.runtime.http import ServiceHttp
 from turnaudit.consumers.runtime.ledger import OffsetLedger
+from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.consumers.runtime.sink import Rejection, Sink
 from turnaudit.consumers.runtime.validation import TurnEventValidation, Validation
-from turnaudit.consumers.settings import ServiceSettings
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.consumer import KafkaConsumer
 from turnaudit.kafka.dead_letters import DeadLetterWriter

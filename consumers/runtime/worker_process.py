@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from turnaudit.consumers.runtime.health import WORKER_STATE_SUFFIX, ServiceHealth
 from turnaudit.consumers.runtime.loop import ConsumerService
+from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.consumers.runtime.worker_metrics import MirroringRegistry
-from turnaudit.consumers.settings import ServiceSettings
 from turnaudit.files import write_private
 
 log = structlog.get_logger("turnaudit.workers")

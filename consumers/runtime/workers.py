@@ -46,6 +46,7 @@ from prometheus_client.multiprocess import mark_process_dead
 from turnaudit.consumers.runtime.health import WorkersHealth
 from turnaudit.consumers.runtime.http import ServiceHttp
 from turnaudit.consumers.runtime.multiprocess_files import SettledMultiProcessCollector
+from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.consumers.runtime.worker_metrics import WorkerProcesses
 from turnaudit.consumers.runtime.worker_process import (
     STATE_INTERVAL_S,
@@ -54,7 +55,6 @@ from turnaudit.consumers.runtime.worker_process import (
     WorkerPlan,
     run_worker,
 )
-from turnaudit.consumers.settings import ServiceSettings
 from turnaudit.files import private_dir
 
 log = structlog.get_logger("turnaudit.workers")

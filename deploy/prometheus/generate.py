@@ -1,4 +1,4 @@
-"""The Prometheus side of the one list of services (``turnaudit.consumers.settings.ServiceName``,
+"""The Prometheus side of the one list of services (``turnaudit.consumers.runtime.settings.ServiceName``,
 each served on its ``DEFAULT_HTTP_PORTS`` port and run by docker-compose.yml under its own name):
 the scrape jobs of ``prometheus.yml`` and the ``TurnAuditServiceDown`` alert of
 ``rules/services.yml``. Compose, the jobs and the alert cannot drift: the suite regenerates
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from turnaudit.consumers.settings import DEFAULT_HTTP_PORTS, ServiceName
+from turnaudit.consumers.runtime.settings import DEFAULT_HTTP_PORTS, ServiceName
 
 HERE = Path(__file__).resolve().parent
 # Services of an optional compose profile: scraped through DNS discovery, so a profile that

@@ -22,7 +22,7 @@ from tests.support.streams import (
 from tests.support.turns import main_turn_kwargs
 from turnaudit.consumers.log_sink import log_sink_service, service_logging
 from turnaudit.consumers.metrics import verdict_metrics_service
-from turnaudit.consumers.settings import LogSinkSettings, ServiceName
+from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.producers.adapter import (

@@ -30,7 +30,7 @@ from tests.support.streams import (
 )
 from turnaudit.cli import main
 from turnaudit.consumers.metrics import verdict_metrics_service
-from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.dead_letters import REDRIVEN_FROM_HEADER
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range

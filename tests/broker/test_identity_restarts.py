@@ -29,7 +29,7 @@ from tests.support.streams import (
     wait_for,
 )
 from turnaudit.consumers.metrics import verdict_metrics_service
-from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
 from turnaudit.local_broker import free_port
 from turnaudit.producers.simulator import TurnRuntimeSimulator

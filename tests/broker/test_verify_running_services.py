@@ -19,7 +19,7 @@ from tests.support.streams import (
 from tests.support.verify_helpers import DECODE, publish, stored_range
 from turnaudit.cli import main
 from turnaudit.consumers.metrics import verdict_metrics_service
-from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.settings import KafkaSettings
 

@@ -11,7 +11,7 @@ from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import LogSink
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumerMetrics
-from turnaudit.consumers.settings import LogSinkSettings, MetricsSettings
+from turnaudit.consumers.runtime.settings import LogSinkSettings, MetricsSettings
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.producers.metrics import BreachMetrics, PublisherMetrics
 from turnaudit.settings import KafkaSettings

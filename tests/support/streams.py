@@ -19,7 +19,7 @@ from tests.support.events import encode
 from turnaudit.commands.simulate import publish_simulation
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService
-from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings
 from turnaudit.htir import HtirTrace
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tests.support.events import encode, turn
 from turnaudit import cli
 from turnaudit.consumers.log_sink import TurnLineWriter
-from turnaudit.consumers.settings import LogSinkSettings
+from turnaudit.consumers.runtime.settings import LogSinkSettings
 from turnaudit.errors import ConfigurationError
 from turnaudit.evaluation import review_pack
 from turnaudit.evaluation.bundle import _write_tar

@@ -12,7 +12,7 @@ from tests.support.events import encode, turn
 from tests.support.sinks import deliver
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import ConsumedTurn
-from turnaudit.consumers.settings import MetricsSettings, ServiceName, ServiceSettings
+from turnaudit.consumers.runtime.settings import MetricsSettings, ServiceName, ServiceSettings
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.errors import ConfigurationError
 from turnaudit.label_bounds import DEFAULT_LABEL_LIMIT, OTHER, BoundedLabelSet, LabelBoundMetrics

@@ -19,7 +19,7 @@ from tests.support.events import encode
 from turnaudit.consumers.log_sink import surface_redactor, turn_lines
 from turnaudit.consumers.replay.htir import trace_line
 from turnaudit.consumers.runtime import ConsumedTurn
-from turnaudit.consumers.settings import LogSinkSettings, ServiceName, ServiceSettings
+from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName, ServiceSettings
 from turnaudit.consumers.tail import format_turn
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.errors import ConfigurationError

@@ -16,8 +16,8 @@ from turnaudit.commands.sink import (
 )
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.consumers.runtime.worker_process import WorkerPlan, per_worker_path
-from turnaudit.consumers.settings import ServiceName
 from turnaudit.errors import ConfigurationError
 
 

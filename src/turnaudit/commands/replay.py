@@ -34,7 +34,7 @@ from turnaudit.consumers.replay import (
     VerifyReplayOutput,
     register_htir_outputs,
 )
-from turnaudit.consumers.settings import LogSinkSettings, ServiceName, ServiceSettings
+from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName, ServiceSettings
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec

@@ -20,13 +20,13 @@ from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.otel_sink import OtelSink
 from turnaudit.consumers.runtime import ConsumerService, Sink, Validation
 from turnaudit.consumers.runtime.redelivery import RedeliveryMarkingSink
+from turnaudit.consumers.runtime.settings import MAX_WORKERS, ServiceName, ServiceSettings
 from turnaudit.consumers.runtime.worker_process import (
     ServiceFactory,
     WorkerPlan,
     worker_settings,
 )
 from turnaudit.consumers.runtime.workers import WorkerSupervisor
-from turnaudit.consumers.settings import MAX_WORKERS, ServiceName, ServiceSettings
 from turnaudit.errors import ConfigurationError
 from turnaudit.settings import check_port_free
 

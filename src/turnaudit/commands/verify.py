@@ -26,8 +26,8 @@ from turnaudit.commands.sink import (
     worker_service_settings,
 )
 from turnaudit.consumers.runtime import ConsumerService
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.consumers.runtime.worker_process import WorkerPlan
-from turnaudit.consumers.settings import ServiceName
 from turnaudit.consumers.verify_follow import FollowValidation, VerifyFollowSink
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.consumers.verify_follow_trust import TrustFeed

@@ -79,7 +79,7 @@ class Role(enum.StrEnum):
 ADMIN_PRINCIPAL = "admin"  # the super user: creates topics and ACLs, in no ACL itself
 SUBSCRIBER_PREFIX = "subscriber-"
 # Each service's consumer group (a literal name after the prefix) and the principal
-# it runs as: consumers/settings.py's ServiceName holds the same names.
+# it runs as: consumers/runtime/settings.py's ServiceName holds the same names.
 SERVICE_GROUPS: Mapping[str, Role] = {
     "log-sink": Role.LOG_SINK,
     "verdict-metrics": Role.VERDICT_METRICS,

@@ -21,7 +21,7 @@ from turnaudit.checkpoints import Keyring, parse_keyring
 from turnaudit.cli import main
 from turnaudit.commands import demo
 from turnaudit.commands.demo_follow import DemoFollower
-from turnaudit.consumers.settings import ServiceSettings
+from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.kafka.topics import admin_client
 from turnaudit.settings import KafkaSettings
 from turnaudit.signing_keys import generate_keys

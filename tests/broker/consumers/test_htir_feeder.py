@@ -34,7 +34,7 @@ from turnaudit.commands.demo_evaluation import run_evaluation_stage
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService
-from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.errors import EventRefusedError

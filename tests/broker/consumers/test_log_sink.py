@@ -19,7 +19,7 @@ from turnaudit.consumers.log_sink import (
     log_sink_service,
     service_logging,
 )
-from turnaudit.consumers.settings import LogSinkSettings, ServiceName
+from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.settings import KafkaSettings
 

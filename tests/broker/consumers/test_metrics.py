@@ -18,7 +18,7 @@ from turnaudit.commands.demo_consumers import sample_total
 from turnaudit.consumers.metrics import (
     verdict_metrics_service,
 )
-from turnaudit.consumers.settings import MetricsSettings, ServiceName
+from turnaudit.consumers.runtime.settings import MetricsSettings, ServiceName
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.producers.simulator import PACKS
 from turnaudit.settings import KafkaSettings

@@ -24,7 +24,7 @@ from tests.support.streams import (
     wait_for,
 )
 from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn, ConsumerService
-from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range

@@ -28,7 +28,7 @@ from tests.support.streams import (
     wait_for,
 )
 from turnaudit.consumers.metrics import verdict_metrics_service
-from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.dead_letters import TRUNCATED_VALUE_BYTES, read_dead_letter_headers
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range

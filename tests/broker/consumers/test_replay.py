@@ -28,7 +28,7 @@ from tests.support.verify_helpers import DECODE
 from turnaudit.cli import main
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.replay import MetricsReplayOutput
-from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.events import occurred_millis
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets

@@ -26,7 +26,7 @@ from tests.support.streams import (
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.runtime.gc_sizing import GC_OBJECTS_PER_MESSAGE as _GC_OBJECTS_PER_MESSAGE
-from turnaudit.consumers.settings import MetricsSettings, ServiceName
+from turnaudit.consumers.runtime.settings import MetricsSettings, ServiceName
 from turnaudit.dead_letters import DeadLetterReason, read_dead_letter_headers
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range

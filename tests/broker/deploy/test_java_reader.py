@@ -32,7 +32,7 @@ from tests.support.streams import (
 )
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService
-from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.serialization.schemas import decoding_schema, shipped_catalog

@@ -23,7 +23,7 @@ import yaml
 from tests.support import PROJECT_ROOT
 from tests.support.containers import make, podman, podman_env
 from tests.support.streams import scrape, total
-from turnaudit.consumers.settings import DEFAULT_HTTP_PORTS, ServiceName
+from turnaudit.consumers.runtime.settings import DEFAULT_HTTP_PORTS, ServiceName
 
 pytestmark = pytest.mark.broker
 

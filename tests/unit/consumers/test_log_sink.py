@@ -28,7 +28,7 @@ from turnaudit.consumers.log_sink import (
     turn_fields,
 )
 from turnaudit.consumers.runtime import ConsumedTurn
-from turnaudit.consumers.settings import LogSinkSettings, SurfaceRedaction
+from turnaudit.consumers.runtime.settings import LogSinkSettings, SurfaceRedaction
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from tests.support.events import encode, turn
 from tests.support.streams import running, service_settings, wait_for
 from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn, ConsumerService
-from turnaudit.consumers.settings import ServiceName
+from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.kafka.consumer import READER, KafkaConsumer
 from turnaudit.records import record_headers

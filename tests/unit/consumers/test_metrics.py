@@ -23,7 +23,7 @@ from turnaudit.consumers.metrics import (
     observe_many,
 )
 from turnaudit.consumers.runtime import ConsumedTurn
-from turnaudit.consumers.settings import MetricsSettings
+from turnaudit.consumers.runtime.settings import MetricsSettings
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog

@@ -21,8 +21,8 @@ from prometheus_client import CollectorRegistry
 from tests.support.sinks import deliver
 from tests.unit.consumers.test_otel_records import consumed, simulated
 from turnaudit.consumers.otel_records import EVENT_ID, EVENT_NAME, evaluation_records
-from turnaudit.consumers.otel_settings import LOGS_PATH, OtlpProtocol, OtlpSettings
 from turnaudit.consumers.otel_sink import EXPORT_FAILURES_TOTAL, OtelSink, OtlpExportError
+from turnaudit.consumers.runtime.otel_settings import LOGS_PATH, OtlpProtocol, OtlpSettings
 from turnaudit.errors import ConfigurationError
 from turnaudit.local_broker import free_port
 

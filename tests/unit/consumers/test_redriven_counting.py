@@ -19,7 +19,7 @@ from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import TurnEventValidation
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics, MessageOutcome
 from turnaudit.consumers.runtime.handover import hand_over
-from turnaudit.consumers.settings import MetricsSettings
+from turnaudit.consumers.runtime.settings import MetricsSettings
 from turnaudit.dead_letters import REDRIVEN_FROM_HEADER, REDRIVEN_ORIGIN_HEADER, is_redriven
 from turnaudit.records import StoredRecord
 from turnaudit.serialization.schemas import shipped_catalog

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from turnaudit.consumers.settings import ServiceName, ServiceSettings, SurfaceRedaction
+from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings, SurfaceRedaction
 from turnaudit.errors import ConfigurationError
 
 

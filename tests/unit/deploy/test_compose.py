@@ -14,7 +14,7 @@ import yaml
 
 from tests.support import PROJECT_ROOT
 from turnaudit.cli import build_parser
-from turnaudit.consumers.settings import DEFAULT_HTTP_PORTS, ServiceName, ServiceSettings
+from turnaudit.consumers.runtime.settings import DEFAULT_HTTP_PORTS, ServiceName, ServiceSettings
 from turnaudit.evaluation.labels import load_task_labels
 from turnaudit.settings import BOOTSTRAP_ENV
 from turnaudit.signing_keys import KEY_ID_ENV, CheckpointSettings

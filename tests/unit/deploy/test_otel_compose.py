@@ -11,8 +11,8 @@ import yaml
 
 from tests.support import PROJECT_ROOT
 from turnaudit.cli import build_parser
-from turnaudit.consumers.otel_settings import OtlpProtocol
-from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.consumers.runtime.otel_settings import OtlpProtocol
+from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings
 
 COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
 CONFIG_TEXT = (PROJECT_ROOT / "deploy/otelcol/config.yaml").read_text()

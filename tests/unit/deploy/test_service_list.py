@@ -13,7 +13,7 @@ from types import ModuleType
 import yaml
 
 from tests.support import PROJECT_ROOT
-from turnaudit.consumers.settings import DEFAULT_HTTP_PORTS, ServiceName
+from turnaudit.consumers.runtime.settings import DEFAULT_HTTP_PORTS, ServiceName
 
 PROMETHEUS = PROJECT_ROOT / "deploy/prometheus"
 COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())

@@ -7,7 +7,7 @@ import re
 import yaml
 
 from tests.support import PROJECT_ROOT
-from turnaudit.consumers.settings import ServiceName, ServiceSettings, default_group_id
+from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings, default_group_id
 from turnaudit.kafka.acls import SERVICE_GROUPS, subscriber_groups
 from turnaudit.kafka.groups import namespace, replay_group_id
 from turnaudit.topic_names import DEFAULT_TOPIC_PREFIX

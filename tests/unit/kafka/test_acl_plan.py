@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from tests.support import PROJECT_ROOT
 from turnaudit.cli import main
-from turnaudit.consumers.settings import ServiceName, ServiceSettings, default_group_id
+from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings, default_group_id
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.acls import (
     SERVICE_GROUPS,

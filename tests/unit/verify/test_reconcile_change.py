@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.unit.verify import scenario
 from turnaudit.consumers.log_sink import TurnLineWriter
-from turnaudit.consumers.settings import LogSinkSettings
+from turnaudit.consumers.runtime.settings import LogSinkSettings
 from turnaudit.telemetry import rotated_log_files
 from turnaudit.verify.counts import TurnCounts
 from turnaudit.verify.files import reconcile_log
