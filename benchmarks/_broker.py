@@ -39,7 +39,7 @@ def benchmark_cluster(
             broker.start()
         try:
             settings = KafkaSettings(
-                bootstrap_servers=external or broker.bootstrap_servers,  # type: ignore[union-attr]
+                bootstrap_servers=external or broker.bootstrap_servers,  # type: ignore[union-attr]  # broker is set when external is not
                 topics=TopicNames(f"bench-{uuid.uuid4().hex[:8]}."),
                 partitions=partitions,
             )

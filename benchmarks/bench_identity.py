@@ -175,7 +175,7 @@ def service(settings: KafkaSettings, kind: str, identity: bool) -> ConsumerServi
             serve_http=False,
         )
     if not identity:
-        svc._sequences = NoIdentity()  # type: ignore[assignment]
+        svc._sequences = NoIdentity()  # type: ignore[assignment]  # identity checks off: a stand-in
     return svc
 
 

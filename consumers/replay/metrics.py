@@ -46,7 +46,7 @@ class MetricsReplayOutput(SinkReplayOutput):
         labelled = CollectorRegistry()
         labelled.register(_Labelled(self.registry, {"job": REPLAY_JOB, "replay": self._label}))
         # The OpenMetrics module of prometheus_client has no annotations.
-        text: bytes = generate_latest(labelled)  # type: ignore[no-untyped-call]
+        text: bytes = generate_latest(labelled)  # type: ignore[no-untyped-call]  # see above
         return text
 
     def finish(self) -> None:

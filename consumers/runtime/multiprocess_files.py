@@ -23,7 +23,7 @@ def readable_files(directory: str) -> list[str]:
     found = []
     for path in glob.glob(os.path.join(directory, "*.db")):
         try:
-            MmapedDict.read_all_values_from_file(path)  # type: ignore[no-untyped-call]
+            MmapedDict.read_all_values_from_file(path)  # type: ignore[no-untyped-call]  # untyped lib
         except (OSError, ValueError, struct.error):
             continue  # being created (or removed) right now
         found.append(path)
@@ -32,7 +32,7 @@ def readable_files(directory: str) -> list[str]:
 
 def merged(directory: str) -> Iterable[Metric]:
     """Every worker's samples merged, as prometheus_client merges them."""
-    families: Iterable[Metric] = MultiProcessCollector.merge(  # type: ignore[no-untyped-call]
+    families: Iterable[Metric] = MultiProcessCollector.merge(  # type: ignore[no-untyped-call]  # untyped lib
         readable_files(directory), accumulate=True
     )
     return families

@@ -159,7 +159,9 @@ class WorkerSupervisor:
         # the variable is in their environment from the start (spawn).
         previous = os.environ.get(MULTIPROC_ENV)
         os.environ[MULTIPROC_ENV] = str(self.metrics_dir)
-        SettledMultiProcessCollector(self._registry, path=str(self.metrics_dir))  # type: ignore[no-untyped-call]
+        SettledMultiProcessCollector(  # type: ignore[no-untyped-call]  # prometheus_client's is untyped
+            self._registry, path=str(self.metrics_dir)
+        )
         try:
             self._http = ServiceHttp(
                 self.settings.http_host, self.settings.http_port, self._registry, self.health
@@ -290,7 +292,9 @@ class WorkerSupervisor:
         process.join(0)
         if process.pid is not None:
             # Its live gauges leave the sums; its counters stay counted.
-            mark_process_dead(process.pid, str(self.metrics_dir))  # type: ignore[no-untyped-call]
+            mark_process_dead(  # type: ignore[no-untyped-call]  # prometheus_client's is untyped
+                process.pid, str(self.metrics_dir)
+            )
         self.health.worker_exited(index, _describe_exit(process.exitcode))
 
     def _drain(self) -> int:

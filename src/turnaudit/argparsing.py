@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from turnaudit.errors import TurnAuditError
 
@@ -19,14 +19,14 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
     _argv: list[str] | None = None
 
-    def parse_args(  # type: ignore[override]
+    def parse_args(  # type: ignore[override]  # typeshed's overloads by namespace type; one form here
         self, args: Sequence[str] | None = None, namespace: Any = None
     ) -> argparse.Namespace:
         self._argv = list(sys.argv[1:] if args is None else args)
         parsed: argparse.Namespace = super().parse_args(args, namespace)
         return parsed
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         # argparse names a missing command before an unknown option; the
         # unknown option is what the user got wrong.
         if self._argv is not None and "arguments are required" in message:

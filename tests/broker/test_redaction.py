@@ -52,7 +52,7 @@ class MarkedSimulator(TurnRuntimeSimulator):
                 for name in SURFACE_FIELDS:
                     event[name] = f"{event[name]} [{CARD} {name}-{i}]"
                 event["input_tokens"] = [*event["input_tokens"], f"[{CARD} token-{i}]"]
-            event["tool_steps"] = [  # type: ignore[typeddict-unknown-key]
+            event["tool_steps"] = [  # type: ignore[typeddict-unknown-key]  # a v4 field on purpose
                 {
                     **call,
                     "arguments": f'{{"card": "{CARD}", "at": "args-{i}-{j}"}}',

@@ -42,10 +42,10 @@ def boundaries(openmetrics: str) -> list[float]:
 
 def per_pack(result: list[dict[str, object]]) -> dict[str, int]:
     return {
-        r["metric"]["pack"]: round(float(r["value"][1]))  # type: ignore[index]
+        r["metric"]["pack"]: round(float(r["value"][1]))  # type: ignore[index]  # Prometheus' JSON: mappings here
         for r in result
         if float(r["value"][1]) != 0
-    }  # type: ignore[index]
+    }  # type: ignore[index]  # Prometheus' JSON: mappings here
 
 
 def test_a_replayed_hour_answers_per_pack_refusal_rates_equal_to_verify(

@@ -395,7 +395,7 @@ def reason_when_not_ready(port: int, words: str, deadline_s: float = 40) -> dict
             code, text = http_get(port, "/readyz")
             body = json.loads(text)
             assert code == 503, body
-            if any(words.lower() in str(r).lower() for r in body.get("reasons", [])):  # type: ignore[union-attr]
+            if any(words.lower() in str(r).lower() for r in body.get("reasons", [])):  # type: ignore[union-attr]  # JSON: a list here
                 return body
         except OSError:
             pass

@@ -78,7 +78,7 @@ def test_a_metrics_service_running_since_before_the_range_reconciles_by_its_coun
 
         code, report = verify(start)
         assert code == 0, report["unexplained"]
-        assert report["counts"]["turns"] == 80  # type: ignore[index]
+        assert report["counts"]["turns"] == 80  # type: ignore[index]  # JSON: a mapping here
         # One turn more in the range than the counters rose by (counted before it began).
         p = next(p for p, o in start.items() if o > 0)
         extra = next(
@@ -89,7 +89,7 @@ def test_a_metrics_service_running_since_before_the_range_reconciles_by_its_coun
     assert code == 1
     uncounted = [
         f
-        for f in report["unexplained"]  # type: ignore[attr-defined]
+        for f in report["unexplained"]  # type: ignore[attr-defined]  # JSON: a list here
         if f["kind"] == "uncounted"
     ]
     assert {(f["pack"], f["counter"]) for f in uncounted} >= {(pack, "turnaudit_turns_total")}

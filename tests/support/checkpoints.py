@@ -65,5 +65,5 @@ class RecordingProducer:
             else:
                 self.stored.append((topic, value, key))
             if callback is not None:
-                callback(_Err() if failed else None, None)  # type: ignore[arg-type]
+                callback(_Err() if failed else None, None)  # type: ignore[arg-type]  # a stand-in error
         return len(queued)

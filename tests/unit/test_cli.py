@@ -49,7 +49,7 @@ def test_a_project_error_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch)
 def test_every_command_group_is_registered() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert set(COMMANDS) <= set(sub.choices)  # type: ignore[arg-type]
+    assert set(COMMANDS) <= set(sub.choices)  # type: ignore[arg-type]  # argparse types choices loosely
 
 
 def test_schemas_check_command(capsys: pytest.CaptureFixture[str]) -> None:

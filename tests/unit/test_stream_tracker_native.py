@@ -307,4 +307,4 @@ def test_the_remembered_view_reads_the_live_table() -> None:
     assert list(view) == ["e-0-0-0"]
     assert view["e-0-0-0"] == (chain_hash(b"v")[:16], 0, 7)
     assert view.get("other") is None
-    assert 3 not in view  # type: ignore[comparison-overlap]
+    assert 3 not in view  # type: ignore[comparison-overlap]  # a wrong key type on purpose

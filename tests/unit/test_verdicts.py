@@ -82,10 +82,10 @@ def test_output_policy_cannot_be_set_by_hand() -> None:
             RiskTier.CRITICAL,
             False,
             output_policy=OutputPolicy.DOMAIN_SEAL,
-        )  # type: ignore[call-arg]
+        )  # type: ignore[call-arg]  # a refused keyword on purpose
     a = ActionAssessment.from_critic("x", Verdict.SEAL, RiskTier.LOW, False)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        a.output_policy = OutputPolicy.DOMAIN_VOID  # type: ignore[misc]
+        a.output_policy = OutputPolicy.DOMAIN_VOID  # type: ignore[misc]  # frozen: the assignment must fail
 
 
 def test_approval_never_reads_the_execution_verdict() -> None:

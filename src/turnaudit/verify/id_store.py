@@ -267,6 +267,6 @@ class CountedIds(AbstractSet[str]):
         return len(self._remembered) + len(self._spilled)
 
     @classmethod
-    def _from_iterable(cls, it: Iterable[str]) -> set[str]:  # type: ignore[override]
+    def _from_iterable(cls, it: Iterable[str]) -> set[str]:  # type: ignore[override]  # plain sets
         # Set operations (``a - b``) build plain sets, not another view.
         return set(it)

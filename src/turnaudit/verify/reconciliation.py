@@ -127,7 +127,7 @@ def _total(by_pack: ByPack) -> TurnFigures:
     total = _zero()
     for figures in by_pack.values():
         for name in FIGURES:
-            total[name] += figures[name]  # type: ignore[literal-required]
+            total[name] += figures[name]  # type: ignore[literal-required]  # FIGURES are its keys
     return total
 
 
@@ -180,7 +180,7 @@ class MetricsReconciliation:
             counted = self.counted_by_pack.get(pack, _zero())
             stream = self.expected_by_pack.get(pack, _zero())
             for name in FIGURES:
-                c, s = counted[name], stream[name]  # type: ignore[literal-required]
+                c, s = counted[name], stream[name]  # type: ignore[literal-required]  # keys: FIGURES
                 if c != s:
                     gaps.append(CounterGap(pack, TURN_COUNTERS[name], c, s))
         return gaps
@@ -196,7 +196,7 @@ class MetricsReconciliation:
             counted=counted,
             stream=expected,
             uncounted={
-                name: expected[name] - counted[name]  # type: ignore[literal-required]
+                name: expected[name] - counted[name]  # type: ignore[literal-required]  # keys: FIGURES
                 for name in FIGURES
             },
             baseline=self.baseline,
@@ -244,7 +244,7 @@ def counters_change(after: ByPack, before: ByPack | None) -> ByPack:
             hedged=figures["hedged"] - start["hedged"],
             stub=figures["stub"] - start["stub"],
         )
-        if any(moved[name] for name in FIGURES):  # type: ignore[literal-required]
+        if any(moved[name] for name in FIGURES):  # type: ignore[literal-required]  # its keys
             change[pack] = moved
     return change
 

@@ -246,7 +246,7 @@ def test_the_worker_replays_each_trace_once_and_publishes_observations(
     calls = {"n": 0}
 
     class CountingAuditor(RuleBasedAuditor):
-        def assess(self, steps_prefix):  # type: ignore[no-untyped-def]
+        def assess(self, steps_prefix):  # type: ignore[no-untyped-def]  # the base's signature, unannotated
             calls["n"] += 1
             return super().assess(steps_prefix)
 

@@ -290,7 +290,7 @@ def test_a_registry_outage_after_start_costs_the_turn_nothing(
         settings,
         spool_dir=tmp_path / "spool",
         registry=metrics,
-        schema_registry=registry,  # type: ignore[arg-type]
+        schema_registry=registry,  # type: ignore[arg-type]  # a stand-in registry
     )
     registry.down = True  # from here on every registry call fails
     runtime = Runtime(publisher, seed=34)
@@ -321,7 +321,7 @@ def test_a_registry_away_at_start_fails_before_the_first_turn(
         TurnEventPublisher(
             dataclasses.replace(kafka_settings, schema_registry_url=url),
             spool_dir=tmp_path / "spool",
-            schema_registry=registry,  # type: ignore[arg-type]
+            schema_registry=registry,  # type: ignore[arg-type]  # a stand-in registry
         )
 
 

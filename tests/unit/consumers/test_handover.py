@@ -44,7 +44,7 @@ def examine_by_kind(
         PLACED,
         topic,
         partition,
-        offset,  # type: ignore[arg-type]
+        offset,  # type: ignore[arg-type]  # a bad offset on purpose
         breaches,
     )
 

@@ -65,7 +65,7 @@ def consumed(
 ) -> ConsumedTurn:
     version = event["verdicts"]["schema_version"]
     decoded = DECODE(SingleObjectSerializer(CATALOG.version(version))(event))
-    placement = TrackResult(outcome, ("p", "s"), event["sequence"])  # type: ignore[arg-type]
+    placement = TrackResult(outcome, ("p", "s"), event["sequence"])  # type: ignore[arg-type]  # a plain tuple as the stream id
     return ConsumedTurn(decoded, placement, "t.turn-events", 1, 42, redriven=redriven)
 
 

@@ -53,9 +53,9 @@ class FlakyExporter(LogRecordExporter):
 def exported_ids(exporter: InMemoryLogRecordExporter) -> list[tuple[str, str]]:
     return [
         (
-            str(r.log_record.attributes[EVENT_ID]),  # type: ignore[index]
+            str(r.log_record.attributes[EVENT_ID]),  # type: ignore[index]  # the SDK types attributes as optional
             str(r.log_record.attributes["gen_ai.evaluation.name"]),
-        )  # type: ignore[index]
+        )  # type: ignore[index]  # the SDK types attributes as optional
         for r in exporter.get_finished_logs()
     ]
 

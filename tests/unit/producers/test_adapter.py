@@ -56,7 +56,7 @@ class RecordingSink:
 def test_bundle_is_frozen_and_slotted() -> None:
     bundle = TurnVerdicts(None, None, None, refusal_emitted=False, hedge_injected=False)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        bundle.hedge_injected = True  # type: ignore[misc]
+        bundle.hedge_injected = True  # type: ignore[misc]  # frozen: the assignment must fail
     assert not hasattr(bundle, "__dict__")
     assert [f.name for f in dataclasses.fields(TurnVerdicts)] == [
         "identity_score",

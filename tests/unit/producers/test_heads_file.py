@@ -31,7 +31,7 @@ def test_a_file_cut_at_any_byte_reads_back_its_whole_lines(
         lines.append(b'{"ended":1}\n')
     data = b"".join(lines)
     cut = min(cut, len(data))
-    path = Path(str(tmp_path_factory.mktemp("h"))) / HEADS_FILE  # type: ignore[attr-defined]
+    path = Path(str(tmp_path_factory.mktemp("h"))) / HEADS_FILE  # type: ignore[attr-defined]  # hypothesis' fixture is untyped
     path.write_bytes(data[:cut])
     recorded = read_heads(path)  # never raises
     whole = data[:cut].count(b"\n")

@@ -52,7 +52,7 @@ def test_appends_after_a_full_drain_start_clean(tmp_path: Path) -> None:
     assert [m.value for m in spool.read_batch()[0]] == [b"v3", b"v4"]
 
 
-def _all(spool: DiskSpool) -> tuple:  # type: ignore[type-arg]
+def _all(spool: DiskSpool) -> tuple:  # type: ignore[type-arg]  # rows of mixed types
     batch, pos = spool.read_batch(limit=10_000)
     return pos, len(batch)
 

@@ -60,7 +60,7 @@ def deserializers(catalog: SchemaCatalog) -> tuple[TurnEventDeserializer, TurnEv
     reference = TurnEventDeserializer(catalog, registry=registry)
     reference._by_fp = {fp: _fastavro_only(p) for fp, p in reference._by_fp.items()}
     original = reference._resolve_registry_id
-    reference._resolve_registry_id = lambda i: _fastavro_only(original(i))  # type: ignore[method-assign]
+    reference._resolve_registry_id = lambda i: _fastavro_only(original(i))  # type: ignore[method-assign]  # fastavro-only reference
     return project, reference
 
 

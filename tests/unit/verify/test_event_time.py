@@ -70,5 +70,5 @@ def test_tail_shows_the_turns_that_happened_from_its_start() -> None:
     _, window = event_time_range(
         RangeSpec(datetime.fromtimestamp(cut / 1000, UTC)), None, open_end=True
     )
-    shown = [s for s in stamped if TailFilter(window=window).accepts(s.event)]  # type: ignore[arg-type]
+    shown = [s for s in stamped if TailFilter(window=window).accepts(s.event)]  # type: ignore[arg-type]  # a decoded event as a TurnEvent
     assert len(shown) == 5

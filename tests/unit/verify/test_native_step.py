@@ -199,8 +199,8 @@ def test_a_clean_range_is_verified_without_python_but_for_each_partitions_first_
     fed: list[int] = []
     concluded: list[int] = []
     feed, conclude = verifier.feed, verifier.conclude
-    verifier.feed = lambda *a, **k: (fed.append(1), feed(*a, **k))[1]  # type: ignore[method-assign]
-    verifier.conclude = lambda *a, **k: (concluded.append(1), conclude(*a, **k))[1]  # type: ignore[method-assign]
+    verifier.feed = lambda *a, **k: (fed.append(1), feed(*a, **k))[1]  # type: ignore[method-assign]  # a counting spy
+    verifier.conclude = lambda *a, **k: (concluded.append(1), conclude(*a, **k))[1]  # type: ignore[method-assign]  # a counting spy
     with verifier:
         verifier.feed_batch(tuple(records))  # any sequence (replay hands its own)
         # Each partition's first message is fed (and concluded) in Python; no other is.
