@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
@@ -283,7 +283,17 @@ class AuditorEvaluationWorker:
         return self.sink.evidence()
 
 
-def evidence_summary(evidence: EvidenceFile) -> dict[str, Any]:
+class EvidenceSummary(TypedDict):
+    """What ``turnaudit auditor run`` says of the evidence it wrote."""
+
+    cases: int
+    alarm_positive: int
+    healthy: int
+    families: list[str]
+    excluded: int
+
+
+def evidence_summary(evidence: EvidenceFile) -> EvidenceSummary:
     positives = sum(1 for c in evidence.cases if c.oracle_alarm_step is not None)
     return {
         "cases": len(evidence.cases),

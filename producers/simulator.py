@@ -18,7 +18,6 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from turnaudit.events import OutgoingTurnEvent
 from turnaudit.producers.adapter import (
@@ -31,6 +30,7 @@ from turnaudit.producers.adapter import (
     TurnEventBuilder,
     inject_hedge,
 )
+from turnaudit.producers.truth_file import GroundTruthJson, TaskTruthJson
 from turnaudit.verdicts import (
     ActionAssessment,
     EthicsVerdict,
@@ -81,7 +81,7 @@ class SimulatedTask:
     oracle_alarm_turn: int | None
     failure_mode: str | None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> TaskTruthJson:
         return {
             "task_id": self.task_id,
             "task_family": self.task_family,
@@ -141,7 +141,7 @@ class GroundTruth:
             self.by_output_policy[action["output_policy"]] += 1
             self.by_risk_tier[action["risk_tier"]] += 1
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> GroundTruthJson:
         return {
             "seed": self.seed,
             "events": self.events,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     # The registry client costs ~0.2 s to import (httpx, authlib): only a process
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from confluent_kafka.serialization import SerializationContext
 
 from turnaudit.errors import RegistryUnavailableError, SerializationError
-from turnaudit.serialization.schemas import WriterSchema
+from turnaudit.serialization.schemas import AvroRecord, WriterSchema
 
 COMPATIBILITY = "FULL_TRANSITIVE"
 # The registry client type, for callers that hand one in (tests, a runtime's own).
@@ -52,7 +52,7 @@ class ConfluentSerializer:
             registry, schema.schema_json, conf={"auto.register.schemas": auto_register}
         )
 
-    def __call__(self, record: dict[str, Any], ctx: SerializationContext | None = None) -> bytes:
+    def __call__(self, record: AvroRecord, ctx: SerializationContext | None = None) -> bytes:
         ctx = ctx if ctx is not None else _value_context("")
         if self._auto_register and ctx.topic not in self._compatible_subjects:
             # Before the first registration under the subject (topic name strategy).
@@ -69,7 +69,7 @@ class ConfluentSerializer:
             raise SerializationError("the registry serializer produced no bytes")
         return bytes(out)
 
-    def bind(self, topic: str) -> Callable[[dict[str, Any]], bytes]:
+    def bind(self, topic: str) -> Callable[[AvroRecord], bytes]:
         """A one-argument serializer for one topic (the context is built once)."""
         ctx = _value_context(topic)
         return lambda record: self(record, ctx)

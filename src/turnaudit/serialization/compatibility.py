@@ -21,7 +21,7 @@ import fastavro
 
 from turnaudit.errors import SchemaCompatibilityError
 from turnaudit.serialization.samples import sample_records
-from turnaudit.serialization.schemas import SchemaCatalog
+from turnaudit.serialization.schemas import AvroRecord, NamedTypes, SchemaCatalog
 
 # (writer, reader) pairs where a reader's top-level safety/ethics verdicts are
 # its defaults (null) although the bundle has them: v2 did not write them, v3
@@ -59,7 +59,7 @@ def check_full_transitive(
                 buf.seek(0)
                 try:
                     got = cast(
-                        dict[str, Any],
+                        AvroRecord,
                         fastavro.schemaless_reader(buf, writer.parsed, reader.parsed),
                     )
                 except Exception as exc:  # fastavro raises several types on resolution failure
@@ -80,7 +80,7 @@ def check_full_transitive(
     return results
 
 
-def _agreeing(record: dict[str, Any]) -> dict[str, Any]:
+def _agreeing(record: AvroRecord) -> AvroRecord:
     """A TurnEvent keeps contract 4: its per-field verdicts are the bundle's."""
     bundle = record.get("verdicts")
     if isinstance(bundle, dict):
@@ -92,13 +92,13 @@ def _agreeing(record: dict[str, Any]) -> dict[str, Any]:
 
 def _compare(
     *,
-    written: dict[str, Any],
-    read: dict[str, Any],
+    written: AvroRecord,
+    read: AvroRecord,
     reader_fields: list[dict[str, Any]],
     writer_fields: set[str],
     wv: int,
     rv: int,
-    reader_records: dict[str, Any] | None = None,
+    reader_records: NamedTypes | None = None,
 ) -> None:
     for field in reader_fields:
         name = field["name"]
@@ -117,7 +117,7 @@ def _compare(
             )
 
 
-def _check_meaning(read: dict[str, Any], wv: int, rv: int) -> None:
+def _check_meaning(read: AvroRecord, wv: int, rv: int) -> None:
     """The back-compat verdicts a reader gets equal the bundle, or are a documented loss."""
     lost = DOCUMENTED_LOSSES.get((wv, rv), ())
     for name in BACK_COMPAT_VERDICTS:
@@ -132,7 +132,7 @@ def _check_meaning(read: dict[str, Any], wv: int, rv: int) -> None:
             )
 
 
-def _named_records(schema: Any, found: dict[str, Any] | None = None) -> dict[str, Any]:
+def _named_records(schema: Any, found: NamedTypes | None = None) -> NamedTypes:
     """Every record type a schema defines, by name, so a nested record can be resolved."""
     found = {} if found is None else found
     if isinstance(schema, list):
@@ -151,7 +151,7 @@ def _named_records(schema: Any, found: dict[str, Any] | None = None) -> dict[str
     return found
 
 
-def _as_read(value: Any, reader_type: Any, records: dict[str, Any]) -> Any:
+def _as_read(value: Any, reader_type: Any, records: NamedTypes) -> Any:
     """A written value as the reader's schema resolves it: inside nested records, fields
     the reader lacks are dropped and fields the writer lacks take the reader's default
     (fastavro refuses a reader field without one before this is reached)."""

@@ -13,6 +13,7 @@ import fastavro
 from turnaudit.errors import SerializationError
 from turnaudit.serialization import native
 from turnaudit.serialization.framing import MAX_MILLIS, MIN_MILLIS
+from turnaudit.serialization.schemas import AvroRecord
 
 
 class Framing(enum.StrEnum):
@@ -29,7 +30,7 @@ class DecodedTurnEvent(NamedTuple):
     tuple: one is built per consumed message.)
     """
 
-    event: dict[str, Any]
+    event: AvroRecord
     writer_version: int
     framing: Framing
     writer_fingerprint: str  # hex fingerprint, or "registry:<id>"
@@ -70,8 +71,8 @@ class ReadPlan:
         # or "registry:<id>" (set by the decoder, once per plan).
         self.origin = ""
 
-    def read(self, body: io.BytesIO) -> dict[str, Any]:
-        record = cast(dict[str, Any], fastavro.schemaless_reader(body, self.writer, self.reader))
+    def read(self, body: io.BytesIO) -> AvroRecord:
+        record = cast(AvroRecord, fastavro.schemaless_reader(body, self.writer, self.reader))
         if self.fill_shared:
             record.update(self.fill_shared)
         for name, default in self.fill_copied:

@@ -13,12 +13,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from turnaudit.serialization.schemas import AvroRecord, NamedTypes
+
 _TIMESTAMP_BASE_MS = 1_700_000_000_000
 
 
-def sample_records(schema_json: str, count: int) -> list[dict[str, Any]]:
+def sample_records(schema_json: str, count: int) -> list[AvroRecord]:
     raw = json.loads(schema_json)
-    named: dict[str, Any] = {}
+    named: NamedTypes = {}
     _register(raw, named, raw.get("namespace", "") if isinstance(raw, dict) else "")
     records = [_value(raw, i, named) for i in range(count)]
     if not all(isinstance(r, dict) for r in records):
@@ -26,7 +28,7 @@ def sample_records(schema_json: str, count: int) -> list[dict[str, Any]]:
     return records
 
 
-def _register(schema: Any, named: dict[str, Any], namespace: str) -> None:
+def _register(schema: Any, named: NamedTypes, namespace: str) -> None:
     if isinstance(schema, list):
         for branch in schema:
             _register(branch, named, namespace)
@@ -50,7 +52,7 @@ def _register(schema: Any, named: dict[str, Any], namespace: str) -> None:
         _register(kind, named, namespace)
 
 
-def _value(schema: Any, i: int, named: dict[str, Any]) -> Any:  # noqa: PLR0911 - one per kind
+def _value(schema: Any, i: int, named: NamedTypes) -> Any:  # noqa: PLR0911 - one per kind
     if isinstance(schema, list):
         return _value(schema[i % len(schema)], i // len(schema) + i, named)
     if isinstance(schema, str):

@@ -14,6 +14,11 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from turnaudit.errors import SchemaNotFoundError
 
 SCHEMA_PACKAGE = "turnaudit.schemas"
+# A record of any Avro schema, as fastavro reads and writes it: its fields are the
+# schema's, known only at run time (a TurnEvent's are typed in turnaudit.events).
+AvroRecord = dict[str, Any]
+# Named types of a schema's JSON (records, enums, fixed), by full name: any shape.
+NamedTypes = dict[str, Any]
 
 
 @dataclass(frozen=True)

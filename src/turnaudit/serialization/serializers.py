@@ -19,7 +19,7 @@ import structlog
 from turnaudit.errors import SerializationError
 from turnaudit.serialization import native
 from turnaudit.serialization.framing import confluent_header, single_object_header
-from turnaudit.serialization.schemas import WriterSchema
+from turnaudit.serialization.schemas import AvroRecord, WriterSchema
 
 log = structlog.get_logger("turnaudit.serialization")
 
@@ -53,7 +53,7 @@ class FramedSerializer:
                 reason=f"not compiled: {exc}",
             )
 
-    def __call__(self, record: dict[str, Any], ctx: object = None) -> bytes:
+    def __call__(self, record: AvroRecord, ctx: object = None) -> bytes:
         """``ctx``: a serialization context, as confluent-kafka's serializers take (unused)."""
         if self._native is not None:
             try:

@@ -45,6 +45,7 @@ from turnaudit.serialization.read_plans import (
     read_natively,
 )
 from turnaudit.serialization.schemas import (
+    AvroRecord,
     SchemaCatalog,
     WriterSchema,
     decoding_schema,
@@ -89,7 +90,7 @@ class SchemaRegistryReader(Protocol):
 # A function that returns the schema JSON for an unknown fingerprint, or None.
 FingerprintResolver = Callable[[bytes], str | None]
 # A shipped schema read natively: (fingerprint, decoder, version, shared defaults, copied).
-NativePlan = tuple[bytes, Any, int, dict[str, Any], list[tuple[str, Any]]]
+NativePlan = tuple[bytes, Any, int, AvroRecord, list[tuple[str, Any]]]
 
 
 class UnusableSchemaError(SerializationError):
