@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AclOperation, AdminClient
+from confluent_kafka.admin import AclOperation
 
 from turnaudit.errors import AccessDeniedError
+from turnaudit.kafka.admin import new_admin
 
 _DENIALS = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED: "not authorized for the topic",
@@ -77,7 +78,7 @@ def check_topic_access(
     wanted = [(t, "read") for t in reads] + [(t, "write") for t in writes]
     if not wanted:
         return
-    admin = AdminClient(dict(client_config))
+    admin = new_admin(client_config)
     names = sorted({t for t, _ in wanted})
     futures = admin.describe_topics(
         TopicCollection(names), include_authorized_operations=True, request_timeout=timeout
@@ -129,7 +130,7 @@ def check_group_access(
     KIP-430), which a group nobody joined yet has too; a cluster without an
     authorizer passes, as does a coordinator that does not answer in ``timeout``
     (the command's own join then says what is wrong)."""
-    admin = AdminClient(dict(client_config))
+    admin = new_admin(client_config)
     who = f"User:{principal}" if principal else "this client"
     deadline = time.monotonic() + timeout
     while True:

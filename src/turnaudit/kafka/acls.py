@@ -47,7 +47,6 @@ from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
     AclPermissionType,
-    AdminClient,
     ResourcePatternType,
     ResourceType,
     ScramCredentialInfo,
@@ -59,6 +58,7 @@ from confluent_kafka.admin import (
 
 from turnaudit.errors import AccessDeniedError, BrokerError, ConfigurationError
 from turnaudit.kafka.access import denial_text
+from turnaudit.kafka.admin import new_admin
 from turnaudit.kafka.groups import namespace, replay_namespace, service_group
 from turnaudit.topic_names import DEFAULT_TOPIC_PREFIX, TOPIC_NAME_CHARACTERS, TopicNames
 
@@ -222,7 +222,7 @@ def upsert_users(
 ) -> None:
     """Create or change each user's SCRAM-SHA-512 credential, in one request to the
     cluster: the password travels in the request (over TLS), never on a command line."""
-    admin = AdminClient(dict(admin_config))
+    admin = new_admin(admin_config)
     upsertions: list[UserScramCredentialAlteration] = [
         UserScramCredentialUpsertion(
             user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode()
@@ -246,7 +246,7 @@ def known_users(
     admin_config: Mapping[str, Any], users: Iterable[str], timeout: float = 10.0
 ) -> set[str]:
     """Which of ``users`` the cluster holds a SCRAM credential of."""
-    admin = AdminClient(dict(admin_config))
+    admin = new_admin(admin_config)
     known: set[str] = set()
     futures = admin.describe_user_scram_credentials(sorted(users), request_timeout=timeout)
     for user, future in futures.items():  # type: ignore[union-attr]  # a dict when users are named
@@ -276,7 +276,7 @@ def await_users(
 def delete_user(admin_config: Mapping[str, Any], user: str, timeout: float = 30.0) -> None:
     """Remove ``user``'s SCRAM-SHA-512 credential: its password no longer opens a session
     (how a leaked or expired credential is revoked)."""
-    admin = AdminClient(dict(admin_config))
+    admin = new_admin(admin_config)
     deletion = UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)
     try:
         admin.alter_user_scram_credentials([deletion])[user].result(timeout=timeout)
@@ -320,7 +320,7 @@ def apply_acls(
 ) -> int:
     """Create ``rules`` on the cluster (creating one that exists changes nothing);
     return how many. Raises ``AccessDeniedError`` when the caller may not."""
-    admin = AdminClient(dict(admin_config))
+    admin = new_admin(admin_config)
     futures = admin.create_acls([binding(r) for r in rules], request_timeout=timeout)
     for acl, future in futures.items():
         try:

@@ -22,10 +22,10 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.events import occurred_millis
+from turnaudit.kafka.admin import new_admin
 from turnaudit.kafka.groups import own_group
 from turnaudit.settings import KafkaSettings
 
@@ -284,7 +284,7 @@ def delete_records_before(
     is deleted), as time retention does; returns the new log start per partition.
 
     For tests and drills of retention (``delete_records`` needs the topic's delete ACL)."""
-    admin = AdminClient(settings.client_config(_QUIET))
+    admin = new_admin(settings.client_config(_QUIET))
     wanted = [TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
     try:
         futures = admin.delete_records(wanted, request_timeout=timeout, operation_timeout=timeout)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 from turnaudit.errors import BrokerError
+from turnaudit.kafka.admin import new_admin
 from turnaudit.kafka.offsets import watermarks
 from turnaudit.kafka.reading import read_range
 from turnaudit.settings import KafkaSettings
@@ -27,7 +28,7 @@ def verify_state_topic(settings: KafkaSettings) -> str:
 def ensure_verify_state_topic(settings: KafkaSettings, timeout: float = 30.0) -> str:
     """Create the compacted state topic (one partition) when it does not exist."""
     name = settings.topics.verify_state
-    admin = AdminClient(settings.client_config({"log_level": 0}))
+    admin = new_admin(settings.client_config({"log_level": 0}))
     try:
         if name in admin.list_topics(timeout=timeout).topics:
             return name

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
 
-from turnaudit.kafka.topics import admin_client
+from turnaudit.kafka.admin import admin_client
 from turnaudit.settings import KafkaSettings
 
 

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from turnaudit.errors import (
     AccessDeniedError,
@@ -17,6 +22,7 @@ from turnaudit.errors import (
     ConfigurationError,
 )
 from turnaudit.kafka.access import denial_text
+from turnaudit.kafka.admin import admin_client, new_admin
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.topics")
@@ -77,7 +83,7 @@ def cluster_answers(
 ) -> bool:
     """Whether a cluster at ``bootstrap_servers`` answers a metadata request in time
     (``config``: the client's security options, for a secured cluster)."""
-    admin = AdminClient({**(config or {}), "bootstrap.servers": bootstrap_servers, "log_level": 0})
+    admin = new_admin({**(config or {}), "bootstrap.servers": bootstrap_servers, "log_level": 0})
     try:
         metadata = admin.list_topics(timeout=timeout)
     except Exception:  # KafkaException until the listener accepts requests
@@ -89,19 +95,12 @@ def broker_ids(
     bootstrap_servers: str, timeout: float, config: dict[str, str] | None = None
 ) -> set[int]:
     """The node ids of the brokers the cluster's metadata names now (empty: no answer)."""
-    admin = AdminClient({**(config or {}), "bootstrap.servers": bootstrap_servers, "log_level": 0})
+    admin = new_admin({**(config or {}), "bootstrap.servers": bootstrap_servers, "log_level": 0})
     try:
         metadata = admin.list_topics(timeout=timeout)
     except Exception:
         return set()
     return set(metadata.brokers)
-
-
-def admin_client(settings: KafkaSettings) -> AdminClient:
-    try:
-        return AdminClient(settings.client_config())
-    except KafkaException as exc:
-        raise ConfigurationError(f"Kafka client settings: {exc.args[0].str()}") from None
 
 
 def require_cluster(
@@ -118,10 +117,7 @@ def require_cluster(
         if text:
             denied.append(text)
 
-    try:
-        admin = AdminClient(settings.client_config(error_cb=on_error))
-    except KafkaException as exc:
-        raise ConfigurationError(f"Kafka client settings: {exc.args[0].str()}") from None
+    admin = admin_client(settings, error_cb=on_error)
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -281,7 +277,7 @@ _REQUIRED = {"cleanup.policy"}
 
 def _check_existing(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
     resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in specs]
-    described: dict[str, Any] = {}
+    described: dict[str, dict[str, ConfigEntry]] = {}
     for resource, future in admin.describe_configs(resources).items():
         try:
             described[resource.name] = future.result(timeout=timeout)

@@ -22,7 +22,7 @@ from turnaudit.cli import main
 from turnaudit.commands import demo
 from turnaudit.commands.demo_follow import DemoFollower
 from turnaudit.consumers.runtime.settings import ServiceSettings
-from turnaudit.kafka.topics import admin_client
+from turnaudit.kafka.admin import admin_client
 from turnaudit.settings import KafkaSettings
 from turnaudit.signing_keys import generate_keys
 

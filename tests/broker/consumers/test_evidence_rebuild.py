@@ -39,7 +39,7 @@ from turnaudit.htir import HtirTrace
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
-from turnaudit.kafka.topics import admin_client
+from turnaudit.kafka.admin import admin_client
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
