@@ -79,19 +79,16 @@ class TopicReplayOutput(ReplayOutput):
             headers = list(cast("list[tuple[str, Any]]", msg.headers() or []))
             headers.append((SOURCE_HEADER, f"{msg.topic()}/{msg.partition()}/{msg.offset()}"))
             kind, stamp = msg.timestamp()
-            while True:
-                try:
-                    self._producer.produce(
-                        self._topic,
-                        msg.value(),
-                        msg.key(),
-                        headers=headers,
-                        timestamp=stamp if kind else 0,
-                        on_delivery=self._delivered,
-                    )
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    self._producer.poll(0.1)
+            # A full local queue waits for room inside produce() (the producer's
+            # on_full="wait"): it never raises BufferError here.
+            self._producer.produce(
+                self._topic,
+                msg.value(),
+                msg.key(),
+                headers=headers,
+                timestamp=stamp if kind else 0,
+                on_delivery=self._delivered,
+            )
             self._producer.poll(0)
         self._published += len(messages)
         return 0
