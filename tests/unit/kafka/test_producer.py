@@ -101,10 +101,34 @@ def test_a_full_queue_waits_serving_reports_until_there_is_room() -> None:
 
 
 def test_a_per_call_wait_overrides_a_raising_producer() -> None:
+    """One call's ``on_full="wait"`` waits for room where the producer's own setting
+    raises; the message it queued is not lost, and the next call raises again."""
     producer = KafkaProducer(nowhere(**{"message.timeout.ms": 300}), on_full="raise")
     fill(producer)
-    producer.produce("t", b"waited", b"k", on_full="wait")
+    with pytest.raises(QueueFullError):  # the producer's own setting, on the full queue
+        producer.produce("t", b"refused", b"k")
+    reports: list[tuple[DeliveryError | None, str | bytes | None]] = []
+    producer.produce(
+        "t",
+        b"waited",
+        b"k",
+        on_full="wait",
+        on_delivery=lambda err, msg: reports.append((err, msg.value())),
+    )
+    # It waited for room: the full queue's timed-out messages were reported and counted.
     assert producer.failed >= 1
+    assert reports == []  # the waited message itself is queued, not yet reported
+    # It was queued, not dropped: its own report comes (a timeout: nothing listens).
+    producer.flush(5)
+    assert [value for _, value in reports] == [b"waited"]
+    assert reports[0][0] is not None
+    assert producer.failed == QUEUE + 1
+    # The override was for that call only: the producer raises on a full queue again.
+    fill(producer)
+    with pytest.raises(QueueFullError):
+        producer.produce("t", b"refused again", b"k")
+    producer.purge()
+    producer.flush(1)
 
 
 def test_flush_counts_what_was_not_stored_and_reports_hand_protocol_types() -> None:
