@@ -12,21 +12,16 @@
 
 from __future__ import annotations
 
-import ast
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support import PROJECT_ROOT
+from tests.support.imports import PACKAGES, imported
+from tests.support.layers import IO, PURE
 
 PROJECT = PROJECT_ROOT
 
-# Folder -> the dotted package it installs as (pyproject's package-dir mapping).
-PACKAGES = {
-    "src/turnaudit": "turnaudit",
-    "consumers": "turnaudit.consumers",
-    "producers": "turnaudit.producers",
-}
 # Where the CLI wires stages: allowed to import anything.
 WIRING = ("src/turnaudit/commands/", "src/turnaudit/cli.py")
 
@@ -38,47 +33,6 @@ class Rule:
     allowed: tuple[str, ...] = ()  # files or folders of ``folder`` the rule leaves out
 
 
-# Modules with no I/O: what they import from Kafka's side is a mistake.
-PURE = (
-    "src/turnaudit/chain.py",
-    "src/turnaudit/checkpoints.py",
-    "src/turnaudit/contracts.py",
-    "src/turnaudit/dead_letters.py",
-    "src/turnaudit/dlq.py",
-    "src/turnaudit/dlq_redrive.py",
-    "src/turnaudit/events.py",
-    "src/turnaudit/htir.py",
-    "src/turnaudit/htir_steps.py",
-    "src/turnaudit/identity.py",
-    "src/turnaudit/label_bounds.py",
-    "src/turnaudit/records.py",
-    "src/turnaudit/stamping.py",
-    "src/turnaudit/stream_tracking.py",
-    "src/turnaudit/telemetry.py",
-    "src/turnaudit/verdicts.py",
-    "src/turnaudit/verify/counts.py",
-    "src/turnaudit/verify/crash.py",
-    "src/turnaudit/verify/findings.py",
-    "src/turnaudit/verify/reconciliation.py",
-    "src/turnaudit/verify/report.py",
-    "src/turnaudit/verify/trust.py",
-    "src/turnaudit/verify/verifier.py",
-    "src/turnaudit/replay/order.py",
-    "consumers/runtime/handover.py",
-    "consumers/runtime/ledger.py",
-    "consumers/runtime/sink.py",
-)
-IO = (
-    "turnaudit.kafka",
-    "confluent_kafka",
-    "urllib",
-    "http",
-    "socket",
-    "turnaudit.verify.files",
-    "turnaudit.verify.scrape",
-    "turnaudit.verify.kafka_reads",
-    "turnaudit.verify.run",
-)
 RULES = (
     Rule("src/turnaudit", ("turnaudit.producers", "turnaudit.consumers"), WIRING),
     Rule("consumers", ("turnaudit.producers",)),
@@ -89,37 +43,6 @@ RULES = (
     Rule("src/turnaudit/replay", ("turnaudit.verify",)),
     *(Rule(module, IO) for module in PURE),
 )
-
-
-def module_name(root: Path, path: Path) -> tuple[str, bool]:
-    """Dotted module name of ``path`` and whether it is a package's ``__init__``."""
-    relative = path.relative_to(root).as_posix()
-    for folder, package in PACKAGES.items():
-        if relative.startswith(folder + "/"):
-            parts = relative[len(folder) + 1 : -len(".py")].split("/")
-            is_init = parts[-1] == "__init__"
-            if is_init:
-                parts = parts[:-1]
-            return ".".join([package, *parts]), is_init
-    raise ValueError(relative)
-
-
-def imported(root: Path, path: Path) -> list[tuple[int, str]]:
-    """(line, dotted name) of everything ``path`` imports, relative imports resolved."""
-    name, is_init = module_name(root, path)
-    package = name if is_init else name.rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
-            found.append((node.lineno, base))
-            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
-    return found
 
 
 def layering_violations(root: Path) -> list[str]:
@@ -190,3 +113,38 @@ def test_the_check_finds_a_forbidden_import_added_to_a_copy(tmp_path: Path) -> N
         with (tmp_path / relative).open("a", encoding="utf-8") as source:
             source.write("import turnaudit.producers.simulator\n")
     assert sorted({v.split(":")[0] for v in layering_violations(tmp_path)}) == sorted(added)
+
+
+# The codec floor (framing, schemas, decoders, encoders, the native bridge) sits
+# under everything: of the project it imports only the error types and the crate.
+CODEC_FLOOR = "src/turnaudit/serialization"
+CODEC_MAY_IMPORT = ("turnaudit.serialization", "turnaudit.errors", "turnaudit._native")
+
+
+def codec_floor_imports(root: Path) -> list[str]:
+    found = []
+    for path in sorted((root / CODEC_FLOOR).rglob("*.py")):
+        for line, name in imported(root, path):
+            if name == "turnaudit" or not name.startswith("turnaudit."):
+                continue  # `from turnaudit import _native` names the crate below
+            if not any(name == a or name.startswith(a + ".") for a in CODEC_MAY_IMPORT):
+                found.append(f"{path.relative_to(root).as_posix()}:{line} imports {name}")
+    return sorted(set(found))
+
+
+def test_the_codec_floor_imports_nothing_of_the_project() -> None:
+    assert codec_floor_imports(PROJECT) == []
+
+
+def test_the_codec_check_finds_an_import_planted_in_a_copy(tmp_path: Path) -> None:
+    shutil.copytree(PROJECT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    assert codec_floor_imports(tmp_path) == []
+    planted = {
+        "src/turnaudit/serialization/framing.py": "from turnaudit.events import TurnEvent\n",
+        "src/turnaudit/serialization/wire.py": "def f() -> None:\n    import turnaudit.settings\n",
+        "src/turnaudit/serialization/schemas.py": "from turnaudit.kafka import reading\n",
+    }
+    for relative, text in planted.items():
+        with (tmp_path / relative).open("a", encoding="utf-8") as source:
+            source.write(text)
+    assert sorted({f.split(":")[0] for f in codec_floor_imports(tmp_path)}) == sorted(planted)

@@ -36,10 +36,10 @@ from turnaudit.evaluation.files import (
 )
 from turnaudit.evaluation.labels import TaskLabel, labels_from_ground_truth, load_task_labels
 from turnaudit.htir import HtirTrace
+from turnaudit.kafka.admin import admin_client
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
-from turnaudit.kafka.admin import admin_client
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.support import PROJECT_ROOT
+from tests.support.layers import PURE as PURE_MODULES
 
 CORE = PROJECT_ROOT / "src" / "turnaudit" / "replay"
-PURE = ("canonical", "checkpoint", "files", "jsonl", "order", "outputs")
+# Replay's pure core: the replay modules of the one list of pure modules.
+PURE = tuple(Path(m).stem for m in PURE_MODULES if m.startswith("src/turnaudit/replay/"))
 FORBIDDEN = (
     "confluent_kafka",
     "turnaudit.kafka",
@@ -32,6 +34,10 @@ def imported_by(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
     return found
+
+
+def test_replays_pure_core_is_in_the_list() -> None:
+    assert set(PURE) >= {"canonical", "checkpoint", "files", "jsonl", "order", "outputs"}
 
 
 @pytest.mark.parametrize("module", PURE)
