@@ -43,7 +43,8 @@ from turnaudit.producers.accounting import CloseReport, Ledger, PublisherStats
 from turnaudit.producers.checkpointer import Checkpointer
 from turnaudit.producers.failover import Failover
 from turnaudit.producers.heads import DEFAULT_HEAD_INTERVAL_S, HeadsFile
-from turnaudit.producers.journal import JournalEntry, JournalMode, journal_from_env
+from turnaudit.producers.journal import JournalMode, journal_from_env
+from turnaudit.producers.journal_records import JournalEntry
 from turnaudit.producers.metrics import PublisherMetrics
 from turnaudit.producers.ordering import record_timestamp
 from turnaudit.producers.producer_config import (
