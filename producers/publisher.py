@@ -42,7 +42,7 @@ from turnaudit.kafka.producer import (
 from turnaudit.producers.accounting import CloseReport, Ledger, PublisherStats
 from turnaudit.producers.checkpointer import Checkpointer
 from turnaudit.producers.failover import Failover
-from turnaudit.producers.heads import DEFAULT_HEAD_INTERVAL_S, HeadsFile
+from turnaudit.producers.heads import HeadsFile
 from turnaudit.producers.journal import JournalMode, journal_from_env
 from turnaudit.producers.journal_records import JournalEntry
 from turnaudit.producers.metrics import PublisherMetrics
@@ -93,6 +93,7 @@ class TurnEventPublisher:
         producer_id: str | None = None,
         max_unacked_s: float | None = None,
         head_interval_s: float | None = None,
+        liveness_interval_s: float | None = None,
         checkpoints: CheckpointSettings | None = None,
         journal: bool | None = None,
     ) -> None:
@@ -148,8 +149,6 @@ class TurnEventPublisher:
         self.producer_id = self._stamper.producer_id
         # Stream heads beside the spool, written by their own thread; a
         # predecessor's (a crash) are announced on <prefix>stream-heads.
-        if head_interval_s is None:
-            head_interval_s = env_seconds("TURNAUDIT_HEAD_INTERVAL_S", DEFAULT_HEAD_INTERVAL_S)
         # Idempotent: a retried checkpoint or head note is stored once, in order.
         self._heads_announcer = KafkaProducer.plain(settings, **{"enable.idempotence": True}).open()
         # Signed checkpoints of the streams advanced, by the heads thread (no key: none,
@@ -167,11 +166,12 @@ class TurnEventPublisher:
         self._heads = HeadsFile(
             spool_dir,
             producer_id=self.producer_id,
-            interval_s=max(head_interval_s, 0.001),
+            interval_s=head_interval_s,
             lock=ledger.lock,
             announcer=self._heads_announcer,
             prefix=settings.topics.prefix,
             checkpointer=self.checkpointer,
+            liveness_interval_s=liveness_interval_s,
         )
         # Journal mode: each turn fsynced (group commit) before it is produced.
         self._journal = (
