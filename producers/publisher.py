@@ -163,6 +163,8 @@ class TurnEventPublisher:
                 prefix=settings.topics.prefix,
             )
         )
+        # v5 turns carry the interval at which this publisher announces its heads.
+        self._liveness_ms = max(1, round(max(head_interval_s, 0.001) * 1000))
         self._heads = HeadsFile(
             spool_dir,
             producer_id=self.producer_id,
@@ -192,6 +194,8 @@ class TurnEventPublisher:
         the spool, and return the event id. See the module docstring for the
         contract; raises ``EventRefusedError`` or ``SerializationError`` only."""
         stamped = event.copy()  # the caller's dict is never written
+        if "liveness_interval_ms" in stamped:  # v5 on
+            stamped["liveness_interval_ms"] = self._liveness_ms
         session = stamped["session_id"]
         key = session.encode()
         ledger = self._ledger
