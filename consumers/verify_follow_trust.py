@@ -61,7 +61,12 @@ class TrustFeed:
 
     # -- the loop's side ---------------------------------------------------------------
     def observe(
-        self, partition: int, event: Mapping[str, object], value: bytes, now: float
+        self,
+        partition: int,
+        event: Mapping[str, object],
+        value: bytes,
+        now: float,
+        fingerprint: bytes | None = None,
     ) -> None:
         producer = event.get("producer_id") or LEGACY_PRODUCER
         sequence = event.get("sequence")
@@ -74,7 +79,7 @@ class TrustFeed:
                 (str(event["session_id"]), str(producer)),
                 partition,
                 sequence,
-                chain_hash(value),
+                chain_hash(value, fingerprint),
                 int(now * 1000),
             )
 

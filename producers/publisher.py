@@ -207,7 +207,7 @@ class TurnEventPublisher:
             heads = self._heads
             heads.dirty[(session, stamped["producer_id"])] = (
                 stamped["sequence"],
-                self._stamper.commit(stamped, value),
+                self._stamper.commit(stamped, value, self._write.fingerprint_of(stamped)),
             )
             heads.turns += 1
             if heads.turns == heads.wake_at:  # a signed checkpoint's count of turns

@@ -29,7 +29,7 @@ from turnaudit.identity import (
 )
 from turnaudit.records import Record
 from turnaudit.serialization.native import VerifyStep
-from turnaudit.serialization.read_plans import DecodedTurnEvent
+from turnaudit.serialization.read_plans import DecodedTurnEvent, Framing
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.verify.counts import TurnCounts
 from turnaudit.verify.findings import (
@@ -269,9 +269,19 @@ class Verifier:
             self.outside_window += 1
             return
         held = len(self.tracker)
+        # Confluent framing names a schema id: the chain hash binds what it resolved to.
+        fingerprint = (
+            None
+            if decoded.framing is Framing.SINGLE_OBJECT
+            else self._decode.writer_fingerprint(decoded)
+        )
         try:
             result = self.tracker.observe(
-                decoded.event, value or b"", partition=partition, offset=offset
+                decoded.event,
+                value or b"",
+                partition=partition,
+                offset=offset,
+                fingerprint=fingerprint,
             )
         except (KeyError, TypeError, ValueError) as exc:
             self.not_a_turn(exc, partition, offset)
@@ -354,17 +364,21 @@ class Verifier:
             if not result.counts_as_turn:
                 return
         if self._watched:  # anchors or signed heads: their chain hashes are kept
-            self._keep_hashes(stream, result.sequence, value)
+            self._keep_hashes(
+                stream, result.sequence, value, self._decode.writer_fingerprint(decoded)
+            )
         # A breach is still a turn that happened: counted, and reported above (its event
         # id is in ``event_ids``: the tracker keeps every counted one).
         self.counts.add(event, decoded.writer_version)
 
-    def _keep_hashes(self, stream: StreamId, sequence: int, value: bytes | None) -> None:
-        self.retained.keep(stream, sequence, value)
+    def _keep_hashes(
+        self, stream: StreamId, sequence: int, value: bytes | None, fingerprint: bytes | None
+    ) -> None:
+        self.retained.keep(stream, sequence, value, fingerprint)
         wanted = self._signed.get(stream)
         if wanted is not None and sequence in wanted:
             self.signed_seen.setdefault(stream, {}).setdefault(sequence, set()).add(
-                chain_hash(value or b"")
+                chain_hash(value or b"", fingerprint)
             )
 
     def _report(
