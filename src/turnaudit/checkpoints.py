@@ -41,7 +41,10 @@ from turnaudit.identity import GENESIS_HASH, StreamId
 from turnaudit.stream_heads import StreamHead
 
 CHECKPOINTS_SUFFIX = "checkpoints"
-FORMAT_VERSION = 1
+# 2: a checkpoint names the writer schemas (fingerprints) its producer wrote chained
+# turns with. Format 1 checkpoints (no ``schemas``) still verify as they were signed.
+FORMAT_VERSION = 2
+FORMAT_VERSIONS = (1, 2)
 _SIGNED_DOMAIN = b"turnaudit-checkpoint-v1\x00"
 _DIGEST_DOMAIN = b"turnaudit-checkpoint-digest-v1\x00"
 
@@ -97,22 +100,32 @@ class Checkpoint:
     max_turns: int  # … and its count of turns between checkpoints
     heads: tuple[StreamHead, ...]
     signature: bytes = b""
+    # Format 2: the writer schemas (hex fingerprints, sorted) the producer wrote turns with.
+    schemas: tuple[str, ...] = ()
+    format: int = FORMAT_VERSION
+
+    def fields(self) -> dict[str, object]:
+        """Every signed field, as the canonical JSON holds it."""
+        fields: dict[str, object] = {
+            "v": self.format,
+            "producer_id": self.producer_id,
+            "index": self.index,
+            "prev": self.prev,
+            "at_ms": self.at_ms,
+            "key_id": self.key_id,
+            "final": self.final,
+            "interval_ms": self.interval_ms,
+            "max_turns": self.max_turns,
+            "heads": [[h.session_id, h.producer_id, h.sequence, h.hash] for h in self.heads],
+        }
+        if self.format >= 2:
+            fields["schemas"] = list(self.schemas)
+        return fields
 
     def body(self) -> bytes:
         """The canonical bytes the signature covers (everything but the signature)."""
         return json.dumps(
-            {
-                "v": FORMAT_VERSION,
-                "producer_id": self.producer_id,
-                "index": self.index,
-                "prev": self.prev,
-                "at_ms": self.at_ms,
-                "key_id": self.key_id,
-                "final": self.final,
-                "interval_ms": self.interval_ms,
-                "max_turns": self.max_turns,
-                "heads": [[h.session_id, h.producer_id, h.sequence, h.hash] for h in self.heads],
-            },
+            self.fields(),
             sort_keys=True,
             separators=(",", ":"),
             ensure_ascii=True,
@@ -127,7 +140,7 @@ class Checkpoint:
         return f"{self.producer_id}\x00{self.index:012d}\x00{self.digest()[:16]}".encode()
 
     def encode(self) -> bytes:
-        body = json.loads(self.body())
+        body = self.fields()
         body["signature"] = base64.b64encode(self.signature).decode("ascii")
         return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode(
             "ascii"
@@ -162,17 +175,19 @@ def signature_holds(checkpoint: Checkpoint, public_key: Ed25519PublicKey) -> boo
 
 
 def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
-    """A checkpoint, or None for a record that is not one (never raises). The result
-    re-encodes to the same canonical bytes, or it is not taken."""
+    """A checkpoint (format 1 or 2), or None for a record that is not one (never
+    raises). The result re-encodes to the same canonical bytes, or it is not taken."""
     if value is None:
         return None
     try:
         data = json.loads(value)
-        if not isinstance(data, dict) or data.get("v") != FORMAT_VERSION:
+        if not isinstance(data, dict) or data.get("v") not in FORMAT_VERSIONS:
             return None
+        form = data["v"]
         heads = tuple(
             StreamHead(_text(s), _text(p), _count(q), _text(h)) for s, p, q, h in data["heads"]
         )
+        schemas = tuple(_text(s) for s in data["schemas"]) if form >= 2 else ()
         checkpoint = Checkpoint(
             producer_id=_text(data["producer_id"]),
             index=_count(data["index"]),
@@ -184,11 +199,16 @@ def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
             max_turns=_count(data["max_turns"]),
             heads=heads,
             signature=base64.b64decode(_text(data["signature"]), validate=True),
+            schemas=schemas,
+            format=form,
         )
     except (ValueError, KeyError, TypeError, binascii.Error):
         return None
-    if set(data) != _FIELDS or heads != canonical_heads(heads):
+    fields = _FIELDS | ({"schemas"} if form >= 2 else set())
+    if set(data) != fields or heads != canonical_heads(heads):
         return None  # not in canonical form: a signature could not hold anyway
+    if schemas != tuple(sorted(set(schemas))):
+        return None
     return checkpoint
 
 
@@ -337,6 +357,7 @@ class Judged:
     checkpoint: Checkpoint
     problem: Problem | None
     detail: str = ""
+    offset: int | None = None  # where it was written on the checkpoints topic
 
 
 def _millis(moment_ms: int) -> datetime:
@@ -381,6 +402,16 @@ class ChainReport:
     def invalid(self) -> list[Judged]:
         return [j for j in self.judged if j.problem is not None]
 
+    def named_schemas(self) -> dict[str, frozenset[str]]:
+        """Per producer whose valid checkpoints name writer schemas (format 2), every
+        fingerprint (hex) they name. A producer with format 1 checkpoints only is absent:
+        its turns are not held to schemas it never named."""
+        named: dict[str, set[str]] = {}
+        for checkpoint in self.valid():
+            if checkpoint.format >= 2:
+                named.setdefault(checkpoint.producer_id, set()).update(checkpoint.schemas)
+        return {p: frozenset(s) for p, s in named.items()}
+
 
 @dataclass(frozen=True, slots=True)
 class ChainLink:
@@ -409,11 +440,17 @@ def follows(checkpoint: Checkpoint, before: ChainLink | None) -> bool:
     )
 
 
-def judge_chain(read: Sequence[tuple[Checkpoint, int | None]], keyring: Keyring) -> ChainReport:
+def judge_chain(
+    read: Sequence[tuple[Checkpoint, int | None]],
+    keyring: Keyring,
+    offsets: Mapping[str, int] | None = None,
+) -> ChainReport:
     """Judge each (checkpoint, broker append time) read. A checkpoint with a valid
     signature whose ``prev`` names no checkpoint read (not GENESIS at index 0, or an
     index that is not its predecessor's plus one) breaks its chain: a checkpoint before
-    it was removed. Copies of one checkpoint (same digest) count once."""
+    it was removed. Copies of one checkpoint (same digest) count once. ``offsets``: where
+    each (by digest) was read on the checkpoints topic, for the report."""
+    offsets = offsets or {}
     seen: dict[str, Checkpoint] = {}
     judged: list[Judged] = []
     appended: dict[str, int | None] = {}
@@ -424,7 +461,9 @@ def judge_chain(read: Sequence[tuple[Checkpoint, int | None]], keyring: Keyring)
             appended[digest] = at
     successors: set[str] = set()
     for digest, checkpoint in seen.items():
-        verdict = judge_signature(checkpoint, keyring, appended[digest])
+        verdict = replace(
+            judge_signature(checkpoint, keyring, appended[digest]), offset=offsets.get(digest)
+        )
         if verdict.problem is None:
             before = seen.get(checkpoint.prev)
             if not follows(checkpoint, None if before is None else link_of(before)):
@@ -434,6 +473,7 @@ def judge_chain(read: Sequence[tuple[Checkpoint, int | None]], keyring: Keyring)
                     f"checkpoint {checkpoint.index} of producer "
                     f"{checkpoint.producer_id} names a predecessor that is not "
                     "there (removed, or never signed)",
+                    verdict.offset,
                 )
             else:
                 successors.add(checkpoint.prev)

@@ -42,6 +42,8 @@ class TurnEventWriters:
     ) -> None:
         self._by_version = dict(by_version)
         self.registered = registered  # Confluent framing, ids from a registry
+        # Each version's writer schema fingerprint (what signed checkpoints name).
+        self.schema_fingerprints: dict[int, bytes] = {}
         # Confluent framing names no fingerprint: each version's, for the chain hash
         # (None: single-object framing, whose header names it).
         self.fingerprints = None if fingerprints is None else dict(fingerprints)
@@ -74,9 +76,11 @@ def turn_event_writers(
         registry_client(url, settings.schema_registry_options) if url else None
     )
     if registry is None:
-        return TurnEventWriters(
+        writers = TurnEventWriters(
             {s.version: SingleObjectSerializer(s) for s in catalog.versions}, registered=False
         )
+        writers.schema_fingerprints = {s.version: s.fingerprint for s in catalog.versions}
+        return writers
     ids = schema_ids(
         registry,
         f"{topic}-value",  # TopicNameStrategy, as confluent-kafka's own
@@ -84,8 +88,10 @@ def turn_event_writers(
         auto_register=settings.schema_registry_auto_register,
         where=url or "client",
     )
-    return TurnEventWriters(
+    writers = TurnEventWriters(
         {s.version: ConfluentIdSerializer(s, ids[s.version]) for s in catalog.versions},
         registered=True,
         fingerprints={s.version: s.fingerprint for s in catalog.versions},
     )
+    writers.schema_fingerprints = {s.version: s.fingerprint for s in catalog.versions}
+    return writers

@@ -89,7 +89,8 @@ def test_v5_reserves_sealed_surfaces_and_states_the_liveness_interval() -> None:
     assert v5["liveness_interval_ms"]["type"] == ["null", "long"]
     assert v5["liveness_interval_ms"]["default"] is None
     sealed = v5["sealed"]
-    assert sealed["default"] is None and sealed["type"][0] == "null"
+    assert sealed["default"] is None
+    assert sealed["type"][0] == "null"
     assert "reserved for sealed surfaces" in sealed["doc"].lower()
     record = sealed["type"][1]
     assert [(f["name"], f["type"]) for f in record["fields"]] == [
