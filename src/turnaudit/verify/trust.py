@@ -89,23 +89,34 @@ class TrustJson(TypedDict):
 @dataclass(frozen=True)
 class SignedHeads:
     """What valid checkpoints signed, per stream: position → chain hash, and position →
-    when its checkpoint was appended (the broker's time, else the signer's)."""
+    (when its checkpoint was appended (the broker's time, else the signer's), the time
+    after which every position it newly covers was written: its producer's previous
+    checkpoint's, or its own less twice its interval)."""
 
     positions: Mapping[StreamId, Mapping[int, str]]
-    at_ms: Mapping[StreamId, Mapping[int, int]] = field(default_factory=dict)
+    at_ms: Mapping[StreamId, Mapping[int, tuple[int, int]]] = field(default_factory=dict)
 
 
 def signed_heads(chain: ChainReport) -> SignedHeads:
     out: dict[StreamId, dict[int, str]] = {}
-    at: dict[StreamId, dict[int, int]] = {}
-    for judged in chain.judged:
-        if judged.problem is not None:
-            continue
+    at: dict[StreamId, dict[int, tuple[int, int]]] = {}
+    valid = [j for j in chain.judged if j.problem is None]
+    when = {
+        (j.checkpoint.producer_id, j.checkpoint.index): (
+            j.checkpoint.at_ms if j.appended_ms is None else j.appended_ms
+        )
+        for j in valid
+    }
+    for judged in valid:
         checkpoint = judged.checkpoint
-        when = checkpoint.at_ms if judged.appended_ms is None else judged.appended_ms
+        appended = when[(checkpoint.producer_id, checkpoint.index)]
+        floor = max(
+            when.get((checkpoint.producer_id, checkpoint.index - 1), 0),
+            appended - 2 * checkpoint.interval_ms,
+        )
         for head in checkpoint.heads:
             out.setdefault(head.stream, {})[head.sequence] = head.hash
-            at.setdefault(head.stream, {})[head.sequence] = when
+            at.setdefault(head.stream, {})[head.sequence] = (appended, floor)
     return SignedHeads(out, at)
 
 
@@ -254,7 +265,7 @@ def judge_streams(
             if not whole or not to_end:
                 continue  # signed, but not in this range (read from a later start)
             if removal is not None and all(
-                removal.retention_explains(at) for at in signed_at.get(stream, {}).values()
+                removal.retention_explains(at) for at, _ in signed_at.get(stream, {}).values()
             ):
                 report.expired_by_retention += 1
                 continue  # began, and ended, before retention
@@ -315,7 +326,7 @@ def _judge(
     stream: StreamId,
     *,
     signed: Mapping[int, str],
-    signed_at: Mapping[int, int],
+    signed_at: Mapping[int, tuple[int, int]],
     observed: Mapping[int, Set[str]],
     last: int | None,
     chain: ChainReport,
@@ -348,17 +359,17 @@ def _judge(
             f"{head - (-1 if last is None else last)} signed position(s) missing"
         )
     start = facts.started_at.get(stream)
-    if start is not None and truncated is None:
-        gone = [
-            p
-            for p, at in signed_at.items()
-            if p < start and not (removal is not None and removal.retention_explains(at))
-        ]
-        if gone:
+    covering = [p for p in signed if start is not None and p >= start - 1]
+    if start is not None and truncated is None and covering:
+        # The last removed position was written after ``floor`` (or, a signed head, by
+        # ``at``): retention explains it only when that is older than retention.ms.
+        at, floor = signed_at.get(min(covering), (0, 0))
+        written = at if min(covering) == start - 1 else floor
+        if removal is None or not removal.retention_explains(written):
             truncated = (
-                f"the stream starts at position {start}: signed position(s) "
-                f"{min(gone)}..{max(gone)} removed, which retention cannot have removed "
-                "(their checkpoints are newer than retention.ms)"
+                f"the stream starts at position {start}: positions 0..{start - 1}, "
+                f"covered by its signed head {min(covering)}, are removed, and retention "
+                "cannot have removed them (written after now - retention.ms)"
             )
     if last is None and head is not None and truncated is not None:
         status_if_cut: Status = "missing"

@@ -91,6 +91,7 @@ def judge(
     removal: Removal | None = None,
     log_start: int = 0,
     decode: TurnEventDeserializer = DECODE,
+    verifiers: list[Verifier] | None = None,
 ) -> TrustReport:
     """``events`` read from one partition (from ``log_start``: the offsets before it are
     gone) and judged against ``checkpoints`` as ``verify --keyring`` judges them."""
@@ -105,6 +106,8 @@ def judge(
         if offset >= log_start:
             verifier.feed(0, offset, s.key, s.value, 1_000 + offset)
     assert verifier.trust is not None
+    if verifiers is not None:
+        verifiers.append(verifier)  # the caller's whole report
     return judge_streams(
         chain,
         keyring="ring",
