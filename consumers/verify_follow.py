@@ -99,7 +99,7 @@ class FollowValidation(Validation):
             state.undecodable(partition, offset)
             m.undecodable.inc()
             return ConsumedTurn(_UNDECODABLE, IN_ORDER, topic, partition, offset)
-        if self._trust is not None and outcome not in ("reread", "legacy"):
+        if self._trust is not None and outcome != "reread":  # v1/v2 turns are judged too
             self._trust.observe(partition, decoded.event, value or b"", now, fingerprint)
         _count(m, outcome, breaches)
         return ConsumedTurn(decoded, IN_ORDER, topic, partition, offset)

@@ -70,7 +70,7 @@ class TrustFeed:
     ) -> None:
         producer = event.get("producer_id") or LEGACY_PRODUCER
         sequence = event.get("sequence")
-        if producer == LEGACY_PRODUCER or not isinstance(sequence, int):
+        if not isinstance(sequence, int):
             return
         # The grace runs from arrival, not occurred_at: a turn published late (spooled)
         # is still signed within the publisher's interval of being handed on.
@@ -81,6 +81,7 @@ class TrustFeed:
                 sequence,
                 chain_hash(value, fingerprint),
                 int(now * 1000),
+                schema="" if fingerprint is None else fingerprint.hex(),
             )
 
     def sweep(self, event_time_ms: Mapping[int, int]) -> bool:

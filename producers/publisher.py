@@ -144,9 +144,7 @@ class TurnEventPublisher:
         # Turn identity, assigned before encoding: spooled bytes are stamped already,
         # so the process that drains a spool never renumbers them.
         self._stamper = TurnStamper(producer_id=producer_id, id_factory=id_factory)
-        # The writer versions handed on so far, replaced (never changed in place) when one
-        # is added: the heads thread reads it for the checkpoints' schemas.
-        self._versions_written: frozenset[int] = frozenset()
+        self._versions_written: frozenset[int] = frozenset()  # replaced, read to sign
         self.producer_id = self._stamper.producer_id
         # Stream heads beside the spool, written by their own thread; a
         # predecessor's (a crash) are announced on <prefix>stream-heads.
@@ -164,11 +162,12 @@ class TurnEventPublisher:
                 producer_id=self.producer_id,
                 producer=self._heads_announcer,
                 prefix=settings.topics.prefix,
-                schemas=self._schemas_written,
+                schemas=lambda: [
+                    self._write.schema_fingerprints[v] for v in self._versions_written
+                ],
             )
         )
-        # v5 turns carry the interval at which this publisher announces its heads.
-        self._liveness_ms = max(1, round(max(head_interval_s, 0.001) * 1000))
+        self._liveness_ms = max(1, round(max(head_interval_s, 0.001) * 1000))  # in v5 turns
         self._heads = HeadsFile(
             spool_dir,
             producer_id=self.producer_id,
@@ -191,11 +190,6 @@ class TurnEventPublisher:
         self.metrics.attach(self)
         self._failover.start(self._producer, also_poll=self._schema_producer.poll)
 
-    def _schemas_written(self) -> list[bytes]:
-        """The writer schema fingerprints of the versions handed on so far."""
-        fps = self._write.schema_fingerprints
-        return [fps[v] for v in self._versions_written if v in fps]
-
     # -- the runtime's call --------------------------------------------------
     def publish(self, event: OutgoingTurnEvent) -> str:
         """Stamp a copy of the event with the turn's identity (event id, producer
@@ -213,9 +207,8 @@ class TurnEventPublisher:
         with ledger.lock:
             event_id = self._stamper.stamp(stamped)
             value = self._write(stamped)  # raises before a position is used up
-            version = stamped["verdicts"]["schema_version"]
-            if version not in self._versions_written:  # before its head is dirty
-                self._versions_written = self._versions_written | {version}
+            if (version := stamped["verdicts"]["schema_version"]) not in self._versions_written:
+                self._versions_written = self._versions_written | {version}  # before heads
             heads = self._heads
             heads.dirty[(session, stamped["producer_id"])] = (
                 stamped["sequence"],
