@@ -146,6 +146,7 @@ class TurnEventPublisher:
         # Turn identity, assigned before encoding: spooled bytes are stamped already,
         # so the process that drains a spool never renumbers them.
         self._stamper = TurnStamper(producer_id=producer_id, id_factory=id_factory)
+        self._versions_written: frozenset[int] = frozenset()  # replaced, read to sign
         self.producer_id = self._stamper.producer_id
         # Stream heads beside the spool, written by their own thread; a
         # predecessor's (a crash) are announced on <prefix>stream-heads.
@@ -161,8 +162,12 @@ class TurnEventPublisher:
                 producer_id=self.producer_id,
                 producer=self._heads_announcer,
                 prefix=settings.topics.prefix,
+                schemas=lambda: [
+                    self._write.schema_fingerprints[v] for v in self._versions_written
+                ],
             )
         )
+        self._liveness_ms = max(1, round(max(head_interval_s, 0.001) * 1000))  # in v5 turns
         self._heads = HeadsFile(
             spool_dir,
             producer_id=self.producer_id,
@@ -193,6 +198,8 @@ class TurnEventPublisher:
         the spool, and return the event id. See the module docstring for the
         contract; raises ``EventRefusedError`` or ``SerializationError`` only."""
         stamped = event.copy()  # the caller's dict is never written
+        if "liveness_interval_ms" in stamped:  # v5 on
+            stamped["liveness_interval_ms"] = self._liveness_ms
         session = stamped["session_id"]
         key = session.encode()
         ledger = self._ledger
@@ -201,10 +208,12 @@ class TurnEventPublisher:
         with ledger.lock:
             event_id = self._stamper.stamp(stamped)
             value = self._write(stamped)  # raises before a position is used up
+            if (version := stamped["verdicts"]["schema_version"]) not in self._versions_written:
+                self._versions_written = self._versions_written | {version}  # before heads
             heads = self._heads
             heads.dirty[(session, stamped["producer_id"])] = (
                 stamped["sequence"],
-                self._stamper.commit(stamped, value),
+                self._stamper.commit(stamped, value, self._write.fingerprint_of(stamped)),
             )
             heads.turns += 1
             if heads.turns == heads.wake_at:  # a signed checkpoint's count of turns

@@ -85,9 +85,12 @@ class TurnStamper:
         event["prev_hash"] = "" if key[1] else stream.last_hash
         return event_id
 
-    def commit(self, event: OutgoingTurnEvent, value: bytes) -> str:
-        """The stamped ``event`` was handed on, encoded as ``value``; returns its
-        chain hash (the stream's new head)."""
+    def commit(
+        self, event: OutgoingTurnEvent, value: bytes, fingerprint: bytes | None = None
+    ) -> str:
+        """The stamped ``event`` was handed on, encoded as ``value`` with the writer
+        schema of ``fingerprint`` (None: the one its single-object header names);
+        returns its chain hash (the stream's new head)."""
         last = self._stamped
         if last is not None and last[0] is event:
             key, stream = last[1], last[2]
@@ -100,7 +103,7 @@ class TurnStamper:
         else:
             self._streams.move_to_end(key)  # most recently stamped last
         stream.next_sequence = event["sequence"] + 1
-        stream.last_hash = chain_hash(value)
+        stream.last_hash = chain_hash(value, fingerprint)
         self.published += 1
         if len(self._streams) > self._max_sessions:
             self._streams.popitem(last=False)
