@@ -167,7 +167,6 @@ class TurnEventPublisher:
                 ],
             )
         )
-        self._liveness_ms = max(1, round(max(head_interval_s, 0.001) * 1000))  # in v5 turns
         self._heads = HeadsFile(
             spool_dir,
             producer_id=self.producer_id,
@@ -178,6 +177,8 @@ class TurnEventPublisher:
             checkpointer=self.checkpointer,
             liveness_interval_s=liveness_interval_s,
         )
+        # v5 turns carry the interval this publisher announces its liveness at.
+        self._stamper.liveness_interval_ms = round(self._heads.liveness_interval_s * 1000)
         # Journal mode: each turn fsynced (group commit) before it is produced.
         self._journal = (
             None
@@ -198,8 +199,6 @@ class TurnEventPublisher:
         the spool, and return the event id. See the module docstring for the
         contract; raises ``EventRefusedError`` or ``SerializationError`` only."""
         stamped = event.copy()  # the caller's dict is never written
-        if "liveness_interval_ms" in stamped:  # v5 on
-            stamped["liveness_interval_ms"] = self._liveness_ms
         session = stamped["session_id"]
         key = session.encode()
         ledger = self._ledger

@@ -68,6 +68,9 @@ class TurnStamper:
         self._stamped: tuple[OutgoingTurnEvent, tuple[str, bool], _ProducerStream | None] | None
         self._stamped = None
         self.published = 0
+        # Written into turns that carry it (v5 on): how often the publisher announces its
+        # liveness on <prefix>stream-heads (None until the publisher says).
+        self.liveness_interval_ms: int | None = None
 
     def stamp(self, event: OutgoingTurnEvent) -> str:
         """Write the identity into ``event`` (event id, producer id, position,
@@ -83,6 +86,8 @@ class TurnStamper:
         event["producer_id"] = stream.producer_id
         event["sequence"] = stream.next_sequence
         event["prev_hash"] = "" if key[1] else stream.last_hash
+        if "liveness_interval_ms" in event:
+            event["liveness_interval_ms"] = self.liveness_interval_ms
         return event_id
 
     def commit(

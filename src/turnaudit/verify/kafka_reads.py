@@ -8,9 +8,6 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
-
 from turnaudit.checkpoints import Checkpoint, checkpoints_topic, decode_checkpoint
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.errors import BrokerError
@@ -137,16 +134,3 @@ def read_checkpoints(settings: KafkaSettings, timeout: float = 60.0) -> Checkpoi
         offsets.setdefault(checkpoint.digest(), msg.offset() or 0)
     found_all.not_checkpoints = other
     return found_all
-
-
-def topic_retention_ms(settings: KafkaSettings, topic: str, timeout: float = 30.0) -> int | None:
-    """The topic's ``retention.ms`` (None: kept for ever, -1). A principal that may not
-    describe the topic's configuration gets the pipeline's configured retention."""
-    admin = AdminClient(settings.client_config({}))
-    resource = ConfigResource(ResourceType.TOPIC, topic)
-    try:
-        described = admin.describe_configs([resource])[resource].result(timeout=timeout)
-        value = int(described["retention.ms"].value)
-    except (KafkaException, KeyError, ValueError, TypeError):
-        value = settings.turn_events_retention_ms
-    return None if value < 0 else value

@@ -14,6 +14,7 @@ from pathlib import Path
 from turnaudit.checkpoints import Keyring, judge_chain
 from turnaudit.identity import StreamId
 from turnaudit.kafka.offsets import RangeSpec, event_time_range, resolve_range
+from turnaudit.kafka.topics import topic_retention_ms
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.crash import stream_ends
@@ -25,7 +26,6 @@ from turnaudit.verify.kafka_reads import (
     feed_range,
     read_checkpoints,
     stream_head_announcements,
-    topic_retention_ms,
 )
 from turnaudit.verify.report import RangeJson, VerifyReport
 from turnaudit.verify.scrape import reconcile_metrics
