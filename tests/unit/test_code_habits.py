@@ -32,9 +32,9 @@ def python_files(root: Path, folders: tuple[str, ...]) -> list[Path]:
     ]
 
 
-# The ignore comment with its error codes in brackets, then a comment saying why.
+# The ignore comment with its error codes in brackets, then a reason: ``# why`` or ``- why``.
 IGNORE = re.compile(r"type:\s*ignore(?P<codes>\[[^\]]*\])?(?P<rest>.*)")
-REASON = re.compile(r"^\s*#\s*\S.{2,}")
+REASON = re.compile(r"^\s*[#-]\s*\S.{2,}")  # "# why" or "- why"
 
 
 def unexplained_ignores(path: Path) -> list[int]:
@@ -68,6 +68,8 @@ def test_every_type_ignore_says_why() -> None:
         ("x = f()  # type: ignore\n", True),
         ("x = f()  # type: ignore[arg-type]\n", True),
         ("x = f()  # type:ignore[arg-type] #\n", True),
+        ("x = f()  # type: ignore[arg-type] -\n", True),
+        ("x = f()  # type: ignore[misc] - a list of one\n", False),
         ("x = f()  # type: ignore  # why not\n", True),  # no error code
         ("x = f()  # type: ignore[arg-type]  # a stand-in client\n", False),
         ("x = 'type: ignore'  # a string, not a comment\n", False),

@@ -117,14 +117,14 @@ def test_the_check_names_a_folder_circle_planted_in_a_copy(tmp_path: Path) -> No
     root = _copy(tmp_path)
     _plant(
         root,
-        "src/turnaudit/serialization/framing.py",
+        "src/turnaudit/serialization/samples.py",
         "def read() -> None:\n    from turnaudit.kafka.reading import read_range\n",
     )
     assert circles(module_graph(root)) == []
     [line] = circles(folder_graph(root))
     assert "turnaudit.kafka" in line
     assert "turnaudit.serialization" in line
-    assert "turnaudit.serialization.framing:" in line  # the import behind the step is named
+    assert "turnaudit.serialization.samples:" in line  # the import behind the step is named
     # The consumers' runtime importing a service: the services' floor above it.
     root = _copy(tmp_path / "second")
     _plant(root, "consumers/runtime/sink.py", "from turnaudit.consumers import log_sink\n")

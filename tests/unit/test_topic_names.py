@@ -37,9 +37,14 @@ def _starts_with_suffix(text: str) -> str | None:
 
 def _allowed_word(node: ast.Constant, parents: dict[ast.AST, ast.AST]) -> bool:
     """The same word used as something other than a topic: a JSON key
-    (``report["checkpoints"]``) or a command's name (``add_parser("dlq")``)."""
+    (``report["checkpoints"]``, ``{"schemas": …}``, ``{"schemas"}``) or a command's name
+    (``add_parser("dlq")``)."""
     parent = parents.get(node)
     if isinstance(parent, ast.Subscript) and parent.slice is node:
+        return True
+    if isinstance(parent, ast.Dict) and any(key is node for key in parent.keys):
+        return True
+    if isinstance(parent, ast.Set):
         return True
     return (
         isinstance(parent, ast.Call)
@@ -135,7 +140,14 @@ def test_the_scan_finds_a_suffix_planted_in_a_copy(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ['report["checkpoints"]', 'subparsers.add_parser("dlq")', '"dlq.reason"', '"""dlq"""'],
+    [
+        'report["checkpoints"]',
+        'subparsers.add_parser("dlq")',
+        '"dlq.reason"',
+        '"""dlq"""',
+        '{"schemas": []}',
+        '{"schemas"}',
+    ],
 )
 def test_the_same_word_used_otherwise_is_not_a_topic(tmp_path: Path, text: str) -> None:
     path = tmp_path / "module.py"

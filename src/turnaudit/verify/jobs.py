@@ -23,6 +23,7 @@ from types import MappingProxyType
 
 from turnaudit.identity import StreamId
 from turnaudit.kafka.decoders import decoder_for
+from turnaudit.logconfig import cli_log_level, configure_cli_logging
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.id_store import IdMemory
@@ -56,6 +57,7 @@ class VerifierOptions:
     event_window: tuple[int, int] | None = None
     signed: Mapping[StreamId, Mapping[int, str]] | None = None
     memory: IdMemory = field(default_factory=IdMemory)
+    named_schemas: Mapping[str, frozenset[str]] | None = None
 
     def verifier(self, decode: TurnEventDeserializer) -> Verifier:
         return Verifier(
@@ -66,6 +68,7 @@ class VerifierOptions:
             event_window=self.event_window,
             signed=self.signed,
             memory=self.memory,
+            named_schemas=self.named_schemas,
         )
 
 
@@ -136,7 +139,11 @@ def verify_in_jobs(
                 for n, part in enumerate(partition_sets(start, end, jobs))
             ]
             context = multiprocessing.get_context("spawn")
-            with context.Pool(len(planned)) as pool:
+            # A spawned job starts with structlog's defaults (stdout): it logs as the
+            # command does, so a --json report on stdout stays JSON alone.
+            with context.Pool(
+                len(planned), initializer=configure_cli_logging, initargs=(cli_log_level(),)
+            ) as pool:
                 for part in pool.imap(run_job, planned):
                     merged.absorb(part)
             # Jobs read partitions apart, so their ids rarely meet: the files are taken over
