@@ -8,6 +8,9 @@
 * Pure modules (the domain, the pure cores of the runtime, verify and replay)
   import nothing from ``turnaudit.kafka`` and nothing that reaches the network.
 * Replay takes its ranges from ``turnaudit.kafka.offsets``, never from verify.
+* Settings (``settings``, ``registry_settings``, ``topic_names``) import neither the
+  Kafka door nor the codecs.
+* The codec floor (``serialization/``) imports only the project's errors and crate.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ class Rule:
     allowed: tuple[str, ...] = ()  # files or folders of ``folder`` the rule leaves out
 
 
+SETTINGS = (
+    "src/turnaudit/settings.py",
+    "src/turnaudit/registry_settings.py",
+    "src/turnaudit/topic_names.py",
+)
 RULES = (
     Rule("src/turnaudit", ("turnaudit.producers", "turnaudit.consumers"), WIRING),
     Rule("consumers", ("turnaudit.producers",)),
@@ -41,6 +49,12 @@ RULES = (
     Rule("consumers", ("confluent_kafka",)),
     Rule("producers", ("confluent_kafka",)),
     Rule("src/turnaudit/replay", ("turnaudit.verify",)),
+    # Settings are data: they take the registry's options as data and leave the
+    # Kafka door and the codecs to the floors above and below them.
+    *(
+        Rule(module, ("turnaudit.kafka", "turnaudit.serialization", "confluent_kafka"))
+        for module in SETTINGS
+    ),
     *(Rule(module, IO) for module in PURE),
 )
 
@@ -102,6 +116,10 @@ def test_the_check_finds_a_forbidden_import_added_to_a_copy(tmp_path: Path) -> N
         "consumers/runtime/handover.py": "from turnaudit import kafka\n",
         "src/turnaudit/verify/report.py": "import urllib.request\n",
         "src/turnaudit/replay/run.py": "from turnaudit.verify.verifier import Verifier\n",
+        "src/turnaudit/settings.py": (
+            "def _check() -> None:\n    from turnaudit.kafka.producer import check_client_options\n"
+        ),
+        "src/turnaudit/registry_settings.py": "from turnaudit.kafka import schema_registry\n",
     }
     for relative, line in added.items():
         with (tmp_path / relative).open("a", encoding="utf-8") as source:
