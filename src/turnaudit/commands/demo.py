@@ -45,8 +45,10 @@ from turnaudit.settings import KafkaSettings
 OUTPUT_DIR = Path("var/demo")
 LOG_FILE = "demo.log"
 TURNS_LOG = "turns.jsonl"
-# Most sessions write v4 (the runtime default); some older runtimes still write v1-v3.
-DEMO_SCHEMA_VERSIONS = (1, 2, 3, *(CURRENT_VERSION,) * 6)
+# Most sessions write the runtime default; some older runtimes still write v3 and v4 (the
+# oldest that sign: v1/v2 turns carry no producer id, so a keyring that requires signatures
+# finds them unsigned; docs/trust.md allows them by producer for a migration).
+DEMO_SCHEMA_VERSIONS = (3, 4, *(CURRENT_VERSION,) * 6)
 # verify --follow's grace for a missing position: the demo's run is whole when it
 # reads it, so a gap would be lost at once rather than after the service's 900 s.
 FOLLOW_GRACE_S = 2.0
@@ -141,10 +143,11 @@ def _run(args: argparse.Namespace) -> tuple[list[str], bool]:
         redaction=surface_redaction(),
         log_level=level,
     )
-    v4 = truth.by_schema_version[CURRENT_VERSION]
+    newest = truth.by_schema_version[CURRENT_VERSION]
     sections = [
         Section(
-            f"the stream: {'mostly ' if 2 * v4 > truth.events else ''}TurnEvent v4 ({v4} of "
+            f"the stream: {'mostly ' if 2 * newest > truth.events else ''}"
+            f"TurnEvent v{CURRENT_VERSION} ({newest} of "
             f"{truth.events} turns); {truth.traced} carry a trace id, {truth.with_model} a "
             "model identity",
             stream,

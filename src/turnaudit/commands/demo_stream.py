@@ -13,11 +13,12 @@ from turnaudit.errors import SerializationError
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
+from turnaudit.producers.adapter import LATEST_SCHEMA_VERSION
 from turnaudit.producers.publisher import CloseReport
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.settings import KafkaSettings
 
-CURRENT_VERSION = 4  # the runtime's default writer schema
+CURRENT_VERSION = LATEST_SCHEMA_VERSION  # the runtime's default writer schema
 
 
 def stream_rows(
@@ -71,12 +72,12 @@ def stream_rows(
             truth.by_schema_version[CURRENT_VERSION],
         ),
         ReconciliationRow(
-            f"  v{CURRENT_VERSION} with a trace id (W3C trace context)",
+            "  with a trace id (W3C trace context: v4 and later)",
             counts["traced"],
             truth.traced,
         ),
         ReconciliationRow(
-            f"  v{CURRENT_VERSION} naming their model (main turns)",
+            "  naming their model (main turns of v4 and later)",
             counts["with model"],
             truth.with_model,
         ),

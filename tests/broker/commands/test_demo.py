@@ -1,8 +1,9 @@
 """``turnaudit demo`` as a user runs it, on the real broker: a summary of at most 60 lines
-with no log line in it, mostly v4 turns, every stream signed, the continuous verifier
-proving every turn published, the auditor's tiers named, exit 0; run again in the same
-folder it works too (and removes the first run's topics). A follower holding another
-key than the publisher's makes the demo fail, its mismatch named in the summary."""
+with no log line in it, mostly turns of the newest version, every stream signed, the
+continuous verifier proving every turn published, the auditor's tiers named, exit 0; run
+again in the same folder it works too (and removes the first run's topics). A follower
+holding another key than the publisher's makes the demo fail, its mismatch named in the
+summary."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from turnaudit.commands import demo
 from turnaudit.commands.demo_follow import DemoFollower
 from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.kafka.admin import admin_client
+from turnaudit.producers.adapter import LATEST_SCHEMA_VERSION as LATEST
 from turnaudit.settings import KafkaSettings
 from turnaudit.signing_keys import generate_keys
 
@@ -77,17 +79,18 @@ def check_summary(result_stdout: str, folder: Path) -> tuple[str, str]:
     turns = int(run["turns"])
     found = rows(summary)
     assert [label for label, (_, _, mark) in found.items() if mark != "ok"] == []
-    # Mostly v4, each with its trace id; main turns name their model.
-    v4, v4_expected, _ = found["TurnEvent v4, the runtime default"]
-    assert v4 == v4_expected
-    assert v4 > turns / 2
-    assert found["v4 with a trace id (W3C trace context)"][:2] == (v4, v4)
-    named, named_expected, _ = found["v4 naming their model (main turns)"]
-    assert 0 < named == named_expected <= v4
+    # Mostly the newest version, each with its trace id; main turns name their model.
+    newest, newest_expected, _ = found[f"TurnEvent v{LATEST}, the runtime default"]
+    assert newest == newest_expected
+    assert newest > turns / 2
+    traced, traced_expected, _ = found["with a trace id (W3C trace context: v4 and later)"]
+    assert newest <= traced == traced_expected <= turns
+    named, named_expected, _ = found["naming their model (main turns of v4 and later)"]
+    assert 0 < named == named_expected <= traced
     heading = next(line for line in summary if line.startswith("the stream: "))
     assert heading == (
-        f"the stream: mostly TurnEvent v4 ({v4} of {turns} turns); {v4} carry a trace id, "
-        f"{named} a model identity"
+        f"the stream: mostly TurnEvent v{LATEST} ({newest} of {turns} turns); "
+        f"{traced} carry a trace id, {named} a model identity"
     )
     # Every stream signed under verify --keyring --require-signed, which exits 0.
     judged = found["streams judged (sessions written with v3 or later)"]
