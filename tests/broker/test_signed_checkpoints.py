@@ -210,10 +210,20 @@ def test_a_stream_forged_under_a_new_producer_id_is_found(
     # The chain alone: clean.
     code, report = verify(target, capsys)
     assert (code, report["unexplained"]) == (0, [])
-    # A keyring that does not require signatures: the stream is unsigned, no finding.
+    # A keyring that does not require signatures: the stream is unsigned, and verify fails
+    # closed (a finding, exit 1) unless the keyring allows that producer to be unsigned.
     code, report = verify(target, capsys, "--keyring", str(run.keyring))
     assert statuses(report)[stream] == "unsigned"
-    assert code == 0
+    assert code == 1
+    assert named(report, "unsigned") == {stream}
+    allowing = run.keyring.parent / "allowing.toml"
+    allowing.write_text(
+        run.keyring.read_text()
+        + f'\n[[allow_unsigned]]\nproducer_id = "{stream[1]}"\nreason = "migration"\n'
+    )
+    code, report = verify(target, capsys, "--keyring", str(allowing))
+    assert statuses(report)[stream] == "unsigned"
+    assert (code, report["unexplained"]) == (0, [])
     # Signatures required: forged, named, exit 1; the honest streams stay signed.
     code, report = verify(target, capsys, "--keyring", str(run.keyring), "--require-signed")
     assert code == 1
@@ -278,7 +288,7 @@ def test_a_rewritten_stream_with_a_recomputed_chain_is_found(
 # -- a checkpoint with a bad signature; a revoked key; a truncated stream -----------------
 
 
-def test_a_checkpoint_with_a_bad_signature_makes_its_streams_forged(
+def test_a_checkpoint_with_a_bad_signature_is_a_finding_and_forges_no_honest_stream(
     run: SignedRun, capsys: pytest.CaptureFixture[str], cli_env: None
 ) -> None:
     target = fresh_prefix(run.settings)
@@ -300,16 +310,25 @@ def test_a_checkpoint_with_a_bad_signature_makes_its_streams_forged(
     assert code == 1
     invalid = report["trust"]["invalid_checkpoints"]
     assert [(c["index"], c["problem"]) for c in invalid] == [(victim.index, "bad_signature")]
-    assert named(report, "forged") == {h.stream for h in victim.heads}
+    # The attack is the finding; the honest streams the copy names stay signed.
+    assert named(report, "forged") == set()
+    assert {(f["kind"]) for f in report["unexplained"]} == {"invalid_checkpoint"}
+    assert all(statuses(report)[h.stream] == "signed" for h in victim.heads)
 
 
-def test_checkpoints_signed_by_a_revoked_key_make_every_stream_forged(
+def test_checkpoints_signed_by_a_revoked_key_leave_every_stream_unproved(
     run: SignedRun, capsys: pytest.CaptureFixture[str], cli_env: None
 ) -> None:
+    """Every checkpoint invalid (a finding each): no stream is signed, every one is a
+    finding (unsigned, failing closed), forged once signatures are required."""
     code, report = verify(run.settings, capsys, "--keyring", str(run.revoked_keyring))
     assert code == 1
     problems = {c["problem"] for c in report["trust"]["invalid_checkpoints"]}
     assert problems == {"key_not_valid"}
+    assert named(report, "unsigned") == set(streams_of(run.messages))
+    code, report = verify(
+        run.settings, capsys, "--keyring", str(run.revoked_keyring), "--require-signed"
+    )
     assert named(report, "forged") == set(streams_of(run.messages))
 
 
@@ -428,7 +447,7 @@ def test_publish_never_waits_on_signing(kafka_bootstrap: str, tmp_path: Path) ->
 # -- a crashed signed publisher -------------------------------------------------------------
 
 
-def test_a_crashed_publishers_unsigned_tail_is_counted_and_a_finding_only_when_required(
+def test_a_crashed_publishers_unsigned_tail_is_counted_and_fails_closed(
     kafka_bootstrap: str,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -478,9 +497,13 @@ def test_a_crashed_publishers_unsigned_tail_is_counted_and_a_finding_only_when_r
         child.kill()  # no close: no final checkpoint
         child.wait()
     code, report = verify(target, capsys, "--keyring", str(keyring))
-    assert report["unexplained"] == []
-    assert code == 0
     streams = report["trust"]["streams"]
+    # Streams begun after the last checkpoint are unsigned: findings (fail closed); an
+    # unsigned tail of a signed stream is counted, not a finding (no signature required).
+    unsigned = {(s["session_id"], s["producer_id"]) for s in streams if s["status"] == "unsigned"}
+    assert named(report, "unsigned") == unsigned
+    assert {f["kind"] for f in report["unexplained"]} <= {"unsigned"}
+    assert code == (1 if unsigned else 0)
     # Positions after the last checkpoint: counted per stream (a stream begun after it is
     # unsigned: its producer signs, it closed no chain); at least the last 10 turns, at most
     # those plus one count of turns.
