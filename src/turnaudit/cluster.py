@@ -8,8 +8,8 @@ from dataclasses import replace
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.acls import check_topic_access
 from turnaudit.kafka.topics import CLUSTER_HINT, LOCAL_BROKER_HINT, require_cluster
-from turnaudit.local_broker import LocalKafkaBroker, saved_layout
-from turnaudit.settings import KafkaSettings, LocalBrokerSettings
+from turnaudit.local_broker import LocalBrokerSettings, LocalKafkaBroker, saved_layout
+from turnaudit.settings import KafkaSettings
 
 
 def local_broker() -> LocalKafkaBroker:

@@ -12,8 +12,13 @@ from pathlib import Path
 from tests.support import PROJECT_ROOT
 from turnaudit.kafka.acls import apply_acls, plan_acls
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.local_broker import LOCAL_SUBSCRIBERS, LocalKafkaBroker, free_ports
-from turnaudit.settings import KafkaSettings, LocalBrokerSettings, TopicNames
+from turnaudit.local_broker import (
+    LOCAL_SUBSCRIBERS,
+    LocalBrokerSettings,
+    LocalKafkaBroker,
+    free_ports,
+)
+from turnaudit.settings import KafkaSettings, TopicNames
 
 
 def cluster_settings(
