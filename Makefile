@@ -53,7 +53,8 @@ $(TOOLS)/.prometheus: deploy/debian-tools.sh
 	touch $@
 
 $(TOOLS)/.alertmanager: deploy/debian-tools.sh
-	$(DEB_TOOLS) prometheus-alertmanager -- amtool alertmanager=prometheus-alertmanager
+	$(DEB_TOOLS) --relocate /usr/share/prometheus/alertmanager prometheus-alertmanager \
+	  -- amtool alertmanager=prometheus-alertmanager
 	touch $@
 
 $(TOOLS)/.kcat: deploy/debian-tools.sh

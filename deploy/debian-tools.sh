@@ -1,11 +1,17 @@
 # Debian packages fetched and unpacked into a folder of the repository, never installed:
 # no root, no dpkg database entry, no service started, nothing written outside TOOLS.
 #
-#   bash deploy/debian-tools.sh TOOLS PACKAGE... -- NAME[=PROGRAM]...
+#   bash deploy/debian-tools.sh TOOLS [--relocate DIR] PACKAGE... -- NAME[=PROGRAM]...
 #
 # `apt-get download` fetches each PACKAGE into TOOLS/debs/, `dpkg -x` unpacks it into
 # TOOLS/root/, and TOOLS/bin/NAME runs TOOLS/root/usr/bin/PROGRAM (PROGRAM defaults to
 # NAME) with the unpacked libraries first on LD_LIBRARY_PATH.
+#
+# --relocate DIR: a program that reads its data from a folder compiled in (Debian's
+# Alertmanager: its notification templates in /usr/share/prometheus/alertmanager) reads
+# the unpacked TOOLS/root/DIR instead: DIR's bytes in the program become /proc/self/fd/9
+# padded with slashes to the same length (the kernel reads "//" as "/"), and NAME opens
+# TOOLS/root/DIR as fd 9 before it execs the program.
 #
 # The package lists are the system's (/var/lib/apt/lists) when they know every PACKAGE;
 # otherwise (a fresh machine that never ran `apt-get update`) a private copy is fetched
@@ -22,6 +28,11 @@ done
 
 tools=$1
 shift
+relocate=
+if [ "${1:-}" = --relocate ]; then
+  relocate=$2
+  shift 2
+fi
 packages=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do packages+=("$1"); shift; done
 [ $# -gt 0 ] && shift
@@ -82,10 +93,26 @@ for spec in "$@"; do
   name=${spec%%=*}
   program=usr/bin/${spec#*=}
   [ -x "$tools/root/$program" ] || { echo "${packages[*]} has no $program"; exit 1; }
+  reads_folder=
+  if [ -n "$relocate" ] && python3 - "$tools/root/$program" "$relocate" <<'PYTHON'
+import sys
+path, folder = sys.argv[1], sys.argv[2].encode()
+fd = b"/proc/self/fd/9"
+assert len(folder) >= len(fd), folder
+body = open(path, "rb").read()
+open(path, "wb").write(body.replace(folder, fd.ljust(len(folder), b"/")))
+sys.exit(0 if folder in body else 1)
+PYTHON
+  then
+    reads_folder=$relocate
+  fi
   {
     echo '#!/bin/sh'
     echo "# Debian's $program, unpacked by deploy/debian-tools.sh."
     echo 'root=$(cd "${0%/*}/../root" && pwd)'
+    if [ -n "$reads_folder" ]; then
+      echo "exec 9<\"\$root$reads_folder\"  # the program reads $reads_folder as fd 9"
+    fi
     if [ -n "$libraries" ]; then
       echo "LD_LIBRARY_PATH=\"$libraries\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\""
       echo 'export LD_LIBRARY_PATH'

@@ -1,9 +1,11 @@
 """Session fixtures and the two test tiers.
 
-``tests/unit/`` runs without a broker or a JVM; ``tests/broker/`` holds what
-needs the real Kafka broker: one per test session, started here, or the
-cluster ``KAFKA_BOOTSTRAP_SERVERS`` names. If it cannot start, the tests that
-need it fail: they never skip.
+``tests/unit/`` runs with Python and the native crate only (tests/unit/conftest.py
+refuses the broker and the programs ``make test-fast`` does not provide);
+``tests/broker/`` holds what needs the real Kafka broker (one per test session,
+started here when a test asks for it, or the cluster ``KAFKA_BOOTSTRAP_SERVERS``
+names) or another real program. If a part cannot start, the tests that need it
+fail: they never skip.
 
 Where a test lives and whether it carries the ``broker`` mark must agree, and
 a test that uses the broker fixtures must carry it: the collection hook below
