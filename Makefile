@@ -25,10 +25,12 @@ test: setup tools otelcol
 # The edit loop: lint, types and the broker-free tier on both cores. Python and
 # cargo only: no jars, no JVM, no Go, no Debian tools (tests/unit/conftest.py fails
 # a test that reaches for Kafka or runs one of them). Files are dealt whole to a
-# worker: the CLI error table's module fixture then runs once.
+# worker: the CLI error table's module fixture then runs once. Each property test
+# draws a quarter of its examples here (tests/support/examples.py); `make test`
+# draws them all.
 test-fast: setup-fast
 	$(MAKE) --no-print-directory lint
-	$(PYTEST) -q -n 2 --dist loadfile tests/unit
+	$(PYTEST) -q -n 2 --dist loadfile --hypothesis-profile=edit-loop tests/unit
 
 # The suite starts Python by the hundred (workers, CLI runs, pytest sessions in tests):
 # where PYTHONDONTWRITEBYTECODE is set, each would compile the package from source again

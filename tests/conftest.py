@@ -24,6 +24,7 @@ import pytest
 import structlog
 
 from tests.support.broker import local_broker_settings
+from tests.support.examples import EDIT_LOOP, draw_the_edit_loops_share
 from tests.support.tiers import tier_violations
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalKafkaBroker
@@ -36,6 +37,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     problems = tier_violations(items, TESTS)
     if problems:
         raise pytest.UsageError("tests in the wrong tier:\n  " + "\n  ".join(problems))
+    if config.getoption("hypothesis_profile", None) == EDIT_LOOP:
+        draw_the_edit_loops_share(items)
 
 
 @pytest.fixture(scope="session")

@@ -146,3 +146,14 @@ def test_without_apt_or_dpkg_make_says_so_in_one_line(
         "(apt-get download, dpkg -x into deploy/tools/), which need a Debian or Ubuntu system"
     )
     assert "ran" not in run.stderr
+
+
+def test_only_the_edit_loop_draws_a_share_of_the_property_examples() -> None:
+    def pytest_lines(target: str) -> list[str]:
+        return [expanded(line) for line in rules()[target][1] if "bin/pytest" in expanded(line)]
+
+    assert pytest_lines("test-fast")
+    assert all("--hypothesis-profile=edit-loop" in line for line in pytest_lines("test-fast"))
+    assert pytest_lines("test")
+    assert not any("hypothesis-profile" in line for line in pytest_lines("test"))
+    assert "hypothesis-profile" not in (PROJECT_ROOT / "pyproject.toml").read_text()
