@@ -7,10 +7,10 @@ PIP_STAMP  := $(VENV)/.installed
 JARS_DIR   := deploy/kafka/target/jars
 JARS_STAMP := $(JARS_DIR)/.resolved
 NATIVE_STAMP := $(VENV)/.installed-native
-NATIVE_SRC   := native/Cargo.toml native/Cargo.lock native/pyproject.toml \
-                native/turnaudit_native.pyi $(wildcard native/src/*.rs)
+NATIVE_SRC   := native/Cargo.toml native/Cargo.lock src/turnaudit/_native.pyi \
+                $(wildcard native/src/*.rs)
 
-.PHONY: demo test test-fast setup setup-fast native jars lint typecheck bench clean broker-stop promtool otelcol
+.PHONY: demo test test-fast setup setup-fast native dist jars lint typecheck bench clean broker-stop promtool otelcol
 
 demo: setup
 	$(VENV)/bin/turnaudit demo
@@ -71,20 +71,77 @@ setup-fast: $(PIP_STAMP) $(NATIVE_STAMP)
 $(PIP_STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { echo "python3 not found: install Python 3.11 or newer"; exit 1; }
 	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "python3 is older than 3.11: install Python 3.11 or newer"; exit 1; }
+	@command -v cargo >/dev/null || { echo "cargo not found: the native module (native/) needs Rust and cargo 1.95 or newer (https://rustup.rs)"; exit 1; }
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
-	touch $@
+	touch $@ $(NATIVE_STAMP)
 
-# The native Avro decoder (native/, a Rust crate with PyO3), built from source
-# into .venv/ by maturin whenever its sources change. The package requires it:
-# without cargo, setup stops here with one line (no slower fallback is installed).
+# The native module (native/, a Rust crate with PyO3) is part of the package:
+# setuptools-rust builds it in place as src/turnaudit/_native.abi3.so (release
+# profile) when the package is installed, and again here whenever its sources
+# change. The package requires it: without cargo, setup stops with one line.
 native: $(NATIVE_STAMP)
 
 $(NATIVE_STAMP): $(NATIVE_SRC) | $(PIP_STAMP)
-	@command -v cargo >/dev/null || { echo "cargo not found: the native decoder (native/) needs Rust and cargo 1.95 or newer (https://rustup.rs)"; exit 1; }
-	$(PY) -m pip install -q 'maturin>=1.8,<2'
-	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --locked -m native/Cargo.toml
+	@command -v cargo >/dev/null || { echo "cargo not found: the native module (native/) needs Rust and cargo 1.95 or newer (https://rustup.rs)"; exit 1; }
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+# The wheel users install (no Rust needed) and the sdist that builds it from
+# source with cargo: dist/turnaudit-VERSION-cp311-abi3-manylinux_*.whl (the
+# tag auditwheel finds the native module's symbols allow) and
+# dist/turnaudit-VERSION.tar.gz. The wheel is built from the sdist, so a
+# release proves the sdist builds.
+DIST_STAMP := dist/.built
+DIST_SRC   := pyproject.toml MANIFEST.in README.md $(NATIVE_SRC) \
+              $(shell git ls-files 'src/*.py' 'producers/*.py' 'consumers/*.py' 'schemas/*' 2>/dev/null)
+dist: $(DIST_STAMP)
+
+$(DIST_STAMP): $(DIST_SRC) | $(PIP_STAMP)
+	rm -rf dist && mkdir -p dist
+	CARGO_TARGET_DIR=$(CURDIR)/native/target/dist $(PY) -m build --outdir dist/build . \
+	  > dist/build.log 2>&1 || { tail -n 40 dist/build.log; exit 1; }
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/auditwheel repair -w dist dist/build/*.whl \
+	  >> dist/build.log 2>&1 || { tail -n 40 dist/build.log; exit 1; }
+	mv dist/build/*.tar.gz dist/ && rm -rf dist/build
+	@ls -l dist/*.whl dist/*.tar.gz
+	touch $@
+
+# Containers. podman (Debian's, with its helpers) is the one system package the
+# suite installs, and only where it is missing: the image and compose tests run
+# it with the project's own settings (deploy/podman/containers.conf). The base
+# image (debian:bookworm-slim) is pulled, or made locally by debootstrap where no
+# registry answers (deploy/podman/base-image.sh).
+PODMAN := CONTAINERS_CONF=$(CURDIR)/deploy/podman/containers.conf podman
+.PHONY: podman image wheelhouse
+podman:
+	@command -v podman >/dev/null && command -v debootstrap >/dev/null || { \
+	  [ "$$(id -u)" -eq 0 ] || { echo "podman not found: install Debian's podman, runc, debootstrap, netavark, aardvark-dns and iptables (needs root)"; exit 1; }; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends podman runc debootstrap uidmap slirp4netns fuse-overlayfs netavark aardvark-dns iptables; }
+
+# The wheel and every dependency as binary wheels for the image's Python (Debian
+# bookworm's CPython 3.11, x86_64): the image build needs no package index.
+WHEELHOUSE_STAMP := dist/wheelhouse/.gathered
+wheelhouse: $(WHEELHOUSE_STAMP)
+
+$(WHEELHOUSE_STAMP): $(DIST_STAMP)
+	rm -rf dist/wheelhouse
+	$(PY) -m pip download -q --only-binary=:all: --python-version 3.11 --implementation cp \
+	  --abi cp311 --abi abi3 --abi none --platform manylinux_2_36_x86_64 \
+	  --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+	  -d dist/wheelhouse dist/turnaudit-*.whl
+	touch $@
+
+# localhost/turnaudit:local, the image compose runs (Dockerfile), from the wheelhouse.
+IMAGE_STAMP := dist/.image
+image: $(IMAGE_STAMP)
+
+$(IMAGE_STAMP): $(WHEELHOUSE_STAMP) Dockerfile .dockerignore deploy/podman/containers.conf | podman
+	$(PODMAN) info >/dev/null
+	CONTAINERS_CONF=$(CURDIR)/deploy/podman/containers.conf deploy/podman/base-image.sh
+	$(PODMAN) build -q -t localhost/turnaudit:local . >/dev/null
 	touch $@
 
 # The OpenTelemetry Collector the `sink otel` broker test exports to, built from
@@ -132,16 +189,16 @@ bench: setup $(BENCH_STAMP)
 
 $(BENCH_STAMP): pyproject.toml $(NATIVE_SRC) | $(PIP_STAMP)
 	python3 -m venv $(BENCH_VENV)
-	$(BENCH_PY) -m pip install -q --upgrade pip 'maturin>=1.8,<2'
+	$(BENCH_PY) -m pip install -q --upgrade pip
 	$(BENCH_PY) -m pip install -q -e '.[dev,bench]'
-	VIRTUAL_ENV=$(CURDIR)/$(BENCH_VENV) $(BENCH_VENV)/bin/maturin develop --release --locked -m native/Cargo.toml
 	touch $@
 
 broker-stop: setup
 	$(VENV)/bin/turnaudit broker stop
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) deploy/kafka/target deploy/otelcol/bin deploy/tools native/target var
+	rm -rf $(VENV) $(BENCH_VENV) deploy/kafka/target deploy/otelcol/bin deploy/tools native/target \
+	  var dist src/turnaudit/_native.abi3.so
 
 # mypy cannot follow the package-dir mapping: type-check a symlinked view of
 # the one `turnaudit` namespace instead.

@@ -5,11 +5,12 @@ stored after the sink has the data, dead letters, ``/metrics``, ``/healthz``),
 on ``<prefix>htir-traces`` in its own group. Its sink replays every prefix of
 each trace through the pinned auditor (one fresh call per prefix, no
 caching), publishes the observations to ``<prefix>auditor-observations``
-(Avro single-object, ``schemas/auditor_observation.v1.avsc``, announced on the
-schemas topic; keyed by task id), and builds EVR-6 evidence for the traces it
-holds independent labels for (``turnaudit.evaluation.trace_evidence``: a label
-applies only to the trace it was reviewed on, a trace missing a turn is kept
-out, each with its reason in the evidence's ``exclusions``).
+(Avro single-object, ``schemas/auditor_observation.v*.avsc``, whose writer
+schemas the runtime announces on the schemas topic; keyed by task id), and
+builds EVR-6 evidence for the traces it holds independent labels for
+(``turnaudit.evaluation.trace_evidence``: a label applies only to the trace it
+was reviewed on, a trace missing a turn is kept out, each with its reason in
+the evidence's ``exclusions``).
 
 A batch returns only once its observations were acknowledged and the work so
 far is in a checkpoint on disk (``<evidence>.checkpoint.json``, not an evidence
@@ -53,7 +54,6 @@ from turnaudit.evaluation.trace_evidence import EvidenceTally, TraceEvidence
 from turnaudit.htir import HtirTrace
 from turnaudit.kafka.producer import KafkaProducer
 from turnaudit.serialization.decoders import decoder_for
-from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
@@ -102,7 +102,6 @@ class AuditorSink(BatchingSink):
         self._checkpoint = checkpoint_path(evidence_path) if evidence_path else None
         self._producer = KafkaProducer.reliable(kafka)
         self._encode = SingleObjectSerializer(shipped_catalog("auditor_observation").latest)
-        announce_schema(self._producer.produce, kafka.topics.schemas, self._encode.schema)
         self.builder = TraceEvidence(auditor, labels, clock)
         self._finished: EvidenceFile | None = None
         self.until: Callable[[WorkerTally], bool] | None = None

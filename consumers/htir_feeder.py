@@ -59,7 +59,6 @@ from turnaudit.kafka.producer import (
     is_size_error,
 )
 from turnaudit.redaction import DROPPED, Redaction
-from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
@@ -107,7 +106,6 @@ class HtirFeederSink(BatchingSink):
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         self._producer: TraceProducer = producer or KafkaProducer.reliable(kafka)
-        announce_schema(self._producer.produce, kafka.topics.schemas, self._serialize.schema)
         self._assembler = TraceAssembler(idle_timeout, redaction=redaction)
         # A trace republished after a restart is written to the manifest once;
         # a line torn by a kill is cut, and its trace written again whole.

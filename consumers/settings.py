@@ -15,6 +15,7 @@ from pathlib import Path
 
 from turnaudit.consumers.otel_settings import OtlpSettings
 from turnaudit.errors import ConfigurationError
+from turnaudit.kafka.groups import service_group
 from turnaudit.label_bounds import DEFAULT_LABEL_LIMIT
 from turnaudit.redaction import Redaction, SurfacePolicy, surface_redaction
 
@@ -52,8 +53,9 @@ MAX_WORKERS = 64
 
 
 def default_group_id(prefix: str, service: ServiceName) -> str:
-    """Per service and per deployment: two prefixes on one cluster never share a group."""
-    return f"{prefix}{service.value}"
+    """Per service and per deployment: two prefixes on one cluster never share a group.
+    The ACL plan grants each by its literal name to the service's principal alone."""
+    return service_group(prefix, service.value)
 
 
 def default_instance_id(

@@ -53,7 +53,7 @@ from turnaudit.producers.producer_config import (
     env_seconds,
 )
 from turnaudit.producers.spool import SpooledMessage, bytes_headers
-from turnaudit.serialization.schema_topic import announce_schema
+from turnaudit.serialization.schema_topic import announce_schema, announced_schemas
 from turnaudit.serialization.schemas import SchemaCatalog, shipped_catalog
 from turnaudit.serialization.writers import RegistryClient, turn_event_writers
 from turnaudit.settings import KafkaSettings
@@ -136,10 +136,11 @@ class TurnEventPublisher:
         ).open()
         # Schema announcements are not events: their own producer keeps them
         # out of the delivery counts and the spool (every publisher re-announces).
+        # The runtime is the schemas topic's one writer (docs/security.md): it
+        # announces the traces' and observations' writer schemas too.
         self._schema_producer = KafkaProducer.plain(settings).open()
-        if not self._write.registered:
-            for schema in catalog.versions:
-                announce_schema(self._schema_producer.produce, settings.topics.schemas, schema)
+        for schema in announced_schemas(catalog, registered=self._write.registered):
+            announce_schema(self._schema_producer.produce, settings.topics.schemas, schema)
         # Turn identity, assigned before encoding: spooled bytes are stamped already,
         # so the process that drains a spool never renumbers them.
         self._stamper = TurnStamper(producer_id=producer_id, id_factory=id_factory)

@@ -107,6 +107,11 @@ class GroundTruth:
     by_output_policy: Counter[str] = field(default_factory=Counter)
     by_risk_tier: Counter[str] = field(default_factory=Counter)
     sessions: set[str] = field(default_factory=set)
+    # Sessions written with v3 or later: the ordered streams (session, producer) that
+    # verify chains and judges against signed checkpoints (v1/v2 carry no turn identity).
+    chained_sessions: set[str] = field(default_factory=set)
+    traced: int = 0  # turns carrying a trace context (v4)
+    with_model: int = 0  # turns naming their model (v4 main turns)
     tasks: list[SimulatedTask] = field(default_factory=list)
 
     @property
@@ -127,6 +132,10 @@ class GroundTruth:
         self.refused_by_pack[pack] += bundle["refusal_emitted"]
         self.hedged_by_pack[pack] += bundle["hedge_injected"]
         self.sessions.add(event["session_id"])
+        if bundle["schema_version"] >= 3:
+            self.chained_sessions.add(event["session_id"])
+        self.traced += event.get("trace_context") is not None
+        self.with_model += event.get("model") is not None
         action = event["action_assessment"]
         if action is not None:
             self.by_output_policy[action["output_policy"]] += 1
@@ -184,6 +193,8 @@ class TurnRuntimeSimulator:
         self,
         seed: int,
         *,
+        # Each new session draws its writer version from these; a version given n
+        # times is drawn n times as often (the demo's mostly-v4 mix: 4,4,4,4,4,4,3,2,1).
         schema_versions: Sequence[int] = (2,),
         concurrent_sessions: int = 50,
         task_share: float = 0.35,

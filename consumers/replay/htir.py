@@ -6,7 +6,8 @@ Replay outputs (``turnaudit replay --into``):
   (the ``htir_trace`` record: steps, source, every turn's partition and offset),
   in the order they closed. Same range, same bytes.
 * ``htir-topic:NAME``: the same traces published to topic ``NAME`` (Avro
-  single-object, key = task id, the schema announced on the schemas topic);
+  single-object, key = task id; the runtime announces the schema on the
+  schemas topic, its one writer);
   the replay's file (``NAME`` in the working folder) is the receipt: the same
   lines as ``htir:``.
 
@@ -36,7 +37,6 @@ from turnaudit.records import Record
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay.files import write_atomically
 from turnaudit.replay.outputs import OutputContext, OutputKinds
-from turnaudit.serialization.schema_topic import announce_schema
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 
@@ -110,18 +110,14 @@ class HtirFileReplayOutput(SinkReplayOutput):
 
 class HtirTopicReplayOutput(HtirFileReplayOutput):
     """``htir-topic:NAME``: the traces published to ``NAME`` (which must exist, and
-    not be a live topic), as they close. The trace schema is announced on the
-    schemas topic under its fingerprint, as the feeder announces it: the record
-    compaction keeps is the same."""
+    not be a live topic), as they close. The trace schema is on the schemas topic
+    already: the runtime's publisher announces every shipped writer schema."""
 
     def __init__(self, context: OutputContext) -> None:
         self._topic = writable_topic(context, "htir-topic")
         super().__init__(context.decode, redaction=context.request.surfaces)
         self._producer = KafkaProducer.reliable(context.settings)
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
-        announce_schema(
-            self._producer.produce, context.settings.topics.schemas, self._serialize.schema
-        )
 
     def _closed(self, trace: HtirTrace) -> None:
         super()._closed(trace)

@@ -23,7 +23,7 @@ use pyo3::types::{PyBytes, PyString};
 use crate::{compile_schema, unsupported, Node, NodeId};
 
 pyo3::create_exception!(
-    turnaudit_native,
+    turnaudit._native,
     EncodeFallback,
     PyException,
     "The record is not one the native encoder writes as surely as fastavro: use fastavro."
@@ -350,7 +350,7 @@ impl Plan {
 }
 
 /// One writer schema, compiled: call it with a record and the framing header.
-#[pyclass(frozen, module = "turnaudit_native")]
+#[pyclass(frozen, module = "turnaudit._native")]
 pub(crate) struct Encoder {
     plan: Plan,
     size_hint: AtomicUsize, // the last message's size: one allocation per message

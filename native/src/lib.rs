@@ -42,19 +42,19 @@ mod scan;
 mod verify;
 
 pyo3::create_exception!(
-    turnaudit_native,
+    turnaudit._native,
     DecodeError,
     PyValueError,
     "The bytes are not a record of the writer schema."
 );
 pyo3::create_exception!(
-    turnaudit_native,
+    turnaudit._native,
     TrailingBytesError,
     DecodeError,
     "A whole record was read but bytes remain after it (args: count, end)."
 );
 pyo3::create_exception!(
-    turnaudit_native,
+    turnaudit._native,
     UnsupportedSchemaError,
     PyValueError,
     "The schema is outside what the native compiler promises to decode like fastavro."
@@ -569,7 +569,7 @@ fn raise(py: Python<'_>, fail: Fail) -> PyErr {
 }
 
 /// One writer schema, compiled: call it with a framed message and where its body starts.
-#[pyclass(frozen, module = "turnaudit_native")]
+#[pyclass(frozen, module = "turnaudit._native")]
 pub(crate) struct Decoder {
     plan: Plan,
 }
@@ -641,8 +641,9 @@ impl Decoder {
     }
 }
 
+/// The module `turnaudit._native`: the classes and functions each job's module defines.
 #[pymodule]
-fn turnaudit_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Decoder>()?;
     m.add_class::<encode::Encoder>()?;

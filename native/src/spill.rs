@@ -238,7 +238,7 @@ pub(crate) fn os_error(e: io::Error) -> PyErr {
 }
 
 /// The ids of one run, a list at a time.
-#[pyclass(module = "turnaudit_native")]
+#[pyclass(module = "turnaudit._native")]
 pub(crate) struct IdChunks {
     reader: Option<RunReader>,
     chunk: usize,
@@ -267,7 +267,7 @@ impl IdChunks {
 }
 
 /// Verify's spilled event ids: a batch in memory, sorted runs on disk, a Bloom filter.
-#[pyclass(module = "turnaudit_native")]
+#[pyclass(module = "turnaudit._native")]
 pub(crate) struct SortedRunStore {
     directory: Option<PathBuf>, // made at the first run written, by `make_directory`
     make_directory: Option<Py<PyAny>>,

@@ -397,7 +397,7 @@ impl State {
 /// 512-bit block (one cache line), so a lookup or insert touches memory once instead of
 /// three times (the filter is 32 MiB: each touch a cache miss). `might_hold` is false
 /// only for a string never added.
-#[pyclass(module = "turnaudit_native")]
+#[pyclass(module = "turnaudit._native")]
 pub(crate) struct BloomFilter {
     words: Vec<u64>,
     blocks: u64,
@@ -500,7 +500,7 @@ struct Bounds {
     forget_batch: usize,
 }
 
-#[pyclass(frozen, subclass, module = "turnaudit_native")]
+#[pyclass(frozen, subclass, module = "turnaudit._native")]
 pub(crate) struct NativeStreamTracker {
     state: Mutex<State>,
     bounds: Bounds,

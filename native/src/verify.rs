@@ -83,7 +83,7 @@ const NOT_A_TURN: u8 = 3;
 
 /// Contracts 1-4 on a scanned record: `breaks_scanned` is false only when the Python
 /// check finds nothing. The constants are the Python side's own (passed in as text).
-#[pyclass(frozen, module = "turnaudit_native")]
+#[pyclass(frozen, module = "turnaudit._native")]
 pub(crate) struct ContractCheck {
     texts: Texts,
 }
@@ -221,7 +221,7 @@ impl ContractCheck {
 }
 
 /// One range's ordinary messages, verified natively (see the module comment).
-#[pyclass(module = "turnaudit_native")]
+#[pyclass(module = "turnaudit._native")]
 pub(crate) struct VerifyStep {
     decode: Py<PyAny>,
     shipped: HashMap<[u8; 8], Arc<Shipped>>,

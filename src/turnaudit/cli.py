@@ -34,7 +34,7 @@ from turnaudit.errors import (
     TurnAuditError,
 )
 from turnaudit.files import configured_modes
-from turnaudit.kafka.acls import is_denial
+from turnaudit.kafka.access import is_denial
 from turnaudit.kafka.errors import ClientException, client_exception_text
 from turnaudit.logconfig import LOG_LEVELS, configure_cli_logging
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from turnaudit.errors import ConfigurationError
-from turnaudit.kafka.acls import check_topic_access
+from turnaudit.kafka.access import check_group_access, check_topic_access
 from turnaudit.kafka.topics import CLUSTER_HINT, LOCAL_BROKER_HINT, require_cluster
 from turnaudit.local_broker import LocalBrokerSettings, LocalKafkaBroker, saved_layout
 from turnaudit.settings import KafkaSettings
@@ -56,15 +56,20 @@ def connect(
 
 
 def require_access(
-    settings: KafkaSettings, *, reads: Sequence[str] = (), writes: Sequence[str] = ()
+    settings: KafkaSettings,
+    *,
+    reads: Sequence[str] = (),
+    writes: Sequence[str] = (),
+    groups: Sequence[str] = (),
 ) -> None:
     """End the command with one line (exit 3) when the cluster's ACLs do not let the
-    configured principal read ``reads`` or write ``writes``: a denial said before
-    any work, not a stream of failed deliveries or a topic that seems absent."""
+    configured principal read ``reads``, write ``writes`` or use the consumer groups
+    ``groups``: a denial said before any work, not a stream of failed deliveries, a
+    topic that seems absent or a group that never answers."""
+    config = settings.client_config({"log_level": 0})
+    principal = settings.security.principal
     check_topic_access(
-        settings.client_config({"log_level": 0}),
-        settings.security.principal,
-        reads=reads,
-        writes=writes,
-        timeout=settings.connect_timeout_s,
+        config, principal, reads=reads, writes=writes, timeout=settings.connect_timeout_s
     )
+    for group in groups:
+        check_group_access(config, principal, group, timeout=settings.connect_timeout_s)

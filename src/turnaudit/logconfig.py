@@ -18,7 +18,18 @@ _LIBRDKAFKA_HANDLER = logging.StreamHandler(sys.stderr)
 _LIBRDKAFKA_HANDLER.setFormatter(logging.Formatter("librdkafka %(levelname)s %(message)s"))
 
 
+# The level the command line was configured with: processes it spawns (verify's jobs) log
+# as it does, on stderr, never on stdout where a command's output goes.
+_cli_level = "WARNING"
+
+
+def cli_log_level() -> str:
+    return _cli_level
+
+
 def configure_cli_logging(level: str = "INFO") -> None:
+    global _cli_level  # noqa: PLW0603 - one process-wide setting, as structlog's own
+    _cli_level = level
     # librdkafka's own lines (connection refused, ...) only at DEBUG: otherwise
     # the command's one line says what is wrong.
     if level.upper() == "DEBUG":

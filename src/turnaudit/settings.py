@@ -20,6 +20,7 @@ from typing import Any
 from turnaudit.errors import ConfigurationError
 from turnaudit.files import open_private
 from turnaudit.serialization.registry import auto_register_from_env, registry_options_from_env
+from turnaudit.topic_names import check_topic_prefix
 
 ENV_PREFIX = "TURNAUDIT_"
 BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
@@ -38,9 +39,12 @@ LIBRDKAFKA_LOGGER.propagate = False
 
 @dataclass(frozen=True)
 class TopicNames:
-    """The project's topics, all under one prefix."""
+    """The project's topics, all under one prefix (``check_topic_prefix``'s)."""
 
     prefix: str = DEFAULT_TOPIC_PREFIX
+
+    def __post_init__(self) -> None:
+        check_topic_prefix(self.prefix, f"{ENV_PREFIX}TOPIC_PREFIX")
 
     @property
     def turn_events(self) -> str:

@@ -1,9 +1,10 @@
 """The pipeline on a SASL/SCRAM-SHA-512 + TLS broker with the planned ACLs.
 
-One secured broker for the module (started here, from the project's local
-broker code); every process runs as its own principal with only the rights
-``turnaudit acls plan`` gives it. Then a table of denied actions: each one
-line on stderr, exit 3 (2 for a setting that cannot even be read), no traceback.
+One secured broker for the session (tests/broker/conftest.py, from the project's
+local broker code), planned here for its own prefix; every process runs as its
+own principal with only the rights ``turnaudit acls plan`` gives it. Then a table
+of denied actions: each one line on stderr, exit 3 (2 for a setting that cannot
+even be read), no traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,10 +21,9 @@ import pytest
 
 from tests.support.cli import run_turnaudit
 from tests.support.clusters import (
-    cluster_settings,
+    SecuredCluster,
     principal_env,
     reconciled,
-    running,
     secure_setup,
 )
 from tests.support.services import turnaudit_process
@@ -40,12 +39,9 @@ TURNS = 300
 
 
 @pytest.fixture(scope="module")
-def secured(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[LocalKafkaBroker, KafkaSettings]]:
-    home = tmp_path_factory.mktemp("secured-kafka")
-    with running(cluster_settings(home, security="sasl_ssl")) as broker:
-        yield broker, secure_setup(broker, PREFIX)
+def cluster(secured: SecuredCluster) -> tuple[LocalKafkaBroker, KafkaSettings]:
+    """The session's secured cluster (tests/broker/conftest.py), planned for ``PREFIX``."""
+    return secured.broker, secure_setup(secured.broker, PREFIX)
 
 
 def turnaudit_as(
@@ -76,9 +72,9 @@ def lines(path: Path) -> int:
 
 
 def test_every_service_and_command_works_with_only_its_principal(
-    secured: tuple[LocalKafkaBroker, KafkaSettings], tmp_path: Path
+    cluster: tuple[LocalKafkaBroker, KafkaSettings], tmp_path: Path
 ) -> None:
-    broker, _ = secured
+    broker, _ = cluster
     published = turnaudit_as(
         broker,
         "runtime",
@@ -315,9 +311,9 @@ def denied_cases(tmp: Path, other_ca: Path) -> list[Denied]:
 
 
 def test_denied_actions_are_one_line_and_an_exit_code(
-    secured: tuple[LocalKafkaBroker, KafkaSettings], tmp_path: Path
+    cluster: tuple[LocalKafkaBroker, KafkaSettings], tmp_path: Path
 ) -> None:
-    broker, admin = secured
+    broker, admin = cluster
     admin_config = admin.client_config({"log_level": 0})
     # A subscriber team whose credential is then revoked (SCRAM has no expiry of its own).
     upsert_user(admin_config, "subscriber-expired", "was-valid")
@@ -355,9 +351,9 @@ def test_denied_actions_are_one_line_and_an_exit_code(
 
 
 def test_a_service_with_a_wrong_password_is_503_with_the_reason(
-    secured: tuple[LocalKafkaBroker, KafkaSettings], tmp_path: Path
+    cluster: tuple[LocalKafkaBroker, KafkaSettings], tmp_path: Path
 ) -> None:
-    broker, _ = secured
+    broker, _ = cluster
     port = free_port()
     env = principal_env(
         broker,
@@ -375,9 +371,9 @@ def test_a_service_with_a_wrong_password_is_503_with_the_reason(
 
 
 def test_a_service_run_as_another_principal_is_503_naming_the_denial(
-    secured: tuple[LocalKafkaBroker, KafkaSettings], tmp_path: Path
+    cluster: tuple[LocalKafkaBroker, KafkaSettings], tmp_path: Path
 ) -> None:
-    broker, _ = secured
+    broker, _ = cluster
     port = free_port()
     env = principal_env(
         broker,

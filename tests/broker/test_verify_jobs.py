@@ -6,6 +6,9 @@ every id in memory does; an event id stored in two partitions is found with --jo
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import uuid
 from dataclasses import replace
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from tests.support.verify_helpers import (
     DECODE,
@@ -26,7 +30,8 @@ from tests.support.verify_helpers import (
 from turnaudit.cli import main
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.offsets import end_offsets
-from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.schema_topic import announce_schema
+from turnaudit.serialization.schemas import schema_from_json, shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.id_store import IdMemory
@@ -191,3 +196,60 @@ class TestJobsAndMemory:
                 timeout=3.0,
             )
         assert list(tmp.iterdir()) == []
+
+
+def test_verify_json_is_json_alone_when_jobs_learn_a_writer_schema(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Turns written with a writer schema no reader ships (announced on the schemas topic):
+    each job learns it at run time and logs so; with the default jobs and with two, stdout
+    is the JSON report alone and the jobs' log lines go to stderr."""
+    source = fresh_topics(kafka_bootstrap)
+    publish(source, tmp_path / "spool", seed=31, events=120, versions=(2,))
+    v2 = shipped_catalog().version(2)
+    raw = json.loads(v2.schema_json)
+    raw["fields"].append({"name": "deployment_note", "type": "string", "default": ""})
+    extended = schema_from_json(json.dumps(raw), name=v2.name, version=v2.version)
+    encode = SingleObjectSerializer(extended)
+    stored = stored_range(source)
+    assert len({m.partition for m in stored}) >= 2, "the jobs need two partitions"
+    target = fresh_prefix(source)
+    producer = Producer(target.client_config())
+    announce_schema(producer.produce, target.topics.schemas, extended)
+    assert producer.flush(30) == 0
+    copy_to(
+        target,
+        [
+            replace(m, value=encode({**DECODE(m.value).event, "deployment_note": "canary"}))
+            for m in stored
+        ],
+    )
+    env = {
+        **os.environ,
+        "KAFKA_BOOTSTRAP_SERVERS": target.bootstrap_servers or "",
+        "TURNAUDIT_TOPIC_PREFIX": target.topics.prefix,
+        "TMPDIR": str(tmp_path),
+    }
+    for jobs, level in ([], "WARNING"), ([], "INFO"), (["--jobs", "2"], "INFO"):
+        ran = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "turnaudit.cli",
+                "--log-level",
+                level,
+                "verify",
+                "--json",
+                *jobs,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        assert ran.returncode == 0, ran.stderr
+        report = json.loads(ran.stdout)  # the whole of stdout: nothing before or after
+        assert report["counts"]["turns"] == report["messages"] == len(stored)
+        if level == "INFO":
+            assert "schema_read_by_fastavro" in ran.stderr

@@ -5,9 +5,13 @@ cannot start, the test fails: it never skips."""
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from tests.support import PROJECT_ROOT
 from turnaudit.kafka.acls import apply_acls, plan_acls
@@ -101,3 +105,61 @@ def reconciled(stdout: str, returncode: int) -> bool:
         and len(summary) == 1
         and summary[0].split(":", 2)[-1].split() == ["lost_in_crash", summary[0].split()[-1]]
     )
+
+
+# -- the secured start, its child processes watched -------------------------------------
+
+WATCHED_TOOLS = ("java", "keytool")
+
+
+@dataclass(frozen=True)
+class SecuredCluster:
+    """A secured local cluster, and the folder where every java and keytool its start
+    ran left its argv (one file per call, the arguments NUL-separated)."""
+
+    broker: LocalKafkaBroker
+    tool_calls: Path
+
+
+def wrapped_tools(folder: Path, calls: Path) -> Path:
+    """A folder of stand-ins for java and keytool, put first on PATH: each writes its
+    argv as given to a file of its own under ``calls``, then becomes the real tool
+    (``exec``: same pid, so the running broker's /proc entry is the real java's)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for tool in WATCHED_TOOLS:
+        real = shutil.which(tool)
+        assert real is not None, f"the test machine needs the JDK's {tool}"
+        script = folder / tool
+        script.write_text(
+            "#!/bin/sh\n"
+            f'f=$(mktemp "{calls}/{tool}.XXXXXX")\n'
+            'printf \'%s\\0\' "$@" > "$f"\n'
+            f'exec "{real}" "$@"\n'
+        )
+        script.chmod(0o700)
+    return folder
+
+
+def tool_calls(calls: Path) -> list[tuple[str, list[str]]]:
+    """(tool, argv) of every watched call."""
+    found = []
+    for path in sorted(calls.iterdir()):
+        arguments = path.read_bytes().split(b"\0")[:-1]  # each one ends with a NUL
+        found.append((path.name.split(".", 1)[0], [a.decode() for a in arguments]))
+    return found
+
+
+@contextmanager
+def secured_cluster(root: Path) -> Iterator[SecuredCluster]:
+    """A secured single node started (and stopped) with java and keytool watched."""
+    calls = root / "tool-calls"
+    calls.mkdir(parents=True)
+    tools = wrapped_tools(root / "tools", calls)
+    broker = LocalKafkaBroker(cluster_settings(root / "kafka", security="sasl_ssl"))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("PATH", f"{tools}{os.pathsep}{os.environ.get('PATH', '')}")
+            broker.start(timeout=180)
+        yield SecuredCluster(broker, calls)
+    finally:
+        broker.stop()

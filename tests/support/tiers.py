@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-BROKER_FIXTURES = frozenset({"kafka_bootstrap", "kafka_settings"})
+BROKER_FIXTURES = frozenset({"kafka_bootstrap", "kafka_settings", "secured"})
 
 
 def tier_violations(items: list[pytest.Item], tests: Path) -> list[str]:
@@ -32,7 +32,8 @@ def tier_violations(items: list[pytest.Item], tests: Path) -> list[str]:
 
 # What `make test-fast` does not provide (it needs Python and cargo only): the Debian tools
 # of `make tools`, the JVM and Maven of the broker and the Java examples, the Go toolchain
-# and the collector it builds. A unit test that runs one of these fails (tests/unit/conftest.py).
+# and the collector it builds, the container runtime. A unit test that runs one of these
+# fails (tests/unit/conftest.py).
 UNIT_REFUSED_PROGRAMS = frozenset(
     {
         "promtool",
@@ -46,6 +47,7 @@ UNIT_REFUSED_PROGRAMS = frozenset(
         "mvn",
         "go",
         "otelcol-turnaudit",
+        "podman",
     }
 )
 REFUSED = (

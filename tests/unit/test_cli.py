@@ -20,7 +20,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     ("args", "says"),
     [
         (["simulate", "--events", "many"], "'many' is not a whole number"),
-        (["simulate", "--schema-versions", "1,7"], "shipped are 1, 2 and 3"),
+        (["simulate", "--schema-versions", "1,7"], "shipped are 1, 2, 3 and 4"),
         (["broker", "restart"], "invalid choice: 'restart'"),
         (["nonsense"], "invalid choice: 'nonsense'"),
         (["--bogus"], "unrecognized arguments: --bogus"),
@@ -55,3 +55,29 @@ def test_schemas_check_command(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "written with v1, read with v2: 50 records equal" in out
     assert "FULL_TRANSITIVE" in out
+
+
+def test_the_command_without_its_native_module_is_one_line_exit_2() -> None:
+    """A broken install (the native module missing or unloadable): one line naming the wheel
+    and ``make setup``, exit 2, no traceback, whichever command was asked for."""
+    import subprocess  # noqa: PLC0415 - this test only
+    import sys  # noqa: PLC0415
+
+    for argv in ([], ["verify", "--json"], ["sink", "metrics"]):
+        code = (
+            "import sys; sys.modules['turnaudit._native'] = None\n"
+            f"sys.argv = ['turnaudit', *{argv!r}]\n"
+            "from turnaudit.__main__ import main\n"
+            "sys.exit(main())\n"
+        )
+        ran = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+        )
+        assert ran.returncode == 2, ran.stderr
+        assert ran.stdout == ""
+        lines = ran.stderr.splitlines()
+        assert len(lines) == 1, ran.stderr
+        assert "turnaudit._native" in lines[0]
+        assert "make setup" in lines[0]
+        assert "wheel" in lines[0]
+        assert "Traceback" not in ran.stderr

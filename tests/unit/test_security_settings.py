@@ -152,33 +152,33 @@ def table(rules: list[AclRule]) -> set[tuple[str, str, str, str]]:
 
 def test_the_plan_is_least_privilege() -> None:
     rules = table(plan_acls(P, subscribers=["fraud"]))
-    readers = {"turnaudit-reader-*", "turnaudit-offsets-*", "turnaudit-replay-*"}
     expected: set[tuple[str, str, str, str]] = {
         ("runtime", "write", "topic", P + "turn-events"),
         ("runtime", "write", "topic", P + "schemas"),
         ("runtime", "write", "topic", P + "dlq"),
         ("runtime", "write", "topic", P + "stream-heads"),
-        ("reconciler", "read", "topic", P + "stream-heads"),
         ("runtime", "write", "topic", P + "checkpoints"),
+        ("reconciler", "read", "topic", P + "stream-heads"),
         ("reconciler", "read", "topic", P + "checkpoints"),
         ("reconciler", "read", "topic", P + "verify-state"),
         ("reconciler", "write", "topic", P + "verify-state"),
-        ("reconciler", "read", "group", P + "verify-*"),
-        ("auditor", "read", "topic", P + "htir-traces"),
-        ("auditor", "read", "topic", P + "schemas"),
-        ("auditor", "write", "topic", P + "schemas"),
-        ("auditor", "write", "topic", P + "auditor-observations"),
-        ("auditor", "write", "topic", P + "dlq"),
-        ("auditor", "read", "group", P + "auditor-*"),
+        ("reconciler", "read", "group", P + "verify-follow"),
+        ("reconciler", "read", "group", P + "replay.*"),
         ("reconciler", "read", "topic", P + "turn-events"),
         ("reconciler", "read", "topic", P + "schemas"),
         ("reconciler", "read", "topic", P + "dlq"),
-        ("reconciler", "read", "group", P + "replay-*"),
+        ("auditor", "read", "topic", P + "htir-traces"),
+        ("auditor", "read", "topic", P + "schemas"),
+        ("auditor", "write", "topic", P + "auditor-observations"),
+        ("auditor", "write", "topic", P + "dlq"),
+        ("auditor", "read", "group", P + "auditor-worker"),
+        ("redriver", "read", "topic", P + "dlq"),
+        ("redriver", "read", "topic", P + "turn-events"),
+        ("redriver", "write", "topic", P + "turn-events"),
+        ("redriver", "read", "topic", P + "schemas"),
         ("subscriber-fraud", "read", "topic", P + "turn-events"),
         ("subscriber-fraud", "read", "topic", P + "schemas"),
-        ("subscriber-fraud", "read", "group", "fraud-*"),
         ("htir-feeder", "write", "topic", P + "htir-traces"),
-        ("htir-feeder", "write", "topic", P + "schemas"),
     }
     for service in ("log-sink", "verdict-metrics", "otel-sink", "htir-feeder"):
         expected |= {
@@ -187,6 +187,7 @@ def test_the_plan_is_least_privilege() -> None:
             (service, "write", "topic", P + "dlq"),
             (service, "read", "group", P + service),
         }
+    # Every principal that reads has its own group namespace, and only one.
     for who in (
         "log-sink",
         "verdict-metrics",
@@ -194,24 +195,21 @@ def test_the_plan_is_least_privilege() -> None:
         "htir-feeder",
         "auditor",
         "reconciler",
+        "redriver",
         "subscriber-fraud",
     ):
-        expected |= {(who, "read", "group", g) for g in readers}
+        expected.add((who, "read", "group", f"{P}{who}.*"))
     assert rules == expected
 
 
-def test_no_principal_but_the_runtime_writes_turn_events() -> None:
+def test_no_principal_but_the_runtime_and_the_redriver_writes_turn_events() -> None:
     rules = plan_acls("x.", subscribers=["a", "b"])
-    assert writers_of(rules, "x.turn-events") == {"runtime"}
+    assert writers_of(rules, "x.turn-events") == {"runtime", "redriver"}
     assert not any(r.prefixed and r.resource == "topic" for r in rules)  # no wildcard topics
     assert not any(r.operation not in {"read", "write"} for r in rules)
     assert set(principals(["a"])) == {r.principal for r in plan_acls("x.", subscribers=["a"])}
 
 
 def test_the_plan_follows_the_prefix() -> None:
-    assert all(
-        r.name.startswith("other.") or r.name.startswith("turnaudit-")
-        for r in plan_acls("other.")
-        if r.resource == "topic" or r.name.startswith("other.")
-    )
+    assert all(r.name.startswith("other.") for r in plan_acls("other."))
     assert writers_of(plan_acls("other."), "turn-audit.turn-events") == set()

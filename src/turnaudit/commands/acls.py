@@ -11,9 +11,9 @@ import argparse
 import json
 
 from turnaudit.cluster import connect
-from turnaudit.errors import ConfigurationError
-from turnaudit.kafka.acls import AclRule, apply_acls, plan_acls
+from turnaudit.kafka.acls import AclRule, apply_acls, check_team, plan_acls
 from turnaudit.settings import DEFAULT_TOPIC_PREFIX, ENV_PREFIX, KafkaSettings
+from turnaudit.topic_names import check_topic_prefix
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,24 +34,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             action="append",
             default=[],
             metavar="TEAM",
-            help="also plan read access for principal subscriber-TEAM (groups TEAM-*); repeatable",
+            help="also plan read access for principal subscriber-TEAM (its groups: "
+            "<prefix>subscriber-TEAM.*); repeatable",
         )
     plan.add_argument("--json", action="store_true", help="one JSON object per line")
     plan.set_defaults(handler=_plan)
     apply.set_defaults(handler=_apply)
 
 
-def _rules(args: argparse.Namespace, settings: KafkaSettings | None = None) -> list[AclRule]:
-    prefix = (
-        args.prefix
-        if args.prefix is not None
-        else (settings or KafkaSettings.from_env()).topics.prefix
-    )
+def _rules(args: argparse.Namespace) -> list[AclRule]:
+    """The plan for the arguments: a prefix or a team name Kafka or the plan cannot
+    take is one line (exit 2), before any cluster is asked."""
+    if args.prefix is not None:
+        prefix = check_topic_prefix(args.prefix, "--prefix")
+    else:
+        prefix = KafkaSettings.from_env().topics.prefix  # checked as it is read
     for team in args.subscriber:
-        if not team or not all(c.isalnum() or c in "-_" for c in team):
-            raise ConfigurationError(
-                f"--subscriber {team!r}: name the team with letters, digits, - or _"
-            )
+        check_team(team)
     return plan_acls(prefix, subscribers=args.subscriber)
 
 
@@ -82,8 +81,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
+    rules = _rules(args)
     settings, where = connect(KafkaSettings.from_env(), start_local=False)
-    rules = _rules(args, settings)
     count = apply_acls(settings.client_config({"log_level": 0}), rules)
     print(f"acls: {count} applied on the {where}")
     return 0

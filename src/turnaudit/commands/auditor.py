@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import uuid
 from pathlib import Path
 
 from turnaudit.commands.sink import service_registry, service_settings
@@ -14,6 +13,7 @@ from turnaudit.evaluation.cli import add_auditor_arguments, build_auditor
 from turnaudit.evaluation.files import write_json
 from turnaudit.evaluation.gate import evaluate, exit_code
 from turnaudit.evaluation.labels import load_task_labels
+from turnaudit.kafka.groups import own_group
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument(
         "--group-id",
         default=None,
-        help="consumer group (default: a fresh one, reading from the start)",
+        help="consumer group (default: a fresh one in the principal's namespace, "
+        "<prefix><user>.auditor-run-…, reading from the start; the service's group is "
+        "<prefix>auditor-worker)",
     )
     run.add_argument(
         "--traces",
@@ -56,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
         kafka,
         build_auditor(args),
         labels,
-        group_id=args.group_id or f"{kafka.topics.prefix}auditor-{uuid.uuid4().hex[:8]}",
+        group_id=args.group_id or own_group(kafka, "auditor-run"),
         registry=service_registry(),
         evidence_path=args.evidence,
         settings=settings,

@@ -1,46 +1,55 @@
 """``turnaudit demo``: the pipeline end to end on the local broker, summarised.
 
-Stages: simulate and publish; read the stream back; run the log sink and the
-verdict metrics over it; assemble HTIR traces, replay them through the
-rule-based auditor and apply the EVR-6 gate. Every figure is reconciled
-against the simulator's ground truth; the exit code is 0 only when all match
-(the gate's own decision is reported, and a hold is a result, not a failure).
+Stages: a fresh topic prefix, signing key and keyring for the run (``demo_run``);
+simulate and publish (mostly TurnEvent v4, checkpoints signed by the publisher); read
+the stream back; run the log sink, the verdict metrics and the continuous verifier
+(``verify --follow --keyring --require-signed``) beside each other over it; verify the
+run with the keyring, signatures required; assemble HTIR traces, replay them through
+the rule-based auditor and apply the EVR-6 gate. Every figure is reconciled against
+the simulator's ground truth; the exit code is 0 only when all match (the gate's own
+decision is reported, and a hold is a result, not a failure). Log lines go to
+``var/demo/demo.log``: stdout is the summary alone.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections import Counter
+import textwrap
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from turnaudit.cluster import connect
-from turnaudit.commands.demo_consumers import ReconciliationRow, run_consumer_stage
-from turnaudit.commands.demo_evaluation import run_evaluation_stage
+from turnaudit.commands.demo_consumers import run_consumer_stage
+from turnaudit.commands.demo_evaluation import EvaluationOutcome, run_evaluation_stage
+from turnaudit.commands.demo_follow import DemoFollower
+from turnaudit.commands.demo_logging import file_level, logging_to_file
+from turnaudit.commands.demo_run import CHECKPOINT_EVERY_TURNS, DemoRun, start_run
+from turnaudit.commands.demo_stream import CURRENT_VERSION, stream_rows
+from turnaudit.commands.demo_summary import (
+    Section,
+    gate_lines,
+    header_line,
+    mismatches,
+    section_lines,
+)
+from turnaudit.commands.demo_trust import publisher_checkpoints, signed_rows
 from turnaudit.commands.simulate import add_simulation_arguments, publish_simulation
-from turnaudit.commands.verify import demo_rows as verify_demo_rows
-from turnaudit.contracts import SequenceOutcome, SessionSequenceTracker, check_event
-from turnaudit.errors import SerializationError
-from turnaudit.evaluation.gate import GateReport
-from turnaudit.evaluation.trace_evidence import ExclusionReason
+from turnaudit.consumers.settings import ServiceName, ServiceSettings
 from turnaudit.kafka.offsets import end_offsets
-from turnaudit.kafka.reading import read_range
+from turnaudit.kafka.state_topic import ensure_verify_state_topic
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.producers.publisher import CloseReport
-from turnaudit.producers.simulator import GroundTruth
 from turnaudit.redaction import surface_redaction
-from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
 
 OUTPUT_DIR = Path("var/demo")
-
-
-# Why the evaluation kept a labelled trace out, in words.
-_LEFT_OUT: dict[str, str] = {
-    ExclusionReason.LABEL_STEP_NOT_IN_TRACE: "a failing run whose trace ended before the "
-    "labelled failure turn (not scorable)",
-    ExclusionReason.LABEL_TRACE_CHANGED: "the trace differs from the one the label was reviewed on",
-    ExclusionReason.TRACE_MISSING_TURNS: "the trace misses a middle turn",
-}
+LOG_FILE = "demo.log"
+TURNS_LOG = "turns.jsonl"
+# Most sessions write v4 (the runtime default); some older runtimes still write v1-v3.
+DEMO_SCHEMA_VERSIONS = (1, 2, 3, *(CURRENT_VERSION,) * 6)
+# verify --follow's grace for a missing position: the demo's run is whole when it
+# reads it, so a gap would be lost at once rather than after the service's 900 s.
+FOLLOW_GRACE_S = 2.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,138 +60,78 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--timeout", type=float, default=180.0, help="seconds each consumer stage may take"
     )
-    parser.set_defaults(handler=_demo, spool_dir=OUTPUT_DIR / "spool")
-
-
-def _print_section(title: str, rows: list[ReconciliationRow]) -> None:
-    print(f"\n{title}")
-    print(f"  {'':<44} {'observed':>9} {'expected':>9}")
-    for row in rows:
-        mark = "ok" if row.ok else "MISMATCH"
-        print(f"  {row.label:<44} {row.observed:>9} {row.expected:>9}  {mark}")
-
-
-def _stream_rows(
-    settings: KafkaSettings,
-    *,
-    before: dict[int, int],
-    truth: GroundTruth,
-    emitted: int,
-    breached: int,
-    report: CloseReport,
-) -> list[ReconciliationRow]:
-    """Read this run back with a plain reader and count it like the simulator did."""
-    decode = decoder_for(settings)
-    topic = settings.topics.turn_events
-    seen: set[str] = set()
-    counts: Counter[str] = Counter()
-    sequences = SessionSequenceTracker()
-    for msg in read_range(settings, topic, before, end_offsets(settings, topic)):
-        counts["messages"] += 1
-        try:
-            decoded = decode(msg.value())
-        except SerializationError:
-            counts["undecodable"] += 1
-            continue
-        event = decoded.event
-        if event["event_id"] in seen:
-            counts["duplicates"] += 1
-            continue
-        seen.add(event["event_id"])
-        counts[f"path {event['path']}"] += 1
-        counts[f"v{decoded.writer_version}"] += 1
-        counts["breaches"] += bool(check_event(event))
-        outcome = sequences.observe(event["session_id"], event["sequence"]).outcome
-        counts["gaps"] += outcome is SequenceOutcome.GAP
-    rows = [
-        ReconciliationRow("turns published", emitted, truth.events),
-        ReconciliationRow("distinct event ids read back", len(seen), truth.events),
-        ReconciliationRow("main turns", counts["path MAIN"], truth.by_path["MAIN"]),
-        ReconciliationRow("stub turns", counts["path STUB"], truth.by_path["STUB"]),
-    ]
-    rows += [
-        ReconciliationRow(f"written with schema v{v}", counts[f"v{v}"], n)
-        for v, n in sorted(truth.by_schema_version.items())
-    ]
-    rows += [
-        ReconciliationRow("contract breaches at the producer", breached, 0),
-        ReconciliationRow("contract breaches read back", counts["breaches"], 0),
-        ReconciliationRow("sequence gaps", counts["gaps"], 0),
-        ReconciliationRow("undecodable messages", counts["undecodable"], 0),
-        ReconciliationRow("events left in the spool", report.undelivered, 0),
-        ReconciliationRow("events lost", emitted - len(seen), 0),
-    ]
-    return rows
-
-
-def _gate_lines(report: GateReport) -> list[str]:
-    def pct(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.2f}"
-
-    overall = report["overall"]
-    auditor = report["auditor_id"]
-    pinned = "none pinned" if auditor is None else f"{auditor['name']} {auditor['digest'][:19]}…"
-    lines = [
-        f"  decision: {report['decision'].upper()}   auditor {pinned}",
-        f"  overall: {overall['traces']} traces ({overall['alarm_positive']} alarm-positive, "
-        f"{overall['healthy']} healthy), precision {pct(overall['precision'])}, early-alarm "
-        f"recall {pct(overall['early_alarm_recall'])}, false-alarm rate "
-        f"{pct(overall['false_alarm_rate'])}, late {overall['late_alarms']}, "
-        f"p95 latency {overall['p95_latency_ms']:.3f} ms",
-    ]
-    for name, fam in sorted(report["families"].items()):
-        lines.append(
-            f"  {name:<14} {fam['traces']:>3} traces ({fam['alarm_positive']}+/{fam['healthy']}-)"
-            f"  recall {pct(fam['early_alarm_recall'])}  false alarms "
-            f"{pct(fam['false_alarm_rate'])}"
-        )
-    lines += [
-        f"  failed: {f['requirement']} [{f['scope']}] {f.get('detail', '')}"
-        for f in report["failed_requirements"]
-    ]
-    return lines
+    parser.set_defaults(
+        handler=_demo, spool_dir=OUTPUT_DIR / "spool", schema_versions=DEMO_SCHEMA_VERSIONS
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
+    with logging_to_file(OUTPUT_DIR / LOG_FILE, file_level(args.log_level)):
+        lines, ok = _run(args)
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+def _run(args: argparse.Namespace) -> tuple[list[str], bool]:
+    """The summary's lines and whether every figure matched."""
+    level = file_level(args.log_level)
     settings, where = connect(KafkaSettings.from_env(), start_local=True)
-    print(f"turn-audit demo: {where}")
+    run = start_run(settings, OUTPUT_DIR, args.spool_dir)
+    settings = run.settings
     ensure_topics(settings)
+    ensure_verify_state_topic(settings)
     before = end_offsets(settings, settings.topics.turn_events)
 
-    sim, report, emitter, elapsed = publish_simulation(settings, args)
-    truth = sim.truth
-    print(
-        f"published {emitter.emitted} simulated turns in {elapsed:.1f}s from "
-        f"{len(truth.sessions)} sessions (seed {args.seed}, schema versions "
-        f"{','.join(map(str, args.schema_versions))}), {len(truth.tasks)} tasks"
+    publisher = CollectorRegistry()
+    sim, report, emitter, elapsed = publish_simulation(
+        settings,
+        argparse.Namespace(**{**vars(args), "spool_dir": run.spool_dir}),
+        # Each turn stamped when it is published, as a live runtime's: the continuous
+        # verifier holds a partition's event time to the checkpoints' signing time.
+        real_time=True,
+        checkpoints=run.checkpoints,
+        registry=publisher,
     )
-    sections = [
-        (
-            "the stream, read back",
-            _stream_rows(
-                settings,
-                before=before,
-                truth=truth,
-                emitted=emitter.emitted,
-                breached=emitter.breached,
-                report=report,
-            )
-            # Ends with turnaudit verify's verdict on this run's range.
-            + verify_demo_rows(settings, before, truth.events),
+    truth = sim.truth
+    signed_checkpoints = publisher_checkpoints(publisher)
+    stream = stream_rows(
+        settings,
+        before=before,
+        truth=truth,
+        emitted=emitter.emitted,
+        breached=emitter.breached,
+        report=report,
+    )
+    follower = DemoFollower(
+        ServiceSettings(
+            ServiceName.VERIFY_FOLLOW, settings, f"turnaudit-demo-verify-follow-{run.run_id}"
         ),
-        (
-            "consumer services: log sink and verdict metrics",
-            run_consumer_stage(
-                settings,
-                truth,
-                emitter.emitted,
-                args.timeout,
-                start_offsets=before,
-                log_file=OUTPUT_DIR / "turns.jsonl",
-                redaction=surface_redaction(),
-            ),
-        ),
-    ]
+        run.keyring,
+        grace_s=FOLLOW_GRACE_S,
+        trust_grace_s=2 * run.checkpoints.interval_s,  # verify --follow's default
+        start_offsets=before,
+    )
+    follower.expect(truth.events, len(truth.chained_sessions))
+    services = run_consumer_stage(
+        settings,
+        truth,
+        emitter.emitted,
+        args.timeout,
+        start_offsets=before,
+        log_file=OUTPUT_DIR / TURNS_LOG,
+        redaction=surface_redaction(),
+        beside=[follower],
+        log_level=level,
+    )
+    signed = signed_rows(
+        settings,
+        before,
+        truth,
+        keyring=run.keyring,
+        keyring_path=run.keyring_path,
+        publisher=publisher,
+        log_file=OUTPUT_DIR / TURNS_LOG,
+    )
     evaluation = run_evaluation_stage(
         settings,
         truth,
@@ -190,21 +139,68 @@ def _demo(args: argparse.Namespace) -> int:
         start_offsets=before,
         output_dir=OUTPUT_DIR,
         redaction=surface_redaction(),
+        log_level=level,
     )
-    sections.append(("HTIR traces and the auditor-evaluation worker", evaluation.rows))
-    for title, rows in sections:
-        _print_section(title, rows)
-    print("\nEVR-6 gate (labels: the simulator's scripted failure turns; auditor: rule-based)")
-    print("\n".join(_gate_lines(evaluation.report)))
-    for reason, count in evaluation.left_out.items():
-        print(f"  left out: {count} labelled trace(s), {_LEFT_OUT.get(reason, reason)}")
-    print(
-        f"\nfiles: {OUTPUT_DIR / 'turns.jsonl'} (log lines), {evaluation.manifest_path}, "
-        f"{evaluation.evidence_path}, {evaluation.report_path}"
+    v4 = truth.by_schema_version[CURRENT_VERSION]
+    sections = [
+        Section(
+            f"the stream: {'mostly ' if 2 * v4 > truth.events else ''}TurnEvent v4 ({v4} of "
+            f"{truth.events} turns); {truth.traced} carry a trace id, {truth.with_model} a "
+            "model identity",
+            stream,
+        ),
+        Section(
+            f"signed checkpoints: the publisher signs with Ed25519 key {run.key_id} every "
+            f"{CHECKPOINT_EVERY_TURNS:,} turns and on close",
+            signed,
+        ),
+        Section(
+            "continuous verifier: verify --follow --keyring --require-signed, beside the services",
+            follower.rows(truth, signed_checkpoints),
+        ),
+        Section("consumer services: log sink and verdict metrics", services),
+        Section("HTIR traces and the auditor-evaluation worker", evaluation.rows),
+    ]
+    lines = [
+        f"turnaudit demo on the {where}",
+        f"run {run.run_id}: {truth.events} turns (seed {args.seed}, {len(truth.sessions)} "
+        f"sessions, {len(truth.tasks)} tasks) published in {elapsed:.1f}s to {run.prefix}*",
+        header_line(),
+    ]
+    for section in sections:
+        lines += section_lines(section)
+    lines += gate_lines(evaluation.report, evaluation.left_out)
+    lines += _files_lines(run, evaluation)
+    wrong = mismatches(sections)
+    if wrong:
+        lines.append(f"demo: MISMATCH in {len(wrong)} figure(s): {', '.join(wrong)}")
+    else:
+        checks = sum(len(s.rows) for s in sections)
+        lines.append(
+            f"demo: all {checks} figures match the simulator's ground truth; gate decision: "
+            f"{evaluation.report['decision']}"
+        )
+    return lines, not wrong
+
+
+def _files_lines(run: DemoRun, evaluation: EvaluationOutcome) -> list[str]:
+    def name(path: Path) -> str:
+        return str(path.relative_to(OUTPUT_DIR)) if path.is_relative_to(OUTPUT_DIR) else str(path)
+
+    written = [
+        f"{LOG_FILE} (the log lines)",
+        f"{TURNS_LOG} (the log sink's)",
+        name(run.keyring_path),
+        f"{name(run.key_path)} (owner-only) and .pub",
+        name(evaluation.manifest_path),
+        name(evaluation.evidence_path),
+        name(evaluation.report_path),
+        name(evaluation.bundle_path),
+    ]
+    text = f"files in {OUTPUT_DIR}/: " + ", ".join(written)
+    lines = textwrap.wrap(text, width=100, subsequent_indent="  ", break_on_hyphens=False)
+    lines.append(
+        f"  re-verify: TURNAUDIT_TOPIC_PREFIX={run.prefix} turnaudit verify "
+        f"--keyring {run.keyring_path} --require-signed"
     )
-    mismatches = [row.label for _, rows in sections for row in rows if not row.ok]
-    if mismatches:
-        print(f"\ndemo: MISMATCH in {len(mismatches)} row(s): {', '.join(mismatches)}")
-        return 1
-    print("\ndemo: every event accounted for; gate decision: " + evaluation.report["decision"])
-    return 0
+    return lines

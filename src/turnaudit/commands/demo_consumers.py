@@ -1,6 +1,7 @@
 """The demo's consumer stage: run the log sink and the verdict metrics in-process
 until they have consumed the run, then reconcile what they wrote and counted
-against the simulator's ground truth.
+against the simulator's ground truth. Services given ``beside`` (the continuous
+verifier) run in the same window, until each says it has settled.
 """
 
 from __future__ import annotations
@@ -9,12 +10,13 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from turnaudit.commands.demo_summary import ReconciliationRow
 from turnaudit.consumers.log_sink import log_sink_service, service_logging
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumerService
@@ -49,15 +51,12 @@ from turnaudit.verdicts import OutputPolicy
 DEFAULT_LOG_FILE = Path("var/demo/turns.jsonl")
 
 
-@dataclass(frozen=True, slots=True)
-class ReconciliationRow:
-    label: str
-    observed: int
-    expected: int
+class BesideService(Protocol):
+    """A service run beside the two, and how to tell it is done with the run."""
 
-    @property
-    def ok(self) -> bool:
-        return self.observed == self.expected
+    service: ConsumerService
+
+    def settled(self) -> bool: ...
 
 
 def sample_total(registry: CollectorRegistry, name: str, **labels: str) -> int:
@@ -79,12 +78,15 @@ def run_consumer_stage(
     start_offsets: Mapping[int, int] | None = None,
     log_file: Path = DEFAULT_LOG_FILE,
     redaction: Redaction = DROPPED,
+    beside: Sequence[BesideService] = (),
+    log_level: str = "WARNING",
 ) -> list[ReconciliationRow]:
     """Consume the run with both services and reconcile; rows say observed vs expected.
 
     ``start_offsets`` (partition -> offset, e.g. the end offsets taken before
     publishing) makes the services read this run only; without it they read
-    the topic from the beginning. The log file is rewritten each run.
+    the topic from the beginning. The log file is rewritten each run. The
+    services' own log lines go through ``service_logging`` at ``log_level``.
     """
     topic = settings.topics.turn_events
     dlq_before = end_offsets(settings, settings.topics.dlq)
@@ -110,7 +112,7 @@ def run_consumer_stage(
             metrics=allowed,
         )
 
-    with service_logging("WARNING"):
+    with service_logging(log_level):
         services: list[ConsumerService] = [
             log_sink_service(
                 service_settings(ServiceName.LOG_SINK),
@@ -125,20 +127,22 @@ def run_consumer_stage(
                 serve_http=False,
             ),
         ]
+        running = services + [b.service for b in beside]
         threads = [
-            threading.Thread(target=s.run, name=f"demo-{s.settings.service.value}")
-            for s in services
+            threading.Thread(target=s.run, name=f"demo-{s.settings.service.value}") for s in running
         ]
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + timeout
         caught_up = 0
         try:
-            while caught_up < len(services) and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
                 time.sleep(0.1)
                 caught_up = sum(_caught_up(s.positions(), wanted) for s in services)
+                if caught_up == len(services) and all(b.settled() for b in beside):
+                    break
         finally:
-            for service in services:
+            for service in running:
                 service.stop()
             for thread in threads:
                 thread.join()
@@ -188,61 +192,80 @@ def _reconcile(
         )
     )
     m = metrics_registry
+    log_lines = "log lines, one per turn"
     rows = [
         ReconciliationRow("services consumed to the end", caught_up, 2),
-        ReconciliationRow("log lines written", lines, published),
-        ReconciliationRow("distinct event ids in the log", len(ids), truth.events),
+        ReconciliationRow("log lines written", lines, published, log_lines, "in the file"),
+        ReconciliationRow(
+            "distinct event ids in the log", len(ids), truth.events, log_lines, "distinct ids"
+        ),
         ReconciliationRow(
             "log lines (sink counter)",
             sample_total(log_registry, LOG_LINES_TOTAL),
             published,
+            log_lines,
+            "sink counter",
         ),
         ReconciliationRow("turns counted", sample_total(m, TURNS_TOTAL), truth.events),
         ReconciliationRow(
-            "refused turns counted", sample_total(m, REFUSED_TURNS_TOTAL), truth.refused
+            "refused turns counted",
+            sample_total(m, REFUSED_TURNS_TOTAL),
+            truth.refused,
+            "counted",
+            "refused",
         ),
         ReconciliationRow(
-            "hedged turns counted", sample_total(m, HEDGED_TURNS_TOTAL), truth.hedged
+            "hedged turns counted",
+            sample_total(m, HEDGED_TURNS_TOTAL),
+            truth.hedged,
+            "counted",
+            "hedged",
         ),
         ReconciliationRow(
             "stub turns counted",
             sample_total(m, STUB_TURNS_TOTAL),
             truth.by_path["STUB"],
+            "counted",
+            "stub",
         ),
     ]
-    for pack in sorted(truth.by_pack):
+    for name, metric, by_pack in (
+        ("turns", TURNS_TOTAL, truth.by_pack),
+        ("refused", REFUSED_TURNS_TOTAL, truth.refused_by_pack),
+        ("hedged", HEDGED_TURNS_TOTAL, truth.hedged_by_pack),
+    ):
         rows += [
             ReconciliationRow(
-                f"  turns, pack {pack}",
-                sample_total(m, TURNS_TOTAL, pack=pack),
-                truth.by_pack[pack],
-            ),
-            ReconciliationRow(
-                f"  refused, pack {pack}",
-                sample_total(m, REFUSED_TURNS_TOTAL, pack=pack),
-                truth.refused_by_pack[pack],
-            ),
-            ReconciliationRow(
-                f"  hedged, pack {pack}",
-                sample_total(m, HEDGED_TURNS_TOTAL, pack=pack),
-                truth.hedged_by_pack[pack],
-            ),
-        ]
-    for policy in OutputPolicy:
-        rows.append(
-            ReconciliationRow(
-                f"action risk {policy.value}",
-                sample_total(m, ACTION_RISK_TOTAL, output_policy=policy.value),
-                truth.by_output_policy[policy.value],
+                f"  {name}, pack {pack}",
+                sample_total(m, metric, pack=pack),
+                by_pack[pack],
+                f"{name} per pack",
+                pack,
             )
+            for pack in sorted(truth.by_pack)
+        ]
+    rows += [
+        ReconciliationRow(
+            f"action risk {policy.value}",
+            sample_total(m, ACTION_RISK_TOTAL, output_policy=policy.value),
+            truth.by_output_policy[policy.value],
+            "action risk",
+            policy.value,
         )
+        for policy in OutputPolicy
+    ]
+    none = "and none"
     rows += [
         ReconciliationRow(
             "contract breaches (consumers)",
             sum(sample_total(m, CONTRACT_BREACHES_TOTAL, contract=c.value) for c in Contract),
             0,
+            none,
+            "contract breaches",
         ),
-        ReconciliationRow("sequence gaps", sample_total(m, SEQUENCE_GAPS_TOTAL), 0),
-        ReconciliationRow("dead letters (consumers)", dead_letters, 0),
+        ReconciliationRow(
+            "sequence gaps", sample_total(m, SEQUENCE_GAPS_TOTAL), 0, none, "sequence gaps"
+        ),
+        ReconciliationRow("dead letters (consumers)", dead_letters, 0, none, "dead letters"),
     ]
     return rows

@@ -23,7 +23,7 @@ from pathlib import Path
 import structlog
 from prometheus_client import CollectorRegistry
 
-from turnaudit.commands.demo_consumers import ReconciliationRow
+from turnaudit.commands.demo_summary import ReconciliationRow
 from turnaudit.consumers.auditor_worker import AuditorEvaluationWorker
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import service_logging
@@ -71,6 +71,7 @@ def run_evaluation_stage(
     output_dir: Path = DEFAULT_OUTPUT,
     idle_timeout: float = 2.0,
     redaction: Redaction = DROPPED,
+    log_level: str = "WARNING",
 ) -> EvaluationOutcome:
     private_dir(output_dir)
     manifest = output_dir / "htir-manifest.jsonl"
@@ -95,7 +96,7 @@ def run_evaluation_stage(
         serve_http=False,
     )
     deadline = time.monotonic() + timeout
-    with service_logging("WARNING"):
+    with service_logging(log_level):
         thread = threading.Thread(target=feeder.run, name="demo-htir-feeder")
         thread.start()
         try:
@@ -143,7 +144,6 @@ def run_evaluation_stage(
     )
     tally = worker.tally
     rows = [
-        ReconciliationRow("tasks simulated", len(truth.tasks), len(truth.tasks)),
         ReconciliationRow("HTIR traces published (one per task)", sink.published, len(truth.tasks)),
         ReconciliationRow("traces audited by the worker", tally.traces, sink.published),
         ReconciliationRow(
@@ -157,7 +157,7 @@ def run_evaluation_stage(
             1,
         ),
         ReconciliationRow(
-            "evidence bundle re-verified (digests, gate decision recomputed)",
+            "evidence bundle re-verified, gate recomputed",
             int(bundle_verified),
             1,
         ),

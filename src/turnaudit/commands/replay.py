@@ -44,6 +44,7 @@ from turnaudit.replay import (
     ReplayCheckpoint,
     ReplayRequest,
     ReplayTarget,
+    group_id,
     parse_partitions,
     replay,
     replay_group,
@@ -149,7 +150,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--group",
         metavar="NAME",
         help="share the range with other replay processes of the same arguments: consumer "
-        "group turnaudit-replay.NAME (never a live service's); each process writes its own "
+        "group <prefix>replay.NAME (never a live service's); each process writes its own "
         "output (jsonl, logs or topic)",
     )
     parser.add_argument(
@@ -213,7 +214,11 @@ def _replay(args: argparse.Namespace) -> int:
             f"--step applies to {' and '.join(STEPPED_KINDS)} outputs, not {target.kind}:"
         )
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
-    require_access(settings, reads=[args.topic or settings.topics.turn_events])
+    require_access(
+        settings,
+        reads=[args.topic or settings.topics.turn_events],
+        groups=[group_id(settings.topics.prefix, args.group)] if args.group else [],
+    )
 
     progress = Progress(terminal=sys.stderr.isatty())
     decode = decoder_for(settings)

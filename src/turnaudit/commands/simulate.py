@@ -17,7 +17,7 @@ from turnaudit.errors import ConfigurationError, EventRefusedError
 from turnaudit.events import OutgoingTurnEvent
 from turnaudit.files import FileModes, private_dir, write_private
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.producers.adapter import TurnAuditEmitter
+from turnaudit.producers.adapter import SHIPPED_SCHEMA_VERSIONS, TurnAuditEmitter
 from turnaudit.producers.publisher import CloseReport, TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.settings import KafkaSettings
@@ -66,7 +66,8 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
         "--schema-versions",
         type=_versions,
         default=(1, 2, 3),
-        help="writer schema versions to mix, e.g. 1,2,3 (default) or 3",
+        help="writer schema versions to mix, e.g. 1,2,3 (default), 4, or weighted "
+        "4:6,3,2,1 (a session draws v4 six times as often as each other)",
     )
     parser.add_argument(
         "--spool-dir",
@@ -92,13 +93,24 @@ def _spool_dir(text: str) -> Path:
 
 
 def _versions(text: str) -> tuple[int, ...]:
+    """``1,2,3`` or, weighted, ``4:6,3,2,1``: each version as often as its weight (default
+    1), so a session draws v4 six times as often as v3 (the simulator draws from the list)."""
+    weights: dict[int, int] = {}
     try:
-        versions = tuple(sorted({int(v) for v in text.split(",") if v.strip()}))
+        for part in (p.strip() for p in text.split(",")):
+            if part:
+                version, _, weight = part.partition(":")
+                weights[int(version)] = weights.get(int(version), 0) + int(weight or 1)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 1,2,3") from None
-    if not versions or not set(versions) <= {1, 2, 3}:
-        raise argparse.ArgumentTypeError(f"schema versions {text!r}: shipped are 1, 2 and 3")
-    return versions
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list like 1,2,3 or 4:6,3") from None
+    shipped = ", ".join(map(str, SHIPPED_SCHEMA_VERSIONS[:-1]))
+    if not weights or not set(weights) <= set(SHIPPED_SCHEMA_VERSIONS):
+        raise argparse.ArgumentTypeError(
+            f"schema versions {text!r}: shipped are {shipped} and {SHIPPED_SCHEMA_VERSIONS[-1]}"
+        )
+    if min(weights.values()) < 1:
+        raise argparse.ArgumentTypeError(f"schema versions {text!r}: a weight is 1 or more")
+    return tuple(v for v in sorted(weights) for _ in range(weights[v]))
 
 
 def publish_simulation(

@@ -17,7 +17,6 @@ from turnaudit.argparsing import (
     positive_int,
 )
 from turnaudit.cluster import connect
-from turnaudit.commands.demo_consumers import ReconciliationRow
 from turnaudit.commands.sink import (
     WORKERS_HELP,
     consumer_service,
@@ -311,17 +310,3 @@ def _read_page(path: Path) -> str:
         return path.read_text("utf-8")
     except OSError as exc:
         raise ConfigurationError(f"--metrics-before: cannot read {path}: {exc}") from exc
-
-
-def demo_rows(
-    settings: KafkaSettings, start_offsets: dict[int, int], expected_turns: int
-) -> list[ReconciliationRow]:
-    """``verify``'s verdict on what the demo published (from ``start_offsets`` to the end)."""
-    report = run_verify(settings, decoder_for(settings), RangeSpec(from_offsets=start_offsets))
-    return [
-        ReconciliationRow(
-            "verify: turns on the stream", report.verifier.counts.turns, expected_turns
-        ),
-        ReconciliationRow("verify: turns lost", report.verifier.lost_positions(), 0),
-        ReconciliationRow("verify: unexplained findings", len(report.unexplained()), 0),
-    ]

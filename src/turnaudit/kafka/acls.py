@@ -3,37 +3,46 @@
 ``plan_acls`` is pure: which principal may do what on which resource, as rows
 a person can read and a test can hold to a table. ``apply_acls`` creates them
 with the AdminClient (as a principal allowed to, the cluster's super user);
-``denial_text`` says in one line why the cluster refused a client.
+``upsert_users`` and ``delete_user`` manage the SCRAM credentials.
 
-The principals (SCRAM user names; every one can be renamed with ``names``):
+The principals (SCRAM user names):
 
-* ``runtime``: the only writer of turn-events; writes schemas, dead letters,
-  stream heads and its signed checkpoints.
+* ``runtime``: the only writer of turn-events from live traffic, and the only
+  writer of the control topics: the schemas (every shipped writer schema, the
+  traces' and observations' too), stream heads and its signed checkpoints;
+  dead letters.
 * ``log-sink``, ``verdict-metrics``, ``otel-sink``: read turn-events in their
   own group, write only dead letters (the otel sink's records go to a collector,
   not to Kafka).
-* ``htir-feeder``: reads turn-events in its own group, writes HTIR traces,
-  their schemas and dead letters.
-* ``auditor``: reads HTIR traces (groups ``<prefix>auditor-*``), writes
-  observations, their schemas and dead letters.
+* ``htir-feeder``: reads turn-events in its own group, writes HTIR traces and
+  dead letters.
+* ``auditor``: reads HTIR traces in the group ``<prefix>auditor-worker``,
+  writes observations and dead letters.
 * ``reconciler`` (``verify``, ``replay``): reads turn-events, dead letters,
-  stream heads and signed checkpoints, in throwaway reader groups; writes only ``verify --follow``'s
-  checkpoints (``<prefix>verify-state``, groups ``<prefix>verify-*``).
-* ``subscriber-<team>``: reads turn-events in groups ``<team>-*``;
-  nothing else but the schemas topic (the writer schemas it needs to decode).
+  stream heads and signed checkpoints; writes only ``verify --follow``'s
+  checkpoints (``<prefix>verify-state``, group ``<prefix>verify-follow``);
+  ``replay --group NAME`` joins ``<prefix>replay.NAME``.
+* ``redriver`` (``dlq redrive``): reads dead letters and turn-events, writes
+  turn-events: the redriven originals. No service principal can redrive.
+* ``subscriber-<team>``: reads turn-events and the schemas; its groups are
+  ``<prefix>subscriber-<team>.*``.
 
-Every reader also reads ``<prefix>schemas``: it holds the public writer
-schemas, nothing a turn said.
+Every principal that reads has its own group namespace ``<prefix><user>.``
+(``turnaudit.kafka.groups``); no two principals' group grants overlap. Every
+reader also reads ``<prefix>schemas``: it holds the public writer schemas,
+nothing a turn said.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import enum
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -43,17 +52,21 @@ from confluent_kafka.admin import (
     ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
+    UserScramCredentialAlteration,
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
 
 from turnaudit.checkpoints import checkpoints_topic
-from turnaudit.errors import AccessDeniedError, BrokerError
+from turnaudit.errors import AccessDeniedError, BrokerError, ConfigurationError
+from turnaudit.kafka.access import denial_text
+from turnaudit.kafka.groups import namespace, replay_namespace, service_group
 from turnaudit.settings import DEFAULT_TOPIC_PREFIX, TopicNames
+from turnaudit.topic_names import TOPIC_NAME_CHARACTERS
 
 
 class Role(enum.StrEnum):
-    """The project's principals, by the part each plays (also their default user names)."""
+    """The project's principals, by the part each plays (also their user names)."""
 
     RUNTIME = "runtime"
     LOG_SINK = "log-sink"
@@ -62,11 +75,21 @@ class Role(enum.StrEnum):
     HTIR_FEEDER = "htir-feeder"
     AUDITOR = "auditor"
     RECONCILER = "reconciler"
+    REDRIVER = "redriver"
 
 
 ADMIN_PRINCIPAL = "admin"  # the super user: creates topics and ACLs, in no ACL itself
-# Throwaway groups of the project's readers (assigned partitions, nothing committed).
-READER_GROUP_PREFIXES = ("turnaudit-reader-", "turnaudit-offsets-", "turnaudit-replay-")
+SUBSCRIBER_PREFIX = "subscriber-"
+# Each service's consumer group (a literal name after the prefix) and the principal
+# it runs as: consumers/settings.py's ServiceName holds the same names.
+SERVICE_GROUPS: Mapping[str, Role] = {
+    "log-sink": Role.LOG_SINK,
+    "verdict-metrics": Role.VERDICT_METRICS,
+    "otel-sink": Role.OTEL_SINK,
+    "htir-feeder": Role.HTIR_FEEDER,
+    "auditor-worker": Role.AUDITOR,
+    "verify-follow": Role.RECONCILER,
+}
 
 
 @dataclass(frozen=True, order=True)
@@ -84,27 +107,42 @@ class AclRule:
         pattern = f"{self.name}*" if self.prefixed else self.name
         return f"User:{self.principal} may {self.operation} {self.resource} {pattern}"
 
+    def covers(self, name: str) -> bool:
+        """Whether this rule's pattern matches the resource ``name``."""
+        return name.startswith(self.name) if self.prefixed else name == self.name
+
+
+def check_team(team: str, what: str = "--subscriber") -> str:
+    """``team``, when it names a subscriber team: ASCII letters, digits, ``-`` and
+    ``_`` (a topic name's characters without the dot, so that one team's group
+    namespace ``<prefix>subscriber-<team>.`` is never under another's); else
+    ``ConfigurationError``, one line."""
+    if not team or any(c not in TOPIC_NAME_CHARACTERS or c == "." for c in team):
+        raise ConfigurationError(
+            f"{what} {team!r}: name the team with ASCII letters, digits, '-' or '_'"
+        )
+    return team
+
 
 def plan_acls(
-    prefix: str = DEFAULT_TOPIC_PREFIX,
-    *,
-    subscribers: Sequence[str] = (),
-    names: Mapping[Role, str] | None = None,
+    prefix: str = DEFAULT_TOPIC_PREFIX, *, subscribers: Sequence[str] = ()
 ) -> list[AclRule]:
-    """The ACLs of every principal for topics under ``prefix``, sorted."""
+    """The ACLs of every principal for topics under ``prefix``, sorted. A prefix
+    Kafka would refuse (``check_topic_prefix``) or a bad team name
+    (``check_team``) is a ``ConfigurationError``."""
     t = TopicNames(prefix)
-    user = {role: (names or {}).get(role, role.value) for role in Role}
+    for team in subscribers:
+        check_team(team)
     rules: list[AclRule] = []
 
-    def topic(role_user: str, name: str, *operations: str) -> None:
-        rules.extend(AclRule(role_user, "topic", name, False, op) for op in operations)
+    def topic(user: str, name: str, *operations: str) -> None:
+        rules.extend(AclRule(user, "topic", name, False, op) for op in operations)
 
-    def group(role_user: str, name: str, *, prefixed: bool) -> None:
-        rules.append(AclRule(role_user, "group", name, prefixed, "read"))
+    def group(user: str, name: str, *, prefixed: bool) -> None:
+        rules.append(AclRule(user, "group", name, prefixed, "read"))
 
-    def reader_groups(role_user: str) -> None:
-        for name in READER_GROUP_PREFIXES:
-            group(role_user, name, prefixed=True)
+    def own_groups(user: str) -> None:
+        group(user, namespace(prefix, user), prefixed=True)
 
     # Checkpoints: each publisher stream's last head (a successor announces a
     # predecessor's), and verify --follow's own progress.
@@ -112,59 +150,62 @@ def plan_acls(
     verify_state = f"{prefix}verify-state"
     checkpoints = checkpoints_topic(prefix)  # signed: docs/trust.md
 
-    runtime = user[Role.RUNTIME]
+    # The control topics (schemas, stream heads, checkpoints) have one writer.
+    runtime = Role.RUNTIME.value
     topic(runtime, t.turn_events, "write")
     topic(runtime, t.schemas, "write")
     topic(runtime, t.dlq, "write")
     topic(runtime, stream_heads, "write")
     topic(runtime, checkpoints, "write")
 
-    for role in (Role.LOG_SINK, Role.VERDICT_METRICS, Role.OTEL_SINK, Role.HTIR_FEEDER):
-        name = user[role]
-        topic(name, t.turn_events, "read")
-        topic(name, t.schemas, "read")
-        topic(name, t.dlq, "write")
-        group(name, f"{prefix}{role.value}", prefixed=False)
-        reader_groups(name)
-    feeder = user[Role.HTIR_FEEDER]
-    topic(feeder, t.htir_traces, "write")
-    topic(feeder, t.schemas, "write")
+    for service, role in SERVICE_GROUPS.items():
+        group(role.value, service_group(prefix, service), prefixed=False)
 
-    auditor = user[Role.AUDITOR]
+    for role in (Role.LOG_SINK, Role.VERDICT_METRICS, Role.OTEL_SINK, Role.HTIR_FEEDER):
+        topic(role.value, t.turn_events, "read")
+        topic(role.value, t.schemas, "read")
+        topic(role.value, t.dlq, "write")
+        own_groups(role.value)
+    topic(Role.HTIR_FEEDER.value, t.htir_traces, "write")
+
+    auditor = Role.AUDITOR.value
     topic(auditor, t.htir_traces, "read")
-    topic(auditor, t.schemas, "read", "write")
+    topic(auditor, t.schemas, "read")
     topic(auditor, t.auditor_observations, "write")
     topic(auditor, t.dlq, "write")
-    group(auditor, f"{prefix}auditor-", prefixed=True)
-    reader_groups(auditor)
+    own_groups(auditor)
 
-    reconciler = user[Role.RECONCILER]
+    reconciler = Role.RECONCILER.value
     topic(reconciler, t.turn_events, "read")
     topic(reconciler, t.schemas, "read")
     topic(reconciler, t.dlq, "read")
     topic(reconciler, stream_heads, "read")
     topic(reconciler, checkpoints, "read")
     topic(reconciler, verify_state, "read", "write")
-    reader_groups(reconciler)
-    group(reconciler, f"{prefix}replay-", prefixed=True)
-    group(reconciler, f"{prefix}verify-", prefixed=True)  # verify --follow
+    own_groups(reconciler)
+    group(reconciler, replay_namespace(prefix), prefixed=True)
+
+    redriver = Role.REDRIVER.value
+    topic(redriver, t.dlq, "read")
+    topic(redriver, t.turn_events, "read", "write")
+    topic(redriver, t.schemas, "read")
+    own_groups(redriver)
 
     for team in subscribers:
         name = subscriber_principal(team)
         topic(name, t.turn_events, "read")
         topic(name, t.schemas, "read")
-        group(name, subscriber_group_prefix(team), prefixed=True)
-        reader_groups(name)
+        own_groups(name)
     return sorted(set(rules))
 
 
 def subscriber_principal(team: str) -> str:
-    return f"subscriber-{team}"
+    return f"{SUBSCRIBER_PREFIX}{team}"
 
 
-def subscriber_group_prefix(team: str) -> str:
-    """The team's groups, as docs/subscribers.md names them: ``<team>-<purpose>``."""
-    return f"{team}-"
+def subscriber_groups(prefix: str, team: str) -> str:
+    """The team's groups, as docs/subscribers.md names them: this, then a purpose."""
+    return namespace(prefix, subscriber_principal(team))
 
 
 def principals(subscribers: Iterable[str] = ()) -> list[str]:
@@ -176,17 +217,63 @@ def upsert_user(
     admin_config: Mapping[str, Any], user: str, password: str, timeout: float = 30.0
 ) -> None:
     """Create or change ``user``'s SCRAM-SHA-512 credential (a new subscriber team's)."""
+    upsert_users(admin_config, {user: password}, timeout)
+
+
+def upsert_users(
+    admin_config: Mapping[str, Any], passwords: Mapping[str, str], timeout: float = 30.0
+) -> None:
+    """Create or change each user's SCRAM-SHA-512 credential, in one request to the
+    cluster: the password travels in the request (over TLS), never on a command line."""
     admin = AdminClient(dict(admin_config))
-    upsertion = UserScramCredentialUpsertion(
-        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode()
-    )
-    try:
-        admin.alter_user_scram_credentials([upsertion])[user].result(timeout=timeout)
-    except KafkaException as exc:
-        text = denial_text(exc.args[0])
-        if text:
-            raise AccessDeniedError(f"cannot add user {user}: {text}") from None
-        raise BrokerError(f"cannot add user {user}: {exc.args[0].str()}") from None
+    upsertions: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode()
+        )
+        for user, password in passwords.items()
+    ]
+    futures = admin.alter_user_scram_credentials(upsertions, request_timeout=timeout)
+    for user, future in futures.items():
+        try:
+            future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            raise BrokerError(f"cannot add user {user}: no answer within {timeout:g} s") from None
+        except KafkaException as exc:
+            text = denial_text(exc.args[0])
+            if text:
+                raise AccessDeniedError(f"cannot add user {user}: {text}") from None
+            raise BrokerError(f"cannot add user {user}: {exc.args[0].str()}") from None
+
+
+def known_users(
+    admin_config: Mapping[str, Any], users: Iterable[str], timeout: float = 10.0
+) -> set[str]:
+    """Which of ``users`` the cluster holds a SCRAM credential of."""
+    admin = AdminClient(dict(admin_config))
+    known: set[str] = set()
+    futures = admin.describe_user_scram_credentials(sorted(users), request_timeout=timeout)
+    for user, future in futures.items():  # type: ignore[union-attr]  # a dict when users are named
+        try:
+            future.result(timeout=timeout)
+        except KafkaException:
+            continue  # RESOURCE_NOT_FOUND: no credential (yet)
+        known.add(user)
+    return known
+
+
+def await_users(
+    admin_config: Mapping[str, Any], users: Iterable[str], timeout: float = 10.0
+) -> None:
+    """Return once the cluster names every one of ``users``' credentials (a credential
+    added is served a moment after the controller took it)."""
+    wanted = set(users)
+    deadline = time.monotonic() + timeout
+    while (missing := wanted - known_users(admin_config, wanted)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if missing:
+        raise BrokerError(
+            f"the cluster does not serve the credentials of {', '.join(sorted(missing))}"
+        )
 
 
 def delete_user(admin_config: Mapping[str, Any], user: str, timeout: float = 30.0) -> None:
@@ -201,12 +288,11 @@ def delete_user(admin_config: Mapping[str, Any], user: str, timeout: float = 30.
 
 
 def writers_of(rules: Iterable[AclRule], topic: str) -> set[str]:
+    """The principals ``rules`` let write ``topic``."""
     return {
         r.principal
         for r in rules
-        if r.resource == "topic"
-        and r.operation == "write"
-        and (r.name == topic or (r.prefixed and topic.startswith(r.name)))
+        if r.resource == "topic" and r.operation == "write" and r.covers(topic)
     }
 
 
@@ -249,96 +335,3 @@ def apply_acls(
                 raise AccessDeniedError(f"cannot create ACLs: {text}") from None
             raise BrokerError(f"cannot create the ACL {acl}: {error.str()}") from None
     return len(rules)
-
-
-# -- why a client was refused ----------------------------------------------------------
-
-_DENIALS = {
-    KafkaError.TOPIC_AUTHORIZATION_FAILED: "not authorized for the topic",
-    KafkaError.GROUP_AUTHORIZATION_FAILED: "not authorized for the consumer group",
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "not authorized for the cluster operation",
-    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "not authorized for the transactional id",
-    KafkaError.SASL_AUTHENTICATION_FAILED: "authentication failed",
-    KafkaError._AUTHENTICATION: "authentication failed",
-    KafkaError._SSL: "TLS failed",
-}
-# Words librdkafka's texts carry when a refusal was wrapped into another error.
-DENIAL_MARKERS = (
-    "AUTHORIZATION_FAILED",
-    "Authorization failed",
-    "not authorized",
-    "SASL authentication error",
-    "Authentication failed",
-    "SSL handshake failed",
-    "certificate verify failed",
-)
-
-
-def denial_text(error: object) -> str | None:
-    """One line saying why the cluster refused (None: not a refusal of access)."""
-    if not isinstance(error, KafkaError):
-        return None
-    what = _DENIALS.get(error.code())
-    if what is None:
-        return None
-    text = " ".join(error.str().split())
-    # The broker's text of a refused forwarded request dumps the whole request.
-    text = text.split("Request(", 1)[0].strip(" :").removesuffix("Request").strip(" :")
-    return f"access denied: {what}" + (f": {text}" if text else "")
-
-
-def is_denial(text: str) -> bool:
-    """Whether an error's text says the cluster refused the client's identity or rights."""
-    return any(marker.lower() in text.lower() for marker in DENIAL_MARKERS)
-
-
-# -- what the configured principal may do, asked before a command starts ----------------
-
-_MAY = {"read": AclOperation.READ, "write": AclOperation.WRITE}
-
-
-def check_topic_access(
-    client_config: Mapping[str, Any],
-    principal: str | None,
-    *,
-    reads: Sequence[str] = (),
-    writes: Sequence[str] = (),
-    timeout: float = 10.0,
-) -> None:
-    """Raise ``AccessDeniedError`` (one line naming the principal, the operation and
-    the topic) when the cluster says the client may not read ``reads`` or write
-    ``writes``. Asked through the topics' authorized operations (KIP-430); a
-    cluster without an authorizer, or a topic that does not exist, passes: the
-    command's own reads and writes then say what is wrong."""
-    wanted = [(t, "read") for t in reads] + [(t, "write") for t in writes]
-    if not wanted:
-        return
-    admin = AdminClient(dict(client_config))
-    names = sorted({t for t, _ in wanted})
-    futures = admin.describe_topics(
-        TopicCollection(names), include_authorized_operations=True, request_timeout=timeout
-    )
-    who = f"User:{principal}" if principal else "this client"
-    allowed: dict[str, set[AclOperation] | None] = {}
-    for name, future in futures.items():
-        try:
-            description = future.result(timeout=timeout)
-        except KafkaException as exc:
-            error = exc.args[0]
-            if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                allowed[name] = set()
-                continue
-            if denial_text(error):
-                raise AccessDeniedError(denial_text(error) or "") from None
-            allowed[name] = None  # unknown topic, timeout: not ours to judge here
-            continue
-        operations = description.authorized_operations
-        allowed[name] = None if operations is None else set(operations)
-    for topic, operation in wanted:
-        ops = allowed.get(topic)
-        if ops is None or _MAY[operation] in ops or AclOperation.ALL in ops:
-            continue
-        raise AccessDeniedError(
-            f"access denied: {who} may not {operation} {topic} "
-            "(turnaudit acls plan shows which principal may)"
-        )

@@ -10,7 +10,6 @@ its rebalances through a ``RebalanceListener`` that speaks partitions, not
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from confluent_kafka import (
 )
 
 from turnaudit.errors import BrokerError
+from turnaudit.kafka.groups import own_group
 from turnaudit.records import ClientError, Record
 from turnaudit.settings import KafkaSettings
 
@@ -119,18 +119,24 @@ class KafkaConsumer:
     ) -> None:
         """``config``: defaults the user's ``TURNAUDIT_KAFKA_OPTIONS`` may change;
         ``fixed``: options the caller's guarantees rest on, which nothing overrides.
-        Without ``group_id`` the consumer gets a group of its own that it never
-        commits to (librdkafka needs one)."""
+        Without ``group_id`` the consumer gets a fresh group in its principal's
+        namespace (``turnaudit.kafka.groups``) that it never commits to (librdkafka
+        needs one)."""
         self.topic = topic
         self._config = settings.client_config(
             *config,
-            **{"group.id": group_id or f"turnaudit-reader-{uuid.uuid4().hex}"},
+            **{"group.id": group_id or own_group(settings, "reader")},
             **({"error_cb": error_callback(on_error)} if on_error is not None else {}),
             **({"stats_cb": on_stats} if on_stats is not None else {}),
             **(fixed or {}),
         )
         self._on_error = on_error
         self._consumer: Consumer | None = None
+
+    @property
+    def group_id(self) -> str:
+        """The consumer group this consumer joins or reads through."""
+        return str(self._config["group.id"])
 
     @property
     def _client(self) -> Consumer:

@@ -15,7 +15,6 @@ group and commits nothing.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.events import occurred_millis
+from turnaudit.kafka.groups import own_group
 from turnaudit.settings import KafkaSettings
 
 # offsets_for_times' answer for a partition with no message at or after the time.
@@ -187,7 +187,7 @@ def _probe(settings: KafkaSettings, topic: str) -> Iterator[Consumer]:
     """A consumer that only asks for offsets (no group joined, nothing committed);
     librdkafka's failures come out as ``BrokerError``."""
     consumer = Consumer(
-        settings.client_config(_QUIET, **{"group.id": f"turnaudit-offsets-{uuid.uuid4().hex}"})
+        settings.client_config(_QUIET, **{"group.id": own_group(settings, "offsets")})
     )
     try:
         yield consumer

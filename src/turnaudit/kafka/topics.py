@@ -17,7 +17,7 @@ from turnaudit.errors import (
     BrokerUnreachableError,
     ConfigurationError,
 )
-from turnaudit.kafka.acls import denial_text
+from turnaudit.kafka.access import denial_text
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.topics")

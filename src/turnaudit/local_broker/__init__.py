@@ -7,9 +7,12 @@ only. One node by default (its files right in the folder); three with
 controller with its own ports, pid and log). With ``security="sasl_ssl"`` its
 client listener speaks SASL/SCRAM-SHA-512 over TLS: a CA and a broker
 certificate are made with the JDK's keytool at first start (``tls/``), every
-principal's password is drawn then (``secrets/<user>.password``, mode 0600) and
-added to the metadata at format time, and the KRaft StandardAuthorizer lets
-only the ``admin`` super user do what no ACL allows.
+principal's password is drawn then (``secrets/<user>.password``, mode 0600); the
+admin's credential is added to the metadata at format time, every other one by
+the admin through the AdminClient once the cluster serves, and no password is
+ever on a command line. The KRaft StandardAuthorizer lets only the ``admin``
+super user do what no ACL allows. The folder is its owner's alone (0700) and
+the nodes run with umask 077.
 """
 
 from turnaudit.local_broker.broker import LocalKafkaBroker

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from turnaudit.errors import BrokerError, ConfigurationError
+from turnaudit.kafka import acls
 from turnaudit.kafka.acls import ADMIN_PRINCIPAL
 from turnaudit.kafka.topics import broker_ids, cluster_answers
 from turnaudit.local_broker import credentials, jvm
@@ -106,21 +107,50 @@ class LocalKafkaBroker:
         for node in self._nodes:
             if (node.data_dir / "meta.properties").exists():
                 continue
+            # The admin's credential is in the metadata from the start: brokers
+            # authenticate to each other with it, and it adds every other user
+            # (``_ensure_users``). Its password goes through a file, never argv.
             scram: list[str] = []
             if self.settings.secured:
-                for user in self.users():
-                    scram += [
-                        "--add-scram",
-                        f"SCRAM-SHA-512=[name={user},password={self._password(user)}]",
-                    ]
+                admin = ADMIN_PRINCIPAL
+                scram = [
+                    "--add-scram",
+                    f"SCRAM-SHA-512=[name={admin},password={self._password(admin)}]",
+                ]
             jvm.format_storage(
                 node, self._classpath(), self.log_config, jvm.cluster_id(self.home), scram
             )
+
+    def _ensure_users(self) -> None:
+        """Every planned principal's SCRAM credential, added by the admin through the
+        AdminClient once the cluster serves (passwords travel in the request, over
+        TLS). Asked at every start: a principal the plan gained since the folder was
+        formatted gets one too; one the cluster holds is left as it is."""
+        config = {**self._admin_config(), "bootstrap.servers": self.bootstrap_servers}
+        users = self.users()[1:]
+        missing = set(users) - acls.known_users(config, users)
+        if missing:
+            acls.upsert_users(config, {user: self._password(user) for user in sorted(missing)})
+            acls.await_users(config, missing)
+
+    def _owner_only(self) -> None:
+        """The cluster's folders are the owner's alone (a folder made by an older
+        version, 0755, too): its segments hold what turns said, its config the
+        admin's password. The nodes' own files are 0600 by their umask."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        for folder in {self.home, *(n.folder for n in self._nodes)}:
+            folder.mkdir(parents=True, exist_ok=True)
+            folder.chmod(0o700)
+        for node in self._nodes:
+            if node.data_dir.exists():
+                node.data_dir.chmod(0o700)
 
     # -- lifecycle -----------------------------------------------------------
     def start(self, timeout: float = 90.0) -> BrokerStatus:
         status = self.status()
         if status.running and status.serving:
+            if self.settings.secured:
+                self._ensure_users()
             return status
         check_layout(self.settings, self.home)
         for node in self._nodes:
@@ -129,8 +159,10 @@ class LocalKafkaBroker:
             for port in (node.port, node.controller_port):
                 if port_open(port):
                     raise BrokerError(f"port {port} on 127.0.0.1 is taken by another program")
+        self._owner_only()
         if self.settings.secured:
-            credentials.ensure_tls(self.tls_dir, self.ca_file, self._password("keystore"))
+            self._password("keystore")  # drawn into its file, which keytool reads
+            credentials.ensure_tls(self.tls_dir, self.ca_file, self.password_file("keystore"))
         write_config(self.settings, self.home, self._nodes, self._password)
         self._format_storage_once()
         procs = {node.node_id: self._launch(node) for node in self._nodes if node.pid() is None}
@@ -144,6 +176,8 @@ class LocalKafkaBroker:
                         f"{node.log_file}:\n" + node.log_tail()
                     )
             if all(port_open(n.port) for n in self._nodes) and self._all_registered():
+                if self.settings.secured:
+                    self._ensure_users()
                 return self.status()
             time.sleep(0.25)
         self.stop()

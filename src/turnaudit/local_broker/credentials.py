@@ -1,6 +1,6 @@
 """The secured cluster's security material: every principal's password, drawn once into
 ``secrets/<user>.password`` (mode 0600), and the CA and broker certificate made with the
-JDK's keytool into ``tls/``."""
+JDK's keytool into ``tls/``. No password is ever put on a command line."""
 
 from __future__ import annotations
 
@@ -37,9 +37,11 @@ def password(secrets_dir: Path, user: str) -> str:
     return value
 
 
-def ensure_tls(tls_dir: Path, ca_file: Path, store_password: str) -> None:
+def ensure_tls(tls_dir: Path, ca_file: Path, store_password_file: Path) -> None:
     """A CA and a broker certificate (127.0.0.1, localhost) signed by it, made
-    with keytool once; clients trust ``tls/ca.pem``."""
+    with keytool once; clients trust ``tls/ca.pem``. keytool reads the stores'
+    password from ``store_password_file`` (``-storepass:file``): never on its
+    command line, which any local user may read."""
     if (tls_dir / "broker.p12").exists() and ca_file.exists():
         return
     keytool = require_tool(
@@ -53,7 +55,14 @@ def ensure_tls(tls_dir: Path, ca_file: Path, store_password: str) -> None:
     broker_pem = tls_dir / "broker.pem"
     for stale in (ca_store, broker_store, csr, broker_pem, ca_file, tls_dir / "truststore.p12"):
         stale.unlink(missing_ok=True)
-    common = ["-storetype", "PKCS12", "-storepass", store_password, "-keypass", store_password]
+    common = [
+        "-storetype",
+        "PKCS12",
+        "-storepass:file",
+        str(store_password_file),
+        "-keypass:file",
+        str(store_password_file),
+    ]
     steps: list[list[str]] = [
         [
             "-genkeypair",

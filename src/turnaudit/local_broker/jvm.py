@@ -4,6 +4,7 @@ resolves, the storage format (cluster id, SCRAM users) and a node's process."""
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import subprocess
 import uuid
@@ -69,34 +70,57 @@ def cluster_id(home: Path) -> str:
     return value
 
 
+# Every file a node writes is its owner's alone (segments hold what turns said):
+# the JVM creates files 0666 and folders 0777 less this mask.
+OWNER_ONLY_UMASK = 0o077
+
+
 def format_storage(
     node: Node, classpath: str, log_config: Path, cluster: str, scram: Sequence[str]
 ) -> None:
-    """Format one node's storage (the caller skips a node already formatted)."""
-    result = subprocess.run(
-        [
-            java(),
-            "-cp",
-            classpath,
-            f"-Dlog4j2.configurationFile={log_config}",
-            "kafka.tools.StorageTool",
-            "format",
-            "-t",
-            cluster,
-            "-c",
-            str(node.config_file),
-            *scram,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    """Format one node's storage (the caller skips a node already formatted).
+
+    The storage tool's arguments, ``--add-scram`` with its password among them,
+    go through a java argument file (``@file``, mode 0600, removed after): the
+    launcher reads them, so no password is on the command line another local
+    user can read in the process list. ``-XX:-UsePerfData`` keeps them out of
+    the JVM's shared performance file too."""
+    argfile = node.folder / "format.args"
+    arguments = ["kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(node.config_file)]
+    argfile.unlink(missing_ok=True)
+    fd = os.open(argfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.writelines(_argfile_line(a) for a in [*arguments, *scram])
+    try:
+        result = subprocess.run(
+            [
+                java(),
+                "-XX:-UsePerfData",
+                "-cp",
+                classpath,
+                f"-Dlog4j2.configurationFile={log_config}",
+                f"@{argfile}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            umask=OWNER_ONLY_UMASK,
+        )
+    finally:
+        argfile.unlink(missing_ok=True)
     if result.returncode != 0:
         raise BrokerError(f"formatting Kafka storage failed: {result.stdout}{result.stderr}")
 
 
+def _argfile_line(argument: str) -> str:
+    """One argument of a java ``@file``, quoted (the launcher unquotes it)."""
+    return '"' + argument.replace("\\", "\\\\").replace('"', '\\"') + '"\n'
+
+
 def launch(node: Node, heap: str, classpath: str, log_config: Path) -> subprocess.Popen[bytes]:
-    with open(node.log_file, "ab") as log:
+    """Start a node; every file and folder it creates is its owner's alone."""
+    fd = os.open(node.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "ab") as log:
         proc = subprocess.Popen(
             [
                 java(),
@@ -114,6 +138,7 @@ def launch(node: Node, heap: str, classpath: str, log_config: Path) -> subproces
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # outlives the CLI that started it
+            umask=OWNER_ONLY_UMASK,
         )
     node.pid_file.write_text(str(proc.pid))
     return proc

@@ -9,7 +9,7 @@ A replay is bounded, isolated, deterministic, resumable and scales out:
 * **Isolated**: one consumer is assigned every partition of the range by hand
   with explicit offsets; nothing joins or commits to any consumer group (a
   ``group`` replay, :func:`replay_group`, uses a group of its own, named
-  ``turnaudit-replay.NAME``).
+  ``<prefix>replay.NAME``).
 * **Ordered, deterministic**: each partition by offset; partitions interleave
   in blocks of ``BLOCK_MESSAGES`` messages in ascending partition order
   (partition 0's first block, partition 1's first block, …, then every
@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from turnaudit.replay.canonical import canonical_json
 from turnaudit.replay.checkpoint import CheckpointJson, ReplayCheckpoint
 from turnaudit.replay.files import fsync_path, open_for_resume, write_atomically
-from turnaudit.replay.group import GROUP_PREFIX, replay_group
+from turnaudit.replay.group import group_id, replay_group
 from turnaudit.replay.jsonl import JsonlOutput, jsonl_line
 from turnaudit.replay.order import BLOCK_MESSAGES, BlockOrder
 from turnaudit.replay.outputs import (
@@ -68,7 +68,6 @@ from turnaudit.replay.run import BatchHook, ReplaySummary, replay
 __all__: Sequence[str] = (
     "BLOCK_MESSAGES",
     "CHECKPOINT_SUFFIX",
-    "GROUP_PREFIX",
     "READER_CONFIG",
     "BatchHook",
     "BlockOrder",
@@ -86,6 +85,7 @@ __all__: Sequence[str] = (
     "ReplayTarget",
     "canonical_json",
     "fsync_path",
+    "group_id",
     "jsonl_line",
     "open_for_resume",
     "parse_partitions",

@@ -1,7 +1,8 @@
 """Several replay processes sharing one range through Kafka: a consumer group of their own.
 
 The processes (same arguments and group name, each its own output) join the
-consumer group ``turnaudit-replay.NAME``, which no live service uses. Kafka
+consumer group ``<prefix>replay.NAME`` (``turnaudit.kafka.groups``: the
+reconciler's namespace, which no live service's group falls under). Kafka
 assigns the partitions; on assignment a member starts each partition at the
 group's committed offset, or, for a partition no member has held yet, at the
 range's start, and records that partition's bound (start and end, as resolved
@@ -29,6 +30,7 @@ from pathlib import Path
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.kafka.admin import GroupAdmin
 from turnaudit.kafka.consumer import KafkaConsumer
+from turnaudit.kafka.groups import replay_group_id
 from turnaudit.records import Record
 from turnaudit.replay.checkpoint import ReplayCheckpoint
 from turnaudit.replay.outputs import ReplayOutput
@@ -45,8 +47,15 @@ from turnaudit.replay.run import (
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
-GROUP_PREFIX = "turnaudit-replay."
 _BOUND_TAG = "turnaudit-replay/1"
+
+
+def group_id(prefix: str, name: str) -> str:
+    """The consumer group of ``replay --group NAME``; ``ConfigurationError`` for a
+    name that cannot be one."""
+    if not name or any(c.isspace() for c in name):
+        raise ConfigurationError(f"--group {name!r}: a name without spaces")
+    return replay_group_id(prefix, name)
 
 
 def bound_metadata(fingerprint: str, start: int, end: int) -> str:
@@ -83,7 +92,7 @@ class GroupMember:
         self.output = output
         self.local = local
         self.checkpoint = checkpoint
-        self.group = GROUP_PREFIX + group
+        self.group = group_id(settings.topics.prefix, group)
         self.bounds: dict[int, tuple[int, int]] = {}
         self.next: dict[int, int] = {}
         self.error: str | None = None
@@ -290,8 +299,7 @@ def replay_group(
     resumable outputs (``jsonl``, ``logs``, ``topic``): a whole-range output
     is computed in one process.
     """
-    if not group or any(c.isspace() for c in group):
-        raise ConfigurationError(f"--group {group!r}: a name without spaces")
+    group_id(settings.topics.prefix, group)  # a bad name fails before any work
     run = Prologue.of(
         settings,
         decode,

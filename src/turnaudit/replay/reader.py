@@ -9,11 +9,11 @@ which says what comes out next and which partitions to pause.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.consumer import KafkaConsumer
+from turnaudit.kafka.groups import own_group
 from turnaudit.records import Record
 from turnaudit.replay.checkpoint import ReplayCheckpoint
 from turnaudit.replay.order import BlockOrder
@@ -57,7 +57,7 @@ class OrderedReader:
             self._settings,
             topic,
             READER_CONFIG,
-            group_id=f"turnaudit-replay-reader-{uuid.uuid4().hex}",
+            group_id=own_group(self._settings, "replay-reader"),
         )
         try:
             consumer.assign(order.starts)

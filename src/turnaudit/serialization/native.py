@@ -1,4 +1,4 @@
-"""The native Avro decoder and encoder (the Rust crate in ``native/``, module ``turnaudit_native``).
+"""The native Avro decoder and encoder (the crate in ``native/``, module ``turnaudit._native``).
 
 Every shipped writer schema is compiled once into a ``Decoder`` that turns a
 message body into exactly the dict fastavro's ``schemaless_reader`` gives for
@@ -23,10 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    import turnaudit_native as _native
+    from turnaudit import _native
 except ImportError as exc:  # pragma: no cover - the environment, not the code
     raise ImportError(
-        "turnaudit's native decoder (module turnaudit_native, crate native/) is not "
+        "turnaudit's native decoder (module turnaudit._native, crate native/) is not "
         "installed: run `make setup` (it needs Rust's cargo >= 1.95, https://rustup.rs)"
     ) from exc
 

@@ -28,7 +28,12 @@ from turnaudit.errors import TurnAuditError
 from turnaudit.kafka.errors import ClientException
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
-from turnaudit.serialization.schemas import WriterSchema, schema_from_json
+from turnaudit.serialization.schemas import (
+    SchemaCatalog,
+    WriterSchema,
+    schema_from_json,
+    shipped_schemas,
+)
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.schema_topic")
@@ -45,6 +50,15 @@ def announce_schema(
     record per key.
     """
     produce(topic, schema.schema_json.encode(), schema.fingerprint_hex.encode())
+
+
+def announced_schemas(turn_events: SchemaCatalog, *, registered: bool) -> list[WriterSchema]:
+    """What the runtime's publisher announces, as the schemas topic's one writer: every
+    shipped writer schema of the other record types (HTIR traces, auditor observations:
+    always single-object framing, written by principals that may not write the schemas
+    topic), and the turn events' own catalog unless a schema registry holds it."""
+    others = [s for s in shipped_schemas() if s.name != turn_events.name]
+    return ([] if registered else list(turn_events.versions)) + others
 
 
 class UnusableRecord(enum.StrEnum):

@@ -22,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from turnaudit.identity import StreamId
+from turnaudit.logconfig import cli_log_level, configure_cli_logging
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -136,7 +137,11 @@ def verify_in_jobs(
                 for n, part in enumerate(partition_sets(start, end, jobs))
             ]
             context = multiprocessing.get_context("spawn")
-            with context.Pool(len(planned)) as pool:
+            # A spawned job starts with structlog's defaults (stdout): it logs as the
+            # command does, so a --json report on stdout stays JSON alone.
+            with context.Pool(
+                len(planned), initializer=configure_cli_logging, initargs=(cli_log_level(),)
+            ) as pool:
                 for part in pool.imap(run_job, planned):
                     merged.absorb(part)
             # Jobs read partitions apart, so their ids rarely meet: the files are taken over

@@ -29,7 +29,7 @@ def test_make_test_builds_the_collector_into_an_ignored_folder() -> None:
     ).stdout.split()
     assert sorted(tracked) == sorted(
         f"deploy/otelcol/{name}"
-        for name in ("main.go", "components.go", "go.mod", "go.sum", "config.yaml")
+        for name in ("main.go", "components.go", "go.mod", "go.sum", "config.yaml", "Dockerfile")
     )
 
 

@@ -8,8 +8,8 @@ import yaml
 
 from tests.support import PROJECT_ROOT
 from turnaudit.consumers.settings import ServiceName, ServiceSettings, default_group_id
-from turnaudit.kafka.acls import READER_GROUP_PREFIXES
-from turnaudit.replay.group import GROUP_PREFIX
+from turnaudit.kafka.acls import SERVICE_GROUPS, subscriber_groups
+from turnaudit.kafka.groups import namespace, replay_group_id
 from turnaudit.settings import DEFAULT_TOPIC_PREFIX
 
 GUIDE = (PROJECT_ROOT / "docs/subscribers.md").read_text()
@@ -19,6 +19,7 @@ SECTION = GUIDE.split("## Consumer groups", 1)[1].split("\n## ", 1)[0]
 def test_the_guide_lists_every_service_group_by_its_default() -> None:
     listed = re.findall(r"^\s*\| `<prefix>([\w-]+)` \(`([^`]+)`\)", SECTION, re.M)
     assert {name for name, _ in listed} == {service.value for service in ServiceName}
+    assert {name for name, _ in listed} == set(SERVICE_GROUPS)  # the plan grants these
     for name, example in listed:
         service = ServiceName(name)
         assert example == default_group_id(DEFAULT_TOPIC_PREFIX, service)
@@ -26,11 +27,14 @@ def test_the_guide_lists_every_service_group_by_its_default() -> None:
         assert settings.group_id == example  # the default when TURNAUDIT_GROUP_ID is unset
 
 
-def test_the_guide_names_the_replay_and_reader_groups() -> None:
-    assert f"`{GROUP_PREFIX}NAME`" in SECTION
-    for prefix in READER_GROUP_PREFIXES:
-        assert f"`{prefix}`" in SECTION
-    assert "turnaudit-log-sink" not in GUIDE  # not a group anything uses
+def test_the_guide_names_the_subscriber_replay_and_reader_groups() -> None:
+    assert subscriber_groups("<prefix>", "<team>") + "<purpose>" in SECTION
+    assert f"`{replay_group_id('<prefix>', 'NAME')}`" in SECTION
+    assert f"`{namespace('<prefix>', '<user>')}`" in SECTION
+    for purpose in ("reader-", "offsets-", "replay-reader-", "auditor-run-"):
+        assert purpose in SECTION
+    assert "turnaudit-reader-" not in GUIDE  # no group anything uses any more
+    assert "turnaudit-replay." not in GUIDE
 
 
 def test_compose_runs_the_services_in_their_default_groups() -> None:
@@ -42,3 +46,6 @@ def test_compose_runs_the_services_in_their_default_groups() -> None:
         if "--group-id" in command:
             group = command[command.index("--group-id") + 1]
             assert group == default_group_id(prefix, ServiceName.AUDITOR_WORKER), name
+    secure = (PROJECT_ROOT / "docker-compose.secure.yml").read_text()  # an override: no groups
+    assert "GROUP_ID" not in secure
+    assert "--group-id" not in secure

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.kafka import offsets
+from turnaudit.kafka.groups import ANONYMOUS, namespace
 from turnaudit.kafka.offsets import (
     NO_OFFSET,
     RangeSpec,
@@ -22,7 +23,7 @@ from turnaudit.kafka.offsets import (
     check_partitions,
     plan_range,
 )
-from turnaudit.settings import KafkaSettings
+from turnaudit.settings import DEFAULT_TOPIC_PREFIX, KafkaSettings
 
 
 @st.composite
@@ -152,7 +153,10 @@ class FakeConsumer:
     closed = 0
 
     def __init__(self, config: dict[str, Any]) -> None:
-        assert config["group.id"].startswith("turnaudit-offsets-")
+        # A throwaway group in the client's own namespace (no SASL user: anonymous).
+        assert config["group.id"].startswith(
+            namespace(DEFAULT_TOPIC_PREFIX, ANONYMOUS) + "offsets-"
+        )
 
     def list_topics(self, topic: str, timeout: float) -> _Metadata:
         return _Metadata({"turns": _Topic(sorted(self.log))} if topic == "turns" else {})

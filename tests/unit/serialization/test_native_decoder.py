@@ -338,7 +338,7 @@ def test_a_missing_native_module_is_one_clear_error() -> None:
     import sys  # noqa: PLC0415
 
     code = (
-        "import sys; sys.modules['turnaudit_native'] = None\n"
+        "import sys; sys.modules['turnaudit._native'] = None\n"
         "try:\n    import turnaudit.serialization.native\n"
         "except ImportError as exc:\n    print(exc)\n"
     )

@@ -1,4 +1,4 @@
-"""Type stubs of the native decoder and encoder (the crate in native/)."""
+"""Type stubs of `turnaudit._native`, the crate in native/: decoder, encoder, tracker, spill."""
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
