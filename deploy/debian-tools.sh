@@ -43,6 +43,10 @@ while [ $# -gt 0 ] && [ "$1" != -- ]; do packages+=("$1"); shift; done
 
 mkdir -p "$tools"
 tools=$(cd "$tools" && pwd)
+if command -v flock >/dev/null; then  # make -j: one fetch at a time shares the lists and root/
+  exec 8>"$tools/.lock"
+  flock 8
+fi
 apt=()
 if [ "$(id -u)" -eq 0 ]; then
   # apt downloads as its _apt user when run as root; that user cannot write into TOOLS.
