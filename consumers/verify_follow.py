@@ -84,16 +84,23 @@ class FollowValidation(Validation):
                 m.reread.inc()
             return ConsumedTurn(_UNDECODABLE, IN_ORDER, topic, partition, offset)
         now = self._clock()
+        fingerprint = self._decode.writer_fingerprint(decoded)
         try:
             outcome, breaches = state.observe(
-                partition, offset, key, value or b"", event=decoded.event, now=now
+                partition,
+                offset,
+                key,
+                value or b"",
+                event=decoded.event,
+                now=now,
+                fingerprint=fingerprint,
             )
         except (KeyError, TypeError, ValueError):
             state.undecodable(partition, offset)
             m.undecodable.inc()
             return ConsumedTurn(_UNDECODABLE, IN_ORDER, topic, partition, offset)
-        if self._trust is not None and outcome not in ("reread", "legacy"):
-            self._trust.observe(partition, decoded.event, value or b"", now)
+        if self._trust is not None and outcome != "reread":  # v1/v2 turns are judged too
+            self._trust.observe(partition, decoded.event, value or b"", now, fingerprint)
         _count(m, outcome, breaches)
         return ConsumedTurn(decoded, IN_ORDER, topic, partition, offset)
 

@@ -61,11 +61,16 @@ class TrustFeed:
 
     # -- the loop's side ---------------------------------------------------------------
     def observe(
-        self, partition: int, event: Mapping[str, object], value: bytes, now: float
+        self,
+        partition: int,
+        event: Mapping[str, object],
+        value: bytes,
+        now: float,
+        fingerprint: bytes | None = None,
     ) -> None:
         producer = event.get("producer_id") or LEGACY_PRODUCER
         sequence = event.get("sequence")
-        if producer == LEGACY_PRODUCER or not isinstance(sequence, int):
+        if not isinstance(sequence, int):
             return
         # The grace runs from arrival, not occurred_at: a turn published late (spooled)
         # is still signed within the publisher's interval of being handed on.
@@ -74,8 +79,9 @@ class TrustFeed:
                 (str(event["session_id"]), str(producer)),
                 partition,
                 sequence,
-                chain_hash(value),
+                chain_hash(value, fingerprint),
                 int(now * 1000),
+                schema="" if fingerprint is None else fingerprint.hex(),
             )
 
     def sweep(self, event_time_ms: Mapping[int, int]) -> bool:

@@ -41,8 +41,8 @@ from turnaudit.verdicts import (
 
 log = structlog.get_logger("turnaudit.adapter")
 
-LATEST_SCHEMA_VERSION = 4
-SHIPPED_SCHEMA_VERSIONS = (1, 2, 3, 4)
+LATEST_SCHEMA_VERSION = 5
+SHIPPED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 
 
 def inject_hedge(surface: str, hedge_prefix: str) -> str:
@@ -310,6 +310,10 @@ class TurnEventBuilder:
             event["trace_context"] = None if trace is None else trace.to_avro()
             event["response_id"] = ctx.response_id
             event["model"] = None if ctx.model is None else ctx.model.to_avro()
+        if self.schema_version >= 5:
+            # The publisher writes its head interval here; sealing is not built yet.
+            event["liveness_interval_ms"] = None
+            event["sealed"] = None
         return event
 
 

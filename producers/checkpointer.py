@@ -14,7 +14,7 @@ hole in it by this publisher).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import structlog
@@ -64,6 +64,7 @@ class Checkpointer:
         producer_id: str,
         producer: CheckpointProducer,
         prefix: str,
+        schemas: Callable[[], Iterable[bytes]] = tuple,
     ) -> None:
         if settings.key is None:
             raise ValueError("a checkpointer needs a signing key")
@@ -72,6 +73,8 @@ class Checkpointer:
         self.max_turns = settings.max_turns
         self.producer_id = producer_id
         self._producer = producer
+        # The writer schemas the publisher wrote turns with so far (read at signing).
+        self._schemas = schemas
         self._topic = checkpoints_topic(prefix)
         self._pending: dict[StreamId, StreamHead] = {}
         self._turns = 0
@@ -125,6 +128,7 @@ class Checkpointer:
                 interval_ms=round(self.interval_s * 1000),
                 max_turns=self.max_turns,
                 heads=heads,
+                schemas=tuple(sorted({fp.hex() for fp in self._schemas()})),
             ),
             self._key,
         )

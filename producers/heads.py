@@ -13,6 +13,14 @@ background thread announces every pending file's heads on the compacted
 line, False when the predecessor was cut by a crash) and deletes the file
 once the broker acknowledged them all; retried until then.
 
+Liveness: every ``liveness_interval_s`` (``TURNAUDIT_LIVENESS_INTERVAL_S``, default 10 s;
+the first at start) the same thread announces, without waiting for the broker, the heads
+that advanced since its last announcement as ``open`` and the publisher's ``Liveness``
+record; a clean close announces the heads ``ended`` and the liveness ``closed``. A
+publisher killed and never restarted (or restarted on an empty volume) stops announcing:
+readers judge it vanished once silent past the bound ``turnaudit.stream_heads`` states,
+and count its open streams' announced turns that never reached the stream.
+
 With a signing key, the same thread also feeds the publisher's ``Checkpointer``
 (``turnaudit.producers.checkpointer``): the heads that changed, and the count of turns
 ``publish()`` handed on (it wakes the thread early once a checkpoint's count of turns is
@@ -39,12 +47,14 @@ import structlog
 from turnaudit.files import private_fd
 from turnaudit.kafka.producer import DeliveredMessage, DeliveryError, KafkaProducer
 from turnaudit.producers.checkpointer import Checkpointer
-from turnaudit.stream_heads import HeadAnnouncement, StreamHead, stream_heads_topic
+from turnaudit.producers.producer_config import env_seconds
+from turnaudit.stream_heads import HeadAnnouncement, Liveness, StreamHead, stream_heads_topic
 
 log = structlog.get_logger("turnaudit.publisher")
 
 HEADS_FILE = "heads.jsonl"
 DEFAULT_HEAD_INTERVAL_S = 0.2
+DEFAULT_LIVENESS_INTERVAL_S = 10.0
 ANNOUNCE_RETRY_S = 5.0
 # The background thread's announcements wait for the cluster in slices this long, so that
 # close() (which sets the thread's stop) is never held by a cluster that does not answer.
@@ -109,13 +119,26 @@ class HeadsFile:
         directory: Path,
         *,
         producer_id: str,
-        interval_s: float,
+        interval_s: float | None,
         lock: threading.Lock,
         announcer: KafkaProducer | None,
         prefix: str,
         checkpointer: Checkpointer | None = None,
+        liveness_interval_s: float | None = None,
     ) -> None:
+        # None: TURNAUDIT_HEAD_INTERVAL_S and TURNAUDIT_LIVENESS_INTERVAL_S, else defaults.
+        if interval_s is None:
+            interval_s = env_seconds("TURNAUDIT_HEAD_INTERVAL_S", DEFAULT_HEAD_INTERVAL_S)
+        if liveness_interval_s is None:
+            liveness_interval_s = env_seconds(
+                "TURNAUDIT_LIVENESS_INTERVAL_S", DEFAULT_LIVENESS_INTERVAL_S
+            )
+        interval_s = max(interval_s, 0.001)
         self.directory = directory
+        self.liveness_interval_s = liveness_interval_s
+        self._unannounced: dict[Stream, StreamHead] = {}  # advanced since the last liveness
+        self._next_liveness = 0.0  # the first at start
+        self.liveness_announced = 0
         self.path = directory / HEADS_FILE
         self.interval_s = interval_s
         self.producer_id = producer_id
@@ -159,6 +182,8 @@ class HeadsFile:
                 if self.checkpointer is not None:
                     self.checkpointer.tick()
                     self.wake_at = self.checkpointer.turns_left()
+                if time.monotonic() >= self._next_liveness:
+                    self.announce_liveness()
                 if time.monotonic() >= next_announce:
                     if not self.announce_pending(stop=self._closing):
                         next_announce = time.monotonic() + ANNOUNCE_RETRY_S
@@ -183,10 +208,41 @@ class HeadsFile:
             )
             advanced.append(head)
             lines.append(head_line(head))
+            self._unannounced[(session, producer)] = head
         os.write(self._fd, b"".join(lines))
         self.writes += 1
         if self.checkpointer is not None:
             self.checkpointer.advance(advanced, turns)
+
+    def announce_liveness(self) -> None:
+        """The heads advanced since the last announcement, as ``open``, and this
+        publisher's liveness: handed to the producer, never waited for (a broker that is
+        away delays them; its client delivers them once it is back)."""
+        self._next_liveness = time.monotonic() + self.liveness_interval_s
+        if self._announcer is None:
+            return
+        interval_ms = round(self.interval_s * 1000)
+        heads, self._unannounced = self._unannounced, {}
+        try:
+            for head in heads.values():
+                note = HeadAnnouncement(head, False, interval_ms, self.producer_id, open=True)
+                self._announcer.produce(self._topic, note.encode(), note.key(), on_full="raise")
+            value, key = self._liveness(closed=False)
+            self._announcer.produce(self._topic, value, key, on_full="raise")
+            self._announcer.poll(0)
+            self.liveness_announced += 1
+        except Exception as exc:  # a full client queue: the heads go with the next one
+            self._unannounced = {**heads, **self._unannounced}
+            log.warning("liveness_not_announced", error=repr(exc))
+
+    def _liveness(self, *, closed: bool) -> tuple[bytes, bytes]:
+        note = Liveness(
+            self.producer_id,
+            int(time.time() * 1000),
+            round(self.liveness_interval_s * 1000),
+            closed=closed,
+        )
+        return note.encode(), note.key()
 
     def pending_files(self) -> list[Path]:
         return sorted(self.directory.glob("heads-*.pending"))
@@ -249,4 +305,8 @@ class HeadsFile:
         )
         if not recorded.heads or self._announce(recorded, timeout):
             self.path.unlink(missing_ok=True)
+            if self._announcer is not None:  # the final note: closed, not vanished
+                value, key = self._liveness(closed=True)
+                self._announcer.produce(self._topic, value, key, on_full="raise")
+                self._announcer.flush(timeout)
         self.announce_pending(timeout=min(timeout, 2.0))

@@ -15,6 +15,10 @@ it, and a killed process loses it. With it (``TURNAUDIT_PUBLISH_JOURNAL=1`` or
   segment whose every ticket is acknowledged is deleted: the journal is truncated
   up to its acknowledged prefix as it goes. A clean ``close()`` deletes the rest
   (everything left is delivered, spooled or rejected by then).
+* Acknowledgements are written too, into their segment, with the next group
+  commit's write or, when no turn comes, within ``ACK_FLUSH_S``: after a crash only
+  the turns not acknowledged are re-sent, plus at most those acknowledged in the
+  last ``ACK_FLUSH_S`` (or since the last commit) before it.
 * Should the journal's disk fail, the error is logged and the publisher goes on
   as in the default mode (the turn waiting is handed over without it).
 * After a crash the next publisher on the same spool directory (in either mode)
@@ -23,21 +27,15 @@ it, and a killed process loses it. With it (``TURNAUDIT_PUBLISH_JOURNAL=1`` or
   is sent twice: the copy has the same event id and stream position, and readers
   count it once.
 
-Records are framed ``magic | length | crc32 | payload``; reading stops at the first
-record that is incomplete or fails its check (a torn write at the tail, or
-garbage after it) and never raises: what a crash cut off is dropped, never
-returned in part.
+The files' records: ``turnaudit.producers.journal_records``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import struct
 import threading
-import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -45,6 +43,14 @@ import structlog
 
 from turnaudit.errors import ConfigurationError, EventRefusedError
 from turnaudit.files import private_dir, private_fd
+from turnaudit.producers.journal_records import (
+    SUFFIX,
+    JournalEntry,
+    frame,
+    frame_acks,
+    left_journals,
+    recover,
+)
 from turnaudit.producers.ordering import in_stream_order
 from turnaudit.producers.spool import SpooledMessage, open_spool
 
@@ -53,11 +59,8 @@ log = structlog.get_logger("turnaudit.publisher")
 JOURNAL_ENV = "TURNAUDIT_PUBLISH_JOURNAL"
 GROUP_WINDOW_S = 0.0  # extra wait for more turns to share a commit's fsync
 SEGMENT_ENTRIES = 4096
-_MAGIC = b"TJ"
-_HEAD = struct.Struct(">2sII")  # magic, payload length, crc32 of the payload
-_PAYLOAD = struct.Struct(">HI")  # topic length, key length; the value is the rest
-_MAX_PAYLOAD = 64 * 1024 * 1024  # a length above this is garbage, not a record
-_SUFFIX = ".journal"
+# Acknowledgements wait at most this long for a group commit to carry them to disk.
+ACK_FLUSH_S = 0.1
 
 
 def journal_from_env(default: bool = False) -> bool:
@@ -70,80 +73,6 @@ def journal_from_env(default: bool = False) -> bool:
     if raw in {"0", "false", "no", "off"}:
         return False
     raise ConfigurationError(f"{JOURNAL_ENV}={raw!r}: expected 1 or 0")
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
-    topic: str
-    key: bytes
-    value: bytes
-
-
-def frame(entry: JournalEntry) -> bytes:
-    topic = entry.topic.encode()
-    payload = _PAYLOAD.pack(len(topic), len(entry.key)) + topic + entry.key + entry.value
-    return _HEAD.pack(_MAGIC, len(payload), zlib.crc32(payload)) + payload
-
-
-def parse(data: bytes) -> tuple[list[JournalEntry], int]:
-    """The whole records at the start of ``data`` and the length they take; the rest
-    (a torn write, garbage) is left out. Never raises."""
-    entries: list[JournalEntry] = []
-    at = 0
-    while at + _HEAD.size <= len(data):
-        magic, size, crc = _HEAD.unpack_from(data, at)
-        start, end = at + _HEAD.size, at + _HEAD.size + size
-        if magic != _MAGIC or size > _MAX_PAYLOAD or end > len(data) or size < _PAYLOAD.size:
-            break
-        payload = data[start:end]
-        if zlib.crc32(payload) != crc:
-            break
-        tlen, klen = _PAYLOAD.unpack_from(payload)
-        body = _PAYLOAD.size
-        if body + tlen + klen > size:
-            break
-        try:
-            topic = payload[body : body + tlen].decode()
-        except UnicodeDecodeError:
-            break
-        key = payload[body + tlen : body + tlen + klen]
-        entries.append(JournalEntry(topic, key, payload[body + tlen + klen :]))
-        at = end
-    return entries, at
-
-
-def read_journal(path: Path) -> list[JournalEntry]:
-    """A journal file's whole records; a torn tail is cut back off the file."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        log.error("journal_unreadable", path=str(path), error=str(exc))
-        return []
-    entries, good = parse(data)
-    if good < len(data):
-        log.warning("journal_torn_tail_cut", path=str(path), kept=good, dropped=len(data) - good)
-        try:
-            os.truncate(path, good)
-        except OSError as exc:
-            log.error("journal_not_cut", path=str(path), error=str(exc))
-    return entries
-
-
-def left_journals(directory: Path) -> list[Path]:
-    """Journal segments a previous publisher left, oldest first (name order)."""
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.iterdir() if p.name.endswith(_SUFFIX))
-
-
-def recover(directory: Path) -> tuple[list[JournalEntry], list[Path]]:
-    """Every entry of the journals left in ``directory`` (in journal order) and their
-    files, to delete once the entries are safe in the spool."""
-    files = left_journals(directory)
-    entries: list[JournalEntry] = []
-    for path in files:
-        entries.extend(read_journal(path))
-    return entries, files
 
 
 class _Pending:
@@ -177,6 +106,7 @@ class Journal:
         self.committed = 0  # tickets below this are fsynced and handed over
         self.commits = 0  # fsyncs done (each a group of turns)
         self._acked: dict[int, int] = {}  # segment -> acknowledged tickets in it
+        self._unsaved: dict[int, list[int]] = {}  # segment -> acknowledged, not yet on disk
         self._fd: int | None = None
         self._fd_segment = -1
         self._closed = False
@@ -207,17 +137,22 @@ class Journal:
 
     # -- acknowledgements (delivery reports, the spool) -----------------------------
     def ack(self, ticket: int) -> None:
-        segment = ticket // self._segment_entries
+        segment, index = divmod(ticket, self._segment_entries)
         with self._cond:
             done = self._acked.get(segment, 0) + 1
             self._acked[segment] = done
             full = done >= self._segment_entries and segment != self._fd_segment
+            if not full:  # written with the next commit (a deleted segment needs none)
+                if not self._unsaved:
+                    self._cond.notify_all()  # the committer's idle wait gets a deadline
+                self._unsaved.setdefault(segment, []).append(index)
         if full:
             self._drop(segment)
 
     def _drop(self, segment: int) -> None:
         with self._cond:
             self._acked.pop(segment, None)
+            self._unsaved.pop(segment, None)
         try:
             self._path(segment).unlink(missing_ok=True)
         except OSError as exc:
@@ -228,15 +163,23 @@ class Journal:
         while True:
             with self._cond:
                 while not self._pending.entries and not self._closed:
-                    self._cond.wait()
+                    if self._unsaved:  # no commit to carry them: written within ACK_FLUSH_S
+                        if not self._cond.wait(ACK_FLUSH_S) and not self._pending.entries:
+                            break
+                    else:
+                        self._cond.wait()
                 if not self._pending.entries and self._closed:
                     return
-            if self._window_s > 0:  # turns published meanwhile share this fsync
+            if self._pending.entries and self._window_s > 0:  # turns meanwhile share the fsync
                 threading.Event().wait(self._window_s)
             with self._cond:
                 group, self._pending = self._pending, _Pending()
+                acks, self._unsaved = self._unsaved, {}
             try:
-                self._write(group)
+                if not group.entries:
+                    self._write_acks(acks)
+                    continue
+                self._write(group, acks)
             except OSError as exc:
                 log.critical("journal_write_failed", error=str(exc))
                 with self._cond:
@@ -249,11 +192,16 @@ class Journal:
                 self.commits += 1
                 self._cond.notify_all()
 
-    def _write(self, group: _Pending) -> None:
-        # One write and one fsync per segment the group touches (almost always one).
+    def _write(self, group: _Pending, acks: dict[int, list[int]]) -> None:
+        # One write and one fsync per segment the group touches (almost always one),
+        # carrying that segment's acknowledgements; others' go to their own segments.
         by_segment: dict[int, list[bytes]] = {}
         for (ticket, _), data in zip(group.entries, group.frames, strict=True):
             by_segment.setdefault(ticket // self._segment_entries, []).append(data)
+        for segment, frames in by_segment.items():
+            if segment in acks:
+                frames.insert(0, frame_acks(acks.pop(segment)))
+        self._write_acks(acks)
         for segment, frames in by_segment.items():
             fd = self._segment_fd(segment)
             size = os.fstat(fd).st_size
@@ -270,6 +218,25 @@ class Journal:
                     os.ftruncate(fd, size)
                 raise
 
+    def _write_acks(self, acks: dict[int, list[int]]) -> None:
+        """Acknowledgements into their segments (one write and fsync each). A segment
+        already deleted (all acknowledged) needs none: it is not created again."""
+        for segment, indexes in acks.items():
+            record = frame_acks(indexes)
+            if segment == self._fd_segment and self._fd is not None:
+                os.write(self._fd, record)
+                os.fsync(self._fd)
+                continue
+            try:
+                fd = os.open(self._path(segment), os.O_WRONLY | os.O_APPEND)
+            except FileNotFoundError:
+                continue
+            try:
+                os.write(fd, record)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
     def _segment_fd(self, segment: int) -> int:
         if self._fd is not None and self._fd_segment == segment:
             return self._fd
@@ -285,7 +252,7 @@ class Journal:
         return self._fd
 
     def _path(self, segment: int) -> Path:
-        return self.directory / f"{self._name}-{segment:010d}{_SUFFIX}"
+        return self.directory / f"{self._name}-{segment:010d}{SUFFIX}"
 
     def own_files(self) -> Iterator[Path]:
         return (p for p in left_journals(self.directory) if p.name.startswith(self._name + "-"))

@@ -42,8 +42,9 @@ from turnaudit.kafka.producer import (
 from turnaudit.producers.accounting import CloseReport, Ledger, PublisherStats
 from turnaudit.producers.checkpointer import Checkpointer
 from turnaudit.producers.failover import Failover
-from turnaudit.producers.heads import DEFAULT_HEAD_INTERVAL_S, HeadsFile
-from turnaudit.producers.journal import JournalEntry, JournalMode, journal_from_env
+from turnaudit.producers.heads import HeadsFile
+from turnaudit.producers.journal import JournalMode, journal_from_env
+from turnaudit.producers.journal_records import JournalEntry
 from turnaudit.producers.metrics import PublisherMetrics
 from turnaudit.producers.ordering import record_timestamp
 from turnaudit.producers.producer_config import (
@@ -92,6 +93,7 @@ class TurnEventPublisher:
         producer_id: str | None = None,
         max_unacked_s: float | None = None,
         head_interval_s: float | None = None,
+        liveness_interval_s: float | None = None,
         checkpoints: CheckpointSettings | None = None,
         journal: bool | None = None,
     ) -> None:
@@ -144,11 +146,10 @@ class TurnEventPublisher:
         # Turn identity, assigned before encoding: spooled bytes are stamped already,
         # so the process that drains a spool never renumbers them.
         self._stamper = TurnStamper(producer_id=producer_id, id_factory=id_factory)
+        self._versions_written: frozenset[int] = frozenset()  # replaced, read to sign
         self.producer_id = self._stamper.producer_id
         # Stream heads beside the spool, written by their own thread; a
         # predecessor's (a crash) are announced on <prefix>stream-heads.
-        if head_interval_s is None:
-            head_interval_s = env_seconds("TURNAUDIT_HEAD_INTERVAL_S", DEFAULT_HEAD_INTERVAL_S)
         # Idempotent: a retried checkpoint or head note is stored once, in order.
         self._heads_announcer = KafkaProducer.plain(settings, **{"enable.idempotence": True}).open()
         # Signed checkpoints of the streams advanced, by the heads thread (no key: none,
@@ -161,17 +162,23 @@ class TurnEventPublisher:
                 producer_id=self.producer_id,
                 producer=self._heads_announcer,
                 prefix=settings.topics.prefix,
+                schemas=lambda: [
+                    self._write.schema_fingerprints[v] for v in self._versions_written
+                ],
             )
         )
         self._heads = HeadsFile(
             spool_dir,
             producer_id=self.producer_id,
-            interval_s=max(head_interval_s, 0.001),
+            interval_s=head_interval_s,
             lock=ledger.lock,
             announcer=self._heads_announcer,
             prefix=settings.topics.prefix,
             checkpointer=self.checkpointer,
+            liveness_interval_s=liveness_interval_s,
         )
+        # v5 turns carry the interval this publisher announces its liveness at.
+        self._stamper.liveness_interval_ms = round(self._heads.liveness_interval_s * 1000)
         # Journal mode: each turn fsynced (group commit) before it is produced.
         self._journal = (
             None
@@ -200,10 +207,12 @@ class TurnEventPublisher:
         with ledger.lock:
             event_id = self._stamper.stamp(stamped)
             value = self._write(stamped)  # raises before a position is used up
+            if (version := stamped["verdicts"]["schema_version"]) not in self._versions_written:
+                self._versions_written = self._versions_written | {version}  # before heads
             heads = self._heads
             heads.dirty[(session, stamped["producer_id"])] = (
                 stamped["sequence"],
-                self._stamper.commit(stamped, value),
+                self._stamper.commit(stamped, value, self._write.fingerprint_of(stamped)),
             )
             heads.turns += 1
             if heads.turns == heads.wake_at:  # a signed checkpoint's count of turns

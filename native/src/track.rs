@@ -31,7 +31,18 @@ use crate::spill::{Seen, SortedRunStore};
 use crate::stream_spill::StreamSpill;
 use std::path::PathBuf;
 
+// The chain rule, as `turnaudit.chain` states it (a differential test over random
+// bodies and fingerprints holds the two to one rule): turns of the TurnEvent v1..v4
+// writer schemas hash the v1 domain and the body; every other writer schema (v5 on)
+// hashes the v2 domain, its 8-byte fingerprint and the body.
 const CHAIN_DOMAIN: &[u8] = b"turnaudit.chain.v1\x00";
+const SCHEMA_CHAIN_DOMAIN: &[u8] = b"turnaudit.chain.v2\x00";
+const LEGACY_CHAIN_FINGERPRINTS: [[u8; 8]; 4] = [
+    [0x87, 0x71, 0x48, 0xbd, 0x22, 0xbe, 0xe4, 0xa2],
+    [0x2b, 0xe4, 0x25, 0x53, 0xfb, 0xf6, 0x66, 0x11],
+    [0x27, 0x6b, 0xa4, 0xd9, 0x00, 0xc0, 0x85, 0x46],
+    [0x47, 0x33, 0x56, 0xc1, 0xb8, 0x59, 0xa1, 0xbc],
+];
 const GENESIS_HEX: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 const SEEN_DIGITS: usize = 16;
 const FILTER_BITS: u64 = 1 << 28;
@@ -47,8 +58,11 @@ const POSITION_REUSED: usize = 5;
 type Hash32 = [u8; 32];
 pub(crate) type StreamKey = (String, String);
 
-/// The chain hash of a framed message: SHA-256 of the domain tag and its Avro body.
-pub(crate) fn chain_digest(value: &[u8]) -> Hash32 {
+/// The chain hash of a framed message under its writer schema's fingerprint
+/// (`fingerprint`, else the single-object header's; none: an unframed or Confluent
+/// message whose schema was not resolved, hashed by the v1 rule).
+pub(crate) fn chain_digest(value: &[u8], fingerprint: Option<&[u8; 8]>) -> Hash32 {
+    let single_object = value.starts_with(b"\xc3\x01") && value.len() >= 10;
     let start = if value.starts_with(b"\xc3\x01") {
         10
     } else if value.first() == Some(&0) {
@@ -56,10 +70,25 @@ pub(crate) fn chain_digest(value: &[u8]) -> Hash32 {
     } else {
         0
     };
+    let header: Option<[u8; 8]> = single_object.then(|| value[2..10].try_into().expect("8 bytes"));
+    let fp = fingerprint.copied().or(header);
     let mut h = Sha256::new();
-    h.update(CHAIN_DOMAIN);
+    match fp {
+        Some(fp) if !LEGACY_CHAIN_FINGERPRINTS.contains(&fp) => {
+            h.update(SCHEMA_CHAIN_DOMAIN);
+            h.update(fp);
+        }
+        _ => h.update(CHAIN_DOMAIN),
+    }
     h.update(&value[start.min(value.len())..]);
     h.finalize().into()
+}
+
+/// An optional 8-byte fingerprint from Python (`None` or bytes).
+pub(crate) fn fingerprint_arg(fingerprint: Option<&[u8]>) -> PyResult<Option<[u8; 8]>> {
+    fingerprint
+        .map(|f| f.try_into().map_err(|_| PyValueError::new_err("a writer schema fingerprint is 8 bytes")))
+        .transpose()
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -573,8 +602,9 @@ impl NativeStreamTracker {
         value: &[u8],
         partition: Option<i64>,
         offset: Option<i64>,
+        fingerprint: Option<&[u8; 8]>,
     ) -> PyResult<(Bound<'py, PyTuple>, i128, Placed)> {
-        let content = chain_digest(value);
+        let content = chain_digest(value, fingerprint);
         let session = text(&item(event, intern!(py, "session_id"))?, "session_id")?;
         let producer = match get(event, intern!(py, "producer_id"))? {
             Some(p) if p.is_truthy()? => text(&p, "producer_id")?,
@@ -1054,7 +1084,7 @@ impl NativeStreamTracker {
     }
 
     /// Places one consumed event in its stream; see `StreamTracker.observe`.
-    #[pyo3(signature = (event, value, *, partition = None, offset = None))]
+    #[pyo3(signature = (event, value, *, partition = None, offset = None, fingerprint = None))]
     fn observe(
         &self,
         py: Python<'_>,
@@ -1062,8 +1092,11 @@ impl NativeStreamTracker {
         value: &[u8],
         partition: Option<i64>,
         offset: Option<i64>,
+        fingerprint: Option<&[u8]>,
     ) -> PyResult<Py<PyAny>> {
-        let (stream, sequence, placed) = self.place_event(py, event, value, partition, offset)?;
+        let fingerprint = fingerprint_arg(fingerprint)?;
+        let (stream, sequence, placed) =
+            self.place_event(py, event, value, partition, offset, fingerprint.as_ref())?;
         self.result(py, &stream, sequence, placed)
     }
 
@@ -1488,6 +1521,7 @@ impl StateReader<'_> {
 
 /// `chain_hash`'s hex digest, natively (for tests and the Python side alike).
 #[pyfunction]
-pub(crate) fn chain_hash_hex(value: &[u8]) -> String {
-    hex_of(&chain_digest(value))
+#[pyo3(signature = (value, fingerprint = None))]
+pub(crate) fn chain_hash_hex(value: &[u8], fingerprint: Option<&[u8]>) -> PyResult<String> {
+    Ok(hex_of(&chain_digest(value, fingerprint_arg(fingerprint)?.as_ref())))
 }

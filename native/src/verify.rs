@@ -307,7 +307,7 @@ impl VerifyStep {
         };
         let offset = self.counted(msg)?;
         let held = tracker.streams_held()?;
-        let content = chain_digest(payload);
+        let content = chain_digest(payload, None); // single-object: the header's fingerprint
         let sequence = i128::from(*sequence);
         let placed: Placed = match tracker.place_fields(py, session, producer, sequence, event_id, &|| Ok(Prev::Text(prev.clone())), &content, Some(partition), Some(offset)) {
             Ok(placed) => placed,

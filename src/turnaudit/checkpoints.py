@@ -22,10 +22,8 @@ import base64
 import binascii
 import hashlib
 import json
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from cryptography.exceptions import InvalidSignature
@@ -33,17 +31,36 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
     PublicFormat,
-    load_pem_public_key,
 )
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.identity import GENESIS_HASH, StreamId
+from turnaudit.keyring import (
+    KeyEntry,
+    Keyring,
+    UnsignedAllowance,
+    keyring_entry_toml,
+    millis_time,
+    parse_keyring,
+)
 from turnaudit.stream_heads import StreamHead
 
 CHECKPOINTS_SUFFIX = "checkpoints"
-FORMAT_VERSION = 1
+# 2: a checkpoint names the writer schemas (fingerprints) its producer wrote chained
+# turns with. Format 1 checkpoints (no ``schemas``) still verify as they were signed.
+FORMAT_VERSION = 2
+FORMAT_VERSIONS = (1, 2)
 _SIGNED_DOMAIN = b"turnaudit-checkpoint-v1\x00"
 _DIGEST_DOMAIN = b"turnaudit-checkpoint-digest-v1\x00"
+
+
+__all__ = [  # the keyring's types, read where checkpoints are judged
+    "KeyEntry",
+    "Keyring",
+    "UnsignedAllowance",
+    "keyring_entry_toml",
+    "parse_keyring",
+]
 
 
 def checkpoints_topic(prefix: str) -> str:
@@ -97,22 +114,32 @@ class Checkpoint:
     max_turns: int  # … and its count of turns between checkpoints
     heads: tuple[StreamHead, ...]
     signature: bytes = b""
+    # Format 2: the writer schemas (hex fingerprints, sorted) the producer wrote turns with.
+    schemas: tuple[str, ...] = ()
+    format: int = FORMAT_VERSION
+
+    def fields(self) -> dict[str, object]:
+        """Every signed field, as the canonical JSON holds it."""
+        fields: dict[str, object] = {
+            "v": self.format,
+            "producer_id": self.producer_id,
+            "index": self.index,
+            "prev": self.prev,
+            "at_ms": self.at_ms,
+            "key_id": self.key_id,
+            "final": self.final,
+            "interval_ms": self.interval_ms,
+            "max_turns": self.max_turns,
+            "heads": [[h.session_id, h.producer_id, h.sequence, h.hash] for h in self.heads],
+        }
+        if self.format >= 2:
+            fields["schemas"] = list(self.schemas)
+        return fields
 
     def body(self) -> bytes:
         """The canonical bytes the signature covers (everything but the signature)."""
         return json.dumps(
-            {
-                "v": FORMAT_VERSION,
-                "producer_id": self.producer_id,
-                "index": self.index,
-                "prev": self.prev,
-                "at_ms": self.at_ms,
-                "key_id": self.key_id,
-                "final": self.final,
-                "interval_ms": self.interval_ms,
-                "max_turns": self.max_turns,
-                "heads": [[h.session_id, h.producer_id, h.sequence, h.hash] for h in self.heads],
-            },
+            self.fields(),
             sort_keys=True,
             separators=(",", ":"),
             ensure_ascii=True,
@@ -127,7 +154,7 @@ class Checkpoint:
         return f"{self.producer_id}\x00{self.index:012d}\x00{self.digest()[:16]}".encode()
 
     def encode(self) -> bytes:
-        body = json.loads(self.body())
+        body = self.fields()
         body["signature"] = base64.b64encode(self.signature).decode("ascii")
         return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode(
             "ascii"
@@ -162,17 +189,19 @@ def signature_holds(checkpoint: Checkpoint, public_key: Ed25519PublicKey) -> boo
 
 
 def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
-    """A checkpoint, or None for a record that is not one (never raises). The result
-    re-encodes to the same canonical bytes, or it is not taken."""
+    """A checkpoint (format 1 or 2), or None for a record that is not one (never
+    raises). The result re-encodes to the same canonical bytes, or it is not taken."""
     if value is None:
         return None
     try:
         data = json.loads(value)
-        if not isinstance(data, dict) or data.get("v") != FORMAT_VERSION:
+        if not isinstance(data, dict) or data.get("v") not in FORMAT_VERSIONS:
             return None
+        form = data["v"]
         heads = tuple(
             StreamHead(_text(s), _text(p), _count(q), _text(h)) for s, p, q, h in data["heads"]
         )
+        schemas = tuple(_text(s) for s in data["schemas"]) if form >= 2 else ()
         checkpoint = Checkpoint(
             producer_id=_text(data["producer_id"]),
             index=_count(data["index"]),
@@ -184,11 +213,16 @@ def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
             max_turns=_count(data["max_turns"]),
             heads=heads,
             signature=base64.b64decode(_text(data["signature"]), validate=True),
+            schemas=schemas,
+            format=form,
         )
     except (ValueError, KeyError, TypeError, binascii.Error):
         return None
-    if set(data) != _FIELDS or heads != canonical_heads(heads):
+    fields = _FIELDS | ({"schemas"} if form >= 2 else set())
+    if set(data) != fields or heads != canonical_heads(heads):
         return None  # not in canonical form: a signature could not hold anyway
+    if schemas != tuple(sorted(set(schemas))):
+        return None
     return checkpoint
 
 
@@ -225,106 +259,6 @@ def _flag(value: object) -> bool:
     return value
 
 
-# -- the keyring -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KeyEntry:
-    """A public key verify trusts from ``valid_from`` until ``revoked_at`` (exclusive)."""
-
-    key_id: str
-    public_key: Ed25519PublicKey
-    valid_from: datetime
-    revoked_at: datetime | None = None
-
-    def valid_at(self, moment: datetime) -> bool:
-        return self.valid_from <= moment and (self.revoked_at is None or moment < self.revoked_at)
-
-
-@dataclass(frozen=True)
-class Keyring:
-    """The public keys checkpoints may be signed with, and whether every stream must be."""
-
-    keys: Mapping[str, KeyEntry] = field(default_factory=dict)
-    require_signed: bool = False
-
-
-def parse_keyring(text: str, source: str = "keyring") -> Keyring:
-    """A keyring from TOML::
-
-        require_signed = true            # optional: every stream must be signed
-        [keys."runtime-2026-01"]
-        public_key = "-----BEGIN PUBLIC KEY-----\\n…\\n-----END PUBLIC KEY-----\\n"
-        valid_from = 2026-01-01T00:00:00Z
-        revoked_at = 2026-06-01T00:00:00Z   # optional
-
-    Raises ``ConfigurationError`` (one line, naming ``source`` and the key) otherwise."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigurationError(f"{source}: not TOML: {exc}") from None
-    unknown = set(data) - {"require_signed", "keys"}
-    if unknown:
-        raise ConfigurationError(f"{source}: unknown setting(s) {sorted(unknown)}")
-    require = data.get("require_signed", False)
-    if not isinstance(require, bool):
-        raise ConfigurationError(f"{source}: require_signed must be true or false")
-    table = data.get("keys", {})
-    if not isinstance(table, dict) or not table:
-        raise ConfigurationError(f"{source}: no [keys.<key id>] table")
-    keys = {}
-    for key_id, entry in table.items():
-        keys[key_id] = _key_entry(key_id, entry, source)
-    return Keyring(keys, require)
-
-
-def _key_entry(key_id: str, entry: object, source: str) -> KeyEntry:
-    where = f"{source}: key {key_id!r}"
-    if not isinstance(entry, dict):
-        raise ConfigurationError(f"{where}: expected a table")
-    unknown = set(entry) - {"public_key", "valid_from", "revoked_at"}
-    if unknown:
-        raise ConfigurationError(f"{where}: unknown setting(s) {sorted(unknown)}")
-    pem = entry.get("public_key")
-    if not isinstance(pem, str):
-        raise ConfigurationError(f"{where}: public_key (PEM) is missing")
-    try:
-        public = load_pem_public_key(pem.encode("ascii"))
-    except (ValueError, TypeError, UnicodeEncodeError):
-        public = None
-    if not isinstance(public, Ed25519PublicKey):
-        raise ConfigurationError(f"{where}: public_key is not an Ed25519 public key in PEM")
-    valid_from = _moment(entry.get("valid_from"), f"{where}: valid_from")
-    if valid_from is None:
-        raise ConfigurationError(f"{where}: valid_from is missing")
-    revoked = _moment(entry.get("revoked_at"), f"{where}: revoked_at")
-    if revoked is not None and revoked <= valid_from:
-        raise ConfigurationError(f"{where}: revoked_at is not after valid_from")
-    return KeyEntry(key_id, public, valid_from, revoked)
-
-
-def _moment(value: object, what: str) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            raise ConfigurationError(f"{what}: {value!r} is not an ISO 8601 time") from None
-    if not isinstance(value, datetime) or value.tzinfo is None:
-        raise ConfigurationError(f"{what}: expected a time with its offset (…Z)")
-    return value.astimezone(UTC)
-
-
-def keyring_entry_toml(key_id: str, pem: str, valid_from: datetime) -> str:
-    """The keyring lines for a new public key (what ``turnaudit keys generate`` prints)."""
-    quoted = pem.strip().replace("\n", "\\n")
-    return (
-        f'[keys."{key_id}"]\npublic_key = "{quoted}\\n"\n'
-        f"valid_from = {valid_from.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}\n"
-    )
-
-
 # -- judging checkpoints ------------------------------------------------------------------
 
 Problem = Literal["bad_signature", "unknown_key", "key_not_valid", "chain_break"]
@@ -337,10 +271,8 @@ class Judged:
     checkpoint: Checkpoint
     problem: Problem | None
     detail: str = ""
-
-
-def _millis(moment_ms: int) -> datetime:
-    return datetime.fromtimestamp(moment_ms / 1000, UTC)
+    offset: int | None = None  # where it was written on the checkpoints topic
+    appended_ms: int | None = None  # when the broker appended it (LogAppendTime)
 
 
 def judge_signature(
@@ -352,12 +284,12 @@ def judge_signature(
     if entry is None:
         return Judged(checkpoint, "unknown_key", f"key {checkpoint.key_id!r} is not in the keyring")
     for moment_ms, what in ((checkpoint.at_ms, "signed"), (appended_ms, "appended")):
-        if moment_ms is not None and not entry.valid_at(_millis(moment_ms)):
+        if moment_ms is not None and not entry.valid_at(millis_time(moment_ms)):
             return Judged(
                 checkpoint,
                 "key_not_valid",
                 f"{what} at "
-                f"{_millis(moment_ms).isoformat()}, outside key "
+                f"{millis_time(moment_ms).isoformat()}, outside key "
                 f"{checkpoint.key_id!r}'s validity",
             )
     if not signature_holds(checkpoint, entry.public_key):
@@ -380,6 +312,16 @@ class ChainReport:
 
     def invalid(self) -> list[Judged]:
         return [j for j in self.judged if j.problem is not None]
+
+    def named_schemas(self) -> dict[str, frozenset[str]]:
+        """Per producer whose valid checkpoints name writer schemas (format 2), every
+        fingerprint (hex) they name. A producer with format 1 checkpoints only is absent:
+        its turns are not held to schemas it never named."""
+        named: dict[str, set[str]] = {}
+        for checkpoint in self.valid():
+            if checkpoint.format >= 2:
+                named.setdefault(checkpoint.producer_id, set()).update(checkpoint.schemas)
+        return {p: frozenset(s) for p, s in named.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,11 +351,17 @@ def follows(checkpoint: Checkpoint, before: ChainLink | None) -> bool:
     )
 
 
-def judge_chain(read: Sequence[tuple[Checkpoint, int | None]], keyring: Keyring) -> ChainReport:
+def judge_chain(
+    read: Sequence[tuple[Checkpoint, int | None]],
+    keyring: Keyring,
+    offsets: Mapping[str, int] | None = None,
+) -> ChainReport:
     """Judge each (checkpoint, broker append time) read. A checkpoint with a valid
     signature whose ``prev`` names no checkpoint read (not GENESIS at index 0, or an
     index that is not its predecessor's plus one) breaks its chain: a checkpoint before
-    it was removed. Copies of one checkpoint (same digest) count once."""
+    it was removed. Copies of one checkpoint (same digest) count once. ``offsets``: where
+    each (by digest) was read on the checkpoints topic, for the report."""
+    offsets = offsets or {}
     seen: dict[str, Checkpoint] = {}
     judged: list[Judged] = []
     appended: dict[str, int | None] = {}
@@ -424,7 +372,11 @@ def judge_chain(read: Sequence[tuple[Checkpoint, int | None]], keyring: Keyring)
             appended[digest] = at
     successors: set[str] = set()
     for digest, checkpoint in seen.items():
-        verdict = judge_signature(checkpoint, keyring, appended[digest])
+        verdict = replace(
+            judge_signature(checkpoint, keyring, appended[digest]),
+            offset=offsets.get(digest),
+            appended_ms=appended[digest],
+        )
         if verdict.problem is None:
             before = seen.get(checkpoint.prev)
             if not follows(checkpoint, None if before is None else link_of(before)):
@@ -434,6 +386,8 @@ def judge_chain(read: Sequence[tuple[Checkpoint, int | None]], keyring: Keyring)
                     f"checkpoint {checkpoint.index} of producer "
                     f"{checkpoint.producer_id} names a predecessor that is not "
                     "there (removed, or never signed)",
+                    verdict.offset,
+                    verdict.appended_ms,
                 )
             else:
                 successors.add(checkpoint.prev)

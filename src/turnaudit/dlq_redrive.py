@@ -5,13 +5,19 @@ what goes back to its topic, with the headers that mark it redriven; what earlie
 redrives wrote (:class:`RedrivenMarks`) makes a second redrive of the same letters
 skip them; a letter today's decoder still refuses, or one with no origin, is
 refused with its reason.
+
+Only what can be proved to have been on the topic goes back: the letter's bytes and
+key must be the very message stored at its origin (re-read while retention keeps it),
+or, once retention took the origin, a turn whose chain hash a valid signed checkpoint
+names at its position. Anyone who may write the dead-letter topic can write a letter:
+a crafted one is refused (``not_the_original``, ``unprovable``), never written.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypedDict
 
@@ -39,6 +45,23 @@ class Refusal(enum.StrEnum):
     OTHER_TOPIC = "other_topic"  # read from a topic other than the one redriven into
     NOT_A_DECODE_FAILURE = "not_a_decode_failure"  # a contract breach, or a reason unknown
     TRUNCATED = "truncated"  # the letter holds only the start of the original
+    NOT_THE_ORIGINAL = "not_the_original"  # its origin holds other bytes, or nothing
+    UNPROVABLE = "unprovable"  # its origin is gone and no valid checkpoint signs it
+
+
+class StoredOriginal(NamedTuple):
+    """The message re-read at a letter's origin."""
+
+    key: bytes | None
+    value: bytes | None
+
+
+# What a letter's origin holds now: the message, or GONE (below the log start: time
+# retention or a deletion took it); an origin missing from the mapping holds nothing.
+GONE = "gone"
+Originals = Mapping[Origin, StoredOriginal | str]
+# Whether a valid signed checkpoint names this turn's bytes at its position.
+SignedCheck = Callable[[bytes | None], bool]
 
 
 class StillFailing(NamedTuple):
@@ -169,6 +192,8 @@ def plan_redrive(
     topic: str,
     check: DecodeCheck,
     marks: RedrivenMarks,
+    originals: Originals,
+    signed: SignedCheck = lambda _value: False,
 ) -> RedrivePlan:
     """Which letters go back to ``topic``, once per original turn.
 
@@ -176,37 +201,31 @@ def plan_redrive(
     no fix cures, or truncated is refused; one an earlier redrive wrote back (that
     letter, its original or, unless the letter is such a copy parked again, its
     event id) is skipped; one whose bytes today's
-    decoder still cannot read is refused with that reason; of several letters of
-    one original (each service parks its own copy) or of one event id, the first
-    is redriven and the others are skipped.
+    decoder still cannot read is refused with that reason; one that is not the message
+    stored at its origin (``originals``), or whose origin is gone and no valid checkpoint
+    signs (``signed``), is refused; of several letters of one original (each service
+    parks its own copy) or of one event id, the first is redriven and the others are
+    skipped.
     """
     plan = RedrivePlan()
     origins: set[Origin] = set()
     event_ids: set[str] = set()
     for letter in letters:
         origin = letter.origin
-        if origin is None:
-            plan.refused.append(Refused(letter, Refusal.NO_ORIGIN, "no origin position"))
-        elif origin[0] != topic:
-            plan.refused.append(Refused(letter, Refusal.OTHER_TOPIC, f"from {origin[0]}"))
-        elif letter.reason not in REDRIVABLE:
-            plan.refused.append(
-                Refused(letter, Refusal.NOT_A_DECODE_FAILURE, f"parked as {letter.reason}")
-            )
-        elif letter.truncated:
-            plan.refused.append(
-                Refused(
-                    letter, Refusal.TRUNCATED, "only the start of the original is in the letter"
-                )
-            )
+        refused = _never(letter, topic)
+        if refused is not None or origin is None:
+            plan.refused.append(refused or Refused(letter, Refusal.NO_ORIGIN, "no origin"))
         elif marks.holds(letter):
             plan.already.append(letter)
         elif origin in origins:
             plan.same_original.append(letter)
         else:
             verdict = check(letter.value)
+            proof = _unproved(letter, origin, originals, signed)
             if isinstance(verdict, StillFailing):
                 plan.refused.append(Refused(letter, verdict.reason, verdict.error))
+            elif proof is not None:
+                plan.refused.append(proof)
             elif verdict in marks.event_ids and not reparked(letter):
                 plan.already.append(letter)  # this turn went back from another letter
             elif verdict in event_ids:
@@ -216,3 +235,40 @@ def plan_redrive(
                 event_ids.add(verdict)
                 plan.redrive.append(Redrive(letter, verdict, topic))
     return plan
+
+
+def _never(letter: Letter, topic: str) -> Refused | None:
+    """Why ``letter`` can never go back to ``topic``, whatever its bytes (None: it may)."""
+    origin = letter.origin
+    if origin is None:
+        return Refused(letter, Refusal.NO_ORIGIN, "no origin position")
+    if origin[0] != topic:
+        return Refused(letter, Refusal.OTHER_TOPIC, f"from {origin[0]}")
+    if letter.reason not in REDRIVABLE:
+        return Refused(letter, Refusal.NOT_A_DECODE_FAILURE, f"parked as {letter.reason}")
+    if letter.truncated:
+        return Refused(letter, Refusal.TRUNCATED, "only the start of the original is in the letter")
+    return None
+
+
+def _unproved(
+    letter: Letter, origin: Origin, originals: Originals, signed: SignedCheck
+) -> Refused | None:
+    """Why ``letter`` cannot be proved to be what was stored at ``origin`` (None: it is)."""
+    stored = originals.get(origin)
+    where = "{}:{}:{}".format(*origin)
+    if stored == GONE:
+        if signed(letter.value):
+            return None
+        return Refused(
+            letter,
+            Refusal.UNPROVABLE,
+            f"{where} is no longer retained and no valid signed checkpoint names this turn",
+        )
+    if not isinstance(stored, StoredOriginal):
+        return Refused(letter, Refusal.NOT_THE_ORIGINAL, f"no message is stored at {where}")
+    if stored.value != letter.value or stored.key != letter.key:
+        return Refused(
+            letter, Refusal.NOT_THE_ORIGINAL, f"the message stored at {where} is not this one"
+        )
+    return None

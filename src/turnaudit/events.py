@@ -174,10 +174,30 @@ class TurnEventV4(TurnEventV3):
     model: ModelIdentity | None
 
 
-class TurnEvent(TurnEventV4):
-    """What a reader hands on: today's reader shape (v4). Records of older
+class SealedSurfaces(TypedDict):
+    """Reserved for sealed surfaces (AES-256-GCM under a wrapped data key): written
+    null until sealing is built."""
+
+    key_id: str
+    wrapped_data_key: bytes
+    nonce: bytes
+    ciphertext: bytes
+
+
+class TurnEventV5(TurnEventV4):
+    """Schema v5: the chain hash binds the writer schema's fingerprint
+    (``turnaudit.chain``); the producer's liveness interval; a place reserved for
+    sealed surfaces."""
+
+    liveness_interval_ms: int | None
+    sealed: SealedSurfaces | None
+
+
+class TurnEvent(TurnEventV5):
+    """What a reader hands on: today's reader shape (v5). Records of older
     versions get the added fields at their defaults (``producer_id`` empty:
-    no ordered stream of its own; no breaches, trace or model); a v2 record's
+    no ordered stream of its own; no breaches, trace, model, liveness interval or
+    sealed surfaces); a v2 record's
     per-field verdicts are null (the documented loss; contract 4 then compares
     nothing)."""
 
@@ -189,7 +209,8 @@ class OutgoingTurnEvent(_TurnEventFields):
     The identity fields are there from the start (empty, ``sequence`` -1)
     and the publisher fills them in its own copy. The fields only some
     versions have are not required: per-field verdicts (v1, v3, v4), tool
-    steps (v2 on) and v4's breaches, trace context, response id and model.
+    steps (v2 on), v4's breaches, trace context, response id and model, and v5's
+    liveness interval and sealed surfaces.
     """
 
     producer_id: str
@@ -201,3 +222,5 @@ class OutgoingTurnEvent(_TurnEventFields):
     trace_context: NotRequired[TraceContext | None]
     response_id: NotRequired[str | None]
     model: NotRequired[ModelIdentity | None]
+    liveness_interval_ms: NotRequired[int | None]
+    sealed: NotRequired[SealedSurfaces | None]

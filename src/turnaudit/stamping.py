@@ -68,6 +68,9 @@ class TurnStamper:
         self._stamped: tuple[OutgoingTurnEvent, tuple[str, bool], _ProducerStream | None] | None
         self._stamped = None
         self.published = 0
+        # Written into turns that carry it (v5 on): how often the publisher announces its
+        # liveness on <prefix>stream-heads (None until the publisher says).
+        self.liveness_interval_ms: int | None = None
 
     def stamp(self, event: OutgoingTurnEvent) -> str:
         """Write the identity into ``event`` (event id, producer id, position,
@@ -83,11 +86,16 @@ class TurnStamper:
         event["producer_id"] = stream.producer_id
         event["sequence"] = stream.next_sequence
         event["prev_hash"] = "" if key[1] else stream.last_hash
+        if "liveness_interval_ms" in event:
+            event["liveness_interval_ms"] = self.liveness_interval_ms
         return event_id
 
-    def commit(self, event: OutgoingTurnEvent, value: bytes) -> str:
-        """The stamped ``event`` was handed on, encoded as ``value``; returns its
-        chain hash (the stream's new head)."""
+    def commit(
+        self, event: OutgoingTurnEvent, value: bytes, fingerprint: bytes | None = None
+    ) -> str:
+        """The stamped ``event`` was handed on, encoded as ``value`` with the writer
+        schema of ``fingerprint`` (None: the one its single-object header names);
+        returns its chain hash (the stream's new head)."""
         last = self._stamped
         if last is not None and last[0] is event:
             key, stream = last[1], last[2]
@@ -100,7 +108,7 @@ class TurnStamper:
         else:
             self._streams.move_to_end(key)  # most recently stamped last
         stream.next_sequence = event["sequence"] + 1
-        stream.last_hash = chain_hash(value)
+        stream.last_hash = chain_hash(value, fingerprint)
         self.published += 1
         if len(self._streams) > self._max_sessions:
             self._streams.popitem(last=False)

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -495,3 +496,48 @@ def test_a_crashed_publishers_unsigned_tail_is_counted_and_a_finding_only_when_r
     assert named(report, "forged") == {
         (s["session_id"], s["producer_id"]) for s in streams if s["unsigned_tail"]
     }
+
+
+# -- any deletion of any part of any partition -----------------------------------------------
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_any_deletion_from_any_partition_leaves_no_signed_stream_short_and_signed(
+    run: SignedRun,
+    capsys: pytest.CaptureFixture[str],
+    cli_env: None,
+    data: st.DataObject,
+) -> None:
+    """A copy of the signed run, then a deletion as an admin or a re-publisher makes it:
+    ``delete_records`` of any partition to any offset (its start gone; the topic keeps
+    30 days, so retention explains none of it), or the partition re-published without its
+    tail from any offset. Every stream that lost a position a valid checkpoint signed is
+    not ``signed`` and verify exits 1; every stream that lost nothing stays ``signed``."""
+    partitions = sorted({m.partition for m in run.messages})
+    partition = data.draw(st.sampled_from(partitions), label="partition")
+    mine = [i for i, m in enumerate(run.messages) if m.partition == partition]
+    cut = data.draw(st.integers(1, len(mine)), label="cut")
+    how = data.draw(st.sampled_from(["delete_records", "tail_dropped"]), label="how")
+    target = fresh_prefix(run.settings)
+    if how == "delete_records":
+        gone = set(mine[:cut])
+        copy_to(target, run.messages)
+        admin = AdminClient(target.client_config())
+        where = TopicPartition(target.topics.turn_events, partition, cut)
+        for future in admin.delete_records([where]).values():
+            future.result(10)
+    else:
+        gone = set(mine[len(mine) - cut :])
+        copy_to(target, [m for i, m in enumerate(run.messages) if i not in gone])
+    copy_checkpoints(target, run.checkpoints)
+    code, report = verify(target, capsys, "--keyring", str(run.keyring))
+    found = statuses(report)
+    lost = {stream_of(DECODE(run.messages[i].value).event) for i in gone}
+    assert lost, "the drawn deletion removed at least one turn"
+    assert code == 1
+    for stream in streams_of(run.messages):
+        if stream in lost:
+            assert found.get(stream) != "signed", (stream, found.get(stream))
+        else:
+            assert found.get(stream) == "signed", (stream, found.get(stream))

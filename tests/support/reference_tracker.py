@@ -128,8 +128,9 @@ class ReferenceStreamTracker:
         *,
         partition: int | None = None,
         offset: int | None = None,
+        fingerprint: bytes | None = None,
     ) -> TrackResult:
-        content = chain_hash(value)
+        content = chain_hash(value, fingerprint)
         stream_id = (event["session_id"], event.get("producer_id") or LEGACY_PRODUCER)
         sequence = event["sequence"]
         if type(sequence) is not int:

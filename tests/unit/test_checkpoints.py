@@ -66,7 +66,13 @@ checkpoints = st.builds(
     max_turns=st.integers(0, 10**7),
     heads=heads,
     signature=st.just(b""),
+    schemas=st.lists(st.text("0123456789abcdef", min_size=16, max_size=16), max_size=3).map(
+        lambda s: tuple(sorted(set(s)))
+    ),
+    format=st.just(2),
 )
+# Format 1 (before checkpoints named writer schemas): still read and verified as signed.
+format_one = checkpoints.map(lambda c: dataclasses.replace(c, schemas=(), format=1))
 
 
 class TestCanonicalForm:
@@ -104,7 +110,7 @@ class TestCanonicalForm:
             KEY,
         )
         assert decode_checkpoint(c.encode()) == c
-        assert decode_checkpoint(c.encode().replace(b'"v":1', b'"v":1,"x":0')) is None
+        assert decode_checkpoint(c.encode().replace(b'"v":2', b'"v":2,"x":0')) is None
         swapped = c.encode().replace(b'"a","p",1', b'"c","p",1')
         assert decode_checkpoint(swapped) is None  # heads no longer sorted
         assert decode_checkpoint(None) is None
@@ -118,6 +124,31 @@ def _other_value(value: Any, data: st.DataObject) -> Any:
     if isinstance(value, str):
         return data.draw(st.text(min_size=1, max_size=64).filter(lambda v: v != value))
     raise AssertionError(type(value))
+
+
+class TestFormats:
+    @given(format_one)
+    def test_a_format_one_checkpoint_still_round_trips_and_verifies(self, c: Checkpoint) -> None:
+        signed = sign(c, KEY)
+        assert b'"v":1' in signed.encode()
+        assert b"schemas" not in signed.encode()
+        assert decode_checkpoint(signed.encode()) == signed
+        assert judge_signature(signed, KEYRING).problem is None
+
+    @given(checkpoints)
+    def test_a_format_two_checkpoint_cannot_pass_for_format_one(self, c: Checkpoint) -> None:
+        signed = sign(c, KEY)
+        downgraded = dataclasses.replace(signed, format=1, schemas=())
+        assert not signature_holds(downgraded, KEY.public_key())
+
+    def test_unsorted_or_repeated_schemas_are_not_a_checkpoint(self) -> None:
+        c = sign(
+            Checkpoint("p", 0, GENESIS_HASH, NOW_MS, "k1", False, 1, 1, (), schemas=("aa", "bb")),
+            KEY,
+        )
+        assert decode_checkpoint(c.encode()) == c
+        for bad in (b'["bb","aa"]', b'["aa","aa"]'):
+            assert decode_checkpoint(c.encode().replace(b'["aa","bb"]', bad)) is None
 
 
 class TestTampering:
@@ -138,10 +169,16 @@ class TestTampering:
                     "interval_ms",
                     "max_turns",
                     "heads",
+                    "schemas",
                 ]
             )
         )
-        if name == "heads":
+        if name == "schemas":
+            extra = data.draw(st.text("0123456789abcdef", min_size=16, max_size=16))
+            # one schema named more, or one fewer
+            toggled = tuple(sorted(set(signed.schemas) ^ {extra}))
+            tampered = dataclasses.replace(signed, schemas=toggled)
+        elif name == "heads":
             tampered_heads = data.draw(heads.filter(lambda h: h != signed.heads))
             tampered = dataclasses.replace(signed, heads=tampered_heads)
         else:

@@ -20,7 +20,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     ("args", "says"),
     [
         (["simulate", "--events", "many"], "'many' is not a whole number"),
-        (["simulate", "--schema-versions", "1,7"], "shipped are 1, 2, 3 and 4"),
+        (["simulate", "--schema-versions", "1,7"], "shipped are 1, 2, 3, 4 and 5"),
         (["broker", "restart"], "invalid choice: 'restart'"),
         (["nonsense"], "invalid choice: 'nonsense'"),
         (["--bogus"], "unrecognized arguments: --bogus"),

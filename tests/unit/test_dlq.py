@@ -28,16 +28,19 @@ from turnaudit.dlq import (
     UNKNOWN,
     Letter,
     LetterFilter,
+    Origin,
     letter_from_record,
     letter_of,
     parse_position,
     summarize,
 )
 from turnaudit.dlq_redrive import (
+    GONE,
     DecodeCheck,
     RedrivenMarks,
     Refusal,
     StillFailing,
+    StoredOriginal,
     plan_redrive,
 )
 from turnaudit.records import StoredRecord
@@ -243,6 +246,65 @@ def check_by_value(still: frozenset[bytes]) -> DecodeCheck:
     return check
 
 
+def stored(found: list[Letter]) -> dict[Origin, StoredOriginal | str]:
+    """The originals as the topic holds them: each origin's first letter is its message."""
+    held: dict[Origin, StoredOriginal | str] = {}
+    for letter in found:
+        if letter.origin is not None:
+            held.setdefault(letter.origin, StoredOriginal(letter.key, letter.value))
+    return held
+
+
+class TestOnlyWhatWasOnTheTopicGoesBack:
+    @settings(max_examples=200)
+    @given(letters(well_formed()), st.data())
+    def test_a_letter_goes_back_only_as_the_message_stored_at_its_origin_or_signed(
+        self, found: list[Letter], data: st.DataObject
+    ) -> None:
+        """Any letters (a writer of the dead-letter topic may craft any), whatever their
+        origins hold now (the same message, other bytes or key, nothing, or gone to
+        retention) and whatever valid checkpoints sign: a letter is redriven only when
+        its origin holds exactly its key and bytes, or its origin is gone and a checkpoint
+        signs its bytes; otherwise it is refused by name."""
+        held: dict[Origin, StoredOriginal | str] = {}
+        for origin in {x.origin for x in found if x.origin is not None}:
+            first = next(x for x in found if x.origin == origin)
+            kind = data.draw(st.sampled_from(["same", "other-bytes", "other-key", "gone", "none"]))
+            if kind == "same":
+                held[origin] = StoredOriginal(first.key, first.value)
+            elif kind == "other-bytes":
+                held[origin] = StoredOriginal(first.key, (first.value or b"") + b"!")
+            elif kind == "other-key":
+                held[origin] = StoredOriginal((first.key or b"") + b"?", first.value)
+            elif kind == "gone":
+                held[origin] = GONE
+        signed = data.draw(st.frozensets(st.sampled_from([f"v{n}".encode() for n in range(7)])))
+        plan = plan_redrive(
+            found,
+            topic=TOPIC,
+            check=check_by_value(frozenset()),
+            marks=RedrivenMarks(),
+            originals=held,
+            signed=lambda value: value in signed,
+        )
+        for r in plan.redrive:
+            assert r.letter.origin is not None
+            original = held.get(r.letter.origin)
+            if original == GONE:
+                assert r.letter.value in signed
+            else:
+                assert original == StoredOriginal(r.letter.key, r.letter.value)
+        for refused in plan.refused:
+            origin = refused.letter.origin
+            if refused.reason == Refusal.NOT_THE_ORIGINAL:
+                assert origin is not None
+                assert held.get(origin) != StoredOriginal(refused.letter.key, refused.letter.value)
+            if refused.reason == Refusal.UNPROVABLE:
+                assert origin is not None
+                assert held[origin] == GONE
+                assert refused.letter.value not in signed
+
+
 class TestPlanningARedrive:
     @settings(max_examples=200)
     @given(letters(), st.frozensets(st.sampled_from([f"v{n}".encode() for n in range(7)])))
@@ -250,7 +312,9 @@ class TestPlanningARedrive:
         self, found: list[Letter], still: frozenset[bytes]
     ) -> None:
         check = check_by_value(still)
-        plan = plan_redrive(found, topic=TOPIC, check=check, marks=RedrivenMarks())
+        plan = plan_redrive(
+            found, topic=TOPIC, check=check, marks=RedrivenMarks(), originals=stored(found)
+        )
         outcomes = (
             [r.letter for r in plan.redrive]
             + plan.already
@@ -277,11 +341,13 @@ class TestPlanningARedrive:
     @given(letters(well_formed()))
     def test_a_second_redrive_writes_nothing(self, found: list[Letter]) -> None:
         check = check_by_value(frozenset())
-        first = plan_redrive(found, topic=TOPIC, check=check, marks=RedrivenMarks())
+        first = plan_redrive(
+            found, topic=TOPIC, check=check, marks=RedrivenMarks(), originals=stored(found)
+        )
         marks = RedrivenMarks()
         for r in first.redrive:  # what the topic holds after the first redrive
             marks.add(r.headers())
-        second = plan_redrive(found, topic=TOPIC, check=check, marks=marks)
+        second = plan_redrive(found, topic=TOPIC, check=check, marks=marks, originals=stored(found))
         assert second.redrive == []
         assert {x.offset for x in second.already} >= {r.letter.offset for r in first.redrive}
         assert len(second.refused) == len(first.refused)
@@ -320,6 +386,7 @@ class TestPlanningARedrive:
             topic=TOPIC,
             check=check_by_value(frozenset()),
             marks=RedrivenMarks(),
+            originals={},
         )
         assert [r.reason for r in plan.refused] == [
             Refusal.NOT_A_DECODE_FAILURE,
@@ -352,6 +419,7 @@ class TestPlanningARedrive:
             topic=TOPIC,
             check=check,
             marks=RedrivenMarks(),
+            originals={(TOPIC, 1, 4): StoredOriginal(None, b"v1")},
         )
         copy = first.redrive[0].headers()
         marks = RedrivenMarks()
@@ -369,13 +437,17 @@ class TestPlanningARedrive:
             )
         ]
         reparked = letter_of(0, 5, 0, [*copy, *again], value=b"v1")
-        second = plan_redrive([reparked], topic=TOPIC, check=check, marks=marks)
+        second = plan_redrive(
+            [reparked], topic=TOPIC, check=check, marks=marks, originals=stored([reparked])
+        )
         assert [r.letter.position for r in second.redrive] == ["0:5"]
         names = [n for n, _ in second.redrive[0].headers()]
         assert names.count(REDRIVEN_FROM_HEADER) == 1
         assert (REDRIVEN_FROM_HEADER, b"dlq:0:5") in second.redrive[0].headers()
         marks.add(second.redrive[0].headers())
-        third = plan_redrive([reparked], topic=TOPIC, check=check, marks=marks)
+        third = plan_redrive(
+            [reparked], topic=TOPIC, check=check, marks=marks, originals=stored([reparked])
+        )
         assert third.redrive == []
         assert third.already == [reparked]
 

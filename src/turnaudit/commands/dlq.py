@@ -13,28 +13,35 @@ import json
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 from tqdm import tqdm
 
 from turnaudit.argparsing import iso_time, non_negative_int
+from turnaudit.chain import chain_hash
+from turnaudit.checkpoints import judge_chain
 from turnaudit.cluster import connect, require_access
 from turnaudit.consumers.runtime.sink import Rejection
 from turnaudit.consumers.runtime.validation import decode_message
 from turnaudit.dlq import (
     Letter,
     LetterFilter,
+    Origin,
     letter_from_record,
     parse_position,
     summarize,
 )
 from turnaudit.dlq_redrive import (
+    GONE,
     DecodeCheck,
     RedrivenMarks,
     RedrivePlan,
+    SignedCheck,
     StillFailing,
+    StoredOriginal,
     plan_redrive,
 )
-from turnaudit.errors import BrokerError, ConfigurationError, PublishError
+from turnaudit.errors import BrokerError, ConfigurationError, PublishError, SerializationError
 from turnaudit.kafka.offsets import RangeSpec, resolve_range, watermarks
 from turnaudit.kafka.producer import (
     DeliveredMessage,
@@ -42,10 +49,13 @@ from turnaudit.kafka.producer import (
     DeliveryError,
     KafkaProducer,
 )
-from turnaudit.kafka.reading import read_range
+from turnaudit.kafka.reading import read_offsets, read_range
 from turnaudit.records import record_headers
 from turnaudit.serialization.decoders import decoder_for
 from turnaudit.settings import KafkaSettings
+from turnaudit.signing_keys import load_keyring
+from turnaudit.verify.kafka_reads import read_checkpoints
+from turnaudit.verify.trust import signed_heads
 
 FINDINGS_EXIT = 1
 
@@ -94,8 +104,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and is reported with its reason, and the command exits 1. Each original goes back "
         "once, with its bytes, key and headers and turnaudit.redriven-from="
         "dlq:PARTITION:OFFSET; letters an earlier redrive wrote back (found by that header "
-        "on the topic) are skipped and reported. Consumers count redriven turns apart from "
-        "live ones (turnaudit_redriven_turns_total).",
+        "on the topic) are skipped and reported. Only what was on the topic goes back: a "
+        "letter must be the message stored at its origin (re-read there), or, once "
+        "retention took the origin, a turn a valid signed checkpoint names (--keyring); "
+        "any other is refused (not_the_original, unprovable). Consumers count redriven "
+        "turns apart from live ones (turnaudit_redriven_turns_total).",
     )
     _add_filters(redrive)
     redrive.add_argument(
@@ -107,6 +120,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=60.0,
         metavar="SECONDS",
         help="seconds to wait for the broker to take the redriven messages",
+    )
+    redrive.add_argument(
+        "--keyring",
+        type=Path,
+        metavar="FILE",
+        help="verify's keyring: a letter whose origin retention took goes back when a "
+        "valid signed checkpoint names its turn (without it, such a letter is refused)",
     )
     redrive.set_defaults(handler=_redrive)
 
@@ -263,6 +283,27 @@ def redriven_marks(settings: KafkaSettings, topic: str, since_ms: int) -> Redriv
     return marks
 
 
+def signed_check(settings: KafkaSettings, keyring: Path | None) -> SignedCheck:
+    """Whether a valid signed checkpoint names a letter's turn at its position (its chain
+    hash, writer schema bound): never without a keyring."""
+    if keyring is None:
+        return lambda _value: False
+    positions = signed_heads(judge_chain(read_checkpoints(settings).read, load_keyring(keyring)))
+    decode = decoder_for(settings)
+
+    def signed(value: bytes | None) -> bool:
+        try:
+            decoded = decode(value)
+            event = decoded.event
+            wanted = positions.positions.get((event["session_id"], event["producer_id"]), {})
+            digest = chain_hash(value or b"", decode.writer_fingerprint(decoded))
+            return wanted.get(int(event["sequence"])) == digest
+        except (SerializationError, KeyError, TypeError, ValueError):
+            return False
+
+    return signed
+
+
 def _redrive(args: argparse.Namespace) -> int:
     selection = letter_filter(args)
     settings = _settings()
@@ -277,7 +318,21 @@ def _redrive(args: argparse.Namespace) -> int:
         if letter.origin is not None and letter.origin[0] == topic
     ]
     marks = redriven_marks(settings, topic, min(candidates)) if candidates else RedrivenMarks()
-    plan = plan_redrive(letters, topic=topic, check=decode_check(settings), marks=marks)
+    wanted: dict[int, set[int]] = {}
+    for name, partition, offset in (x.origin for x in letters if x.origin is not None):
+        if name == topic:
+            wanted.setdefault(partition, set()).add(offset)
+    held, gone = read_offsets(settings, topic, wanted)
+    originals: dict[Origin, StoredOriginal | str] = {(topic, *p): GONE for p in gone}
+    originals.update({(topic, *p): StoredOriginal(*kv) for p, kv in held.items()})
+    plan = plan_redrive(
+        letters,
+        topic=topic,
+        check=decode_check(settings),
+        marks=marks,
+        originals=originals,
+        signed=signed_check(settings, args.keyring),
+    )
     written, failed = (0, []) if args.dry_run else _write(settings, plan, args.timeout)
     report = plan.as_json()
     if args.json:

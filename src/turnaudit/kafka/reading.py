@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.consumer import BEGINNING, BULK_READER, READER, KafkaConsumer
+from turnaudit.kafka.offsets import watermarks
 from turnaudit.records import Record
 from turnaudit.settings import KafkaSettings
 
@@ -70,3 +71,36 @@ def read_range_batches(
                 yield batch
     finally:
         consumer.close()
+
+
+# What an offset holds, read back: (key, value).
+Stored = tuple[bytes | None, bytes | None]
+
+
+def read_offsets(
+    settings: KafkaSettings, topic: str, wanted: Mapping[int, set[int]], *, near: int = 1_000
+) -> tuple[dict[tuple[int, int], Stored], set[tuple[int, int]]]:
+    """The messages at the ``wanted`` offsets of each partition, read back: what each
+    holds, and the offsets below the log start (gone: retention or a deletion took
+    them). An offset at or past the end, or one that holds no message, is in neither.
+    Offsets within ``near`` of each other are read in one pass."""
+    held: dict[tuple[int, int], Stored] = {}
+    gone: set[tuple[int, int]] = set()
+    if not wanted:
+        return held, gone
+    marks = watermarks(settings, topic)
+    for partition, offsets in wanted.items():
+        low, high = marks.low.get(partition, 0), marks.high.get(partition, 0)
+        gone.update((partition, o) for o in offsets if o < low)
+        inside = sorted(o for o in offsets if low <= o < high)
+        while inside:
+            run = [inside.pop(0)]
+            while inside and inside[0] - run[-1] <= near:
+                run.append(inside.pop(0))
+            for record in read_range(
+                settings, topic, {partition: run[0]}, {partition: run[-1] + 1}
+            ):
+                offset = record.offset() or 0
+                if offset in offsets:
+                    held[(partition, offset)] = (record.key(), record.value())
+    return held, gone

@@ -322,3 +322,16 @@ def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> N
         if time.monotonic() > deadline:
             raise BrokerError(f"topics {names} have no leader after {timeout:.0f}s")
         time.sleep(0.2)
+
+
+def topic_retention_ms(settings: KafkaSettings, topic: str, timeout: float = 30.0) -> int | None:
+    """The topic's ``retention.ms`` (None: kept for ever, -1). A principal that may not
+    describe the topic's configuration gets the pipeline's configured retention."""
+    admin = admin_client(settings)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        described = admin.describe_configs([resource])[resource].result(timeout=timeout)
+        value = int(described["retention.ms"].value)
+    except (KafkaException, KeyError, ValueError, TypeError):
+        value = settings.turn_events_retention_ms
+    return None if value < 0 else value

@@ -24,12 +24,13 @@ from turnaudit.serialization.samples import sample_records
 from turnaudit.serialization.schemas import SchemaCatalog
 
 # (writer, reader) pairs where a reader's top-level safety/ethics verdicts are
-# its defaults (null) although the bundle has them: v2 did not write them, v3
-# and v4 write them again (documented in the .avsc files and the README).
+# its defaults (null) although the bundle has them: v2 did not write them, v3,
+# v4 and v5 write them again (documented in the .avsc files and the README).
 DOCUMENTED_LOSSES: dict[tuple[int, int], tuple[str, ...]] = {
     (2, 1): ("safety_verdict", "ethics_verdict"),
     (2, 3): ("safety_verdict", "ethics_verdict"),
     (2, 4): ("safety_verdict", "ethics_verdict"),
+    (2, 5): ("safety_verdict", "ethics_verdict"),
 }
 BACK_COMPAT_VERDICTS = ("safety_verdict", "ethics_verdict")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

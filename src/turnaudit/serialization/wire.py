@@ -163,6 +163,8 @@ class TurnEventDeserializer:
             for s in catalog.versions
         }
         self._by_registry_id: dict[int, ReadPlan] = {}
+        # The fingerprint of the schema each registry id resolved to (chain hashes bind it).
+        self._registry_fps: dict[int, bytes] = {}
 
     def _plan_for_shipped(self, schema: WriterSchema) -> ReadPlan:
         writer_fields = {f["name"] for f in json.loads(schema.schema_json)["fields"]}
@@ -203,6 +205,17 @@ class TurnEventDeserializer:
             for fp, plan in self._by_fp.items()
             if plan.native is not None and plan.version is not None
         ]
+
+    def writer_fingerprint(self, decoded: DecodedTurnEvent) -> bytes | None:
+        """The 8-byte fingerprint of the writer schema of a message this reader decoded
+        (a registry id's: of the schema it resolved to): what its chain hash binds."""
+        origin = decoded.writer_fingerprint
+        if origin.startswith("registry:"):
+            return self._registry_fps.get(int(origin[9:]))
+        try:
+            return bytes.fromhex(origin) if len(origin) == 16 else None
+        except ValueError:
+            return None
 
     def _count_fastavro(self, schema: str, why: str) -> None:
         self._fastavro_schemas += 1
@@ -338,6 +351,7 @@ class TurnEventDeserializer:
                     fp = schema_from_json(
                         schema_json, name=self._catalog.name, version=-1
                     ).fingerprint
+                    self._registry_fps[schema_id] = fp
                     shipped = self._catalog.by_fingerprint().get(fp)
                     if shipped is not None:
                         plan = self._plan_for_shipped(shipped)

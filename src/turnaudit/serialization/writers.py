@@ -33,9 +33,27 @@ class TurnEventWriters:
     """``writers(event) -> bytes``: the event encoded with the version its bundle names,
     so a runtime can move from one version to the next gradually."""
 
-    def __init__(self, by_version: Mapping[int, Writer], *, registered: bool) -> None:
+    def __init__(
+        self,
+        by_version: Mapping[int, Writer],
+        *,
+        registered: bool,
+        fingerprints: Mapping[int, bytes] | None = None,
+    ) -> None:
         self._by_version = dict(by_version)
         self.registered = registered  # Confluent framing, ids from a registry
+        # Each version's writer schema fingerprint (what signed checkpoints name).
+        self.schema_fingerprints: dict[int, bytes] = {}
+        # Confluent framing names no fingerprint: each version's, for the chain hash
+        # (None: single-object framing, whose header names it).
+        self.fingerprints = None if fingerprints is None else dict(fingerprints)
+
+    def fingerprint_of(self, event: OutgoingTurnEvent) -> bytes | None:
+        """The writer schema fingerprint a chain hash of ``event``'s bytes is to bind
+        (None: the single-object header names it)."""
+        if self.fingerprints is None:
+            return None
+        return self.fingerprints.get(event["verdicts"]["schema_version"])
 
     def __call__(self, event: OutgoingTurnEvent) -> bytes:
         version = event["verdicts"]["schema_version"]
@@ -58,9 +76,11 @@ def turn_event_writers(
         registry_client(url, settings.schema_registry_options) if url else None
     )
     if registry is None:
-        return TurnEventWriters(
+        writers = TurnEventWriters(
             {s.version: SingleObjectSerializer(s) for s in catalog.versions}, registered=False
         )
+        writers.schema_fingerprints = {s.version: s.fingerprint for s in catalog.versions}
+        return writers
     ids = schema_ids(
         registry,
         f"{topic}-value",  # TopicNameStrategy, as confluent-kafka's own
@@ -68,7 +88,10 @@ def turn_event_writers(
         auto_register=settings.schema_registry_auto_register,
         where=url or "client",
     )
-    return TurnEventWriters(
+    writers = TurnEventWriters(
         {s.version: ConfluentIdSerializer(s, ids[s.version]) for s in catalog.versions},
         registered=True,
+        fingerprints={s.version: s.fingerprint for s in catalog.versions},
     )
+    writers.schema_fingerprints = {s.version: s.fingerprint for s in catalog.versions}
+    return writers

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
+from turnaudit.contracts import Breach
 from turnaudit.identity import StreamId, TrackResult, TurnOutcome
 
 # Findings listed per kind in the report (all are counted).
@@ -128,3 +129,17 @@ def lost_findings(missing: Mapping[StreamId, list[int]]) -> list[Finding]:
             )
         )
     return found
+
+
+def breaching_turn(
+    event: Mapping[str, Any], breaches: Sequence[Breach], recorded: Sequence[str], where: Where
+) -> tuple[str, list[str], Finding]:
+    """A turn that broke a contract: its pack, the contracts it broke, and its listing."""
+    details = {b.contract.value: b.detail for b in breaches}
+    for name in recorded:
+        details.setdefault(name, "recorded by the producer")
+    pack = str(event.get("pack_id", ""))
+    listed = Where(**where)
+    listed["pack"] = pack
+    finding = Finding("breaching_turn", "; ".join(f"{c}: {d}" for c, d in details.items()), listed)
+    return pack, list(details), finding

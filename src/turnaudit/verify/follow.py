@@ -129,6 +129,7 @@ class FollowState:
         *,
         event: Mapping[str, Any],
         now: float,
+        fingerprint: bytes | None = None,
     ) -> tuple[Outcome, list[str]]:
         """One decoded message: what it is for its stream, and the contracts it breaks."""
         proof = self.partitions[partition]
@@ -152,7 +153,13 @@ class FollowState:
             counts.proved += 1  # v1/v2: no chain, no positions to hold them to
             return "legacy", breaches
         outcome = self._place(
-            proof, stream_id, partition, offset, event=event, content=chain_hash(value), now=now
+            proof,
+            stream_id,
+            partition,
+            offset,
+            event=event,
+            content=chain_hash(value, fingerprint),
+            now=now,
         )
         if outcome in ("new", "late"):
             counts.proved += 1

@@ -6,8 +6,11 @@ The rules are one-shot verify's (``turnaudit.verify.trust``), held live:
 * a checkpoint is judged as it is read with ``judge_signature`` (key known, valid at
   the signing and append times, signature holds) and ``follows`` (it continues its
   producer's chain from the last valid checkpoint of that producer: the checkpoints
-  topic has one partition, so a chain arrives in order). A bad one makes every stream
-  it names ``forged`` at once;
+  topic has one partition, so a chain arrives in order). A bad one is a finding of its
+  own and changes no stream;
+* v1/v2 turns are judged: ``forged`` in a session a valid checkpoint signs, else
+  uncovered; a turn whose writer schema its producer's checkpoints do not name is
+  ``forged`` once a checkpoint covers its position;
 * a position a valid checkpoint signs is compared with the chain hash of the turn at
   that position, whichever arrives first (the turn's hash is kept for the last
   ``WINDOW`` unsigned positions of its stream); another hash is ``forged`` at once;
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from turnaudit.checkpoints import (
@@ -41,14 +44,19 @@ from turnaudit.checkpoints import (
     link_of,
 )
 from turnaudit.identity import LEGACY_PRODUCER, StreamId
+from turnaudit.verify.follow_trust_state import (
+    TRUST_PRODUCER_KEY,
+    TRUST_READER_KEY,
+    TRUST_STREAM_KEY,
+    ProducerChain,
+    StreamTrust,
+    trust_stream_key,
+)
 from turnaudit.verify.trust import STATUSES, Status
 
 WINDOW = 64  # unsigned positions per stream whose hash is kept for a later checkpoint
 _DIGITS = 32  # hex digits of a chain hash kept and compared (128 bits)
 
-TRUST_STREAM_KEY = "trust:stream:"
-TRUST_PRODUCER_KEY = "trust:producer:"
-TRUST_READER_KEY = b"trust:reader"
 
 # What makes a stream forged (the forgeries counter's label values): a checkpoint's
 # problem, or what the turns show against valid checkpoints.
@@ -60,6 +68,9 @@ Reason = Literal[
     "rewritten",
     "uncovered",
     "after_final",
+    "legacy_in_signed_session",
+    "unnamed_schema",
+    "unsigned",
 ]
 REASONS: tuple[Reason, ...] = (
     "bad_signature",
@@ -69,6 +80,9 @@ REASONS: tuple[Reason, ...] = (
     "rewritten",
     "uncovered",
     "after_final",
+    "legacy_in_signed_session",
+    "unnamed_schema",
+    "unsigned",
 )
 # The gauge's label values: the four statuses, and streams still within the grace.
 GaugeState = Status | Literal["pending"]
@@ -82,79 +96,6 @@ class Forgery:
     reason: Reason
     detail: str
     stream: StreamId | None = None
-
-
-@dataclass
-class StreamTrust:
-    partition: int = -1  # -1: named by a checkpoint, no turn of it read yet
-    top: int = -1  # highest position read
-    signed: int = -1  # highest position a valid checkpoint signed
-    expected: dict[int, tuple[str, int]] = field(default_factory=dict)  # pos -> hash, at_ms
-    seen: dict[int, tuple[str, int]] = field(default_factory=dict)  # unsigned pos -> hash, ms
-    forged: str = ""
-    reason: str = ""
-    truncated: str = ""
-    uncovered_late: bool = False  # unsigned positions past the grace
-    unchecked: int = 0  # signed positions whose turn's hash had left the window
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "p": self.partition,
-            "t": self.top,
-            "s": self.signed,
-            "x": {str(k): list(v) for k, v in self.expected.items()},
-            "n": {str(k): list(v) for k, v in self.seen.items()},
-            "f": self.forged,
-            "r": self.reason,
-            "tr": self.truncated,
-            "u": self.uncovered_late,
-            "c": self.unchecked,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, object]) -> StreamTrust:
-        def pairs(v: object) -> dict[int, tuple[str, int]]:
-            assert isinstance(v, dict)
-            return {int(k): (str(h), int(t)) for k, (h, t) in v.items()}
-
-        return cls(
-            partition=_int(d["p"]),
-            top=_int(d["t"]),
-            signed=_int(d["s"]),
-            expected=pairs(d["x"]),
-            seen=pairs(d["n"]),
-            forged=str(d["f"]),
-            reason=str(d["r"]),
-            truncated=str(d["tr"]),
-            uncovered_late=bool(d["u"]),
-            unchecked=_int(d["c"]),
-        )
-
-    def status(self) -> GaugeState:
-        if self.forged:
-            return "forged"
-        if self.truncated:
-            return "truncated"
-        if self.signed >= 0:
-            return "signed"
-        return "unsigned" if self.uncovered_late else "pending"
-
-
-def _int(value: object) -> int:
-    if not isinstance(value, int):
-        raise TypeError("not an integer")
-    return value
-
-
-@dataclass(frozen=True)
-class ProducerChain:
-    """The last valid checkpoint of one producer's chain."""
-
-    link: ChainLink
-    final: bool
-
-    def as_json(self) -> dict[str, object]:
-        return {"i": self.link.index, "d": self.link.digest, "f": self.final}
 
 
 class FollowTrust:
@@ -172,6 +113,7 @@ class FollowTrust:
         self._dirty: set[StreamId] = set()
         self._dirty_producers: set[str] = set()
         self._reader_moved = False
+        self._signed_sessions: set[str] = set()  # sessions a valid checkpoint signs
         # Streams with unsigned positions or signed ones not yet read: what sweep looks at.
         self._watch: set[StreamId] = set()
 
@@ -208,8 +150,11 @@ class FollowTrust:
             self._invalid(verdict, verdict.problem)
             return verdict
         self.valid += 1
+        named = None if last is None else last.schemas
+        if checkpoint.format >= 2:
+            named = (named or frozenset()) | frozenset(checkpoint.schemas)
         self.producers[checkpoint.producer_id] = ProducerChain(
-            link_of(checkpoint), checkpoint.final
+            link_of(checkpoint), checkpoint.final, named
         )
         self._dirty_producers.add(checkpoint.producer_id)
         for head in checkpoint.heads:
@@ -224,8 +169,6 @@ class FollowTrust:
             f"not valid: {verdict.detail}"
         )
         self._found.append(Forgery(problem, detail))
-        for stream in sorted(c.streams()):
-            self._forge(stream, self._stream(stream), problem, detail, count=False)
 
     def _signed(self, stream_id: StreamId, position: int, digest: str, at_ms: int) -> None:
         stream = self._stream(stream_id)
@@ -244,6 +187,34 @@ class FollowTrust:
             stream.seen = {p: v for p, v in stream.seen.items() if p > position}
             if not stream.seen:
                 stream.uncovered_late = False
+        self._schemas_named(stream_id, stream)
+        legacy = (stream_id[0], LEGACY_PRODUCER)
+        self._signed_sessions.add(stream_id[0])
+        if legacy in self.streams:
+            self._legacy_in_signed(legacy)
+
+    def _schemas_named(self, stream_id: StreamId, stream: StreamTrust) -> None:
+        """A signed position written with a writer schema its producer never named."""
+        named = self.producers.get(stream_id[1])
+        if named is None or named.schemas is None:
+            return
+        for fp, position in stream.schemas.items():
+            if position <= stream.signed and fp not in named.schemas:
+                self._forge(
+                    stream_id,
+                    stream,
+                    "unnamed_schema",
+                    f"position {position} is written with writer schema {fp}, which no "
+                    "valid checkpoint of its producer names (re-framed)",
+                )
+
+    def _legacy_in_signed(self, legacy: StreamId) -> None:
+        self._forge(
+            legacy,
+            self._stream(legacy),
+            "legacy_in_signed_session",
+            "v1/v2 turns (no chain) inside a session a valid checkpoint signs",
+        )
 
     def _rewritten(
         self, stream_id: StreamId, stream: StreamTrust, position: int, have: str, signed: str
@@ -258,14 +229,30 @@ class FollowTrust:
 
     # -- turns ---------------------------------------------------------------------------
     def observe(
-        self, stream_id: StreamId, partition: int, position: int, digest: str, at_ms: int
+        self,
+        stream_id: StreamId,
+        partition: int,
+        position: int,
+        digest: str,
+        at_ms: int,
+        *,
+        schema: str = "",
     ) -> None:
-        """A turn read: its stream, position, chain hash and arrival (epoch ms)."""
-        if stream_id[1] == LEGACY_PRODUCER:
-            return
+        """A turn read: its stream, position, chain hash, arrival (epoch ms) and writer
+        schema (hex fingerprint)."""
         stream = self._stream(stream_id)
         self._dirty.add(stream_id)
         stream.partition = partition
+        if stream_id[1] == LEGACY_PRODUCER:  # v1/v2: no chain, nothing signs it
+            if stream_id[0] in self._signed_sessions:
+                self._legacy_in_signed(stream_id)
+            elif not stream.seen:
+                stream.seen[-1] = ("", at_ms)  # judged uncovered once the grace has run
+                self._watch.add(stream_id)
+            return
+        if schema and schema not in stream.schemas:
+            stream.schemas[schema] = position
+            self._schemas_named(stream_id, stream)
         stream.top = max(stream.top, position)
         expected = stream.expected.pop(position, None)
         if expected is not None:
@@ -337,6 +324,13 @@ class FollowTrust:
     def _uncovered(self, stream_id: StreamId, stream: StreamTrust) -> None:
         self._dirty.add(stream_id)
         stream.uncovered_late = True
+        if not self.keyring.require_signed and stream.signed < 0:
+            # Fail closed: an unsigned stream is a finding, unless the keyring allows it.
+            if not any(a.allows(stream_id[1], None) for a in self.keyring.allow_unsigned):
+                self._found.append(
+                    Forgery("unsigned", "no valid checkpoint names the stream", stream_id)
+                )
+            return
         if self.keyring.require_signed:
             where = (
                 f"after its last signed head {stream.signed}"
@@ -405,15 +399,18 @@ class FollowTrust:
                 else:
                     stream = StreamTrust.from_json(json.loads(value))
                     self.streams[(session, producer)] = stream
+                    if stream.signed >= 0:
+                        self._signed_sessions.add(session)
                     if stream.seen or stream.expected:
                         self._watch.add((session, producer))
             elif text.startswith(TRUST_PRODUCER_KEY) and value is not None:
                 pid = text[len(TRUST_PRODUCER_KEY) :]
                 d = json.loads(value)
-                self.producers[pid] = ProducerChain(ChainLink(pid, d["i"], d["d"]), d["f"])
+                named = d.get("s")
+                self.producers[pid] = ProducerChain(
+                    ChainLink(pid, d["i"], d["d"]),
+                    d["f"],
+                    None if named is None else frozenset(named),
+                )
             elif key == TRUST_READER_KEY and value is not None:
                 self.reader_offsets = {int(p): o for p, o in json.loads(value).items()}
-
-
-def trust_stream_key(stream: StreamId) -> bytes:
-    return (TRUST_STREAM_KEY + json.dumps(list(stream))).encode()

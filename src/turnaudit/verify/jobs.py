@@ -57,6 +57,7 @@ class VerifierOptions:
     event_window: tuple[int, int] | None = None
     signed: Mapping[StreamId, Mapping[int, str]] | None = None
     memory: IdMemory = field(default_factory=IdMemory)
+    named_schemas: Mapping[str, frozenset[str]] | None = None
 
     def verifier(self, decode: TurnEventDeserializer) -> Verifier:
         return Verifier(
@@ -67,6 +68,7 @@ class VerifierOptions:
             event_window=self.event_window,
             signed=self.signed,
             memory=self.memory,
+            named_schemas=self.named_schemas,
         )
 
 

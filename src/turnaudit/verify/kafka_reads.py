@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from turnaudit.checkpoints import Checkpoint, checkpoints_topic, decode_checkpoint
 from turnaudit.dead_letters import read_dead_letter_headers
@@ -102,18 +103,26 @@ def stream_head_announcements(
 LOG_APPEND_TIME = 2
 
 
-def read_checkpoints(
-    settings: KafkaSettings, timeout: float = 60.0
-) -> tuple[list[tuple[Checkpoint, int | None]], int]:
+@dataclass
+class CheckpointsRead:
     """Every checkpoint on ``<prefix>checkpoints`` with the time the broker appended it
-    (None when the broker did not stamp it), and the count of records that are not
-    checkpoints. None and zero when the topic does not exist."""
+    (None when the broker did not stamp it), where each was read (offset, by digest), and
+    the count of records that are not checkpoints."""
+
+    read: list[tuple[Checkpoint, int | None]] = field(default_factory=list)
+    offsets: dict[str, int] = field(default_factory=dict)
+    not_checkpoints: int = 0
+
+
+def read_checkpoints(settings: KafkaSettings, timeout: float = 60.0) -> CheckpointsRead:
+    """The checkpoints topic as read (empty when the topic does not exist)."""
     topic = checkpoints_topic(settings.topics.prefix)
+    found_all = CheckpointsRead()
     try:
         found = resolve_range(settings, topic, RangeSpec())
     except BrokerError:
-        return [], 0
-    out: list[tuple[Checkpoint, int | None]] = []
+        return found_all
+    out, offsets = found_all.read, found_all.offsets
     other = 0
     for msg in read_range(settings, topic, found.start, found.end, timeout=timeout):
         checkpoint = decode_checkpoint(msg.value())
@@ -122,4 +131,6 @@ def read_checkpoints(
             continue
         kind, stamp = msg.timestamp()
         out.append((checkpoint, stamp if kind == LOG_APPEND_TIME else None))
-    return out, other
+        offsets.setdefault(checkpoint.digest(), msg.offset() or 0)
+    found_all.not_checkpoints = other
+    return found_all

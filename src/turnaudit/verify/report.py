@@ -322,7 +322,9 @@ class VerifyReport:
             lines.append(
                 f"  stream ends announced {ends['announced']}: {ends['ended_cleanly']} ended "
                 f"cleanly, {ends['cut']} cut by a crash, lost in crash {ends['lost_in_crash']} "
-                f"(exact up to the last head write: head interval {ends['head_interval_ms']} ms)"
+                f"(exact up to the last head write: head interval {ends['head_interval_ms']} ms); "
+                f"{ends['open']} open, {len(ends['vanished'])} producer(s) vanished, "
+                f"lost with them {ends['lost_vanished']}"
             )
         if self.trust is not None:
             lines.append(self.trust.human())

@@ -40,10 +40,16 @@ class RetainedStart:
         self.began_before_retention = 0
         self.examples: list[RetainedJson] = []
 
-    def keep(self, stream: StreamId, sequence: int, value: bytes | None) -> None:
+    def keep(
+        self,
+        stream: StreamId,
+        sequence: int,
+        value: bytes | None,
+        fingerprint: bytes | None = None,
+    ) -> None:
         anchor = self.anchors.get(stream)
         if anchor is not None and anchor[0] == sequence:
-            self.hashes[stream] = chain_hash(value or b"")
+            self.hashes[stream] = chain_hash(value or b"", fingerprint)
 
     def absorb(self, other: RetainedStart) -> None:
         self.hashes.update(other.hashes)

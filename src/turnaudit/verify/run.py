@@ -4,6 +4,7 @@ log sink's files and the change of verdict-metrics counters over the range;
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -13,6 +14,7 @@ from pathlib import Path
 from turnaudit.checkpoints import Keyring, judge_chain
 from turnaudit.identity import StreamId
 from turnaudit.kafka.offsets import RangeSpec, event_time_range, resolve_range
+from turnaudit.kafka.topics import topic_retention_ms
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.crash import stream_ends
@@ -27,7 +29,7 @@ from turnaudit.verify.kafka_reads import (
 )
 from turnaudit.verify.report import RangeJson, VerifyReport
 from turnaudit.verify.scrape import reconcile_metrics
-from turnaudit.verify.trust import judge_streams, signed_heads
+from turnaudit.verify.trust import Removal, judge_streams, signed_heads
 from turnaudit.verify.verifier import Verifier
 
 
@@ -58,8 +60,8 @@ def run_verify(
     # Signed checkpoints first: the verifier keeps the chain hashes at signed positions.
     chain, not_checkpoints = None, 0
     if keyring is not None:
-        read, not_checkpoints = read_checkpoints(settings, timeout=timeout)
-        chain = judge_chain(read, keyring)
+        read = read_checkpoints(settings, timeout=timeout)
+        chain, not_checkpoints = judge_chain(read.read, keyring, read.offsets), read.not_checkpoints
     start, end, low = resolve_range(settings, topic, broker_spec)
     # By event time a session's first turn in the window is where its stream starts for
     # the window (its earlier turns happened before it), as in ``replay --into verify:``.
@@ -74,6 +76,7 @@ def run_verify(
         event_window=window,
         memory=memory,
         signed=None if chain is None else signed_heads(chain).positions,
+        named_schemas=None if chain is None else chain.named_schemas(),
     )
     parts = len(partition_sets(start, end, len(end) or 1))
     jobs = min(default_jobs(parts) if jobs is None else jobs, parts)
@@ -110,6 +113,13 @@ def run_verify(
             to_end=spec.until is None and not spec.to_offsets,
         )
         if keyring is not None and chain is not None:
+            to_end = spec.until is None and not spec.to_offsets and not event_time
+            removal = Removal(
+                now_ms=int(time.time() * 1000),
+                retention_ms=topic_retention_ms(settings, topic, timeout),
+                moved=any(o > 0 for o in low.values()),
+                whole=report.range["from_log_start"] and to_end and not event_time,
+            )
             report.trust = judge_streams(
                 chain,
                 keyring=keyring_source,
@@ -119,6 +129,9 @@ def run_verify(
                 to_end=spec.until is None and not spec.to_offsets and not event_time,
                 whole_stream=whole_stream and not event_time,
                 not_checkpoints=not_checkpoints,
+                facts=verifier.trust.facts() if verifier.trust is not None else None,
+                removal=removal,
+                allowances=keyring.allow_unsigned,
             )
         if log_file is not None:
             report.log = reconcile_log(log_file, verifier.event_ids, options.memory)

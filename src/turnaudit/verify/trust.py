@@ -17,7 +17,17 @@ A stream is
   checkpoint (a stream its cleanly closed producer never named included); or, when
   signatures are required, turns no valid checkpoint covers;
 * ``truncated``: the stream on the topic ends before a signed head (the range reaches
-  the end of the topic).
+  the end of the topic), or, read from a moved log start, lacks a signed position whose
+  checkpoint is newer than now minus the topic's ``retention.ms`` (retention cannot have
+  removed it);
+* ``missing``: a stream a valid checkpoint names that the range, read from the log start
+  to the end, does not hold at all, and retention does not explain.
+
+Every turn is judged: v1/v2 turns (no producer id, no chain) form an ``unsigned`` stream
+per session, ``forged`` inside a session a valid checkpoint signs. A turn whose writer
+schema its producer's valid checkpoints do not name (format 2) is ``forged``. An invalid
+checkpoint is a finding of its own and changes no stream's status. With a keyring, an
+``unsigned`` stream is a finding unless the keyring's ``[[allow_unsigned]]`` allows it.
 """
 
 from __future__ import annotations
@@ -27,12 +37,13 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
-from turnaudit.checkpoints import ChainReport, Problem
+from turnaudit.checkpoints import ChainReport, Problem, UnsignedAllowance
 from turnaudit.identity import LEGACY_PRODUCER, StreamId
 from turnaudit.verify.findings import EXAMPLES, Finding, Where, stream_where
 
-Status = Literal["signed", "unsigned", "forged", "truncated"]
-STATUSES: tuple[Status, ...] = ("signed", "unsigned", "forged", "truncated")
+Status = Literal["signed", "unsigned", "forged", "truncated", "missing"]
+STATUSES: tuple[Status, ...] = ("signed", "unsigned", "forged", "truncated", "missing")
+FINDING_STATUSES = frozenset({"forged", "truncated", "missing"})
 
 
 class StreamTrustJson(TypedDict):
@@ -43,6 +54,7 @@ class StreamTrustJson(TypedDict):
     last_seen: int | None  # the highest position the range holds
     unsigned_tail: int  # positions after the signed head (no finding unless required)
     detail: str
+    allowed: bool  # unsigned, and allowed by the keyring's [[allow_unsigned]]
 
 
 class InvalidCheckpointJson(TypedDict):
@@ -52,6 +64,7 @@ class InvalidCheckpointJson(TypedDict):
     problem: Problem
     detail: str
     streams: int
+    offset: int | None  # where it was written on the checkpoints topic
 
 
 class CheckpointsJson(TypedDict):
@@ -68,22 +81,76 @@ class TrustJson(TypedDict):
     checkpoints: CheckpointsJson
     by_status: dict[str, int]
     invalid_checkpoints: list[InvalidCheckpointJson]
+    allow_unsigned: list[str]  # the keyring's allowances, as stated
+    expired_by_retention: int  # signed streams the range does not hold, retention explains
     streams: list[StreamTrustJson]
 
 
 @dataclass(frozen=True)
 class SignedHeads:
-    """What valid checkpoints signed, per stream: position → chain hash."""
+    """What valid checkpoints signed, per stream: position → chain hash, and position →
+    (when its checkpoint was appended (the broker's time, else the signer's), the time
+    after which every position it newly covers was written: its producer's previous
+    checkpoint's, or its own less twice its interval)."""
 
     positions: Mapping[StreamId, Mapping[int, str]]
+    at_ms: Mapping[StreamId, Mapping[int, tuple[int, int]]] = field(default_factory=dict)
 
 
 def signed_heads(chain: ChainReport) -> SignedHeads:
     out: dict[StreamId, dict[int, str]] = {}
-    for checkpoint in chain.valid():
+    at: dict[StreamId, dict[int, tuple[int, int]]] = {}
+    valid = [j for j in chain.judged if j.problem is None]
+    when = {
+        (j.checkpoint.producer_id, j.checkpoint.index): (
+            j.checkpoint.at_ms if j.appended_ms is None else j.appended_ms
+        )
+        for j in valid
+    }
+    for judged in valid:
+        checkpoint = judged.checkpoint
+        appended = when[(checkpoint.producer_id, checkpoint.index)]
+        floor = max(
+            when.get((checkpoint.producer_id, checkpoint.index - 1), 0),
+            appended - 2 * checkpoint.interval_ms,
+        )
         for head in checkpoint.heads:
             out.setdefault(head.stream, {})[head.sequence] = head.hash
-    return SignedHeads(out)
+            at.setdefault(head.stream, {})[head.sequence] = (appended, floor)
+    return SignedHeads(out, at)
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What tells a removal retention explains from one it does not: ``now_ms`` and the
+    topic's ``retention.ms`` (None: kept for ever), whether some partition's log start
+    moved past 0, and whether the range runs from the log start to the end."""
+
+    now_ms: int
+    retention_ms: int | None
+    moved: bool
+    whole: bool
+
+    def retention_explains(self, appended_ms: int) -> bool:
+        """A signed position whose checkpoint was appended before now - retention.ms may
+        have been removed by retention; a newer one cannot have been."""
+        return (
+            self.moved
+            and self.retention_ms is not None
+            and appended_ms <= self.now_ms - self.retention_ms
+        )
+
+
+@dataclass
+class StreamFacts:
+    """What the range shows of the streams, beyond their chain hashes at signed heads."""
+
+    # The lowest position whose writer schema (hex) its producer's checkpoints do not name.
+    unnamed_schema: Mapping[StreamId, tuple[int, str]] = field(default_factory=dict)
+    # Streams first seen past position 0: that position.
+    started_at: Mapping[StreamId, int] = field(default_factory=dict)
+    # Unsigned candidates' record timestamps (first, last), for the keyring's allowances.
+    times: Mapping[StreamId, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -93,22 +160,25 @@ class TrustReport:
     chain: ChainReport
     not_checkpoints: int = 0
     streams: list[StreamTrustJson] = field(default_factory=list)
+    allowances: tuple[UnsignedAllowance, ...] = ()
+    expired_by_retention: int = 0
 
     def findings(self) -> list[Finding]:
-        # An invalid checkpoint is a finding of its own, whatever streams it names: a
-        # chain broken before a checkpoint that names none (a final one, written when
-        # nothing had advanced) still shows that a checkpoint was removed.
+        # An invalid checkpoint is a finding of its own, whatever streams it names (and
+        # changes none of their statuses): where it was written is in the finding.
         found = [
             Finding(
                 "invalid_checkpoint",
                 f"checkpoint {j.checkpoint.index} of producer "
-                f"{j.checkpoint.producer_id}: {j.problem}: {j.detail}",
+                f"{j.checkpoint.producer_id}: {j.problem}: {j.detail}"
+                + ("" if j.offset is None else f" (checkpoints topic offset {j.offset})"),
                 Where(producer_id=j.checkpoint.producer_id, checkpoint=j.checkpoint.index),
             )
             for j in self.chain.invalid()
         ]
         for s in self.streams:
-            if s["status"] in ("forged", "truncated"):
+            # Fail closed: with a keyring an unsigned stream is a finding, unless allowed.
+            if s["status"] in FINDING_STATUSES or (s["status"] == "unsigned" and not s["allowed"]):
                 where = stream_where((s["session_id"], s["producer_id"]))
                 if s["signed_position"] is not None:
                     where["position"] = s["signed_position"]
@@ -140,20 +210,25 @@ class TrustReport:
                     problem=j.problem,
                     detail=j.detail,
                     streams=len(j.checkpoint.heads),
+                    offset=j.offset,
                 )
                 for j in invalid[: EXAMPLES * 5]
                 if j.problem is not None
             ],
+            allow_unsigned=[a.describe() for a in self.allowances],
+            expired_by_retention=self.expired_by_retention,
             streams=list(self.streams),
         )
 
     def human(self) -> str:
         counts = self.by_status()
         j = self.as_json()["checkpoints"]
+        allowed = sum(s["allowed"] for s in self.streams)
         return (
             f"  signed checkpoints ({self.keyring}): {j['valid']} valid, {j['invalid']} "
             f"invalid; streams "
             + ", ".join(f"{k} {n}" for k, n in counts.items())
+            + (f" ({allowed} unsigned allowed by the keyring)" if allowed else "")
             + ("; signatures required" if self.require_signed else "")
         )
 
@@ -168,55 +243,99 @@ def judge_streams(
     to_end: bool,
     whole_stream: bool,
     not_checkpoints: int = 0,
+    facts: StreamFacts | None = None,
+    removal: Removal | None = None,
+    allowances: tuple[UnsignedAllowance, ...] = (),
 ) -> TrustReport:
-    """Each chained stream's trust status. ``observed``: the chain hashes the range holds
-    at the signed positions; ``last_seen``: each stream's highest position in the range;
-    ``to_end``: the range reaches the end of the topic (a stream that ends before its
-    signed head is truncated); ``whole_stream``: the range is the whole topic from offset
-    0 (a signed stream it does not hold at all is truncated, not merely out of range)."""
-    signed = signed_heads(chain).positions
-    bad: dict[StreamId, str] = {}
-    for judged in chain.invalid():
-        c = judged.checkpoint
-        for stream in c.streams():
-            bad.setdefault(
-                stream,
-                f"checkpoint {c.index} of producer {c.producer_id} "
-                f"(key {c.key_id!r}) that names it is not valid: {judged.detail}",
-            )
-    report = TrustReport(keyring, require_signed, chain, not_checkpoints)
-    streams = set(last_seen) | set(signed) | set(bad)
-    for stream in sorted(s for s in streams if s[1] != LEGACY_PRODUCER):
+    """Each stream's trust status. ``observed``: the chain hashes the range holds at the
+    signed positions; ``last_seen``: each stream's highest position in the range (v1/v2
+    streams under producer ""); ``to_end``: the range reaches the end of the topic (a
+    stream that ends before its signed head is truncated); ``whole_stream``: the range is
+    the whole topic from offset 0 (a signed stream it does not hold at all is missing);
+    ``removal``: how to tell a removal from retention (a range from a moved log start)."""
+    heads = signed_heads(chain)
+    signed, signed_at = heads.positions, heads.at_ms
+    facts = facts or StreamFacts()
+    signed_sessions = {stream[0] for stream in signed}
+    report = TrustReport(keyring, require_signed, chain, not_checkpoints, [], allowances)
+    for stream in sorted(set(last_seen) | set(signed)):
         last = last_seen.get(stream)
-        if last is None and not whole_stream:
-            continue  # signed, but not in this range (read from a later start)
-        report.streams.append(
-            _judge(
-                stream,
-                signed=signed.get(stream, {}),
-                bad=bad.get(stream),
-                observed=observed.get(stream, {}),
-                last=last,
-                chain=chain,
-                require_signed=require_signed,
-                to_end=to_end,
+        if last is None:
+            whole = whole_stream or (removal is not None and removal.whole)
+            if not whole or not to_end:
+                continue  # signed, but not in this range (read from a later start)
+            if removal is not None and all(
+                removal.retention_explains(at) for at, _ in signed_at.get(stream, {}).values()
+            ):
+                report.expired_by_retention += 1
+                continue  # began, and ended, before retention
+        if stream[1] == LEGACY_PRODUCER:
+            report.streams.append(
+                _legacy(stream, last, stream[0] in signed_sessions, require_signed, facts)
             )
+            continue
+        judged = _judge(
+            stream,
+            signed=signed.get(stream, {}),
+            signed_at=signed_at.get(stream, {}),
+            observed=observed.get(stream, {}),
+            last=last,
+            chain=chain,
+            require_signed=require_signed,
+            to_end=to_end,
+            facts=facts,
+            removal=removal,
         )
+        if judged["status"] == "unsigned":
+            judged["allowed"] = _allowed(stream, facts, allowances)
+        report.streams.append(judged)
     return report
+
+
+def _allowed(
+    stream: StreamId, facts: StreamFacts, allowances: tuple[UnsignedAllowance, ...]
+) -> bool:
+    times = facts.times.get(stream)
+    return any(a.allows(stream[1], times) for a in allowances)
+
+
+def _legacy(
+    stream: StreamId, last: int | None, in_signed_session: bool, required: bool, facts: StreamFacts
+) -> StreamTrustJson:
+    """A session's v1/v2 turns: no chain, nothing a checkpoint can sign."""
+    if in_signed_session:
+        status: Status = "forged"
+        detail = "v1/v2 turns (no chain) inside a session a valid checkpoint signs"
+    elif required:
+        status, detail = "forged", "v1/v2 turns carry no chain: nothing signs them"
+    else:
+        status, detail = "unsigned", "v1/v2 turns carry no chain: nothing signs them"
+    return StreamTrustJson(
+        session_id=stream[0],
+        producer_id=stream[1],
+        status=status,
+        signed_position=None,
+        last_seen=last,
+        unsigned_tail=0,
+        detail=detail,
+        allowed=False,
+    )
 
 
 def _judge(
     stream: StreamId,
     *,
     signed: Mapping[int, str],
-    bad: str | None,
+    signed_at: Mapping[int, tuple[int, int]],
     observed: Mapping[int, Set[str]],
     last: int | None,
     chain: ChainReport,
     require_signed: bool,
     to_end: bool,
+    facts: StreamFacts,
+    removal: Removal | None,
 ) -> StreamTrustJson:
-    forged: list[str] = [] if bad is None else [bad]
+    forged: list[str] = []
     for position, digest in sorted(signed.items()):
         others = sorted(h for h in observed.get(position, ()) if h != digest)
         if others:
@@ -226,6 +345,12 @@ def _judge(
             )
             break
     head = max(signed) if signed else None
+    unnamed = facts.unnamed_schema.get(stream)
+    if unnamed is not None and ((head is not None and unnamed[0] <= head) or require_signed):
+        forged.append(
+            f"position {unnamed[0]} is written with writer schema {unnamed[1]}, which no "
+            "valid checkpoint of its producer names (re-framed)"
+        )
     truncated = None
     if head is not None and to_end and (last is None or last < head):
         seen = "nothing" if last is None else f"position {last}"
@@ -233,22 +358,38 @@ def _judge(
             f"the stream ends at {seen}, before its signed head {head}: "
             f"{head - (-1 if last is None else last)} signed position(s) missing"
         )
+    start = facts.started_at.get(stream)
+    covering = [p for p in signed if start is not None and p >= start - 1]
+    if start is not None and truncated is None and covering:
+        # The last removed position was written after ``floor`` (or, a signed head, by
+        # ``at``): retention explains it only when that is older than retention.ms.
+        at, floor = signed_at.get(min(covering), (0, 0))
+        written = at if min(covering) == start - 1 else floor
+        if removal is None or not removal.retention_explains(written):
+            truncated = (
+                f"the stream starts at position {start}: positions 0..{start - 1}, "
+                f"covered by its signed head {min(covering)}, are removed, and retention "
+                "cannot have removed them (written after now - retention.ms)"
+            )
+    if last is None and head is not None and truncated is not None:
+        status_if_cut: Status = "missing"
+    else:
+        status_if_cut = "truncated"
     tail = 0 if last is None else last - (-1 if head is None else head)
     tail = max(0, tail)
-    if bad is None:
-        forged += _uncovered(stream, head, tail, chain, require_signed)
+    forged += _uncovered(stream, head, tail, chain, require_signed)
     status: Status
     if forged:
         status, detail = "forged", "; ".join(forged)
     elif truncated is not None:
-        status, detail = "truncated", truncated
+        status, detail = status_if_cut, truncated
     elif head is None:
         status = "unsigned"
         detail = (
             "its producer signs, but no checkpoint names it: begun after the "
             "producer's last checkpoint, and the producer did not close cleanly"
             if stream[1] in chain.signing
-            else "no checkpoint names it (a publisher without a key)"
+            else "no valid checkpoint names it (a publisher without a key)"
         )
     else:
         status = "signed"
@@ -263,6 +404,7 @@ def _judge(
         last_seen=last,
         unsigned_tail=tail,
         detail=detail,
+        allowed=False,
     )
 
 

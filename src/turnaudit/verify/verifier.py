@@ -25,7 +25,6 @@ from turnaudit.identity import (
     StreamTracker,
     TrackResult,
     TurnOutcome,
-    chain_hash,
 )
 from turnaudit.records import Record
 from turnaudit.serialization.native import VerifyStep
@@ -36,6 +35,7 @@ from turnaudit.verify.findings import (
     Finding,
     HeadJson,
     Where,
+    breaching_turn,
     classify,
     lost_findings,
     message_where,
@@ -49,6 +49,7 @@ from turnaudit.verify.id_store import (
 )
 from turnaudit.verify.native_step import contract_check, feed_batch
 from turnaudit.verify.retained_start import Anchors, RetainedStart
+from turnaudit.verify.trust_facts import TrustFacts
 
 # Heads read from the tracker at a time for a report (streams spilled or not).
 HEADS_PAGE = 10_000
@@ -67,13 +68,15 @@ class Verifier:
         event_window: tuple[int, int] | None = None,
         signed: Mapping[StreamId, Mapping[int, str]] | None = None,
         memory: IdMemory | None = None,
+        named_schemas: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self._decode = decode
         # ``--keyring``: positions valid checkpoints signed, per stream; the chain hashes the
         # range holds there are kept in ``signed_seen`` (one dict lookup per message).
-        self._signed = signed or {}
-        self.signed_seen: dict[StreamId, dict[int, set[str]]] = {}
-        self._watched = bool(anchors or signed)
+        # With what else the judgement needs (``trust_facts``); None without a keyring.
+        self.trust = None if signed is None else TrustFacts(signed, named_schemas)
+        self._fed_ms = 0
+        self._watched = bool(anchors) or self.trust is not None
         # ``--time event``: only turns whose occurred_at (epoch ms) is in [low, high)
         # count; the others are tallied in ``outside_window`` and otherwise ignored.
         self.event_window = event_window
@@ -179,9 +182,8 @@ class Verifier:
         self.breaching_by_pack.update(other.breaching_by_pack)
         self.counts.absorb(other.counts)
         self.tracker.absorb(other.tracker)
-        for stream, hashes in other.signed_seen.items():
-            for position, seen in hashes.items():
-                self.signed_seen.setdefault(stream, {}).setdefault(position, set()).update(seen)
+        if self.trust is not None and other.trust is not None:
+            self.trust.absorb(other.trust)
         self.retained.absorb(other.retained)
         self._first_fed.update(other._first_fed)
         self.retained_from |= other.retained_from
@@ -258,6 +260,7 @@ class Verifier:
                 self.retained_from.add(partition)
         if timestamp_ms is not None and timestamp_ms > 0:
             self.stamped(timestamp_ms)
+        self._fed_ms = timestamp_ms or 0
         try:
             decoded = self._decode(value)
         except SerializationError as exc:
@@ -269,9 +272,11 @@ class Verifier:
             self.outside_window += 1
             return
         held = len(self.tracker)
+        # The chain hash binds the writer schema (a Confluent id's: the one it resolved to).
+        fp = self._decode.writer_fingerprint(decoded)
         try:
             result = self.tracker.observe(
-                decoded.event, value or b"", partition=partition, offset=offset
+                decoded.event, value or b"", partition=partition, offset=offset, fingerprint=fp
             )
         except (KeyError, TypeError, ValueError) as exc:
             self.not_a_turn(exc, partition, offset)
@@ -354,18 +359,19 @@ class Verifier:
             if not result.counts_as_turn:
                 return
         if self._watched:  # anchors or signed heads: their chain hashes are kept
-            self._keep_hashes(stream, result.sequence, value)
+            fp = self._decode.writer_fingerprint(decoded)
+            self.retained.keep(stream, result.sequence, value, fp)
+            if self.trust is not None:
+                began, ms = opened and partition in self.retained_from, self._fed_ms
+                self.trust.keep(stream, result.sequence, value, fp, began=began, stored_ms=ms)
         # A breach is still a turn that happened: counted, and reported above (its event
         # id is in ``event_ids``: the tracker keeps every counted one).
         self.counts.add(event, decoded.writer_version)
 
-    def _keep_hashes(self, stream: StreamId, sequence: int, value: bytes | None) -> None:
-        self.retained.keep(stream, sequence, value)
-        wanted = self._signed.get(stream)
-        if wanted is not None and sequence in wanted:
-            self.signed_seen.setdefault(stream, {}).setdefault(sequence, set()).add(
-                chain_hash(value or b"")
-            )
+    @property
+    def signed_seen(self) -> dict[StreamId, dict[int, set[str]]]:
+        """The chain hashes the range holds at signed positions (``--keyring``)."""
+        return {} if self.trust is None else self.trust.signed_seen
 
     def _report(
         self,
@@ -392,17 +398,10 @@ class Verifier:
         where: Where,
     ) -> None:
         """A turn that broke a contract: counted as a turn (by ``feed``) and listed here."""
-        details = {b.contract.value: b.detail for b in breaches}
-        for name in recorded:
-            details.setdefault(name, "recorded by the producer")
-        pack = str(event.get("pack_id", ""))
+        pack, contracts, finding = breaching_turn(event, breaches, recorded, where)
         self.breaching_by_pack[pack] += 1
-        self.breaches_by_contract.update(details.keys())
-        listed = Where(**where)
-        listed["pack"] = pack
-        self.breaching.append(
-            Finding("breaching_turn", "; ".join(f"{c}: {d}" for c, d in details.items()), listed)
-        )
+        self.breaches_by_contract.update(contracts)
+        self.breaching.append(finding)
 
     def holds(self, stream: StreamId) -> bool:
         """Whether a turn of ``stream`` was placed (a message whose event id was seen before

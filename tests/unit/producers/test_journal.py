@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,15 +19,20 @@ from tests.support.events import encode, turn
 from tests.support.smallfs import fill_disk, small_filesystem
 from turnaudit.errors import ConfigurationError
 from turnaudit.producers.journal import (
+    ACK_FLUSH_S,
     JOURNAL_ENV,
     Journal,
+    journal_from_env,
+    recover_journal,
+)
+from turnaudit.producers.journal_records import (
     JournalEntry,
     frame,
-    journal_from_env,
+    frame_acks,
     left_journals,
     parse,
+    parse_records,
     read_journal,
-    recover_journal,
 )
 from turnaudit.producers.ordering import shipped_position_reader
 from turnaudit.producers.spool import DiskSpool, SpooledMessage
@@ -107,6 +113,84 @@ class TestReadingAfterAKill:
     def test_an_unreadable_journal_reads_as_empty(self, tmp_path: Path) -> None:
         (tmp_path / "x.journal").mkdir()
         assert read_journal(tmp_path / "x.journal") == []
+
+
+def unacknowledged(folder: Path) -> list[JournalEntry]:
+    found = []
+    for path in left_journals(folder):
+        got, acked, _ = parse_records(path.read_bytes())
+        found += [e for i, e in enumerate(got) if i not in acked]
+    return found
+
+
+class TestAcknowledgementsOnDisk:
+    @given(entries, st.data())
+    def test_a_file_gives_back_exactly_the_entries_not_acknowledged_before_any_cut(
+        self, items: list[JournalEntry], data: st.DataObject
+    ) -> None:
+        """Entries and acknowledgement records interleaved as the committer writes them
+        (an acknowledgement only after its entry): cut anywhere, the file gives back the
+        whole entries before the cut less those an acknowledgement before the cut names."""
+        raw, ends, acked_at = b"", [], []
+        for index, item in enumerate(items):
+            raw += frame(item)
+            ends.append(len(raw))
+            acked_at.append(None)
+            done = data.draw(st.lists(st.integers(0, index), max_size=3, unique=True))
+            if done:
+                raw += frame_acks(done)
+                for i in done:
+                    acked_at[i] = acked_at[i] or len(raw)
+        cut = data.draw(st.integers(0, len(raw)))
+        got, acked, _ = parse_records(raw[:cut])
+        whole = sum(1 for end in ends if end <= cut)
+        assert got == items[:whole]
+        assert acked == {i for i, at in enumerate(acked_at) if at is not None and at <= cut}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "p-0000000000.journal"
+            path.write_bytes(raw[:cut])
+            assert read_journal(path) == [e for i, e in enumerate(got) if i not in acked]
+
+    @settings(max_examples=25, deadline=None)
+    @given(
+        st.integers(1, 40),
+        st.integers(3, 12),
+        st.sets(st.integers(0, 39)),
+        st.booleans(),
+    )
+    def test_after_a_crash_only_turns_not_acknowledged_come_back(
+        self, turns: int, segment: int, acked: set[int], later_commit: bool
+    ) -> None:
+        """Any turns, any segment size, any set acknowledged: once the acknowledgements
+        had their flush (a later commit carries them, or ACK_FLUSH_S passes with none),
+        the journal a killed publisher leaves holds exactly the turns not acknowledged."""
+        acked = {t for t in acked if t < turns}
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / "journal"
+            journal = Journal(folder, "p", lambda group: None, segment_entries=segment)
+            values = [JournalEntry("t", b"k", str(i).encode()) for i in range(turns)]
+            for value in values:
+                ticket = journal.append(value)
+                assert ticket is not None
+                journal.wait(ticket)
+            for ticket in sorted(acked):
+                journal.ack(ticket)
+            if later_commit:
+                extra = journal.append(JournalEntry("t", b"k", b"after"))
+                assert extra is not None
+                journal.wait(extra)
+                values.append(JournalEntry("t", b"k", b"after"))
+            # Killed here: nothing closed. What a successor would read (without a later
+            # commit, once ACK_FLUSH_S has passed: asked until then and a while after).
+            expected = [v for i, v in enumerate(values) if i not in acked]
+            deadline = time.monotonic() + ACK_FLUSH_S * 20
+            while True:
+                left = unacknowledged(folder)  # read only: the committer may be writing
+                if left == expected or later_commit or time.monotonic() > deadline:
+                    break
+                time.sleep(ACK_FLUSH_S / 4)
+            assert left == expected
+            journal.close()
 
 
 class TestGroupCommit:

@@ -32,8 +32,8 @@ def _read(record: dict[str, Any], writer: int, reader: int) -> dict[str, Any]:
     return read
 
 
-def test_v1_to_v4_are_shipped_and_full_transitive() -> None:
-    assert VERSIONS == [1, 2, 3, 4]
+def test_v1_to_v5_are_shipped_and_full_transitive() -> None:
+    assert VERSIONS == [1, 2, 3, 4, 5]
     pairs = {(r.writer, r.reader) for r in check_full_transitive(CATALOG, 100)}
     assert pairs == {(w, r) for w in VERSIONS for r in VERSIONS}
 
@@ -76,8 +76,26 @@ def test_a_reader_gets_the_verdicts_the_writer_meant(writer: int, reader: int) -
 
 
 def test_the_documented_loss_is_only_v2_data_at_the_per_field_verdicts() -> None:
-    assert set(DOCUMENTED_LOSSES) == {(2, 1), (2, 3), (2, 4)}
-    assert {"safety_verdict", "ethics_verdict"} <= _fields(3) & _fields(4)
+    assert set(DOCUMENTED_LOSSES) == {(2, 1), (2, 3), (2, 4), (2, 5)}
+    assert {"safety_verdict", "ethics_verdict"} <= _fields(3) & _fields(4) & _fields(5)
     assert not {"safety_verdict", "ethics_verdict"} & _fields(2)
     assert "deprecated" in json.loads(CATALOG.version(3).schema_json)["doc"]
     assert "deprecated" in json.loads(CATALOG.version(4).schema_json)["doc"]
+    assert "deprecated" in json.loads(CATALOG.version(5).schema_json)["doc"]
+
+
+def test_v5_reserves_sealed_surfaces_and_states_the_liveness_interval() -> None:
+    v5 = {f["name"]: f for f in json.loads(CATALOG.version(5).schema_json)["fields"]}
+    assert v5["liveness_interval_ms"]["type"] == ["null", "long"]
+    assert v5["liveness_interval_ms"]["default"] is None
+    sealed = v5["sealed"]
+    assert sealed["default"] is None
+    assert sealed["type"][0] == "null"
+    assert "reserved for sealed surfaces" in sealed["doc"].lower()
+    record = sealed["type"][1]
+    assert [(f["name"], f["type"]) for f in record["fields"]] == [
+        ("key_id", "string"),
+        ("wrapped_data_key", "bytes"),
+        ("nonce", "bytes"),
+        ("ciphertext", "bytes"),
+    ]

@@ -57,13 +57,13 @@ def millis(decoded: dict[str, Any]) -> dict[str, Any]:
     return decoded
 
 
-def test_shipped_versions_are_one_to_four_with_distinct_fingerprints() -> None:
-    assert [s.version for s in CATALOG.versions] == [1, 2, 3, 4]
-    assert len({s.fingerprint for s in CATALOG.versions}) == 4
+def test_shipped_versions_are_one_to_five_with_distinct_fingerprints() -> None:
+    assert [s.version for s in CATALOG.versions] == [1, 2, 3, 4, 5]
+    assert len({s.fingerprint for s in CATALOG.versions}) == 5
     assert all(len(s.fingerprint) == 8 for s in CATALOG.versions)
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_single_object_round_trip(version: int) -> None:
     schema = CATALOG.version(version)
     serialize = SingleObjectSerializer(schema)
@@ -154,7 +154,7 @@ def future_writer() -> str:
 
 
 def test_a_foreign_fingerprint_resolves_through_the_schemas_topic_resolver() -> None:
-    future = schema_from_json(future_writer(), name="turn_event", version=5)
+    future = schema_from_json(future_writer(), name="turn_event", version=6)
     record = events(2, 1)[0]
     record["verdicts"]["schema_version"] = 5
     record["region"] = "us"
@@ -176,7 +176,7 @@ def test_a_foreign_fingerprint_resolves_through_the_schemas_topic_resolver() -> 
 
 def test_schemas_check_passes_for_the_shipped_versions() -> None:
     results = check_full_transitive(CATALOG, records_per_version=100)
-    versions = (1, 2, 3, 4)
+    versions = (1, 2, 3, 4, 5)
     assert {(r.writer, r.reader) for r in results} == {(w, r) for w in versions for r in versions}
     assert all(r.records == 100 for r in results)
 
@@ -184,7 +184,7 @@ def test_schemas_check_passes_for_the_shipped_versions() -> None:
 def test_schemas_check_fails_for_a_version_adding_a_field_without_default() -> None:
     raw = json.loads(CATALOG.latest.schema_json)
     raw["fields"].append({"name": "region", "type": "string"})
-    broken = schema_from_json(json.dumps(raw), name="turn_event", version=5)
+    broken = schema_from_json(json.dumps(raw), name="turn_event", version=6)
     with pytest.raises(SchemaCompatibilityError, match="region"):
         check_full_transitive(SchemaCatalog("turn_event", (*CATALOG.versions, broken)), 20)
 
@@ -194,7 +194,7 @@ def test_schemas_check_fails_for_a_changed_field_type() -> None:
     for field in raw["fields"]:
         if field["name"] == "vault_hits":
             field["type"] = "string"
-    broken = schema_from_json(json.dumps(raw), name="turn_event", version=5)
+    broken = schema_from_json(json.dumps(raw), name="turn_event", version=6)
     with pytest.raises(SchemaCompatibilityError):
         check_full_transitive(SchemaCatalog("turn_event", (*CATALOG.versions, broken)), 20)
 
@@ -228,7 +228,7 @@ def test_encoded_body_is_plain_avro() -> None:
     assert got["event_id"] == record["event_id"]
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_decoding_schema_reads_timestamp_millis_as_the_long_with_the_same_fingerprint(
     version: int,
 ) -> None:

@@ -183,7 +183,9 @@ class TestForged:
 
     @settings(max_examples=20, deadline=None)
     @given(st.data())
-    def test_an_edited_checkpoint_forges_every_stream_it_names(self, data: st.DataObject) -> None:
+    def test_an_edited_checkpoint_copy_is_a_finding_and_forges_no_honest_stream(
+        self, data: st.DataObject
+    ) -> None:
         events = stamped_events(30, sessions=3)
         written = checkpoints_of(events, max_turns=6)
         at = data.draw(st.sampled_from([i for i, c in enumerate(written) if c.heads]))
@@ -196,12 +198,14 @@ class TestForged:
                 *victim.heads[1:],
             ),
         )
-        items = interleave(events, [*written[:at], edited, *written[at + 1 :]], data.draw(PICKS))
+        # A keyless writer's edited copy beside the real checkpoint (after it, or before).
+        copies = [edited, victim] if data.draw(st.booleans()) else [victim, edited]
+        items = interleave(events, [*written[:at], *copies, *written[at + 1 :]], data.draw(PICKS))
         r = run(items)
         assert r.trust.invalid >= 1
-        assert r.found[0].reason == "bad_signature"
-        forged = {s for s, status in r.statuses().items() if status == "forged"}
-        assert victim.streams() <= forged
+        assert {f.reason for f in r.found} == {"bad_signature"}
+        assert all(f.stream is None for f in r.found)  # the checkpoint's finding, no stream's
+        assert set(r.statuses().values()) == {"signed"}
 
     def test_a_removed_checkpoint_breaks_the_chain(self) -> None:
         events = stamped_events(30, sessions=2)
@@ -210,13 +214,15 @@ class TestForged:
         r = run([("turn", s) for s in events] + [("cp", c) for c in written[:1] + written[2:]])
         assert r.found[0].reason == "chain_break"
 
-    def test_an_unknown_or_revoked_key_forges_what_it_signs(self) -> None:
+    def test_an_unknown_or_revoked_key_is_a_finding_and_its_streams_unsigned(self) -> None:
         events = stamped_events(20, sessions=2)
         other = SigningKey(Ed25519PrivateKey.from_private_bytes(bytes(32)), "k2")
         foreign = [sign(c, other) for c in checkpoints_of(events, max_turns=5)]
         r = run([("cp", c) for c in foreign] + [("turn", s) for s in events])
-        assert {f.reason for f in r.found} == {"unknown_key"}
-        assert set(r.statuses().values()) == {"forged"}
+        # The invalid checkpoints are findings; the streams no valid checkpoint names are
+        # unsigned, a finding too (fail closed).
+        assert {f.reason for f in r.found} == {"unknown_key", "unsigned"}
+        assert set(r.statuses().values()) == {"unsigned"}
         revoked = parse_keyring(
             keyring_entry_toml("k1", KEY.public_pem(), datetime(2020, 1, 1, tzinfo=UTC))
             + "revoked_at = 2021-01-01T00:00:00Z\n"
@@ -226,7 +232,7 @@ class TestForged:
             + [("turn", s) for s in events],
             revoked,
         )
-        assert {f.reason for f in r.found} == {"key_not_valid"}
+        assert {f.reason for f in r.found} == {"key_not_valid", "unsigned"}
 
     def test_turns_after_a_final_checkpoint_are_forged(self) -> None:
         events = stamped_events(20, sessions=2)

@@ -240,9 +240,9 @@ ACTION_VALUES = {
 
 @st.composite
 def typed_turns(draw: st.DrawFn) -> tuple[bytes, dict[str, Any]]:
-    """A v3 or v4 turn whose fields take any value their schema allows (breaching or
-    not), and its key (the session id, mostly)."""
-    version = draw(st.sampled_from([3, 4]))
+    """A v3, v4 or v5 turn whose fields take any value their schema allows (breaching
+    or not), and its key (the session id, mostly)."""
+    version = draw(st.sampled_from([3, 4, 5]))
     action = ActionAssessment.from_critic("deploy", Verdict.SEAL, RiskTier.LOW, False)
     event = turn("typed", 0, version=version, action=action if draw(st.booleans()) else None)
     bundle = event["verdicts"]
@@ -275,7 +275,7 @@ def typed_turns(draw: st.DrawFn) -> tuple[bytes, dict[str, Any]]:
         for name, values in ACTION_VALUES.items():
             if pick(st.booleans()):
                 event["action_assessment"][name] = pick(st.sampled_from(values))
-    if version == 4:
+    if version >= 4:
         event["breaches"] = pick(st.sampled_from([[], ["refusal_hedge_exclusive"]]))
     key = b"typed" if pick(st.integers(0, 9)) else b"other"
     return key, event
@@ -298,18 +298,18 @@ def test_scanned_turns_are_judged_and_counted_as_decoded_ones(
         assert VerifyReport(RANGE, native).as_json() == VerifyReport(RANGE, reference).as_json()
 
 
-def test_v3_and_v4_are_scanned_without_building_records() -> None:
+def test_v3_to_v5_are_scanned_without_building_records() -> None:
     with Verifier(scenario.DECODE, log_start_offsets={0: 0}) as verifier:
         assert verifier._step is not None
-        assert verifier._step.scanned_versions() == [3, 4]
+        assert verifier._step.scanned_versions() == [3, 4, 5]
 
 
-VALID_WIRE = [encode(turn("wire", n, version=v)) for v in (3, 4) for n in range(2)]
+VALID_WIRE = [encode(turn("wire", n, version=v)) for v in (3, 4, 5) for n in range(2)]
 
 
 @st.composite
 def damaged_messages(draw: st.DrawFn) -> bytes:
-    """A v3 or v4 message with its body damaged: bytes changed, cut, added."""
+    """A v3, v4 or v5 message with its body damaged: bytes changed, cut, added."""
     data = bytearray(draw(st.sampled_from(VALID_WIRE)))
     for _ in range(draw(st.integers(1, 3))):
         how = draw(st.sampled_from(["change", "cut", "add", "insert"]))

@@ -31,7 +31,7 @@ from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeseri
 from turnaudit.signing_keys import CheckpointSettings
 from turnaudit.stream_heads import StreamHead
 from turnaudit.verify.report import RangeJson, VerifyReport
-from turnaudit.verify.trust import TrustReport, judge_streams, signed_heads
+from turnaudit.verify.trust import Removal, TrustReport, judge_streams, signed_heads
 from turnaudit.verify.verifier import Verifier
 
 DECODE = TurnEventDeserializer(shipped_catalog())
@@ -49,10 +49,18 @@ RANGE: RangeJson = {
 }
 
 
+V3_FP = shipped_catalog().version(3).fingerprint
+
+
 def checkpoints_of(
-    events: list[Stamped], *, max_turns: int, close: bool = True
+    events: list[Stamped],
+    *,
+    max_turns: int,
+    close: bool = True,
+    schemas: tuple[bytes, ...] = (V3_FP,),
 ) -> list[Checkpoint]:
-    """What the publisher's checkpointer writes for ``events`` (one head write per turn)."""
+    """What the publisher's checkpointer writes for ``events`` (one head write per turn),
+    naming ``schemas`` (the writer schemas the publisher wrote with)."""
     sink = RecordingProducer()
     pid = events[0].event["producer_id"]
     writer = Checkpointer(
@@ -60,6 +68,7 @@ def checkpoints_of(
         producer_id=pid,
         producer=sink,
         prefix="t.",
+        schemas=lambda: schemas,
     )
     for s in events:
         head = StreamHead(s.event["session_id"], pid, s.event["sequence"], chain_hash(s.value))
@@ -79,11 +88,26 @@ def judge(
     ring: Keyring = RING,
     *,
     to_end: bool = True,
+    removal: Removal | None = None,
+    log_start: int = 0,
+    decode: TurnEventDeserializer = DECODE,
+    verifiers: list[Verifier] | None = None,
 ) -> TrustReport:
+    """``events`` read from one partition (from ``log_start``: the offsets before it are
+    gone) and judged against ``checkpoints`` as ``verify --keyring`` judges them."""
     chain = judge_chain([(c, None) for c in checkpoints], ring)
-    verifier = Verifier(DECODE, signed=signed_heads(chain).positions)
+    verifier = Verifier(
+        decode,
+        signed=signed_heads(chain).positions,
+        named_schemas=chain.named_schemas(),
+        log_start_offsets={0: log_start},
+    )
     for offset, s in enumerate(events):
-        verifier.feed(0, offset, s.key, s.value)
+        if offset >= log_start:
+            verifier.feed(0, offset, s.key, s.value, 1_000 + offset)
+    assert verifier.trust is not None
+    if verifiers is not None:
+        verifiers.append(verifier)  # the caller's whole report
     return judge_streams(
         chain,
         keyring="ring",
@@ -91,7 +115,10 @@ def judge(
         observed=verifier.signed_seen,
         last_seen=verifier.tracker.last_positions(),
         to_end=to_end,
-        whole_stream=True,
+        whole_stream=log_start == 0,
+        facts=verifier.trust.facts(),
+        removal=removal,
+        allowances=ring.allow_unsigned,
     )
 
 
@@ -114,10 +141,11 @@ class TestSigned:
         assert set(status(report).values()) == {"signed"}
         assert report.findings() == []
 
-    def test_a_publisher_without_a_key_is_unsigned_unless_required(self) -> None:
+    def test_a_publisher_without_a_key_is_unsigned_a_finding_forged_when_required(self) -> None:
         events = stamped_events(20, sessions=3)
         assert set(status(judge(events, [])).values()) == {"unsigned"}
-        assert judge(events, []).findings() == []
+        # Fail closed: with a keyring an unsigned stream is a finding.
+        assert {f.kind for f in judge(events, []).findings()} == {"unsigned"}
         required = judge(events, [], REQUIRED)
         assert set(status(required).values()) == {"forged"}
         assert {
@@ -211,7 +239,7 @@ class TestForgedAndTruncated:
         # Its producer crashed: the stream may have begun after its last checkpoint.
         crashed = judge(events + extra, checkpoints_of(events, max_turns=4, close=False))
         assert status(crashed)[smuggled] == "unsigned"
-        assert crashed.findings() == []
+        assert [f.kind for f in crashed.findings()] == ["unsigned"]  # fail closed
 
     @settings(max_examples=15, deadline=None)
     @given(st.integers(1, 5))
@@ -219,20 +247,23 @@ class TestForgedAndTruncated:
         events = stamped_events(40, sessions=2)
         written = checkpoints_of(events, max_turns=6)
         target = stream_of(events[-1].event)
-        last = [i for i, s in enumerate(events) if stream_of(s.event) == target][-cut:]
+        whole = [i for i, s in enumerate(events) if stream_of(s.event) == target]
+        last = whole[-cut:]
         report = judge([s for i, s in enumerate(events) if i not in last], written)
-        assert status(report)[target] == "truncated"
-        assert [f.kind for f in report.findings()] == ["truncated"]
+        cut_all = len(last) == len(whole)  # nothing of it left: missing, not truncated
+        assert status(report)[target] == ("missing" if cut_all else "truncated")
+        assert [f.kind for f in report.findings()] == [status(report)[target]]
         # a range that stops before the topic's end cannot tell
         report = judge([s for i, s in enumerate(events) if i not in last], written, to_end=False)
-        assert status(report)[target] == "signed"
+        assert status(report).get(target, "signed") == "signed"
 
-    def test_an_invalid_checkpoint_makes_the_streams_it_names_forged(self) -> None:
+    def test_an_invalid_checkpoint_is_a_finding_and_changes_no_stream(self) -> None:
         events = stamped_events(30, sessions=3)
         written = checkpoints_of(events, max_turns=5)
         bad = dataclasses.replace(written[1], signature=bytes(64))
-        report = judge(events, [written[0], bad, *written[2:]])
-        assert {s for s, v in status(report).items() if v == "forged"} == bad.streams()
+        report = judge(events, [*written, bad])  # a keyless writer's copy beside the real one
+        assert set(status(report).values()) == {"signed"}
+        assert [f.kind for f in report.findings()] == ["invalid_checkpoint"]
 
     def test_the_report_lists_trust_and_fails_on_a_forged_stream(self) -> None:
         events = stamped_events(20, sessions=2)

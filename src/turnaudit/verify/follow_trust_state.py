@@ -1,0 +1,99 @@
+"""``verify --follow --keyring``'s trust state per stream and per producer, as it is
+checkpointed beside the proof in ``<prefix>verify-state`` (``follow_trust``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from turnaudit.checkpoints import ChainLink
+from turnaudit.identity import StreamId
+
+TRUST_STREAM_KEY = "trust:stream:"
+TRUST_PRODUCER_KEY = "trust:producer:"
+TRUST_READER_KEY = b"trust:reader"
+GaugeStatus = Literal["signed", "unsigned", "forged", "truncated", "pending"]
+
+
+@dataclass
+class StreamTrust:
+    partition: int = -1  # -1: named by a checkpoint, no turn of it read yet
+    top: int = -1  # highest position read
+    signed: int = -1  # highest position a valid checkpoint signed
+    expected: dict[int, tuple[str, int]] = field(default_factory=dict)  # pos -> hash, at_ms
+    seen: dict[int, tuple[str, int]] = field(default_factory=dict)  # unsigned pos -> hash, ms
+    forged: str = ""
+    reason: str = ""
+    truncated: str = ""
+    uncovered_late: bool = False  # unsigned positions past the grace
+    unchecked: int = 0  # signed positions whose turn's hash had left the window
+    schemas: dict[str, int] = field(default_factory=dict)  # writer schema -> first position
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "p": self.partition,
+            "t": self.top,
+            "s": self.signed,
+            "x": {str(k): list(v) for k, v in self.expected.items()},
+            "n": {str(k): list(v) for k, v in self.seen.items()},
+            "f": self.forged,
+            "r": self.reason,
+            "tr": self.truncated,
+            "u": self.uncovered_late,
+            "c": self.unchecked,
+            "w": self.schemas,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, object]) -> StreamTrust:
+        def pairs(v: object) -> dict[int, tuple[str, int]]:
+            assert isinstance(v, dict)
+            return {int(k): (str(h), int(t)) for k, (h, t) in v.items()}
+
+        return cls(
+            partition=_int(d["p"]),
+            top=_int(d["t"]),
+            signed=_int(d["s"]),
+            expected=pairs(d["x"]),
+            seen=pairs(d["n"]),
+            forged=str(d["f"]),
+            reason=str(d["r"]),
+            truncated=str(d["tr"]),
+            uncovered_late=bool(d["u"]),
+            unchecked=_int(d["c"]),
+            schemas={str(k): _int(v) for k, v in dict(d.get("w") or {}).items()},  # type: ignore[call-overload]  # JSON object
+        )
+
+    def status(self) -> GaugeStatus:
+        if self.forged:
+            return "forged"
+        if self.truncated:
+            return "truncated"
+        if self.signed >= 0:
+            return "signed"
+        return "unsigned" if self.uncovered_late else "pending"
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int):
+        raise TypeError("not an integer")
+    return value
+
+
+@dataclass(frozen=True)
+class ProducerChain:
+    """The last valid checkpoint of one producer's chain."""
+
+    link: ChainLink
+    final: bool
+    schemas: frozenset[str] | None = None  # named by its format 2 checkpoints (None: none)
+
+    def as_json(self) -> dict[str, object]:
+        named = None if self.schemas is None else sorted(self.schemas)
+        return {"i": self.link.index, "d": self.link.digest, "f": self.final, "s": named}
+
+
+def trust_stream_key(stream: StreamId) -> bytes:
+    return (TRUST_STREAM_KEY + json.dumps(list(stream))).encode()
