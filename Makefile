@@ -10,48 +10,63 @@ NATIVE_STAMP := $(VENV)/.installed-native
 NATIVE_SRC   := native/Cargo.toml native/Cargo.lock src/turnaudit/_native.pyi \
                 $(wildcard native/src/*.rs)
 
-.PHONY: demo test test-fast setup native dist jars lint typecheck bench clean broker-stop promtool otelcol
+.PHONY: demo test test-fast setup setup-fast native dist jars lint typecheck bench clean broker-stop promtool otelcol
 
 demo: setup
 	$(VENV)/bin/turnaudit demo
 
 # Lint and types first (seconds), then the whole suite: the broker-free tier
-# (tests/unit/) and the broker tier (tests/broker/), which starts a real broker.
-test: setup promtool otelcol
+# (tests/unit/) and the broker tier (tests/broker/), which starts a real broker and
+# runs Prometheus, Alertmanager, kcat, the JVM and the collector.
+test: setup tools otelcol
 	$(MAKE) --no-print-directory lint
-	$(VENV)/bin/pytest
+	$(PYTEST)
 
-# The edit loop: lint, types and the broker-free tier on both cores. No JVM
-# starts (tests/unit/conftest.py fails a test that reaches for Kafka). Files are
-# dealt whole to a worker: the CLI error table's module fixture then runs once.
-test-fast: setup promtool
+# The edit loop: lint, types and the broker-free tier on both cores. Python and
+# cargo only: no jars, no JVM, no Go, no Debian tools (tests/unit/conftest.py fails
+# a test that reaches for Kafka or runs one of them). Files are dealt whole to a
+# worker: the CLI error table's module fixture then runs once. Each property test
+# draws a quarter of its examples here (tests/support/examples.py); `make test`
+# draws them all.
+test-fast: setup-fast
 	$(MAKE) --no-print-directory lint
-	$(VENV)/bin/pytest -q -n 2 --dist loadfile tests/unit
+	$(PYTEST) -q -n 2 --dist loadfile --hypothesis-profile=edit-loop tests/unit
 
-# promtool checks and unit-tests the alert rules (Debian's prometheus package,
-# which is also the Prometheus server the alert delivery test starts).
-promtool: alertmanager subscriber-tools
-	@command -v promtool >/dev/null || { \
-	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
-	  $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
+# The suite starts Python by the hundred (workers, CLI runs, pytest sessions in tests):
+# where PYTHONDONTWRITEBYTECODE is set, each would compile the package from source again
+# and pytest would rewrite every test module again. The tests write bytecode (ignored).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest
 
-# Alertmanager and amtool (Debian's prometheus-alertmanager): `amtool
-# check-config` and the alert delivery test. The package's service is not
-# started (the test starts its own on a loopback port).
-.PHONY: alertmanager
-alertmanager:
-	@{ command -v amtool && command -v prometheus-alertmanager; } >/dev/null || { \
-	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
-	  $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus-alertmanager; }
+# Prometheus and promtool (Debian's prometheus), Alertmanager and amtool (Debian's
+# prometheus-alertmanager) and kcat with its libraries: fetched with `apt-get download`
+# and unpacked with `dpkg -x` into the ignored deploy/tools/ (root/ the packages,
+# bin/ what the tests run): nothing installed, no root, no service started. The
+# broker tier checks the rules, the routing and the subscriber recipe with them.
+TOOLS      := deploy/tools
+DEB_TOOLS  := $(SHELL) deploy/debian-tools.sh $(TOOLS)
+.PHONY: tools alertmanager kcat
+tools: promtool alertmanager kcat
+promtool: $(TOOLS)/.prometheus
+alertmanager: $(TOOLS)/.alertmanager
+kcat: $(TOOLS)/.kcat
 
-# kcat, jq and xxd: the suite runs docs/subscribers.md's kcat + avro-tools recipe as written.
-.PHONY: subscriber-tools
-subscriber-tools:
-	@{ command -v kcat && command -v jq && command -v xxd; } >/dev/null || { \
-	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
-	  $$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kcat jq xxd; }
+$(TOOLS)/.prometheus: deploy/debian-tools.sh
+	$(DEB_TOOLS) prometheus -- promtool prometheus
+	touch $@
+
+$(TOOLS)/.alertmanager: deploy/debian-tools.sh
+	$(DEB_TOOLS) --relocate /usr/share/prometheus/alertmanager prometheus-alertmanager \
+	  -- amtool alertmanager=prometheus-alertmanager
+	touch $@
+
+$(TOOLS)/.kcat: deploy/debian-tools.sh
+	$(DEB_TOOLS) kcat librdkafka1 libyajl2 -- kcat
+	touch $@
 
 setup: $(PIP_STAMP) $(NATIVE_STAMP) $(JARS_STAMP)
+
+# What the edit loop needs: the venv and the native crate (no jars).
+setup-fast: $(PIP_STAMP) $(NATIVE_STAMP)
 
 $(PIP_STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { echo "python3 not found: install Python 3.11 or newer"; exit 1; }
@@ -153,7 +168,7 @@ $(JARS_STAMP): deploy/kafka/pom.xml
 
 # Every habit the suite holds, seconds each: ruff's lint and format, mypy
 # --strict, and the crate's own tests and clippy.
-lint: setup
+lint: setup-fast
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(MAKE) --no-print-directory typecheck
@@ -182,13 +197,13 @@ broker-stop: setup
 	$(VENV)/bin/turnaudit broker stop
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) deploy/kafka/target deploy/otelcol/bin native/target var dist \
-	  src/turnaudit/_native.abi3.so
+	rm -rf $(VENV) $(BENCH_VENV) deploy/kafka/target deploy/otelcol/bin deploy/tools native/target \
+	  var dist src/turnaudit/_native.abi3.so
 
 # mypy cannot follow the package-dir mapping: type-check a symlinked view of
 # the one `turnaudit` namespace instead.
 TYPECHECK_DIR := build/typecheck/turnaudit
-typecheck: setup
+typecheck: setup-fast
 	rm -rf build/typecheck && mkdir -p $(TYPECHECK_DIR)
 	for f in src/turnaudit/*; do ln -s "$$PWD/$$f" $(TYPECHECK_DIR)/; done
 	for d in producers consumers schemas; do ln -s "$$PWD/$$d" $(TYPECHECK_DIR)/$$d; done

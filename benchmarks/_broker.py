@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.local_broker import LocalKafkaBroker, free_ports
-from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings, LocalBrokerSettings
+from turnaudit.local_broker import LocalBrokerSettings, LocalKafkaBroker, free_ports
+from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings
 from turnaudit.topic_names import TopicNames
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent

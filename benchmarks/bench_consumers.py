@@ -62,12 +62,12 @@ from turnaudit.consumers.runtime.settings import (
 )
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.local_broker import LocalKafkaBroker, free_port, free_ports
+from turnaudit.local_broker import LocalBrokerSettings, LocalKafkaBroker, free_port, free_ports
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
-from turnaudit.settings import KafkaSettings, LocalBrokerSettings
+from turnaudit.settings import KafkaSettings
 from turnaudit.topic_names import TopicNames
 
 PROJECT = Path(__file__).resolve().parent.parent

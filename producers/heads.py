@@ -57,6 +57,9 @@ HEADS_FILE = "heads.jsonl"
 DEFAULT_HEAD_INTERVAL_S = 0.2
 DEFAULT_LIVENESS_INTERVAL_S = 10.0
 ANNOUNCE_RETRY_S = 5.0
+# The background thread's announcements wait for the cluster in slices this long, so that
+# close() (which sets the thread's stop) is never held by a cluster that does not answer.
+FLUSH_SLICE_S = 0.1
 
 Stream = tuple[str, str]
 
@@ -183,7 +186,7 @@ class HeadsFile:
                 if time.monotonic() >= self._next_liveness:
                     self.announce_liveness()
                 if time.monotonic() >= next_announce:
-                    if not self.announce_pending():
+                    if not self.announce_pending(stop=self._closing):
                         next_announce = time.monotonic() + ANNOUNCE_RETRY_S
                     else:
                         next_announce = float("inf")
@@ -245,11 +248,12 @@ class HeadsFile:
     def pending_files(self) -> list[Path]:
         return sorted(self.directory.glob("heads-*.pending"))
 
-    def announce_pending(self, timeout: float = 10.0) -> bool:
-        """Announce every predecessor's heads; True once none is left."""
+    def announce_pending(self, timeout: float = 10.0, stop: threading.Event | None = None) -> bool:
+        """Announce every predecessor's heads; True once none is left (``stop`` set: the
+        wait for the cluster ends, what is not announced stays pending)."""
         for path in self.pending_files():
             recorded = read_heads(path)
-            if recorded.heads and not self._announce(recorded, timeout):
+            if recorded.heads and not self._announce(recorded, timeout, stop):
                 return False
             path.unlink(missing_ok=True)
             log.warning(
@@ -261,7 +265,9 @@ class HeadsFile:
             )
         return True
 
-    def _announce(self, recorded: RecordedHeads, timeout: float) -> bool:
+    def _announce(
+        self, recorded: RecordedHeads, timeout: float, stop: threading.Event | None = None
+    ) -> bool:
         if self._announcer is None:
             return False
         failed = []
@@ -273,7 +279,12 @@ class HeadsFile:
         for head in recorded.heads.values():
             note = HeadAnnouncement(head, recorded.ended, recorded.interval_ms, self.producer_id)
             self._announcer.produce(self._topic, note.encode(), note.key(), on_delivery=report)
-        left = self._announcer.flush(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            wait = max(0.0, deadline - time.monotonic())
+            left = self._announcer.flush(wait if stop is None else min(wait, FLUSH_SLICE_S))
+            if left == 0 or stop is None or stop.is_set() or time.monotonic() >= deadline:
+                break
         return left == 0 and not failed
 
     # -- close --------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Session fixtures and the two test tiers.
 
-``tests/unit/`` runs without a broker or a JVM; ``tests/broker/`` holds what
-needs the real Kafka broker: one per test session, started here, or the
-cluster ``KAFKA_BOOTSTRAP_SERVERS`` names. If it cannot start, the tests that
-need it fail: they never skip.
+``tests/unit/`` runs with Python and the native crate only (tests/unit/conftest.py
+refuses the broker and the programs ``make test-fast`` does not provide);
+``tests/broker/`` holds what needs the real Kafka broker (one per test session,
+started here when a test asks for it, or the cluster ``KAFKA_BOOTSTRAP_SERVERS``
+names) or another real program. If a part cannot start, the tests that need it
+fail: they never skip.
 
 Where a test lives and whether it carries the ``broker`` mark must agree, and
 a test that uses the broker fixtures must carry it: the collection hook below
@@ -22,6 +24,7 @@ import pytest
 import structlog
 
 from tests.support.broker import local_broker_settings
+from tests.support.examples import EDIT_LOOP, draw_the_edit_loops_share
 from tests.support.tiers import tier_violations
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalKafkaBroker
@@ -35,6 +38,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     problems = tier_violations(items, TESTS)
     if problems:
         raise pytest.UsageError("tests in the wrong tier:\n  " + "\n  ".join(problems))
+    if config.getoption("hypothesis_profile", None) == EDIT_LOOP:
+        draw_the_edit_loops_share(items)
 
 
 @pytest.fixture(scope="session")

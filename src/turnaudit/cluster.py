@@ -9,8 +9,8 @@ from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.access import check_group_access, check_topic_access
 from turnaudit.kafka.producer import check_passthrough_options
 from turnaudit.kafka.topics import CLUSTER_HINT, LOCAL_BROKER_HINT, require_cluster
-from turnaudit.local_broker import LocalKafkaBroker, saved_layout
-from turnaudit.settings import KafkaSettings, LocalBrokerSettings
+from turnaudit.local_broker import LocalBrokerSettings, LocalKafkaBroker, saved_layout
+from turnaudit.settings import KafkaSettings
 
 
 def local_broker() -> LocalKafkaBroker:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.promdata import prometheus_serving
+from tests.support.realparts import binary, tools_path
 from tests.support.streams import publish_simulated
 from turnaudit.cli import main
 from turnaudit.settings import KafkaSettings
@@ -57,6 +58,8 @@ def test_a_replayed_hour_answers_per_pack_refusal_rates_equal_to_verify(
     publish_simulated(kafka_settings, TURNS, tmp_path / "spool", seed=3)
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_settings.bootstrap_servers or "")
     monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", kafka_settings.topics.prefix)
+    binary("promtool", "promtool")
+    monkeypatch.setenv("PATH", tools_path())  # `replay --into tsdb:` runs promtool from PATH
     tsdb = tmp_path / "tsdb"
     assert (
         main(

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support import PROJECT_ROOT
-from turnaudit.local_broker import free_ports
-from turnaudit.settings import LocalBrokerSettings
+from turnaudit.local_broker import LocalBrokerSettings, free_ports
 
 
 def local_broker_settings(home: Path) -> LocalBrokerSettings:

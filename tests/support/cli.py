@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support import PROJECT_ROOT
+from tests.support.forked_cli import forked_turnaudit
 from turnaudit.local_broker import free_port, free_ports
 
 CONNECT_TIMEOUT_S = 2
@@ -60,7 +61,8 @@ class Outcome:
 
 
 def run_case(case: Case, tmp: Path) -> Outcome:
-    """The case as a real process in ``tmp`` (``{tmp}`` in its words is replaced)."""
+    """The case as a real process in ``tmp`` (``{tmp}`` in its words is replaced), forked
+    from a process that imported the CLI already (tests/support/forked_cli.py)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -77,5 +79,5 @@ def run_case(case: Case, tmp: Path) -> Outcome:
     env.update({k: v.replace("{tmp}", str(tmp)) for k, v in case.env.items()})
     argv = [a.replace("{tmp}", str(tmp)) for a in case.argv]
     started = time.monotonic()
-    result = run_turnaudit(*argv, env=env, cwd=tmp, timeout=BOUND_S * 2)
+    result = forked_turnaudit(*argv, env=env, cwd=tmp, timeout=BOUND_S * 2)
     return Outcome(result.returncode, result.stderr, time.monotonic() - started, str(tmp))

@@ -16,8 +16,13 @@ import pytest
 from tests.support import PROJECT_ROOT
 from turnaudit.kafka.acls import apply_acls, plan_acls
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.local_broker import LOCAL_SUBSCRIBERS, LocalKafkaBroker, free_ports
-from turnaudit.settings import KafkaSettings, LocalBrokerSettings
+from turnaudit.local_broker import (
+    LOCAL_SUBSCRIBERS,
+    LocalBrokerSettings,
+    LocalKafkaBroker,
+    free_ports,
+)
+from turnaudit.settings import KafkaSettings
 from turnaudit.topic_names import TopicNames
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from tests.support.turns import main_turn_kwargs
@@ -40,8 +41,13 @@ def turn(
 
 
 def encode(event: dict[str, Any]) -> bytes:
-    version = event["verdicts"]["schema_version"]
-    return SingleObjectSerializer(shipped_catalog().version(version))(event)
+    return _serializer(event["verdicts"]["schema_version"])(event)
+
+
+@cache
+def _serializer(version: int) -> SingleObjectSerializer:
+    """One per shipped version (compiling the native encoder is most of a small encode)."""
+    return SingleObjectSerializer(shipped_catalog().version(version))
 
 
 def breaking_events() -> dict[str, dict[str, Any]]:

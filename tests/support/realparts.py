@@ -1,7 +1,8 @@
 """Real Prometheus, Alertmanager and turnaudit services, started on loopback ports for a test.
 
-Prometheus and Alertmanager are Debian's (``make promtool alertmanager``); the
-services are the ``turnaudit`` CLI of this environment. Each process is
+Prometheus and Alertmanager are Debian's, unpacked into the repository's
+``deploy/tools/`` (``make promtool alertmanager``, ``binary``); the services are
+the ``turnaudit`` CLI of this environment. Each process is
 stopped (SIGTERM, then SIGKILL) when the test ends; a part that cannot start
 fails the test with its output.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,16 +23,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.support import PROJECT_ROOT
 from turnaudit.local_broker import free_ports
 from turnaudit.settings import KafkaSettings
 
 TURNAUDIT = Path(sys.executable).parent / "turnaudit"
+TOOLS_BIN = PROJECT_ROOT / "deploy/tools/bin"
 
 
 def binary(name: str, setup: str) -> str:
-    found = shutil.which(name)
-    assert found is not None, f"{name} not found: run `make {setup}`"
-    return found
+    """``deploy/tools/bin/<name>`` (``make <setup>`` puts it there), never one on PATH:
+    the suite runs the versions the Makefile fetched, whatever the machine has installed."""
+    found = TOOLS_BIN / name
+    assert os.access(found, os.X_OK), f"{name} not found in deploy/tools/bin/: run `make {setup}`"
+    return str(found)
+
+
+def tools_path() -> str:
+    """PATH with ``deploy/tools/bin`` first: a script that names kcat gets the fetched one."""
+    return f"{TOOLS_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def http_json(url: str, data: bytes | None = None, timeout: float = 5) -> Any:

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
+from tests.support.forked_cli import forked_turnaudit
 from turnaudit.cli import build_parser, main
 
 COMMANDS = ["broker", "schemas", "simulate", "demo", "eval"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "turnaudit.cli", *args], capture_output=True, text=True, check=False
-    )
+    return forked_turnaudit(*args)
 
 
 @pytest.mark.parametrize(

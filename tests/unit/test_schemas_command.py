@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support import PROJECT_ROOT
-from tests.support.cli import run_turnaudit
+from tests.support.forked_cli import forked_turnaudit as run_turnaudit
 from turnaudit.commands.schemas import fingerprint_table, java_long, wire_candidates
 from turnaudit.serialization.schemas import (
     WriterSchema,

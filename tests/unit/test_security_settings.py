@@ -10,7 +10,8 @@ import pytest
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.acls import AclRule, plan_acls, principals, writers_of
 from turnaudit.kafka.topics import plan_replication
-from turnaudit.settings import KafkaSettings, LocalBrokerSettings
+from turnaudit.local_broker import LocalBrokerSettings
+from turnaudit.settings import KafkaSettings
 
 SECRET = "s3cret-never-shown"  # noqa: S105
 
@@ -96,8 +97,8 @@ def test_three_nodes_get_their_own_ports() -> None:
     settings = LocalBrokerSettings.from_env(
         {"TURNAUDIT_BROKER_NODES": "3", "TURNAUDIT_BROKER_SECURITY": "SASL_SSL"}
     )
-    assert settings.node_ports() == [(9092, 9093), (9094, 9095), (9096, 9097)]
-    assert settings.bootstrap_servers == "127.0.0.1:9092,127.0.0.1:9094,127.0.0.1:9096"
+    assert settings.node_ports() == [(9092, 19093), (10092, 20093), (11092, 21093)]
+    assert settings.bootstrap_servers == "127.0.0.1:9092,127.0.0.1:10092,127.0.0.1:11092"
     assert settings.secured
 
 

@@ -1,10 +1,12 @@
-"""The collection hook refuses a test in the wrong tier, and the unit tier refuses Kafka."""
+"""The collection hook refuses a test in the wrong tier, and the unit tier refuses Kafka and
+the programs ``make test-fast`` does not provide."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.support import PROJECT_ROOT
+from tests.support.tiers import UNIT_REFUSED_PROGRAMS, started_program
 
 CONFTEST = """
 import pytest
@@ -76,3 +78,74 @@ def test_the_unit_tier_fails_a_test_that_asks_for_the_broker(
     result = pytester.runpytest("-q", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*the unit tier has no broker*"])
+
+
+# One inner session under the real unit conftest: every refused program started from the
+# test's own process (by a path that does not exist: refused before it would run), run by a
+# child shell through PATH (the stand-in runs; the test fails when it ends even though it
+# asserted nothing about the child), and what the unit tier may run.
+REFUSALS = """
+import subprocess
+import sys
+
+import pytest
+
+PROGRAMS = {programs!r}
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_started(program):
+    subprocess.run(["/nowhere/bin/" + program, "--version"], check=False)
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_child(program):
+    subprocess.run(["sh", "-c", program + " --version || true"], check=True)
+
+
+def test_allowed():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    subprocess.run("echo shell", shell=True, check=True, capture_output=True)
+    subprocess.run(["make", "--version"], check=True, capture_output=True)
+"""
+
+
+def test_the_unit_tier_fails_a_test_that_runs_a_program_test_fast_does_not_provide(
+    pytester: pytest.Pytester,
+) -> None:
+    programs = sorted(UNIT_REFUSED_PROGRAMS)
+    pytester.makeconftest((PROJECT_ROOT / "tests/unit/conftest.py").read_text())
+    pytester.makepyfile(test_x=REFUSALS.format(programs=programs))
+    recorded = pytester.inline_run("-q", "-p", "no:cacheprovider")
+    outcomes = {
+        (report.nodeid.split("::")[1], report.when): report
+        for report in recorded.getreports("pytest_runtest_logreport")
+    }
+    for program in programs:
+        started = outcomes[(f"test_started[{program}]", "call")]
+        assert started.failed, program
+        assert f"the unit tier does not run {program}:" in str(started.longrepr)
+        child = outcomes[(f"test_child[{program}]", "call")]
+        assert child.passed, program  # the test itself did not notice
+        ended = outcomes[(f"test_child[{program}]", "teardown")]
+        assert ended.failed, program
+        assert f"the unit tier does not run {program}:" in str(ended.longrepr)
+    assert all(r.passed for (name, _), r in outcomes.items() if name == "test_allowed")
+    assert ("test_allowed", "call") in outcomes
+
+
+@pytest.mark.parametrize(
+    ("args", "program"),
+    [
+        (["promtool", "check"], "promtool"),
+        (("/usr/bin/java", "-version"), "java"),
+        (b"/opt/go/bin/go", "go"),
+        (PROJECT_ROOT / "deploy/tools/bin/kcat", "kcat"),
+        ("mvn -q package", "mvn"),
+        ("  amtool check-config x", "amtool"),
+        ([], ""),
+        ("", ""),
+    ],
+)
+def test_the_started_program_is_the_first_words_file_name(args: object, program: str) -> None:
+    assert started_program(args) == program

@@ -10,13 +10,9 @@ from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.acls import apply_acls, plan_acls
 from turnaudit.kafka.producer import check_passthrough_options
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.local_broker import LOCAL_SUBSCRIBERS, LocalKafkaBroker
-from turnaudit.settings import (
-    BROKER_NODE_COUNTS,
-    BROKER_SECURITY,
-    KafkaSettings,
-    LocalBrokerSettings,
-)
+from turnaudit.local_broker import LOCAL_SUBSCRIBERS, LocalBrokerSettings, LocalKafkaBroker
+from turnaudit.local_broker.settings import BROKER_NODE_COUNTS, BROKER_SECURITY
+from turnaudit.settings import KafkaSettings
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -27,8 +27,9 @@ from turnaudit.files import private_dir, write_private
 from turnaudit.kafka.state_topic import verify_state_topic
 from turnaudit.kafka.topic_deletion import delete_topics
 from turnaudit.kafka.topics import topic_specs
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
 from turnaudit.signing_keys import CheckpointSettings, generate_keys, load_signing_key
+from turnaudit.topic_names import TopicNames
 
 log = structlog.get_logger("turnaudit.demo")
 

@@ -20,12 +20,14 @@ from turnaudit.local_broker.config import LAYOUT_FILE, saved_layout
 from turnaudit.local_broker.credentials import LOCAL_SUBSCRIBERS
 from turnaudit.local_broker.jvm import require_tool
 from turnaudit.local_broker.nodes import free_port, free_ports
+from turnaudit.local_broker.settings import LocalBrokerSettings
 from turnaudit.local_broker.status import BrokerStatus, NodeStatus
 
 __all__ = [
     "LAYOUT_FILE",
     "LOCAL_SUBSCRIBERS",
     "BrokerStatus",
+    "LocalBrokerSettings",
     "LocalKafkaBroker",
     "NodeStatus",
     "free_port",

@@ -18,8 +18,9 @@ from turnaudit.kafka.topics import broker_ids, cluster_answers
 from turnaudit.local_broker import credentials, jvm
 from turnaudit.local_broker.config import check_layout, write_config
 from turnaudit.local_broker.nodes import Node, alive, port_open
+from turnaudit.local_broker.settings import LocalBrokerSettings
 from turnaudit.local_broker.status import BrokerStatus, NodeStatus
-from turnaudit.settings import KafkaCredentials, KafkaSecurity, LocalBrokerSettings, Secret
+from turnaudit.settings import KafkaCredentials, KafkaSecurity, Secret
 
 
 class LocalKafkaBroker:

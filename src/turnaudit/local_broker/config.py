@@ -12,7 +12,7 @@ from pathlib import Path
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.acls import ADMIN_PRINCIPAL
 from turnaudit.local_broker.nodes import Node
-from turnaudit.settings import LocalBrokerSettings
+from turnaudit.local_broker.settings import LocalBrokerSettings
 
 _SERVER_PROPERTIES = """\
 # Written by turnaudit: KRaft broker+controller node {node_id} of {nodes} on loopback.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from turnaudit.errors import BrokerError, MissingToolError
 from turnaudit.local_broker.nodes import Node
-from turnaudit.settings import LocalBrokerSettings
+from turnaudit.local_broker.settings import LocalBrokerSettings
 
 
 def require_tool(name: str, install_hint: str) -> str:

@@ -159,7 +159,7 @@ def test_a_refusal_spike_in_one_pack_pages_for_that_pack_only(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
     prometheus_bin = binary("prometheus", "promtool")
-    alertmanager_bin = binary("prometheus-alertmanager", "alertmanager")
+    alertmanager_bin = binary("alertmanager", "alertmanager")
     ports = {name: free_port() for name in ("metrics", "logs", "feeder", "prom", "am", "hook")}
     received = tmp_path / "notifications.jsonl"
     rules = tmp_path / "turnaudit.yml"

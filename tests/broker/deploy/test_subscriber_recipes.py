@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import PROJECT_ROOT
+from tests.support.realparts import binary, tools_path
 from tests.support.streams import publish_simulated
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
@@ -88,8 +89,10 @@ def kcat_recipe() -> str:
 def test_the_kcat_and_avro_tools_recipe_decodes_a_turn_event_as_written(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
-    for tool in ("kcat", "jq", "xxd", "mvn", "java"):
-        assert shutil.which(tool), f"{tool} not found: run `make promtool` (kcat, jq, xxd)"
+    # kcat is Debian's, fetched into deploy/tools/ (`make kcat`); python3 and java from PATH.
+    binary("kcat", "kcat")
+    for tool in ("mvn", "java", "python3"):
+        assert shutil.which(tool), f"{tool} not found: the recipe needs it"
     # The pom's dependency-plugin configuration puts copied artifacts here.
     tools = PROJECT_ROOT / "deploy/java-reader/target/jars"
     fetched = subprocess.run(
@@ -120,6 +123,7 @@ def test_the_kcat_and_avro_tools_recipe_decodes_a_turn_event_as_written(
     result = subprocess.run(
         [str(shutil.which("bash")), "-euo", "pipefail", "-c", script],
         cwd=tmp_path,
+        env={**os.environ, "PATH": tools_path()},
         capture_output=True,
         text=True,
         check=False,

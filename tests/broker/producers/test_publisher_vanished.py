@@ -31,8 +31,9 @@ from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
-from turnaudit.settings import KafkaSettings, TopicNames
+from turnaudit.settings import KafkaSettings
 from turnaudit.stream_heads import VANISHED_AFTER_INTERVALS, VANISHED_SLACK_MS
+from turnaudit.topic_names import TopicNames
 from turnaudit.verify.run import run_verify
 
 pytestmark = pytest.mark.broker

@@ -37,12 +37,13 @@ from turnaudit.telemetry import TURN_LOG_EVENT
 from turnaudit.verdicts import ActionAssessment, RiskTier, SafetyVerdict, Verdict
 
 KEY = b"test-key"
+DECODE = TurnEventDeserializer(shipped_catalog())  # one reader, as a service has
 
 
 def consumed(
     event: dict[str, object], offset: int = 7, outcome: SequenceOutcome = SequenceOutcome.IN_ORDER
 ) -> ConsumedTurn:
-    decoded = TurnEventDeserializer(shipped_catalog())(encode(dict(event)))
+    decoded = DECODE(encode(dict(event)))
     return ConsumedTurn(decoded, SequenceCheck(outcome), "t.turn-events", 2, offset)
 
 

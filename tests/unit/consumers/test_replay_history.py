@@ -2,46 +2,25 @@
 
 Any turns in any order through the step sinks: the OpenMetrics text parses, each
 series is cumulative from 0 at the range's first step, and its change over a
-step is exactly the turns of that step (by occurred_at), per pack.
+step is exactly the turns of that step (by occurred_at), per pack. promtool makes
+TSDB blocks of it in tests/broker/consumers/test_replay_history_blocks.py.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-import subprocess
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from tests.support.events import encode, turn
-from tests.support.realparts import binary
-from turnaudit.consumers.replay.history import SteppedMetricsReplayOutput, history_text
-from turnaudit.kafka.decoders import decoder_for
-from turnaudit.records import StoredRecord
-from turnaudit.settings import KafkaSettings
-from turnaudit.topic_names import TopicNames
+from tests.support.stepped_history import BASE_MS, STEP_MS, replayed
+from turnaudit.consumers.replay.history import history_text
 
-STEP_MS = 60_000
-BASE_MS = 29_833_333 * STEP_MS  # a step boundary
 PACKS = ("medical", "legal", "finance")
-
-
-def records(turns: list[tuple[int, str, bool]]) -> list[StoredRecord]:
-    """(minute offset within the range, pack, refused) -> stored messages, one session each."""
-    out = []
-    for i, (at_ms, pack, refused) in enumerate(turns):
-        event = turn(f"s-{i}", 0, version=4, pack=pack)
-        event["occurred_at"] = BASE_MS + at_ms
-        event["verdicts"]["refusal_emitted"] = refused
-        event["verdicts"]["hedge_injected"] = False
-        out.append(StoredRecord("t.turn-events", 0, i, f"s-{i}".encode(), encode(event)))
-    return out
-
 
 turn_lists = st.lists(
     st.tuples(st.integers(0, 10 * STEP_MS - 1), st.sampled_from(PACKS), st.booleans()),
@@ -60,18 +39,6 @@ def samples(text: bytes) -> dict[tuple[str, str], list[tuple[float, float]]]:
             key = (s.name, s.labels.get("pack", ""))
             found.setdefault(key, []).append((float(s.timestamp), s.value))
     return found
-
-
-def replayed(turns: list[tuple[int, str, bool]], tmp: Path) -> bytes:
-    decode = decoder_for(KafkaSettings(topics=TopicNames("t.")), schemas_topic=False)
-    output = SteppedMetricsReplayOutput(decode, "r1", tmp / "h.om", STEP_MS)
-    output.open(0)
-    stored = records(turns)
-    for batch in (stored[: len(stored) // 2], stored[len(stored) // 2 :]):
-        assert output.write(batch) == 0
-    output.finish()
-    output.close()
-    return (tmp / "h.om").read_bytes()
 
 
 @settings(
@@ -105,26 +72,6 @@ def test_each_step_s_change_is_the_turns_of_that_step(
             assert values[0] == 0
             changes = [b - a for a, b in itertools.pairwise(values)]
             assert changes == [expected.get(k, 0) for k in range(first, last + 1)], name
-
-
-def test_the_text_is_what_promtool_makes_blocks_from(tmp_path: Path) -> None:
-    text = replayed([(0, "medical", True), (3 * STEP_MS + 5, "legal", False)], tmp_path)
-    made = subprocess.run(
-        [
-            binary("promtool", "promtool"),
-            "tsdb",
-            "create-blocks-from",
-            "openmetrics",
-            str(tmp_path / "h.om"),
-            str(tmp_path / "tsdb"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert made.returncode == 0, made.stdout + made.stderr
-    assert any(p.is_dir() for p in (tmp_path / "tsdb").iterdir())
-    assert text.endswith(b"# EOF\n")
 
 
 def test_no_turns_is_an_empty_history() -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.support.forked_cli import forked_turnaudit
 from tests.support.jsonl import complete_json_lines
-from tests.support.services import TURNAUDIT
 from tests.support.streams import (
     scrape,
     total,
@@ -184,14 +184,7 @@ def test_the_log_sink_needs_a_file_per_worker(tmp_path: Path) -> None:
         "TURNAUDIT_HTTP_PORT": str(free_port()),
         "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
     }
-    result = subprocess.run(
-        [TURNAUDIT, "sink", "logs", "--workers", "2"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    result = forked_turnaudit("sink", "logs", "--workers", "2", env=env, timeout=60)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert "TURNAUDIT_LOG_FILE" in result.stderr
@@ -218,14 +211,7 @@ def test_a_wrong_worker_count_gets_one_line(
         "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
         **env,
     }
-    result = subprocess.run(
-        [TURNAUDIT, *command, *args],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    result = forked_turnaudit(*command, *args, env=full_env, timeout=60)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1, result.stderr
     assert expected in result.stderr

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -118,23 +115,7 @@ def test_prometheus_scrapes_the_ports_the_services_listen_on() -> None:
     assert "./deploy/prometheus:/etc/prometheus:ro" in COMPOSE["services"]["prometheus"]["volumes"]
 
 
-def _tool_version(tool: str) -> str:
-    found = shutil.which(tool)
-    assert found is not None, f"{tool} not found: run `make promtool`"
-    out = subprocess.run([found, "--version"], capture_output=True, text=True, check=True)
-    match = re.search(r"version (\d+\.\d+\.\d+)", out.stdout + out.stderr)
-    assert match, out
-    return match.group(1)
-
-
-def test_compose_runs_the_prometheus_the_suite_checks_the_rules_with() -> None:
-    image = COMPOSE["services"]["prometheus"]["image"]
-    assert image == f"prom/prometheus:v{_tool_version('promtool')}"
-
-
-def test_compose_runs_the_alertmanager_the_suite_checks_the_config_with() -> None:
-    image = COMPOSE["services"]["alertmanager"]["image"]
-    assert image == f"prom/alertmanager:v{_tool_version('amtool')}"
+def test_the_alert_webhook_runs_the_example_receiver() -> None:
     receiver = COMPOSE["services"]["alert-webhook"]["command"]
     assert "/etc/alertmanager/webhook_receiver.py" in receiver
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import cache
 from typing import Any
 
 import pytest
@@ -28,6 +29,9 @@ COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
 SILENCE_PAGES = {"TurnAuditServiceDown", "TurnAuditStreamSilent"}
 
 
+# The rule files are parsed once for the module (the tests only read them): the Grafana
+# file is long and every parametrized case reads it.
+@cache
 def prometheus_alerts() -> dict[str, dict[str, Any]]:
     return {
         rule["alert"]: rule
@@ -38,6 +42,7 @@ def prometheus_alerts() -> dict[str, dict[str, Any]]:
     }
 
 
+@cache
 def grafana_rules() -> dict[str, dict[str, Any]]:
     provisioned = yaml.safe_load(GRAFANA_RULES.read_text())
     assert provisioned["apiVersion"] == 1

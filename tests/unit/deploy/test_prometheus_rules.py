@@ -1,9 +1,8 @@
-"""The alert rules: promtool checks them and runs their unit tests (refusal alert fires/quiet)."""
+"""The alert rules and their promtool tests, read: the refusal alert is tested firing and quiet,
+every rule reads exported metrics (promtool itself runs them in
+tests/broker/deploy/test_prometheus_rules.py)."""
 
 from __future__ import annotations
-
-import shutil
-import subprocess
 
 import yaml
 
@@ -13,33 +12,6 @@ from tests.support.exported import exported_sample_names, metric_names
 DEPLOY = PROJECT_ROOT / "deploy" / "prometheus"
 RULES = sorted((DEPLOY / "rules").glob("*.yml"))
 RULE_TESTS = sorted((DEPLOY / "tests").glob("*.yml"))
-
-
-def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    tool = shutil.which("promtool")
-    assert tool is not None, "promtool not found: run `make promtool` (Debian package prometheus)"
-    return subprocess.run([tool, *args], capture_output=True, text=True, check=False)
-
-
-def test_promtool_checks_the_rules_and_the_config() -> None:
-    assert RULES
-    rules = promtool("check", "rules", *map(str, RULES))
-    assert rules.returncode == 0, rules.stdout + rules.stderr
-    config = promtool("check", "config", str(DEPLOY / "prometheus.yml"))
-    assert config.returncode == 0, config.stdout + config.stderr
-
-
-def test_promtool_rule_unit_tests_pass() -> None:
-    assert RULE_TESTS
-    result = promtool("test", "rules", *map(str, RULE_TESTS))
-    assert result.returncode == 0, result.stdout + result.stderr
-    tested = {
-        case["alertname"]
-        for f in RULE_TESTS
-        for group in yaml.safe_load(f.read_text())["tests"]
-        for case in group.get("alert_rule_test", [])
-    }
-    assert "TurnAuditRefusalRateHigh" in tested
 
 
 def test_the_refusal_alert_is_tested_both_firing_and_quiet() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import avro.schema
 
 from tests.support import PROJECT_ROOT
@@ -51,3 +53,20 @@ def test_recomputing_with_apache_python_avro_gives_other_fingerprints_as_the_gui
         trace.fingerprint
     )
     assert "Apache's Python `avro` 1.12" in GUIDE
+
+
+def test_the_kcat_recipe_runs_only_the_programs_the_guide_says_it_needs() -> None:
+    """kcat, python3, java (and coreutils' tail): no jq, no xxd to install for one message."""
+    section = GUIDE.split("## Recipe: kcat and avro-tools", 1)[1].split("\n## ", 1)[0]
+    (script,) = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    # Quoted text (the Python snippets, kcat's formats) and comments out, continuations joined,
+    # command substitutions opened: each piece between | ; ( ) and line ends is one command.
+    plain = re.sub(r"'[^']*'|#[^\n]*", "", script).replace("\\\n", " ").replace("$(", "(")
+    programs = {
+        words[0]
+        for command in re.split(r"[|;()\n]", plain)
+        if (words := [w for w in command.split() if not re.match(r"\w+=", w)])
+    }
+    assert programs == {"kcat", "python3", "tail", "java"}
+    for needed in ("kcat", "`python3`", "Java runtime"):
+        assert needed in section, needed

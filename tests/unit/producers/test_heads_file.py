@@ -9,7 +9,13 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnaudit.producers.heads import HEADS_FILE, HeadsFile, head_line, read_heads
+from turnaudit.producers.heads import (
+    FLUSH_SLICE_S,
+    HEADS_FILE,
+    HeadsFile,
+    head_line,
+    read_heads,
+)
 from turnaudit.stream_heads import HeadAnnouncement, StreamHead, decode_announcement
 
 heads_st = st.lists(
@@ -88,3 +94,57 @@ def test_an_announcement_round_trips_and_junk_is_none() -> None:
     assert note.key() == b"s\x00p"
     for junk in (None, b"", b"{}", b"[]", b'{"session_id":1}', "x"):
         assert decode_announcement(junk) is None
+
+
+class SilentCluster:
+    """An announcer whose cluster never answers: every flush waits out its timeout (or until
+    the test releases it) with the announcements still queued."""
+
+    def __init__(self) -> None:
+        self.flushes: list[tuple[str, float]] = []  # (the waiting thread's name, timeout)
+        self.released = threading.Event()
+        self.waiting = threading.Event()
+
+    def produce(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def poll(self, timeout: float = 0.0) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        self.flushes.append((threading.current_thread().name, timeout))
+        self.waiting.set()
+        self.released.wait(timeout)
+        return 1
+
+
+def test_close_ends_the_threads_wait_for_a_cluster_that_does_not_answer(tmp_path: Path) -> None:
+    """A predecessor's heads, pending while the cluster is away: the thread waits for it in
+    slices, so close() stops that wait at once instead of after the thread's 10 s; the heads
+    stay pending for the next publisher. close()'s own announcement keeps close's timeout."""
+    (tmp_path / HEADS_FILE).write_bytes(
+        b'{"header":1,"producer_id":"p1","interval_ms":10}\n'
+        + head_line(StreamHead("s1", "p1", 3, "h3"))
+    )
+    cluster = SilentCluster()
+    heads = HeadsFile(
+        tmp_path,
+        producer_id="p2",
+        interval_s=0.01,
+        lock=threading.Lock(),
+        announcer=cluster,  # type: ignore[arg-type]  # the announcer's produce and flush
+        prefix="u.",
+    )
+    assert cluster.waiting.wait(30), "the thread never announced the pending heads"
+    closer = threading.Thread(target=heads.close, kwargs={"timeout": 0.3})
+    closer.start()
+    closer.join(30)  # a deadlock guard: the silent cluster is released only after this
+    cluster.released.set()
+    assert not closer.is_alive()
+    assert len(heads.pending_files()) == 1  # not announced: kept for the next publisher
+    by_thread = [t for name, t in cluster.flushes if name == "turnaudit-heads"]
+    by_close = [t for name, t in cluster.flushes if name == closer.name]
+    assert by_thread
+    assert max(by_thread) <= FLUSH_SLICE_S
+    assert by_close
+    assert FLUSH_SLICE_S < max(by_close) <= 0.3

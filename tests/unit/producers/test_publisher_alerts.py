@@ -1,5 +1,5 @@
-"""The publisher's alert rules: each one runbooked, labelled, and tested by
-promtool both firing and quiet (runs tests/unit/deploy runs runs promtool over every file)."""
+"""The publisher's alert rules: each one runbooked, labelled, and tested by promtool both
+firing and quiet (tests/broker/deploy/test_prometheus_rules.py runs promtool over every file)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Every Grafana rule query and every dashboard query, run against a real Prometheus.
+"""Every Grafana rule query and every dashboard query, run against a real Prometheus
+(``make promtool``; what needs no Prometheus is tests/unit/deploy/test_grafana_queries.py).
 
 The Prometheus serves the promtool rule tests' series (tests/support/promdata.py) and a
 steady state of every metric the services and publishers export, scraped under job names
@@ -32,7 +33,7 @@ import yaml
 
 from tests.support import PROJECT_ROOT
 from tests.support.exported import exported_sample_names
-from tests.support.grafana import alert_rules
+from tests.support.grafana import alert_rules, datasource_refs, grafana_rules, prometheus_alerts
 from tests.support.promdata import (
     BASE,
     GROUP_SPAN,
@@ -44,17 +45,12 @@ from tests.support.promdata import (
 )
 
 GRAFANA = PROJECT_ROOT / "deploy/grafana"
-RULES = yaml.safe_load((GRAFANA / "provisioning/alerting/turnaudit.yml").read_text())
 DASHBOARD_TEXT = (GRAFANA / "dashboards/turnaudit.json").read_text()
-PROM_RULES = {
-    rule["alert"]: rule
-    for path in sorted((PROJECT_ROOT / "deploy/prometheus/rules").glob("*.yml"))
-    for group in yaml.safe_load(path.read_text())["groups"]
-    for rule in group["rules"]
-    if "alert" in rule
-}
-GRAFANA_RULES = {rule["title"]: rule for group in RULES["groups"] for rule in group["rules"]}
+PROM_RULES = prometheus_alerts()
+GRAFANA_RULES = grafana_rules()
 NO_DATA = (("__no_data__", "1"),)  # the one alert instance of a rule in its NoData state
+
+pytestmark = pytest.mark.broker  # the integration tier: Debian's promtool and Prometheus
 
 SAMPLES, CASES = rule_test_data()
 STEADY = BASE + (len({(c.file, c.group) for c in CASES}) + 40) * GROUP_SPAN
@@ -170,22 +166,6 @@ def grafana_fires(prom: PrometheusAt, rule: Mapping[str, Any], at: float) -> set
         )
         if holds(condition["model"]["expression"], float(series["value"][1]))
     }
-
-
-def test_every_prometheus_alert_is_a_grafana_rule_with_a_standalone_query() -> None:
-    assert len(PROM_RULES) >= 16
-    assert set(GRAFANA_RULES) == set(PROM_RULES)
-    recorded = {
-        rule["record"]
-        for path in (PROJECT_ROOT / "deploy/prometheus/rules").glob("*.yml")
-        for group in yaml.safe_load(path.read_text())["groups"]
-        for rule in group["rules"]
-        if "record" in rule
-    }
-    assert recorded
-    for name, rule in GRAFANA_RULES.items():
-        expr = rule["data"][0]["model"]["expr"]
-        assert not any(r in expr for r in recorded), (name, expr)
 
 
 def test_grafana_rules_fire_where_the_prometheus_alerts_do(prom: PrometheusAt) -> None:
@@ -305,16 +285,6 @@ class GrafanaModel:
         return chosen[0]
 
 
-def datasource_refs(board: dict[str, Any]) -> Iterator[tuple[str, Mapping[str, str]]]:
-    for variable in board["templating"]["list"]:
-        if "datasource" in variable:
-            yield f"variable {variable['name']}", variable["datasource"]
-    for panel in board["panels"]:
-        yield panel["title"], panel["datasource"]
-        for target in panel["targets"]:
-            yield f"{panel['title']} {target['refId']}", target["datasource"]
-
-
 def imported(text: str, chosen_uid: str) -> dict[str, Any]:
     """Grafana's import: every ``${INPUT}`` of ``__inputs`` replaced by the chosen value."""
     board = json.loads(text)
@@ -377,24 +347,3 @@ def test_the_dashboard_resolves_every_panel_with_another_datasource_uid(
             answered += 1
     assert answered == sum(len(p["targets"]) for p in board["panels"])
     print(f"{how}: {len(board['panels'])} panels, {answered} queries answered via {OTHER_UID}")
-
-
-def test_the_dashboard_names_no_datasource_uid_and_no_job(prom: PrometheusAt) -> None:
-    del prom
-    board = json.loads(DASHBOARD_TEXT)
-    uids = {ref["uid"] for _, ref in datasource_refs(board)}
-    assert uids == {"${DS_PROMETHEUS}"}
-    assert [i["name"] for i in board["__inputs"]] == ["DS_PROMETHEUS"]
-    scrape = yaml.safe_load((PROJECT_ROOT / "deploy/prometheus/prometheus.yml").read_text())
-    jobs = {job["job_name"] for job in scrape["scrape_configs"]}
-    queries = [t["expr"] for p in board["panels"] for t in p["targets"]] + [
-        v["query"] for v in board["templating"]["list"] if v["type"] == "query"
-    ]
-    for query in queries:
-        assert not any(f'"{job}' in query or f"|{job}" in query for job in jobs), query
-
-
-def test_cases_cover_every_rule_file() -> None:
-    files = {case.file for case in CASES}
-    assert len(files) >= 3
-    assert all(isinstance(case, Case) for case in CASES)
