@@ -38,10 +38,10 @@ from turnaudit.consumers.verify_follow_trust import TrustFeed
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.offsets import watermarks
 from turnaudit.kafka.producer import KafkaProducer
-from turnaudit.kafka.state_topic import read_state
+from turnaudit.kafka.state_topic import read_state, state_partitions
 from turnaudit.serialization.wire import DecodedTurnEvent, Framing, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify.follow import FollowState
+from turnaudit.verify.follow import FollowState, StateRecord
 from turnaudit.verify.follow_records import Outcome
 
 log = structlog.get_logger("turnaudit.verify.follow")
@@ -147,8 +147,9 @@ class VerifyFollowSink(Sink):
         self._metrics = metrics
         self._clock = clock
         self._topic = kafka.topics.verify_state
+        self._state_partitions = state_partitions(kafka)
         self._producer = KafkaProducer.reliable(kafka).open()
-        self._pending: list[tuple[bytes, bytes | None]] = []
+        self._pending: list[StateRecord] = []
         self._flush_timeout_s = flush_timeout_s
         self._trust = trust
         if trust is not None:
@@ -157,7 +158,7 @@ class VerifyFollowSink(Sink):
     # -- taking a partition over ---------------------------------------------------------
     def load(self, partition: int, first_offset: int) -> None:
         """The partition's checkpoint, read back before its first message is checked."""
-        records = list(read_state(self._kafka))
+        records = read_state(self._kafka, [partition])
         low = watermarks(self._kafka, self._kafka.topics.turn_events).low.get(partition, 0)
         mode = self._state.load_partition(
             partition, first_offset=first_offset, log_start=low, records=records
@@ -178,12 +179,13 @@ class VerifyFollowSink(Sink):
 
     def flush(self) -> None:
         self._pending += self._state.checkpoint()
-        if self._trust is not None:
-            self._pending += self._trust.checkpoint()
+        if self._trust is not None:  # about no one partition
+            self._pending += [(None, key, value) for key, value in self._trust.checkpoint()]
         if not self._pending:
             return
-        for key, value in self._pending:
-            self._producer.produce(self._topic, value, key)
+        for about, key, value in self._pending:
+            where = 0 if about is None else about % self._state_partitions
+            self._producer.produce(self._topic, value, key, partition=where)
         if self._producer.flush(self._flush_timeout_s):
             raise BrokerError(f"checkpoint not durable on {self._topic}")
         self._pending = []
@@ -216,10 +218,11 @@ class VerifyFollowSink(Sink):
         if self._trust is not None:
             self._trust.stop()
         self._producer.flush(self._flush_timeout_s)
+        self._state.close()
 
     def _export(self) -> None:
         m, state = self._metrics, self._state
-        m.streams.labels("open").set(len(state.streams))
+        m.streams.labels("open").set(state.streams_held())
         m.streams.labels("began_before_retention").set(
             sum(p.counts.began_before_retention for p in state.partitions.values())
         )

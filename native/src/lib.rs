@@ -37,6 +37,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod encode;
 mod track;
 mod spill;
+mod follow;
 mod stream_spill;
 mod scan;
 mod verify;
@@ -654,6 +655,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<verify::ContractCheck>()?;
     m.add_class::<verify::VerifyStep>()?;
     m.add_function(wrap_pyfunction!(track::chain_hash_hex, m)?)?;
+    m.add_function(wrap_pyfunction!(follow::start_partition, m)?)?;
+    m.add_function(wrap_pyfunction!(follow::stream_state, m)?)?;
+    m.add_function(wrap_pyfunction!(follow::restore_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(follow::drop_stream, m)?)?;
     m.add("EncodeFallback", py.get_type::<encode::EncodeFallback>())?;
     m.add("DecodeError", py.get_type::<DecodeError>())?;
     m.add("TrailingBytesError", py.get_type::<TrailingBytesError>())?;
