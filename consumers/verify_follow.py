@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import structlog
 
 from turnaudit.consumers.runtime import ConsumedTurn, Sink, Validation
+from turnaudit.consumers.runtime.handover import HandedBatch
 from turnaudit.consumers.runtime.sink import IN_ORDER, Rejection
 from turnaudit.consumers.runtime.validation import decode_message
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
@@ -39,10 +40,12 @@ from turnaudit.errors import BrokerError
 from turnaudit.kafka.offsets import watermarks
 from turnaudit.kafka.producer import KafkaProducer
 from turnaudit.kafka.state_topic import read_state, state_partitions
+from turnaudit.records import Record
 from turnaudit.serialization.wire import DecodedTurnEvent, Framing, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify.follow import FollowState, StateRecord
-from turnaudit.verify.follow_records import Outcome
+from turnaudit.verify.follow import FollowState
+from turnaudit.verify.follow_batch import follow_batch
+from turnaudit.verify.follow_records import Outcome, StateRecord
 
 log = structlog.get_logger("turnaudit.verify.follow")
 
@@ -104,6 +107,32 @@ class FollowValidation(Validation):
         _count(m, outcome, breaches)
         return ConsumedTurn(decoded, IN_ORDER, topic, partition, offset)
 
+    def examine_batch(self, records: Sequence[Record]) -> HandedBatch | None:
+        """The batch through verify's native step (not with a keyring: the trust state
+        keeps each turn's hash, message by message)."""
+        state = self._state
+        if self._trust is not None or state.step is None:
+            return None
+        batch = HandedBatch()
+        placed: list[Record] = []
+        for msg in records:
+            partition, offset = msg.partition(), msg.offset()
+            if partition is None or offset is None:
+                continue  # only librdkafka's error events lack a position
+            if partition not in state.partitions:
+                self._load(partition, offset)
+            batch.next_offsets[partition] = offset + 1
+            placed.append(msg)
+        followed = follow_batch(state, placed, self._clock())
+        m = self._metrics
+        m.proved.inc(followed.settled)
+        if followed.reread:
+            m.reread.inc(followed.reread)
+        for outcome, breaches in followed.outcomes:
+            _count(m, outcome, breaches)
+        batch.handed = len(placed)
+        return batch
+
     def forget_partitions(self, partitions: set[int]) -> None:
         return  # the sink forgets the state (it was checkpointed at the last flush)
 
@@ -112,6 +141,8 @@ def _count(m: FollowMetrics, outcome: Outcome, breaches: list[str]) -> None:
     """A message's outcome and breaches on the metrics."""
     if outcome == "reread":
         m.reread.inc()
+    elif outcome == "undecodable":
+        m.undecodable.inc()
     elif outcome in ("new", "late", "legacy"):
         m.proved.inc()
         if outcome == "late":

@@ -53,3 +53,15 @@ pub(crate) fn drop_stream(
 ) -> PyResult<bool> {
     tracker.get().drop_stream(&(session_id.to_owned(), producer_id.to_owned()))
 }
+
+/// The tracker remembers, from now on, each stream it places a turn into.
+#[pyfunction]
+pub(crate) fn track_dirty(tracker: &Bound<'_, NativeStreamTracker>) -> PyResult<()> {
+    tracker.get().track_dirty()
+}
+
+/// The streams placed into since the last call (session, producer), forgotten here.
+#[pyfunction]
+pub(crate) fn take_dirty(tracker: &Bound<'_, NativeStreamTracker>) -> PyResult<Vec<(String, String)>> {
+    tracker.get().take_dirty()
+}

@@ -659,6 +659,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(follow::stream_state, m)?)?;
     m.add_function(wrap_pyfunction!(follow::restore_stream, m)?)?;
     m.add_function(wrap_pyfunction!(follow::drop_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(follow::track_dirty, m)?)?;
+    m.add_function(wrap_pyfunction!(follow::take_dirty, m)?)?;
     m.add("EncodeFallback", py.get_type::<encode::EncodeFallback>())?;
     m.add("DecodeError", py.get_type::<DecodeError>())?;
     m.add("TrailingBytesError", py.get_type::<TrailingBytesError>())?;

@@ -376,6 +376,8 @@ struct State {
     first_offset: HashMap<i64, i64>,
     // Log starts learnt when a partition is taken over (the follower's), over `Bounds`'.
     log_start: HashMap<i64, i64>,
+    // The streams placed into since last taken (the follower's checkpoint), when asked for.
+    dirty: Option<HashSet<StreamKey>>,
     filter: Option<BloomFilter>, // made when the first id is handed to the forgotten store
     // Where streams pushed out by `max_streams` go (verify's); none: they are forgotten.
     spill: Option<StreamSpill>,
@@ -513,7 +515,7 @@ fn describe_stream(session: &str, producer: &str) -> String {
 /// What one placement concluded (the fields of a `TrackResult` but the stream).
 pub(crate) struct Placed {
     pub(crate) outcome: usize,
-    opened: i128,
+    pub(crate) opened: i128,
     gap_closed: bool,
     pub(crate) chain_break: Option<String>,
 }
@@ -710,6 +712,9 @@ impl NativeStreamTracker {
         } else {
             self.place(&mut st, prev, &content, &key, sequence, partition)?
         };
+        if let Some(dirty) = st.dirty.as_mut() {
+            dirty.insert(key);
+        }
         self.placed(py, &mut st, event_id, partition, offset, placed.outcome, &content)?;
         drop(st);
         Ok(placed)
@@ -977,6 +982,19 @@ impl NativeStreamTracker {
         Ok(())
     }
 
+    /// From now on, remember the streams placed into until `take_dirty` (the follower
+    /// checkpoints those).
+    pub(crate) fn track_dirty(&self) -> PyResult<()> {
+        self.lock()?.dirty.get_or_insert_with(HashSet::new);
+        Ok(())
+    }
+
+    /// The streams placed into since the last call (none unless `track_dirty` was asked).
+    pub(crate) fn take_dirty(&self) -> PyResult<Vec<StreamKey>> {
+        let mut st = self.lock()?;
+        Ok(st.dirty.as_mut().map(|d| d.drain().collect()).unwrap_or_default())
+    }
+
     /// One stream's partition and state in the tracker's own format, wherever it is
     /// (memory, the pending batch or the spill file), left there; None when not held.
     pub(crate) fn stream_bytes(&self, key: &StreamKey) -> PyResult<Option<(Option<i64>, Vec<u8>)>> {
@@ -1121,6 +1139,7 @@ impl NativeStreamTracker {
                 streams: LruCache::unbounded(),
                 first_offset: HashMap::new(),
                 log_start: HashMap::new(),
+                dirty: None,
                 filter: None,
                 spill: stream_spill.filter(|f| !f.is_none(py)).map(|f| StreamSpill::new(f, clamp(stream_batch))),
             }),

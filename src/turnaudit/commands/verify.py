@@ -38,7 +38,8 @@ from turnaudit.kafka.state_topic import ensure_verify_state_topic
 from turnaudit.settings import KafkaSettings
 from turnaudit.signing_keys import DEFAULT_CHECKPOINT_INTERVAL_S, INTERVAL_ENV, load_keyring
 from turnaudit.verify.files import load_anchors
-from turnaudit.verify.follow import FollowMemory, FollowState
+from turnaudit.verify.follow import FollowState
+from turnaudit.verify.follow_records import FollowMemory
 from turnaudit.verify.follow_trust import FollowTrust
 from turnaudit.verify.id_store import DEFAULT_MEMORY_IDS, DEFAULT_MEMORY_STREAMS, IdMemory
 from turnaudit.verify.run import run_verify
@@ -178,15 +179,15 @@ TRUST_GRACE_ENV = "TURNAUDIT_VERIFY_TRUST_GRACE_S"
 def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
     """One member of the follower's group: the proof, its checkpoint sink, the runtime."""
     settings = worker_service_settings(ServiceName.VERIFY_FOLLOW, plan)
+    decode = decoder_for(settings.kafka, registry=registry)
     # The services' bounds: streams in memory (the rest spilled to disk), event ids.
     memory = FollowMemory(streams=settings.max_sessions, event_ids=settings.max_event_ids)
-    state = FollowState(grace_s=float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S)), memory=memory)
+    grace = float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S))
+    state = FollowState(grace_s=grace, memory=memory, decode=decode)
     metrics = FollowMetrics(registry)
     trust = _trust_feed(settings.kafka, metrics)
     sink = VerifyFollowSink(settings.kafka, state, metrics, trust=trust)
-    validation = FollowValidation(
-        decoder_for(settings.kafka, registry=registry), state, metrics, sink.load, trust=trust
-    )
+    validation = FollowValidation(decode, state, metrics, sink.load, trust=trust)
     return consumer_service(settings, sink, plan, registry, validation=validation)
 
 

@@ -34,48 +34,35 @@ import base64
 import json
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from turnaudit._native import drop_stream, restore_stream, start_partition, stream_state
+from turnaudit._native import (
+    drop_stream,
+    restore_stream,
+    start_partition,
+    stream_state,
+    take_dirty,
+    track_dirty,
+)
 from turnaudit.contracts import check_event, check_key
 from turnaudit.identity import LEGACY_PRODUCER, StreamId, StreamTracker, TrackResult, TurnOutcome
+from turnaudit.serialization.native import VerifyStep
+from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.verify.follow_records import (
     PARTITION_KEY,
     STREAM_KEY,
     FollowCounts,
+    FollowMemory,
+    OpenGaps,
     Outcome,
     PartitionProof,
     StartMode,
+    StateRecord,
     partition_key,
     stream_key,
 )
-
-# A state record: the turn partition it is about (None: none), its key, its value (None:
-# a tombstone).
-StateRecord = tuple[int | None, bytes, bytes | None]
-
-
-@dataclass(frozen=True)
-class FollowMemory:
-    """The follower's bounds: streams and event ids in memory, missing positions tracked
-    per stream (beyond it a gap is counted, a late arrival into it not recognised)."""
-
-    streams: int = 100_000
-    event_ids: int = 500_000
-    missing_per_stream: int = 1_000
-    spill_dir: Path | None = None  # the scratch folder's parent (default: the system's)
-
-
-@dataclass
-class OpenGaps:
-    """A stream's missing positions: when each gap opened, which are lost already."""
-
-    partition: int
-    opened: dict[int, float] = field(default_factory=dict)
-    lost: set[int] = field(default_factory=set)
-
+from turnaudit.verify.native_step import contract_check
 
 _OUTCOMES: dict[TurnOutcome, Outcome] = {
     TurnOutcome.NEW: "new",
@@ -90,7 +77,13 @@ _OUTCOMES: dict[TurnOutcome, Outcome] = {
 class FollowState:
     """The proof of the partitions this member reads, checkpointable."""
 
-    def __init__(self, *, grace_s: float = 900.0, memory: FollowMemory | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        grace_s: float = 900.0,
+        memory: FollowMemory | None = None,
+        decode: TurnEventDeserializer | None = None,
+    ) -> None:
         self.grace_s = grace_s
         self.memory = memory or FollowMemory()
         self._scratch = tempfile.TemporaryDirectory(
@@ -103,6 +96,14 @@ class FollowState:
             max_missing=self.memory.missing_per_stream,
             stream_spill=lambda: str(spill),
             stream_batch=min(4096, self.memory.streams),
+        )
+        track_dirty(self.tracker)  # the streams placed into: what a checkpoint writes
+        # The ordinary messages of a batch, natively, as one-shot verify reads (``feed``).
+        self.decode = decode
+        self.step = (
+            None
+            if decode is None
+            else VerifyStep(decode, self.tracker, contract_check(), {}, decode.native_plans())
         )
         self.partitions: dict[int, PartitionProof] = {}
         self.gaps: dict[StreamId, OpenGaps] = {}
@@ -180,6 +181,7 @@ class FollowState:
         self.tracker.forget_partitions(partitions)
         for stream in [s for s, g in self.gaps.items() if g.partition in partitions]:
             del self.gaps[stream]
+        self._dirty.update(take_dirty(self.tracker))
         self._dirty = {s for s in self._dirty if self._partition_of(s) not in partitions}
         for p in partitions:
             self.partitions.pop(p, None)
@@ -220,32 +222,62 @@ class FollowState:
     ) -> tuple[Outcome, list[str]]:
         """One decoded message: what it is for its stream, and the contracts it breaks."""
         proof = self.partitions[partition]
-        counts = proof.counts
         if offset < proof.next_offset:
-            counts.reread += 1
+            proof.counts.reread += 1
             return "reread", []
         proof.next_offset = offset + 1
         self._dirty_partitions.add(partition)
+        occurred = event.get("occurred_at")
+        if isinstance(occurred, int) and occurred > proof.event_time_ms:
+            proof.event_time_ms = occurred
+        return self.judge(partition, offset, key, value, event, now=now, fingerprint=fingerprint)
+
+    def judge(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes,
+        event: Mapping[str, Any],
+        *,
+        now: float,
+        fingerprint: bytes | None,
+    ) -> tuple[Outcome, list[str]]:
+        """One decoded message placed and judged (its partition's bookkeeping done)."""
+        held = len(self.tracker)
+        result = self.tracker.observe(
+            event, value, partition=partition, offset=offset, fingerprint=fingerprint
+        )
+        return self.placed(partition, key, event, result, opened=len(self.tracker) != held, now=now)
+
+    def placed(
+        self,
+        partition: int,
+        key: bytes | None,
+        event: Mapping[str, Any],
+        result: TrackResult,
+        *,
+        opened: bool,
+        now: float,
+    ) -> tuple[Outcome, list[str]]:
+        """What a placed message adds (``opened``: its placement opened a stream)."""
+        counts = self.partitions[partition].counts
         breaches = [b.contract.value for b in check_event(event)]
         key_breach = check_key(key, event)
         if key_breach is not None:
             breaches.insert(0, key_breach.contract.value)
         for contract in breaches:
             counts.breaches[contract] = counts.breaches.get(contract, 0) + 1
-        occurred = event.get("occurred_at")
-        if isinstance(occurred, int) and occurred > proof.event_time_ms:
-            proof.event_time_ms = occurred
-        held = len(self.tracker)
-        result = self.tracker.observe(
-            event, value, partition=partition, offset=offset, fingerprint=fingerprint
-        )
         stream = result.stream
-        self._dirty.add(stream)
         self._retired.pop(stream, None)
-        if len(self.tracker) != held and result.sequence > 0 and proof.mode == "retention":
+        if opened and result.sequence > 0 and self.partitions[partition].mode == "retention":
             counts.began_before_retention += 1
         self._gaps_moved(stream, partition, result, now)
         return _tallied(counts, stream, result), breaches
+
+    def touched(self, partitions: Iterable[int]) -> None:
+        """Partitions whose proof moved (a batch read outside ``observe``)."""
+        self._dirty_partitions.update(partitions)
 
     def _gaps_moved(
         self, stream: StreamId, partition: int, result: TrackResult, now: float
@@ -306,6 +338,7 @@ class FollowState:
         it is about: streams first (a retired one a tombstone), then each partition's
         offset and counts (the topic is compacted)."""
         records: list[StateRecord] = []
+        self._dirty.update(take_dirty(self.tracker))
         for stream in sorted(self._dirty):
             held = stream_state(self.tracker, stream[0], stream[1])
             if held is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from turnaudit.identity import StreamId
@@ -119,7 +120,15 @@ class PartitionProof:
 
 
 Outcome = Literal[
-    "new", "late", "duplicate", "chain", "position_reused", "content_changed", "reread", "legacy"
+    "new",
+    "late",
+    "duplicate",
+    "chain",
+    "position_reused",
+    "content_changed",
+    "reread",
+    "legacy",
+    "undecodable",
 ]
 
 
@@ -129,3 +138,28 @@ def stream_key(stream: StreamId) -> bytes:
 
 def partition_key(partition: int) -> bytes:
     return f"{PARTITION_KEY}{partition}".encode()
+
+
+# A state record: the turn partition it is about (None: none), its key, its value (None:
+# a tombstone).
+StateRecord = tuple[int | None, bytes, bytes | None]
+
+
+@dataclass(frozen=True)
+class FollowMemory:
+    """The follower's bounds: streams and event ids in memory, missing positions tracked
+    per stream (beyond it a gap is counted, a late arrival into it not recognised)."""
+
+    streams: int = 100_000
+    event_ids: int = 500_000
+    missing_per_stream: int = 1_000
+    spill_dir: Path | None = None  # the scratch folder's parent (default: the system's)
+
+
+@dataclass
+class OpenGaps:
+    """A stream's missing positions: when each gap opened, which are lost already."""
+
+    partition: int
+    opened: dict[int, float] = field(default_factory=dict)
+    lost: set[int] = field(default_factory=set)

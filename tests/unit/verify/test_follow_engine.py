@@ -16,7 +16,10 @@ from hypothesis import strategies as st
 
 from tests.support.faulty_ranges import FAULTS, Item, Message, faulty_ranges, stored
 from tests.unit.verify import scenario
-from turnaudit.verify.follow import FollowMemory, FollowState
+from turnaudit.records import StoredRecord
+from turnaudit.verify.follow import FollowState
+from turnaudit.verify.follow_batch import follow_batch
+from turnaudit.verify.follow_records import FollowMemory
 from turnaudit.verify.id_store import IdMemory
 from turnaudit.verify.verifier import Verifier
 
@@ -143,3 +146,43 @@ def test_a_retired_stream_leaves_memory_and_its_record_becomes_a_tombstone(
 
 def scenario_events() -> list[dict[str, object]]:
     return [s.event for s in scenario.stamped_events(12, seed=5, producers=1, sessions=2)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=faulty_ranges(), data=st.data())
+def test_batches_through_the_native_step_conclude_what_message_by_message_does(
+    tmp_path_factory: pytest.TempPathFactory, items: list[Item], data: st.DataObject
+) -> None:
+    """Any range cut into batches of any sizes: the ordinary messages settled by verify's
+    native step, the others handed back, the proof, its gaps and its checkpoint records
+    are those of the follower that takes the messages one at a time."""
+    messages = stored(items)
+    one_by_one = follower(ROOMY, tmp_path_factory.mktemp("one"))
+    feed(one_by_one, messages)
+    batched = FollowState(
+        grace_s=GRACE,
+        memory=FollowMemory(**{**vars(ROOMY), "spill_dir": tmp_path_factory.mktemp("b")}),
+        decode=scenario.DECODE,
+    )
+    for partition in (0, 1):
+        batched.load_partition(partition, first_offset=0, log_start=0)
+    records = [
+        StoredRecord("t", m.partition, m.offset, m.key, m.value, 1_790_000_000_000 + n)
+        for n, m in enumerate(messages)
+    ]
+    at = 0
+    while at < len(records):
+        size = data.draw(st.integers(1, 8))
+        follow_batch(batched, records[at : at + size], NOW)
+        at += size
+    mine, theirs = batched.totals(), one_by_one.totals()
+    assert (mine.proved, mine.late, mine.chain, mine.lost) == (
+        theirs.proved,
+        theirs.late,
+        theirs.chain,
+        theirs.lost,
+    )
+    assert missing(batched) == missing(one_by_one)
+    assert [r[1] for r in batched.checkpoint()] == [r[1] for r in one_by_one.checkpoint()]
+    one_by_one.close()
+    batched.close()
