@@ -213,6 +213,8 @@ class TurnEventPublisher:
             heads.dirty[(session, stamped["producer_id"])] = (
                 stamped["sequence"],
                 self._stamper.commit(stamped, value, self._write.fingerprint_of(stamped)),
+                stamped["pack_id"],  # announced with the head: whose turns a crash lost
+                stamped["runtime"]["name"],
             )
             heads.turns += 1
             if heads.turns == heads.wake_at:  # a signed checkpoint's count of turns

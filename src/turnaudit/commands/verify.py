@@ -29,9 +29,11 @@ from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.consumers.runtime.worker_process import WorkerPlan
 from turnaudit.consumers.verify_follow import FollowValidation, VerifyFollowSink
+from turnaudit.consumers.verify_follow_heads import HeadsFeed
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.consumers.verify_follow_trust import TrustFeed
 from turnaudit.errors import ConfigurationError
+from turnaudit.identity import StreamId
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.kafka.state_topic import ensure_verify_state_topic
@@ -40,6 +42,7 @@ from turnaudit.signing_keys import DEFAULT_CHECKPOINT_INTERVAL_S, INTERVAL_ENV, 
 from turnaudit.verify.files import load_anchors
 from turnaudit.verify.follow import FollowState
 from turnaudit.verify.follow_trust import FollowTrust
+from turnaudit.verify.heads_judge import EngineView
 from turnaudit.verify.id_store import DEFAULT_MEMORY_IDS, DEFAULT_MEMORY_STREAMS, IdMemory
 from turnaudit.verify.run import run_verify
 
@@ -181,11 +184,37 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
     state = FollowState(grace_s=float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S)))
     metrics = FollowMetrics(registry)
     trust = _trust_feed(settings.kafka, metrics)
-    sink = VerifyFollowSink(settings.kafka, state, metrics, trust=trust)
+    heads = HeadsFeed(
+        settings.kafka,
+        follow_state_view(state),
+        metrics,
+        packs=settings.metrics.packs,
+        label_limit=settings.metrics.label_limit,
+    )
+    sink = VerifyFollowSink(settings.kafka, state, metrics, trust=trust, heads=heads)
     validation = FollowValidation(
         decoder_for(settings.kafka, registry=registry), state, metrics, sink.load, trust=trust
     )
     return consumer_service(settings, sink, plan, registry, validation=validation)
+
+
+def follow_state_view(state: FollowState) -> EngineView:
+    """What the heads feed asks today's proof: a stream's last position and partition, a
+    partition's proved offset (None until this member loaded it)."""
+
+    def last_position(stream: StreamId) -> int | None:
+        proved = state.streams.get(stream)
+        return None if proved is None else proved.next - 1
+
+    def partition_of(stream: StreamId) -> int | None:
+        proved = state.streams.get(stream)
+        return None if proved is None else proved.partition
+
+    def proved_offset(partition: int) -> int | None:
+        proof = state.partitions.get(partition)
+        return None if proof is None else proof.next_offset
+
+    return EngineView(last_position, partition_of, proved_offset)
 
 
 def _trust_feed(kafka: KafkaSettings, metrics: FollowMetrics) -> TrustFeed | None:
