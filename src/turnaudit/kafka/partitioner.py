@@ -66,8 +66,10 @@ def fnv1a(key: bytes) -> int:
 
 
 def fnv1a_partition(key: bytes, partitions: int) -> int:
-    """``fnv1a`` and ``fnv1a_random``: the Sarama (Go) client's default placement."""
-    return fnv1a(key) % partitions
+    """``fnv1a`` and ``fnv1a_random``: the Sarama (Go) client's default placement (the
+    hash taken as a signed 32-bit value, its absolute value)."""
+    h = fnv1a(key)
+    return abs(h - 2**32 if h >= 2**31 else h) % partitions
 
 
 _KEYED: dict[str, KeyPartitioner] = {

@@ -309,8 +309,12 @@ class HeadsJudge:
 
     def waiting(self) -> int:
         """Announcements waiting for this member to prove their partition far enough."""
+        held = self._held()
         at_risk = sum(
-            1 for streams in self._at_risk.values() for w in streams.values() if not w.judged
+            1
+            for streams in self._at_risk.values()
+            for w in streams.values()
+            if not w.judged and w.partition in held
         )
         return len(self._ends) + at_risk
 
