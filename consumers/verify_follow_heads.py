@@ -179,7 +179,15 @@ class HeadsFeed:
             return 1
         if isinstance(item, _PassEnd):
             self._in_pass = False
-            for gone in self.judge.end_pass(now_ms):
+            vanished = self.judge.end_pass(now_ms)
+            log.info(
+                "verify_stream_heads_read",
+                passes=self.passes,
+                partitions=self.judge.partitions,
+                partitions_judged=len(self.judge.covered),
+                producers=len(self.judge.liveness),
+            )
+            for gone in vanished:
                 self._metrics.vanishings.inc()
                 log.error(
                     "verify_producer_vanished",
@@ -205,7 +213,8 @@ class HeadsFeed:
             pack = self._packs(loss.pack) if loss.pack else UNKNOWN
             runtime = self._runtimes(loss.runtime) if loss.runtime else UNKNOWN
             m.lost_by_pack.labels(loss.cause, pack, runtime).inc(loss.lost)
-        log.warning(
+        say = log.warning if loss.lost else log.info  # a cut stream that lost nothing
+        say(
             "verify_turns_lost_in_crash" if loss.cause == "crash" else "verify_turns_lost_vanished",
             session_id=loss.stream[0],
             producer_id=loss.stream[1],

@@ -119,7 +119,7 @@ class HeadsJudge:
         self._dirty_streams: set[StreamId] = set()
         self._dirty_producers: set[str] = set()
         self.partitions = 0  # of the turn topic
-        self._covered: set[int] = set()  # held when the last complete pass began
+        self.covered: set[int] = set()  # held when the last complete pass began
         self._covering: set[int] = set()
         self.caught_up = False  # a whole pass read: every producer's latest liveness known
 
@@ -136,7 +136,7 @@ class HeadsJudge:
     def end_pass(self, now_ms: int) -> list[Vanishing]:
         """The pass reached the topic's end: the producers it collected are counted."""
         self.caught_up = True
-        self._covered = self._covering
+        self.covered = self._covering
         found = []
         for producer in sorted(self._collecting):
             at, streams = self._vanished.get(producer), self._at_risk.get(producer)
@@ -159,13 +159,13 @@ class HeadsJudge:
             del self._heaps[partition]  # the new owner's to judge
         for stream in [s for s, w in self._ends.items() if w.partition not in held]:
             del self._ends[stream]
-        self._covered &= held
+        self.covered &= held
         if self.caught_up:
             for producer, alive in self.liveness.items():
                 if producer not in self._vanished and alive.vanished(now_ms):
                     self._vanished[producer] = alive.at_ms
                     self._uncollected.add(producer)
-        return bool(self._uncollected or held - self._covered)
+        return bool(self._uncollected or held - self.covered)
 
     def _held(self) -> set[int]:
         return {p for p in range(self.partitions) if self._engine.proved_offset(p) is not None}
