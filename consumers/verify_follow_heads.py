@@ -30,12 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
-from turnaudit.errors import BrokerError
-from turnaudit.kafka.consumer import READER
-from turnaudit.kafka.groups import own_group
+from turnaudit.kafka.consumer import BEGINNING, READER, KafkaConsumer
 from turnaudit.kafka.partitioner import key_partitioner
 from turnaudit.kafka.state_topic import read_state
 from turnaudit.label_bounds import DEFAULT_LABEL_LIMIT, BoundedLabelSet
@@ -242,21 +239,19 @@ class HeadsFeed:
     def _pass(self) -> None:
         self._restart.clear()
         judged = [(k, v) for k, v in read_state(self._kafka) if k.startswith(_JUDGED_KEYS)]
-        consumer = Consumer(
-            self._kafka.client_config(READER, **{"group.id": own_group(self._kafka, "reader")})
-        )
+        consumer = KafkaConsumer(self._kafka, self._topic, READER)
         try:
-            heads = self._partitions(consumer, self._topic)
-            end = {p: self._marks(consumer, self._topic, p)[1] for p in heads}
-            turns = self._partitions(consumer, self._turns)
+            heads = consumer.partitions_of(self._topic)
+            end = {p: consumer.watermarks_of(self._topic, p)[1] for p in heads}
+            turns = consumer.partitions_of(self._turns)
             self._put(_PassStart(judged, len(turns)))
-            consumer.assign([TopicPartition(self._topic, p, OFFSET_BEGINNING) for p in heads])
-            read = {p: 0 for p in heads}
+            consumer.assign(dict.fromkeys(heads, BEGINNING))
+            read = dict.fromkeys(heads, 0)
             reached = False
             while not self._stop.is_set() and not self._restart.is_set():
                 records = self._read(consumer, read)
                 if records:
-                    marks = {p: self._marks(consumer, self._turns, p) for p in turns}
+                    marks = {p: consumer.watermarks_of(self._turns, p) for p in turns}
                     low = {p: lo for p, (lo, _) in marks.items()}
                     self._put(_Batch(records, {p: hi for p, (_, hi) in marks.items()}, low))
                 if not reached and self._caught_up(consumer, read, end):
@@ -265,14 +260,10 @@ class HeadsFeed:
         finally:
             consumer.close()
 
-    def _read(self, consumer: Consumer, read: dict[int, int]) -> list[HeadAnnouncement | Liveness]:
+    @staticmethod
+    def _read(consumer: KafkaConsumer, read: dict[int, int]) -> list[HeadAnnouncement | Liveness]:
         out: list[HeadAnnouncement | Liveness] = []
-        for msg in consumer.consume(1_000, 0.5):
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise BrokerError(f"reading {self._topic}: {error.str()}")
+        for msg in consumer.consume(1_000, 0.5):  # a client error raises: a new pass
             read[msg.partition() or 0] = (msg.offset() or 0) + 1
             value = msg.value()
             note = decode_announcement(value)
@@ -282,13 +273,14 @@ class HeadsFeed:
                 out.append(alive)
         return out
 
-    def _caught_up(self, consumer: Consumer, read: dict[int, int], end: dict[int, int]) -> bool:
+    @staticmethod
+    def _caught_up(consumer: KafkaConsumer, read: dict[int, int], end: dict[int, int]) -> bool:
         """Every record before ``end`` read (the fetch position counts: the last records of
         a compacted log may be gone)."""
         if all(read.get(p, 0) >= high for p, high in end.items()):
             return True
-        positions = consumer.position([TopicPartition(self._topic, p) for p in end])
-        return all(tp.offset >= end[tp.partition] for tp in positions)
+        positions = consumer.positions(end)
+        return all(positions.get(p, -1) >= high for p, high in end.items())
 
     def _put(self, item: _Item) -> None:
         while not self._stop.is_set():
@@ -297,16 +289,3 @@ class HeadsFeed:
                 return
             except queue.Full:
                 continue
-
-    @staticmethod
-    def _partitions(consumer: Consumer, topic: str) -> list[int]:
-        metadata = consumer.list_topics(topic, timeout=10)
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None:
-            raise BrokerError(f"topic {topic} does not exist")
-        return sorted(found.partitions)
-
-    @staticmethod
-    def _marks(consumer: Consumer, topic: str, partition: int) -> tuple[int, int]:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        return int(low), int(high)

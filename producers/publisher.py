@@ -22,12 +22,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from turnaudit.dead_letters import dead_letter_headers
-from turnaudit.errors import (
-    ConfigurationError,
-    EventRefusedError,
-    SpoolFullError,
-    SpoolWriteError,
-)
+from turnaudit.errors import ConfigurationError, EventRefusedError, SpoolFullError, SpoolWriteError
 from turnaudit.events import OutgoingTurnEvent
 from turnaudit.identity import TurnStamper
 from turnaudit.kafka.producer import (

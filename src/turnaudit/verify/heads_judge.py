@@ -110,6 +110,7 @@ class HeadsJudge:
         self._vanished: dict[str, int] = {}  # producer -> at_ms of the liveness judged on
         self._uncollected: set[str] = set()  # vanished since the current pass began
         self._collecting: set[str] = set()
+        self._collected: set[str] = set()  # vanished, open streams collected by a pass
         self._at_risk: dict[str, dict[StreamId, _Waiting]] = {}
         self._ends: dict[StreamId, _Waiting] = {}  # cut/ended, this member's, waiting
         self._heaps: dict[int, list[tuple[int, int, StreamId, str | None]]] = {}
@@ -134,21 +135,26 @@ class HeadsJudge:
         self._covering = self._held()
 
     def end_pass(self, now_ms: int) -> list[Vanishing]:
-        """The pass reached the topic's end: the producers it collected are counted."""
+        """The pass reached the topic's end: the vanished producers collected are counted,
+        each by one member of the group (the one proving its first open stream's partition:
+        every member collects the same streams) and once per liveness record."""
         self.caught_up = True
         self.covered = self._covering
+        self._collected |= self._collecting
+        self._collecting = set()
         found = []
-        for producer in sorted(self._collecting):
+        for producer in sorted(self._collected):
             at, streams = self._vanished.get(producer), self._at_risk.get(producer)
             if at is None or not streams or self._counted_vanished.get(producer) == at:
                 continue
+            if streams[min(streams)].partition not in self.covered:
+                continue  # another member's to count
             self._counted_vanished[producer] = at
             self._dirty_producers.add(producer)
             alive = self.liveness[producer]
             found.append(
                 Vanishing(producer, alive.silent_ms(now_ms), alive.interval_ms, len(streams))
             )
-        self._collecting = set()
         return found
 
     def refresh(self, now_ms: int) -> bool:
@@ -236,6 +242,7 @@ class HeadsJudge:
         self._at_risk.pop(producer, None)
         self._uncollected.discard(producer)
         self._collecting.discard(producer)
+        self._collected.discard(producer)
 
     # -- judgement ------------------------------------------------------------------
     def judge(self) -> list[StreamLoss]:

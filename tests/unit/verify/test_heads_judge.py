@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from turnaudit.identity import StreamId
 from turnaudit.stream_heads import HeadAnnouncement, Liveness, StreamHead
 from turnaudit.verify.crash import LatestAnnouncements, stream_ends
-from turnaudit.verify.heads_judge import EngineView, HeadsJudge, StreamLoss
+from turnaudit.verify.heads_judge import EngineView, HeadsJudge, StreamLoss, Vanishing
 
 NOW_MS = 1_000_000
 INTERVAL_MS = 1_000  # every producer's liveness interval: vanished after 8 s of silence
@@ -191,7 +191,7 @@ def read_all(
     loaded: list[tuple[bytes, bytes | None]],
     *,
     lag: bool,
-) -> None:
+) -> list[Vanishing]:
     """One pass over the log in batches (the follower progressing between them when it
     lags), with the invariant checked after each judgement."""
     judge.start_pass(loaded, PARTITIONS)
@@ -209,7 +209,7 @@ def read_all(
             follower.advance(world.rng)
         judged += judge.judge()
         never_over(world, judged)
-    judge.end_pass(NOW_MS)
+    return judge.end_pass(NOW_MS)
 
 
 def never_over(world: World, judged: list[StreamLoss]) -> None:
@@ -225,29 +225,43 @@ def never_over(world: World, judged: list[StreamLoss]) -> None:
     assert {s for s, n in cuts.items() if n} <= cut
 
 
-def follow(
-    world: World, loaded: list[tuple[bytes, bytes | None]] | None = None
-) -> tuple[HeadsJudge, Follower, list[StreamLoss]]:
+@dataclass
+class Run:
+    judge: HeadsJudge
+    judged: list[StreamLoss]
+    vanishings: list[Vanishing]
+
+
+def follow(world: World, loaded: list[tuple[bytes, bytes | None]] | None = None) -> Run:
     """The feed's protocol: a first pass while lagging; the partitions held late taken
     over; passes while the judge wants them; the follower caught up."""
     follower = Follower(world, {p: 0 for p in world.held - world.held_late})
-    judge = HeadsJudge(follower.view(), partition_of_session)
-    judged: list[StreamLoss] = []
-    read_all(judge, world, follower, judged, loaded or [], lag=True)
+    run = Run(HeadsJudge(follower.view(), partition_of_session), [], [])
+    judge = run.judge
+    run.vanishings += read_all(judge, world, follower, run.judged, loaded or [], lag=True)
     for p in world.held_late:
         follower.proved[p] = 0
     while judge.refresh(NOW_MS):
-        read_all(judge, world, follower, judged, [], lag=True)
+        run.vanishings += read_all(judge, world, follower, run.judged, [], lag=True)
     follower.proved.update({p: world.high()[p] for p in world.held})
-    judged += judge.judge()
+    run.judged += judge.judge()
     assert not judge.refresh(NOW_MS)
-    return judge, follower, judged
+    return run
+
+
+def vanished_with_streams(world: World) -> set[str]:
+    return {
+        p
+        for p, fate in world.fates.items()
+        if fate == "vanished" and any(s[1] == p for s in world.streams)
+    }
 
 
 @settings(max_examples=400, deadline=None)
 @given(worlds())
 def test_caught_up_the_follower_counts_what_one_shot_verify_counts(world: World) -> None:
-    judge, _, judged = follow(world)
+    run = follow(world)
+    judge, judged = run.judge, run.judged
     reference, cut = one_shot(world)
     counted: dict[StreamId, tuple[str, int]] = {}
     for loss in judged:
@@ -256,11 +270,7 @@ def test_caught_up_the_follower_counts_what_one_shot_verify_counts(world: World)
             counted[loss.stream] = (cause, n + loss.lost)
     assert counted == reference
     assert {loss.stream for loss in judged if loss.cut} == cut
-    vanished = {
-        p
-        for p, fate in world.fates.items()
-        if fate == "vanished" and any(s[1] == p for s in world.streams)
-    }
+    vanished = vanished_with_streams(world)
     assert judge.vanished_producers() == len(vanished)
     at_risk = [
         s
@@ -274,17 +284,17 @@ def test_caught_up_the_follower_counts_what_one_shot_verify_counts(world: World)
 @settings(max_examples=200, deadline=None)
 @given(worlds())
 def test_a_restart_from_the_checkpoint_counts_nothing_again(world: World) -> None:
-    judge, _, _ = follow(world)
-    records = judge.checkpoint()
+    records = follow(world).judge.checkpoint()
     again = World(**{**world.__dict__, "rng": random.Random(7)})
-    _, _, judged = follow(again, records)
-    assert [loss for loss in judged if loss.lost or loss.cut] == []
+    run = follow(again, records)
+    assert [loss for loss in run.judged if loss.lost or loss.cut] == []
+    assert run.vanishings == []
 
 
 @settings(max_examples=200, deadline=None)
 @given(worlds())
 def test_a_vanished_producer_that_announces_again_is_vanished_no_more(world: World) -> None:
-    judge, _, _ = follow(world)
+    judge = follow(world).judge
     before = judge.vanished_producers()
     for producer, fate in world.fates.items():
         if fate == "vanished":
@@ -292,6 +302,29 @@ def test_a_vanished_producer_that_announces_again_is_vanished_no_more(world: Wor
     assert judge.vanished_producers() == 0
     assert judge.streams_at_risk() == 0
     assert before == 0 or not judge.refresh(NOW_MS)  # nothing left to collect
+
+
+@settings(max_examples=200, deadline=None)
+@given(worlds())
+def test_a_group_counts_each_stream_on_its_member_and_each_vanished_producer_once(
+    world: World,
+) -> None:
+    """Two members holding complementary partitions: together they count what one-shot
+    verify counts over every partition, and each vanished producer once between them."""
+    every = set(range(PARTITIONS))
+    first = World(**{**world.__dict__, "held": world.held, "held_late": set()})
+    other = World(**{**world.__dict__, "held": every - world.held, "held_late": set()})
+    runs = [follow(first), follow(other)]
+    counted: dict[StreamId, int] = {}
+    for run in runs:
+        for loss in run.judged:
+            counted[loss.stream] = counted.get(loss.stream, 0) + loss.lost
+    whole = World(**{**world.__dict__, "held": every})
+    assert {s: n for s, n in counted.items() if n} == {
+        s: n for s, (_, n) in one_shot(whole)[0].items()
+    }
+    producers = sorted(v.producer for run in runs for v in run.vanishings)
+    assert producers == sorted(vanished_with_streams(world))
 
 
 def test_a_lagging_follower_waits_for_the_offset_the_announcement_was_read_at() -> None:
