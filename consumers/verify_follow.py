@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import structlog
 
 from turnaudit.consumers.runtime import ConsumedTurn, Sink, Validation
+from turnaudit.consumers.runtime.handover import HandedBatch
 from turnaudit.consumers.runtime.sink import IN_ORDER, Rejection
 from turnaudit.consumers.runtime.validation import decode_message
 from turnaudit.consumers.verify_follow_heads import HeadsFeed
@@ -39,11 +40,13 @@ from turnaudit.consumers.verify_follow_trust import TrustFeed
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.offsets import watermarks
 from turnaudit.kafka.producer import KafkaProducer
-from turnaudit.kafka.state_topic import read_state
+from turnaudit.kafka.state_topic import read_state, state_partitions
+from turnaudit.records import Record
 from turnaudit.serialization.wire import DecodedTurnEvent, Framing, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.follow import FollowState
-from turnaudit.verify.follow_records import Outcome
+from turnaudit.verify.follow_batch import follow_batch
+from turnaudit.verify.follow_records import Outcome, StateRecord
 
 log = structlog.get_logger("turnaudit.verify.follow")
 
@@ -105,6 +108,32 @@ class FollowValidation(Validation):
         _count(m, outcome, breaches)
         return ConsumedTurn(decoded, IN_ORDER, topic, partition, offset)
 
+    def examine_batch(self, records: Sequence[Record]) -> HandedBatch | None:
+        """The batch through verify's native step (not with a keyring: the trust state
+        keeps each turn's hash, message by message)."""
+        state = self._state
+        if self._trust is not None or state.step is None:
+            return None
+        batch = HandedBatch()
+        placed: list[Record] = []
+        for msg in records:
+            partition, offset = msg.partition(), msg.offset()
+            if partition is None or offset is None:
+                continue  # only librdkafka's error events lack a position
+            if partition not in state.partitions:
+                self._load(partition, offset)
+            batch.next_offsets[partition] = offset + 1
+            placed.append(msg)
+        followed = follow_batch(state, placed, self._clock())
+        m = self._metrics
+        m.proved.inc(followed.settled)
+        if followed.reread:
+            m.reread.inc(followed.reread)
+        for outcome, breaches in followed.outcomes:
+            _count(m, outcome, breaches)
+        batch.handed = len(placed)
+        return batch
+
     def forget_partitions(self, partitions: set[int]) -> None:
         return  # the sink forgets the state (it was checkpointed at the last flush)
 
@@ -113,6 +142,8 @@ def _count(m: FollowMetrics, outcome: Outcome, breaches: list[str]) -> None:
     """A message's outcome and breaches on the metrics."""
     if outcome == "reread":
         m.reread.inc()
+    elif outcome == "undecodable":
+        m.undecodable.inc()
     elif outcome in ("new", "late", "legacy"):
         m.proved.inc()
         if outcome == "late":
@@ -150,8 +181,9 @@ class VerifyFollowSink(Sink):
         self._clock = clock
         self._heads = heads
         self._topic = kafka.topics.verify_state
+        self._state_partitions = state_partitions(kafka)
         self._producer = KafkaProducer.reliable(kafka).open()
-        self._pending: list[tuple[bytes, bytes | None]] = []
+        self._pending: list[StateRecord] = []
         self._flush_timeout_s = flush_timeout_s
         self._trust = trust
         if trust is not None:
@@ -162,7 +194,7 @@ class VerifyFollowSink(Sink):
     # -- taking a partition over ---------------------------------------------------------
     def load(self, partition: int, first_offset: int) -> None:
         """The partition's checkpoint, read back before its first message is checked."""
-        records = list(read_state(self._kafka))
+        records = read_state(self._kafka, [partition])
         low = watermarks(self._kafka, self._kafka.topics.turn_events).low.get(partition, 0)
         mode = self._state.load_partition(
             partition, first_offset=first_offset, log_start=low, records=records
@@ -183,14 +215,15 @@ class VerifyFollowSink(Sink):
 
     def flush(self) -> None:
         self._pending += self._state.checkpoint()
-        if self._trust is not None:
-            self._pending += self._trust.checkpoint()
-        if self._heads is not None:
-            self._pending += self._heads.checkpoint()
+        if self._trust is not None:  # about no one partition
+            self._pending += [(None, key, value) for key, value in self._trust.checkpoint()]
+        if self._heads is not None:  # about no one partition
+            self._pending += [(None, key, value) for key, value in self._heads.checkpoint()]
         if not self._pending:
             return
-        for key, value in self._pending:
-            self._producer.produce(self._topic, value, key)
+        for about, key, value in self._pending:
+            where = 0 if about is None else about % self._state_partitions
+            self._producer.produce(self._topic, value, key, partition=where)
         if self._producer.flush(self._flush_timeout_s):
             raise BrokerError(f"checkpoint not durable on {self._topic}")
         self._pending = []
@@ -227,10 +260,11 @@ class VerifyFollowSink(Sink):
         if self._heads is not None:
             self._heads.stop()
         self._producer.flush(self._flush_timeout_s)
+        self._state.close()
 
     def _export(self) -> None:
         m, state = self._metrics, self._state
-        m.streams.labels("open").set(len(state.streams))
+        m.streams.labels("open").set(state.streams_held())
         m.streams.labels("began_before_retention").set(
             sum(p.counts.began_before_retention for p in state.partitions.values())
         )

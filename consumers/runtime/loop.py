@@ -220,7 +220,7 @@ class ConsumerService:
 
     # -- one batch ---------------------------------------------------------------
     def _handle_batch(self, records: list[Record]) -> None:
-        batch = hand_over(
+        batch = self._validation.examine_batch(records) or hand_over(
             records,
             self._validation.examine,
             self.sink.take,

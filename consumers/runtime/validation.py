@@ -13,12 +13,14 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from turnaudit.consumers.runtime.consumer_metrics import CHAIN_BREAK_KINDS, ConsumerMetrics
+from turnaudit.consumers.runtime.handover import HandedBatch
 from turnaudit.consumers.runtime.sink import IN_ORDER, ConsumedTurn, Rejection
 from turnaudit.contracts import Breach, Contract, check_event, check_key, identity_breach
 from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.errors import SchemaNotFoundError, SerializationError, UnknownFramingError
 from turnaudit.htir import HtirTrace
 from turnaudit.identity import StreamTracker, TrackResult, TurnOutcome
+from turnaudit.records import Record
 from turnaudit.serialization.wire import (
     DecodedTurnEvent,
     TurnEventDeserializer,
@@ -84,6 +86,12 @@ class Validation(abc.ABC):
 
     def forget_partitions(self, partitions: set[int]) -> None:  # noqa: B027 - optional state
         """Partitions moved to another member: drop what was tracked for them."""
+
+    def examine_batch(self, records: Sequence[Record]) -> HandedBatch | None:
+        """A whole batch at once, for a service whose sink takes nothing turn by turn
+        (the follower's: its batch goes through verify's native step); None: record by
+        record, through ``examine``, as every other service."""
+        return None
 
 
 class StreamTracking:

@@ -299,13 +299,16 @@ impl Stream {
         w.u64(missing.len() as u64);
         missing.iter().for_each(|p| w.i128(*p));
         w.i128(self.untracked_missing);
-        let own: Vec<(&i128, &Hash32)> = self.own.iter().collect();
+        // Sorted: one stream, one encoding (the follower's state records compare equal).
+        let mut own: Vec<(&i128, &Hash32)> = self.own.iter().collect();
+        own.sort_unstable_by_key(|(p, _)| **p);
         w.u64(own.len() as u64);
         for (p, h) in own {
             w.i128(*p);
             w.0.extend_from_slice(h);
         }
-        let claimed: Vec<(&i128, &Prev)> = self.claimed.iter().collect();
+        let mut claimed: Vec<(&i128, &Prev)> = self.claimed.iter().collect();
+        claimed.sort_unstable_by_key(|(p, _)| **p);
         w.u64(claimed.len() as u64);
         for (p, c) in claimed {
             w.i128(*p);
@@ -371,6 +374,10 @@ struct State {
     order: VecDeque<Arc<str>>,
     streams: LruCache<StreamKey, Stream>,
     first_offset: HashMap<i64, i64>,
+    // Log starts learnt when a partition is taken over (the follower's), over `Bounds`'.
+    log_start: HashMap<i64, i64>,
+    // The streams placed into since last taken (the follower's checkpoint), when asked for.
+    dirty: Option<HashSet<StreamKey>>,
     filter: Option<BloomFilter>, // made when the first id is handed to the forgotten store
     // Where streams pushed out by `max_streams` go (verify's); none: they are forgotten.
     spill: Option<StreamSpill>,
@@ -508,7 +515,7 @@ fn describe_stream(session: &str, producer: &str) -> String {
 /// What one placement concluded (the fields of a `TrackResult` but the stream).
 pub(crate) struct Placed {
     pub(crate) outcome: usize,
-    opened: i128,
+    pub(crate) opened: i128,
     gap_closed: bool,
     pub(crate) chain_break: Option<String>,
 }
@@ -705,6 +712,9 @@ impl NativeStreamTracker {
         } else {
             self.place(&mut st, prev, &content, &key, sequence, partition)?
         };
+        if let Some(dirty) = st.dirty.as_mut() {
+            dirty.insert(key);
+        }
         self.placed(py, &mut st, event_id, partition, offset, placed.outcome, &content)?;
         drop(st);
         Ok(placed)
@@ -761,8 +771,9 @@ impl NativeStreamTracker {
         if !self.bounds.start_gaps {
             return false;
         }
+        let log_start = st.log_start.get(&p).or_else(|| self.bounds.log_start.get(&p));
         match st.first_offset.get(&p) {
-            Some(first) => *first == self.bounds.log_start.get(&p).copied().unwrap_or(0),
+            Some(first) => *first == log_start.copied().unwrap_or(0),
             None => false,
         }
     }
@@ -962,6 +973,71 @@ impl NativeStreamTracker {
         Ok(added)
     }
 
+    /// A partition taken over: where reading it begins and where its log starts (a stream
+    /// first seen past position 0 opens a gap at its start only when the two agree).
+    pub(crate) fn start_partition(&self, partition: i64, log_start: i64, first_offset: i64) -> PyResult<()> {
+        let mut st = self.lock()?;
+        st.log_start.insert(partition, log_start);
+        st.first_offset.insert(partition, first_offset);
+        Ok(())
+    }
+
+    /// From now on, remember the streams placed into until `take_dirty` (the follower
+    /// checkpoints those).
+    pub(crate) fn track_dirty(&self) -> PyResult<()> {
+        self.lock()?.dirty.get_or_insert_with(HashSet::new);
+        Ok(())
+    }
+
+    /// The streams placed into since the last call (none unless `track_dirty` was asked).
+    pub(crate) fn take_dirty(&self) -> PyResult<Vec<StreamKey>> {
+        let mut st = self.lock()?;
+        Ok(st.dirty.as_mut().map(|d| d.drain().collect()).unwrap_or_default())
+    }
+
+    /// One stream's partition and state in the tracker's own format, wherever it is
+    /// (memory, the pending batch or the spill file), left there; None when not held.
+    pub(crate) fn stream_bytes(&self, key: &StreamKey) -> PyResult<Option<(Option<i64>, Vec<u8>)>> {
+        let st = self.lock()?;
+        Ok(st.peek(key)?.map(|stream| {
+            let mut out = Vec::new();
+            stream.write_into(&mut out);
+            (stream.partition, out)
+        }))
+    }
+
+    /// A stream as `stream_bytes` gave it, in place of any copy held, brought into memory
+    /// (the least recently seen pushed out over the bound).
+    pub(crate) fn restore_stream(&self, py: Python<'_>, key: StreamKey, bytes: &[u8]) -> PyResult<()> {
+        let stream = Stream::from_bytes(bytes)?;
+        let mut st = self.lock()?;
+        self.take_out(&mut st, &key)?;
+        self.currently_missing.fetch_add(stream.missing.len() as i64, Ordering::Relaxed);
+        st.streams.push(key, stream);
+        self.evict_over_bound(py, &mut st)
+    }
+
+    /// The stream forgotten wherever it is (its missing positions no longer counted);
+    /// whether it was held.
+    pub(crate) fn drop_stream(&self, key: &StreamKey) -> PyResult<bool> {
+        let mut st = self.lock()?;
+        self.take_out(&mut st, key)
+    }
+
+    fn take_out(&self, st: &mut State, key: &StreamKey) -> PyResult<bool> {
+        let held = match st.streams.pop(key) {
+            Some(s) => Some(s),
+            None => match st.spill.as_mut() {
+                Some(spill) => spill.take(key)?,
+                None => None,
+            },
+        };
+        if let Some(s) = &held {
+            self.currently_missing.fetch_sub(s.missing.len() as i64, Ordering::Relaxed);
+        }
+        Ok(held.is_some())
+    }
+
     /// The least recently seen streams past `max_streams` spilled (still counted) or,
     /// without a spill, forgotten.
     fn evict_over_bound(&self, py: Python<'_>, st: &mut State) -> PyResult<()> {
@@ -1062,6 +1138,8 @@ impl NativeStreamTracker {
                 order: VecDeque::new(),
                 streams: LruCache::unbounded(),
                 first_offset: HashMap::new(),
+                log_start: HashMap::new(),
+                dirty: None,
                 filter: None,
                 spill: stream_spill.filter(|f| !f.is_none(py)).map(|f| StreamSpill::new(f, clamp(stream_batch))),
             }),

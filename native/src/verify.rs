@@ -320,7 +320,9 @@ impl VerifyStep {
         let key = msg.call_method0(intern!(py, "key"))?;
         let key_is_session = key.cast::<PyBytes>().is_ok_and(|k| k.as_bytes() == session.as_bytes());
         let recorded = f[BREACHES].as_ref().is_some_and(V::truthy);
+        // A gap it opens comes back too: the follower keeps when each gap opened.
         let ordinary = placed.outcome == NEW
+            && placed.opened == 0
             && placed.chain_break.is_none()
             && !(opened && sequence > 0)
             && key_is_session

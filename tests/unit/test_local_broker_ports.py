@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from turnaudit.consumers.settings import DEFAULT_HTTP_PORTS
+from turnaudit.consumers.runtime.settings import DEFAULT_HTTP_PORTS
 from turnaudit.errors import ConfigurationError
 from turnaudit.local_broker import LocalBrokerSettings
 from turnaudit.local_broker.settings import BROKER_NODE_COUNTS, NODE_PORT_STEP

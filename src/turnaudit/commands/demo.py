@@ -35,7 +35,7 @@ from turnaudit.commands.demo_summary import (
 )
 from turnaudit.commands.demo_trust import publisher_checkpoints, signed_rows
 from turnaudit.commands.simulate import add_simulation_arguments, publish_simulation
-from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.state_topic import ensure_verify_state_topic
 from turnaudit.kafka.topics import ensure_topics

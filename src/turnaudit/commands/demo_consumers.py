@@ -20,7 +20,7 @@ from turnaudit.commands.demo_summary import ReconciliationRow
 from turnaudit.consumers.log_sink import log_sink_service, service_logging
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumerService
-from turnaudit.consumers.settings import (
+from turnaudit.consumers.runtime.settings import (
     LogSinkSettings,
     MetricsSettings,
     ServiceName,

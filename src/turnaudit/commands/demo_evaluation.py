@@ -29,7 +29,7 @@ from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import service_logging
 from turnaudit.consumers.replay.evidence import file_digest, rebuild_evidence
 from turnaudit.consumers.runtime import ConsumerService
-from turnaudit.consumers.settings import ServiceName, ServiceSettings
+from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings
 from turnaudit.errors import TurnAuditError
 from turnaudit.evaluation.auditors import RuleBasedAuditor
 from turnaudit.evaluation.bundle import BundleInputs, check_bundle, make_bundle

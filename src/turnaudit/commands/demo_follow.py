@@ -18,7 +18,7 @@ from turnaudit.checkpoints import Keyring
 from turnaudit.commands.demo_consumers import sample_total
 from turnaudit.commands.demo_summary import ReconciliationRow
 from turnaudit.consumers.runtime import ConsumerService
-from turnaudit.consumers.settings import ServiceSettings
+from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.consumers.verify_follow import FollowValidation, VerifyFollowSink
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.consumers.verify_follow_trust import TrustFeed

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from turnaudit._native import stream_state
 from turnaudit.argparsing import (
     add_range_arguments,
     add_time_arguments,
@@ -41,6 +42,7 @@ from turnaudit.settings import KafkaSettings
 from turnaudit.signing_keys import DEFAULT_CHECKPOINT_INTERVAL_S, INTERVAL_ENV, load_keyring
 from turnaudit.verify.files import load_anchors
 from turnaudit.verify.follow import FollowState
+from turnaudit.verify.follow_records import FollowMemory
 from turnaudit.verify.follow_trust import FollowTrust
 from turnaudit.verify.heads_judge import EngineView
 from turnaudit.verify.id_store import DEFAULT_MEMORY_IDS, DEFAULT_MEMORY_STREAMS, IdMemory
@@ -181,7 +183,11 @@ TRUST_GRACE_ENV = "TURNAUDIT_VERIFY_TRUST_GRACE_S"
 def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
     """One member of the follower's group: the proof, its checkpoint sink, the runtime."""
     settings = worker_service_settings(ServiceName.VERIFY_FOLLOW, plan)
-    state = FollowState(grace_s=float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S)))
+    decode = decoder_for(settings.kafka, registry=registry)
+    # The services' bounds: streams in memory (the rest spilled to disk), event ids.
+    memory = FollowMemory(streams=settings.max_sessions, event_ids=settings.max_event_ids)
+    grace = float(os.environ.get(GRACE_ENV, DEFAULT_GRACE_S))
+    state = FollowState(grace_s=grace, memory=memory, decode=decode)
     metrics = FollowMetrics(registry)
     trust = _trust_feed(settings.kafka, metrics)
     heads = HeadsFeed(
@@ -192,23 +198,23 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
         label_limit=settings.metrics.label_limit,
     )
     sink = VerifyFollowSink(settings.kafka, state, metrics, trust=trust, heads=heads)
-    validation = FollowValidation(
-        decoder_for(settings.kafka, registry=registry), state, metrics, sink.load, trust=trust
-    )
+    validation = FollowValidation(decode, state, metrics, sink.load, trust=trust)
     return consumer_service(settings, sink, plan, registry, validation=validation)
 
 
 def follow_state_view(state: FollowState) -> EngineView:
-    """What the heads feed asks today's proof: a stream's last position and partition, a
-    partition's proved offset (None until this member loaded it)."""
+    """What the heads feed asks the proof: a stream's last position and partition (the
+    stream tracker's), a partition's proved offset (None until this member loaded it)."""
 
     def last_position(stream: StreamId) -> int | None:
-        proved = state.streams.get(stream)
-        return None if proved is None else proved.next - 1
+        return state.tracker.last_position(*stream)
 
     def partition_of(stream: StreamId) -> int | None:
-        proved = state.streams.get(stream)
-        return None if proved is None else proved.partition
+        gaps = state.gaps.get(stream)
+        if gaps is not None:
+            return gaps.partition
+        held = stream_state(state.tracker, *stream)
+        return None if held is None else held[0]
 
     def proved_offset(partition: int) -> int | None:
         proof = state.partitions.get(partition)

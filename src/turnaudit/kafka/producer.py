@@ -91,6 +91,7 @@ class _Keywords(TypedDict, total=False):
     headers: list[Header]
     timestamp: int
     on_delivery: Callable[[KafkaError | None, Message], None]
+    partition: int
 
 
 class QueueFullError(BufferError):
@@ -240,8 +241,10 @@ class KafkaProducer:
         on_delivery: DeliveryCallback | None = None,
         on_full: OnFull | None = None,
         from_callback: bool = False,
+        partition: int | None = None,
     ) -> None:
-        """Queue one message (``timestamp``: epoch ms, 0 = now).
+        """Queue one message (``timestamp``: epoch ms, 0 = now; ``partition``: this one,
+        else the partitioner's choice by key).
 
         ``on_delivery`` is called for this message's report, after it is
         counted. A full queue waits or raises ``QueueFullError`` (``on_full``,
@@ -251,20 +254,20 @@ class KafkaProducer:
         client = self._client or self._opened()
         kwargs: _Keywords | None = None
         try:
-            if headers is None and on_delivery is None:
+            if headers is None and on_delivery is None and partition is None:
                 # The common cases: no keywords to build (a turn carries its timestamp).
                 if timestamp:
                     client.produce(topic, value, key, timestamp=timestamp)
                 else:
                     client.produce(topic, value, key)
             else:
-                kwargs = self._keywords(headers, timestamp, on_delivery)
+                kwargs = self._keywords(headers, timestamp, on_delivery, partition)
                 client.produce(topic, value, key, **kwargs)
         except BufferError:
             if from_callback or (on_full or self.on_full) == "raise":
                 raise QueueFullError(f"librdkafka's queue is full ({len(client)})") from None
             if kwargs is None:  # the fast path built none: the timestamp must still go
-                kwargs = self._keywords(headers, timestamp, on_delivery)
+                kwargs = self._keywords(headers, timestamp, on_delivery, partition)
             self._wait_for_room(client, topic, value, key, kwargs)
         except KafkaException as exc:
             raise ProduceError(exc.args[0]) from None
@@ -276,8 +279,11 @@ class KafkaProducer:
         headers: Sequence[Header] | None,
         timestamp: int,
         on_delivery: DeliveryCallback | None,
+        partition: int | None = None,
     ) -> _Keywords:
         kwargs: _Keywords = {}
+        if partition is not None:
+            kwargs["partition"] = partition
         if headers:
             kwargs["headers"] = list(headers)
         if timestamp:

@@ -1,13 +1,16 @@
 """``verify --follow``'s checkpoint topic: ``<prefix>verify-state``, compacted, keyed by
-partition and by stream; created on demand, read back whole.
+partition and by stream.
 
-(Meant for ``topics.topic_specs`` beside the project's other topics; kept here
-until then, so ``verify --follow`` creates it itself.)
+It has as many partitions as the turn topic, and a record about turn partition P is
+written to state partition ``P mod n`` (the records of the follower's trust state, about
+no one partition, to 0): a member taking partition P over reads that one state partition,
+not the whole topic. A state topic made before (one partition) still works: everything is
+in partition 0. Created on demand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
@@ -26,14 +29,19 @@ def verify_state_topic(settings: KafkaSettings) -> str:
 
 
 def ensure_verify_state_topic(settings: KafkaSettings, timeout: float = 30.0) -> str:
-    """Create the compacted state topic (one partition) when it does not exist."""
+    """Create the compacted state topic, as many partitions as the turn topic, when it
+    does not exist."""
     name = settings.topics.verify_state
     admin = new_admin(settings.client_config({"log_level": 0}))
     try:
-        if name in admin.list_topics(timeout=timeout).topics:
+        topics = admin.list_topics(timeout=timeout).topics
+        if name in topics:
             return name
+        turn_events = topics.get(settings.topics.turn_events)
+        partitions = max(1, len(turn_events.partitions) if turn_events is not None else 1)
         futures = admin.create_topics(
-            [NewTopic(name, 1, -1, config=dict(STATE_TOPIC_CONFIG))], request_timeout=timeout
+            [NewTopic(name, partitions, -1, config=dict(STATE_TOPIC_CONFIG))],
+            request_timeout=timeout,
         )
         for future in futures.values():
             try:
@@ -46,13 +54,27 @@ def ensure_verify_state_topic(settings: KafkaSettings, timeout: float = 30.0) ->
     return name
 
 
+def state_partitions(settings: KafkaSettings) -> int:
+    """How many partitions the state topic has."""
+    return max(1, len(watermarks(settings, settings.topics.verify_state).high))
+
+
 def read_state(
-    settings: KafkaSettings, timeout: float = 60.0
+    settings: KafkaSettings,
+    about: Iterable[int] | None = None,
+    *,
+    timeout: float = 60.0,
 ) -> Iterator[tuple[bytes, bytes | None]]:
-    """Every (key, value) of the state topic in log order (the latest per key wins)."""
+    """The (key, value) records of the state partitions that hold what is about the turn
+    partitions ``about`` (None: every state partition), in log order (the latest per key
+    wins); records about other turn partitions may come along (the caller filters)."""
     topic = settings.topics.verify_state
     marks = watermarks(settings, topic)
-    for record in read_range(settings, topic, marks.low, marks.high, timeout=timeout):
+    count = max(1, len(marks.high))
+    wanted = None if about is None else {p % count for p in about} | {0}
+    start = {p: o for p, o in marks.low.items() if wanted is None or p in wanted}
+    end = {p: o for p, o in marks.high.items() if wanted is None or p in wanted}
+    for record in read_range(settings, topic, start, end, timeout=timeout):
         key = record.key()
         if key is not None:
             yield key, record.value()

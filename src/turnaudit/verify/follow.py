@@ -1,56 +1,119 @@
-"""``verify --follow``'s proof of the stream, kept per stream and checkpointable. Pure.
+"""``verify --follow``'s proof of the stream, on the one stream tracker verify uses.
 
-Each message of a partition is checked as it arrives: present once, chained, in
-order, late arrivals closing gaps; what is proved is kept as a small state per
-ordered stream (last position and hash, open gaps with the time they opened,
-the hashes at their edges, the last few positions' hashes) and per partition
-(the offset proved to, the counts so far). ``checkpoint()`` returns the records
-of what changed since the last one (key, JSON value; ``None`` is a tombstone),
-for a compacted topic; ``load_partition`` takes them back.
+Each message of a partition is placed by ``StreamTracker`` (the native tracker one-shot
+verify, the services and replay use: dedupe by event id, gaps, late arrivals, the chain),
+checked against contracts 1-4 and 6 (``turnaudit.contracts``), and tallied per partition.
+What the follower keeps besides is small: per partition the offset proved to and the
+counts; per stream with open gaps, when each missing position opened (a position becomes
+``lost`` ``grace_s`` after its gap opened).
 
-State per stream, not per turn: memory and checkpoint size grow with the
-streams, never with the turns. A position below a stream's next one that is
-not a gap is compared with the last ``RECENT`` positions' hashes (a duplicate
-copy of the same bytes is explained); further back it is counted as a reused
-position (the follower keeps no older hashes).
+Bounded memory: the tracker holds at most ``FollowMemory.streams`` streams in memory; the
+others go to an SQLite file in a scratch folder and come back exactly as they were when
+their session goes on (the spill one-shot verify uses). It remembers the newest
+``FollowMemory.event_ids`` event ids; beyond them an unknown event id at a position
+already taken is taken for an old redelivery (counted in ``tracker.forgotten_event_ids``),
+as in the services. A restarted follower remembers positions, not ids: a copy of a turn
+read before the restart is judged by its position alone (another event at a taken
+position), and v1/v2 turns, which have only ids, are counted again. One-shot verify is
+exact over any range. Memory is bounded by the two
+settings and the open gaps, not by sessions or turns.
 
-Retention: a partition first read from a log start past 0 (no checkpoint) lets
-a stream begin past position 0 (``began_before_retention``), as one-shot verify.
-Missing positions become ``lost`` only ``grace_s`` after the gap opened.
+Checkpoints: ``checkpoint()`` returns the records of what changed since the last one, for
+the compacted ``<prefix>verify-state`` topic: one per stream touched (its state in the
+tracker's own format, its open gaps' times), one per partition (offset, counts, how its
+reading began); ``retire`` drops a stream that ended (a tombstone goes out with the next
+checkpoint). ``load_partition`` takes a partition's records back.
+
+Retention: a partition first read from a log start past 0 (no checkpoint) lets a stream
+begin past position 0 (``began_before_retention``), as one-shot verify does.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import tempfile
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+from turnaudit._native import (
+    drop_stream,
+    restore_stream,
+    start_partition,
+    stream_state,
+    take_dirty,
+    track_dirty,
+)
 from turnaudit.contracts import check_event, check_key
-from turnaudit.identity import GENESIS_HASH, LEGACY_PRODUCER, StreamId, chain_hash
+from turnaudit.identity import LEGACY_PRODUCER, StreamId, StreamTracker, TrackResult, TurnOutcome
+from turnaudit.serialization.native import VerifyStep
+from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.verify.follow_records import (
-    HASH_DIGITS,
     PARTITION_KEY,
     STREAM_KEY,
     FollowCounts,
+    FollowMemory,
+    OpenGaps,
     Outcome,
     PartitionProof,
-    ProvedStream,
     StartMode,
+    StateRecord,
     partition_key,
     stream_key,
 )
+from turnaudit.verify.native_step import contract_check
+
+_OUTCOMES: dict[TurnOutcome, Outcome] = {
+    TurnOutcome.NEW: "new",
+    TurnOutcome.LATE: "late",
+    TurnOutcome.REDELIVERY: "duplicate",
+    TurnOutcome.DUPLICATE: "duplicate",
+    TurnOutcome.CONTENT_CHANGED: "content_changed",
+    TurnOutcome.POSITION_REUSED: "position_reused",
+}
 
 
 class FollowState:
     """The proof of the partitions this member reads, checkpointable."""
 
-    def __init__(self, *, grace_s: float = 900.0) -> None:
+    def __init__(
+        self,
+        *,
+        grace_s: float = 900.0,
+        memory: FollowMemory | None = None,
+        decode: TurnEventDeserializer | None = None,
+    ) -> None:
         self.grace_s = grace_s
+        self.memory = memory or FollowMemory()
+        self._scratch = tempfile.TemporaryDirectory(
+            prefix="turnaudit-follow-", dir=self.memory.spill_dir
+        )
+        spill = Path(self._scratch.name) / "streams.sqlite3"
+        self.tracker = StreamTracker(
+            max_event_ids=self.memory.event_ids,
+            max_streams=self.memory.streams,
+            max_missing=self.memory.missing_per_stream,
+            stream_spill=lambda: str(spill),
+            stream_batch=min(4096, self.memory.streams),
+        )
+        track_dirty(self.tracker)  # the streams placed into: what a checkpoint writes
+        # The ordinary messages of a batch, natively, as one-shot verify reads (``feed``).
+        self.decode = decode
+        self.step = (
+            None
+            if decode is None
+            else VerifyStep(decode, self.tracker, contract_check(), {}, decode.native_plans())
+        )
         self.partitions: dict[int, PartitionProof] = {}
-        self.streams: dict[StreamId, ProvedStream] = {}
-        self._gappy: set[StreamId] = set()
+        self.gaps: dict[StreamId, OpenGaps] = {}
         self._dirty: set[StreamId] = set()
         self._dirty_partitions: set[int] = set()
+        self._retired: dict[StreamId, int | None] = {}  # -> its partition
+
+    def close(self) -> None:
+        """Removes the scratch folder (the spilled streams)."""
+        self._scratch.cleanup()
 
     # -- partitions ----------------------------------------------------------------
     def load_partition(
@@ -62,27 +125,29 @@ class FollowState:
         records: Iterable[tuple[bytes, bytes | None]] = (),
     ) -> StartMode:
         """Take a partition over: from its checkpoint records (the latest per key of the
-        state topic, for this partition), else from where reading begins."""
+        state topic; records of other partitions are skipped), else from where reading
+        begins. Returns how its reading began."""
         proof: PartitionProof | None = None
-        streams: dict[StreamId, ProvedStream] = {}
+        streams: dict[StreamId, dict[str, Any] | None] = {}
         for key, value in records:
-            text = key.decode()
+            text = key.decode(errors="replace")
             if text == f"{PARTITION_KEY}{partition}" and value is not None:
                 data = json.loads(value)
                 proof = PartitionProof(
-                    "checkpoint",
+                    data.get("mode", "log_start"),
                     data["offset"],
                     FollowCounts.from_json(data["counts"]),
                     data["event_time_ms"],
                 )
             elif text.startswith(STREAM_KEY):
                 session, producer = json.loads(text[len(STREAM_KEY) :])
+                stream = (str(session), str(producer))
                 if value is None:
-                    streams.pop((session, producer), None)
+                    streams[stream] = None  # a tombstone: the stream was retired
                     continue
-                stream = ProvedStream.from_json(json.loads(value))
-                if stream.partition == partition:
-                    streams[(session, producer)] = stream
+                data = json.loads(value)
+                if data.get("p") == partition and "s" in data:
+                    streams[stream] = data
         if proof is None:
             mode: StartMode = (
                 "mid_log"
@@ -94,20 +159,44 @@ class FollowState:
             proof = PartitionProof(mode, first_offset)
             streams = {}
         self.partitions[partition] = proof
-        for stream_id, stream in streams.items():
-            self.streams[stream_id] = stream
-            if stream.missing:
-                self._gappy.add(stream_id)
+        # The tracker opens a gap at a new stream's start only where reading began at the
+        # log start, as it began the first time (a checkpoint keeps how).
+        start_partition(
+            self.tracker,
+            partition,
+            0 if proof.mode == "log_start" else -1,
+            0 if proof.mode == "log_start" else first_offset,
+        )
+        for stream, data in streams.items():
+            if data is None:
+                continue
+            restore_stream(self.tracker, stream[0], stream[1], base64.b64decode(data["s"]))
+            opened = {int(k): float(v) for k, v in data.get("g", {}).items()}
+            if opened:
+                self.gaps[stream] = OpenGaps(partition, opened, set(data.get("l", ())))
         return proof.mode
 
     def forget(self, partitions: set[int]) -> None:
-        for stream_id in [s for s, st in self.streams.items() if st.partition in partitions]:
-            del self.streams[stream_id]
-            self._gappy.discard(stream_id)
-            self._dirty.discard(stream_id)
+        """Partitions another member reads now: their streams leave this one."""
+        self.tracker.forget_partitions(partitions)
+        for stream in [s for s, g in self.gaps.items() if g.partition in partitions]:
+            del self.gaps[stream]
+        self._dirty.update(take_dirty(self.tracker))
+        self._dirty = {s for s in self._dirty if self._partition_of(s) not in partitions}
         for p in partitions:
             self.partitions.pop(p, None)
             self._dirty_partitions.discard(p)
+
+    def retire(self, stream: StreamId) -> bool:
+        """A stream that ended (its producer closed it, every position present): it leaves
+        the tracker, and its state record becomes a tombstone at the next checkpoint."""
+        partition = self._partition_of(stream)
+        gone = drop_stream(self.tracker, stream[0], stream[1])
+        if gone:
+            self.gaps.pop(stream, None)
+            self._dirty.discard(stream)
+            self._retired[stream] = partition
+        return gone
 
     # -- one message -----------------------------------------------------------------
     def undecodable(self, partition: int, offset: int) -> bool:
@@ -133,162 +222,109 @@ class FollowState:
     ) -> tuple[Outcome, list[str]]:
         """One decoded message: what it is for its stream, and the contracts it breaks."""
         proof = self.partitions[partition]
-        counts = proof.counts
         if offset < proof.next_offset:
-            counts.reread += 1
+            proof.counts.reread += 1
             return "reread", []
         proof.next_offset = offset + 1
         self._dirty_partitions.add(partition)
+        occurred = event.get("occurred_at")
+        if isinstance(occurred, int) and occurred > proof.event_time_ms:
+            proof.event_time_ms = occurred
+        return self.judge(partition, offset, key, value, event, now=now, fingerprint=fingerprint)
+
+    def judge(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes,
+        event: Mapping[str, Any],
+        *,
+        now: float,
+        fingerprint: bytes | None,
+    ) -> tuple[Outcome, list[str]]:
+        """One decoded message placed and judged (its partition's bookkeeping done)."""
+        held = len(self.tracker)
+        result = self.tracker.observe(
+            event, value, partition=partition, offset=offset, fingerprint=fingerprint
+        )
+        return self.placed(partition, key, event, result, opened=len(self.tracker) != held, now=now)
+
+    def placed(
+        self,
+        partition: int,
+        key: bytes | None,
+        event: Mapping[str, Any],
+        result: TrackResult,
+        *,
+        opened: bool,
+        now: float,
+    ) -> tuple[Outcome, list[str]]:
+        """What a placed message adds (``opened``: its placement opened a stream)."""
+        counts = self.partitions[partition].counts
         breaches = [b.contract.value for b in check_event(event)]
         key_breach = check_key(key, event)
         if key_breach is not None:
             breaches.insert(0, key_breach.contract.value)
         for contract in breaches:
             counts.breaches[contract] = counts.breaches.get(contract, 0) + 1
-        occurred = event.get("occurred_at")
-        if isinstance(occurred, int) and occurred > proof.event_time_ms:
-            proof.event_time_ms = occurred
-        stream_id = (event["session_id"], event.get("producer_id") or LEGACY_PRODUCER)
-        if stream_id[1] == LEGACY_PRODUCER:
-            counts.proved += 1  # v1/v2: no chain, no positions to hold them to
-            return "legacy", breaches
-        outcome = self._place(
-            proof,
-            stream_id,
-            partition,
-            offset,
-            event=event,
-            content=chain_hash(value, fingerprint),
-            now=now,
-        )
-        if outcome in ("new", "late"):
-            counts.proved += 1
-        if outcome == "late":
-            counts.late += 1
-        elif outcome == "duplicate":
-            counts.duplicates += 1
-        elif outcome == "chain":
-            counts.proved += 1
-            counts.chain += 1
-        elif outcome == "position_reused":
-            counts.position_reused += 1
-        return outcome, breaches
+        stream = result.stream
+        self._retired.pop(stream, None)
+        if opened and result.sequence > 0 and self.partitions[partition].mode == "retention":
+            counts.began_before_retention += 1
+        self._gaps_moved(stream, partition, result, now)
+        return _tallied(counts, stream, result), breaches
 
-    def _place(
-        self,
-        proof: PartitionProof,
-        stream_id: StreamId,
-        partition: int,
-        offset: int,
-        *,
-        event: Mapping[str, Any],
-        content: str,
-        now: float,
-    ) -> Outcome:
-        sequence = int(event["sequence"])
-        prev = event.get("prev_hash") or ""
-        stream = self.streams.get(stream_id)
-        if stream is None:
-            stream = self.streams[stream_id] = ProvedStream(partition, offset)
-            if sequence > 0:
-                if proof.mode == "log_start":
-                    self._open(stream_id, stream, 0, sequence, now)
-                elif proof.mode == "retention":
-                    stream.began_before_retention = True
-                    proof.counts.began_before_retention += 1
-                stream.next = sequence
-        self._dirty.add(stream_id)
-        stream.offset = offset
-        if sequence >= stream.next:
-            return self._advance(stream_id, stream, sequence, prev, content=content, now=now)
-        if sequence in stream.missing:
-            return self._fill(stream_id, stream, sequence, prev, content)
-        if stream.recent.get(sequence) == content[:HASH_DIGITS]:
-            return "duplicate"
-        return "position_reused"
+    def touched(self, partitions: Iterable[int]) -> None:
+        """Partitions whose proof moved (a batch read outside ``observe``)."""
+        self._dirty_partitions.update(partitions)
 
-    def _advance(
-        self,
-        stream_id: StreamId,
-        stream: ProvedStream,
-        sequence: int,
-        prev: str,
-        *,
-        content: str,
-        now: float,
-    ) -> Outcome:
-        """A position at or past the stream's next: in order, or opening a gap."""
-        broken = False
-        if sequence == 0:
-            broken = prev != GENESIS_HASH
-        elif sequence == stream.next and stream.head:
-            broken = prev != stream.head
-        if sequence > stream.next:
-            if stream.head:
-                stream.edges[stream.next - 1] = stream.head
-            stream.claimed[sequence - 1] = prev
-            self._open(stream_id, stream, stream.next, sequence, now)
-        stream.head = content
-        stream.next = sequence + 1
-        stream.remember(sequence, content)
-        return "chain" if broken else "new"
-
-    def _fill(
-        self, stream_id: StreamId, stream: ProvedStream, sequence: int, prev: str, content: str
-    ) -> Outcome:
-        """A late arrival into a gap: chained to both its neighbours where they are here."""
-        del stream.missing[sequence]
-        stream.lost.discard(sequence)
-        broken = False
-        if sequence == 0:
-            broken = prev != GENESIS_HASH
-        elif sequence - 1 in stream.missing:
-            stream.claimed[sequence - 1] = prev
-        else:
-            left = stream.edges.pop(sequence - 1, None)
-            broken = left is not None and left != prev
-        claimed = stream.claimed.pop(sequence, None)
-        broken = broken or (claimed is not None and claimed != content)
-        if sequence + 1 in stream.missing:
-            stream.edges[sequence] = content
-        if not stream.missing:
-            self._gappy.discard(stream_id)
-        stream.remember(sequence, content)
-        return "chain" if broken else "late"
-
-    def _open(
-        self, stream_id: StreamId, stream: ProvedStream, start: int, end: int, now: float
+    def _gaps_moved(
+        self, stream: StreamId, partition: int, result: TrackResult, now: float
     ) -> None:
-        for position in range(start, end):
-            stream.missing[position] = now
-        if end > start:
-            self._gappy.add(stream_id)
+        """A gap the placement opened (its positions' time kept, up to the per-stream
+        bound) or a missing position it filled."""
+        sequence = result.sequence
+        if result.missing_opened:
+            gaps = self.gaps.setdefault(stream, OpenGaps(partition))
+            room = self.memory.missing_per_stream - len(gaps.opened)
+            for position in range(sequence - result.missing_opened, sequence)[: max(0, room)]:
+                gaps.opened[position] = now
+        closing = self.gaps.get(stream) if result.gap_closed else None
+        if closing is not None:
+            closing.opened.pop(sequence, None)
+            closing.lost.discard(sequence)
+            if not closing.opened:
+                del self.gaps[stream]
 
     # -- over time ---------------------------------------------------------------------
     def sweep(self, now: float) -> int:
         """Missing positions past the grace become lost (each counted once)."""
         newly = 0
-        for stream_id in list(self._gappy):
-            stream = self.streams[stream_id]
-            for position, opened in stream.missing.items():
-                if position not in stream.lost and now - opened >= self.grace_s:
-                    stream.lost.add(position)
-                    self.partitions[stream.partition].counts.lost += 1
-                    self._dirty.add(stream_id)
-                    self._dirty_partitions.add(stream.partition)
+        for stream, gaps in self.gaps.items():
+            for position, opened in gaps.opened.items():
+                if position not in gaps.lost and now - opened >= self.grace_s:
+                    gaps.lost.add(position)
+                    self.partitions[gaps.partition].counts.lost += 1
+                    self._dirty.add(stream)
+                    self._dirty_partitions.add(gaps.partition)
                     newly += 1
         return newly
 
     def missing(self, now: float) -> tuple[int, int]:
         """Positions missing now: (within the grace, past it)."""
         within = overdue = 0
-        for stream_id in self._gappy:
-            for opened in self.streams[stream_id].missing.values():
+        for gaps in self.gaps.values():
+            for opened in gaps.opened.values():
                 if now - opened >= self.grace_s:
                     overdue += 1
                 else:
                     within += 1
         return within, overdue
+
+    def streams_held(self) -> int:
+        """Streams this member holds (in memory and spilled)."""
+        return len(self.tracker)
 
     def totals(self) -> FollowCounts:
         total = FollowCounts()
@@ -297,19 +333,58 @@ class FollowState:
         return total
 
     # -- checkpoints -----------------------------------------------------------------
-    def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
-        """Records of what changed since the last checkpoint: streams first, then each
-        partition's offset and counts (the state topic is compacted by key)."""
-        records: list[tuple[bytes, bytes | None]] = [
-            (stream_key(s), json.dumps(self.streams[s].as_json()).encode())
-            for s in sorted(self._dirty)
-            if s in self.streams
-        ]
+    def checkpoint(self) -> list[StateRecord]:
+        """Records of what changed since the last checkpoint, each with the turn partition
+        it is about: streams first (a retired one a tombstone), then each partition's
+        offset and counts (the topic is compacted)."""
+        records: list[StateRecord] = []
+        self._dirty.update(take_dirty(self.tracker))
+        for stream in sorted(self._dirty):
+            held = stream_state(self.tracker, stream[0], stream[1])
+            if held is None:
+                continue  # forgotten meanwhile (its partition left this member)
+            partition, state = held
+            gaps = self.gaps.get(stream)
+            record: dict[str, Any] = {"p": partition, "s": base64.b64encode(state).decode()}
+            if gaps is not None:
+                record["g"] = {str(k): v for k, v in gaps.opened.items()}
+                record["l"] = sorted(gaps.lost)
+            records.append((partition, stream_key(stream), json.dumps(record).encode()))
+        records += [(p, stream_key(s), None) for s, p in sorted(self._retired.items())]
         records += [
-            (partition_key(p), json.dumps(self.partitions[p].as_json()).encode())
+            (p, partition_key(p), json.dumps(self.partitions[p].as_json()).encode())
             for p in sorted(self._dirty_partitions)
             if p in self.partitions
         ]
         self._dirty.clear()
+        self._retired.clear()
         self._dirty_partitions.clear()
         return records
+
+    def _partition_of(self, stream: StreamId) -> int | None:
+        gaps = self.gaps.get(stream)
+        if gaps is not None:
+            return gaps.partition
+        held = stream_state(self.tracker, stream[0], stream[1])
+        return None if held is None else held[0]
+
+
+def _tallied(counts: FollowCounts, stream: StreamId, result: TrackResult) -> Outcome:
+    """What a placed message is for the follower, counted on its partition."""
+    outcome = _OUTCOMES[result.outcome]
+    if result.counts_as_turn:
+        counts.proved += 1
+        if stream[1] == LEGACY_PRODUCER:
+            return "legacy"
+        if result.chain_break is not None:
+            counts.chain += 1
+            return "chain"
+        if outcome == "late":
+            counts.late += 1
+    elif outcome == "duplicate":
+        counts.duplicates += 1
+    elif outcome == "position_reused":
+        counts.position_reused += 1
+    else:
+        counts.content_changed += 1
+    return outcome

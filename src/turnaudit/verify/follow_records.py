@@ -6,17 +6,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from turnaudit.identity import StreamId
 
-RECENT = 8  # positions per stream whose hash is kept (duplicate copy vs reused position)
-HASH_DIGITS = 16
-
 # How a partition's reading began: from a checkpoint, from log start 0, from a log
 # start retention moved, or mid-log (a new group started at the end).
 StartMode = Literal["checkpoint", "log_start", "retention", "mid_log"]
-CHAIN_KINDS = ("chain", "position_reused")
+CHAIN_KINDS = ("chain", "position_reused", "content_changed")
 
 PARTITION_KEY = "partition:"
 STREAM_KEY = "stream:"
@@ -28,6 +26,7 @@ class FollowCountsJson(TypedDict):
     duplicates: int
     chain: int
     position_reused: int
+    content_changed: int
     lost: int
     breaches: dict[str, int]
     undecodable: int
@@ -41,20 +40,6 @@ class PartitionProofJson(TypedDict):
     counts: FollowCountsJson
 
 
-# A proved stream, in the short keys the state topic keeps (many per partition).
-class ProvedStreamJson(TypedDict):
-    p: int
-    o: int
-    n: int
-    h: str
-    m: dict[str, float]
-    l: list[int]  # noqa: E741 - the state topic's short key for the lost positions
-    e: dict[str, str]
-    c: dict[str, str]
-    r: dict[str, str]
-    b: bool
-
-
 @dataclass
 class FollowCounts:
     """What one partition's proof counted so far (checkpointed with it)."""
@@ -64,6 +49,7 @@ class FollowCounts:
     duplicates: int = 0
     chain: int = 0
     position_reused: int = 0
+    content_changed: int = 0  # an event id again, with other content
     lost: int = 0  # missing positions past the grace
     breaches: dict[str, int] = field(default_factory=dict)
     undecodable: int = 0
@@ -77,6 +63,7 @@ class FollowCounts:
             "duplicates": self.duplicates,
             "chain": self.chain,
             "position_reused": self.position_reused,
+            "content_changed": self.content_changed,
             "lost": self.lost,
             "breaches": dict(sorted(self.breaches.items())),
             "undecodable": self.undecodable,
@@ -91,6 +78,7 @@ class FollowCounts:
             duplicates=data["duplicates"],
             chain=data["chain"],
             position_reused=data["position_reused"],
+            content_changed=data.get("content_changed", 0),
             lost=data["lost"],
             breaches=dict(data["breaches"]),
             undecodable=data["undecodable"],
@@ -104,6 +92,7 @@ class FollowCounts:
             "duplicates",
             "chain",
             "position_reused",
+            "content_changed",
             "lost",
             "undecodable",
             "began_before_retention",
@@ -130,55 +119,17 @@ class PartitionProof:
         }
 
 
-@dataclass
-class ProvedStream:
-    partition: int
-    offset: int  # the last offset of this stream taken
-    next: int = 0  # one past the highest position seen
-    head: str = ""  # chain hash of position next - 1 ("" before the first)
-    missing: dict[int, float] = field(default_factory=dict)  # position -> when the gap opened
-    lost: set[int] = field(default_factory=set)  # missing past the grace (counted once)
-    edges: dict[int, str] = field(default_factory=dict)  # own hash of a gap's left neighbour
-    claimed: dict[int, str] = field(default_factory=dict)  # prev_hash a gap's right side names
-    recent: dict[int, str] = field(default_factory=dict)  # last positions' hash prefixes
-    began_before_retention: bool = False
-
-    def as_json(self) -> ProvedStreamJson:
-        return {
-            "p": self.partition,
-            "o": self.offset,
-            "n": self.next,
-            "h": self.head,
-            "m": {str(k): v for k, v in self.missing.items()},
-            "l": sorted(self.lost),
-            "e": {str(k): v for k, v in self.edges.items()},
-            "c": {str(k): v for k, v in self.claimed.items()},
-            "r": {str(k): v for k, v in self.recent.items()},
-            "b": self.began_before_retention,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ProvedStream:
-        return cls(
-            partition=d["p"],
-            offset=d["o"],
-            next=d["n"],
-            head=d["h"],
-            missing={int(k): v for k, v in d["m"].items()},
-            lost=set(d["l"]),
-            edges={int(k): v for k, v in d["e"].items()},
-            claimed={int(k): v for k, v in d["c"].items()},
-            recent={int(k): v for k, v in d["r"].items()},
-            began_before_retention=d["b"],
-        )
-
-    def remember(self, position: int, content: str) -> None:
-        self.recent[position] = content[:HASH_DIGITS]
-        if len(self.recent) > RECENT:
-            del self.recent[min(self.recent)]
-
-
-Outcome = Literal["new", "late", "duplicate", "chain", "position_reused", "reread", "legacy"]
+Outcome = Literal[
+    "new",
+    "late",
+    "duplicate",
+    "chain",
+    "position_reused",
+    "content_changed",
+    "reread",
+    "legacy",
+    "undecodable",
+]
 
 
 def stream_key(stream: StreamId) -> bytes:
@@ -187,3 +138,28 @@ def stream_key(stream: StreamId) -> bytes:
 
 def partition_key(partition: int) -> bytes:
     return f"{PARTITION_KEY}{partition}".encode()
+
+
+# A state record: the turn partition it is about (None: none), its key, its value (None:
+# a tombstone).
+StateRecord = tuple[int | None, bytes, bytes | None]
+
+
+@dataclass(frozen=True)
+class FollowMemory:
+    """The follower's bounds: streams and event ids in memory, missing positions tracked
+    per stream (beyond it a gap is counted, a late arrival into it not recognised)."""
+
+    streams: int = 100_000
+    event_ids: int = 500_000
+    missing_per_stream: int = 1_000
+    spill_dir: Path | None = None  # the scratch folder's parent (default: the system's)
+
+
+@dataclass
+class OpenGaps:
+    """A stream's missing positions: when each gap opened, which are lost already."""
+
+    partition: int
+    opened: dict[int, float] = field(default_factory=dict)
+    lost: set[int] = field(default_factory=set)

@@ -1,0 +1,205 @@
+"""``verify --follow`` (one worker, the command a user runs) over a topic: how fast it proves
+the whole topic against a bare consume + decode loop over the same topic in the same run,
+and its resident memory over time.
+
+Each round starts the follower afresh (a new consumer group, its state topic deleted first,
+so it proves everything again) as ``turnaudit verify --follow`` in a process of its own,
+samples its RSS (``/proc/PID/status`` VmRSS) every ``--sample-s`` seconds, and stops it
+once its ``turnaudit_verify_proved_offset`` gauges reach the end of every partition; the
+bare loop is ``bench_verify.py``'s (one assigned consumer, large fetches, decode only), in
+a process of its own. Rounds rotate which goes first. Printed per loop: turns/s
+min/median/max, the ratio to the bare loop per round, and for the follower the RSS
+samples (first, median, max, last) and how they moved over the second half of the run
+(flat: the bound holds).
+
+    .venv/bin/python benchmarks/bench_follow.py --events 200000 --rounds 3
+    # a large topic once (bench_verify.py --publish-only), then:
+    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 .venv/bin/python benchmarks/bench_follow.py \\
+        --prefix bench-xxxxxxxx. --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import TypedDict
+
+from _broker import PROJECT_DIR, benchmark_cluster
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.topic_deletion import delete_topics
+from turnaudit.local_broker import free_ports
+from turnaudit.producers.publisher import TurnEventPublisher
+from turnaudit.producers.simulator import TurnRuntimeSimulator
+from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings
+from turnaudit.topic_names import TopicNames
+
+TURNAUDIT = str(Path(sys.executable).parent / "turnaudit")
+BENCH_VERIFY = Path(__file__).with_name("bench_verify.py")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--sample-s", type=float, default=2.0)
+    parser.add_argument("--prefix", help="measure an existing topic (with KAFKA_BOOTSTRAP_SERVERS)")
+    args = parser.parse_args()
+    if args.prefix:
+        bootstrap = os.environ.get(BOOTSTRAP_ENV)
+        if not bootstrap:
+            parser.error(f"--prefix reads an existing topic: set {BOOTSTRAP_ENV}")
+        rounds(
+            KafkaSettings(bootstrap_servers=bootstrap, topics=TopicNames(args.prefix)),
+            args.rounds,
+            args.sample_s,
+        )
+        return
+    with (
+        benchmark_cluster(partitions=args.partitions) as (settings, _),
+        tempfile.TemporaryDirectory(prefix="turnaudit-bench-follow-") as work,
+    ):
+        publisher = TurnEventPublisher(
+            settings, spool_dir=Path(work) / "spool", registry=CollectorRegistry()
+        )
+        for event in TurnRuntimeSimulator(3, schema_versions=(3,)).events(args.events):
+            publisher.publish(event)
+        assert publisher.close().ok
+        rounds(settings, args.rounds, args.sample_s)
+
+
+class Run(TypedDict):
+    count: int
+    seconds: float
+    rss_mib: list[float]
+
+
+def rounds(settings: KafkaSettings, rounds: int, sample_s: float) -> None:
+    end = end_offsets(settings, settings.topics.turn_events)
+    events = sum(end.values())
+    loops = ("bare consume+decode", "verify --follow")
+    found: dict[str, list[Run]] = {name: [] for name in loops}
+    for round_no in range(rounds):
+        for name in loops[round_no % 2 :] + loops[: round_no % 2]:
+            result = bare(settings) if name.startswith("bare") else follow(settings, end, sample_s)
+            assert result["count"] == events, (name, result["count"], events)
+            found[name].append(result)
+    print(f"{events} turns, {len(end)} partitions, {rounds} rounds (rotated), one process each")
+    base = found[loops[0]]
+    for name in loops:
+        rates = [r["count"] / r["seconds"] for r in found[name]]
+        ratios = [a / (b["count"] / b["seconds"]) for a, b in zip(rates, base, strict=True)]
+        print(
+            f"{name:20} turns/s median {statistics.median(rates):8.0f} (min {min(rates):.0f}, "
+            f"max {max(rates):.0f}) | x bare per round median {statistics.median(ratios):.2f} "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+        )
+    for n, r in enumerate(found[loops[1]]):
+        rss = r["rss_mib"]
+        half = rss[len(rss) // 2 :] or rss
+        print(
+            f"verify --follow round {n + 1}: RSS MiB first {rss[0]:.0f}, median "
+            f"{statistics.median(rss):.0f}, max {max(rss):.0f}, last {rss[-1]:.0f}; second half "
+            f"min {min(half):.0f} max {max(half):.0f} ({len(rss)} samples every {sample_s} s)"
+        )
+
+
+def bare(settings: KafkaSettings) -> Run:
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH_VERIFY),
+            "--child",
+            "bare consume+decode",
+            "--bootstrap",
+            settings.bootstrap_servers or "",
+            "--prefix",
+            settings.topics.prefix,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_DIR,
+    )
+    result = json.loads(out.stdout.splitlines()[-1])
+    return Run(count=int(result["count"]), seconds=float(result["seconds"]), rss_mib=[])
+
+
+def follow(settings: KafkaSettings, end: dict[int, int], sample_s: float) -> Run:
+    """A fresh follower over the whole topic: seconds to prove it all, RSS samples."""
+    delete_topics(settings, [settings.topics.verify_state])
+    (port,) = free_ports(1)
+    env = {
+        **os.environ,
+        BOOTSTRAP_ENV: settings.bootstrap_servers or "",
+        "TURNAUDIT_TOPIC_PREFIX": settings.topics.prefix,
+        "TURNAUDIT_HTTP_HOST": "127.0.0.1",
+        "TURNAUDIT_HTTP_PORT": str(port),
+        "TURNAUDIT_GROUP_ID": f"bench-follow-{uuid.uuid4().hex}",
+        "TURNAUDIT_GROUP_INSTANCE_ID": "none",
+    }
+    began = time.perf_counter()
+    proc = subprocess.Popen(
+        [TURNAUDIT, "verify", "--follow"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=PROJECT_DIR,
+    )
+    rss: list[float] = []
+    try:
+        next_sample = began
+        while True:
+            now = time.perf_counter()
+            if now >= next_sample:
+                rss.append(vm_rss_mib(proc.pid))
+                next_sample = now + sample_s
+            at = proved(port)
+            if all(at.get(p, 0) >= offset for p, offset in end.items() if offset):
+                seconds = time.perf_counter() - began
+                break
+            assert proc.poll() is None, "the follower stopped"
+            time.sleep(0.2)
+        rss.append(vm_rss_mib(proc.pid))
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    return Run(count=sum(end.values()), seconds=seconds, rss_mib=rss)
+
+
+def proved(port: int) -> dict[int, int]:
+    """The follower's proved offset per partition (empty until it answers)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return {}
+    return {
+        int(s.labels["partition"]): int(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "turnaudit_verify_proved_offset"
+    }
+
+
+def vm_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+if __name__ == "__main__":
+    main()
