@@ -150,7 +150,8 @@ class HeadsFeed:
             except queue.Empty:
                 break
             taken += self._apply(item, now, now_ms)
-        if now - self._refreshed >= 1.0:
+        refresh = now - self._refreshed >= 1.0  # the gauges count streams: once a second
+        if refresh:
             self._refreshed = now
             wanted = self.judge.refresh(now_ms)
             if wanted and not self._in_pass and now - self._pass_began >= self._pass_gap_s:
@@ -159,9 +160,10 @@ class HeadsFeed:
         for loss in self.judge.judge():
             self._count(loss)
         m, judge = self._metrics, self.judge
-        m.vanished_producers.set(judge.vanished_producers())
-        m.streams_at_risk.set(judge.streams_at_risk())
-        m.ends_waiting.set(judge.waiting())
+        if refresh:
+            m.vanished_producers.set(judge.vanished_producers())
+            m.streams_at_risk.set(judge.streams_at_risk())
+            m.ends_waiting.set(judge.waiting())
         return judge.changed()
 
     def checkpoint(self) -> list[tuple[bytes, bytes | None]]:

@@ -130,7 +130,7 @@ class HeadsJudge:
         ``heads:`` records, from any member), and the turn topic's partition count."""
         self.load(records)
         self.partitions = partitions
-        self._collecting = set(self._uncollected)
+        self._collecting |= self._uncollected  # with those of a pass cut short
         self._uncollected.clear()
         self._covering = self._held()
 
