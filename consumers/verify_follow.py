@@ -16,8 +16,10 @@ With a keyring (``--keyring FILE``) it also judges each stream's trust against t
 signed checkpoints (``turnaudit.verify.follow_trust``): a thread of its own reads
 ``<prefix>checkpoints`` from where the checkpointed trust state stopped, each checkpoint
 judged as it is read; the turns are held to the signed heads as they arrive. The trust
-state (per stream, the last valid checkpoint per producer, how far the checkpoints topic
-was read) is checkpointed in the same flush as the proof.
+state is kept per turn partition (its streams, the last valid checkpoint per producer,
+how far the checkpoints topic was read), checkpointed in the same flush as the proof and
+taken over with the partition, so ``--workers N`` and members on other machines split it
+as they split the partitions.
 
 Metrics (every label value from a closed set): ``turnaudit_verify_*``.
 """
@@ -184,21 +186,37 @@ class VerifyFollowSink(Sink):
         self._state_partitions = state_partitions(kafka)
         self._producer = KafkaProducer.reliable(kafka).open()
         self._pending: list[StateRecord] = []
+        # A partition's state records read when it was assigned, kept for its first message.
+        self._assigned_records: dict[int, list[tuple[bytes, bytes | None]]] = {}
         self._flush_timeout_s = flush_timeout_s
         self._trust = trust
         if trust is not None:
-            trust.start(read_state(kafka))  # what was proved, then the reader from there
+            trust.start()  # the reader, from where each partition's trust stopped
         if heads is not None:
             heads.start()
 
     # -- taking a partition over ---------------------------------------------------------
+    def partitions_assigned(self, partitions: set[int]) -> None:
+        """With a keyring, each partition's trust is taken over at once (its streams are
+        judged as checkpoints arrive, whether or not a turn of it comes)."""
+        if self._trust is None:
+            return
+        for p in sorted(partitions):
+            records = list(read_state(self._kafka, [p]))
+            self._assigned_records[p] = records
+            self._trust.take_partition(p, records)
+
     def load(self, partition: int, first_offset: int) -> None:
         """The partition's checkpoint, read back before its first message is checked."""
-        records = read_state(self._kafka, [partition])
+        records = self._assigned_records.pop(partition, None)
+        if records is None:
+            records = list(read_state(self._kafka, [partition]))
         low = watermarks(self._kafka, self._kafka.topics.turn_events).low.get(partition, 0)
         mode = self._state.load_partition(
             partition, first_offset=first_offset, log_start=low, records=records
         )
+        if self._trust is not None and partition not in self._trust.judges:
+            self._trust.take_partition(partition, records)
         proof = self._state.partitions[partition]
         log.info(
             "verify_partition_loaded",
@@ -215,8 +233,8 @@ class VerifyFollowSink(Sink):
 
     def flush(self) -> None:
         self._pending += self._state.checkpoint()
-        if self._trust is not None:  # about no one partition
-            self._pending += [(None, key, value) for key, value in self._trust.checkpoint()]
+        if self._trust is not None:
+            self._pending += self._trust.checkpoint()
         if self._heads is not None:  # about no one partition
             self._pending += [(None, key, value) for key, value in self._heads.checkpoint()]
         if not self._pending:
@@ -249,6 +267,10 @@ class VerifyFollowSink(Sink):
 
     def partitions_revoked(self, partitions: set[int]) -> None:
         self._state.forget(partitions)
+        for p in partitions:
+            self._assigned_records.pop(p, None)
+        if self._trust is not None:
+            self._trust.drop_partitions(partitions)
         for p in partitions:
             for gauge in (self._metrics.proved_offset, self._metrics.proved_time):
                 with contextlib.suppress(KeyError):  # nothing proved there yet

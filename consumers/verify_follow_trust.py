@@ -1,6 +1,13 @@
 """The follower's trust feed: a thread reading ``<prefix>checkpoints`` beside the loop that
 holds the turns to the signed heads, both under one lock (``turnaudit.verify.follow_trust``
-judges; this module feeds it and exports its counts)."""
+judges; this module feeds it and exports its counts).
+
+One judge per turn partition this member reads, taken over with the partition from that
+partition's trust records and dropped when it is revoked: each worker of the group reads
+every checkpoint but keeps the heads of its own partitions' streams only. A judge taken
+over behind the reader (its trust records were written at an earlier checkpoint offset)
+sends the reader back to its offset; each judge takes a checkpoint once.
+"""
 
 from __future__ import annotations
 
@@ -10,33 +17,38 @@ from collections.abc import Callable, Iterable, Mapping
 
 import structlog
 
-from turnaudit.checkpoints import decode_checkpoint
+from turnaudit.checkpoints import Keyring, decode_checkpoint
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
-from turnaudit.identity import LEGACY_PRODUCER, chain_hash
-from turnaudit.kafka.consumer import BEGINNING, READER, KafkaConsumer
+from turnaudit.identity import LEGACY_PRODUCER, StreamId, chain_hash
+from turnaudit.kafka.consumer import READER, KafkaConsumer
 from turnaudit.kafka.offsets import watermarks
+from turnaudit.kafka.partitioning import session_partition
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify.follow_trust import FollowTrust
+from turnaudit.verify.follow_trust import GAUGE_STATES, FollowTrust, GaugeState
 from turnaudit.verify.kafka_reads import LOG_APPEND_TIME
 
 log = structlog.get_logger("turnaudit.verify.follow")
 
+# A judge for turn partition P (its scope), judging the streams ``owns`` places there.
+JudgeFactory = Callable[[int], FollowTrust]
+
 
 class TrustFeed:
-    """The follower's trust state, shared by the loop (turns, sweep, checkpoint) and the
-    thread that reads ``<prefix>checkpoints`` (under one lock); its metrics."""
+    """The follower's trust state, one judge per turn partition read, shared by the loop
+    (turns, sweep, checkpoint, partitions taken and revoked) and the thread that reads
+    ``<prefix>checkpoints`` (under one lock); its metrics."""
 
     def __init__(
         self,
         kafka: KafkaSettings,
-        trust: FollowTrust,
+        judge: JudgeFactory,
         metrics: FollowMetrics,
         *,
         clock: Callable[[], float] = time.time,
         idle_check_s: float = 1.0,
     ) -> None:
         self._kafka = kafka
-        self._trust = trust
+        self._judge = judge
         self._metrics = metrics
         self._clock = clock
         self._idle_check_s = idle_check_s
@@ -44,13 +56,12 @@ class TrustFeed:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.judges: dict[int, FollowTrust] = {}  # by turn partition
+        self._behind = False  # a judge was taken over behind the reader: read again
         self._horizon_ms: int | None = None  # every checkpoint written before it is read
         self._exported = 0.0
 
-    def start(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        with self._lock:
-            self._trust.load(records)
-            self._export()
+    def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="verify-checkpoints", daemon=True)
         self._thread.start()
 
@@ -58,6 +69,23 @@ class TrustFeed:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+
+    # -- partitions taken over and revoked -------------------------------------------
+    def take_partition(self, partition: int, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Judge ``partition``'s streams from its trust records (the state partition's)."""
+        judge = self._judge(partition)
+        judge.load(records)
+        with self._lock:
+            self.judges[partition] = judge
+            self._behind = True  # the reader goes back to where this judge stopped
+            self._horizon_ms = None  # nothing is late before the new judge has caught up
+            self._export(force=True)
+
+    def drop_partitions(self, partitions: Iterable[int]) -> None:
+        with self._lock:
+            for p in partitions:
+                self.judges.pop(p, None)
+            self._export(force=True)
 
     # -- the loop's side ---------------------------------------------------------------
     def observe(
@@ -72,11 +100,15 @@ class TrustFeed:
         sequence = event.get("sequence")
         if not isinstance(sequence, int):
             return
+        stream: StreamId = (str(event["session_id"]), str(producer))
         # The grace runs from arrival, not occurred_at: a turn published late (spooled)
         # is still signed within the publisher's interval of being handed on.
         with self._lock:
-            self._trust.observe(
-                (str(event["session_id"]), str(producer)),
+            judge = self.judges.get(partition)
+            if judge is None:
+                return  # not this member's partition (any more)
+            judge.observe(
+                stream,
                 partition,
                 sequence,
                 chain_hash(value, fingerprint),
@@ -88,23 +120,35 @@ class TrustFeed:
         """Judge what the grace has run out on; True when the trust state changed (the
         reader took checkpoints, a stream was judged) and is to be checkpointed."""
         with self._lock:
-            self._trust.sweep(horizon_ms=self._horizon_ms, event_time_ms=event_time_ms)
+            changed = False
+            for judge in self.judges.values():
+                judge.sweep(horizon_ms=self._horizon_ms, event_time_ms=event_time_ms)
+                changed = judge.changed() or changed
             self._export()
-            return self._trust.changed()
+            return changed
 
-    def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
+    def checkpoint(self) -> list[tuple[int, bytes, bytes | None]]:
+        """(turn partition, key, value) of what changed, each judge's in its partition."""
         with self._lock:
-            return self._trust.checkpoint()
+            return [
+                (p, key, value)
+                for p, judge in sorted(self.judges.items())
+                for key, value in judge.checkpoint()
+            ]
 
-    def _export(self) -> bool:
+    def _export(self, *, force: bool = False) -> bool:
         """Metrics from the state (under the lock; the gauges at most once a second: they
         count every stream); True when a forgery was found."""
         m = self._metrics
-        found = self._trust.found()
+        found = [f for judge in self.judges.values() for f in judge.found()]
         now = self._clock()
-        if found or now - self._exported >= 1.0:  # a forgery shows on the gauge at once
+        if force or found or now - self._exported >= 1.0:  # a forgery shows at once
             self._exported = now
-            for state, n in self._trust.by_status().items():
+            totals: dict[GaugeState, int] = dict.fromkeys(GAUGE_STATES, 0)
+            for judge in self.judges.values():
+                for state, n in judge.by_status().items():
+                    totals[state] += n
+            for state, n in totals.items():
                 m.trust.labels(state).set(n)
         for forgery in found:
             m.forgeries.labels(forgery.reason).inc()
@@ -128,10 +172,22 @@ class TrustFeed:
                 log.warning("verify_checkpoints_unreadable", topic=self._topic, error=repr(exc))
                 self._stop.wait(2.0)
 
+    def _starts(self, partitions: Iterable[int], low: Mapping[int, int]) -> dict[int, int]:
+        """Where the reader starts in each checkpoints partition: the least offset a
+        judge has read to (under the lock)."""
+        return {
+            p: min(judge.reader_offsets.get(p, low.get(p, 0)) for judge in self.judges.values())
+            for p in partitions
+        }
+
     def _read(self) -> None:
         marks = watermarks(self._kafka, self._topic)
         with self._lock:
-            starts = {p: self._trust.reader_offsets.get(p, BEGINNING) for p in marks.high}
+            self._behind = False
+            starts = self._starts(marks.high, marks.low) if self.judges else None
+        if starts is None:  # no partition of the turn topic is this member's yet
+            self._stop.wait(0.5)
+            return
         consumer = KafkaConsumer(self._kafka, self._topic, READER)
         try:
             consumer.assign(starts)
@@ -147,6 +203,8 @@ class TrustFeed:
                             record.timestamp(),
                         )
                     self._export()
+                    if self._behind:
+                        return  # a judge taken over behind the reader: start again there
                 if not records and self._clock() - checked >= self._idle_check_s:
                     checked = self._clock()
                     self._caught_up(checked)
@@ -156,24 +214,51 @@ class TrustFeed:
     def _take(
         self, partition: int, offset: int, value: bytes | None, stamp: tuple[int, int]
     ) -> None:
-        self._trust.read_to(partition, offset + 1)
         checkpoint = decode_checkpoint(value)
-        if checkpoint is None:
-            return  # a tombstone, or not a checkpoint: one-shot verify counts those
         kind, at = stamp
-        verdict = self._trust.take_checkpoint(checkpoint, at if kind == LOG_APPEND_TIME else None)
-        self._metrics.signed_checkpoints.labels(
-            "valid" if verdict.problem is None else "invalid"
-        ).inc()
+        for judge in self.judges.values():
+            if offset < judge.reader_offsets.get(partition, 0):
+                continue  # this judge took it already
+            judge.read_to(partition, offset + 1)
+            if checkpoint is None:
+                continue  # a tombstone, or not a checkpoint: one-shot verify counts those
+            verdict = judge.take_checkpoint(checkpoint, at if kind == LOG_APPEND_TIME else None)
+            if judge.reports_checkpoints:
+                self._metrics.signed_checkpoints.labels(
+                    "valid" if verdict.problem is None else "invalid"
+                ).inc()
 
     def _caught_up(self, asked: float) -> None:
         """Every checkpoint appended before ``asked`` is read: the horizon moves there."""
         marks = watermarks(self._kafka, self._topic)
         with self._lock:
-            done = all(
-                self._trust.reader_offsets.get(p, marks.low.get(p, 0)) >= high
+            done = bool(self.judges) and all(
+                judge.reader_offsets.get(p, marks.low.get(p, 0)) >= high
+                for judge in self.judges.values()
                 for p, high in marks.high.items()
             )
             if done:
                 self._horizon_ms = int(asked * 1000)
                 self._metrics.checkpoints_read_to.set(asked)
+
+
+def partition_judges(kafka: KafkaSettings, keyring: Keyring, *, grace_s: float) -> JudgeFactory:
+    """Judges of the turn partitions: each keeps the heads of the streams the publisher's
+    partitioner places in its partition (the turn topic's partition count read when a
+    partition is taken over); partition 0's reports invalid checkpoints."""
+
+    def judge(partition: int) -> FollowTrust:
+        count = max(1, len(watermarks(kafka, kafka.topics.turn_events).high))
+
+        def owns(stream: StreamId) -> bool:
+            return session_partition(stream[0], count) == partition
+
+        return FollowTrust(
+            keyring,
+            grace_s=grace_s,
+            scope=partition,
+            owns=owns,
+            reports_checkpoints=partition == 0,
+        )
+
+    return judge

@@ -294,6 +294,13 @@ class ConsumerService:
         self._ledger.assigned(partitions)
         self.health.assigned(set(partitions))
         log.info("partitions_assigned", partitions=sorted(partitions))
+        try:
+            self.sink.partitions_assigned(set(partitions))
+        except Exception as exc:  # a sink may fail in any way; the rebalance goes on
+            self.metrics.sink_failures.inc()
+            log.error(
+                "sink_partitions_assigned_failed", partitions=sorted(partitions), error=repr(exc)
+            )
         self.assigned_once.set()
         return starts
 

@@ -99,6 +99,10 @@ class Sink(abc.ABC):
     def held_offsets(self) -> Mapping[int, int] | None:
         return None
 
+    def partitions_assigned(self, partitions: set[int]) -> None:
+        """Partitions this member now reads (before any of their messages)."""
+        return
+
     def partitions_revoked(self, partitions: set[int]) -> None:
         return
 

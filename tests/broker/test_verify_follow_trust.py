@@ -30,7 +30,7 @@ from turnaudit.identity import TurnStamper, stream_of
 from turnaudit.kafka.state_topic import read_state
 from turnaudit.local_broker import free_port
 from turnaudit.producers.simulator import TurnRuntimeSimulator
-from turnaudit.verify.follow_trust import TRUST_PRODUCER_KEY
+from turnaudit.verify.follow_trust_state import trust_producer_key
 
 pytestmark = pytest.mark.broker
 
@@ -90,9 +90,11 @@ def test_an_honest_signed_run_is_signed_throughout_and_resumes_after_sigkill(
     assert first[TRUST % "forged"] == first[TRUST % "unsigned"] == 0
     assert forgeries(first) == 0
     assert first[VALID] == len(run.checkpoints)
-    # The trust state is durable: the last valid checkpoint of the producer.
+    # The trust state is durable: the last valid checkpoint of the producer, as each turn
+    # partition's judge took it.
     state = dict(read_state(target))
-    assert (TRUST_PRODUCER_KEY + run.producer_id).encode() in state
+    for p in range(target.partitions):
+        assert trust_producer_key(p, run.producer_id) in state
 
     with follower(target, port, tmp_path / "follow.log", *args):
         assert wait_for(lambda: settled(port, streams), timeout=60)

@@ -64,20 +64,6 @@ TRUST_CASES = [
         "--require-signed needs --keyring FILE",
     ),
     Case(
-        "verify --follow --keyring --workers 2",
-        ["verify", "--follow", "--keyring", "{tmp}/k.toml", "--workers", "2"],
-        NOWHERE,
-        2,
-        "--follow --keyring runs one worker (no --workers N",
-    ),
-    Case(
-        "verify --follow --keyring, TURNAUDIT_WORKERS=3",
-        ["verify", "--follow", "--keyring", "{tmp}/k.toml"],
-        {**NOWHERE, "TURNAUDIT_WORKERS": "3"},
-        2,
-        "--follow --keyring runs one worker (no --workers N, no TURNAUDIT_WORKERS above 1)",
-    ),
-    Case(
         "verify --follow --keyring --trust-grace -1",
         ["verify", "--follow", "--keyring", "{tmp}/k.toml", "--trust-grace", "-1"],
         NOWHERE,

@@ -21,11 +21,11 @@ from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.consumers.verify_follow import FollowValidation, VerifyFollowSink
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
-from turnaudit.consumers.verify_follow_trust import TrustFeed
+from turnaudit.consumers.verify_follow_trust import TrustFeed, partition_judges
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.verify.follow import FollowState
-from turnaudit.verify.follow_trust import GAUGE_STATES, FollowTrust
+from turnaudit.verify.follow_trust import GAUGE_STATES
 
 PROVED = "turnaudit_verify_turns_proved_total"
 TRUST = "turnaudit_verify_stream_trust"
@@ -56,7 +56,11 @@ class DemoFollower:
         self.registry = CollectorRegistry()
         state = FollowState(grace_s=grace_s)
         metrics = FollowMetrics(self.registry)
-        trust = TrustFeed(settings.kafka, FollowTrust(keyring, grace_s=trust_grace_s), metrics)
+        trust = TrustFeed(
+            settings.kafka,
+            partition_judges(settings.kafka, keyring, grace_s=trust_grace_s),
+            metrics,
+        )
         sink = VerifyFollowSink(settings.kafka, state, metrics, trust=trust)
         validation = FollowValidation(
             decoder_for(settings.kafka, registry=self.registry),

@@ -22,7 +22,6 @@ from turnaudit.commands.sink import (
     WORKERS_HELP,
     consumer_service,
     run_service,
-    service_settings,
     worker_count,
     worker_service_settings,
 )
@@ -32,7 +31,7 @@ from turnaudit.consumers.runtime.worker_process import WorkerPlan
 from turnaudit.consumers.verify_follow import FollowValidation, VerifyFollowSink
 from turnaudit.consumers.verify_follow_heads import HeadsFeed
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
-from turnaudit.consumers.verify_follow_trust import TrustFeed
+from turnaudit.consumers.verify_follow_trust import TrustFeed, partition_judges
 from turnaudit.errors import ConfigurationError
 from turnaudit.identity import StreamId
 from turnaudit.kafka.decoders import decoder_for
@@ -43,7 +42,6 @@ from turnaudit.signing_keys import DEFAULT_CHECKPOINT_INTERVAL_S, INTERVAL_ENV, 
 from turnaudit.verify.files import load_anchors
 from turnaudit.verify.follow import FollowState
 from turnaudit.verify.follow_records import FollowMemory
-from turnaudit.verify.follow_trust import FollowTrust
 from turnaudit.verify.heads_judge import EngineView
 from turnaudit.verify.id_store import DEFAULT_MEMORY_IDS, DEFAULT_MEMORY_STREAMS, IdMemory
 from turnaudit.verify.run import run_verify
@@ -231,7 +229,7 @@ def _trust_feed(kafka: KafkaSettings, metrics: FollowMetrics) -> TrustFeed | Non
     keyring = load_keyring(Path(path))
     if os.environ.get(REQUIRE_SIGNED_ENV) == "1":
         keyring = replace(keyring, require_signed=True)
-    return TrustFeed(kafka, FollowTrust(keyring, grace_s=trust_grace()), metrics)
+    return TrustFeed(kafka, partition_judges(kafka, keyring, grace_s=trust_grace()), metrics)
 
 
 def trust_grace() -> float:
@@ -262,12 +260,6 @@ def _follow(args: argparse.Namespace) -> int:
             raise ConfigurationError("--grace must be 0 or more seconds")
         os.environ[GRACE_ENV] = str(args.grace)  # the workers inherit it
     if args.keyring is not None:
-        if (args.workers or service_settings(ServiceName.VERIFY_FOLLOW).workers) > 1:
-            # Each worker would read every checkpoint but prove only its partitions'
-            # streams; the trust state is kept for one member.
-            raise ConfigurationError(
-                "--follow --keyring runs one worker (no --workers N, no TURNAUDIT_WORKERS above 1)"
-            )
         load_keyring(args.keyring)  # a bad keyring: one line now, not in the worker
         os.environ[KEYRING_ENV] = str(args.keyring.resolve())
         os.environ[REQUIRE_SIGNED_ENV] = "1" if args.require_signed else ""

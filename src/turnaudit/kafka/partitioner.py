@@ -2,28 +2,25 @@
 
 The publishers produce each turn keyed by its session id and name no partitioner, so
 librdkafka's default, ``consistent_random``, places it: CRC-32 of the key modulo the
-partition count (random only for a message without a key). ``verify --follow`` needs the
-partition of a stream none of whose turns arrived (a session every turn of which was lost
-in a crash) to know which member judges it; the same mapping is computed here for each
-keyed partitioner librdkafka ships (``partitioner`` setting, e.g. through
-``TURNAUDIT_KAFKA_OPTIONS``). tests/broker/test_partitioner.py holds each to a real
+partition count (random only for a message without a key; ``turnaudit.kafka.partitioning``).
+``verify --follow`` needs the partition of a stream none of whose turns arrived (a session
+every turn of which was lost in a crash) to know which member judges it; the mapping of
+each keyed partitioner librdkafka ships (``partitioner`` setting, e.g. through
+``TURNAUDIT_KAFKA_OPTIONS``) is here. tests/broker/test_partitioner.py holds each to a real
 producer's placement.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
+
+# ``consistent`` and ``consistent_random``: CRC-32 (as zlib's) of the key, the publishers'.
+from turnaudit.kafka.partitioning import key_partition as crc32_partition
 
 KeyPartitioner = Callable[[bytes, int], int]
 
 DEFAULT_PARTITIONER = "consistent_random"
 _MASK = 0xFFFFFFFF
-
-
-def crc32_partition(key: bytes, partitions: int) -> int:
-    """``consistent`` and ``consistent_random``: CRC-32 (as zlib's) of the key."""
-    return zlib.crc32(key) % partitions
 
 
 def murmur2(key: bytes) -> int:

@@ -1,10 +1,10 @@
 """``verify --follow``'s checkpoint topic: ``<prefix>verify-state``, compacted, keyed by
 partition and by stream.
 
-It has as many partitions as the turn topic, and a record about turn partition P is
-written to state partition ``P mod n`` (the records of the follower's trust state, about
-no one partition, to 0): a member taking partition P over reads that one state partition,
-not the whole topic. A state topic made before (one partition) still works: everything is
+It has as many partitions as the turn topic, and a record about turn partition P (its
+proof, its streams, with a keyring its streams' trust) is written to state partition
+``P mod n``: a member taking partition P over reads that one state partition, not the
+whole topic. A state topic made before (one partition) still works: everything is
 in partition 0. Created on demand.
 """
 
@@ -71,7 +71,7 @@ def read_state(
     topic = settings.topics.verify_state
     marks = watermarks(settings, topic)
     count = max(1, len(marks.high))
-    wanted = None if about is None else {p % count for p in about} | {0}
+    wanted = None if about is None else {p % count for p in about}
     start = {p: o for p, o in marks.low.items() if wanted is None or p in wanted}
     end = {p: o for p, o in marks.high.items() if wanted is None or p in wanted}
     for record in read_range(settings, topic, start, end, timeout=timeout):

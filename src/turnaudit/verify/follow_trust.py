@@ -24,12 +24,18 @@ The rules are one-shot verify's (``turnaudit.verify.trust``), held live:
 
 State per stream and per producer (the last valid checkpoint), checkpointable beside
 the proof: ``checkpoint()`` returns the records of what changed, ``load`` takes them back.
+
+One ``FollowTrust`` judges the streams of one turn partition (its ``scope``): it takes
+from each checkpoint only the heads of streams whose key places them there (``owns``),
+and its records are keyed by the scope. Each judges every checkpoint's signature and
+chain for itself (a producer's chain is small); only one (``reports_checkpoints``, the
+judge of partition 0) reports an invalid checkpoint, so a group of workers finds it once.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,11 +51,11 @@ from turnaudit.checkpoints import (
 )
 from turnaudit.identity import LEGACY_PRODUCER, StreamId
 from turnaudit.verify.follow_trust_state import (
-    TRUST_PRODUCER_KEY,
-    TRUST_READER_KEY,
-    TRUST_STREAM_KEY,
     ProducerChain,
     StreamTrust,
+    parse_trust_key,
+    trust_producer_key,
+    trust_reader_key,
     trust_stream_key,
 )
 from turnaudit.verify.trust import STATUSES, Status
@@ -98,12 +104,27 @@ class Forgery:
     stream: StreamId | None = None
 
 
-class FollowTrust:
-    """Per-stream trust of the streams this follower reads, checkpointable."""
+def _every_stream(stream: StreamId) -> bool:
+    return True
 
-    def __init__(self, keyring: Keyring, *, grace_s: float) -> None:
+
+class FollowTrust:
+    """Per-stream trust of the streams of one turn partition, checkpointable."""
+
+    def __init__(
+        self,
+        keyring: Keyring,
+        *,
+        grace_s: float,
+        scope: int = 0,
+        owns: Callable[[StreamId], bool] = _every_stream,
+        reports_checkpoints: bool = True,
+    ) -> None:
         self.keyring = keyring
         self.grace_ms = int(grace_s * 1000)
+        self.scope = scope
+        self._owns = owns
+        self.reports_checkpoints = reports_checkpoints
         self.streams: dict[StreamId, StreamTrust] = {}
         self.producers: dict[str, ProducerChain] = {}
         self.reader_offsets: dict[int, int] = {}  # the checkpoints topic, read to
@@ -158,11 +179,14 @@ class FollowTrust:
         )
         self._dirty_producers.add(checkpoint.producer_id)
         for head in checkpoint.heads:
-            self._signed(head.stream, head.sequence, head.hash, checkpoint.at_ms)
+            if self._owns(head.stream):
+                self._signed(head.stream, head.sequence, head.hash, checkpoint.at_ms)
         return verdict
 
     def _invalid(self, verdict: Judged, problem: Problem) -> None:
         self.invalid += 1
+        if not self.reports_checkpoints:
+            return
         c = verdict.checkpoint
         detail = (
             f"checkpoint {c.index} of producer {c.producer_id} (key {c.key_id!r}) is "
@@ -364,19 +388,20 @@ class FollowTrust:
         return bool(self._dirty or self._dirty_producers or self._reader_moved)
 
     def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
+        scope = self.scope
         records: list[tuple[bytes, bytes | None]] = [
-            (trust_stream_key(s), json.dumps(self.streams[s].as_json()).encode())
+            (trust_stream_key(scope, s), json.dumps(self.streams[s].as_json()).encode())
             for s in sorted(self._dirty)
             if s in self.streams
         ]
         records += [
-            ((TRUST_PRODUCER_KEY + p).encode(), json.dumps(self.producers[p].as_json()).encode())
+            (trust_producer_key(scope, p), json.dumps(self.producers[p].as_json()).encode())
             for p in sorted(self._dirty_producers)
         ]
         if self._reader_moved:
             records.append(
                 (
-                    TRUST_READER_KEY,
+                    trust_reader_key(scope),
                     json.dumps(
                         {str(p): o for p, o in sorted(self.reader_offsets.items())}
                     ).encode(),
@@ -388,11 +413,15 @@ class FollowTrust:
         return records
 
     def load(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """The trust state from the state topic's records (in log order)."""
+        """The trust state from the state topic's records (in log order); records of
+        other scopes, and the proof's own, are skipped."""
         for key, value in records:
-            text = key.decode()
-            if text.startswith(TRUST_STREAM_KEY):
-                session, producer = json.loads(text[len(TRUST_STREAM_KEY) :])
+            parsed = parse_trust_key(key)
+            if parsed is None or parsed[0] != self.scope:
+                continue
+            _, kind, rest = parsed
+            if kind == "stream":
+                session, producer = json.loads(rest)
                 if value is None:
                     self.streams.pop((session, producer), None)
                     self._watch.discard((session, producer))
@@ -403,14 +432,13 @@ class FollowTrust:
                         self._signed_sessions.add(session)
                     if stream.seen or stream.expected:
                         self._watch.add((session, producer))
-            elif text.startswith(TRUST_PRODUCER_KEY) and value is not None:
-                pid = text[len(TRUST_PRODUCER_KEY) :]
+            elif kind == "producer" and value is not None:
                 d = json.loads(value)
                 named = d.get("s")
-                self.producers[pid] = ProducerChain(
-                    ChainLink(pid, d["i"], d["d"]),
+                self.producers[rest] = ProducerChain(
+                    ChainLink(rest, d["i"], d["d"]),
                     d["f"],
                     None if named is None else frozenset(named),
                 )
-            elif key == TRUST_READER_KEY and value is not None:
+            elif kind == "reader" and value is not None:
                 self.reader_offsets = {int(p): o for p, o in json.loads(value).items()}

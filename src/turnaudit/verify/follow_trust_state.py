@@ -11,9 +11,10 @@ from typing import Literal
 from turnaudit.checkpoints import ChainLink
 from turnaudit.identity import StreamId
 
-TRUST_STREAM_KEY = "trust:stream:"
-TRUST_PRODUCER_KEY = "trust:producer:"
-TRUST_READER_KEY = b"trust:reader"
+# Keys of the trust state in the state topic, each scoped by the turn partition whose
+# streams it judges (the record lives in that partition's state partition): a worker
+# taking a partition over reads that partition's trust as it was left.
+TRUST_KEY = "trust:"
 GaugeStatus = Literal["signed", "unsigned", "forged", "truncated", "pending"]
 
 
@@ -95,5 +96,34 @@ class ProducerChain:
         return {"i": self.link.index, "d": self.link.digest, "f": self.final, "s": named}
 
 
-def trust_stream_key(stream: StreamId) -> bytes:
-    return (TRUST_STREAM_KEY + json.dumps(list(stream))).encode()
+def trust_stream_key(scope: int, stream: StreamId) -> bytes:
+    return f"{TRUST_KEY}{scope}:stream:{json.dumps(list(stream))}".encode()
+
+
+def trust_producer_key(scope: int, producer_id: str) -> bytes:
+    return f"{TRUST_KEY}{scope}:producer:{producer_id}".encode()
+
+
+def trust_reader_key(scope: int) -> bytes:
+    return f"{TRUST_KEY}{scope}:reader".encode()
+
+
+TrustKeyKind = Literal["stream", "producer", "reader"]
+
+
+def parse_trust_key(key: bytes) -> tuple[int, TrustKeyKind, str] | None:
+    """(scope, kind, rest) of a trust key; None for any other key of the state topic."""
+    text = key.decode(errors="replace")
+    if not text.startswith(TRUST_KEY):
+        return None
+    scope, _, kind_rest = text[len(TRUST_KEY) :].partition(":")
+    kind, _, rest = kind_rest.partition(":")
+    if not scope.isdigit():
+        return None
+    if kind == "stream":
+        return int(scope), "stream", rest
+    if kind == "producer":
+        return int(scope), "producer", rest
+    if kind == "reader":
+        return int(scope), "reader", rest
+    return None
