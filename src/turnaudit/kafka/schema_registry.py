@@ -23,10 +23,11 @@ if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.serialization import SerializationContext
 
-from turnaudit.errors import RegistryUnavailableError, SerializationError
+from turnaudit.errors import IncompatibleSchemaError, RegistryUnavailableError, SerializationError
 from turnaudit.serialization.schemas import AvroRecord, WriterSchema
 
 COMPATIBILITY = "FULL_TRANSITIVE"
+HTTP_CONFLICT = 409  # a registry's answer to a schema its compatibility level refuses
 # The registry client type, for callers that hand one in (tests, a runtime's own).
 RegistryClient: TypeAlias = "SchemaRegistryClient"
 
@@ -126,7 +127,9 @@ def schema_ids(
 ) -> dict[int, int]:
     """Each schema's id under ``subject`` (by version): registered (the subject's
     compatibility set first), or, without ``auto_register``, only looked up.
-    ``RegistryUnavailableError`` names the version the registry did not give."""
+    ``RegistryUnavailableError`` names the version the registry did not give;
+    ``IncompatibleSchemaError`` the subject whose compatibility level refused it (HTTP 409:
+    a version registered there cannot read it, or it cannot read that version)."""
     from confluent_kafka.schema_registry import Schema  # noqa: PLC0415 - lazy, see top
 
     out: dict[int, int] = {}
@@ -143,6 +146,13 @@ def schema_ids(
             else:  # registered beforehand by the operator: only looked up
                 schema_id = registry.lookup_schema(subject, avro).schema_id
         except Exception as exc:  # the registry client raises many unrelated types
+            if getattr(exc, "http_status_code", None) == HTTP_CONFLICT:
+                raise IncompatibleSchemaError(
+                    f"schema registry {where} refused TurnEvent v{schema.version} under subject "
+                    f"{subject}: it is incompatible with a version registered there "
+                    f"(compatibility {COMPATIBILITY}); the publisher does not start: "
+                    f"{_one_line(exc)}"
+                ) from exc
             raise RegistryUnavailableError(
                 f"schema registry {where} did not {'register' if auto_register else 'find'} "
                 f"TurnEvent v{schema.version} under {subject}: {_one_line(exc)}"

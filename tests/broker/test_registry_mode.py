@@ -1,0 +1,228 @@
+"""Registry mode against a real schema registry (Apicurio Registry, its Confluent-compatible
+API): the publisher registers every TurnEvent version under ``<topic>-value`` after setting
+and reading back FULL_TRANSITIVE, frames each turn with the id, and refuses to start (one
+line naming the subject) on a schema the subject's compatibility refuses; the services,
+verify, replay, tail and the reading API resolve the ids from it, and verify over the run
+is clean (v5 chain hashes bind the fingerprint of the schema each id resolves to)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.support.cli import run_turnaudit
+from tests.support.registry import ccompat, subject_ids
+from tests.support.streams import (
+    consumed_everything,
+    running,
+    scrape,
+    service_settings,
+    total,
+    wait_for,
+)
+from tests.support.verify_helpers import fresh_topics
+from turnaudit.consumers.log_sink import log_sink_service, service_logging
+from turnaudit.consumers.metrics import verdict_metrics_service
+from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
+from turnaudit.local_registry import LocalSchemaRegistry
+from turnaudit.reading import read_turn_events
+from turnaudit.serialization.schemas import schema_from_json, shipped_catalog
+from turnaudit.settings import KafkaSettings
+
+pytestmark = pytest.mark.broker
+
+TURNS = 900
+CATALOG = shipped_catalog()
+
+
+def registry_env(settings: KafkaSettings) -> dict[str, str]:
+    """A user's environment for registry mode: the cluster, the prefix, the registry URL."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNAUDIT_")}
+    return env | {
+        "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers or "",
+        "TURNAUDIT_TOPIC_PREFIX": settings.topics.prefix,
+        "TURNAUDIT_SCHEMA_REGISTRY_URL": settings.schema_registry_url or "",
+        "TURNAUDIT_CONNECT_TIMEOUT_S": "5",
+    }
+
+
+def subject(settings: KafkaSettings) -> str:
+    return f"{settings.topics.turn_events}-value"
+
+
+@pytest.fixture(scope="module")
+def registry_run(
+    kafka_bootstrap: str,
+    schema_registry: LocalSchemaRegistry,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[KafkaSettings, Path]:
+    """One registry-mode run, published by ``turnaudit simulate`` as a real process: every
+    shipped version mixed, v5 (whose chain hash binds the writer schema) the most."""
+    settings = replace(fresh_topics(kafka_bootstrap), schema_registry_url=schema_registry.url)
+    tmp = tmp_path_factory.mktemp("registry-run")
+    ran = run_turnaudit(
+        "simulate",
+        "--events",
+        str(TURNS),
+        "--schema-versions",
+        "5:4,4,3,2,1",
+        "--spool-dir",
+        str(tmp / "spool"),
+        "--truth",
+        str(tmp / "truth.json"),
+        env=registry_env(settings),
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stderr
+    return settings, tmp
+
+
+def test_the_publisher_registers_every_version_under_full_transitive_and_frames_with_the_ids(
+    registry_run: tuple[KafkaSettings, Path],
+) -> None:
+    settings, _ = registry_run
+    url = settings.schema_registry_url or ""
+    ids = subject_ids(url, subject(settings))
+    assert sorted(ids) == [s.version for s in CATALOG.versions]
+    status, level = ccompat(url, f"/config/{subject(settings)}")
+    assert status == 200
+    assert level["compatibilityLevel"] == "FULL_TRANSITIVE"
+    # Each id is the registry's copy of one shipped version (same fingerprint).
+    by_fingerprint = CATALOG.by_fingerprint()
+    for version, schema_id in ids.items():
+        _, held = ccompat(url, f"/schemas/ids/{schema_id}")
+        fingerprint = schema_from_json(held["schema"], name="TurnEvent", version=-1).fingerprint
+        assert by_fingerprint[fingerprint].version == version
+    framed = Counter()
+    topic = settings.topics.turn_events
+    for message in read_range(settings, topic, None, end_offsets(settings, topic)):
+        value = message.value()
+        assert value[0] == 0  # Confluent framing: magic byte, 4-byte id, body
+        framed[int.from_bytes(value[1:5], "big")] += 1
+    assert sum(framed.values()) == TURNS
+    assert set(framed) == set(ids.values())  # every version was written, each with its id
+
+
+def test_services_count_every_turn_and_verify_is_clean_in_registry_mode(
+    registry_run: tuple[KafkaSettings, Path],
+) -> None:
+    settings, tmp = registry_run
+    log_file = tmp / "turns.jsonl"
+    registry = CollectorRegistry()
+    logs = log_sink_service(
+        service_settings(
+            settings, ServiceName.LOG_SINK, "g-reg-logs", log=LogSinkSettings(file=log_file)
+        ),
+        registry=CollectorRegistry(),
+    )
+    metrics = verdict_metrics_service(
+        service_settings(settings, ServiceName.VERDICT_METRICS, "g-reg-metrics"),
+        registry=registry,
+    )
+    end = end_offsets(settings, settings.topics.turn_events)
+    with service_logging(), running(logs), running(metrics):
+        assert wait_for(consumed_everything(logs, end))
+        assert wait_for(consumed_everything(metrics, end))
+        for service in (logs, metrics):
+            assert service.http_port is not None
+            samples = scrape(service.http_port)
+            assert total(samples, "turnaudit_dead_letters_total") == 0
+            assert total(samples, "turnaudit_schema_registry_retries_total") == 0
+            # v5 chains bind the fingerprint the id resolves to: no break in any stream.
+            assert total(samples, "turnaudit_chain_breaks_total") == 0
+        port = metrics.http_port
+        assert port is not None
+        assert wait_for(lambda: total(scrape(port), "turnaudit_turns_total") == TURNS)
+        # verify, a real process of its own: every turn on the stream, chained (v5 binds
+        # the fingerprint of the schema each id resolves to), logged once and counted.
+        ran = run_turnaudit(
+            "verify",
+            "--json",
+            "--log-file",
+            str(log_file),
+            "--metrics-url",
+            f"http://127.0.0.1:{port}/metrics",
+            env=registry_env(settings),
+            timeout=300,
+        )
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr
+    report = json.loads(ran.stdout)
+    assert report["unexplained"] == []
+    assert report["counts"]["turns"] == TURNS
+    truth = json.loads((tmp / "truth.json").read_text())
+    assert report["counts"]["refused"] == sum(truth["refused_by_pack"].values())
+    assert report["counts"]["by_schema_version"] == truth["by_schema_version"]
+    assert report["streams"]["chained"] > 0  # v3 and later streams, v5 ones binding the id's
+    assert report["lost"] == report["uncounted"] == report["not_logged"] == 0
+    lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert len({line["event_id"] for line in lines}) == TURNS
+
+
+def test_replay_tail_and_the_reading_api_resolve_the_ids_from_the_registry(
+    registry_run: tuple[KafkaSettings, Path],
+) -> None:
+    settings, tmp = registry_run
+    env = registry_env(settings)
+    out = tmp / "replayed.jsonl"
+    ran = run_turnaudit("replay", "--into", f"jsonl:{out}", env=env, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    replayed = [json.loads(line) for line in out.read_text().splitlines()]
+    replayed_ids = {line["event"]["event_id"] for line in replayed}
+    assert len(replayed_ids) == TURNS
+    assert {line["writer_version"] for line in replayed} == {s.version for s in CATALOG.versions}
+    tailed = run_turnaudit(
+        "tail", "--from", "2000-01-01T00:00:00Z", "--limit", str(TURNS), env=env, timeout=300
+    )
+    assert tailed.returncode == 0, tailed.stderr
+    assert len(tailed.stdout.splitlines()) == TURNS
+    turns = list(read_turn_events(settings))
+    assert [t.error for t in turns if t.error is not None] == []
+    assert {t.event["event_id"] for t in turns if t.event is not None} == replayed_ids
+    assert Counter(t.writer_version for t in turns).keys() == {s.version for s in CATALOG.versions}
+
+
+def test_a_schema_the_subject_refuses_stops_the_publisher_in_one_line_naming_the_subject(
+    kafka_settings: KafkaSettings, schema_registry: LocalSchemaRegistry, tmp_path: Path
+) -> None:
+    settings = replace(kafka_settings, schema_registry_url=schema_registry.url)
+    # The subject already holds a TurnEvent no shipped version can be read by: a field
+    # without a default that none of them writes (under FULL_TRANSITIVE, set beforehand).
+    foreign = json.loads(CATALOG.version(1).schema_json)
+    foreign["fields"].append({"name": "tenant", "type": "string"})
+    url = schema_registry.url
+    assert (
+        ccompat(url, f"/config/{subject(settings)}", {"compatibility": "FULL_TRANSITIVE"}, "PUT")[0]
+        == 200
+    )
+    status, _ = ccompat(
+        url, f"/subjects/{subject(settings)}/versions", {"schema": json.dumps(foreign)}
+    )
+    assert status == 200
+    ran = run_turnaudit(
+        "simulate",
+        "--events",
+        "20",
+        "--spool-dir",
+        str(tmp_path / "spool"),
+        env=registry_env(settings),
+        timeout=120,
+    )
+    lines = ran.stderr.strip().splitlines()
+    assert ran.returncode == 1
+    assert len(lines) == 1, ran.stderr
+    assert f"under subject {subject(settings)}" in lines[0]
+    assert "incompatible" in lines[0]
+    assert "409" in lines[0]  # the registry's own refusal, in its words
+    # Nothing was published, and nothing waits in a spool to go out unframed later.
+    topic = settings.topics.turn_events
+    assert sum(end_offsets(settings, topic).values()) == 0
+    assert not any((tmp_path / "spool").rglob("*.spool"))
+    assert sorted(subject_ids(url, subject(settings))) == [1]  # the registry kept its own
