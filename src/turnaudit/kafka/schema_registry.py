@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
@@ -85,14 +86,20 @@ def _value_context(topic: str) -> SerializationContext:
     return SerializationContext(topic, MessageField.VALUE)
 
 
-def registry_client(url: str, extra: Mapping[str, str] | None = None) -> RegistryClient:
-    """The process's Schema Registry client for ``url`` (one per URL, so its
+def registry_client(url: str, extra: Mapping[str, str | int] | None = None) -> RegistryClient:
+    """The process's Schema Registry client for ``url`` and options (one per both, so its
     schema caches are shared); ``mock://…`` gives the library's in-process registry."""
     return _registry_client(url, tuple(sorted((extra or {}).items())))
 
 
+# What a reader's client adds: its own retries off (3, waiting up to 20 s each, on every
+# attempt), so the decoder's bounded backoff (``REGISTRY_RETRY_BACKOFF_S``, counted) is
+# the only one a message waits out while the registry is down.
+READER_OPTIONS: Mapping[str, int] = MappingProxyType({"max.retries": 0})
+
+
 @functools.cache
-def _registry_client(url: str, extra: tuple[tuple[str, str], ...]) -> RegistryClient:
+def _registry_client(url: str, extra: tuple[tuple[str, str | int], ...]) -> RegistryClient:
     from confluent_kafka.schema_registry import (  # noqa: PLC0415 - lazy, see top
         SchemaRegistryClient,
     )
