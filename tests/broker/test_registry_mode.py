@@ -30,9 +30,12 @@ from tests.support.verify_helpers import fresh_topics
 from turnaudit.consumers.log_sink import log_sink_service, service_logging
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName
+from turnaudit.errors import RegistryUnavailableError
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.local_registry import LocalSchemaRegistry
+from turnaudit.producers.publisher import TurnEventPublisher
+from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.reading import read_turn_events
 from turnaudit.serialization.schemas import schema_from_json, shipped_catalog
 from turnaudit.settings import KafkaSettings
@@ -226,3 +229,37 @@ def test_a_schema_the_subject_refuses_stops_the_publisher_in_one_line_naming_the
     assert sum(end_offsets(settings, topic).values()) == 0
     assert not any((tmp_path / "spool").rglob("*.spool"))
     assert sorted(subject_ids(url, subject(settings))) == [1]  # the registry kept its own
+
+
+def test_without_auto_registration_the_publisher_only_looks_up_what_was_registered(
+    kafka_settings: KafkaSettings, schema_registry: LocalSchemaRegistry, tmp_path: Path
+) -> None:
+    settings = replace(
+        kafka_settings,
+        schema_registry_url=schema_registry.url,
+        schema_registry_auto_register=False,
+    )
+    url, name = schema_registry.url, subject(settings)
+    # Nobody registered them yet: one line naming the version and the subject, nothing
+    # written to the registry.
+    with pytest.raises(RegistryUnavailableError) as raised:
+        TurnEventPublisher(settings, spool_dir=tmp_path / "spool-1")
+    assert f"did not find TurnEvent v1 under {name}" in str(raised.value)
+    assert "\n" not in str(raised.value)
+    assert ccompat(url, f"/subjects/{name}/versions")[0] == 404
+    # Registered beforehand (by a pipeline with write rights, here a publisher that may),
+    # then a level of the operator's own: the looking-up publisher changes neither.
+    TurnEventPublisher(
+        replace(settings, schema_registry_auto_register=True), spool_dir=tmp_path / "spool-2"
+    ).close()
+    assert ccompat(url, f"/config/{name}", {"compatibility": "FULL"}, "PUT")[0] == 200
+    before = subject_ids(url, name)
+    publisher = TurnEventPublisher(settings, spool_dir=tmp_path / "spool-3")
+    (event,) = TurnRuntimeSimulator(1, schema_versions=(5,)).events(1)
+    publisher.publish(event)
+    assert publisher.close(timeout=30).delivered == 1
+    assert subject_ids(url, name) == before
+    assert ccompat(url, f"/config/{name}")[1]["compatibilityLevel"] == "FULL"
+    topic = settings.topics.turn_events
+    (message,) = read_range(settings, topic, None, end_offsets(settings, topic))
+    assert int.from_bytes(message.value()[1:5], "big") == before[5]
