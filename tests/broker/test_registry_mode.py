@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.support.cli import run_turnaudit
 from tests.support.registry import ccompat, subject_ids
+from tests.support.services import service_env, turnaudit_process
 from tests.support.streams import (
     consumed_everything,
     running,
@@ -263,3 +264,38 @@ def test_without_auto_registration_the_publisher_only_looks_up_what_was_register
     topic = settings.topics.turn_events
     (message,) = read_range(settings, topic, None, end_offsets(settings, topic))
     assert int.from_bytes(message.value()[1:5], "big") == before[5]
+
+
+def test_the_htir_feeder_and_the_continuous_verifier_read_registry_mode_as_processes(
+    registry_run: tuple[KafkaSettings, Path],
+) -> None:
+    settings, tmp = registry_run
+    registry = {"TURNAUDIT_SCHEMA_REGISTRY_URL": settings.schema_registry_url or ""}
+    feeder_env = service_env(settings, "g-reg-feeder", **registry)
+    follow_env = service_env(settings, "g-reg-follow", **registry)
+    feeder_port, follow_port = (int(e["TURNAUDIT_HTTP_PORT"]) for e in (feeder_env, follow_env))
+
+    def figure(port: int, name: str, **labels: str) -> int:
+        try:
+            return total(scrape(port), name, **labels)
+        except OSError:
+            return 0  # not listening yet
+
+    with (
+        turnaudit_process(["htir", "feed", "--idle-timeout", "1"], feeder_env, tmp / "feeder.log"),
+        turnaudit_process(["verify", "--follow", "--grace", "2"], follow_env, tmp / "follow.log"),
+    ):
+        assert wait_for(
+            lambda: (
+                figure(feeder_port, "turnaudit_consumer_messages_total", outcome="accepted")
+                == TURNS
+            ),
+            timeout=120,
+        )
+        assert wait_for(
+            lambda: figure(follow_port, "turnaudit_verify_turns_proved_total") == TURNS,
+            timeout=120,
+        )
+        assert figure(feeder_port, "turnaudit_dead_letters_total") == 0
+        assert figure(follow_port, "turnaudit_verify_chain_breaks_total") == 0
+        assert figure(follow_port, "turnaudit_verify_undecodable_total") == 0
