@@ -297,5 +297,6 @@ def test_the_htir_feeder_and_the_continuous_verifier_read_registry_mode_as_proce
             timeout=120,
         )
         assert figure(feeder_port, "turnaudit_dead_letters_total") == 0
+        assert figure(feeder_port, "turnaudit_chain_breaks_total") == 0
         assert figure(follow_port, "turnaudit_verify_chain_breaks_total") == 0
         assert figure(follow_port, "turnaudit_verify_undecodable_total") == 0

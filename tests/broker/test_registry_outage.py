@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from itertools import islice
@@ -27,6 +28,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.support.cli import run_turnaudit
+from tests.support.events import turn
 from tests.support.registry import local_registry_settings, subject_ids
 from tests.support.services import service_env, service_process
 from tests.support.streams import (
@@ -40,16 +42,23 @@ from tests.support.streams import (
 from turnaudit.consumers.log_sink import service_logging
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime.settings import ServiceName
-from turnaudit.errors import RegistryUnavailableError
+from turnaudit.errors import RegistryUnavailableError, SchemaNotFoundError
 from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.schema_registry import READER_OPTIONS, registry_client
 from turnaudit.local_registry import LocalSchemaRegistry
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
-from turnaudit.serialization.wire import REGISTRY_RETRY_BACKOFF_S
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.wire import (
+    REGISTRY_RETRY_BACKOFF_S,
+    ConfluentIdSerializer,
+    TurnEventDeserializer,
+)
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker
 
+CATALOG = shipped_catalog()
 BEFORE, DURING = 200, 300  # turns published before the registry stops, and while it is down
 
 
@@ -167,3 +176,49 @@ def test_a_registry_stopped_and_restarted_mid_run_costs_no_turn(
     ran = run_turnaudit("verify", "--json", "--log-file", str(log_file), env=env_of(settings))
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr
     assert json.loads(ran.stdout)["counts"]["turns"] == BEFORE + DURING
+
+
+def test_a_hung_registry_is_a_timeout_for_the_publisher_and_the_reader_not_a_hang(
+    kafka_settings: KafkaSettings, own_registry: LocalSchemaRegistry, tmp_path: Path
+) -> None:
+    """A registry that takes connections and never answers (its process stopped with
+    SIGSTOP: the kernel still accepts): each request gives up after REQUEST_TIMEOUT_S."""
+    settings = replace(kafka_settings, schema_registry_url=own_registry.url)
+    TurnEventPublisher(settings, spool_dir=tmp_path / "spool-1").close()  # ids registered
+    ids = subject_ids(own_registry.url, f"{settings.topics.turn_events}-value")
+    message = ConfluentIdSerializer(CATALOG.version(5), ids[5])(turn("s-hung", 0, version=5))
+    pid = own_registry.pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        outcome: list[BaseException | None] = []
+
+        def build() -> None:
+            try:
+                TurnEventPublisher(settings, spool_dir=tmp_path / "spool-2").close()
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        builder = threading.Thread(target=build, daemon=True)
+        builder.start()
+        # A reader that has not met the id: the production client options, its own cache.
+        slept: list[float] = []
+        cold = TurnEventDeserializer(
+            CATALOG,
+            registry=registry_client(own_registry.url, {**READER_OPTIONS, "cache.capacity": 7}),
+            sleep=slept.append,
+        )
+        with pytest.raises(SchemaNotFoundError, match="timed out"):
+            cold(message)
+        assert cold.registry_retries == len(REGISTRY_RETRY_BACKOFF_S) == len(slept)
+        builder.join(240)
+        assert not builder.is_alive(), "the publisher's start hangs on a hung registry"
+        (raised,) = outcome
+        assert isinstance(raised, RegistryUnavailableError)
+        assert "timed out" in str(raised)
+        assert not list((tmp_path / "spool-2").rglob("*.spool"))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Answering again: the same reader resolves the id and reads the turn.
+    assert cold(message).event["event_id"] == "s-hung-0"

@@ -98,13 +98,21 @@ def registry_client(url: str, extra: Mapping[str, str | int] | None = None) -> R
 READER_OPTIONS: Mapping[str, int] = MappingProxyType({"max.retries": 0})
 
 
+# Seconds one request may take. The client sets none by default (httpx without a timeout):
+# a registry that takes the connection and never answers (hung, a full backlog, a stopped
+# process) would hold a publisher's start or a reader's message for good.
+REQUEST_TIMEOUT_S = 5
+
+
 @functools.cache
 def _registry_client(url: str, extra: tuple[tuple[str, str | int], ...]) -> RegistryClient:
     from confluent_kafka.schema_registry import (  # noqa: PLC0415 - lazy, see top
         SchemaRegistryClient,
     )
 
-    return SchemaRegistryClient.new_client({"url": url, **dict(extra)})
+    return SchemaRegistryClient.new_client(
+        {"url": url, "timeout": REQUEST_TIMEOUT_S, **dict(extra)}
+    )
 
 
 def ensure_compatibility(registry: SchemaRegistryClient, subject: str) -> None:
