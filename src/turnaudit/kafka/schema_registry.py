@@ -86,7 +86,9 @@ def _value_context(topic: str) -> SerializationContext:
     return SerializationContext(topic, MessageField.VALUE)
 
 
-def registry_client(url: str, extra: Mapping[str, str | int] | None = None) -> RegistryClient:
+def registry_client(
+    url: str, extra: Mapping[str, str | int | float] | None = None
+) -> RegistryClient:
     """The process's Schema Registry client for ``url`` and options (one per both, so its
     schema caches are shared); ``mock://…`` gives the library's in-process registry."""
     return _registry_client(url, tuple(sorted((extra or {}).items())))
@@ -105,7 +107,7 @@ REQUEST_TIMEOUT_S = 5
 
 
 @functools.cache
-def _registry_client(url: str, extra: tuple[tuple[str, str | int], ...]) -> RegistryClient:
+def _registry_client(url: str, extra: tuple[tuple[str, str | int | float], ...]) -> RegistryClient:
     from confluent_kafka.schema_registry import (  # noqa: PLC0415 - lazy, see top
         SchemaRegistryClient,
     )

@@ -166,3 +166,21 @@ def test_the_registry_options_pass_through() -> None:
     assert registry_options_from_env(env) == {"ssl.ca.location": "/etc/ca.pem"}
     assert auto_register_from_env(env) is False
     assert auto_register_from_env({}) is True
+
+
+def test_numeric_registry_options_reach_the_client_as_numbers() -> None:
+    """The client refuses ``timeout``, ``max.retries`` and ``cache.capacity`` as text."""
+    text = '{"timeout": 2.5, "max.retries": 1, "cache.capacity": 50, "proxy": "http://p:3128"}'
+    options = registry_options_from_env({"TURNAUDIT_SCHEMA_REGISTRY_OPTIONS": text})
+    assert options == {
+        "timeout": 2.5,
+        "max.retries": 1,
+        "cache.capacity": 50,
+        "proxy": "http://p:3128",
+    }
+    client = registry_client("http://127.0.0.1:9/numeric", options)
+    assert client._rest_client.max_retries == 1  # type: ignore[attr-defined]  # the client's own
+    assert client._rest_client.cache_capacity == 50  # type: ignore[attr-defined]
+    # A boolean is text, as before (no client option takes a JSON boolean).
+    flagged = registry_options_from_env({"TURNAUDIT_SCHEMA_REGISTRY_OPTIONS": '{"x": true}'})
+    assert flagged == {"x": "True"}
