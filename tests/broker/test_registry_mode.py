@@ -31,7 +31,8 @@ from tests.support.verify_helpers import fresh_topics
 from turnaudit.consumers.log_sink import log_sink_service, service_logging
 from turnaudit.consumers.metrics import verdict_metrics_service
 from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName
-from turnaudit.errors import RegistryUnavailableError
+from turnaudit.errors import RegistryUnavailableError, SchemaNotFoundError
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.local_registry import LocalSchemaRegistry
@@ -225,6 +226,7 @@ def test_a_schema_the_subject_refuses_stops_the_publisher_in_one_line_naming_the
     assert f"under subject {subject(settings)}" in lines[0]
     assert "incompatible" in lines[0]
     assert "409" in lines[0]  # the registry's own refusal, in its words
+    assert "RuleViolationException: Incompatible artifact" in lines[0]
     # Nothing was published, and nothing waits in a spool to go out unframed later.
     topic = settings.topics.turn_events
     assert sum(end_offsets(settings, topic).values()) == 0
@@ -300,3 +302,24 @@ def test_the_htir_feeder_and_the_continuous_verifier_read_registry_mode_as_proce
         assert figure(feeder_port, "turnaudit_chain_breaks_total") == 0
         assert figure(follow_port, "turnaudit_verify_chain_breaks_total") == 0
         assert figure(follow_port, "turnaudit_verify_undecodable_total") == 0
+
+
+def test_apicurios_ways_content_ids_no_global_level_and_a_final_not_found(
+    registry_run: tuple[KafkaSettings, Path], kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    settings, _ = registry_run
+    url = settings.schema_registry_url or ""
+    # Ids are content ids: the same schemas under another subject have the same ids.
+    other = replace(fresh_topics(kafka_bootstrap), schema_registry_url=url)
+    TurnEventPublisher(other, spool_dir=tmp_path / "spool").close()
+    assert subject_ids(url, subject(other)) == subject_ids(url, subject(settings))
+    # The global default is NONE (Confluent's is BACKWARD): the publisher sets the
+    # subject's own level, so nothing rests on it.
+    assert ccompat(url, "/config")[1]["compatibilityLevel"] == "NONE"
+    # An id the registry does not hold is "not found" at once: no retry, no backoff.
+    unknown = 1 + max(subject_ids(url, subject(settings)).values()) + 10_000
+    decode = decoder_for(settings, schemas_topic=False)
+    value = b"\x00" + unknown.to_bytes(4, "big") + b"\x02"
+    with pytest.raises(SchemaNotFoundError, match=f"schema id {unknown} not found"):
+        decode(value)
+    assert decode.registry_retries == 0
