@@ -35,11 +35,13 @@ from turnaudit.errors import RegistryUnavailableError, SchemaNotFoundError
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
+from turnaudit.kafka.schema_registry import ConfluentSerializer, registry_client
 from turnaudit.local_registry import LocalSchemaRegistry
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.reading import read_turn_events
 from turnaudit.serialization.schemas import schema_from_json, shipped_catalog
+from turnaudit.serialization.wire import Framing, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
 pytestmark = pytest.mark.broker
@@ -323,3 +325,28 @@ def test_apicurios_ways_content_ids_no_global_level_and_a_final_not_found(
     with pytest.raises(SchemaNotFoundError, match=f"schema id {unknown} not found"):
         decode(value)
     assert decode.registry_retries == 0
+
+
+@pytest.mark.parametrize("version", [s.version for s in CATALOG.versions])
+def test_every_version_round_trips_through_the_registry(
+    schema_registry: LocalSchemaRegistry, version: int
+) -> None:
+    registry = registry_client(schema_registry.url)
+    topic = f"round-trip-{version}.turn-events"
+    serialize = ConfluentSerializer(CATALOG.version(version), registry).bind(topic)
+    decode = TurnEventDeserializer(CATALOG, registry=registry)
+    records = list(TurnRuntimeSimulator(5, schema_versions=(version,)).events(20))
+    for n, record in enumerate(records):
+        record["event_id"], record["sequence"] = f"e{n}", n
+        payload = serialize(record)
+        assert payload[0] == 0
+        decoded = decode(payload)
+        assert decoded.framing is Framing.CONFLUENT
+        assert decoded.writer_version == version
+        assert decoded.writer_fingerprint == f"registry:{int.from_bytes(payload[1:5], 'big')}"
+        assert decode.writer_fingerprint(decoded) == CATALOG.version(version).fingerprint
+        assert decoded.event["verdicts"] == record["verdicts"]
+        assert decoded.event["occurred_at"] == record["occurred_at"]
+    assert ccompat(schema_registry.url, f"/config/{topic}-value")[1] == {
+        "compatibilityLevel": "FULL_TRANSITIVE"
+    }
