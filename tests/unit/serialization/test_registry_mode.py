@@ -180,7 +180,7 @@ def test_numeric_registry_options_reach_the_client_as_numbers() -> None:
     }
     client = registry_client("http://127.0.0.1:9/numeric", options)
     assert client._rest_client.max_retries == 1  # type: ignore[attr-defined]  # the client's own
-    assert client._rest_client.cache_capacity == 50  # type: ignore[attr-defined]
+    assert client._rest_client.cache_capacity == 50  # type: ignore[attr-defined]  # likewise
     # A boolean is text, as before (no client option takes a JSON boolean).
     flagged = registry_options_from_env({"TURNAUDIT_SCHEMA_REGISTRY_OPTIONS": '{"x": true}'})
     assert flagged == {"x": "True"}
