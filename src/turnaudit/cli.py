@@ -58,6 +58,7 @@ COMMAND_MODULES = (
     "turnaudit.commands.auditor",
     "turnaudit.commands.verify",
     "turnaudit.commands.keys",
+    "turnaudit.commands.erase",
     "turnaudit.commands.replay",
     "turnaudit.commands.dlq",
     "turnaudit.commands.evaluation",  # eval: turnaudit.evaluation.cli's tools, and rebuild

@@ -154,6 +154,9 @@ def plan_acls(
     topic(runtime, t.dlq, "write")
     topic(runtime, stream_heads, "write")
     topic(runtime, checkpoints, "write")
+    # Sealed surfaces' wrapped data keys: useless without a KEK, so every reader of
+    # turns may read them; who sees surfaces is who holds a KEK (docs/privacy.md).
+    topic(runtime, t.surface_keys, "write")
 
     for service, role in SERVICE_GROUPS.items():
         group(role.value, service_group(prefix, service), prefixed=False)
@@ -162,6 +165,7 @@ def plan_acls(
         topic(role.value, t.turn_events, "read")
         topic(role.value, t.schemas, "read")
         topic(role.value, t.dlq, "write")
+        topic(role.value, t.surface_keys, "read")
         own_groups(role.value)
     topic(Role.HTIR_FEEDER.value, t.htir_traces, "write")
 
@@ -179,6 +183,8 @@ def plan_acls(
     topic(reconciler, stream_heads, "read")
     topic(reconciler, checkpoints, "read")
     topic(reconciler, verify_state, "read", "write")
+    topic(reconciler, t.surface_keys, "read")
+    topic(reconciler, t.erasures, "read")  # written by `turnaudit erase`, as the admin
     own_groups(reconciler)
     group(reconciler, replay_namespace(prefix), prefixed=True)
 
