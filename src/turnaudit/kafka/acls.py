@@ -154,9 +154,7 @@ def plan_acls(
     topic(runtime, t.dlq, "write")
     topic(runtime, stream_heads, "write")
     topic(runtime, checkpoints, "write")
-    # Sealed surfaces' wrapped data keys: useless without a KEK, so every reader of
-    # turns may read them; who sees surfaces is who holds a KEK (docs/privacy.md).
-    topic(runtime, t.surface_keys, "write")
+    rules.extend(_sealing_rules(t))
 
     for service, role in SERVICE_GROUPS.items():
         group(role.value, service_group(prefix, service), prefixed=False)
@@ -165,7 +163,6 @@ def plan_acls(
         topic(role.value, t.turn_events, "read")
         topic(role.value, t.schemas, "read")
         topic(role.value, t.dlq, "write")
-        topic(role.value, t.surface_keys, "read")
         own_groups(role.value)
     topic(Role.HTIR_FEEDER.value, t.htir_traces, "write")
 
@@ -183,8 +180,6 @@ def plan_acls(
     topic(reconciler, stream_heads, "read")
     topic(reconciler, checkpoints, "read")
     topic(reconciler, verify_state, "read", "write")
-    topic(reconciler, t.surface_keys, "read")
-    topic(reconciler, t.erasures, "read")  # written by `turnaudit erase`, as the admin
     own_groups(reconciler)
     group(reconciler, replay_namespace(prefix), prefixed=True)
 
@@ -200,6 +195,20 @@ def plan_acls(
         topic(name, t.schemas, "read")
         own_groups(name)
     return sorted(set(rules))
+
+
+def _sealing_rules(t: TopicNames) -> list[AclRule]:
+    """Sealed surfaces' wrapped data keys: the runtime writes them; useless without a KEK,
+    so every service and the reconciler may read them (who sees surfaces is who holds a
+    KEK: docs/privacy.md). Erasures are written by the admin (`turnaudit erase`)."""
+    readers = (Role.LOG_SINK, Role.VERDICT_METRICS, Role.OTEL_SINK, Role.HTIR_FEEDER)
+    rules = [AclRule(Role.RUNTIME.value, "topic", t.surface_keys, False, "write")]
+    rules += [AclRule(r.value, "topic", t.surface_keys, False, "read") for r in readers]
+    rules += [
+        AclRule(Role.RECONCILER.value, "topic", name, False, "read")
+        for name in (t.surface_keys, t.erasures)
+    ]
+    return rules
 
 
 def subscriber_principal(team: str) -> str:
