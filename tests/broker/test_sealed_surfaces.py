@@ -76,6 +76,7 @@ def run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     kek_file.write_text(
         f'active = "kek-1"\n[keys]\nkek-1 = "{base64.b64encode(os.urandom(32)).decode()}"\n'
     )
+    kek_file.chmod(0o600)
     made = generate_keys(keys, "runtime-1")
     key = load_signing_key(made.private_path, "runtime-1")
     signing_keyring = keys / "keyring.toml"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -138,11 +139,31 @@ class FileKeyring:
 
     @classmethod
     def load(cls, path: Path, setting: str = SURFACE_KEYRING_ENV) -> FileKeyring:
+        """The keyring at ``path``, refused when group or others may read it (it holds
+        secret keys). Errors name the setting and the path, never the file's content."""
+        where = f"{setting}={path}"
         try:
-            text = path.read_text(encoding="utf-8")
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except OSError as exc:
-            raise ConfigurationError(f"{setting}={path}: {exc.strerror or exc}") from None
-        return cls.parse(text, f"{setting}={path}")
+            raise ConfigurationError(f"{where}: {exc.strerror or exc}") from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise ConfigurationError(f"{where}: not a regular file")
+            if mode & 0o077:
+                raise ConfigurationError(
+                    f"{where}: the keyring is readable by group or others (mode "
+                    f"{stat.S_IMODE(mode):04o}): chmod 600 it"
+                )
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = f.read(1 << 20)
+        finally:
+            os.close(fd)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigurationError(f"{where}: not UTF-8 text") from None
+        return cls.parse(text, where)
 
 
 def provider_from_env(env: Mapping[str, str] | None = None) -> FileKeyring | None:

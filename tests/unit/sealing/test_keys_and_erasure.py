@@ -185,6 +185,7 @@ BAD_KEYRINGS = {
     "active missing": (f'active = "x"\n[keys]\nk = "{SECRET}"\n', "active key 'x'"),
     "short key": ('active = "k"\n[keys]\nk = "AAAA"\n', "base64 of 32 bytes"),
     "not base64": ('active = "k"\n[keys]\nk = "!!"\n', "base64 of 32 bytes"),
+    "not utf-8": ("\udcff", "not UTF-8"),
 }
 
 
@@ -192,7 +193,8 @@ BAD_KEYRINGS = {
 def test_a_bad_keyring_is_one_line_naming_the_setting(tmp_path: Path, name: str) -> None:
     text, says = BAD_KEYRINGS[name]
     path = tmp_path / "kek.toml"
-    path.write_text(text)
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    path.chmod(0o600)
     with pytest.raises(ConfigurationError) as raised:
         provider_from_env({"TURNAUDIT_SURFACE_KEYRING": str(path)})
     message = str(raised.value)
@@ -201,7 +203,7 @@ def test_a_bad_keyring_is_one_line_naming_the_setting(tmp_path: Path, name: str)
     assert "TURNAUDIT_SURFACE_KEYRING" in message
 
 
-def test_a_missing_keyring_file_is_one_line_and_an_unset_setting_is_no_sealing(
+def test_a_missing_or_readable_keyring_is_one_line_and_an_unset_setting_is_no_sealing(
     tmp_path: Path,
 ) -> None:
     with pytest.raises(ConfigurationError, match=r"TURNAUDIT_SURFACE_KEYRING=.*missing"):
@@ -210,6 +212,10 @@ def test_a_missing_keyring_file_is_one_line_and_an_unset_setting_is_no_sealing(
     assert provider_from_env({"TURNAUDIT_SURFACE_KEYRING": "  "}) is None
     path = tmp_path / "kek.toml"
     path.write_text(keyring_text({"a": bytes(32), "b": bytes(range(32))}, "b"))
+    path.chmod(0o640)
+    with pytest.raises(ConfigurationError, match=r"readable by group or others \(mode 0640\)"):
+        provider_from_env({"TURNAUDIT_SURFACE_KEYRING": str(path)})
+    path.chmod(0o600)
     loaded = provider_from_env({"TURNAUDIT_SURFACE_KEYRING": str(path)})
     assert loaded is not None
     assert (loaded.active_key_id, loaded.key_ids) == ("b", frozenset({"a", "b"}))
