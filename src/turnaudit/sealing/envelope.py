@@ -184,8 +184,8 @@ def seal_event(event: OutgoingTurnEvent, aead: AESGCM, data_key_id: str) -> None
     ciphertext = aead.encrypt(nonce, _framed(_texts_of(event)), _aad_of(event, data_key_id))
     public = UNKNOWN_DOMAIN_SURFACE
     for name in ("surface", "walk_surface", "articulation_surface"):
-        if event[name] != public:  # type: ignore[literal-required]  # one of the three names
-            event[name] = ""  # type: ignore[literal-required]  # one of the three names
+        if event[name] != public:
+            event[name] = ""
     if event["input_tokens"]:
         event["input_tokens"] = [""] * len(event["input_tokens"])
     steps = event.get("tool_steps")
