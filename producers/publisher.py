@@ -175,7 +175,7 @@ class TurnEventPublisher:
         )
         # v5 turns carry the interval this publisher announces its liveness at.
         self._stamper.liveness_interval_ms = round(self._heads.liveness_interval_s * 1000)
-        self._sealing = PublisherSealing(settings)  # TURNAUDIT_SURFACE_KEYRING (docs/privacy.md)
+        self._sealing = PublisherSealing(settings, registry)  # TURNAUDIT_SURFACE_KEYRING
         # Journal mode: each turn fsynced (group commit) before it is produced.
         self._journal = (
             None

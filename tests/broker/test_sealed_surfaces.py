@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from tests.support.verify_helpers import fresh_topics
 from turnaudit.checkpoints import keyring_entry_toml
@@ -84,8 +85,10 @@ def run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
     settings = fresh_topics(kafka_bootstrap)
     os.environ[SURFACE_KEYRING_ENV] = str(kek_file)
     try:
+        registry = CollectorRegistry()
         publisher = TurnEventPublisher(
             settings,
+            registry=registry,
             spool_dir=tmp_path_factory.mktemp("spool"),
             checkpoints=CheckpointSettings(key, interval_s=0.05, max_turns=40),
         )
@@ -104,6 +107,10 @@ def run(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         dead["surface"] = f"[{CARD} dead-letter]"
         publisher.dead_letter(dead, "planted", "a dead letter with a planted surface")  # type: ignore[arg-type]  # a copy of a turn
         assert publisher.close().ok
+        # One data key per session, every record acknowledged.
+        made = registry.get_sample_value("turnaudit_surface_data_keys_total")
+        assert made == len(sessions)
+        assert registry.get_sample_value("turnaudit_surface_data_keys_lost_total") == 0
         yield SealedRun(settings, kek_file, signing_keyring, published, sessions)
     finally:
         for k, v in saved.items():

@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 
 import structlog
+from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.errors import BrokerError
 from turnaudit.events import OutgoingTurnEvent
@@ -26,23 +27,34 @@ from turnaudit.sealing.keys import SurfaceKeyProvider, provider_from_env
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.sealing")
+# The publisher's sealing, on its registry (docs/privacy.md).
+DATA_KEYS_TOTAL = "turnaudit_surface_data_keys_total"
+DATA_KEYS_LOST_TOTAL = "turnaudit_surface_data_keys_lost_total"
 
 
 class KeyTopicStore:
     """Writes data key records to ``<prefix>surface-keys`` (idempotent, acks=all,
     retried until delivered; ``close`` waits for them)."""
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, registry: CollectorRegistry | None = None) -> None:
         self.topic = settings.topics.surface_keys
         self._producer = KafkaProducer.reliable(settings, on_delivery=self._report).open()
-        self.failed = 0
+        self.made = Counter(
+            DATA_KEYS_TOTAL, "Surface data keys made (one per session seen).", registry=registry
+        )
+        self.failed = Counter(
+            DATA_KEYS_LOST_TOTAL,
+            "Surface data key records the broker refused: their turns cannot be opened.",
+            registry=registry,
+        )
 
     def __call__(self, record: DataKeyRecord) -> None:
         self._producer.produce(self.topic, record.encode(), record.data_key_id.encode())
+        self.made.inc()
 
     def _report(self, err: DeliveryError | None, msg: DeliveredMessage) -> None:
         if err is not None:  # the turns sealed with this key cannot be opened
-            self.failed += 1
+            self.failed.inc()
             log.error("surface_key_not_stored", error=err.str(), key=str(msg.key()))
 
     def close(self, timeout: float) -> int:
@@ -54,10 +66,10 @@ class PublisherSealing:
     """What the publisher seals with: ``active`` when ``TURNAUDIT_SURFACE_KEYRING`` is
     set (``seal`` then seals a stamped turn in place), inert otherwise."""
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, registry: CollectorRegistry | None) -> None:
         provider = provider_from_env()
         self.active = provider is not None
-        self.store = None if provider is None else KeyTopicStore(settings)
+        self.store = None if provider is None else KeyTopicStore(settings, registry)
         self.keys = (
             None
             if provider is None or self.store is None
