@@ -8,9 +8,11 @@ form moved to another turn, a wrapped data key moved to another session.
 from __future__ import annotations
 
 import copy
+import io
 import json
 from typing import Any, cast
 
+import fastavro
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +32,7 @@ from turnaudit.reading import DecodedTurnEvent
 from turnaudit.sealing import Opened, Sealed, placeholder
 from turnaudit.sealing.envelope import surfaces_of
 from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 from turnaudit.verdicts import UNKNOWN_DOMAIN_SURFACE
 
 DECODE = TurnEventDeserializer(shipped_catalog())
@@ -195,3 +197,18 @@ def test_a_wrapped_data_key_moved_to_another_session_does_not_unwrap(
 
 def _json(text: str) -> str:
     return json.dumps(text)
+
+
+@settings(max_examples=40)
+@given(wire_text, st.lists(st.tuples(wire_text, wire_text), max_size=3).map(tuple))
+def test_the_native_encoder_writes_a_sealed_turn_as_fastavro_does(
+    surface: str, tools: tuple[tuple[str, str], ...]
+) -> None:
+    schema = shipped_catalog().version(5)
+    serializer = SingleObjectSerializer(schema)
+    sealed = sealed_copy(sealer(keyring("k"), KeyTopic()), v5_turn(surface=surface, tools=tools))
+    written = serializer(dict(sealed))
+    reference = io.BytesIO()
+    fastavro.schemaless_writer(reference, schema.parsed, dict(sealed))
+    assert serializer.stats().fastavro_records == 0  # the crate wrote it, driven by the schema
+    assert written[10:] == reference.getvalue()
