@@ -1,0 +1,413 @@
+"""Every block in README.md and docs/ that a user would paste runs in the suite or says why
+not (docs/development.md, "Command blocks"): the line right before its fence is
+``<!-- runs-in: tests/FILE.py::test_name -->`` or ``<!-- illustrative: the reason -->``.
+
+A ``runs-in`` must name test functions that exist, and their source must mention every
+``turnaudit`` subcommand (as the CLI's own parser reads the line) and every ``make`` target
+the block runs, so a block cannot name an unrelated test. Blocks whose info string is
+``text`` (diagrams, layouts, output and byte samples) are not pasted and carry no marker.
+The documents are read with markdown-it-py (CommonMark), so a fence is found exactly where
+a Markdown renderer finds it: in a list, behind a longer fence, with ``~~~``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from tests.support import PROJECT_ROOT
+from turnaudit.cli import build_parser
+
+DOCS = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").rglob("*.md"))]
+# The one info string of blocks nobody pastes: diagrams, layouts, output and byte samples.
+NOT_PASTED = "text"
+# Blocks read as shell commands (an untyped block is one unless it is marked `text`).
+SHELL_INFOS = frozenset({"", "sh", "bash", "console", "shell"})
+RUNS_IN = re.compile(r"<!-- runs-in: (?P<tests>.*?) -->")
+ILLUSTRATIVE = re.compile(r"<!-- illustrative:(?P<reason>.*?)-->")
+# pytest's own node id: FILE::test_name, or FILE::TestClass::test_name for a method.
+TEST_ID = re.compile(r"(?P<file>tests/[\w/]+\.py)::(?:(?P<cls>Test\w*)::)?(?P<name>test\w*)")
+# A reason says what runs instead or why nothing can: a few words, not a shrug.
+MIN_REASON_WORDS = 4
+# A command word: at a line's start or after a shell operator, under any folder
+# (`.venv/bin/turnaudit`), never a part of a longer word (`turnaudit.reading`).
+COMMAND_START = r"(?:^|(?<=[\s;&|(]))"
+TURNAUDIT_LINE = re.compile(COMMAND_START + r"(?:[\w./-]*/)?turnaudit[ \t]+(?P<rest>.*)")
+MAKE_LINE = re.compile(COMMAND_START + r"make[ \t]+(?P<rest>.*)")
+MAKE_TARGET = re.compile(r"[\w.][\w./-]*")
+MAKEFILE_RULE = re.compile(r"^(?P<targets>[\w.][\w./ -]*?)\s*:(?!=)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Block:
+    """One code block of a document, as a renderer finds it."""
+
+    where: str  # `doc:line` of its opening fence, for the messages
+    info: str  # the info string's first word ("" for an untyped or indented block)
+    body: str
+    marker: str  # the line right before the fence, stripped
+
+
+@dataclass(frozen=True)
+class Commands:
+    """What a shell block runs: turnaudit subcommand paths and make targets."""
+
+    turnaudit: tuple[tuple[str, ...], ...]
+    unknown: tuple[str, ...]  # `turnaudit WORD` where WORD is no subcommand
+    make: tuple[str, ...]
+
+
+def blocks(markdown: str, doc: str) -> Iterator[Block]:
+    lines = markdown.splitlines()
+    for token in MarkdownIt("commonmark").parse(markdown):
+        if token.type in ("fence", "code_block") and token.map is not None:
+            start = token.map[0]
+            info = token.info.split()[0] if token.info.strip() else ""
+            before = lines[start - 1].strip().lstrip(">").strip() if start > 0 else ""
+            yield Block(f"{doc}:{start + 1}", info, token.content, before)
+
+
+@cache
+def subcommand_paths() -> frozenset[tuple[str, ...]]:
+    """Every path of subcommands the CLI's parser accepts: ("dlq",), ("dlq", "redrive"), ..."""
+    paths: set[tuple[str, ...]] = set()
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        for action in parser._actions:  # argparse keeps its subparsers nowhere public
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    paths.add((*path, name))
+                    walk(child, (*path, name))
+
+    walk(build_parser(), ())
+    return frozenset(paths)
+
+
+def make_targets(makefile: str) -> frozenset[str]:
+    return frozenset(
+        target for rule in MAKEFILE_RULE.finditer(makefile) for target in rule["targets"].split()
+    )
+
+
+def shell_commands(body: str) -> list[str]:
+    """The block's simple commands: continuations joined, `#` comments cut, each line cut
+    at the shell's operators (`&&`, `||`, `;`, `|`, `&`, subshells)."""
+    joined = re.sub(r"\\\n", " ", body)
+    lines = [re.sub(r"(?:^|\s)#.*", "", line) for line in joined.splitlines()]
+    return [part for line in lines for part in re.split(r"[;&|()]", line) if part.strip()]
+
+
+def commands(body: str) -> Commands:
+    known = subcommand_paths()
+    paths: list[tuple[str, ...]] = []
+    unknown: list[str] = []
+    targets: list[str] = []
+    for command in shell_commands(body):
+        found = TURNAUDIT_LINE.search(command)
+        if found is not None:
+            words = found["rest"].split()
+            path: tuple[str, ...] = ()
+            for word in words:
+                if (*path, word) not in known:
+                    break
+                path = (*path, word)
+            if path:
+                paths.append(path)
+            elif words and not words[0].startswith("-"):
+                unknown.append(words[0])
+        found = MAKE_LINE.search(command)
+        if found is not None:
+            targets += [
+                word
+                for word in found["rest"].split()
+                if not word.startswith("-") and "=" not in word and MAKE_TARGET.fullmatch(word)
+            ]
+    return Commands(tuple(paths), tuple(unknown), tuple(targets))
+
+
+def named_test_source(root: Path, test_id: str) -> str | None:
+    """The source of the test function a pytest id names, decorators included; None when
+    the file, the class or the function is not there."""
+    named = TEST_ID.fullmatch(test_id)
+    if named is None:
+        return None
+    path = root / named["file"]
+    if not path.is_file():
+        return None
+    text = path.read_text()
+    scope: list[ast.stmt] = ast.parse(text).body
+    if named["cls"] is not None:
+        classes = [n for n in scope if isinstance(n, ast.ClassDef) and n.name == named["cls"]]
+        if not classes:
+            return None
+        scope = classes[0].body
+    for node in scope:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == named["name"]:
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            return "\n".join(text.splitlines()[first - 1 : node.end_lineno])
+    return None
+
+
+def mentions(source: str, word: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", source) is not None
+
+
+def runs_in_problems(block: Block, tests: str, root: Path, makefile: str) -> list[str]:
+    named = tests.split()
+    if not named:
+        return [f"{block.where}: runs-in names no test"]
+    problems: list[str] = []
+    sources: list[str] = []
+    for test_id in named:
+        source = named_test_source(root, test_id)
+        if source is None:
+            problems.append(
+                f"{block.where}: runs-in names {test_id}, which is no test function "
+                "(tests/FILE.py::test_name or FILE::TestClass::test_name, as pytest names it)"
+            )
+        else:
+            sources.append(source)
+    if problems or block.info not in SHELL_INFOS:
+        return problems
+    source = "\n".join(sources)
+    run = commands(block.body)
+    problems += [
+        f"{block.where}: `turnaudit {word}` is no turnaudit subcommand" for word in run.unknown
+    ]
+    for path in run.turnaudit:
+        missing = [word for word in path if not mentions(source, word)]
+        if missing:
+            problems.append(
+                f"{block.where}: the block runs `turnaudit {' '.join(path)}` and {tests} "
+                f"never mentions {', '.join(missing)}"
+            )
+    targets = make_targets(makefile)
+    for target in run.make:
+        if target not in targets:
+            problems.append(f"{block.where}: `make {target}` is no target of the Makefile")
+        elif not (mentions(source, "make") and mentions(source, target)):
+            problems.append(
+                f"{block.where}: the block runs `make {target}` and {tests} never mentions it"
+            )
+    return problems
+
+
+def block_problems(block: Block, root: Path, makefile: str) -> list[str]:
+    if block.info == NOT_PASTED:
+        return []
+    runs_in = RUNS_IN.fullmatch(block.marker)
+    if runs_in is not None:
+        return runs_in_problems(block, runs_in["tests"], root, makefile)
+    illustrative = ILLUSTRATIVE.fullmatch(block.marker)
+    if illustrative is not None:
+        if len(illustrative["reason"].split()) < MIN_REASON_WORDS:
+            return [
+                f"{block.where}: illustrative needs a reason of {MIN_REASON_WORDS} words or "
+                "more (why it is not run, what runs instead)"
+            ]
+        return []
+    kind = f"```{block.info}" if block.info else "an untyped"
+    return [
+        f"{block.where}: {kind} block carries no marker on the line right before it "
+        "(<!-- runs-in: tests/FILE.py::test_name --> or <!-- illustrative: why -->; "
+        "```text for what is not pasted)"
+    ]
+
+
+def document_problems(markdown: str, doc: str, root: Path, makefile: str) -> list[str]:
+    found = list(blocks(markdown, doc))
+    problems = [p for block in found for p in block_problems(block, root, makefile)]
+    # A marker must stand right before a block: one left behind by a moved or deleted
+    # block would vouch for nothing.
+    fences = {block.where for block in found}
+    for number, line in enumerate(markdown.splitlines(), start=1):
+        if (RUNS_IN.search(line) or ILLUSTRATIVE.search(line)) and (
+            f"{doc}:{number + 1}" not in fences
+        ):
+            problems.append(f"{doc}:{number}: a marker with no block right after it")
+    return problems
+
+
+MAKEFILE = (PROJECT_ROOT / "Makefile").read_text()
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(PROJECT_ROOT)))
+def test_every_block_a_user_would_paste_runs_in_a_test_or_says_why_not(doc: Path) -> None:
+    name = str(doc.relative_to(PROJECT_ROOT))
+    assert document_problems(doc.read_text(), name, PROJECT_ROOT, MAKEFILE) == []
+
+
+def test_the_documents_hold_blocks_of_both_kinds_and_the_checker_reads_them_all() -> None:
+    found = [b for doc in DOCS for b in blocks(doc.read_text(), doc.name)]
+    markers = [b.marker.split(":")[0] for b in found if b.info != NOT_PASTED]
+    assert "<!-- runs-in" in markers
+    assert "<!-- illustrative" in markers
+    # Every fence a renderer sees, and nothing else, is a block here.
+    fences = sum(
+        len(re.findall(r"^ {0,3}(?:```|~~~)", doc.read_text(), re.MULTILINE)) for doc in DOCS
+    )
+    assert fences == 2 * len(found)
+
+
+def test_every_marked_block_without_its_marker_is_found() -> None:
+    """Mutation over the real documents: cut any one marker and that block is reported."""
+    cut = 0
+    for doc in DOCS:
+        markdown = doc.read_text()
+        lines = markdown.splitlines(keepends=True)
+        for block in blocks(markdown, "doc"):
+            if block.info == NOT_PASTED:
+                continue
+            fence = int(block.where.split(":")[1])
+            mutated = "".join([*lines[: fence - 2], "\n", *lines[fence - 1 :]])
+            problems = document_problems(mutated, "doc", PROJECT_ROOT, MAKEFILE)
+            assert any(p.startswith(f"{block.where}: ") for p in problems), block.where
+            cut += 1
+    assert cut > 0
+
+
+# The checker on small documents of its own: a root with one test file and a Makefile.
+SYNTHETIC_TESTS = """
+def test_counts_the_letters():
+    run_turnaudit("dlq", "count", "--json")
+    subprocess.run(["make", "lint"])
+
+
+class TestReplay:
+    def test_replays_a_day(self):
+        run_turnaudit("replay", "--into", "jsonl:day.jsonl")
+
+
+def helper_not_a_test():
+    run_turnaudit("verify")
+"""
+SYNTHETIC_MAKEFILE = ".PHONY: lint bench\nlint: setup\n\truff check\nbench:\n\ttrue\n"
+COUNTS = "<!-- runs-in: tests/unit/test_cli.py::test_counts_the_letters -->"
+REPLAYS = "<!-- runs-in: tests/unit/test_cli.py::TestReplay::test_replays_a_day -->"
+WHY = "<!-- illustrative: needs a production cluster; test_dlq.py runs it on a local one -->"
+
+
+@pytest.fixture
+def synthetic_root(tmp_path: Path) -> Path:
+    (tmp_path / "tests/unit").mkdir(parents=True)
+    (tmp_path / "tests/unit/test_cli.py").write_text(SYNTHETIC_TESTS)
+    return tmp_path
+
+
+# (the document, a fragment of each problem the checker must report, in order)
+CHECKER_TABLE: dict[str, tuple[str, list[str]]] = {
+    "sh block without a marker": (
+        "Count them:\n\n```sh\nturnaudit dlq count\n```\n",
+        ["doc:3: ```sh block carries no marker"],
+    ),
+    "untyped block without a marker": (
+        "```\nturnaudit dlq count\n```\n",
+        ["doc:1: an untyped block carries no marker"],
+    ),
+    "python, toml and yaml blocks without a marker": (
+        "```python\nprint(1)\n```\n\n```toml\na = 1\n```\n\n```yaml\na: 1\n```\n",
+        ["doc:1: ```python block", "doc:5: ```toml block", "doc:9: ```yaml block"],
+    ),
+    "a text block needs no marker": ("```text\nturnaudit frobnicate\nmake nosuch\n```\n", []),
+    "tilde fence without a marker": ("~~~bash\nmake lint\n~~~\n", ["doc:1: ```bash block"]),
+    "fence in a list item without a marker": (
+        "1. Run:\n\n   ```sh\n   turnaudit dlq count\n   ```\n",
+        ["doc:3: ```sh block carries no marker"],
+    ),
+    "indented code block without a marker": (
+        "Run:\n\n    turnaudit dlq count\n",
+        ["doc:3: an untyped block carries no marker"],
+    ),
+    "marker a blank line away from its block": (
+        f"{COUNTS}\n\n```sh\nturnaudit dlq count\n```\n",
+        ["doc:3: ```sh block carries no marker", "doc:1: a marker with no block right after"],
+    ),
+    "runs-in naming a file that is not there": (
+        "<!-- runs-in: tests/unit/test_gone.py::test_counts_the_letters -->\n"
+        "```sh\nturnaudit dlq count\n```\n",
+        ["doc:2: runs-in names tests/unit/test_gone.py::test_counts_the_letters, which is no"],
+    ),
+    "runs-in naming a function that is not in the file": (
+        "<!-- runs-in: tests/unit/test_cli.py::test_gone -->\n```sh\nturnaudit dlq count\n```\n",
+        ["doc:2: runs-in names tests/unit/test_cli.py::test_gone, which is no test function"],
+    ),
+    "runs-in naming a helper, not a test": (
+        "<!-- runs-in: tests/unit/test_cli.py::helper_not_a_test -->\n"
+        "```sh\nturnaudit verify\n```\n",
+        ["doc:2: runs-in names tests/unit/test_cli.py::helper_not_a_test, which is no"],
+    ),
+    "runs-in naming a method without its class": (
+        "<!-- runs-in: tests/unit/test_cli.py::test_replays_a_day -->\n"
+        "```sh\nturnaudit replay\n```\n",
+        ["doc:2: runs-in names tests/unit/test_cli.py::test_replays_a_day, which is no"],
+    ),
+    "runs-in naming no test at all": (
+        "<!-- runs-in:  -->\n```sh\nturnaudit dlq count\n```\n",
+        ["doc:2: runs-in names no test"],
+    ),
+    "runs-in whose test runs another subcommand": (
+        f"{COUNTS}\n```sh\nturnaudit replay --to 2026-11-08 --into verify:week.json\n```\n",
+        ["doc:2: the block runs `turnaudit replay` and tests/unit/test_cli.py::"],
+    ),
+    "runs-in whose test runs one of two commands on a line": (
+        f"{COUNTS}\n```sh\nturnaudit dlq count && turnaudit replay | head\n```\n",
+        ["doc:2: the block runs `turnaudit replay` and tests/unit/test_cli.py::"],
+    ),
+    "runs-in whose test runs the group but not the subcommand": (
+        f"{COUNTS}\n```sh\nturnaudit dlq count\nturnaudit dlq redrive --dry-run\n```\n",
+        ["the block runs `turnaudit dlq redrive` and tests/unit/test_cli.py::test_counts_the_"],
+    ),
+    "runs-in whose test runs another make target": (
+        f"{COUNTS}\n```sh\nmake lint\nmake bench\n```\n",
+        ["doc:2: the block runs `make bench` and tests/unit/test_cli.py::test_counts_the_letters"],
+    ),
+    "runs-in over a make target the Makefile lacks": (
+        f"{COUNTS}\n```sh\nmake lint && make nosuch\n```\n",
+        ["doc:2: `make nosuch` is no target of the Makefile"],
+    ),
+    "runs-in over a turnaudit word that is no subcommand": (
+        f"{COUNTS}\n```sh\nturnaudit dlq count\nturnaudit frobnicate --now\n```\n",
+        ["doc:2: `turnaudit frobnicate` is no turnaudit subcommand"],
+    ),
+    "illustrative with no reason to speak of": (
+        "<!-- illustrative: not run -->\n```sh\nturnaudit dlq count\n```\n",
+        ["doc:2: illustrative needs a reason of 4 words or more"],
+    ),
+    "runs-in whose test runs every command of the block": (
+        f"{COUNTS}\n```sh\n.venv/bin/turnaudit dlq count \\\n  --json  # or: turnaudit replay\n"
+        "make -j2 lint TURNAUDIT_X=1\n```\n",
+        [],
+    ),
+    "runs-in naming a method with its class": (
+        f"{REPLAYS}\n```console\nturnaudit replay --into jsonl:day.jsonl\n```\n",
+        [],
+    ),
+    "runs-in naming two tests that together run the block": (
+        f"<!-- runs-in: {COUNTS[14:-4]} {REPLAYS[14:-4]} -->\n"
+        "```sh\nturnaudit dlq count\nturnaudit replay\n```\n",
+        [],
+    ),
+    "runs-in over a python block checks the test only": (
+        f"{COUNTS}\n```python\nimport subprocess\nsubprocess.run(['turnaudit', 'verify'])\n```\n",
+        [],
+    ),
+    "illustrative with a reason": (f"{WHY}\n```sh\nturnaudit dlq redrive\n```\n", []),
+    "a marker in a block quote": (f"> {WHY}\n> ```sh\n> turnaudit dlq redrive\n> ```\n", []),
+}
+
+
+@pytest.mark.parametrize("case", CHECKER_TABLE)
+def test_the_checker_reports_exactly_the_wrong_blocks(case: str, synthetic_root: Path) -> None:
+    markdown, expected = CHECKER_TABLE[case]
+    problems = document_problems(markdown, "doc", synthetic_root, SYNTHETIC_MAKEFILE)
+    assert len(problems) == len(expected), problems
+    for problem, fragment in zip(problems, expected, strict=True):
+        assert fragment in problem
