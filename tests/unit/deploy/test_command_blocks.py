@@ -228,8 +228,10 @@ def document_problems(markdown: str, doc: str, root: Path, makefile: str) -> lis
     # A marker must stand right before a block: one left behind by a moved or deleted
     # block would vouch for nothing.
     fences = {block.where for block in found}
+    # (A marker is a line of its own: one quoted in prose, as docs/development.md does, is none.)
     for number, line in enumerate(markdown.splitlines(), start=1):
-        if (RUNS_IN.search(line) or ILLUSTRATIVE.search(line)) and (
+        marker = line.strip().lstrip(">").strip()
+        if (RUNS_IN.fullmatch(marker) or ILLUSTRATIVE.fullmatch(marker)) and (
             f"{doc}:{number + 1}" not in fences
         ):
             problems.append(f"{doc}:{number}: a marker with no block right after it")
@@ -329,6 +331,10 @@ CHECKER_TABLE: dict[str, tuple[str, list[str]]] = {
     "marker a blank line away from its block": (
         f"{COUNTS}\n\n```sh\nturnaudit dlq count\n```\n",
         ["doc:3: ```sh block carries no marker", "doc:1: a marker with no block right after"],
+    ),
+    "a marker quoted in prose is none": (
+        f"Mark it `{WHY}` as docs say.\n\nThen: `{COUNTS}`\n```sh\nturnaudit dlq count\n```\n",
+        ["doc:4: ```sh block carries no marker"],
     ),
     "runs-in naming a file that is not there": (
         "<!-- runs-in: tests/unit/test_gone.py::test_counts_the_letters -->\n"
