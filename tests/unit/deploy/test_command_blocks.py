@@ -274,9 +274,9 @@ def test_the_documents_hold_blocks_of_both_kinds_and_the_checker_reads_them_all(
     assert "<!-- runs-in" in markers
     assert "<!-- illustrative" in markers
     # Every fence a renderer sees, and nothing else, is a block here.
-    fences = sum(
-        len(re.findall(r"^ {0,3}(?:```|~~~)", doc.read_text(), re.MULTILINE)) for doc in DOCS
-    )
+    # (A backtick run followed by another backtick on its line is inline code, no fence.)
+    fence_line = re.compile(r"^ {0,3}(?:`{3,}[^`\n]*$|~{3,})", re.MULTILINE)
+    fences = sum(len(fence_line.findall(doc.read_text())) for doc in DOCS)
     assert fences == 2 * len(found)
 
 
