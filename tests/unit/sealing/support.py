@@ -14,7 +14,14 @@ from turnaudit.events import OutgoingTurnEvent, TurnEvent
 from turnaudit.sealing import DataKeyRecord, FileKeyring, KeyDirectory, SessionKeys
 
 # Any Unicode: lone surrogates too (sealing is total; only Avro cannot carry them).
-any_text = st.text(max_size=300) | st.text(min_size=1000, max_size=5000)
+# Long texts (1 to 10 thousand characters) are drawn as a short text repeated: any length
+# without drawing every character.
+long_text = st.builds(
+    lambda unit, size: (unit * size)[:size],
+    st.text(min_size=1, max_size=40),
+    st.integers(1000, 10_000),
+)
+any_text = st.text(max_size=200) | long_text
 # What a v5 turn can carry through Avro (no lone surrogates).
 wire_text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=300)
 ids = st.text(max_size=40)
