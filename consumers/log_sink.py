@@ -44,7 +44,7 @@ from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceSetting
 from turnaudit.events import EPOCH, occurred_millis, occurred_moment
 from turnaudit.files import open_private, private_dir
 from turnaudit.redaction import SURFACE_FIELDS, TOKEN_SEPARATOR, Redaction, SurfacePolicy
-from turnaudit.sealing import KeyDirectory
+from turnaudit.sealing import KeyDirectory, provider_from_env
 from turnaudit.sealing.key_topic import reader_directory
 from turnaudit.telemetry import LOG_LINES_TOTAL, TURN_LOG_EVENT
 
@@ -391,8 +391,8 @@ def log_sink_service(
     settings: ServiceSettings, *, registry: CollectorRegistry, **options: Any
 ) -> ConsumerService:
     """The log sink on the turn-events topic."""
-    kafka = settings.kafka
-    sink = LogSink(settings.log, registry, keys=lambda: reader_directory(kafka))
+    kafka, provider = settings.kafka, provider_from_env()  # a bad keyring: one line, at start
+    sink = LogSink(settings.log, registry, keys=lambda: reader_directory(kafka, provider))
     return ConsumerService(settings, sink, registry=registry, **options)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
@@ -115,10 +116,14 @@ class _KeyTopicFeed:
         self._next = end
 
 
-def reader_directory(settings: KafkaSettings) -> KeyDirectory:
-    """A reader's directory from the environment: with ``TURNAUDIT_SURFACE_KEYRING`` the
-    key topic is read; without, nothing is (every sealed turn shows placeholders)."""
-    provider = provider_from_env()
+def reader_directory(
+    settings: KafkaSettings, provider: SurfaceKeyProvider | Literal["env"] | None = "env"
+) -> KeyDirectory:
+    """A reader's directory: with a provider (default: the keyring
+    ``TURNAUDIT_SURFACE_KEYRING`` names) the key topic is read; without, nothing is
+    (every sealed turn shows placeholders)."""
+    if provider == "env":
+        provider = provider_from_env()
     return KeyDirectory(None) if provider is None else load_directory(settings, provider)
 
 

@@ -4,6 +4,7 @@ wrote (then today's policy applies), without it the placeholder, and under the d
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,13 +16,20 @@ from structlog.testing import capture_logs
 from tests.support.events import encode
 from tests.support.sinks import deliver
 from tests.unit.sealing.support import KeyTopic, keyring, sealed_copy, sealer, v5_turn, wire_text
-from turnaudit.consumers.log_sink import LogSink
+from turnaudit.consumers.log_sink import LogSink, log_sink_service
 from turnaudit.consumers.runtime import ConsumedTurn
-from turnaudit.consumers.runtime.settings import LogSinkSettings, SurfaceRedaction
+from turnaudit.consumers.runtime.settings import (
+    LogSinkSettings,
+    ServiceName,
+    ServiceSettings,
+    SurfaceRedaction,
+)
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
-from turnaudit.sealing import FileKeyring, KeyDirectory, placeholder
+from turnaudit.errors import ConfigurationError
+from turnaudit.sealing import SURFACE_KEYRING_ENV, FileKeyring, KeyDirectory, placeholder
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.settings import KafkaSettings
 
 DECODE = TurnEventDeserializer(shipped_catalog())
 
@@ -75,3 +83,17 @@ def test_the_key_topic_is_read_once_and_only_when_the_policy_writes_surfaces(
     logs, asked = lines(policy, topic, provider, turns)
     assert len(logs) == 3
     assert asked == (0 if policy is SurfaceRedaction.DROP else 1)
+
+
+def test_a_bad_keyring_stops_the_log_sink_at_start_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keyring_file = tmp_path / "kek.toml"
+    keyring_file.write_text('active = "k"\n')
+    keyring_file.chmod(0o600)
+    monkeypatch.setenv(SURFACE_KEYRING_ENV, str(keyring_file))
+    settings = ServiceSettings(ServiceName.LOG_SINK, KafkaSettings(), "g")
+    with pytest.raises(ConfigurationError) as raised:
+        log_sink_service(settings, registry=CollectorRegistry())
+    assert "\n" not in str(raised.value)
+    assert f"{SURFACE_KEYRING_ENV}={keyring_file}" in str(raised.value)
