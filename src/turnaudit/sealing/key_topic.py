@@ -59,8 +59,12 @@ class KeyTopicStore:
             log.error("surface_key_not_stored", error=err.str(), key=str(msg.key()))
 
     def close(self, timeout: float) -> int:
-        """Flush; the records still undelivered."""
-        return self._producer.flush(timeout)
+        """Flush; the records still undelivered (logged: their turns cannot be opened)."""
+        left = self._producer.flush(timeout)
+        if left:
+            self.failed.inc(left)
+            log.error("surface_keys_undelivered", records=left, topic=self.topic)
+        return left
 
 
 class PublisherSealing:
