@@ -3,9 +3,10 @@
 What is sealed: ``surface``, ``walk_surface``, ``articulation_surface``, every input
 token, and every tool step's ``arguments`` and ``result``, in that order, as one blob:
 the texts in UTF-8 joined by a 0xFF byte, which UTF-8 never holds (the order binds each
-text to its field name; the turn's counts of tokens and steps, to how many there are). The associated
-data binds the blob to its turn: the event id, session, producer id, sequence and data
-key id, so a sealed field copied into another turn (or position) does not open there.
+text to its field name; the turn's counts of tokens and steps, to how many there are).
+The associated data binds the blob to its turn: the event id, session, producer id,
+sequence and data key id, so a sealed field copied into another turn (or position) does
+not open there.
 
 In the turn as written, each sealed text is empty, except the runtime's fixed stub text
 (``UNKNOWN_DOMAIN_SURFACE``, no one's words), left in the clear so that every reader
