@@ -198,17 +198,15 @@ def plan_acls(
 
 
 def _sealing_rules(t: TopicNames) -> list[AclRule]:
-    """Sealed surfaces' wrapped data keys: the runtime writes them; useless without a KEK,
-    so every service and the reconciler may read them (who sees surfaces is who holds a
-    KEK: docs/privacy.md). Erasures are written by the admin (`turnaudit erase`)."""
-    readers = (Role.LOG_SINK, Role.VERDICT_METRICS, Role.OTEL_SINK, Role.HTIR_FEEDER)
-    rules = [AclRule(Role.RUNTIME.value, "topic", t.surface_keys, False, "write")]
-    rules += [AclRule(r.value, "topic", t.surface_keys, False, "read") for r in readers]
-    rules += [
-        AclRule(Role.RECONCILER.value, "topic", name, False, "read")
-        for name in (t.surface_keys, t.erasures)
+    """Sealed surfaces' wrapped data keys: the runtime writes them and the log sink, the one
+    service that writes surfaces, reads them (useless without a KEK: who sees surfaces is
+    who holds one, docs/privacy.md). Erasures are written by the admin (`turnaudit erase`)
+    and read by the reconciler."""
+    return [
+        AclRule(Role.RUNTIME.value, "topic", t.surface_keys, False, "write"),
+        AclRule(Role.LOG_SINK.value, "topic", t.surface_keys, False, "read"),
+        AclRule(Role.RECONCILER.value, "topic", t.erasures, False, "read"),
     ]
-    return rules
 
 
 def subscriber_principal(team: str) -> str:
