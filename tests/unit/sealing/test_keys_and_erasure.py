@@ -30,6 +30,7 @@ from turnaudit.sealing import (
     KeyDirectory,
     Opened,
     Sealed,
+    SessionKeys,
     WrappedKey,
     placeholder,
     provider_from_env,
@@ -83,8 +84,8 @@ def test_one_data_key_per_session_is_made_and_stored_before_its_turns() -> None:
 def test_an_evicted_session_gets_a_new_data_key_and_both_open() -> None:
     topic = KeyTopic()
     provider = keyring("kek-1")
-    keys = sealer(provider, topic)
-    keys._max = 1  # one cached session: every switch evicts
+    # One cached session: every switch of session evicts the other's key.
+    keys = SessionKeys(provider, topic.store, clock_ms=lambda: 0, max_sessions=1)
     turns = [sealed_copy(keys, v5_turn(s, n, surface=f"{s}{n}")) for n in range(2) for s in "ab"]
     assert keys.made == 4
     directory = topic.directory(provider)
