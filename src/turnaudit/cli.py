@@ -59,6 +59,7 @@ COMMAND_MODULES = (
     "turnaudit.commands.verify",
     "turnaudit.commands.keys",
     "turnaudit.commands.erase",
+    "turnaudit.commands.surface_keys",
     "turnaudit.commands.replay",
     "turnaudit.commands.dlq",
     "turnaudit.commands.evaluation",  # eval: turnaudit.evaluation.cli's tools, and rebuild

@@ -198,3 +198,36 @@ def test_erasing_one_session_leaves_exactly_the_others_readable_and_verify_prove
     assert code == 0
     assert {s["status"] for s in report["trust"]["streams"]} == {"signed"}
     assert {s["session_id"] for s in report["trust"]["streams"]} == set(run.sessions)
+
+
+def test_rotating_the_kek_and_rewrapping_lets_the_old_kek_go_and_keeps_the_erasure(
+    run: SealedRun, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    os.environ["KAFKA_BOOTSTRAP_SERVERS"] = run.settings.bootstrap_servers or ""
+    os.environ["TURNAUDIT_TOPIC_PREFIX"] = run.settings.topics.prefix
+    old = run.kek_file.read_text().split("kek-1 = ", 1)[1].strip()
+    new = base64.b64encode(os.urandom(32)).decode()
+    rotated = tmp_path / "rotated.toml"
+    rotated.write_text(f'active = "kek-2"\n[keys]\nkek-1 = {old}\nkek-2 = "{new}"\n')
+    rotated.chmod(0o600)
+    os.environ[SURFACE_KEYRING_ENV] = str(rotated)
+    capsys.readouterr()
+    assert main(["surface-keys", "rewrap"]) == 0
+    said = capsys.readouterr().out
+    # Every session's key but the erased one's, wrapped again by kek-2.
+    assert said.startswith(f"{len(run.sessions) - 1} data key(s) wrapped again by kek-2; 0 ")
+    only_new = tmp_path / "only-new.toml"
+    only_new.write_text(f'active = "kek-2"\n[keys]\nkek-2 = "{new}"\n')
+    only_new.chmod(0o600)
+    erased = sorted(run.sessions)[0]  # by the test above
+    keys = load_directory(run.settings, FileKeyring.load(only_new))
+    for turn in read_turn_events(run.settings, keys=keys):
+        assert turn.event is not None
+        if turn.event["session_id"] == erased:
+            assert turn.sealing == Sealed("key_erased")
+        else:
+            assert isinstance(turn.sealing, Opened)
+            assert surfaces_of(turn.event) == run.published[turn.event["event_id"]]
+    # A second run finds nothing to do.
+    assert main(["surface-keys", "rewrap"]) == 0
+    assert capsys.readouterr().out.startswith("0 data key(s) wrapped again by kek-2; ")

@@ -169,6 +169,9 @@ class KeyDirectory:
         if record.data_key_id == data_key_id:
             self._records[data_key_id] = record
 
+    def records(self) -> list[DataKeyRecord]:
+        return list(self._records.values())
+
     def records_of(self, session_id: str) -> list[DataKeyRecord]:
         return [r for r in self._records.values() if r.session_id == session_id]
 
