@@ -6,8 +6,8 @@ The rules are one-shot verify's (``turnaudit.verify.trust``), held live:
 * a checkpoint is judged as it is read with ``judge_signature`` (key known, valid at
   the signing and append times, signature holds) and ``follows`` (it continues its
   producer's chain from the last valid checkpoint of that producer: the checkpoints
-  topic has one partition, so a chain arrives in order). A bad one is a finding of its
-  own and changes no stream;
+  topic has one partition, so a chain arrives in order), or resumes it past a hole
+  retention explains. A bad one is a finding of its own and changes no stream;
 * v1/v2 turns are judged: ``forged`` in a session a valid checkpoint signs, else
   uncovered; a turn whose writer schema its producer's checkpoints do not name is
   ``forged`` once a checkpoint covers its position;
@@ -39,16 +39,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from turnaudit.checkpoints import (
+from turnaudit.checkpoint_chain import (
+    KEPT_FOR_EVER,
     ChainLink,
-    Checkpoint,
     Judged,
-    Keyring,
     Problem,
+    RetentionStart,
     follows,
     judge_signature,
     link_of,
 )
+from turnaudit.checkpoints import Checkpoint, Keyring
 from turnaudit.identity import LEGACY_PRODUCER, StreamId
 from turnaudit.verify.follow_trust_state import (
     ProducerChain,
@@ -119,12 +120,14 @@ class FollowTrust:
         scope: int = 0,
         owns: Callable[[StreamId], bool] = _every_stream,
         reports_checkpoints: bool = True,
+        start: RetentionStart = KEPT_FOR_EVER,
     ) -> None:
         self.keyring = keyring
         self.grace_ms = int(grace_s * 1000)
         self.scope = scope
         self._owns = owns
         self.reports_checkpoints = reports_checkpoints
+        self._start = start  # when a chain may begin past a hole retention explains
         self.streams: dict[StreamId, StreamTrust] = {}
         self.producers: dict[str, ProducerChain] = {}
         self.reader_offsets: dict[int, int] = {}  # the checkpoints topic, read to
@@ -159,13 +162,15 @@ class FollowTrust:
                     f"{checkpoint.index} of producer {checkpoint.producer_id} "
                     "(the chain forks)",
                 )
-            elif not follows(checkpoint, None if last is None else last.link):
+            elif not follows(checkpoint, None if last is None else last.link) and not (
+                self._start.resumes(checkpoint, -1 if last is None else last.link.index)
+            ):
                 verdict = Judged(
                     checkpoint,
                     "chain_break",
                     f"checkpoint {checkpoint.index} "
                     f"of producer {checkpoint.producer_id} names a predecessor "
-                    "that is not the last one read (removed, or never signed)",
+                    "that is not the last one read (removed, not by retention; or never signed)",
                 )
         if verdict.problem is not None:
             self._invalid(verdict, verdict.problem)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from turnaudit.checkpoints import ChainLink
+from turnaudit.checkpoint_chain import ChainLink
 from turnaudit.identity import StreamId
 
 # Keys of the trust state in the state topic, each scoped by the turn partition whose
