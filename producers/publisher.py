@@ -22,12 +22,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from turnaudit.dead_letters import dead_letter_headers
-from turnaudit.errors import (
-    ConfigurationError,
-    EventRefusedError,
-    SpoolFullError,
-    SpoolWriteError,
-)
+from turnaudit.errors import ConfigurationError, EventRefusedError, SpoolFullError, SpoolWriteError
 from turnaudit.events import OutgoingTurnEvent
 from turnaudit.identity import TurnStamper
 from turnaudit.kafka.producer import (
@@ -213,6 +208,8 @@ class TurnEventPublisher:
             heads.dirty[(session, stamped["producer_id"])] = (
                 stamped["sequence"],
                 self._stamper.commit(stamped, value, self._write.fingerprint_of(stamped)),
+                stamped["pack_id"],  # announced with the head: whose turns a crash lost
+                stamped["runtime"]["name"],
             )
             heads.turns += 1
             if heads.turns == heads.wake_at:  # a signed checkpoint's count of turns

@@ -25,9 +25,11 @@ import structlog
 
 from tests.support.broker import local_broker_settings
 from tests.support.examples import EDIT_LOOP, draw_the_edit_loops_share
+from tests.support.registry import local_registry_settings
 from tests.support.tiers import tier_violations
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalKafkaBroker
+from turnaudit.local_registry import LocalSchemaRegistry
 from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings
 from turnaudit.topic_names import TopicNames
 
@@ -54,6 +56,19 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield broker.bootstrap_servers
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSchemaRegistry]:
+    """The real schema registry (Apicurio Registry, ``make registry``) for registry mode,
+    one per test session on free loopback ports; tests keep apart by their topic prefix
+    (the subject is ``<prefix>turn-events-value``)."""
+    registry = LocalSchemaRegistry(local_registry_settings(tmp_path_factory.mktemp("registry")))
+    registry.start()  # raises (and so fails the test) when it cannot start
+    try:
+        yield registry
+    finally:
+        registry.stop()
 
 
 @pytest.fixture

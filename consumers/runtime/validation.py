@@ -23,6 +23,7 @@ from turnaudit.identity import StreamTracker, TrackResult, TurnOutcome
 from turnaudit.records import Record
 from turnaudit.serialization.wire import (
     DecodedTurnEvent,
+    Framing,
     TurnEventDeserializer,
     UnusableSchemaError,
 )
@@ -31,6 +32,7 @@ log = structlog.get_logger("turnaudit.consumer")
 
 _tuple_new = tuple.__new__
 _NEW = TurnOutcome.NEW  # a module constant: the enum's class attribute costs a lookup per message
+_CONFLUENT = Framing.CONFLUENT
 
 Decoder = Callable[[bytes | None], DecodedTurnEvent]
 
@@ -133,6 +135,11 @@ class TurnEventValidation(Validation):
         start_gaps: bool = True,
     ) -> None:
         self._decode = decode
+        # A Confluent id names no fingerprint: the chain hash binds the one of the schema
+        # the id resolved to, which only the deserializer knows (a bare decoder: none).
+        self._registry_fingerprint: Callable[[DecodedTurnEvent], bytes | None] = getattr(
+            decode, "writer_fingerprint", lambda _: None
+        )
         self._metrics = metrics
         self._streams = StreamTracking(max_sessions, metrics, max_event_ids, start_gaps=start_gaps)
         self._observe = self._streams.observe
@@ -145,7 +152,16 @@ class TurnEventValidation(Validation):
             return decoded
         event = decoded.event
         try:
-            sequence = self._observe(event, value, partition=partition, offset=offset)
+            if decoded.framing is _CONFLUENT:
+                sequence = self._observe(
+                    event,
+                    value,
+                    partition=partition,
+                    offset=offset,
+                    fingerprint=self._registry_fingerprint(decoded),
+                )
+            else:  # the single-object header names the fingerprint: the tracker reads it
+                sequence = self._observe(event, value, partition=partition, offset=offset)
             key_breach = check_key(key, event)
             breaches = check_event(event)
         except Exception as exc:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from dashboard_panels import DASHBOARD_UID, LIVE
 from grafana_foundation_sdk.builders import alerting, prometheus
 from grafana_foundation_sdk.builders import expr as sse
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.alerting import RelativeTimeRange
+from panel_spec import DASHBOARD_UID, LIVE
 
 PROMETHEUS = Path(__file__).resolve().parent.parent / "prometheus"
 # The uid of deploy/grafana/provisioning/datasources/prometheus.yml: what the alert rules
@@ -80,6 +80,9 @@ ALERT_PANELS: Mapping[str, int] = {
     "TurnAuditRuntimeSilent": 22,
     "TurnAuditStreamSilent": 22,
     "TurnAuditForgedStream": 26,
+    "TurnAuditVerifyTurnsLost": 28,
+    "TurnAuditVerifyTurnsLostInCrash": 28,
+    "TurnAuditVerifyProducerVanished": 29,
 }
 
 _DELIVERED = "turnaudit_publisher_events_delivered_total{" + LIVE + "}"

@@ -1,43 +1,13 @@
-"""The turn-audit dashboard's content: its uid, the selector every live query carries, and
-every panel (title, place, unit, queries) and variable query. generate.py builds the
-dashboard from these; alert_rules.py links each alert to its panel."""
+"""The turn-audit dashboard's panels (title, place, unit, queries) and variable queries;
+verify --follow's are in verify_panels.py. generate.py builds the dashboard from these;
+alert_rules.py links each alert to its panel."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from panel_spec import LIVE, J, P, PanelSpec, Target
+from verify_panels import VERIFY_PANELS
 
-DASHBOARD_UID = "turnaudit-verdicts"
-# What every live query selects: a replay's series never reach a live panel or alert.
-LIVE = 'job!="turnaudit-replay",replay=""'
-
-
-@dataclass(frozen=True)
-class Target:
-    expr: str
-    legend: str = ""
-
-
-@dataclass(frozen=True)
-class PanelSpec:
-    id: int
-    title: str
-    grid: tuple[int, int, int, int]  # x, y, w, h
-    unit: str
-    targets: Sequence[Target]
-    description: str = ""
-    kind: str = "timeseries"  # or "table" (instant, one row per series), "bargauge"
-
-
-def _live(selector: str) -> str:
-    """``{selector,LIVE}``: a panel's own matchers plus the live-only ones."""
-    return "{" + (selector + "," if selector else "") + LIVE + "}"
-
-
-J = _live('job=~"$job"')
-P = _live('pack=~"$pack"')
-
-PANELS: tuple[PanelSpec, ...] = (
+SERVICE_PANELS: tuple[PanelSpec, ...] = (
     PanelSpec(
         15,
         "Firing alerts",
@@ -388,23 +358,8 @@ PANELS: tuple[PanelSpec, ...] = (
         ],
         "From produce() to the broker's acknowledgement.",
     ),
-    PanelSpec(
-        26,
-        "verify --follow: streams by trust, forgeries",
-        (0, 104, 12, 8),
-        "short",
-        [
-            Target(f"sum by (trust) (turnaudit_verify_stream_trust{J})", "{{trust}}"),
-            Target(
-                f"sum by (reason) (increase(turnaudit_verify_forgeries_total{J}[1h]))",
-                "forgeries ({{reason}}), 1h",
-            ),
-        ],
-        "Streams judged against the signed checkpoints (verify --follow --keyring): signed, "
-        "unsigned, forged, truncated, pending within the trust grace; and forgeries found "
-        "by reason (alert TurnAuditForgedStream).",
-    ),
 )
+PANELS: tuple[PanelSpec, ...] = (*SERVICE_PANELS, *VERIFY_PANELS)
 
 # The job variable: every job that exports turn-audit metrics (services and runtimes),
 # whatever the scrape configuration names them.

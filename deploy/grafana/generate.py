@@ -25,7 +25,8 @@ What it writes (under deploy/grafana/ unless --out):
   tickets), the same routing as deploy/alertmanager/alertmanager.yml.
 
 The Prometheus rule files are the one definition of every alert condition;
-``dashboard_panels.py`` holds the dashboard's panels, ``alert_rules.py`` the rules built
+``dashboard_panels.py`` and ``verify_panels.py`` hold the dashboard's panels (``panel_spec.py``
+what a panel is), ``alert_rules.py`` the rules built
 from those files and, per alert, the panel it links to; this script builds and writes. The suite
 (tests/unit/deploy/test_grafana_generated.py) regenerates and fails on any difference.
 Needs only PyYAML and grafana-foundation-sdk (the project's ``dev`` extra), not turnaudit.
@@ -43,7 +44,7 @@ from typing import Any
 
 import yaml
 from alert_rules import DEFAULT_DATASOURCE_UID, build_rules
-from dashboard_panels import DASHBOARD_UID, JOB_QUERY, PACK_QUERY, PANELS, PanelSpec, Target
+from dashboard_panels import JOB_QUERY, PACK_QUERY, PANELS
 from grafana_foundation_sdk.builders import (
     alerting,
     bargauge,
@@ -63,6 +64,7 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableRefresh,
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+from panel_spec import DASHBOARD_UID, PanelSpec, Target
 
 HERE = Path(__file__).resolve().parent
 DASHBOARD_TITLE = "Turn audit: verdicts, integrity, consumers"

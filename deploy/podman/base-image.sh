@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
-# The base image the Dockerfiles name (debian:bookworm-slim), made locally when no
-# registry can be reached: a minbase debootstrap of bookworm with the slim images'
-# dpkg path-excludes and Debian's apt sources, imported into podman under the
-# upstream name (a host that can pull gets the upstream image instead).
+# The base image the Dockerfiles name (debian:bookworm-slim; SUITE trixie: the schema
+# registry's debian:trixie-slim, whose Java is 21), made locally when no registry can be
+# reached: a minbase debootstrap of the suite with the slim images' dpkg path-excludes and
+# Debian's apt sources, imported into podman under the upstream name (a host that can
+# pull gets the upstream image instead).
+#
+#   deploy/podman/base-image.sh [SUITE]     (default bookworm)
 set -euo pipefail
-image=docker.io/library/debian:bookworm-slim
+suite=${1:-bookworm}
+image=docker.io/library/debian:$suite-slim
 podman image exists "$image" && exit 0
 if timeout 60 podman pull -q "$image" >/dev/null 2>&1; then exit 0; fi
 command -v debootstrap >/dev/null || { echo "debootstrap not found: make podman installs it"; exit 1; }
 rootfs=$(mktemp -d "${TMPDIR:-/tmp}/turnaudit-rootfs.XXXXXX")
 trap 'rm -rf "$rootfs"' EXIT
-debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian >"$rootfs.log" 2>&1 \
+debootstrap --variant=minbase "$suite" "$rootfs" http://deb.debian.org/debian >"$rootfs.log" 2>&1 \
   || { tail -n 20 "$rootfs.log"; rm -f "$rootfs.log"; exit 1; }
 rm -f "$rootfs.log" "$rootfs/etc/apt/sources.list"
-cat >"$rootfs/etc/apt/sources.list.d/debian.sources" <<'SOURCES'
+cat >"$rootfs/etc/apt/sources.list.d/debian.sources" <<SOURCES
 Types: deb
 URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
+Suites: $suite $suite-updates
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
 Types: deb
 URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
+Suites: $suite-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SOURCES

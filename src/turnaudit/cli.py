@@ -46,6 +46,7 @@ LOG_LEVEL_ENV = "TURNAUDIT_LOG_LEVEL"
 # Command groups, in the order `turnaudit --help` lists them.
 COMMAND_MODULES = (
     "turnaudit.commands.broker",
+    "turnaudit.commands.registry",
     "turnaudit.commands.schemas",
     "turnaudit.commands.simulate",
     "turnaudit.commands.demo",

@@ -75,6 +75,16 @@ class RegistryUnavailableError(PublishError):
     """The schema registry did not give the writer schemas their ids."""
 
 
+class IncompatibleSchemaError(RegistryUnavailableError):
+    """The schema registry refused a writer schema: it breaks the subject's compatibility
+    level (an earlier version under the subject cannot read it, or it cannot read one)."""
+
+
+class LocalRegistryError(BrokerError):
+    """The local schema registry (``turnaudit registry``) could not be set up, started
+    or stopped."""
+
+
 class BrokerUnreachableError(BrokerError):
     """No broker of the cluster answered within the time allowed."""
 

@@ -21,7 +21,12 @@ from turnaudit.errors import ConfigurationError
 ENV = "TURNAUDIT_SCHEMA_REGISTRY_"
 
 
-def registry_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
+# A client option's value: text, or a number where the client wants one (``timeout``,
+# ``max.retries``, ``cache.capacity``: it refuses them as text).
+RegistryOption = str | int | float
+
+
+def registry_options_from_env(env: Mapping[str, str]) -> dict[str, RegistryOption]:
     """Client options for the registry (credentials and passthrough), from the environment."""
     text = env.get(ENV + "OPTIONS", "").strip()
     try:
@@ -30,7 +35,10 @@ def registry_options_from_env(env: Mapping[str, str]) -> dict[str, str]:
         raise ConfigurationError(f"{ENV}OPTIONS is not a JSON object: {exc}") from exc
     if not isinstance(options, dict):
         raise ConfigurationError(f"{ENV}OPTIONS must be a JSON object")
-    config = {str(k): str(v) for k, v in options.items()}
+    config: dict[str, RegistryOption] = {
+        str(k): v if isinstance(v, int | float) and not isinstance(v, bool) else str(v)
+        for k, v in options.items()
+    }
     basic = env.get(ENV + "BASIC_AUTH", "").strip()
     bearer = env.get(ENV + "BEARER_TOKEN", "").strip()
     if basic and bearer:

@@ -19,7 +19,11 @@ from typing import Any
 
 from turnaudit.errors import ConfigurationError
 from turnaudit.files import open_private
-from turnaudit.registry_settings import auto_register_from_env, registry_options_from_env
+from turnaudit.registry_settings import (
+    RegistryOption,
+    auto_register_from_env,
+    registry_options_from_env,
+)
 from turnaudit.topic_names import DEFAULT_TOPIC_PREFIX
 
 # Re-exported: settings hold the topics' names, and the demo imports them from here.
@@ -196,7 +200,9 @@ class KafkaSettings:
     schema_registry_url: str | None = None
     # Registry client options (credentials, TLS) and whether the publisher may
     # register schemas (turnaudit.registry_settings reads them from the environment).
-    schema_registry_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    schema_registry_options: Mapping[str, RegistryOption] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     schema_registry_auto_register: bool = True
     client_options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     partitions: int = 6

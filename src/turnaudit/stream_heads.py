@@ -54,6 +54,11 @@ class HeadAnnouncement:
     interval_ms: int  # the head-write interval of the publisher that wrote it
     announced_by: str  # producer id of the announcing publisher
     open: bool = False  # a live publisher's steady announcement: the stream goes on
+    # What the stream's last turn carried: its pack id and its runtime's name ("" in
+    # records written before they were announced), so a reader counting the stream's
+    # lost turns can say whose they were without having kept them per stream.
+    pack: str = ""
+    runtime: str = ""
 
     @property
     def status(self) -> HeadStatus:
@@ -71,6 +76,10 @@ class HeadAnnouncement:
         }
         if self.open:  # records before liveness have no such field: cut or ended
             fields["open"] = True
+        if self.pack:
+            fields["pack"] = self.pack
+        if self.runtime:
+            fields["runtime"] = self.runtime
         return json.dumps(fields, separators=(",", ":")).encode()
 
 
@@ -138,6 +147,8 @@ def decode_announcement(value: bytes | str | None) -> HeadAnnouncement | None:
             int(data["interval_ms"]),
             str(data["announced_by"]),
             open=bool(data.get("open", False)),
+            pack=str(data.get("pack", "")),
+            runtime=str(data.get("runtime", "")),
         )
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
         return None

@@ -40,10 +40,11 @@ KINDS = ("removed", "inserted", "swapped", "edited")
 
 @contextmanager
 def follower(
-    settings: KafkaSettings, port: int, log: Path, *args: str
+    settings: KafkaSettings, port: int, log: Path, *args: str, log_level: str = "WARNING"
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``verify --follow --grace 2`` (and ``args``) as a process of its own."""
     env = {
+        "TURNAUDIT_LOG_LEVEL": log_level,
         "PATH": os.environ.get("PATH", ""),
         "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers or "",
         "TURNAUDIT_TOPIC_PREFIX": settings.topics.prefix,
@@ -140,12 +141,13 @@ def test_follow_finds_tampering_resumes_after_sigkill_and_agrees_with_one_shot_v
         tampered_streams(settings)
         assert wait_for(lambda: caught_up(settings), timeout=60)
         assert wait_for(
-            lambda: scrape(port)["turnaudit_verify_lost_turns_total{}"] >= 1, timeout=30
+            lambda: scrape(port)["turnaudit_verify_lost_turns_total{cause=gap}"] >= 1, timeout=30
         )
         first = scrape(port)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
-    assert first["turnaudit_verify_lost_turns_total{}"] == 1
+    assert first["turnaudit_verify_lost_turns_total{cause=gap}"] == 1
+    assert first["turnaudit_verify_lost_turns_total{cause=crash}"] == 0  # closed cleanly
     assert first["turnaudit_verify_chain_breaks_total{kind=position_reused}"] == 1
     assert first["turnaudit_verify_chain_breaks_total{kind=chain}"] == 1
     assert first["turnaudit_verify_late_turns_total{}"] == 1
@@ -165,7 +167,7 @@ def test_follow_finds_tampering_resumes_after_sigkill_and_agrees_with_one_shot_v
     assert proved_again == 200
     high_at_kill = sum(p["offset"] for p in at_kill.values())
     assert reread <= high_at_kill  # never more than the uncheckpointed tail (here: ~0)
-    assert after["turnaudit_verify_lost_turns_total{}"] == 0  # nothing new lost
+    assert after["turnaudit_verify_lost_turns_total{cause=gap}"] == 0  # nothing new lost
 
     # The checkpointed counts against a one-shot verify of the same range.
     totals: dict[str, int] = {}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-BROKER_FIXTURES = frozenset({"kafka_bootstrap", "kafka_settings", "secured"})
+BROKER_FIXTURES = frozenset({"kafka_bootstrap", "kafka_settings", "secured", "schema_registry"})
 
 
 def tier_violations(items: list[pytest.Item], tests: Path) -> list[str]:

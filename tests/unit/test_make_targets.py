@@ -15,15 +15,24 @@ import pytest
 from tests.support import PROJECT_ROOT
 
 MAKEFILE = (PROJECT_ROOT / "Makefile").read_text()
-# What only `make test` provides: the Kafka jars (Maven), the Debian tools, the collector (Go).
+# What only `make test` provides: the Kafka jars and the schema registry's server (Maven),
+# the Debian tools, the collector (Go).
 INTEGRATION_STAMPS = {
     "deploy/kafka/target/jars/.resolved",
+    "deploy/registry/target/server/.resolved",
     "deploy/tools/.prometheus",
     "deploy/tools/.alertmanager",
     "deploy/tools/.kcat",
     "deploy/otelcol/bin/.built",
 }
-INTEGRATION_ONLY = INTEGRATION_STAMPS | {"jars", "tools", "promtool", "alertmanager", "kcat"}
+INTEGRATION_ONLY = INTEGRATION_STAMPS | {
+    "jars",
+    "registry",
+    "tools",
+    "promtool",
+    "alertmanager",
+    "kcat",
+}
 
 
 def make() -> str:

@@ -56,7 +56,9 @@ class BesideService(Protocol):
 
     service: ConsumerService
 
-    def settled(self) -> bool: ...
+    def settled(self) -> bool:
+        """Asked at every poll while the services run (its figures are the last seen)."""
+        ...
 
 
 def sample_total(registry: CollectorRegistry, name: str, **labels: str) -> int:
@@ -139,7 +141,8 @@ def run_consumer_stage(
             while time.monotonic() < deadline:
                 time.sleep(0.1)
                 caught_up = sum(_caught_up(s.positions(), wanted) for s in services)
-                if caught_up == len(services) and all(b.settled() for b in beside):
+                settled = [b.settled() for b in beside]  # each looks every time: its figures
+                if caught_up == len(services) and all(settled):
                     break
         finally:
             for service in running:

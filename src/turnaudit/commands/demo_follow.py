@@ -79,16 +79,20 @@ class DemoFollower:
         )
         self._turns = 0
         self._streams = 0
+        # The trust gauges as last seen running: a member's gauges count the streams of
+        # the partitions it holds, and the partitions are revoked when the service stops.
+        self._held: dict[str, int] = {}
 
     def expect(self, turns: int, streams: int) -> None:
         """What the run published: the turns to prove, the chained streams to judge."""
         self._turns, self._streams = turns, streams
 
     def _trust(self, state: str) -> int:
-        return sample_total(self.registry, TRUST, trust=state)
+        return self._held.get(state, 0)
 
     def settled(self) -> bool:
         """Every turn proved and every stream judged (none still pending)."""
+        self._held = {s: sample_total(self.registry, TRUST, trust=s) for s in GAUGE_STATES}
         judged = sum(self._trust(s) for s in GAUGE_STATES if s != "pending")
         return (
             sample_total(self.registry, PROVED) >= self._turns

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from turnaudit._native import stream_state
 from turnaudit.argparsing import (
     add_range_arguments,
     add_time_arguments,
@@ -28,9 +29,11 @@ from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.consumers.runtime.worker_process import WorkerPlan
 from turnaudit.consumers.verify_follow import FollowValidation, VerifyFollowSink
+from turnaudit.consumers.verify_follow_heads import HeadsFeed
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.consumers.verify_follow_trust import TrustFeed, partition_judges
 from turnaudit.errors import ConfigurationError
+from turnaudit.identity import StreamId
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.kafka.state_topic import ensure_verify_state_topic
@@ -39,6 +42,7 @@ from turnaudit.signing_keys import DEFAULT_CHECKPOINT_INTERVAL_S, INTERVAL_ENV, 
 from turnaudit.verify.files import load_anchors
 from turnaudit.verify.follow import FollowState
 from turnaudit.verify.follow_records import FollowMemory
+from turnaudit.verify.heads_judge import EngineView
 from turnaudit.verify.id_store import DEFAULT_MEMORY_IDS, DEFAULT_MEMORY_STREAMS, IdMemory
 from turnaudit.verify.run import run_verify
 
@@ -184,9 +188,37 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
     state = FollowState(grace_s=grace, memory=memory, decode=decode)
     metrics = FollowMetrics(registry)
     trust = _trust_feed(settings.kafka, metrics)
-    sink = VerifyFollowSink(settings.kafka, state, metrics, trust=trust)
+    heads = HeadsFeed(
+        settings.kafka,
+        follow_state_view(state),
+        metrics,
+        packs=settings.metrics.packs,
+        label_limit=settings.metrics.label_limit,
+    )
+    sink = VerifyFollowSink(settings.kafka, state, metrics, trust=trust, heads=heads)
     validation = FollowValidation(decode, state, metrics, sink.load, trust=trust)
     return consumer_service(settings, sink, plan, registry, validation=validation)
+
+
+def follow_state_view(state: FollowState) -> EngineView:
+    """What the heads feed asks the proof: a stream's last position and partition (the
+    stream tracker's), a partition's proved offset (None until this member loaded it)."""
+
+    def last_position(stream: StreamId) -> int | None:
+        return state.tracker.last_position(*stream)
+
+    def partition_of(stream: StreamId) -> int | None:
+        gaps = state.gaps.get(stream)
+        if gaps is not None:
+            return gaps.partition
+        held = stream_state(state.tracker, *stream)
+        return None if held is None else held[0]
+
+    def proved_offset(partition: int) -> int | None:
+        proof = state.partitions.get(partition)
+        return None if proof is None else proof.next_offset
+
+    return EngineView(last_position, partition_of, proved_offset)
 
 
 def _trust_feed(kafka: KafkaSettings, metrics: FollowMetrics) -> TrustFeed | None:

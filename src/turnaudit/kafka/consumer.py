@@ -303,6 +303,28 @@ class KafkaConsumer:
             raise BrokerError(f"cannot read committed offsets of {self.topic}: {exc}") from exc
         return {tp.partition: Committed(tp.offset, tp.metadata) for tp in found}
 
+    def positions(self, partitions: Iterable[int]) -> dict[int, int]:
+        """The next offset each assigned partition fetches (negative before the first)."""
+        with self._failing_as("read positions of"):
+            found = self._client.position([TopicPartition(self.topic, p) for p in partitions])
+        return {tp.partition: tp.offset for tp in found}
+
+    # -- another topic's shape, through this client (no consumer of its own) -----------
+    def partitions_of(self, topic: str, timeout: float = 10.0) -> list[int]:
+        with self._failing_as("describe"):
+            found = self._client.list_topics(topic, timeout=timeout).topics.get(topic)
+        if found is None or found.error is not None:
+            raise BrokerError(f"topic {topic} does not exist")
+        return sorted(found.partitions)
+
+    def watermarks_of(self, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
+        """(log start, high watermark) of a partition of ``topic``, asked of the broker."""
+        with self._failing_as("read watermarks through"):
+            low, high = self._client.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout
+            )
+        return int(low), int(high)
+
     def close(self) -> None:
         """Leave the group (a dynamic member's partitions move at once) and close."""
         if self._consumer is not None:

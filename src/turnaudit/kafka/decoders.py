@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from turnaudit.kafka.schema_registry import registry_client
+from turnaudit.kafka.schema_registry import READER_OPTIONS, registry_client
 from turnaudit.kafka.schema_topic import SchemaTopicResolver
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
@@ -32,7 +32,9 @@ def decoder_for(
     """
     return TurnEventDeserializer(
         shipped_catalog(record),
-        registry=registry_client(kafka.schema_registry_url, kafka.schema_registry_options)
+        registry=registry_client(
+            kafka.schema_registry_url, {**READER_OPTIONS, **kafka.schema_registry_options}
+        )
         if kafka.schema_registry_url
         else None,
         resolver=SchemaTopicResolver(kafka, registry=registry) if schemas_topic else None,

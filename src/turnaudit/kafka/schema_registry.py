@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
@@ -23,10 +24,11 @@ if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.serialization import SerializationContext
 
-from turnaudit.errors import RegistryUnavailableError, SerializationError
+from turnaudit.errors import IncompatibleSchemaError, RegistryUnavailableError, SerializationError
 from turnaudit.serialization.schemas import AvroRecord, WriterSchema
 
 COMPATIBILITY = "FULL_TRANSITIVE"
+HTTP_CONFLICT = 409  # a registry's answer to a schema its compatibility level refuses
 # The registry client type, for callers that hand one in (tests, a runtime's own).
 RegistryClient: TypeAlias = "SchemaRegistryClient"
 
@@ -84,19 +86,35 @@ def _value_context(topic: str) -> SerializationContext:
     return SerializationContext(topic, MessageField.VALUE)
 
 
-def registry_client(url: str, extra: Mapping[str, str] | None = None) -> RegistryClient:
-    """The process's Schema Registry client for ``url`` (one per URL, so its
+def registry_client(
+    url: str, extra: Mapping[str, str | int | float] | None = None
+) -> RegistryClient:
+    """The process's Schema Registry client for ``url`` and options (one per both, so its
     schema caches are shared); ``mock://…`` gives the library's in-process registry."""
     return _registry_client(url, tuple(sorted((extra or {}).items())))
 
 
+# What a reader's client adds: its own retries off (3, waiting up to 20 s each, on every
+# attempt), so the decoder's bounded backoff (``REGISTRY_RETRY_BACKOFF_S``, counted) is
+# the only one a message waits out while the registry is down.
+READER_OPTIONS: Mapping[str, int] = MappingProxyType({"max.retries": 0})
+
+
+# Seconds one request may take. The client sets none by default (httpx without a timeout):
+# a registry that takes the connection and never answers (hung, a full backlog, a stopped
+# process) would hold a publisher's start or a reader's message for good.
+REQUEST_TIMEOUT_S = 5
+
+
 @functools.cache
-def _registry_client(url: str, extra: tuple[tuple[str, str], ...]) -> RegistryClient:
+def _registry_client(url: str, extra: tuple[tuple[str, str | int | float], ...]) -> RegistryClient:
     from confluent_kafka.schema_registry import (  # noqa: PLC0415 - lazy, see top
         SchemaRegistryClient,
     )
 
-    return SchemaRegistryClient.new_client({"url": url, **dict(extra)})
+    return SchemaRegistryClient.new_client(
+        {"url": url, "timeout": REQUEST_TIMEOUT_S, **dict(extra)}
+    )
 
 
 def ensure_compatibility(registry: SchemaRegistryClient, subject: str) -> None:
@@ -126,7 +144,9 @@ def schema_ids(
 ) -> dict[int, int]:
     """Each schema's id under ``subject`` (by version): registered (the subject's
     compatibility set first), or, without ``auto_register``, only looked up.
-    ``RegistryUnavailableError`` names the version the registry did not give."""
+    ``RegistryUnavailableError`` names the version the registry did not give;
+    ``IncompatibleSchemaError`` the subject whose compatibility level refused it (HTTP 409:
+    a version registered there cannot read it, or it cannot read that version)."""
     from confluent_kafka.schema_registry import Schema  # noqa: PLC0415 - lazy, see top
 
     out: dict[int, int] = {}
@@ -143,6 +163,13 @@ def schema_ids(
             else:  # registered beforehand by the operator: only looked up
                 schema_id = registry.lookup_schema(subject, avro).schema_id
         except Exception as exc:  # the registry client raises many unrelated types
+            if getattr(exc, "http_status_code", None) == HTTP_CONFLICT:
+                raise IncompatibleSchemaError(
+                    f"schema registry {where} refused TurnEvent v{schema.version} under subject "
+                    f"{subject}: it is incompatible with a version registered there "
+                    f"(compatibility {COMPATIBILITY}); the publisher does not start: "
+                    f"{_one_line(exc)}"
+                ) from exc
             raise RegistryUnavailableError(
                 f"schema registry {where} did not {'register' if auto_register else 'find'} "
                 f"TurnEvent v{schema.version} under {subject}: {_one_line(exc)}"

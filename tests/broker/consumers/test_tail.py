@@ -13,6 +13,7 @@ from tests.support.events import encode, turn
 from tests.support.streams import produce_raw, wait_for
 from turnaudit.consumers.tail import TailFilter, tail_turns
 from turnaudit.kafka.schema_registry import ConfluentSerializer, registry_client
+from turnaudit.local_registry import LocalSchemaRegistry
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.settings import KafkaSettings
 
@@ -70,11 +71,13 @@ def test_from_a_time_replays_and_filters_by_session(kafka_settings: KafkaSetting
     assert [line.split()[1] for line in lines] == [f"s-1#{n}" for n in range(10)]
 
 
-def test_tail_reads_both_framings_side_by_side(kafka_settings: KafkaSettings) -> None:
+def test_tail_reads_both_framings_side_by_side(
+    kafka_settings: KafkaSettings, schema_registry: LocalSchemaRegistry
+) -> None:
     # With a registry configured, tail decodes Confluent-framed events (the
     # shared decoder) beside single-object ones.
-    settings = replace(kafka_settings, schema_registry_url="mock://tail-both-framings")
-    registry = registry_client("mock://tail-both-framings")
+    settings = replace(kafka_settings, schema_registry_url=schema_registry.url)
+    registry = registry_client(schema_registry.url)
     confluent = ConfluentSerializer(shipped_catalog().latest, registry).bind(
         settings.topics.turn_events
     )

@@ -74,6 +74,9 @@ def steady_state(samples: Samples) -> None:
         "closed_by": "end_of_task",
         "label": "pack",
         "kind": "chain",
+        "cause": "crash",  # verify --follow's lost turns, by cause
+        "runtime": "chat-runtime",
+        "state": "overdue",
     }
     minutes = range(41)
     for name in sorted(exported_sample_names() - {"up", "ALERTS"}):

@@ -1,4 +1,5 @@
-"""An independent reader: Java decodes the topics with only the .avsc files and the schemas topic.
+"""An independent reader: Java decodes the topics with only the .avsc files and the schemas topic,
+and, in registry mode, with Apicurio Registry's own Avro deserializer and the real registry.
 
 deploy/java-reader/ is built with Maven from the repository (Apache Avro's
 BinaryMessageDecoder, the Kafka Java client, both from Maven Central). It
@@ -7,7 +8,8 @@ shipped version of the record to its decoder, reads the real broker's
 turn-events (written with v1 and v2) and htir-traces topics, and prints each
 record decoded into the newest version and re-encoded with it. The test
 compares that, record by record, with the project's own decode, and Java's
-own fingerprints of the .avsc files with the published ones.
+own fingerprints of the .avsc files with the published ones. In registry mode
+(RegistryReader) every writer schema comes from the registry by the message's id.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import io
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.support import PROJECT_ROOT
+from tests.support.registry import subject_ids
 from tests.support.streams import (
     consumed_everything,
     publish_simulated,
@@ -33,11 +37,16 @@ from tests.support.streams import (
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.settings import ServiceName
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
+from turnaudit.local_registry import LocalSchemaRegistry
 from turnaudit.serialization.schemas import decoding_schema, shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
+
+READER_CLASS = "io.turnaudit.reader.TopicReader"
+REGISTRY_READER_CLASS = "io.turnaudit.reader.RegistryReader"
 
 pytestmark = pytest.mark.broker
 
@@ -58,7 +67,7 @@ def java_reader() -> list[str]:
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     classpath = f"{READER / 'target/classes'}:{READER / 'target/jars'}/*"
-    return [java, "-cp", classpath, "io.turnaudit.reader.TopicReader"]
+    return [java, "-cp", classpath, READER_CLASS]
 
 
 def java_read(
@@ -196,3 +205,58 @@ def test_java_decodes_events_of_every_version_and_traces_as_we_do(
     assert compare(kafka_settings, kafka_settings.topics.turn_events, "turn_event", from_topic) == (
         shipped
     )
+
+
+def test_java_decodes_every_turn_of_a_registry_mode_run_with_apicurios_own_deserializer(
+    kafka_settings: KafkaSettings,
+    schema_registry: LocalSchemaRegistry,
+    tmp_path: Path,
+    java_reader: list[str],
+) -> None:
+    settings = replace(kafka_settings, schema_registry_url=schema_registry.url)
+    publish_simulated(settings, 600, tmp_path / "spool", seed=29)
+    topic = settings.topics.turn_events
+    count = sum(end_offsets(settings, topic).values())
+    newest = shipped_catalog("turn_event").latest
+    port = schema_registry.settings.port
+    result = subprocess.run(
+        [
+            *java_reader[:-1],
+            REGISTRY_READER_CLASS,
+            settings.bootstrap_servers or "",
+            topic,
+            f"http://127.0.0.1:{port}/apis/registry/v2",  # Apicurio's own API
+            str(PROJECT_ROOT / f"schemas/turn_event.v{newest.version}.avsc"),
+            str(count),
+            "120000",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ours = decoder_for(settings)
+    latest = decoding_schema(newest.schema_json).parsed
+    fields = {f["name"] for f in latest["fields"]}
+    originals = {
+        (m.partition(), m.offset()): m
+        for m in read_range(settings, topic, None, end_offsets(settings, topic))
+    }
+    records = [line.split("\t")[1:] for line in result.stdout.splitlines()]
+    assert len(records) == len(originals) == count > 0
+    ids = set(subject_ids(schema_registry.url, f"{topic}-value").values())
+    writers: set[str] = set()
+    for partition, offset, key, writer, body in records:
+        msg = originals[(int(partition), int(offset))]
+        assert key == (msg.key() or b"").decode()
+        assert msg.value()[0] == 0  # Confluent framing, an id the subject holds
+        assert int.from_bytes(msg.value()[1:5], "big") in ids
+        decoded = ours(msg.value())
+        # The writer schema Apicurio's deserializer got for the id is the one ours did.
+        assert writer == (ours.writer_fingerprint(decoded) or b"").hex()
+        theirs: Any = fastavro.schemaless_reader(io.BytesIO(bytes.fromhex(body)), latest, None)
+        assert set(theirs) == fields
+        assert theirs == {name: decoded.event[name] for name in fields}, (partition, offset)
+        writers.add(writer)
+    assert writers == {s.fingerprint_hex for s in shipped_catalog("turn_event").versions}

@@ -22,6 +22,7 @@ from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.schema_registry import registry_client
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalKafkaBroker, free_port
+from turnaudit.local_registry import LocalSchemaRegistry
 from turnaudit.producers.adapter import TurnAuditEmitter
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
@@ -209,19 +210,15 @@ def test_broker_stopped_mid_stream_loses_nothing(tmp_path: Path) -> None:
 
 
 def test_confluent_wire_format_through_the_broker_with_a_registry(
-    kafka_settings: KafkaSettings, tmp_path: Path
+    kafka_settings: KafkaSettings, schema_registry: LocalSchemaRegistry, tmp_path: Path
 ) -> None:
-    settings = dataclasses.replace(
-        kafka_settings, schema_registry_url=f"mock://registry-{tmp_path.name}"
-    )
+    settings = dataclasses.replace(kafka_settings, schema_registry_url=schema_registry.url)
     publisher = TurnEventPublisher(settings, spool_dir=tmp_path / "spool")
     sent = {}
     for event in TurnRuntimeSimulator(12, schema_versions=(1, 2)).events(300):
         sent[publisher.publish(event)] = event
     assert publisher.close().ok
-    decode = TurnEventDeserializer(
-        shipped_catalog(), registry=registry_client(settings.schema_registry_url or "")
-    )
+    decode = TurnEventDeserializer(shipped_catalog(), registry=registry_client(schema_registry.url))
     versions = Counter()
     for msg in read_all(settings, settings.topics.turn_events):
         assert msg.value()[0] == 0  # Confluent framing: magic byte, then the schema id

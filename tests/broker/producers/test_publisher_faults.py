@@ -21,16 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from prometheus_client import CollectorRegistry
 
 from tests.support.broker import local_broker_settings
+from tests.support.registry import local_registry_settings
 from tests.support.smallfs import fill_disk, small_filesystem
 from turnaudit.errors import ConfigurationError, EventRefusedError, RegistryUnavailableError
+from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
-from turnaudit.local_broker import LocalKafkaBroker
+from turnaudit.local_broker import LocalKafkaBroker, free_port
+from turnaudit.local_registry import LocalSchemaRegistry
 from turnaudit.producers.publisher import PublisherStats, TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
@@ -257,56 +259,32 @@ def test_broker_down_and_disk_full_at_once(
     assert spool_segments(spool) == []
 
 
-class FailingRegistry:
-    """confluent-kafka's in-process mock registry, switched off on demand."""
-
-    def __init__(self, url: str) -> None:
-        self.inner = SchemaRegistryClient.new_client({"url": url})
-        self.down = False
-        self.calls_while_down = 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if self.down:
-                self.calls_while_down += 1
-                raise ConnectionError("schema registry unreachable")
-            return attr(*args, **kwargs)
-
-        return call
-
-
 def test_a_registry_outage_after_start_costs_the_turn_nothing(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
-    url = f"mock://faults-{tmp_path.name}"
-    settings = dataclasses.replace(kafka_settings, schema_registry_url=url)
-    registry = FailingRegistry(url)
-    metrics = CollectorRegistry()
-    publisher = TurnEventPublisher(
-        settings,
-        spool_dir=tmp_path / "spool",
-        registry=metrics,
-        schema_registry=registry,  # type: ignore[arg-type]  # a stand-in registry
-    )
-    registry.down = True  # from here on every registry call fails
-    runtime = Runtime(publisher, seed=34)
-    runtime.publish(500)
-    report = publisher.close(timeout=60)
-    assert registry.calls_while_down == 0  # the turn's path never asked it
-    assert report.ok
-    assert report.delivered == 500
-    assert_balanced(publisher.stats(), metrics)
-    registry.down = False  # a reader resolves the ids the publisher registered at start
-    decode = TurnEventDeserializer(shipped_catalog(), registry=registry.inner)
-    topic = settings.topics.turn_events
-    ids = Counter(
-        decode(m.value()).event["event_id"]
-        for m in read_range(settings, topic, None, end_offsets(settings, topic))
-    )
+    registry = LocalSchemaRegistry(local_registry_settings(tmp_path / "registry"))
+    registry.start()
+    try:
+        settings = dataclasses.replace(kafka_settings, schema_registry_url=registry.url)
+        metrics = CollectorRegistry()
+        publisher = TurnEventPublisher(settings, spool_dir=tmp_path / "spool", registry=metrics)
+        registry.stop()  # the real server, gone: from here on nobody answers at its port
+        runtime = Runtime(publisher, seed=34)
+        runtime.publish(500)
+        report = publisher.close(timeout=60)
+        assert report.ok  # the turn's path never asked it
+        assert report.delivered == 500
+        assert publisher.spooled_total == 0
+        assert_balanced(publisher.stats(), metrics)
+        registry.start()  # a reader resolves the ids the publisher registered at start
+        decode = decoder_for(settings, schemas_topic=False)
+        topic = settings.topics.turn_events
+        ids = Counter(
+            decode(m.value()).event["event_id"]
+            for m in read_range(settings, topic, None, end_offsets(settings, topic))
+        )
+    finally:
+        registry.stop()
     assert set(ids) == set(runtime.accepted)
     assert max(ids.values()) == 1
 
@@ -314,15 +292,13 @@ def test_a_registry_outage_after_start_costs_the_turn_nothing(
 def test_a_registry_away_at_start_fails_before_the_first_turn(
     kafka_settings: KafkaSettings, tmp_path: Path
 ) -> None:
-    url = f"mock://away-{tmp_path.name}"
-    registry = FailingRegistry(url)
-    registry.down = True
+    url = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"  # no registry listens there
     with pytest.raises(RegistryUnavailableError, match="did not register TurnEvent v1"):
         TurnEventPublisher(
             dataclasses.replace(kafka_settings, schema_registry_url=url),
             spool_dir=tmp_path / "spool",
-            schema_registry=registry,  # type: ignore[arg-type]  # a stand-in registry
         )
+    assert not list((tmp_path / "spool").rglob("*.spool"))
 
 
 def test_the_worker_survives_errors_and_publish_restarts_it(

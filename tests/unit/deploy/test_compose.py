@@ -13,7 +13,9 @@ from tests.support import PROJECT_ROOT
 from turnaudit.cli import build_parser
 from turnaudit.consumers.runtime.settings import DEFAULT_HTTP_PORTS, ServiceName, ServiceSettings
 from turnaudit.evaluation.labels import load_task_labels
-from turnaudit.settings import BOOTSTRAP_ENV
+from turnaudit.local_registry import LocalRegistrySettings, LocalSchemaRegistry
+from turnaudit.local_registry.java import JavaRuntime
+from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings
 from turnaudit.signing_keys import KEY_ID_ENV, CheckpointSettings
 
 COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
@@ -161,3 +163,58 @@ def test_the_runtime_job_is_scraped_from_target_files() -> None:
     assert command[command.index("--metrics-host") + 1] == "0.0.0.0"  # noqa: S104 - in its container
     targets = json.loads((PROJECT_ROOT / "deploy/prometheus/runtimes/compose.json").read_text())
     assert [t["targets"] for t in targets] == [[f"simulator:{port}"]]
+
+
+def test_the_registry_profile_puts_every_service_in_registry_mode() -> None:
+    registry = COMPOSE["services"]["registry"]
+    assert registry["profiles"] == ["registry"]
+    assert registry["build"] == "./deploy/registry"
+    # The API on the host's loopback only, the container's port the services name.
+    (published,) = registry["ports"]
+    host, host_port, container_port = published.split(":")
+    assert host == "127.0.0.1"
+    documented = "http://registry:8080/apis/ccompat/v7"
+    assert (
+        f"TURNAUDIT_SCHEMA_REGISTRY_URL={documented}"
+        in (PROJECT_ROOT / "docker-compose.yml").read_text()
+    )
+    assert documented.split(":")[2].split("/", maxsplit=1)[0] == container_port
+    assert host_port == str(LocalRegistrySettings().port)
+    # Every turnaudit service takes the registry URL from the host (empty: no registry).
+    for name, service in our_services():
+        assert service["environment"]["TURNAUDIT_SCHEMA_REGISTRY_URL"] == (
+            "${TURNAUDIT_SCHEMA_REGISTRY_URL:-}"
+        ), name
+    assert KafkaSettings.from_env({"TURNAUDIT_SCHEMA_REGISTRY_URL": ""}).schema_registry_url is None
+
+
+def test_the_registry_image_runs_the_resolved_server_as_turnaudit_registry_does() -> None:
+    dockerfile = (PROJECT_ROOT / "deploy/registry/Dockerfile").read_text()
+    assert "COPY target/server/ /opt/registry/" in dockerfile
+    ignored = (PROJECT_ROOT / "deploy/registry/.dockerignore").read_text().split()
+    assert ignored[-2:] == ["*", "!target/server/"]  # not the Java runtime make may fetch
+    entry = json.loads(
+        "".join(line.rstrip("\\") for line in dockerfile.split("ENTRYPOINT ", 1)[1].splitlines())
+    )
+    local = LocalSchemaRegistry(LocalRegistrySettings()).command(
+        JavaRuntime(PROJECT_ROOT, 21, "PATH")
+    )
+
+    def options(command: list[str]) -> dict[str, str]:
+        return dict(a[2:].split("=", 1) for a in command if a.startswith("-D"))
+
+    image, here = options(entry), options(local)
+    assert set(image) == set(here)  # the same settings, none forgotten on either side
+    differ = {k for k in here if image[k] != here[k]}
+    # Only where it listens and where its database is differ: the container's interfaces
+    # and ports, the volume.
+    assert differ == {
+        "quarkus.http.host",
+        "quarkus.http.port",
+        "quarkus.management.host",
+        "quarkus.management.port",
+        "apicurio.datasource.url",
+    }
+    # The same JVM: heap and collector as the local registry's defaults.
+    assert [a for a in entry if a.startswith("-X")] == [a for a in local if a.startswith("-X")]
+    assert entry[-2:] == ["-jar", "/opt/registry/quarkus-run.jar"]

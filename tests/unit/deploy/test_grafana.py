@@ -62,6 +62,14 @@ def test_the_dashboard_covers_what_on_call_needs() -> None:
         "turnaudit_htir_traces_total",
         "turnaudit_htir_open_traces",
         "turnaudit_metrics_label_values",
+        "turnaudit_verify_turns_proved_total",
+        "turnaudit_verify_lost_turns_total",
+        "turnaudit_verify_lost_turns_by_pack_total",
+        "turnaudit_verify_cut_streams_total",
+        "turnaudit_verify_vanished_producers",
+        "turnaudit_verify_streams_at_risk",
+        "turnaudit_verify_missing_turns",
+        "turnaudit_verify_stream_trust",
         "ALERTS",
     ):
         assert needed in expanded

@@ -154,7 +154,7 @@ class TestHeadsThread:
         try:
             for sequence in range(5):  # what publish() does, under its lock
                 with lock:
-                    heads.dirty[("s", "p")] = (sequence, f"{sequence:064x}")
+                    heads.dirty[("s", "p")] = (sequence, f"{sequence:064x}", "", "")
                     heads.turns += 1
                     if heads.turns == heads.wake_at:
                         heads.wake.set()

@@ -20,7 +20,10 @@ from turnaudit.stream_heads import HeadAnnouncement, StreamHead, decode_announce
 
 heads_st = st.lists(
     st.tuples(
-        st.sampled_from(["s1", "s2", "s3"]), st.sampled_from(["p", "p.1"]), st.integers(0, 10**6)
+        st.sampled_from(["s1", "s2", "s3"]),
+        st.sampled_from(["p", "p.1"]),
+        st.integers(0, 10**6),
+        st.sampled_from(["", "general", "pack-\u00e9"]),  # "": a line written before packs
     ),
     max_size=30,
 )
@@ -29,10 +32,10 @@ heads_st = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(heads=heads_st, cut=st.integers(0, 10**5), ended=st.booleans())
 def test_a_file_cut_at_any_byte_reads_back_its_whole_lines(
-    tmp_path_factory: object, heads: list[tuple[str, str, int]], cut: int, ended: bool
+    tmp_path_factory: object, heads: list[tuple[str, str, int, str]], cut: int, ended: bool
 ) -> None:
     lines = [b'{"header":1,"producer_id":"p","interval_ms":200}\n']
-    lines += [head_line(StreamHead(s, p, q, f"h{q}")) for s, p, q in heads]
+    lines += [head_line(StreamHead(s, p, q, f"h{q}"), k, k and "rt") for s, p, q, k in heads]
     if ended:
         lines.append(b'{"ended":1}\n')
     data = b"".join(lines)
@@ -43,9 +46,12 @@ def test_a_file_cut_at_any_byte_reads_back_its_whole_lines(
     whole = data[:cut].count(b"\n")
     assert recorded.lines == whole
     expected: dict[tuple[str, str], int] = {}
-    for s, p, q in heads[: max(0, whole - 1)]:
+    labels: dict[tuple[str, str], tuple[str, str]] = {}
+    for s, p, q, k in heads[: max(0, whole - 1)]:
         expected[(s, p)] = q
+        labels[(s, p)] = (k, k and "rt")
     assert {k: h.sequence for k, h in recorded.heads.items()} == expected
+    assert recorded.labels == labels
     assert recorded.ended == (ended and cut == len(data))
 
 
@@ -65,12 +71,13 @@ def test_heads_are_written_by_their_thread_and_a_predecessor_is_kept_for_announc
         tmp_path, producer_id="p1", interval_s=0.01, lock=lock, announcer=None, prefix="u."
     )
     with lock:
-        first.dirty[("s1", "p1")] = (0, "h0")
-        first.dirty[("s1", "p1")] = (1, "h1")
-        first.dirty[("s2", "p1")] = (0, "g0")
+        first.dirty[("s1", "p1")] = (0, "h0", "general", "chat")
+        first.dirty[("s1", "p1")] = (1, "h1", "general", "chat")
+        first.dirty[("s2", "p1")] = (0, "g0", "finance", "chat")
     first.write_now()
     recorded = read_heads(tmp_path / HEADS_FILE)
     assert {k: h.sequence for k, h in recorded.heads.items()} == {("s1", "p1"): 1, ("s2", "p1"): 0}
+    assert recorded.labels == {("s1", "p1"): ("general", "chat"), ("s2", "p1"): ("finance", "chat")}
     assert not recorded.ended
     # A crash (no close): the successor renames the file, to announce it as cut.
     first._closing.set()
@@ -83,7 +90,7 @@ def test_heads_are_written_by_their_thread_and_a_predecessor_is_kept_for_announc
     assert not second.announce_pending()  # no broker: kept, retried later
     assert pending[0].exists()
     with lock:
-        second.dirty[("s3", "p2")] = (4, "k4")
+        second.dirty[("s3", "p2")] = (4, "k4", "general", "chat")
     second.close(timeout=0.1)
     assert read_heads(tmp_path / HEADS_FILE).ended  # kept, ended: a successor announces it
 
@@ -91,6 +98,10 @@ def test_heads_are_written_by_their_thread_and_a_predecessor_is_kept_for_announc
 def test_an_announcement_round_trips_and_junk_is_none() -> None:
     note = HeadAnnouncement(StreamHead("s", "p", 7, "abc"), False, 200, "p2")
     assert decode_announcement(note.encode()) == note
+    labelled = HeadAnnouncement(
+        StreamHead("s", "p", 7, "abc"), False, 200, "p", open=True, pack="general", runtime="chat"
+    )
+    assert decode_announcement(labelled.encode()) == labelled
     assert note.key() == b"s\x00p"
     for junk in (None, b"", b"{}", b"[]", b'{"session_id":1}', "x"):
         assert decode_announcement(junk) is None

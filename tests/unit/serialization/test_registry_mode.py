@@ -1,11 +1,13 @@
-"""Schema Registry mode: credentials, pre-registered schemas, FULL_TRANSITIVE set and read back.
+"""Schema Registry mode: what the client sends, and the registry settings.
 
-No Confluent-compatible registry runs in this suite (Apicurio Registry's
-artifacts on Maven Central, apicurio-registry-app 2.6.13.Final and 3.0.9, are a
-Quarkus application module without a runnable jar), so the HTTP conversation is
-checked against a recording stand-in that answers the few Confluent REST calls
-the client makes. It shows what is sent (paths, bodies, credentials), not that
-a real registry accepts it.
+Registry mode is shown against the real registry (Apicurio Registry, `make registry`) in
+the broker tier: tests/broker/test_registry_mode.py (registration under FULL_TRANSITIVE,
+lookup only, an incompatible schema refused, every reader) and
+tests/broker/test_registry_outage.py (the registry stopped and restarted mid-run). What
+the real one cannot show is here: the requests themselves (their order, and the
+credentials each carries: the local registry runs without authentication, which it
+would only do with an OpenID Connect server), recorded by a stand-in that answers the few
+Confluent REST calls the client makes.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support.events import turn
-from turnaudit.errors import ConfigurationError, SerializationError
+from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.schema_registry import COMPATIBILITY, ConfluentSerializer, registry_client
 from turnaudit.registry_settings import auto_register_from_env, registry_options_from_env
 from turnaudit.serialization.schemas import shipped_catalog
@@ -134,47 +136,6 @@ def test_registering_sets_full_transitive_first_with_the_credentials(
     assert {r["auth"] for r in stand_in.requests} == {auth}
 
 
-def test_pre_registered_schemas_are_looked_up_never_registered(stand_in: RecordingRegistry) -> None:
-    settings = KafkaSettings.from_env(
-        {
-            "TURNAUDIT_SCHEMA_REGISTRY_URL": stand_in.url,
-            "TURNAUDIT_SCHEMA_REGISTRY_AUTO_REGISTER": "false",
-        }
-    )
-    assert not settings.schema_registry_auto_register
-    stand_in.registered[SUBJECT] = 1  # registered beforehand, by someone with write rights
-    client = registry_client(stand_in.url, {"basic.auth.user.info": "reader:pw"})
-    serialize = ConfluentSerializer(V2, client, auto_register=False).bind(TOPIC)
-    payload = serialize(event())
-    assert int.from_bytes(payload[1:5], "big") == 7
-    calls = {(r["method"], r["path"]) for r in stand_in.requests}
-    assert ("POST", f"/subjects/{SUBJECT}") in calls
-    # Nothing that changes the registry: no registration, no compatibility level.
-    assert not {c for c in calls if c[0] == "PUT" or c[1].endswith("/versions")}
-
-
-def test_a_schema_nobody_registered_is_a_clear_error_without_auto_registration(
-    stand_in: RecordingRegistry,
-) -> None:
-    client = registry_client(stand_in.url, {"basic.auth.user.info": "reader:pw2"})
-    serialize = ConfluentSerializer(V2, client, auto_register=False).bind(TOPIC)
-    with pytest.raises(SerializationError, match="registry refused it"):
-        serialize(event())
-    calls = {(r["method"], r["path"]) for r in stand_in.requests}
-    assert ("POST", f"/subjects/{SUBJECT}") in calls
-    assert not {c for c in calls if c[0] == "PUT" or c[1].endswith("/versions")}
-
-
-def test_pre_registered_schemas_with_the_mock_registry() -> None:
-    client = registry_client("mock://pre-registered")
-    with pytest.raises(SerializationError):  # nobody registered it yet
-        ConfluentSerializer(V2, client, auto_register=False).bind(TOPIC)(event())
-    # Registered beforehand (here by a writer that may register), then only looked up.
-    registered = ConfluentSerializer(V2, client).bind(TOPIC)(event())
-    payload = ConfluentSerializer(V2, client, auto_register=False).bind(TOPIC)(event())
-    assert payload[:5] == registered[:5]
-
-
 @pytest.mark.parametrize(
     ("env", "says"),
     [
@@ -205,3 +166,21 @@ def test_the_registry_options_pass_through() -> None:
     assert registry_options_from_env(env) == {"ssl.ca.location": "/etc/ca.pem"}
     assert auto_register_from_env(env) is False
     assert auto_register_from_env({}) is True
+
+
+def test_numeric_registry_options_reach_the_client_as_numbers() -> None:
+    """The client refuses ``timeout``, ``max.retries`` and ``cache.capacity`` as text."""
+    text = '{"timeout": 2.5, "max.retries": 1, "cache.capacity": 50, "proxy": "http://p:3128"}'
+    options = registry_options_from_env({"TURNAUDIT_SCHEMA_REGISTRY_OPTIONS": text})
+    assert options == {
+        "timeout": 2.5,
+        "max.retries": 1,
+        "cache.capacity": 50,
+        "proxy": "http://p:3128",
+    }
+    client = registry_client("http://127.0.0.1:9/numeric", options)
+    assert client._rest_client.max_retries == 1  # type: ignore[attr-defined]  # the client's own
+    assert client._rest_client.cache_capacity == 50  # type: ignore[attr-defined]  # likewise
+    # A boolean is text, as before (no client option takes a JSON boolean).
+    flagged = registry_options_from_env({"TURNAUDIT_SCHEMA_REGISTRY_OPTIONS": '{"x": true}'})
+    assert flagged == {"x": "True"}

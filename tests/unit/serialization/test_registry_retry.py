@@ -16,12 +16,15 @@ from turnaudit.consumers.runtime import ConsumedTurn, Rejection, TurnEventValida
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.errors import SchemaNotFoundError
+from turnaudit.kafka.decoders import decoder_for
+from turnaudit.kafka.schema_registry import registry_client
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import (
     REGISTRY_RETRY_BACKOFF_S,
     ConfluentIdSerializer,
     TurnEventDeserializer,
 )
+from turnaudit.settings import KafkaSettings
 
 CATALOG = shipped_catalog()
 V4 = CATALOG.version(4)
@@ -103,3 +106,14 @@ def test_a_schema_the_registry_does_not_know_is_not_retried() -> None:
         unknown.server.shutdown()
     assert slept == []
     assert unknown.requests == 1
+
+
+def test_a_readers_registry_client_leaves_retrying_to_the_decoder() -> None:
+    """The client's own retries (3, each waiting up to 20 s) would run inside every attempt
+    of the decoder's backoff, a minute a message instead of ~3.6 s: a reader's client has
+    them off; the publisher's (registration at start, no backoff of its own) keeps them."""
+    url = "http://127.0.0.1:9/reader-retries"
+    reader = decoder_for(KafkaSettings(schema_registry_url=url), schemas_topic=False)
+    assert reader._registry is not None
+    assert reader._registry._rest_client.max_retries == 0  # type: ignore[attr-defined]  # the client's own
+    assert registry_client(url)._rest_client.max_retries == 3  # the library's default

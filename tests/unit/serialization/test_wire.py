@@ -17,7 +17,6 @@ from turnaudit.errors import (
     SerializationError,
     UnknownFramingError,
 )
-from turnaudit.kafka.schema_registry import ConfluentSerializer, registry_client
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.compatibility import check_full_transitive
 from turnaudit.serialization.framing import MAX_MILLIS, MIN_MILLIS
@@ -83,31 +82,9 @@ def test_v1_data_is_read_into_the_current_shape_with_defaults() -> None:
     assert decoded.event["safety_verdict"] == record["safety_verdict"]
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_confluent_framing_round_trip_with_the_mock_registry(version: int) -> None:
-    registry = registry_client("mock://turnaudit-test")
-    serialize = ConfluentSerializer(CATALOG.version(version), registry).bind("t.turn-events")
-    decode = TurnEventDeserializer(CATALOG, registry=registry)
-    for record in events(version, 20):
-        payload = serialize(record)
-        assert payload[0] == 0
-        decoded = decode(payload)
-        assert decoded.framing is Framing.CONFLUENT
-        assert decoded.writer_version == version
-        assert decoded.writer_fingerprint.startswith("registry:")
-        assert millis(decoded.event)["verdicts"] == record["verdicts"]
-        assert millis(decoded.event)["occurred_at"] == record["occurred_at"]
-
-
 def test_confluent_message_without_a_registry_is_a_clear_error() -> None:
     with pytest.raises(SchemaNotFoundError, match="no Schema Registry is configured"):
         TurnEventDeserializer(CATALOG)(b"\x00\x00\x00\x00\x07" + b"\x02")
-
-
-def test_unknown_registry_id_is_a_clear_error() -> None:
-    decode = TurnEventDeserializer(CATALOG, registry=registry_client("mock://empty"))
-    with pytest.raises(SchemaNotFoundError, match="schema id 4242"):
-        decode(b"\x00" + (4242).to_bytes(4, "big") + b"\x02")
 
 
 @pytest.mark.parametrize("payload", [b"", b"hello world", b"\xc3", b"\x7b\x22json\x22"])
