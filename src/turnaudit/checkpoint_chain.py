@@ -129,6 +129,10 @@ class RetentionStart:
             return False
         return predecessor_signed_by(checkpoint) <= self.now_ms() - self.retention_ms
 
+    def may_have_removed(self, written_by_ms: int) -> bool:
+        """Whether retention may have removed a turn written by ``written_by_ms``."""
+        return self.retention_ms is not None and written_by_ms <= self.now_ms() - self.retention_ms
+
     def resumes(self, checkpoint: Checkpoint, after: int) -> bool:
         """Whether a chain read to index ``after`` (-1: none of it) resumes at
         ``checkpoint`` past a hole retention explains (the follower's rule: it cannot tell

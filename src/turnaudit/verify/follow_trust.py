@@ -20,7 +20,7 @@ The rules are one-shot verify's (``turnaudit.verify.trust``), held live:
   stream ``unsigned``, or ``forged`` when signatures are required; turns of a producer
   after its final checkpoint are ``forged``;
 * a signed position that has not arrived when its partition's event time is ``grace_s``
-  past the checkpoint is ``truncated``.
+  past the checkpoint is ``truncated``, unless retention explains it (a later one was read).
 
 State per stream and per producer (the last valid checkpoint), checkpointable beside
 the proof: ``checkpoint()`` returns the records of what changed, ``load`` takes them back.
@@ -158,9 +158,8 @@ class FollowTrust:
                 verdict = Judged(
                     checkpoint,
                     "chain_break",
-                    f"a second checkpoint "
-                    f"{checkpoint.index} of producer {checkpoint.producer_id} "
-                    "(the chain forks)",
+                    f"a second checkpoint {checkpoint.index} of producer "
+                    f"{checkpoint.producer_id} (the chain forks)",
                 )
             elif not follows(checkpoint, None if last is None else last.link) and not (
                 self._start.resumes(checkpoint, -1 if last is None else last.link.index)
@@ -168,9 +167,8 @@ class FollowTrust:
                 verdict = Judged(
                     checkpoint,
                     "chain_break",
-                    f"checkpoint {checkpoint.index} "
-                    f"of producer {checkpoint.producer_id} names a predecessor "
-                    "that is not the last one read (removed, not by retention; or never signed)",
+                    f"checkpoint {checkpoint.index} of producer {checkpoint.producer_id} names a "
+                    "predecessor not read last (removed, not by retention; or never signed)",
                 )
         if verdict.problem is not None:
             self._invalid(verdict, verdict.problem)
@@ -185,7 +183,7 @@ class FollowTrust:
         self._dirty_producers.add(checkpoint.producer_id)
         for head in checkpoint.heads:
             if self._owns(head.stream):
-                self._signed(head.stream, head.sequence, head.hash, checkpoint.at_ms)
+                self._signed(head.stream, head.sequence, head.hash, checkpoint)
         return verdict
 
     def _invalid(self, verdict: Judged, problem: Problem) -> None:
@@ -199,11 +197,12 @@ class FollowTrust:
         )
         self._found.append(Forgery(problem, detail))
 
-    def _signed(self, stream_id: StreamId, position: int, digest: str, at_ms: int) -> None:
+    def _signed(self, stream_id: StreamId, position: int, digest: str, c: Checkpoint) -> None:
         stream = self._stream(stream_id)
         self._dirty.add(stream_id)
         if position > stream.top:
-            stream.expected[position] = (digest[:_DIGITS], at_ms)
+            stream.expected[position] = (digest[:_DIGITS], c.at_ms)
+            stream.written_after[position] = max(c.prev_at_ms, c.at_ms - 2 * c.interval_ms)
             self._watch.add(stream_id)
         elif position in stream.seen:
             have = stream.seen[position][0]
@@ -284,6 +283,7 @@ class FollowTrust:
             self._schemas_named(stream_id, stream)
         stream.top = max(stream.top, position)
         expected = stream.expected.pop(position, None)
+        stream.written_after.pop(position, None)
         if expected is not None:
             if expected[0] != digest[:_DIGITS]:
                 self._rewritten(stream_id, stream, position, digest, expected[0])
@@ -342,7 +342,7 @@ class FollowTrust:
             if not stream.truncated and stream.expected and stream.partition >= 0:
                 proved = event_time_ms.get(stream.partition, 0)
                 late = [p for p, (_, at) in stream.expected.items() if proved - at >= self.grace_ms]
-                if late:
+                if late := stream.forget_removed(late, self._start.may_have_removed):
                     self._dirty.add(stream_id)
                     stream.truncated = (
                         f"signed position {min(late)} has not arrived "

@@ -20,7 +20,7 @@ from tests.support.retained_chain import HOUR_MS, TimedRun, run_over_time
 from tests.unit.verify.test_trust import DECODE, KEY, RING, status
 from turnaudit.checkpoint_chain import KEPT_FOR_EVER, RetentionStart, judge_chain
 from turnaudit.checkpoints import Checkpoint, sign
-from turnaudit.identity import GENESIS_HASH, stream_of
+from turnaudit.identity import GENESIS_HASH, chain_hash, stream_of
 from turnaudit.stream_heads import StreamHead
 from turnaudit.verify.follow_trust import FollowTrust
 from turnaudit.verify.trust import Removal, TrustReport, judge_streams, signed_heads
@@ -309,3 +309,60 @@ class TestFollower:
         found = [f.reason for f in trust.found()]
         broken = len(year.run.checkpoints) - year.first_checkpoint if year.first_checkpoint else 0
         assert found == ["chain_break"] * broken
+
+    @SLOW
+    @given(retained_runs(), st.sampled_from(["retained", "kept for ever", "without the rule"]))
+    def test_a_fresh_follower_judges_every_stream_it_reads_signed(
+        self, year: Year, checkpoints: str
+    ) -> None:
+        """Checkpoints read before the turns (those retention keeps, or every one, as when
+        the checkpoints topic is kept for ever): the signed heads below a stream's first
+        retained turn went with retention. Without the rule such a stream is truncated."""
+        rule = checkpoints != "without the rule"
+        start = RetentionStart(year.retention, lambda: year.now) if rule else KEPT_FOR_EVER
+        trust = FollowTrust(RING, grace_s=1.0, start=start)
+        taken = year.run.checkpoints[year.first_checkpoint if checkpoints == "retained" else 0 :]
+        for c in taken:
+            trust.take_checkpoint(c, None)
+        first: dict[tuple[str, str], int] = {}
+        run = year.run
+        for offset in range(year.turn_start, len(run.turns)):
+            s = run.turns[offset]
+            stream = stream_of(s.event)
+            first.setdefault(stream, s.event["sequence"])
+            trust.observe(
+                stream, 0, s.event["sequence"], chain_hash(s.value), run.stored_ms[offset]
+            )
+        trust.sweep(horizon_ms=year.now + 10_000, event_time_ms={0: 2**62})
+        cut = {
+            stream
+            for stream, position in first.items()
+            if any(h.stream == stream and h.sequence < position for c in taken for h in c.heads)
+        }
+        expected = {s: "truncated" if s in cut and not rule else "signed" for s in first}
+        assert {s: trust.streams[s].status() for s in first} == expected
+
+    @SLOW
+    @given(retained_runs())
+    def test_a_follower_finds_any_stream_whose_end_is_removed_however_old(self, year: Year) -> None:
+        """The last turn of every stream removed, read long after: retention never explains
+        an end (no later position was read)."""
+        much_later = year.now + 100 * year.retention
+        trust = FollowTrust(
+            RING, grace_s=1.0, start=RetentionStart(year.retention, lambda: much_later)
+        )
+        for c in year.run.checkpoints[year.first_checkpoint :]:
+            trust.take_checkpoint(c, None)
+        run = year.run
+        last = {stream_of(s.event): offset for offset, s in enumerate(run.turns)}
+        read = set()
+        for offset in range(year.turn_start, len(run.turns)):
+            s = run.turns[offset]
+            stream = stream_of(s.event)
+            if offset != last[stream]:
+                read.add(stream)
+                trust.observe(
+                    stream, 0, s.event["sequence"], chain_hash(s.value), run.stored_ms[offset]
+                )
+        trust.sweep(horizon_ms=much_later, event_time_ms={0: 2**62})
+        assert {s: trust.streams[s].status() for s in read} == dict.fromkeys(read, "truncated")
