@@ -46,12 +46,11 @@ from turnaudit.stream_heads import (
 from turnaudit.verify.heads_judge import (
     JUDGED_PRODUCER_KEY,
     JUDGED_STREAM_KEY,
-    JUDGED_TO_KEY,
     EngineView,
-    HeadsAt,
     HeadsJudge,
     StreamLoss,
 )
+from turnaudit.verify.heads_marks import JUDGED_TO_KEY, HeadsAt
 
 log = structlog.get_logger("turnaudit.verify.follow")
 
@@ -203,7 +202,7 @@ class HeadsFeed:
                 self.judge.take_liveness(record, now_ms)
             elif record is not None:
                 self.judge.take(record, item.high, item.low, at)
-            self.judge.read_to(at)
+            self.judge.marks.read_to(at)
         return len(item.records)
 
     def _count(self, loss: StreamLoss) -> None:
