@@ -227,6 +227,7 @@ class HeadsJudge:
                 self.marks.retire_later(stream, partition, at)
                 return
             self._ends[stream] = waiting
+            self.marks.wait(stream, partition, at)
             self._push(waiting, None)
         elif producer in self._vanished:
             streams = self._at_risk.setdefault(producer, {})
@@ -352,6 +353,10 @@ class HeadsJudge:
         )
         return len(self._ends) + at_risk
 
+    def waiting_ends(self) -> int:
+        """End announcements held for the proof (the feed's bound)."""
+        return len(self._ends)
+
     def counted_to(self, stream: StreamId) -> int | None:
         judged = self._judged.get(stream)
         return None if judged is None else judged.to
@@ -380,15 +385,17 @@ class HeadsJudge:
                 at = int(json.loads(value)["at_ms"])
                 self._counted_vanished[producer] = max(at, self._counted_vanished.get(producer, at))
 
+    def _still_waiting(self, stream: StreamId, partition: int, at: HeadsAt) -> bool:
+        waiting = self._ends.get(stream)
+        return waiting is not None and waiting.partition == partition and waiting.at == at
+
     def _move_marks(self) -> None:
-        waiting = [(w.partition, w.at) for w in self._ends.values()]
-        self.marks.move(self._covering & self._held(), waiting)
+        self.marks.move(self._covering & self._held(), self._still_waiting)
 
     def changed(self) -> bool:
-        self._move_marks()
-        return bool(
-            self._dirty_streams or self._dirty_producers or self.marks.moved() or self.marks.ready()
-        )
+        """Losses counted (to checkpoint at once); marks and retirement go with the next
+        checkpoint, which ``marks.pending()`` asks for."""
+        return bool(self._dirty_streams or self._dirty_producers)
 
     def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
         """The records of what changed; the streams a mark written before covers are

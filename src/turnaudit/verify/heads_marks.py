@@ -14,8 +14,9 @@ a retired stream whose announcement would be judged again.
 
 from __future__ import annotations
 
+import heapq
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from turnaudit.identity import StreamId
 
@@ -32,6 +33,9 @@ class JudgedMarks:
         self._written: dict[int, dict[int, int]] = {}  # as last checkpointed
         self._moved: set[int] = set()
         self._retiring: dict[StreamId, tuple[int, HeadsAt]] = {}  # -> partition, where read
+        # (partition, heads partition) -> (offset, stream) of announcements that waited; an
+        # entry no longer waiting is dropped when it reaches the top
+        self._waiting: dict[tuple[int, int], list[tuple[int, StreamId]]] = {}
 
     def new_pass(self) -> None:
         self._read_to = {}
@@ -44,6 +48,11 @@ class JudgedMarks:
         """Whether an end announcement of ``partition`` read at ``at`` was judged before."""
         return at is not None and at[1] < self._judged_to.get(partition, {}).get(at[0], 0)
 
+    def wait(self, stream: StreamId, partition: int, at: HeadsAt | None) -> None:
+        """An end announcement waits for the proof: the marks stay below it."""
+        if at is not None:
+            heapq.heappush(self._waiting.setdefault((partition, at[0]), []), (at[1], stream))
+
     def retire_later(self, stream: StreamId, partition: int, at: HeadsAt | None) -> None:
         if at is not None:  # else nothing would pass over its announcement when read again
             self._retiring[stream] = (partition, at)
@@ -52,23 +61,39 @@ class JudgedMarks:
         """Partitions no longer held: their streams are the new owner's to retire."""
         for stream in [s for s, (p, _) in self._retiring.items() if p not in held]:
             del self._retiring[stream]
+        for key in [k for k in self._waiting if k[0] not in held]:
+            del self._waiting[key]
 
-    def move(self, covering: set[int], waiting: Iterable[tuple[int, HeadsAt | None]]) -> None:
+    def move(
+        self, covering: set[int], still_waiting: Callable[[StreamId, int, HeadsAt], bool]
+    ) -> None:
         """Per partition held since the pass began (``covering``): every announcement read
-        before the first one still waiting (partition, where read), or the reader's
-        position, is judged."""
-        first: dict[int, dict[int, int]] = {}
-        for partition, at in waiting:
-            if at is not None:
-                marks = first.setdefault(partition, {})
-                marks[at[0]] = min(marks.get(at[0], at[1]), at[1])
+        before the first one still waiting, or the reader's position, is judged."""
         for partition in covering:
             known = self._judged_to.setdefault(partition, {})
             for heads_partition, read in self._read_to.items():
-                to = min(read, first.get(partition, {}).get(heads_partition, read))
+                to = min(read, self._first_waiting(partition, heads_partition, still_waiting))
                 if to > known.get(heads_partition, 0):
                     known[heads_partition] = to
                     self._moved.add(partition)
+
+    def _first_waiting(
+        self,
+        partition: int,
+        heads_partition: int,
+        still_waiting: Callable[[StreamId, int, HeadsAt], bool],
+    ) -> int:
+        heap = self._waiting.get((partition, heads_partition))
+        while heap:
+            offset, stream = heap[0]
+            if still_waiting(stream, partition, (heads_partition, offset)):
+                return offset
+            heapq.heappop(heap)
+        return 1 << 62
+
+    def pending(self) -> bool:
+        """Streams wait to be retired (a checkpoint writes the marks that let them go)."""
+        return bool(self._retiring)
 
     def ready(self) -> list[StreamId]:
         """Streams whose announcement a mark already written passes over."""
