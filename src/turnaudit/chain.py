@@ -1,7 +1,7 @@
 """The per-stream hash chain's primitives: a stream's id, the chain hash of a stored
 message and the hash a stream starts from. See ``turnaudit.identity`` for the model.
 
-The chain rule (the native tracker, ``native/src/track.rs``, computes the same; a
+The chain rule (the native tracker, ``native/src/track/chain.rs``, computes the same; a
 differential test over random bodies and fingerprints holds the two to it):
 
 * a turn written with a TurnEvent v1..v4 writer schema (``LEGACY_CHAIN_FINGERPRINTS``)

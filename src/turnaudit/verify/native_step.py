@@ -3,7 +3,7 @@
 An ordinary message (it decodes, it is a new turn at its stream's next position, its
 key is the session id, no contract 1-4 breach is found or recorded, it does not open a
 stream past position 0) is decoded, placed, checked and tallied by ``VerifyStep``
-(native/src/verify.rs) without Python bytecode. Every other message comes back to the
+(native/src/verify/) without Python bytecode. Every other message comes back to the
 ``Verifier``, in stream order: before anything about it was kept (``FEED``: the
 Verifier's own ``feed``), or after its placement (``FINISH``, ``NOT_A_TURN``:
 ``Verifier.conclude`` and ``Verifier.not_a_turn``). The native contract check says "no
