@@ -232,6 +232,13 @@ fn the_chain_check_finds_each_broken_link() {
     assert!(NativeStreamTracker::check_chain(&mut s, &key(), &Prev::Text(hex_of(&h(8))), &h(9), 9).is_none());
     let wrong = NativeStreamTracker::check_chain(&mut s, &key(), &Prev::Text(GENESIS_HEX.into()), &h(7), 8).unwrap();
     assert!(wrong.contains("position 9 names another predecessor hash"), "{wrong}");
+    // A late arrival whose predecessor is still missing claims it too.
+    let mut s = Stream { next: 5, ..Stream::default() };
+    s.open_gap(1, 4, 10);
+    assert!(NativeStreamTracker::check_chain(&mut s, &key(), &Prev::Text(hex_of(&h(2))), &h(3), 3).is_none());
+    s.missing.remove(&3);
+    let wrong = NativeStreamTracker::check_chain(&mut s, &key(), &Prev::Other, &h(20), 2).unwrap();
+    assert!(wrong.contains("position 3 names another predecessor hash"), "{wrong}");
 }
 
 #[test]

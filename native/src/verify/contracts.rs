@@ -46,17 +46,16 @@ pub(crate) struct ContractCheck {
 
 /// The rule's constants, as text.
 pub(crate) struct Texts {
-
     pub(crate) stub_path: String,
-    unknown_surface: String,
-    per_field: Vec<usize>,
-    v2_per_field: Vec<usize>,
-    void_tiers: Vec<String>,
-    void: String,
-    hold: String,
-    domain_seal: String,
-    domain_hold: String,
-    domain_void: String,
+    pub(crate) unknown_surface: String,
+    pub(crate) per_field: Vec<usize>,
+    pub(crate) v2_per_field: Vec<usize>,
+    pub(crate) void_tiers: Vec<String>,
+    pub(crate) void: String,
+    pub(crate) hold: String,
+    pub(crate) domain_seal: String,
+    pub(crate) domain_hold: String,
+    pub(crate) domain_void: String,
 }
 
 impl ContractCheck {
@@ -176,3 +175,6 @@ impl ContractCheck {
         Ok(ContractCheck { texts })
     }
 }
+
+#[cfg(test)]
+mod tests;
