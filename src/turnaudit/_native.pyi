@@ -152,7 +152,10 @@ class ContractCheck:
         void: str,
         hold: str,
         policies: tuple[str, str, str],
+        breach: Callable[[Any, str], Any],
+        contracts: Sequence[Any],
     ) -> ContractCheck: ...
+    def __call__(self, event: Any) -> list[Any]: ...
 
 class VerifyStep:
     kinds: tuple[int, int, int, int]

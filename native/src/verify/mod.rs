@@ -25,6 +25,7 @@ use crate::track::{chain_digest, NativeStreamTracker, Placed, Prev, NEW};
 use crate::constants::{SINGLE_OBJECT_HEADER as HEADER, SINGLE_OBJECT_MAGIC as MAGIC};
 use crate::decode::Decoder;
 
+mod contract_values;
 mod contracts;
 
 pub(crate) use contracts::ContractCheck;
@@ -185,7 +186,7 @@ impl VerifyStep {
         };
         let key: TallyKey = (
             text(f[PACK_ID].as_ref()).unwrap_or_default(),
-            f[PATH].as_ref().is_some_and(|p| p.is_text(&texts.stub_path)),
+            f[PATH].as_ref().is_some_and(|p| p.is_text(&texts.stub_path.text)),
             field("refusal_emitted"),
             field("hedge_injected"),
             version,

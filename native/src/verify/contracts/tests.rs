@@ -2,24 +2,36 @@
 //! contract broken on its own, or a value the scan cannot vouch for, sends the turn to
 //! the Python check. Built from `V`s directly: no message, no Python.
 
+use pyo3::types::PyString;
+
 use super::*;
 
 fn check() -> ContractCheck {
-    let slots = |names: &[&str]| names.iter().map(|n| slot(n).expect("a slot")).collect();
-    ContractCheck {
-        texts: Texts {
-            stub_path: "STUB".into(),
-            unknown_surface: "[unknown-domain]".into(),
-            per_field: slots(&["identity_score", "safety_verdict", "ethics_verdict"]),
-            v2_per_field: slots(&["identity_score"]),
-            void_tiers: vec!["RED".into(), "CRITICAL".into()],
-            void: "VOID".into(),
-            hold: "HOLD".into(),
-            domain_seal: "DOMAIN_SEAL".into(),
-            domain_hold: "DOMAIN_HOLD".into(),
-            domain_void: "DOMAIN_VOID".into(),
-        },
-    }
+    Python::initialize();
+    Python::attach(|py| {
+        let text = |t: &str| Text { text: t.into(), py: PyString::new(py, t).unbind() };
+        let keys = |names: &[&str]| names.iter().map(|n| key(py, n)).collect();
+        let none = || py.None();
+        ContractCheck {
+            texts: Texts {
+                stub_path: text("STUB"),
+                unknown_surface: text("[unknown-domain]"),
+                void_tiers: vec![text("RED"), text("CRITICAL")],
+                void: text("VOID"),
+                hold: text("HOLD"),
+                domain_seal: text("DOMAIN_SEAL"),
+                domain_hold: text("DOMAIN_HOLD"),
+                domain_void: text("DOMAIN_VOID"),
+            },
+            keys: Keys::new(py, keys(&["identity_score", "safety_verdict", "ethics_verdict"]), keys(&["identity_score"])),
+            breach: none(),
+            contracts: (0..5).map(|_| none()).collect(),
+        }
+    })
+}
+
+fn at(name: &str) -> usize {
+    slot(name).expect("a slot")
 }
 
 /// Where `ethics_verdict` sits among the slots.
@@ -54,7 +66,7 @@ fn clean() -> Vec<Option<V<'static>>> {
     f[PATH] = Some(V::Str("FULL"));
     f[VERDICTS] = Some(bundle(false, false, 3));
     f[ACTION] = Some(V::Null);
-    f[IDENTITY_SCORE] = Some(V::Null);
+    f[at("identity_score")] = Some(V::Null);
     f[slot("safety_verdict").unwrap()] = Some(V::Str("SEAL"));
     f[ETHICS] = Some(V::Str("SEAL"));
     f
@@ -64,11 +76,11 @@ fn clean() -> Vec<Option<V<'static>>> {
 fn stub() -> Vec<Option<V<'static>>> {
     let mut f = clean();
     f[PATH] = Some(V::Str("STUB"));
-    f[CYCLE_COST] = Some(V::Float(0.0));
-    f[VAULT_HITS] = Some(V::Int(0));
-    f[FLAGGED] = Some(V::Bool(false));
-    f[INPUT_TOKENS] = Some(V::Int(12));
-    for i in [WALK_SURFACE, ARTICULATION_SURFACE, SURFACE] {
+    f[at("cycle_cost_total")] = Some(V::Float(0.0));
+    f[at("vault_hits")] = Some(V::Int(0));
+    f[at("flagged")] = Some(V::Bool(false));
+    f[at("input_tokens")] = Some(V::Int(12));
+    for i in [at("walk_surface"), at("articulation_surface"), at("surface")] {
         f[i] = Some(V::Str("[unknown-domain]"));
     }
     f
@@ -113,12 +125,12 @@ fn each_broken_contract_sends_the_turn_to_python() {
     let broken: Vec<(&str, Box<Breaking>)> = vec![
         ("refusal and hedge", Box::new(|f| f[VERDICTS] = Some(bundle(true, true, 3)))),
         ("stub hedged", Box::new(|f| f[VERDICTS] = Some(bundle(false, true, 3)))),
-        ("stub with cost", Box::new(|f| f[CYCLE_COST] = Some(V::Float(0.5)))),
-        ("stub with vault hits", Box::new(|f| f[VAULT_HITS] = Some(V::Int(1)))),
-        ("stub flagged", Box::new(|f| f[FLAGGED] = Some(V::Bool(true)))),
-        ("stub without tokens", Box::new(|f| f[INPUT_TOKENS] = Some(V::Int(0)))),
-        ("stub with a surface", Box::new(|f| f[WALK_SURFACE] = Some(V::Str("finance")))),
-        ("stub with a score", Box::new(|f| f[IDENTITY_SCORE] = Some(V::Float(0.9)))),
+        ("stub with cost", Box::new(|f| f[at("cycle_cost_total")] = Some(V::Float(0.5)))),
+        ("stub with vault hits", Box::new(|f| f[at("vault_hits")] = Some(V::Int(1)))),
+        ("stub flagged", Box::new(|f| f[at("flagged")] = Some(V::Bool(true)))),
+        ("stub without tokens", Box::new(|f| f[at("input_tokens")] = Some(V::Int(0)))),
+        ("stub with a surface", Box::new(|f| f[at("walk_surface")] = Some(V::Str("finance")))),
+        ("stub with a score", Box::new(|f| f[at("identity_score")] = Some(V::Float(0.9)))),
         ("policy not derived", Box::new(|f| f[ACTION] = Some(action("RED", "SEAL", false, "DOMAIN_SEAL")))),
         ("hold not derived", Box::new(|f| f[ACTION] = Some(action("GREEN", "SEAL", true, "DOMAIN_SEAL")))),
         (
@@ -164,6 +176,6 @@ fn a_v2_bundle_compares_only_the_identity_score() {
     f[VERDICTS] = Some(bundle(false, false, 2));
     f[ETHICS] = Some(V::Str("HOLD")); // differs from the bundle, but v2 carries it only there
     assert!(!c.breaks_scanned(&f));
-    f[IDENTITY_SCORE] = Some(V::Float(0.5));
+    f[at("identity_score")] = Some(V::Float(0.5));
     assert!(c.breaks_scanned(&f));
 }
