@@ -49,6 +49,16 @@ pub(crate) fn restore_stream(
     tracker.get().restore_stream(py, (session_id.to_owned(), producer_id.to_owned()), state)
 }
 
+/// The stream forgotten wherever it is held; whether it was.
+#[pyfunction]
+pub(crate) fn drop_stream(
+    tracker: &Bound<'_, NativeStreamTracker>,
+    session_id: &str,
+    producer_id: &str,
+) -> PyResult<bool> {
+    tracker.get().drop_stream(&(session_id.to_owned(), producer_id.to_owned()))
+}
+
 /// The tracker remembers, from now on, each stream it places a turn into.
 #[pyfunction]
 pub(crate) fn track_dirty(tracker: &Bound<'_, NativeStreamTracker>) -> PyResult<()> {
@@ -129,6 +139,13 @@ impl NativeStreamTracker {
         self.currently_missing.fetch_add(stream.missing.len() as i64, Ordering::Relaxed);
         st.streams.push(key, stream);
         self.evict_over_bound(py, &mut st)
+    }
+
+    /// The stream forgotten wherever it is (its missing positions no longer counted);
+    /// whether it was held.
+    pub(crate) fn drop_stream(&self, key: &StreamKey) -> PyResult<bool> {
+        let mut st = self.lock()?;
+        self.take_out(&mut st, key)
     }
 
     pub(crate) fn take_out(&self, st: &mut State, key: &StreamKey) -> PyResult<bool> {
