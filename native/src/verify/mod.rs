@@ -9,9 +9,10 @@
 //! anything about it was kept (`FEED`: the Verifier's whole `feed` runs) or after the
 //! tracker placed it (`FINISH`, `NOT_A_TURN`: the Verifier concludes from the placement).
 //! A message of a schema the step does not scan (v1/v2, or one learned at run time) goes
-//! to the Verifier whole. `ContractCheck` answers "no breach" on a scanned record only
-//! where `turnaudit.contracts.check_event` finds none; in every case of doubt it says
-//! "maybe", and the Python check decides. The differential tests hold the two to that.
+//! to the Verifier whole. Contracts 1-4 are `contracts::ContractCheck`, the rule
+//! `turnaudit.contracts.check_event` calls too: on a scanned record it says "no breach"
+//! only where the values it read settle that, and any turn it is unsure of goes to the
+//! Verifier, whose `check_event` runs the same rule over the decoded event.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
