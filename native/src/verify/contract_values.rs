@@ -15,13 +15,15 @@ use pyo3::types::{PyBool, PyDict};
 use super::contracts::{Ask, Key, Number, Stop, Text, Value};
 use crate::decode::scan::V;
 
-/// A Python object the rule reads.
+/// A Python object the rule reads. An exact dict is read by the dict API (what indexing
+/// it would do); anything else, a dict subclass too (it may override `__getitem__`),
+/// through its own `[]` and `get`.
 pub(crate) struct Object<'py>(pub(crate) Bound<'py, PyAny>);
 
 impl<'py> Value for Object<'py> {
     fn item(&self, key: &Key) -> Ask<Self> {
         let name = key.py.bind(self.0.py());
-        if let Ok(dict) = self.0.cast::<PyDict>() {
+        if let Ok(dict) = self.0.cast_exact::<PyDict>() {
             return match dict.get_item(name)? {
                 Some(v) => Ok(Object(v)),
                 None => Err(Stop::Raised(pyo3::exceptions::PyKeyError::new_err(name.clone().unbind()))),
@@ -33,7 +35,7 @@ impl<'py> Value for Object<'py> {
     fn get(&self, key: &Key) -> Ask<Option<Self>> {
         let py = self.0.py();
         let name = key.py.bind(py);
-        let v = match self.0.cast::<PyDict>() {
+        let v = match self.0.cast_exact::<PyDict>() {
             Ok(dict) => dict.get_item(name)?,
             Err(_) => Some(self.0.call_method1(intern!(py, "get"), (name,))?),
         };
@@ -43,7 +45,7 @@ impl<'py> Value for Object<'py> {
     fn flag(&self, key: &Key, default: bool) -> Ask<bool> {
         let py = self.0.py();
         let name = key.py.bind(py);
-        match self.0.cast::<PyDict>() {
+        match self.0.cast_exact::<PyDict>() {
             Ok(dict) => match dict.get_item(name)? {
                 Some(v) => Ok(v.is_truthy()?),
                 None => Ok(default),
