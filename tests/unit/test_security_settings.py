@@ -179,6 +179,11 @@ def test_the_plan_is_least_privilege() -> None:
         ("subscriber-fraud", "read", "topic", P + "turn-events"),
         ("subscriber-fraud", "read", "topic", P + "schemas"),
         ("htir-feeder", "write", "topic", P + "htir-traces"),
+        # Sealed surfaces: the runtime writes data keys, the log sink (the one service that
+        # writes surfaces) reads them; `turnaudit erase` runs as the admin.
+        ("runtime", "write", "topic", P + "surface-keys"),
+        ("log-sink", "read", "topic", P + "surface-keys"),
+        ("reconciler", "read", "topic", P + "erasures"),
     }
     for service in ("log-sink", "verdict-metrics", "otel-sink", "htir-feeder"):
         expected |= {

@@ -154,6 +154,7 @@ def plan_acls(
     topic(runtime, t.dlq, "write")
     topic(runtime, stream_heads, "write")
     topic(runtime, checkpoints, "write")
+    rules.extend(_sealing_rules(t))
 
     for service, role in SERVICE_GROUPS.items():
         group(role.value, service_group(prefix, service), prefixed=False)
@@ -194,6 +195,18 @@ def plan_acls(
         topic(name, t.schemas, "read")
         own_groups(name)
     return sorted(set(rules))
+
+
+def _sealing_rules(t: TopicNames) -> list[AclRule]:
+    """Sealed surfaces' wrapped data keys: the runtime writes them and the log sink, the one
+    service that writes surfaces, reads them (useless without a KEK: who sees surfaces is
+    who holds one, docs/privacy.md). Erasures are written by the admin (`turnaudit erase`)
+    and read by the reconciler."""
+    return [
+        AclRule(Role.RUNTIME.value, "topic", t.surface_keys, False, "write"),
+        AclRule(Role.LOG_SINK.value, "topic", t.surface_keys, False, "read"),
+        AclRule(Role.RECONCILER.value, "topic", t.erasures, False, "read"),
+    ]
 
 
 def subscriber_principal(team: str) -> str:
