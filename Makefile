@@ -8,7 +8,7 @@ JARS_DIR   := deploy/kafka/target/jars
 JARS_STAMP := $(JARS_DIR)/.resolved
 NATIVE_STAMP := $(VENV)/.installed-native
 NATIVE_SRC   := native/Cargo.toml native/Cargo.lock src/turnaudit/_native.pyi \
-                $(wildcard native/src/*.rs)
+                $(wildcard native/src/*.rs native/src/*/*.rs)
 
 .PHONY: demo test test-fast setup setup-fast native dist jars lint typecheck bench clean broker-stop promtool otelcol
 

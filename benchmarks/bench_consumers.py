@@ -402,6 +402,7 @@ def throughput(
         sessions=200,
         rate=0,
         spool_dir=workdir / "spool-throughput",
+        close_timeout=30.0,
     )
     publish_simulation(settings, args)
     end = end_offsets(settings, settings.topics.turn_events)

@@ -16,11 +16,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pyo3::exceptions::PyException;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::{compile_schema, unsupported, Node, NodeId};
+use crate::decode::{compile_schema, unsupported, Node, NodeId};
+use crate::ffi::{self, Held, Obj};
 
 pyo3::create_exception!(
     turnaudit._native,
@@ -30,17 +30,7 @@ pyo3::create_exception!(
 );
 
 /// The Python kinds a union branch is chosen by (exact built-in types only).
-#[derive(Clone, Copy)]
-enum Kind {
-    None = 0,
-    Bool,
-    Int,
-    Float,
-    Str,
-    Bytes,
-    List,
-    Dict,
-}
+use ffi::Exact as Kind;
 const KINDS: usize = 8;
 const ALL_KINDS: [Kind; KINDS] =
     [Kind::None, Kind::Bool, Kind::Int, Kind::Float, Kind::Str, Kind::Bytes, Kind::List, Kind::Dict];
@@ -84,7 +74,7 @@ struct Plan {
 }
 
 #[inline(always)]
-fn long(out: &mut Vec<u8>, v: i64) {
+pub(crate) fn long(out: &mut Vec<u8>, v: i64) {
     let mut n = ((v << 1) ^ (v >> 63)) as u64;
     while n >= 0x80 {
         out.push((n as u8) | 0x80);
@@ -94,95 +84,37 @@ fn long(out: &mut Vec<u8>, v: i64) {
 }
 
 #[inline(always)]
-fn sized(out: &mut Vec<u8>, raw: &[u8]) {
+pub(crate) fn sized(out: &mut Vec<u8>, raw: &[u8]) {
     long(out, raw.len() as i64);
     out.extend_from_slice(raw);
 }
 
-/// A strong reference for as long as a value is being written: looking up a
-/// key may run a foreign key's `__eq__`, which could drop a borrowed one.
-struct Held(*mut ffi::PyObject);
-
-impl Held {
-    unsafe fn new(obj: *mut ffi::PyObject) -> Self {
-        ffi::Py_IncRef(obj);
-        Held(obj)
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        unsafe { ffi::Py_DecRef(self.0) }
-    }
-}
-
-#[inline(always)]
-unsafe fn is(obj: *mut ffi::PyObject, ty: *mut ffi::PyTypeObject) -> bool {
-    ffi::Py_TYPE(obj) == ty
-}
-
-unsafe fn kind_of(obj: *mut ffi::PyObject) -> Option<Kind> {
-    if obj == ffi::Py_None() {
-        Some(Kind::None)
-    } else if obj == ffi::Py_True() || obj == ffi::Py_False() {
-        Some(Kind::Bool)
-    } else if is(obj, &raw mut ffi::PyLong_Type) {
-        Some(Kind::Int)
-    } else if is(obj, &raw mut ffi::PyFloat_Type) {
-        Some(Kind::Float)
-    } else if is(obj, &raw mut ffi::PyUnicode_Type) {
-        Some(Kind::Str)
-    } else if is(obj, &raw mut ffi::PyBytes_Type) {
-        Some(Kind::Bytes)
-    } else if is(obj, &raw mut ffi::PyList_Type) {
-        Some(Kind::List)
-    } else if is(obj, &raw mut ffi::PyDict_Type) {
-        Some(Kind::Dict)
-    } else {
-        None
-    }
-}
-
-unsafe fn int_of(obj: *mut ffi::PyObject) -> E<i64> {
-    if !is(obj, &raw mut ffi::PyLong_Type) {
+unsafe fn int_of(obj: Obj) -> E<i64> {
+    if !ffi::is_exact(obj, Kind::Int) {
         return Err(Fall::Because("not an int"));
     }
-    let v = ffi::PyLong_AsLongLong(obj);
-    if v == -1 && !ffi::PyErr_Occurred().is_null() {
-        return Err(Fall::Python("an int beyond 64 bits"));
-    }
-    Ok(v)
+    ffi::long_value(obj).ok_or(Fall::Python("an int beyond 64 bits"))
 }
 
-unsafe fn float_of(obj: *mut ffi::PyObject) -> E<f64> {
-    if !is(obj, &raw mut ffi::PyFloat_Type) {
+unsafe fn float_of(obj: Obj) -> E<f64> {
+    if !ffi::is_exact(obj, Kind::Float) {
         return Err(Fall::Because("not a float"));
     }
-    Ok(ffi::PyFloat_AsDouble(obj))
+    Ok(ffi::float_value(obj))
 }
 
-unsafe fn utf8_of<'a>(obj: *mut ffi::PyObject) -> E<&'a [u8]> {
-    if !is(obj, &raw mut ffi::PyUnicode_Type) {
+unsafe fn utf8_of<'a>(obj: Obj) -> E<&'a [u8]> {
+    if !ffi::is_exact(obj, Kind::Str) {
         return Err(Fall::Because("not a str"));
     }
-    let mut size: ffi::Py_ssize_t = 0;
-    let data = ffi::PyUnicode_AsUTF8AndSize(obj, &mut size);
-    if data.is_null() {
-        return Err(Fall::Python("a str UTF-8 cannot encode"));
-    }
-    Ok(std::slice::from_raw_parts(data as *const u8, size as usize))
+    ffi::utf8(obj).ok_or(Fall::Python("a str UTF-8 cannot encode"))
 }
 
-unsafe fn bytes_of<'a>(obj: *mut ffi::PyObject) -> E<&'a [u8]> {
-    if !is(obj, &raw mut ffi::PyBytes_Type) {
+unsafe fn bytes_of<'a>(obj: Obj) -> E<&'a [u8]> {
+    if !ffi::is_exact(obj, Kind::Bytes) {
         return Err(Fall::Because("not bytes"));
     }
-    let data = ffi::PyBytes_AsString(obj);
-    let size = ffi::PyBytes_Size(obj);
-    if data.is_null() || size < 0 {
-        return Err(Fall::Python("unreadable bytes"));
-    }
-    Ok(std::slice::from_raw_parts(data as *const u8, size as usize))
+    ffi::bytes_content(obj).ok_or(Fall::Python("unreadable bytes"))
 }
 
 impl Plan {
@@ -220,17 +152,17 @@ impl Plan {
         Ok(Plan { nodes, root, unions, symbols, type_key })
     }
 
-    unsafe fn value(&self, id: NodeId, obj: *mut ffi::PyObject, out: &mut Vec<u8>) -> E<()> {
+    unsafe fn value(&self, id: NodeId, obj: Obj, out: &mut Vec<u8>) -> E<()> {
         match &self.nodes[id] {
             Node::Null => {
-                if obj != ffi::Py_None() {
+                if !ffi::is_exact(obj, Kind::None) {
                     return Err(Fall::Because("not None for null"));
                 }
             }
             Node::Boolean => {
-                if obj == ffi::Py_True() {
+                if ffi::is_true(obj) {
                     out.push(1);
-                } else if obj == ffi::Py_False() {
+                } else if ffi::is_false(obj) {
                     out.push(0);
                 } else {
                     return Err(Fall::Because("not a bool for boolean"));
@@ -271,75 +203,70 @@ impl Plan {
                 long(out, index as i64);
             }
             Node::Union(branches) => {
-                let kind = kind_of(obj).ok_or(Fall::Because("a type no union branch surely takes"))?;
+                let kind = ffi::exact(obj).ok_or(Fall::Because("a type no union branch surely takes"))?;
                 let index = self.unions[id][kind as usize]
                     .ok_or(Fall::Because("no branch or more than one could take the value"))?;
                 long(out, index as i64);
                 self.value(branches[index], obj, out)?;
             }
             Node::Array(item) => {
-                if !is(obj, &raw mut ffi::PyList_Type) {
+                if !ffi::is_exact(obj, Kind::List) {
                     return Err(Fall::Because("not a list for array"));
                 }
-                let len = ffi::PyList_Size(obj);
+                let len = ffi::list_len(obj);
                 if len > 0 {
                     long(out, len as i64);
                     for i in 0..len {
-                        let v = ffi::PyList_GetItem(obj, i);
+                        let v = ffi::list_item(obj, i);
                         if v.is_null() {
                             return Err(Fall::Python("a list that changed while written"));
                         }
                         let v = Held::new(v);
                         self.value(*item, v.0, out)?;
                     }
-                    if ffi::PyList_Size(obj) != len {
+                    if ffi::list_len(obj) != len {
                         return Err(Fall::Because("a list that changed while written"));
                     }
                 }
                 out.push(0);
             }
             Node::Map(values) => {
-                if !is(obj, &raw mut ffi::PyDict_Type) {
+                if !ffi::is_exact(obj, Kind::Dict) {
                     return Err(Fall::Because("not a dict for map"));
                 }
-                let len = ffi::PyDict_Size(obj);
+                let len = ffi::dict_len(obj);
                 if len > 0 {
                     long(out, len as i64);
-                    let mut pos: ffi::Py_ssize_t = 0;
-                    let mut key: *mut ffi::PyObject = std::ptr::null_mut();
-                    let mut val: *mut ffi::PyObject = std::ptr::null_mut();
-                    let mut seen: ffi::Py_ssize_t = 0;
-                    while ffi::PyDict_Next(obj, &mut pos, &mut key, &mut val) != 0 {
+                    let mut pos: isize = 0;
+                    let mut seen: isize = 0;
+                    while let Some((key, val)) = ffi::dict_next(obj, &mut pos) {
                         let (k, v) = (Held::new(key), Held::new(val));
                         sized(out, utf8_of(k.0)?);
                         self.value(*values, v.0, out)?;
                         seen += 1;
                     }
-                    if seen != len || ffi::PyDict_Size(obj) != len {
+                    if seen != len || ffi::dict_len(obj) != len {
                         return Err(Fall::Because("a dict that changed while written"));
                     }
                 }
                 out.push(0);
             }
             Node::Record(fields) => {
-                if !is(obj, &raw mut ffi::PyDict_Type) {
+                if !ffi::is_exact(obj, Kind::Dict) {
                     return Err(Fall::Because("not a dict for record"));
                 }
                 // fastavro's record validation (union branches) reads "-type".
-                match ffi::PyDict_Contains(obj, self.type_key.as_ptr()) {
-                    0 => {}
-                    1 => return Err(Fall::Because("a record with a -type key")),
-                    _ => return Err(Fall::Python("a dict lookup failed")),
+                match ffi::dict_contains(obj, self.type_key.as_ptr()) {
+                    Some(false) => {}
+                    Some(true) => return Err(Fall::Because("a record with a -type key")),
+                    None => return Err(Fall::Python("a dict lookup failed")),
                 }
                 for field in fields {
-                    let v = ffi::PyDict_GetItemWithError(obj, field.name.as_ptr());
-                    if v.is_null() {
-                        if !ffi::PyErr_Occurred().is_null() {
-                            return Err(Fall::Python("a dict lookup failed"));
-                        }
-                        return Err(Fall::Because("a record without one of its fields"));
-                    }
-                    let v = Held::new(v);
+                    let v = match ffi::dict_get(obj, field.name.as_ptr()) {
+                        Ok(Some(v)) => Held::new(v),
+                        Ok(None) => return Err(Fall::Because("a record without one of its fields")),
+                        Err(()) => return Err(Fall::Python("a dict lookup failed")),
+                    };
                     self.value(field.node, v.0, out)?;
                 }
             }

@@ -4,6 +4,17 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
+# The bytes both languages share (native/src/constants.rs); turnaudit.chain and
+# turnaudit.serialization.framing hold the same values (a test compares them).
+CHAIN_DOMAIN: bytes
+SCHEMA_CHAIN_DOMAIN: bytes
+LEGACY_CHAIN_FINGERPRINTS: list[bytes]
+GENESIS_HASH: str
+SINGLE_OBJECT_MAGIC: bytes
+SINGLE_OBJECT_HEADER: int
+CONFLUENT_MAGIC: bytes
+CONFLUENT_HEADER: int
+
 class DecodeError(ValueError): ...
 class TrailingBytesError(DecodeError): ...
 class UnsupportedSchemaError(ValueError): ...
@@ -142,7 +153,10 @@ class ContractCheck:
         void: str,
         hold: str,
         policies: tuple[str, str, str],
+        breach: Callable[[Any, str], Any],
+        contracts: Sequence[Any],
     ) -> ContractCheck: ...
+    def __call__(self, event: Any) -> list[Any]: ...
 
 class VerifyStep:
     kinds: tuple[int, int, int, int]

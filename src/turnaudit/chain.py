@@ -1,7 +1,7 @@
 """The per-stream hash chain's primitives: a stream's id, the chain hash of a stored
 message and the hash a stream starts from. See ``turnaudit.identity`` for the model.
 
-The chain rule (the native tracker, ``native/src/track.rs``, computes the same; a
+The chain rule (the native tracker, ``native/src/track/chain.rs``, computes the same; a
 differential test over random bodies and fingerprints holds the two to it):
 
 * a turn written with a TurnEvent v1..v4 writer schema (``LEGACY_CHAIN_FINGERPRINTS``)
@@ -21,7 +21,11 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from turnaudit.serialization.framing import SINGLE_OBJECT_HEADER_LEN, body_start
+from turnaudit.serialization.framing import (
+    SINGLE_OBJECT_HEADER_LEN,
+    SINGLE_OBJECT_MAGIC,
+    body_start,
+)
 
 CHAIN_DOMAIN = b"turnaudit.chain.v1\x00"
 SCHEMA_CHAIN_DOMAIN = b"turnaudit.chain.v2\x00"
@@ -47,7 +51,7 @@ def avro_body(value: bytes) -> bytes:
 
 def header_fingerprint(value: bytes) -> bytes | None:
     """The writer schema fingerprint a single-object message names (None otherwise)."""
-    if value[:2] == b"\xc3\x01" and len(value) >= SINGLE_OBJECT_HEADER_LEN:
+    if value[:2] == SINGLE_OBJECT_MAGIC and len(value) >= SINGLE_OBJECT_HEADER_LEN:
         return value[2:SINGLE_OBJECT_HEADER_LEN]
     return None
 

@@ -18,10 +18,13 @@ from typing import Any
 
 from turnaudit.events import OutgoingTurnEvent, TurnEvent
 from turnaudit.identity import TrackResult, TurnOutcome
+from turnaudit.serialization.native import ContractCheck
 from turnaudit.verdicts import (
     UNKNOWN_DOMAIN_SURFACE,
-    derive_output_policy,
-    verdict_split_problem,
+    OutputPolicy,
+    RiskTier,
+    TurnPath,
+    Verdict,
 )
 
 
@@ -53,71 +56,15 @@ CheckedEvent = TurnEvent | OutgoingTurnEvent | Mapping[str, Any]
 
 def check_event(event: CheckedEvent) -> list[Breach]:
     """Contracts 1-4 on one event, decoded (``TurnEvent``) or built by a runtime
-    (``OutgoingTurnEvent``); an empty list means the event keeps them all."""
-    breaches: list[Breach] = []
-    bundle = event["verdicts"]
-    if bundle["refusal_emitted"] and bundle["hedge_injected"]:
-        breaches.append(
-            Breach(Contract.REFUSAL_HEDGE_EXCLUSIVE, "refusal_emitted and hedge_injected both true")
-        )
-    if event["path"] == "STUB":
-        wrong = [
-            name
-            for name, ok in (
-                ("hedge_injected", bundle["hedge_injected"] is False),
-                ("identity_score", event["identity_score"] is None),
-                ("bundle.identity_score", bundle["identity_score"] is None),
-                ("cycle_cost_total", event["cycle_cost_total"] == 0.0),
-                ("vault_hits", event["vault_hits"] == 0),
-                ("flagged", event["flagged"] is False),
-                ("input_tokens", bool(event["input_tokens"])),
-                ("walk_surface", event["walk_surface"] == UNKNOWN_DOMAIN_SURFACE),
-                ("articulation_surface", event["articulation_surface"] == UNKNOWN_DOMAIN_SURFACE),
-                (
-                    "surface",
-                    bundle["refusal_emitted"] or event["surface"] == UNKNOWN_DOMAIN_SURFACE,
-                ),
-            )
-            if not ok
-        ]
-        if wrong:
-            breaches.append(Breach(Contract.STUB_FIELDS, "stub turn with " + ", ".join(wrong)))
-    action = event.get("action_assessment")
-    if action is not None:
-        expected = derive_output_policy(
-            action["risk_tier"], action["action_risk_verdict"], action["human_decision_required"]
-        )
-        problem = verdict_split_problem(
-            action["execution_verdict"],
-            action["action_risk_verdict"],
-            action.get("injection_detected", False),
-            action.get("critic_available", True),
-        )
-        if problem:
-            breaches.append(Breach(Contract.VERDICT_SPLIT_PATHS, problem))
-        if action["output_policy"] != expected:
-            breaches.append(
-                Breach(
-                    Contract.OUTPUT_POLICY_DERIVED,
-                    f"output_policy {action['output_policy']} but the rule gives {expected.value}",
-                )
-            )
-    # v2 events carry verdicts only in the bundle (a later reader sees its
-    # defaults there); v1, v3 and the event's own identity_score must agree.
-    mismatched = None
-    fields: Mapping[str, object] = event  # the per-field verdicts, looked up by name
-    in_bundle: Mapping[str, object] = bundle
-    for name in V2_PER_FIELD_VERDICTS if bundle["schema_version"] == 2 else PER_FIELD_VERDICTS:
-        if name in fields and fields[name] != in_bundle[name]:
-            if mismatched is None:
-                mismatched = [name]
-            else:
-                mismatched.append(name)
-    if mismatched:
-        breaches.append(
-            Breach(Contract.BUNDLE_MATCHES_FIELDS, "bundle differs from " + ", ".join(mismatched))
-        )
-    return breaches
+    (``OutgoingTurnEvent``); an empty list means the event keeps them all.
+
+    The rule is the crate's (``native/src/verify/contracts.rs``), the one verify's native
+    step applies to a scanned record too; this module hands it the event and its own
+    constants (``CONTRACT_RULE``). In order: refusal and hedge exclusive (1); a stub turn's
+    fields (2); an action assessment's verdict split and derived output policy (3); the
+    per-field verdicts equal to the bundle's (4), the identity score only for a v2 bundle.
+    A field the rule reads missing raises ``KeyError``, as indexing the event would."""
+    return CONTRACT_RULE(event)
 
 
 def check_key(key: bytes | None, event: Mapping[str, Any]) -> Breach | None:
@@ -150,6 +97,27 @@ def identity_breach(result: TrackResult) -> Breach | None:
 # v2 events carry verdicts only in the bundle, but for identity_score.
 PER_FIELD_VERDICTS = ("identity_score", "safety_verdict", "ethics_verdict")
 V2_PER_FIELD_VERDICTS = ("identity_score",)
+
+# Contracts 1-4, the crate's rule with this package's constants: ``check_event`` and
+# verify's native step (``turnaudit.verify.native_step``) both call it.
+CONTRACT_RULE = ContractCheck(
+    stub_path=TurnPath.STUB,
+    unknown_surface=UNKNOWN_DOMAIN_SURFACE,
+    per_field=PER_FIELD_VERDICTS,
+    v2_per_field=V2_PER_FIELD_VERDICTS,
+    void_tiers=(RiskTier.RED, RiskTier.CRITICAL),
+    void=Verdict.VOID,
+    hold=Verdict.HOLD,
+    policies=(OutputPolicy.DOMAIN_SEAL, OutputPolicy.DOMAIN_HOLD, OutputPolicy.DOMAIN_VOID),
+    breach=Breach,
+    contracts=(
+        Contract.REFUSAL_HEDGE_EXCLUSIVE,
+        Contract.STUB_FIELDS,
+        Contract.VERDICT_SPLIT_PATHS,
+        Contract.OUTPUT_POLICY_DERIVED,
+        Contract.BUNDLE_MATCHES_FIELDS,
+    ),
+)
 
 
 class SequenceOutcome(enum.StrEnum):

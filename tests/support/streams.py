@@ -41,6 +41,7 @@ def publish_simulated(
         sessions=60,
         rate=rate,
         spool_dir=spool,
+        close_timeout=30.0,
     )
     sim, report, _, _ = publish_simulation(settings, args)
     assert report.ok, report

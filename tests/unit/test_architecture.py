@@ -249,18 +249,25 @@ def test_the_check_finds_a_module_the_map_leaves_out(tmp_path: Path) -> None:
     assert unplaced(PROJECT_ROOT, doc) == ["producers/truth_file.py"]
 
 
-# Every source file of the package: the core, the runtime and consumer sides, and the
-# deploy scripts (the Grafana generator). Tests and benchmarks are not held to it.
-SOURCE_FOLDERS = ("src/turnaudit", "producers", "consumers", "deploy")
+# Every source file of the package: the core, the runtime and consumer sides, the
+# deploy scripts (the Grafana generator) and the native crate's Rust. Tests and
+# benchmarks are not held to it.
+SOURCE_FOLDERS = (
+    ("src/turnaudit", "*.py"),
+    ("producers", "*.py"),
+    ("consumers", "*.py"),
+    ("deploy", "*.py"),
+    ("native/src", "*.rs"),
+)
 MAX_SOURCE_LINES = 450
 
 
 def source_lengths(root: Path = PROJECT_ROOT) -> dict[str, int]:
-    """Lines (as ``wc -l`` counts them) of every Python file under the source folders."""
+    """Lines (as ``wc -l`` counts them) of every source file under the source folders."""
     return {
         path.relative_to(root).as_posix(): path.read_bytes().count(b"\n")
-        for folder in SOURCE_FOLDERS
-        for path in sorted((root / folder).rglob("*.py"))
+        for folder, pattern in SOURCE_FOLDERS
+        for path in sorted((root / folder).rglob(pattern))
         if "__pycache__" not in path.parts
     }
 
@@ -276,6 +283,8 @@ def test_the_size_check_sees_every_part_of_the_package() -> None:
         "producers/publisher.py",
         "consumers/runtime/loop.py",
         "deploy/grafana/generate.py",
+        "native/src/lib.rs",
+        "native/src/track/place.rs",
     ):
         assert expected in lengths
     assert len(lengths) > 100
@@ -286,14 +295,17 @@ def test_the_size_check_names_a_file_one_line_over(tmp_path: Path) -> None:
         ("src/turnaudit", "at_limit.py", MAX_SOURCE_LINES),
         ("consumers/runtime", "over.py", MAX_SOURCE_LINES + 1),
         ("deploy/grafana", "gen.py", 3 * MAX_SOURCE_LINES),
+        ("native/src/track", "long.rs", MAX_SOURCE_LINES + 1),
+        ("native/src", "lib.rs", MAX_SOURCE_LINES),
     ):
-        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder).mkdir(parents=True, exist_ok=True)
         (tmp_path / folder / name).write_text("x = 1\n" * lines)
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_long.py").write_text("x = 1\n" * 1000)  # not source
     assert over_the_limit(tmp_path) == {
         "consumers/runtime/over.py": MAX_SOURCE_LINES + 1,
         "deploy/grafana/gen.py": 3 * MAX_SOURCE_LINES,
+        "native/src/track/long.rs": MAX_SOURCE_LINES + 1,
     }
 
 

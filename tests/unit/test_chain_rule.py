@@ -1,5 +1,5 @@
 """The chain rule is one rule: ``turnaudit.chain`` (Python) and the native tracker
-(``native/src/track.rs``) give the same hash for any body, any framing and any writer
+(``native/src/track/chain.rs``) give the same hash for any body, any framing and any writer
 schema fingerprint; from v5 on the hash binds the writer schema, so no re-framing of a
 turn's body under another schema keeps its chain hash; v1..v4 chains hash as they did."""
 

@@ -3,11 +3,13 @@
 An ordinary message (it decodes, it is a new turn at its stream's next position, its
 key is the session id, no contract 1-4 breach is found or recorded, it does not open a
 stream past position 0) is decoded, placed, checked and tallied by ``VerifyStep``
-(native/src/verify.rs) without Python bytecode. Every other message comes back to the
+(native/src/verify/) without Python bytecode. Every other message comes back to the
 ``Verifier``, in stream order: before anything about it was kept (``FEED``: the
 Verifier's own ``feed``), or after its placement (``FINISH``, ``NOT_A_TURN``:
-``Verifier.conclude`` and ``Verifier.not_a_turn``). The native contract check says "no
-breach" only where ``check_event`` says so; the differential tests hold it to that.
+``Verifier.conclude`` and ``Verifier.not_a_turn``). Contracts 1-4 are one rule
+(``turnaudit.contracts.CONTRACT_RULE``): on a scanned record it answers "no breach" only
+where every value it read settles Python's answer, and any other turn goes back to the
+Verifier, whose ``check_event`` is the same rule over the decoded event.
 """
 
 from __future__ import annotations
@@ -15,12 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from turnaudit.contracts import PER_FIELD_VERDICTS, V2_PER_FIELD_VERDICTS
+from turnaudit.contracts import CONTRACT_RULE
 from turnaudit.identity import TrackResult
 from turnaudit.records import Record
 from turnaudit.serialization.native import ContractCheck, VerifyStep
 from turnaudit.serialization.read_plans import DecodedTurnEvent
-from turnaudit.verdicts import UNKNOWN_DOMAIN_SURFACE, OutputPolicy, RiskTier, TurnPath, Verdict
 
 DONE, FEED, FINISH, NOT_A_TURN = VerifyStep.kinds
 
@@ -58,17 +59,8 @@ class BatchVerifier(Protocol):
 
 
 def contract_check() -> ContractCheck:
-    """Contracts 1-4, natively, with the rule's own constants."""
-    return ContractCheck(
-        stub_path=TurnPath.STUB,
-        unknown_surface=UNKNOWN_DOMAIN_SURFACE,
-        per_field=PER_FIELD_VERDICTS,
-        v2_per_field=V2_PER_FIELD_VERDICTS,
-        void_tiers=(RiskTier.RED, RiskTier.CRITICAL),
-        void=Verdict.VOID,
-        hold=Verdict.HOLD,
-        policies=(OutputPolicy.DOMAIN_SEAL, OutputPolicy.DOMAIN_HOLD, OutputPolicy.DOMAIN_VOID),
-    )
+    """Contracts 1-4: the one rule ``check_event`` applies too."""
+    return CONTRACT_RULE
 
 
 def feed_batch(verifier: BatchVerifier, step: VerifyStep, batch: Sequence[Record]) -> None:

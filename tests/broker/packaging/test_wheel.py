@@ -50,7 +50,7 @@ def test_the_sdist_holds_the_crate_it_builds_from() -> None:
     with tarfile.open(sdists[0]) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
     crate = {"native/Cargo.toml", "native/Cargo.lock"} | {
-        f"native/src/{p.name}" for p in (PROJECT_ROOT / "native/src").glob("*.rs")
+        p.relative_to(PROJECT_ROOT).as_posix() for p in (PROJECT_ROOT / "native/src").rglob("*.rs")
     }
     assert crate <= names, crate - names
 

@@ -1,8 +1,10 @@
 """Verify's native step against the Python it stands in for.
 
-* The scanned contract check and tally judge each turn as ``check_event`` and the
-  counts do: over the simulator's turns, contract-breaking ones, and v3/v4 turns whose
-  verdict fields take every value their schema allows.
+* Contracts 1-4 are one rule (``CONTRACT_RULE``) read from two sources: a turn it
+  passes on its scanned record is one ``check_event`` (the same rule over the decoded
+  event) passes, and the tally counts it as the Python path does: over the simulator's
+  turns, contract-breaking ones, and v3/v4 turns whose verdict fields take every value
+  their schema allows.
 * ``Verifier.feed_batch`` (ordinary messages native, the rest in Python) concludes what
   feeding the same messages one at a time through ``Verifier.feed`` does, the whole
   report compared, over tampered streams with undecodable, mis-keyed, breaching, legacy

@@ -18,11 +18,11 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
 use crate::track::{BloomFilter, Stream, StreamKey};
 
-const FILTER_BITS: u64 = 1 << 27; // 16 MiB
-const ENOSPC: i32 = 28;
+pub(crate) const FILTER_BITS: u64 = 1 << 27; // 16 MiB
+pub(crate) const ENOSPC: i32 = 28;
 
 /// An SQLite error as Python's OSError (ENOSPC for a full disk, as the id spill's).
-fn db_error(e: rusqlite::Error) -> PyErr {
+pub(crate) fn db_error(e: rusqlite::Error) -> PyErr {
     match &e {
         rusqlite::Error::SqliteFailure(f, _) if f.code == ErrorCode::DiskFull => {
             PyOSError::new_err((ENOSPC, format!("no space left for verify's spilled streams: {e}")))
@@ -31,7 +31,7 @@ fn db_error(e: rusqlite::Error) -> PyErr {
     }
 }
 
-fn open(path: &Path) -> PyResult<Connection> {
+pub(crate) fn open(path: &Path) -> PyResult<Connection> {
     let conn = Connection::open(path).map_err(db_error)?;
     // A scratch file: nothing survives the process, so no journal and no syncs.
     conn.execute_batch(
@@ -54,15 +54,15 @@ pub(crate) struct Row {
 }
 
 pub(crate) struct StreamSpill {
-    make_path: Option<Py<PyAny>>, // called once, at the first write: the file's path
-    path: Option<PathBuf>,
-    conn: Option<Connection>,
-    pending: HashMap<StreamKey, Stream>,
-    batch: usize,
-    filter: Option<BloomFilter>,
-    stored: u64,        // rows in the file
-    stored_legacy: u64, // of which v1/v2 streams (no producer)
-    unfiltered: bool,   // rows copied in by SQLite, not in the filter: every lookup asks
+    pub(crate) make_path: Option<Py<PyAny>>, // called once, at the first write: the file's path
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) conn: Option<Connection>,
+    pub(crate) pending: HashMap<StreamKey, Stream>,
+    pub(crate) batch: usize,
+    pub(crate) filter: Option<BloomFilter>,
+    pub(crate) stored: u64,        // rows in the file
+    pub(crate) stored_legacy: u64, // of which v1/v2 streams (no producer)
+    pub(crate) unfiltered: bool,   // rows copied in by SQLite, not in the filter: every lookup asks
 }
 
 impl StreamSpill {
@@ -86,7 +86,7 @@ impl StreamSpill {
     }
 
     /// The file opened (made at the first write, at the path the maker gives).
-    fn connect(&mut self, py: Python<'_>) -> PyResult<()> {
+    pub(crate) fn connect(&mut self, py: Python<'_>) -> PyResult<()> {
         if self.conn.is_none() {
             let path: PathBuf = match &self.path {
                 Some(p) => p.clone(),
@@ -148,7 +148,7 @@ impl StreamSpill {
         Ok(())
     }
 
-    fn might_hold(&self, key: &StreamKey) -> bool {
+    pub(crate) fn might_hold(&self, key: &StreamKey) -> bool {
         self.unfiltered || self.filter.as_ref().is_some_and(|f| f.holds(key))
     }
 
@@ -167,7 +167,7 @@ impl StreamSpill {
 
     /// The stream's row, by `sql` (a select or a delete returning its state), asked only
     /// when the file may hold it.
-    fn stored_row(&self, key: &StreamKey, sql: &str) -> PyResult<Option<Stream>> {
+    pub(crate) fn stored_row(&self, key: &StreamKey, sql: &str) -> PyResult<Option<Stream>> {
         if self.stored == 0 || !self.might_hold(key) {
             return Ok(None);
         }
@@ -341,7 +341,7 @@ impl StreamSpill {
 }
 
 /// Each (session, producer, state) row of a query, as a stream.
-fn for_rows(mut rows: rusqlite::Rows<'_>, f: &mut dyn FnMut(StreamKey, Stream) -> PyResult<()>) -> PyResult<()> {
+pub(crate) fn for_rows(mut rows: rusqlite::Rows<'_>, f: &mut dyn FnMut(StreamKey, Stream) -> PyResult<()>) -> PyResult<()> {
     while let Some(row) = rows.next().map_err(db_error)? {
         let key: StreamKey = (row.get(0).map_err(db_error)?, row.get(1).map_err(db_error)?);
         let bytes: Vec<u8> = row.get(2).map_err(db_error)?;

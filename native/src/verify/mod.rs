@@ -9,9 +9,10 @@
 //! anything about it was kept (`FEED`: the Verifier's whole `feed` runs) or after the
 //! tracker placed it (`FINISH`, `NOT_A_TURN`: the Verifier concludes from the placement).
 //! A message of a schema the step does not scan (v1/v2, or one learned at run time) goes
-//! to the Verifier whole. `ContractCheck` answers "no breach" on a scanned record only
-//! where `turnaudit.contracts.check_event` finds none; in every case of doubt it says
-//! "maybe", and the Python check decides. The differential tests hold the two to that.
+//! to the Verifier whole. Contracts 1-4 are `contracts::ContractCheck`, the rule
+//! `turnaudit.contracts.check_event` calls too: on a scanned record it says "no breach"
+//! only where the values it read settle that, and any turn it is unsure of goes to the
+//! Verifier, whose `check_event` runs the same rule over the decoded event.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -20,43 +21,16 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::scan::{scan, Names, V};
+use crate::decode::scan::{scan, Names, V};
 use crate::track::{chain_digest, NativeStreamTracker, Placed, Prev, NEW};
-use crate::Decoder;
+use crate::constants::{SINGLE_OBJECT_HEADER as HEADER, SINGLE_OBJECT_MAGIC as MAGIC};
+use crate::decode::Decoder;
 
-/// The top-level fields the scanning path keeps, by slot.
-const SLOTS: [&str; 20] = [
-    "event_id", "session_id", "producer_id", "sequence", "prev_hash", "pack_id", "path", "breaches",
-    "verdicts", "action_assessment", "identity_score", "safety_verdict", "ethics_verdict",
-    "cycle_cost_total", "vault_hits", "flagged", "input_tokens", "walk_surface",
-    "articulation_surface", "surface",
-];
-const EVENT_ID: usize = 0;
-const SESSION_ID: usize = 1;
-const PRODUCER_ID: usize = 2;
-const SEQUENCE: usize = 3;
-const PREV_HASH: usize = 4;
-const PACK_ID: usize = 5;
-const PATH: usize = 6;
-const BREACHES: usize = 7;
-const VERDICTS: usize = 8;
-const ACTION: usize = 9;
-const IDENTITY_SCORE: usize = 10;
-const CYCLE_COST: usize = 13;
-const VAULT_HITS: usize = 14;
-const FLAGGED: usize = 15;
-const INPUT_TOKENS: usize = 16;
-const WALK_SURFACE: usize = 17;
-const ARTICULATION_SURFACE: usize = 18;
-const SURFACE: usize = 19;
+mod contract_values;
+mod contracts;
 
-fn slot(name: &str) -> Option<usize> {
-    SLOTS.iter().position(|s| *s == name)
-}
-
-/// Avro single-object framing: two magic bytes, then the writer schema's 8-byte fingerprint.
-const MAGIC: [u8; 2] = [0xC3, 0x01];
-const HEADER: usize = 10;
+pub(crate) use contracts::ContractCheck;
+use contracts::*;
 
 /// A shipped writer schema the step reads without building records (`scan`): one whose
 /// writer has every field the step reads (or lacks only `breaches`, filled with an empty
@@ -81,144 +55,6 @@ const FEED: u8 = 1;
 const FINISH: u8 = 2;
 const NOT_A_TURN: u8 = 3;
 
-/// Contracts 1-4 on a scanned record: `breaks_scanned` is false only when the Python
-/// check finds nothing. The constants are the Python side's own (passed in as text).
-#[pyclass(frozen, module = "turnaudit._native")]
-pub(crate) struct ContractCheck {
-    texts: Texts,
-}
-
-/// The rule's constants, as text.
-struct Texts {
-    stub_path: String,
-    unknown_surface: String,
-    per_field: Vec<usize>,
-    v2_per_field: Vec<usize>,
-    void_tiers: Vec<String>,
-    void: String,
-    hold: String,
-    domain_seal: String,
-    domain_hold: String,
-    domain_void: String,
-}
-
-impl ContractCheck {
-    /// `breaks` on a scanned record: false only when the Python check finds nothing.
-    fn breaks_scanned(&self, f: &[Option<V<'_>>]) -> bool {
-        let t = &self.texts;
-        let (Some(bundle), Some(path)) = (&f[VERDICTS], &f[PATH]) else { return true };
-        let (Some(refused), Some(hedged)) = (bundle.field("refusal_emitted"), bundle.field("hedge_injected")) else {
-            return true;
-        };
-        let refused = refused.truthy();
-        if refused && hedged.truthy() {
-            return true;
-        }
-        if path.is_text(&t.stub_path) {
-            let unknown = t.unknown_surface.as_str();
-            let is = |i: usize, test: &dyn Fn(&V<'_>) -> bool| f[i].as_ref().is_some_and(test);
-            let kept = matches!(hedged, V::Bool(false))
-                && is(IDENTITY_SCORE, &|v| matches!(v, V::Null))
-                && bundle.field("identity_score").is_some_and(|v| matches!(v, V::Null))
-                && is(CYCLE_COST, &|v| v.is_number(0))
-                && is(VAULT_HITS, &|v| v.is_number(0))
-                && is(FLAGGED, &|v| matches!(v, V::Bool(false)))
-                && is(INPUT_TOKENS, &|v| v.truthy())
-                && is(WALK_SURFACE, &|v| v.is_text(unknown))
-                && is(ARTICULATION_SURFACE, &|v| v.is_text(unknown))
-                && (refused || is(SURFACE, &|v| v.is_text(unknown)));
-            if !kept {
-                return true;
-            }
-        }
-        match &f[ACTION] {
-            None => return true,
-            Some(V::Null) => {}
-            Some(action @ V::Fields(_)) => {
-                let (Some(tier), Some(risk), Some(human), Some(execution), Some(policy)) = (
-                    action.field("risk_tier"),
-                    action.field("action_risk_verdict"),
-                    action.field("human_decision_required"),
-                    action.field("execution_verdict"),
-                    action.field("output_policy"),
-                ) else {
-                    return true;
-                };
-                let expected = if t.void_tiers.iter().any(|v| tier.is_text(v)) || risk.is_text(&t.void) {
-                    &t.domain_void
-                } else if human.truthy() || risk.is_text(&t.hold) {
-                    &t.domain_hold
-                } else {
-                    &t.domain_seal
-                };
-                let pair_is = |v: &str| execution.is_text(v) && risk.is_text(v);
-                if action.field("injection_detected").is_some_and(|i| i.truthy()) && !pair_is(&t.void) {
-                    return true;
-                }
-                if action.field("critic_available").is_some_and(|c| !c.truthy()) && !pair_is(&t.hold) {
-                    return true;
-                }
-                if !policy.is_text(expected) {
-                    return true;
-                }
-            }
-            Some(_) => return true,
-        }
-        let Some(version) = bundle.field("schema_version") else { return true };
-        let names = if version.is_number(2) { &t.v2_per_field } else { &t.per_field };
-        for &i in names {
-            // The writer has every slot (the step scans no other): the field is there.
-            let (Some(field), Some(in_bundle)) = (&f[i], bundle.field(SLOTS[i])) else { return true };
-            if !field.same(in_bundle) {
-                return true;
-            }
-        }
-        false
-    }
-}
-
-#[pymethods]
-impl ContractCheck {
-    #[new]
-    #[pyo3(signature = (*, stub_path, unknown_surface, per_field, v2_per_field, void_tiers, void, hold, policies))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        stub_path: Py<PyAny>,
-        unknown_surface: Py<PyAny>,
-        per_field: Vec<Py<PyString>>,
-        v2_per_field: Vec<Py<PyString>>,
-        void_tiers: Vec<Py<PyAny>>,
-        void: Py<PyAny>,
-        hold: Py<PyAny>,
-        policies: (Py<PyAny>, Py<PyAny>, Py<PyAny>),
-        py: Python<'_>,
-    ) -> PyResult<Self> {
-        let (domain_seal, domain_hold, domain_void) = policies;
-        let text = |o: &Py<PyAny>| o.bind(py).extract::<String>();
-        let slots = |names: &Vec<Py<PyString>>| -> PyResult<Vec<usize>> {
-            names
-                .iter()
-                .map(|n| {
-                    let n = n.bind(py).to_str()?;
-                    slot(n).ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("{n} is not a field the native step reads")))
-                })
-                .collect()
-        };
-        let texts = Texts {
-            stub_path: text(&stub_path)?,
-            unknown_surface: text(&unknown_surface)?,
-            per_field: slots(&per_field)?,
-            v2_per_field: slots(&v2_per_field)?,
-            void_tiers: void_tiers.iter().map(text).collect::<PyResult<_>>()?,
-            void: text(&void)?,
-            hold: text(&hold)?,
-            domain_seal: text(&domain_seal)?,
-            domain_hold: text(&domain_hold)?,
-            domain_void: text(&domain_void)?,
-        };
-        Ok(ContractCheck { texts })
-    }
-}
 
 /// One range's ordinary messages, verified natively (see the module comment).
 #[pyclass(module = "turnaudit._native")]
@@ -351,7 +187,7 @@ impl VerifyStep {
         };
         let key: TallyKey = (
             text(f[PACK_ID].as_ref()).unwrap_or_default(),
-            f[PATH].as_ref().is_some_and(|p| p.is_text(&texts.stub_path)),
+            f[PATH].as_ref().is_some_and(|p| p.is_text(&texts.stub_path.text)),
             field("refusal_emitted"),
             field("hedge_injected"),
             version,

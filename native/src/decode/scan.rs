@@ -8,7 +8,9 @@
 
 use pyo3::prelude::*;
 
-use crate::{py_index, Body, Fail, Node, NodeId, Plan, R};
+use super::body::{py_index, Body, Fail, R};
+use super::schema::{Node, NodeId};
+use super::Plan;
 
 /// A decoded value, borrowed from the message and the schema.
 pub(crate) enum V<'a> {
