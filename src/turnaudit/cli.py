@@ -60,6 +60,7 @@ COMMAND_MODULES = (
     "turnaudit.commands.keys",
     "turnaudit.commands.replay",
     "turnaudit.commands.dlq",
+    "turnaudit.commands.archive",
     "turnaudit.commands.evaluation",  # eval: turnaudit.evaluation.cli's tools, and rebuild
 )
 
