@@ -142,9 +142,19 @@ class ArchiveSink(Sink):
         return held
 
     def partitions_revoked(self, partitions: set[int]) -> None:
-        """Open segments are dropped unwritten: their offsets were held, so the new owner
-        reads them again and writes the segment."""
-        for p in partitions:
+        """A partition handed on (a rebalance, or the service stopping) is left written
+        and digested: its open segment too. What cannot be written is dropped: its offsets
+        were held, so the next owner reads it again."""
+        self._place()
+        now = self._clock()
+        for p in sorted(partitions):
+            state = self.partitions.get(p)
+            if state is not None:
+                state.cut_open()
+                try:
+                    self._write_partition(p, state, now, force_digest=True)
+                except Exception as exc:  # any store failure: the next owner writes it
+                    log.warning("archive_handover_unwritten", partition=p, error=repr(exc))
             self._pending.pop(p, None)
             self.partitions.pop(p, None)
             self.metrics.forget(p)
@@ -179,25 +189,30 @@ class ArchiveSink(Sink):
             records.clear()
 
     def _write(self, now: float, *, force_digest: bool = False) -> None:
-        m = self.metrics
         for partition, state in self.partitions.items():
-            for entry in state.write(self._archive, self._policy):
-                m.segments.inc()
-                m.records.inc(entry.records)
-                m.bytes.inc(entry.bytes)
-            if state.archived_through is not None:
-                m.archived_offset.labels(str(partition)).set(state.archived_through)
-            if state.undigested and (force_digest or state.digest_due(now, self._policy)):
-                digest = state.write_digest(self._archive, self._settings.key, now)
-                m.digests.inc()
-                log.info(
-                    "archive_digest_written",
-                    partition=partition,
-                    index=digest.index,
-                    segments=len(digest.segments),
-                )
-            if state.last_digest is not None:
-                m.last_digest.labels(str(partition)).set(state.last_digest_s)
+            self._write_partition(partition, state, now, force_digest=force_digest)
+
+    def _write_partition(
+        self, partition: int, state: PartitionArchive, now: float, *, force_digest: bool
+    ) -> None:
+        m = self.metrics
+        for entry in state.write(self._archive, self._policy):
+            m.segments.inc()
+            m.records.inc(entry.records)
+            m.bytes.inc(entry.bytes)
+        if state.archived_through is not None:
+            m.archived_offset.labels(str(partition)).set(state.archived_through)
+        if state.undigested and (force_digest or state.digest_due(now, self._policy)):
+            digest = state.write_digest(self._archive, self._settings.key, now)
+            m.digests.inc()
+            log.info(
+                "archive_digest_written",
+                partition=partition,
+                index=digest.index,
+                segments=len(digest.segments),
+            )
+        if state.last_digest is not None:
+            m.last_digest.labels(str(partition)).set(state.last_digest_s)
 
 
 class ArchiveValidation(Validation):

@@ -131,6 +131,7 @@ class PartitionArchive:
         while self.cut:
             records = self.cut[0].records
             name = SegmentName(self.topic, self.partition, records[0].offset, records[-1].offset)
+            _check_no_overlap(archive, name)
             data = encode_segment(records, policy.codec)
             archive.write_once(name.path(), data)
             entry = SegmentEntry(
@@ -185,12 +186,7 @@ def load_partition(archive: LocalArchive, topic: str, partition: int) -> Partiti
         state.last_digest, state.last_digest_s = digest, digest.at_ms / 1000
         if digest.segments:
             digested_through = digest.segments[-1].last
-    names = []
-    for path in archive.files(f"{folder}/{SEGMENT_FOLDER}"):
-        name = SegmentName.parse(topic, partition, path.rsplit("/", 1)[1])
-        if name is not None:
-            names.append(name)
-    names.sort()
+    names = _segment_names(archive, topic, partition)
     before: int | None = None
     for name in names:
         if name.first > digested_through:
@@ -198,6 +194,24 @@ def load_partition(archive: LocalArchive, topic: str, partition: int) -> Partiti
         before = name.last
     state.archived_through = before
     return state
+
+
+def _segment_names(archive: LocalArchive, topic: str, partition: int) -> list[SegmentName]:
+    folder = f"{partition_folder(topic, partition)}/{SEGMENT_FOLDER}"
+    names = []
+    for path in archive.files(folder):
+        name = SegmentName.parse(topic, partition, path.rsplit("/", 1)[1])
+        if name is not None:
+            names.append(name)
+    return sorted(names)
+
+
+def _check_no_overlap(archive: LocalArchive, name: SegmentName) -> None:
+    """Another writer of the partition (one that took it over while this one still
+    thought it held it) wrote some of these offsets already: not written twice."""
+    for other in _segment_names(archive, name.topic, name.partition):
+        if other != name and other.first <= name.last and name.first <= other.last:
+            raise ArchiveConflict(f"{name.path()} would overlap {other.path()}: not written")
 
 
 def _entry_of(archive: LocalArchive, name: SegmentName, after: int | None) -> SegmentEntry:
