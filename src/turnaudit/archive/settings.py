@@ -21,6 +21,16 @@ MAX_BYTES_ENV = "TURNAUDIT_ARCHIVE_SEGMENT_MAX_BYTES"
 GRACE_ENV = "TURNAUDIT_ARCHIVE_SEAL_GRACE_S"
 DIGEST_ENV = "TURNAUDIT_ARCHIVE_DIGEST_INTERVAL_S"
 CODEC_ENV = "TURNAUDIT_ARCHIVE_CODEC"
+SETTINGS = (
+    DIR_ENV,
+    KEY_FILE_ENV,
+    KEY_ID_ENV,
+    WINDOW_ENV,
+    MAX_BYTES_ENV,
+    GRACE_ENV,
+    DIGEST_ENV,
+    CODEC_ENV,
+)
 
 
 @dataclass(frozen=True)
@@ -34,33 +44,31 @@ class ArchiveSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ArchiveSettings:
         env = os.environ if env is None else env
-        root = env.get(DIR_ENV, "").strip()
-        if not root:
+        # Every setting read before any is judged: the first wrong one is named.
+        raw = {name: env.get(name, "").strip() for name in SETTINGS}
+        if not raw[DIR_ENV]:
             raise ConfigurationError(f"{DIR_ENV} is not set: name the archive's directory")
-        key_file = env.get(KEY_FILE_ENV, "").strip()
-        key_id = env.get(KEY_ID_ENV, "").strip()
-        if not key_file or not key_id:
+        if not raw[KEY_FILE_ENV] or not raw[KEY_ID_ENV]:
             raise ConfigurationError(
                 f"{KEY_FILE_ENV} and {KEY_ID_ENV} must name the Ed25519 key digests are "
                 "signed with (turnaudit keys generate) and its id in the keyring"
             )
-        codec = env.get(CODEC_ENV, "deflate").strip()
+        codec = raw[CODEC_ENV] or "deflate"
         if codec not in CODECS:
             raise ConfigurationError(f"{CODEC_ENV}={codec!r}: choose {' or '.join(CODECS)}")
         policy = ArchivePolicy(
-            window_ms=int(_number(env, WINDOW_ENV, 3600.0, minimum=0.001) * 1000),
-            max_bytes=int(_number(env, MAX_BYTES_ENV, 32 * 1024 * 1024, minimum=1)),
-            seal_grace_s=_number(env, GRACE_ENV, 60.0, minimum=0),
-            digest_interval_s=_number(env, DIGEST_ENV, 3600.0, minimum=0),
+            window_ms=int(_number(raw, WINDOW_ENV, 3600.0, minimum=0.001) * 1000),
+            max_bytes=int(_number(raw, MAX_BYTES_ENV, 32 * 1024 * 1024, minimum=1)),
+            seal_grace_s=_number(raw, GRACE_ENV, 60.0, minimum=0),
+            digest_interval_s=_number(raw, DIGEST_ENV, 3600.0, minimum=0),
             codec=codec,
         )
-        return cls(
-            Path(root), load_signing_key(Path(key_file), key_id, setting=KEY_FILE_ENV), policy
-        )
+        key = load_signing_key(Path(raw[KEY_FILE_ENV]), raw[KEY_ID_ENV], setting=KEY_FILE_ENV)
+        return cls(Path(raw[DIR_ENV]), key, policy)
 
 
 def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float) -> float:
-    raw = env.get(name, "").strip()
+    raw = env[name]
     if not raw:
         return default
     try:
