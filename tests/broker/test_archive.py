@@ -7,6 +7,7 @@ archive still holds and proves every record."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -90,6 +91,7 @@ def test_a_killed_archiver_restarted_archives_every_record_once_past_retention(
     kafka_settings: KafkaSettings,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = kafka_settings
     topic = settings.topics.turn_events
@@ -160,6 +162,20 @@ def test_a_killed_archiver_restarted_archives_every_record_once_past_retention(
         future.result(30)
     assert watermarks(settings, topic).low == ends  # the topic holds none of them any more
     assert main(["archive", "check", str(root), "--keyring", str(keyring)]) == 0
+    # verify, the range read from the archive: every turn there, once, every stream signed.
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    capsys.readouterr()
+    args = ["--json", "--keyring", str(keyring), "--require-signed"]
+    code = main(["verify", *args, "--archive", str(root)])
+    report = json.loads(capsys.readouterr().out)
+    assert (code, report["lost"], report["unexplained"]) == (0, 0, [])
+    assert report["counts"]["turns"] == 600
+    assert report["range"]["from_log_start"] is True
+    assert {s["status"] for s in report["trust"]["streams"]} == {"signed"}
+    # The topic alone holds no turn of the range any more.
+    main(["verify", *args])
+    assert json.loads(capsys.readouterr().out)["counts"]["turns"] == 0
     assert sorted(
         (r for rs in archived(archive, topic).values() for r in rs),
         key=lambda r: (r.partition, r.offset),
