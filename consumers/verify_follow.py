@@ -232,11 +232,13 @@ class VerifyFollowSink(Sink):
         return  # checked in the validation already
 
     def flush(self) -> None:
+        if self._heads is not None:  # about no one partition; first: it retires streams
+            # (ended whole, covered by judged-to marks written before), whose tombstones
+            # the state's records then carry
+            self._pending += [(None, key, value) for key, value in self._heads.checkpoint()]
         self._pending += self._state.checkpoint()
         if self._trust is not None:
             self._pending += self._trust.checkpoint()
-        if self._heads is not None:  # about no one partition
-            self._pending += [(None, key, value) for key, value in self._heads.checkpoint()]
         if not self._pending:
             return
         for about, key, value in self._pending:

@@ -46,7 +46,9 @@ from turnaudit.stream_heads import (
 from turnaudit.verify.heads_judge import (
     JUDGED_PRODUCER_KEY,
     JUDGED_STREAM_KEY,
+    JUDGED_TO_KEY,
     EngineView,
+    HeadsAt,
     HeadsJudge,
     StreamLoss,
 )
@@ -54,7 +56,7 @@ from turnaudit.verify.heads_judge import (
 log = structlog.get_logger("turnaudit.verify.follow")
 
 UNKNOWN = "unknown"  # the pack or runtime of an announcement written before they were
-_JUDGED_KEYS = (JUDGED_STREAM_KEY.encode(), JUDGED_PRODUCER_KEY.encode())
+_JUDGED_KEYS = (JUDGED_STREAM_KEY.encode(), JUDGED_PRODUCER_KEY.encode(), JUDGED_TO_KEY.encode())
 _RETRY_S = (2.0, 5.0, 15.0, 60.0)
 
 
@@ -66,7 +68,7 @@ class _PassStart:
 
 @dataclass(frozen=True)
 class _Batch:
-    records: list[HeadAnnouncement | Liveness]
+    records: list[tuple[HeadAnnouncement | Liveness | None, HeadsAt]]  # None: neither
     high: dict[int, int]  # the turn topic's watermarks, taken after the batch was read
     low: dict[int, int]
 
@@ -196,11 +198,12 @@ class HeadsFeed:
                     open_streams=gone.open_streams,
                 )
             return 1
-        for record in item.records:
+        for record, at in item.records:
             if isinstance(record, Liveness):
                 self.judge.take_liveness(record, now_ms)
-            else:
-                self.judge.take(record, item.high, item.low)
+            elif record is not None:
+                self.judge.take(record, item.high, item.low, at)
+            self.judge.read_to(at)
         return len(item.records)
 
     def _count(self, loss: StreamLoss) -> None:
@@ -263,16 +266,18 @@ class HeadsFeed:
             consumer.close()
 
     @staticmethod
-    def _read(consumer: KafkaConsumer, read: dict[int, int]) -> list[HeadAnnouncement | Liveness]:
-        out: list[HeadAnnouncement | Liveness] = []
+    def _read(
+        consumer: KafkaConsumer, read: dict[int, int]
+    ) -> list[tuple[HeadAnnouncement | Liveness | None, HeadsAt]]:
+        out: list[tuple[HeadAnnouncement | Liveness | None, HeadsAt]] = []
         for msg in consumer.consume(1_000, 0.5):  # a client error raises: a new pass
-            read[msg.partition() or 0] = (msg.offset() or 0) + 1
+            at = (msg.partition() or 0, msg.offset() or 0)
+            read[at[0]] = at[1] + 1
             value = msg.value()
-            note = decode_announcement(value)
-            if note is not None:
-                out.append(note)
-            elif (alive := decode_liveness(value)) is not None:
-                out.append(alive)
+            note: HeadAnnouncement | Liveness | None = decode_announcement(value)
+            if note is None:
+                note = decode_liveness(value)
+            out.append((note, at))
         return out
 
     @staticmethod

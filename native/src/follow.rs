@@ -44,6 +44,16 @@ pub(crate) fn restore_stream(
     tracker.get().restore_stream(py, (session_id.to_owned(), producer_id.to_owned()), state)
 }
 
+/// The stream forgotten wherever it is held; whether it was.
+#[pyfunction]
+pub(crate) fn drop_stream(
+    tracker: &Bound<'_, NativeStreamTracker>,
+    session_id: &str,
+    producer_id: &str,
+) -> PyResult<bool> {
+    tracker.get().drop_stream(&(session_id.to_owned(), producer_id.to_owned()))
+}
+
 /// The tracker remembers, from now on, each stream it places a turn into.
 #[pyfunction]
 pub(crate) fn track_dirty(tracker: &Bound<'_, NativeStreamTracker>) -> PyResult<()> {

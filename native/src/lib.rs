@@ -658,6 +658,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(follow::start_partition, m)?)?;
     m.add_function(wrap_pyfunction!(follow::stream_state, m)?)?;
     m.add_function(wrap_pyfunction!(follow::restore_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(follow::drop_stream, m)?)?;
     m.add_function(wrap_pyfunction!(follow::track_dirty, m)?)?;
     m.add_function(wrap_pyfunction!(follow::take_dirty, m)?)?;
     m.add("EncodeFallback", py.get_type::<encode::EncodeFallback>())?;

@@ -1017,6 +1017,13 @@ impl NativeStreamTracker {
         self.evict_over_bound(py, &mut st)
     }
 
+    /// The stream forgotten wherever it is (its missing positions no longer counted);
+    /// whether it was held.
+    pub(crate) fn drop_stream(&self, key: &StreamKey) -> PyResult<bool> {
+        let mut st = self.lock()?;
+        self.take_out(&mut st, key)
+    }
+
     fn take_out(&self, st: &mut State, key: &StreamKey) -> PyResult<bool> {
         let held = match st.streams.pop(key) {
             Some(s) => Some(s),

@@ -109,6 +109,10 @@ def test_nodes_killed_mid_publish_lose_nothing(
                 str(RATE),
                 "--spool-dir",
                 str(tmp_path / "spool"),
+                # Two nodes back and the partition's leadership settled can take more than
+                # close()'s default 30 s on a loaded machine: nothing is lost meanwhile.
+                "--close-timeout",
+                "120",
             ],
             env=sim_env,
             cwd=tmp_path,

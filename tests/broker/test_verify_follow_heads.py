@@ -191,3 +191,59 @@ def test_a_vanished_runtime_is_on_the_followers_gauges_with_its_turns_counted(
         after = metrics(port)
     assert after["turnaudit_verify_streams_at_risk{}"] == 0
     assert after[LOST + "{cause=vanished}"] == gone["lost"]  # counted once, kept
+
+
+def latest_streams(settings: KafkaSettings) -> dict[bytes, bytes | None]:
+    """The follower's stream records in its state topic, the latest per key."""
+    latest: dict[bytes, bytes | None] = {}
+    for key, value in read_state(settings):
+        if key.startswith(b"stream:"):
+            latest[key] = value
+    return latest
+
+
+def test_streams_that_ended_whole_leave_the_follower_and_a_restart_counts_none_of_them(
+    own_broker: LocalKafkaBroker, tmp_path: Path
+) -> None:
+    """Runtimes that close cleanly: every stream they announced ended whole leaves the
+    follower's memory (the open-streams gauge back to 0) and its state topic (a tombstone
+    each); a restarted follower reads every announcement again and counts none of them
+    lost, and streams of later runs leave it the same way."""
+    settings = KafkaSettings(
+        bootstrap_servers=own_broker.bootstrap_servers,
+        topics=TopicNames(f"fr-{uuid.uuid4().hex[:8]}."),
+        partitions=3,
+    )
+    ensure_topics(settings)
+    port, log = free_port(), tmp_path / "follow.log"
+    truth = publish(settings, tmp_path / "first", seed=7, events=300, sessions=12)
+    streams = len(truth.chained_sessions)
+    assert streams > 0
+    open_streams = "turnaudit_verify_streams{state=open}"
+    with follower(settings, port, log, *GRACE, log_level="INFO"):
+        assert wait_for(lambda: caught_up(settings), timeout=90)
+        assert wait_for(lambda: metrics(port).get(open_streams) == 0, timeout=60), {
+            k: v for k, v in metrics(port).items() if "stream" in k or "lost" in k
+        }
+        first = metrics(port)
+    records = latest_streams(settings)
+    assert len(records) == streams
+    assert [k for k, v in records.items() if v is not None] == []  # every one a tombstone
+
+    more = publish(settings, tmp_path / "second", seed=8, events=120, sessions=6)
+    before = len(lines(log))
+    with follower(settings, port, log, *GRACE, log_level="INFO"):
+        assert wait_for(lambda: caught_up(settings), timeout=90)
+        assert wait_for(lambda: heads_read(log, before, 3), timeout=60)
+        assert wait_for(lambda: metrics(port).get(open_streams) == 0, timeout=60), metrics(port)
+        again = metrics(port)
+    print(
+        f"\nretired: {streams} streams ended whole, then {len(more.chained_sessions)} more; "
+        f"open streams {first[open_streams]:g} and {again[open_streams]:g}"
+    )
+    for page in (first, again):
+        assert total(page, LOST) == 0
+        assert page["turnaudit_verify_cut_streams_total{}"] == 0
+        assert page["turnaudit_verify_stream_ends_waiting{}"] == 0
+    assert len(latest_streams(settings)) == streams + len(more.chained_sessions)
+    assert [k for k, v in latest_streams(settings).items() if v is not None] == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from turnaudit.argparsing import non_negative_int
+from turnaudit.argparsing import non_negative_int, non_negative_seconds
 from turnaudit.cluster import connect, require_access
 from turnaudit.contracts import Breach
 from turnaudit.errors import ConfigurationError, EventRefusedError
@@ -68,6 +68,13 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
         default=(1, 2, 3),
         help="writer schema versions to mix, e.g. 1,2,3 (default), 4, or weighted "
         "4:6,3,2,1 (a session draws v4 six times as often as each other)",
+    )
+    parser.add_argument(
+        "--close-timeout",
+        type=non_negative_seconds,
+        default=30.0,
+        help="seconds close() waits for the broker to take what is spooled (default 30; "
+        "what it did not take stays in the spool for the next publisher)",
     )
     parser.add_argument(
         "--spool-dir",
@@ -156,7 +163,7 @@ def publish_simulation(
         # the close report names it: the simulated turn goes on.
         with contextlib.suppress(EventRefusedError):
             emitter.emit(event)
-    report = publisher.close()
+    report = publisher.close(timeout=args.close_timeout)
     return sim, report, emitter, time.monotonic() - started
 
 

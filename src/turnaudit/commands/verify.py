@@ -227,7 +227,11 @@ def follow_state_view(state: FollowState) -> EngineView:
         proof = state.partitions.get(partition)
         return None if proof is None else proof.next_offset
 
-    return EngineView(last_position, partition_of, proved_offset)
+    def retire(stream: StreamId) -> bool:
+        # A stream with an open gap stays: its missing turns are still owed.
+        return stream not in state.gaps and state.retire(stream)
+
+    return EngineView(last_position, partition_of, proved_offset, retire)
 
 
 def _trust_feed(kafka: KafkaSettings, metrics: FollowMetrics) -> TrustFeed | None:

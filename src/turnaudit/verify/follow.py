@@ -21,10 +21,10 @@ settings and the open gaps, not by sessions or turns.
 Checkpoints: ``checkpoint()`` returns the records of what changed since the last one, for
 the compacted ``<prefix>verify-state`` topic: one per stream touched (its state in the
 tracker's own format, its open gaps' times), one per partition (offset, counts, how its
-reading began). ``load_partition`` takes a partition's records back. Streams are never
-dropped: an announcement of a stream's end, read again after a restart or on a later pass,
-is judged against the stream's last position, and a stream forgotten would count as lost
-whole; the spill keeps the idle ones on disk, out of memory.
+reading began); ``retire`` drops a stream that ended whole, when the heads judge says so
+(``turnaudit.verify.heads_judge``: once a checkpoint passing over its announcement is
+written); its tombstone goes out with the next checkpoint. ``load_partition`` takes a
+partition's records back.
 
 Retention: a partition first read from a log start past 0 (no checkpoint) lets a stream
 begin past position 0 (``began_before_retention``), as one-shot verify does.
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from turnaudit._native import (
+    drop_stream,
     restore_stream,
     start_partition,
     stream_state,
@@ -110,6 +111,7 @@ class FollowState:
         self.gaps: dict[StreamId, OpenGaps] = {}
         self._dirty: set[StreamId] = set()
         self._dirty_partitions: set[int] = set()
+        self._retired: dict[StreamId, int | None] = {}  # -> its partition
 
     def close(self) -> None:
         """Removes the scratch folder (the spilled streams)."""
@@ -143,7 +145,7 @@ class FollowState:
                 session, producer = json.loads(text[len(STREAM_KEY) :])
                 stream = (str(session), str(producer))
                 if value is None:
-                    streams[stream] = None  # a tombstone: the record was deleted
+                    streams[stream] = None  # a tombstone: the stream was retired
                     continue
                 data = json.loads(value)
                 if data.get("p") == partition and "s" in data:
@@ -186,6 +188,17 @@ class FollowState:
         for p in partitions:
             self.partitions.pop(p, None)
             self._dirty_partitions.discard(p)
+
+    def retire(self, stream: StreamId) -> bool:
+        """A stream that ended (its producer closed it, every position present): it leaves
+        the tracker, and its state record becomes a tombstone at the next checkpoint."""
+        partition = self._partition_of(stream)
+        gone = drop_stream(self.tracker, stream[0], stream[1])
+        if gone:
+            self.gaps.pop(stream, None)
+            self._dirty.discard(stream)
+            self._retired[stream] = partition
+        return gone
 
     # -- one message -----------------------------------------------------------------
     def undecodable(self, partition: int, offset: int) -> bool:
@@ -258,6 +271,7 @@ class FollowState:
         for contract in breaches:
             counts.breaches[contract] = counts.breaches.get(contract, 0) + 1
         stream = result.stream
+        self._retired.pop(stream, None)
         if opened and result.sequence > 0 and self.partitions[partition].mode == "retention":
             counts.began_before_retention += 1
         self._gaps_moved(stream, partition, result, now)
@@ -323,7 +337,7 @@ class FollowState:
     # -- checkpoints -----------------------------------------------------------------
     def checkpoint(self) -> list[StateRecord]:
         """Records of what changed since the last checkpoint, each with the turn partition
-        it is about: streams first, then each partition's
+        it is about: streams first (a retired one a tombstone), then each partition's
         offset and counts (the topic is compacted)."""
         records: list[StateRecord] = []
         self._dirty.update(take_dirty(self.tracker))
@@ -338,12 +352,14 @@ class FollowState:
                 record["g"] = {str(k): v for k, v in gaps.opened.items()}
                 record["l"] = sorted(gaps.lost)
             records.append((partition, stream_key(stream), json.dumps(record).encode()))
+        records += [(p, stream_key(s), None) for s, p in sorted(self._retired.items())]
         records += [
             (p, partition_key(p), json.dumps(self.partitions[p].as_json()).encode())
             for p in sorted(self._dirty_partitions)
             if p in self.partitions
         ]
         self._dirty.clear()
+        self._retired.clear()
         self._dirty_partitions.clear()
         return records
 

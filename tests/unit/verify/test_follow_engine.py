@@ -125,6 +125,25 @@ def test_a_follower_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(
     resumed.close()
 
 
+def test_a_retired_stream_leaves_memory_and_its_record_becomes_a_tombstone(
+    tmp_path: Path,
+) -> None:
+    messages = stored(
+        [Item(i, e["session_id"].encode(), e) for i, e in enumerate(scenario_events())]
+    )
+    state = follower(ROOMY, tmp_path)
+    feed(state, messages)
+    stream = next(iter(state.tracker.last_positions()))
+    state.checkpoint()
+    held = state.streams_held()
+    assert state.retire(stream)
+    assert state.streams_held() == held - 1
+    records = state.checkpoint()
+    assert [value for _, key, value in records if stream[0] in key.decode()] == [None]
+    assert not state.retire(stream)  # already gone
+    state.close()
+
+
 def scenario_events() -> list[dict[str, object]]:
     return [s.event for s in scenario.stamped_events(12, seed=5, producers=1, sessions=2)]
 

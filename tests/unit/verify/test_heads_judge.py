@@ -136,9 +136,18 @@ class Follower:
 
     world: World
     proved: dict[int, int] = field(default_factory=dict)
+    gone: set[StreamId] = field(default_factory=set)  # retired: left the engine
+    retired: list[StreamId] = field(default_factory=list)
 
     def view(self) -> EngineView:
-        return EngineView(self.last_position, self.partition_of, self.proved_offset)
+        return EngineView(self.last_position, self.partition_of, self.proved_offset, self.retire)
+
+    def retire(self, stream: StreamId) -> bool:
+        if stream in self.gone:
+            return False
+        self.gone.add(stream)
+        self.retired.append(stream)
+        return True
 
     def proved_offset(self, partition: int) -> int | None:
         return self.proved.get(partition)
@@ -146,7 +155,7 @@ class Follower:
     def last_position(self, stream: StreamId) -> int | None:
         p = partition_of_session(stream[0], PARTITIONS)
         upto = self.proved.get(p)
-        if upto is None:
+        if upto is None or stream in self.gone:
             return None
         seen = [q for s, q in self.world.offsets.get(p, [])[:upto] if s == stream]
         return max(seen) if seen else None
@@ -191,6 +200,7 @@ def read_all(
     loaded: list[tuple[bytes, bytes | None]],
     *,
     lag: bool,
+    loaded_back: list[tuple[bytes, bytes | None]],
 ) -> list[Vanishing]:
     """One pass over the log in batches (the follower progressing between them when it
     lags), with the invariant checked after each judgement."""
@@ -199,12 +209,15 @@ def read_all(
     i = 0
     while i < len(log):
         size = world.rng.randint(1, 4)
-        for record in log[i : i + size]:
+        for offset, record in enumerate(log[i : i + size], start=i):
             if isinstance(record, Liveness):
                 judge.take_liveness(record, NOW_MS)
             else:
-                judge.take(record, world.high(), world.low())
+                judge.take(record, world.high(), world.low(), (0, offset))
+            judge.read_to((0, offset))
         i += size
+        if world.rng.random() < 0.3:
+            loaded_back.extend(judge.checkpoint())  # a flush now and then retires streams
         if lag:
             follower.advance(world.rng)
         judged += judge.judge()
@@ -230,23 +243,49 @@ class Run:
     judge: HeadsJudge
     judged: list[StreamLoss]
     vanishings: list[Vanishing]
+    follower: Follower
+    written: list[tuple[bytes, bytes | None]]  # every checkpoint record, in order
 
 
-def follow(world: World, loaded: list[tuple[bytes, bytes | None]] | None = None) -> Run:
+def follow(
+    world: World,
+    loaded: list[tuple[bytes, bytes | None]] | None = None,
+    gone: set[StreamId] | None = None,
+) -> Run:
     """The feed's protocol: a first pass while lagging; the partitions held late taken
-    over; passes while the judge wants them; the follower caught up."""
-    follower = Follower(world, {p: 0 for p in world.held - world.held_late})
-    run = Run(HeadsJudge(follower.view(), partition_of_session), [], [])
-    judge = run.judge
-    run.vanishings += read_all(judge, world, follower, run.judged, loaded or [], lag=True)
+    over; passes while the judge wants them (each loading what was written so far); the
+    follower caught up; two flushes (the second retires what the first covered)."""
+    follower = Follower(world, {p: 0 for p in world.held - world.held_late}, set(gone or ()))
+    run = Run(HeadsJudge(follower.view(), partition_of_session), [], [], follower, [])
+    judge, written = run.judge, run.written
+    written += loaded or []
+    run.vanishings += read_all(
+        judge, world, follower, run.judged, list(written), lag=True, loaded_back=written
+    )
     for p in world.held_late:
         follower.proved[p] = 0
     while judge.refresh(NOW_MS):
-        run.vanishings += read_all(judge, world, follower, run.judged, [], lag=True)
+        run.vanishings += read_all(
+            judge, world, follower, run.judged, list(written), lag=True, loaded_back=written
+        )
     follower.proved.update({p: world.high()[p] for p in world.held})
     run.judged += judge.judge()
+    written += judge.checkpoint()
+    written += judge.checkpoint()
     assert not judge.refresh(NOW_MS)
     return run
+
+
+def ended_whole(world: World) -> set[StreamId]:
+    """Streams closed cleanly on a held partition whose last stored turn is their head."""
+    return {
+        stream
+        for stream, (last, heads) in world.streams.items()
+        if world.fates[stream[1]] == "closed"
+        and partition_of_session(stream[0], PARTITIONS) in world.held
+        and last is not None
+        and last >= heads[-1]
+    }
 
 
 def vanished_with_streams(world: World) -> set[str]:
@@ -281,14 +320,25 @@ def test_caught_up_the_follower_counts_what_one_shot_verify_counts(world: World)
     assert judge.waiting() == 0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(worlds())
-def test_a_restart_from_the_checkpoint_counts_nothing_again(world: World) -> None:
-    records = follow(world).judge.checkpoint()
+def test_caught_up_exactly_the_streams_that_ended_whole_are_retired_once(world: World) -> None:
+    run = follow(world)
+    assert sorted(run.follower.retired) == sorted(ended_whole(world))
+    assert run.judge.retired == len(ended_whole(world))
+
+
+@settings(max_examples=400, deadline=None)
+@given(worlds())
+def test_a_restart_from_the_checkpoint_counts_nothing_again_not_even_a_retired_stream(
+    world: World,
+) -> None:
+    first = follow(world)
     again = World(**{**world.__dict__, "rng": random.Random(7)})
-    run = follow(again, records)
+    run = follow(again, first.written, gone=first.follower.gone)
     assert [loss for loss in run.judged if loss.lost or loss.cut] == []
     assert run.vanishings == []
+    assert run.follower.retired == []  # each retired once
 
 
 @settings(max_examples=200, deadline=None)
