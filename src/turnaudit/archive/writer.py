@@ -89,11 +89,9 @@ class PartitionArchive:
     # -- taking records --------------------------------------------------------------
     def take(self, record: ArchivedRecord, policy: ArchivePolicy) -> bool:
         """The record into the open segment; False when it is archived already."""
-        if self.archived_through is not None and record.offset <= self.archived_through:
-            self.reread += 1
-            return False
-        if self.open and record.offset <= self.open[-1].offset:
-            self.reread += 1  # redelivered while its segment is still open
+        taken = self.taken_through()
+        if taken is not None and record.offset <= taken:
+            self.reread += 1  # in a written segment, or in one still to be written
             return False
         window = record.timestamp // policy.window_ms
         size = record.size()
@@ -104,6 +102,14 @@ class PartitionArchive:
         self.open.append(record)
         self.open_bytes += size
         return True
+
+    def taken_through(self) -> int | None:
+        """The last offset taken: open, cut, or written (None: nothing yet)."""
+        if self.open:
+            return self.open[-1].offset
+        if self.cut:
+            return self.cut[-1].records[-1].offset
+        return self.archived_through
 
     def cut_open(self) -> None:
         if self.open:
