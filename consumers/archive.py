@@ -36,6 +36,7 @@ from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Rejection
 from turnaudit.consumers.runtime.handover import HandedBatch
 from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.dead_letters import DeadLetterReason
+from turnaudit.kafka.topics import topic_retention_ms
 from turnaudit.records import Record
 
 log = structlog.get_logger("turnaudit.archive")
@@ -76,8 +77,32 @@ class ArchiveMetrics:
             registry=registry,
         )
 
+        self.oldest_unarchived = Gauge(
+            "turnaudit_archive_oldest_unarchived_timestamp_seconds",
+            "Timestamp of the partition's first record taken and not yet in a written segment "
+            "(absent: none); its age against the topic's retention is how far behind it is.",
+            ["partition"],
+            registry=registry,
+        )
+        self.undigested = Gauge(
+            "turnaudit_archive_undigested_segments",
+            "Segments written and in no digest yet.",
+            ["partition"],
+            registry=registry,
+        )
+        self.retention = Gauge(
+            "turnaudit_archive_topic_retention_seconds",
+            "The archived topic's retention.ms, read at start (absent: unknown or for ever).",
+            registry=registry,
+        )
+
     def forget(self, partition: int) -> None:
-        for gauge in (self.archived_offset, self.last_digest):
+        for gauge in (
+            self.archived_offset,
+            self.last_digest,
+            self.oldest_unarchived,
+            self.undigested,
+        ):
             with contextlib.suppress(KeyError):  # nothing exported for it yet
                 gauge.remove(str(partition))
 
@@ -213,6 +238,13 @@ class ArchiveSink(Sink):
             )
         if state.last_digest is not None:
             m.last_digest.labels(str(partition)).set(state.last_digest_s)
+        m.undigested.labels(str(partition)).set(len(state.undigested))
+        oldest = state.oldest_unwritten()
+        if oldest is None:
+            with contextlib.suppress(KeyError):  # nothing held before either
+                m.oldest_unarchived.remove(str(partition))
+        else:
+            m.oldest_unarchived.labels(str(partition)).set(oldest.timestamp / 1000)
 
 
 class ArchiveValidation(Validation):
@@ -231,6 +263,16 @@ class ArchiveValidation(Validation):
         return self._sink.take_records(records)
 
 
+def _retention_ms(settings: ServiceSettings, topic: str) -> int | None:
+    """The topic's retention, for the alert that the archive falls behind it; a cluster
+    that does not answer now leaves it unknown (the service starts all the same)."""
+    try:
+        return topic_retention_ms(settings.kafka, topic, timeout=5.0)
+    except Exception as exc:  # any client failure: the gauge stays absent
+        log.warning("archive_retention_unknown", topic=topic, error=repr(exc))
+        return None
+
+
 def archive_service(
     settings: ServiceSettings,
     archive: ArchiveSettings,
@@ -241,6 +283,9 @@ def archive_service(
 ) -> ConsumerService:
     """The archiver on ``topic`` (default: the turn events)."""
     sink = ArchiveSink(archive, registry)
+    retention_ms = _retention_ms(settings, topic or settings.kafka.topics.turn_events)
+    if retention_ms is not None:
+        sink.metrics.retention.set(retention_ms / 1000)
     return ConsumerService(
         settings,
         sink,

@@ -124,11 +124,16 @@ class PartitionArchive:
             return True
         return False
 
+    def oldest_unwritten(self) -> ArchivedRecord | None:
+        """The first record taken and not yet in a written segment (None: all written)."""
+        if self.cut:
+            return self.cut[0].records[0]
+        return self.open[0] if self.open else None
+
     def held(self) -> int | None:
         """The first offset not yet in a written segment (None: all written)."""
-        if self.cut:
-            return self.cut[0].records[0].offset
-        return self.open[0].offset if self.open else None
+        oldest = self.oldest_unwritten()
+        return None if oldest is None else oldest.offset
 
     # -- writing -----------------------------------------------------------------------
     def write(self, archive: LocalArchive, policy: ArchivePolicy) -> list[SegmentEntry]:

@@ -155,19 +155,30 @@ def test_batches_failures_and_crashes_leave_every_record_in_exactly_one_segment(
 
 def test_a_segment_is_held_until_written_and_released_once_written(tmp_path: Path) -> None:
     clock = Clock()
+    registry = CollectorRegistry()
     sink = ArchiveSink(
         ArchiveSettings(tmp_path, KEY, POLICY),
-        CollectorRegistry(),
+        registry,
         archive=LocalArchive(tmp_path, durable=False),
         clock=clock,
     )
+
+    def gauge(name: str) -> float | None:
+        return registry.get_sample_value(f"turnaudit_archive_{name}", {"partition": "0"})
+
     first = [StoredRecord(TOPIC, 0, o, None, b"v", (), BASE_MS + o) for o in range(3)]
     sink.take_records(first)
     sink.flush()
     assert sink.held_offsets() == {0: 0}  # the window is still open: nothing written
+    assert gauge("oldest_unarchived_timestamp_seconds") == BASE_MS / 1000
+    assert gauge("archived_offset") is None
     clock.now = BASE_MS / 1000 + POLICY.window_ms / 1000 + POLICY.seal_grace_s
     sink.tick()  # the window ended a grace ago: cut and written
     assert sink.held_offsets() == {}
+    assert gauge("oldest_unarchived_timestamp_seconds") is None  # nothing held
+    # The partition's first digest is due at once (then every interval).
+    assert (gauge("archived_offset"), gauge("undigested_segments")) == (2, 0)
+    assert gauge("last_digest_timestamp_seconds") == clock.now
     assert LocalArchive(tmp_path).files(f"{TOPIC}/0/segments") == [
         f"{TOPIC}/0/segments/{0:020d}-{2:020d}.avro"
     ]
