@@ -119,8 +119,12 @@ class ArchiveSink(Sink):
         *,
         archive: LocalArchive | None = None,
         clock: Callable[[], float] = time.time,
+        topic: str | None = None,
     ) -> None:
         self._settings = settings
+        # Known: a partition is loaded as it is assigned (its gauges at once, even when
+        # no record of it comes); else at its first record.
+        self._topic = topic
         self._policy = settings.policy
         self._archive = archive or LocalArchive(settings.root)
         self._clock = clock
@@ -166,6 +170,15 @@ class ArchiveSink(Sink):
                 held[partition] = min(first, held.get(partition, first))
         return held
 
+    def partitions_assigned(self, partitions: set[int]) -> None:
+        """Each partition loaded from the archive now (a failure here is retried at its
+        first record)."""
+        if self._topic is None:
+            return
+        for p in sorted(partitions):
+            if p not in self.partitions:
+                self._load(self._topic, p)
+
     def partitions_revoked(self, partitions: set[int]) -> None:
         """A partition handed on (a rebalance, or the service stopping) is left written
         and digested: its open segment too. What cannot be written is dropped: its offsets
@@ -196,22 +209,25 @@ class ArchiveSink(Sink):
         for partition, records in self._pending.items():
             if not records:
                 continue
-            state = self.partitions.get(partition)
-            if state is None:
-                state = load_partition(self._archive, records[0].topic, partition)
-                self.partitions[partition] = state
-                log.info(
-                    "archive_partition_loaded",
-                    partition=partition,
-                    archived_through=state.archived_through,
-                    undigested=len(state.undigested),
-                    last_digest=None if state.last_digest is None else state.last_digest.index,
-                )
+            state = self.partitions.get(partition) or self._load(records[0].topic, partition)
             before = state.reread
             for record in records:
                 state.take(record, self._policy)
             self.metrics.reread.inc(state.reread - before)
             records.clear()
+
+    def _load(self, topic: str, partition: int) -> PartitionArchive:
+        state = load_partition(self._archive, topic, partition)
+        self.partitions[partition] = state
+        log.info(
+            "archive_partition_loaded",
+            partition=partition,
+            archived_through=state.archived_through,
+            undigested=len(state.undigested),
+            last_digest=None if state.last_digest is None else state.last_digest.index,
+        )
+        self._write_partition(partition, state, self._clock(), force_digest=False)
+        return state
 
     def _write(self, now: float, *, force_digest: bool = False) -> None:
         for partition, state in self.partitions.items():
@@ -282,8 +298,9 @@ def archive_service(
     **options: Any,
 ) -> ConsumerService:
     """The archiver on ``topic`` (default: the turn events)."""
-    sink = ArchiveSink(archive, registry)
-    retention_ms = _retention_ms(settings, topic or settings.kafka.topics.turn_events)
+    topic = topic or settings.kafka.topics.turn_events
+    sink = ArchiveSink(archive, registry, topic=topic)
+    retention_ms = _retention_ms(settings, topic)
     if retention_ms is not None:
         sink.metrics.retention.set(retention_ms / 1000)
     return ConsumerService(

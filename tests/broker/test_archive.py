@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from tests.support.services import service_env, turnaudit_process
-from tests.support.streams import scrape
+from tests.support.streams import http_get, scrape
 from turnaudit.archive.segments import ArchivedRecord, decode_segment
 from turnaudit.archive.store import LocalArchive
 from turnaudit.checkpoints import keyring_entry_toml
@@ -190,3 +190,82 @@ def _running(proc: subprocess.Popen[bytes]) -> bool:
 
 def _long_ago() -> datetime:
     return datetime.fromisoformat(LONG_AGO)
+
+
+def test_two_archivers_in_one_group_hand_partitions_over_and_archive_each_record_once(
+    kafka_settings: KafkaSettings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second member joins while the first has open segments, so partitions move between
+    them (the first writes what it holds and digests it; the second loads the partition
+    from the archive); then the first stops and the second takes everything."""
+    settings = kafka_settings
+    topic = settings.topics.turn_events
+    runtime_key = generate_keys(tmp_path / "keys", "runtime-1")
+    archiver_key = generate_keys(tmp_path / "keys", "archiver-1")
+    keyring = tmp_path / "keyring.toml"
+    keyring.write_text(
+        keyring_entry_toml("archiver-1", archiver_key.public_path.read_text(), _long_ago())
+    )
+    root = tmp_path / "archive"
+    archive = LocalArchive(root)
+    common = {
+        "TURNAUDIT_ARCHIVE_DIR": str(root),
+        "TURNAUDIT_ARCHIVE_KEY_FILE": str(archiver_key.private_path),
+        "TURNAUDIT_ARCHIVE_KEY_ID": "archiver-1",
+        "TURNAUDIT_ARCHIVE_SEGMENT_MAX_BYTES": "16000",
+        "TURNAUDIT_ARCHIVE_WINDOW_S": "1",
+        "TURNAUDIT_ARCHIVE_SEAL_GRACE_S": "0",
+        "TURNAUDIT_ARCHIVE_DIGEST_INTERVAL_S": "0.5",
+        "TURNAUDIT_BATCH_SIZE": "50",
+        # Dynamic members: one that stops leaves the group at once (a static member's
+        # partitions would wait out its session).
+        "TURNAUDIT_GROUP_INSTANCE_ID": "none",
+    }
+    group = f"{settings.topics.prefix}archive"
+    one = service_env(settings, group, **common)
+    two = service_env(settings, group, **common)
+    log = tmp_path / "archivers.log"
+    publish_signed_half(settings, tmp_path / "spool-1", runtime_key.private_path, seed=8)
+    with turnaudit_process(["archive", "run"], one, log) as first:
+        wait_until(
+            lambda: _running(first) and all(archive.files(f"{topic}/{p}") for p in range(3)),
+            "the first member archiving",
+        )
+        with turnaudit_process(["archive", "run"], two, log) as second:
+            wait_until(
+                lambda: _running(second) and bool(assigned_partitions(two)),
+                "the second member holding partitions",
+            )
+            publish_signed_half(settings, tmp_path / "spool-2", runtime_key.private_path, seed=9)
+            first.send_signal(signal.SIGTERM)  # its partitions move to the second
+            assert first.wait(60) == 0, log.read_text()[-3000:]
+            ends = end_offsets(settings, topic)
+            wait_until(
+                lambda: (
+                    _running(second)
+                    and all(
+                        archived_offsets(int(two["TURNAUDIT_HTTP_PORT"])).get(p) == ends[p] - 1
+                        for p in range(3)
+                    )
+                ),
+                "the second member archiving every partition to its end",
+            )
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(60) == 0, log.read_text()[-3000:]
+    expected = topic_records(settings)
+    held = archived(archive, topic)
+    for p in range(3):
+        assert [r.offset for r in held.get(p, [])] == list(range(ends[p])), f"partition {p}"
+        assert held[p] == [r for r in expected if r.partition == p]
+    capsys.readouterr()
+    assert main(["archive", "check", str(root), "--keyring", str(keyring)]) == 0, (
+        capsys.readouterr().out
+    )
+
+
+def assigned_partitions(env: dict[str, str]) -> list[int]:
+    try:
+        code, body = http_get(int(env["TURNAUDIT_HTTP_PORT"]), "/healthz")
+    except OSError:
+        return []  # not listening yet
+    return list(json.loads(body)["assigned_partitions"]) if code == 200 else []
