@@ -46,18 +46,19 @@ from turnaudit.stream_heads import (
 from turnaudit.verify.heads_judge import (
     JUDGED_PRODUCER_KEY,
     JUDGED_STREAM_KEY,
-    JUDGED_TO_KEY,
     EngineView,
-    HeadsAt,
     HeadsJudge,
     StreamLoss,
 )
+from turnaudit.verify.heads_marks import JUDGED_TO_KEY, HeadsAt
 
 log = structlog.get_logger("turnaudit.verify.follow")
 
 UNKNOWN = "unknown"  # the pack or runtime of an announcement written before they were
 _JUDGED_KEYS = (JUDGED_STREAM_KEY.encode(), JUDGED_PRODUCER_KEY.encode(), JUDGED_TO_KEY.encode())
 _RETRY_S = (2.0, 5.0, 15.0, 60.0)
+# End announcements held waiting for the proof, at most (about 0.3 KB each).
+MAX_WAITING = 50_000
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,14 @@ class HeadsFeed:
         clock: Callable[[], float] = time.time,
         pass_gap_s: float = 5.0,
         budget: int = 5_000,
+        max_waiting: int = MAX_WAITING,
     ) -> None:
         self._kafka = kafka
         self._metrics = metrics
         self._clock = clock
         self._pass_gap_s = pass_gap_s
         self._budget = budget  # records taken per sweep: the loop polls between sweeps
+        self._max_waiting = max_waiting
         self._topic = kafka.topics.stream_heads
         self._turns = kafka.topics.turn_events
         place = key_partitioner(kafka.client_options.get("partitioner"))
@@ -146,7 +149,9 @@ class HeadsFeed:
         now = self._clock()
         now_ms = int(now * 1000)
         taken = 0
-        while taken < self._budget:
+        # A follower behind the topic holds each end announcement until it has proved that
+        # far: past the bound it takes no more (the reader waits) until the proof catches up.
+        while taken < self._budget and self.judge.waiting_ends() < self._max_waiting:
             try:
                 item = self._inbox.get_nowait()
             except queue.Empty:
@@ -166,7 +171,8 @@ class HeadsFeed:
             m.vanished_producers.set(judge.vanished_producers())
             m.streams_at_risk.set(judge.streams_at_risk())
             m.ends_waiting.set(judge.waiting())
-        return judge.changed()
+        # Marks and retirements go with the next checkpoint: once a second at least.
+        return judge.changed() or (refresh and judge.marks.pending())
 
     def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
         return self.judge.checkpoint()
@@ -203,7 +209,7 @@ class HeadsFeed:
                 self.judge.take_liveness(record, now_ms)
             elif record is not None:
                 self.judge.take(record, item.high, item.low, at)
-            self.judge.read_to(at)
+            self.judge.marks.read_to(at)
         return len(item.records)
 
     def _count(self, loss: StreamLoss) -> None:

@@ -17,12 +17,14 @@ from collections.abc import Callable, Iterable, Mapping
 
 import structlog
 
+from turnaudit.checkpoint_chain import RetentionStart
 from turnaudit.checkpoints import Keyring, decode_checkpoint
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.identity import LEGACY_PRODUCER, StreamId, chain_hash
 from turnaudit.kafka.consumer import READER, KafkaConsumer
 from turnaudit.kafka.offsets import watermarks
 from turnaudit.kafka.partitioning import session_partition
+from turnaudit.kafka.topics import topic_retention_ms
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.follow_trust import GAUGE_STATES, FollowTrust, GaugeState
 from turnaudit.verify.kafka_reads import LOG_APPEND_TIME
@@ -253,12 +255,15 @@ def partition_judges(kafka: KafkaSettings, keyring: Keyring, *, grace_s: float) 
         def owns(stream: StreamId) -> bool:
             return session_partition(stream[0], count) == partition
 
+        # A chain may resume past checkpoints retention removed (older than the turns').
+        retention_ms = topic_retention_ms(kafka, kafka.topics.turn_events)
         return FollowTrust(
             keyring,
             grace_s=grace_s,
             scope=partition,
             owns=owns,
             reports_checkpoints=partition == 0,
+            start=RetentionStart(retention_ms, lambda: int(time.time() * 1000)),
         )
 
     return judge

@@ -82,6 +82,7 @@ class Checkpointer:
         self._last = time.monotonic()
         self._index = 0
         self._prev = GENESIS_HASH
+        self._prev_at = 0  # when the previous checkpoint was signed (epoch ms)
         self._unsent: list[Checkpoint] = []  # signed, not yet acknowledged, in chain order
         self._in_flight: set[str] = set()
         self.written = 0  # checkpoints the broker acknowledged
@@ -130,11 +131,13 @@ class Checkpointer:
                 max_turns=self.max_turns,
                 heads=heads,
                 schemas=tuple(sorted({fp.hex() for fp in self._schemas()})),
+                prev_at_ms=self._prev_at,
             ),
             self._key,
         )
         self._index += 1
         self._prev = checkpoint.digest()
+        self._prev_at = checkpoint.at_ms
         self._pending.clear()
         self._turns = 0
         self._last = time.monotonic()

@@ -8,9 +8,11 @@ previous checkpoint (``prev``: its digest) and signed. A last one (``final``) is
 on a clean close. Because a turn's chain hash covers its predecessor's hash, one signed
 head vouches for every earlier position of its stream.
 
-The checkpoints live on the compacted ``<prefix>checkpoints`` topic, each under its own
-key (producer id, index, digest): compaction keeps them all (it only folds a re-sent
-copy), so the chain survives it.
+The checkpoints live on the ``<prefix>checkpoints`` topic, each under its own key
+(producer id, index, digest): compaction keeps them all (it only folds a re-sent copy), so
+the chain survives it; retention (the turn topic's plus a margin) removes a chain's
+beginning once every turn it signed is past the turn topic's retention, and the chain then
+begins at its first retained checkpoint (``RetentionStart``).
 
 Pure: canonical bytes, signing, verifying, the chain, the keyring's validity by date. No
 I/O; the key files are read by ``turnaudit.signing_keys``.
@@ -22,9 +24,8 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -34,21 +35,22 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from turnaudit.errors import ConfigurationError
-from turnaudit.identity import GENESIS_HASH, StreamId
+from turnaudit.identity import StreamId
 from turnaudit.keyring import (
     KeyEntry,
     Keyring,
     UnsignedAllowance,
     keyring_entry_toml,
-    millis_time,
     parse_keyring,
 )
 from turnaudit.stream_heads import StreamHead
 
 # 2: a checkpoint names the writer schemas (fingerprints) its producer wrote chained
-# turns with. Format 1 checkpoints (no ``schemas``) still verify as they were signed.
-FORMAT_VERSION = 2
-FORMAT_VERSIONS = (1, 2)
+# turns with. 3: it says when its predecessor was signed (``prev_at_ms``), so a chain whose
+# beginning retention removed can tell how old what is gone was. Format 1 and 2
+# checkpoints still verify as they were signed.
+FORMAT_VERSION = 3
+FORMAT_VERSIONS = (1, 2, 3)
 _SIGNED_DOMAIN = b"turnaudit-checkpoint-v1\x00"
 _DIGEST_DOMAIN = b"turnaudit-checkpoint-digest-v1\x00"
 
@@ -111,6 +113,9 @@ class Checkpoint:
     signature: bytes = b""
     # Format 2: the writer schemas (hex fingerprints, sorted) the producer wrote turns with.
     schemas: tuple[str, ...] = ()
+    # Format 3: when the previous checkpoint of the chain was signed (its ``at_ms``; 0 for
+    # index 0).
+    prev_at_ms: int = 0
     format: int = FORMAT_VERSION
 
     def fields(self) -> dict[str, object]:
@@ -129,6 +134,8 @@ class Checkpoint:
         }
         if self.format >= 2:
             fields["schemas"] = list(self.schemas)
+        if self.format >= 3:
+            fields["prev_at_ms"] = self.prev_at_ms
         return fields
 
     def body(self) -> bytes:
@@ -184,7 +191,7 @@ def signature_holds(checkpoint: Checkpoint, public_key: Ed25519PublicKey) -> boo
 
 
 def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
-    """A checkpoint (format 1 or 2), or None for a record that is not one (never
+    """A checkpoint (format 1, 2 or 3), or None for a record that is not one (never
     raises). The result re-encodes to the same canonical bytes, or it is not taken."""
     if value is None:
         return None
@@ -197,6 +204,7 @@ def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
             StreamHead(_text(s), _text(p), _count(q), _text(h)) for s, p, q, h in data["heads"]
         )
         schemas = tuple(_text(s) for s in data["schemas"]) if form >= 2 else ()
+        prev_at_ms = _count(data["prev_at_ms"]) if form >= 3 else 0
         checkpoint = Checkpoint(
             producer_id=_text(data["producer_id"]),
             index=_count(data["index"]),
@@ -209,11 +217,14 @@ def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
             heads=heads,
             signature=base64.b64decode(_text(data["signature"]), validate=True),
             schemas=schemas,
+            prev_at_ms=prev_at_ms,
             format=form,
         )
     except (ValueError, KeyError, TypeError, binascii.Error):
         return None
-    fields = _FIELDS | ({"schemas"} if form >= 2 else set())
+    fields = (
+        _FIELDS | ({"schemas"} if form >= 2 else set()) | ({"prev_at_ms"} if form >= 3 else set())
+    )
     if set(data) != fields or heads != canonical_heads(heads):
         return None  # not in canonical form: a signature could not hold anyway
     if schemas != tuple(sorted(set(schemas))):
@@ -221,6 +232,7 @@ def decode_checkpoint(value: bytes | str | None) -> Checkpoint | None:
     return checkpoint
 
 
+_LATER_FIELDS = {"schemas": 2, "prev_at_ms": 3}  # the format each came with
 _FIELDS = {
     "v",
     "producer_id",
@@ -252,145 +264,3 @@ def _flag(value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError("not a flag")
     return value
-
-
-# -- judging checkpoints ------------------------------------------------------------------
-
-Problem = Literal["bad_signature", "unknown_key", "key_not_valid", "chain_break"]
-
-
-@dataclass(frozen=True)
-class Judged:
-    """A checkpoint as read, and what is wrong with it (None: valid)."""
-
-    checkpoint: Checkpoint
-    problem: Problem | None
-    detail: str = ""
-    offset: int | None = None  # where it was written on the checkpoints topic
-    appended_ms: int | None = None  # when the broker appended it (LogAppendTime)
-
-
-def judge_signature(
-    checkpoint: Checkpoint, keyring: Keyring, appended_ms: int | None = None
-) -> Judged:
-    """Valid when a key of the keyring, valid at the signing time (and at the time the
-    broker appended the record, when known), verifies the signature."""
-    entry = keyring.keys.get(checkpoint.key_id)
-    if entry is None:
-        return Judged(checkpoint, "unknown_key", f"key {checkpoint.key_id!r} is not in the keyring")
-    for moment_ms, what in ((checkpoint.at_ms, "signed"), (appended_ms, "appended")):
-        if moment_ms is not None and not entry.valid_at(millis_time(moment_ms)):
-            return Judged(
-                checkpoint,
-                "key_not_valid",
-                f"{what} at "
-                f"{millis_time(moment_ms).isoformat()}, outside key "
-                f"{checkpoint.key_id!r}'s validity",
-            )
-    if not signature_holds(checkpoint, entry.public_key):
-        return Judged(checkpoint, "bad_signature", "the signature does not verify")
-    return Judged(checkpoint, None)
-
-
-@dataclass(frozen=True)
-class ChainReport:
-    """Every checkpoint judged: signature, key, and its place in its producer's chain."""
-
-    judged: tuple[Judged, ...]
-    # Producers each of whose chains ends with a final checkpoint (a clean close).
-    closed: frozenset[str]
-    # Producers with at least one valid checkpoint.
-    signing: frozenset[str] = frozenset()
-
-    def valid(self) -> list[Checkpoint]:
-        return [j.checkpoint for j in self.judged if j.problem is None]
-
-    def invalid(self) -> list[Judged]:
-        return [j for j in self.judged if j.problem is not None]
-
-    def named_schemas(self) -> dict[str, frozenset[str]]:
-        """Per producer whose valid checkpoints name writer schemas (format 2), every
-        fingerprint (hex) they name. A producer with format 1 checkpoints only is absent:
-        its turns are not held to schemas it never named."""
-        named: dict[str, set[str]] = {}
-        for checkpoint in self.valid():
-            if checkpoint.format >= 2:
-                named.setdefault(checkpoint.producer_id, set()).update(checkpoint.schemas)
-        return {p: frozenset(s) for p, s in named.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class ChainLink:
-    """What a chain's next checkpoint must name: its producer, index and digest."""
-
-    producer_id: str
-    index: int
-    digest: str
-
-
-def link_of(checkpoint: Checkpoint) -> ChainLink:
-    return ChainLink(checkpoint.producer_id, checkpoint.index, checkpoint.digest())
-
-
-def follows(checkpoint: Checkpoint, before: ChainLink | None) -> bool:
-    """Whether ``checkpoint`` continues its producer's chain from ``before`` (the
-    checkpoint its ``prev`` names, None when there is none): index 0 names GENESIS, any
-    other names its own producer's checkpoint of the index before."""
-    if checkpoint.index == 0:
-        return checkpoint.prev == GENESIS_HASH
-    return (
-        before is not None
-        and before.digest == checkpoint.prev
-        and before.producer_id == checkpoint.producer_id
-        and before.index == checkpoint.index - 1
-    )
-
-
-def judge_chain(
-    read: Sequence[tuple[Checkpoint, int | None]],
-    keyring: Keyring,
-    offsets: Mapping[str, int] | None = None,
-) -> ChainReport:
-    """Judge each (checkpoint, broker append time) read. A checkpoint with a valid
-    signature whose ``prev`` names no checkpoint read (not GENESIS at index 0, or an
-    index that is not its predecessor's plus one) breaks its chain: a checkpoint before
-    it was removed. Copies of one checkpoint (same digest) count once. ``offsets``: where
-    each (by digest) was read on the checkpoints topic, for the report."""
-    offsets = offsets or {}
-    seen: dict[str, Checkpoint] = {}
-    judged: list[Judged] = []
-    appended: dict[str, int | None] = {}
-    for checkpoint, at in read:
-        digest = checkpoint.digest()
-        if digest not in seen:
-            seen[digest] = checkpoint
-            appended[digest] = at
-    successors: set[str] = set()
-    for digest, checkpoint in seen.items():
-        verdict = replace(
-            judge_signature(checkpoint, keyring, appended[digest]),
-            offset=offsets.get(digest),
-            appended_ms=appended[digest],
-        )
-        if verdict.problem is None:
-            before = seen.get(checkpoint.prev)
-            if not follows(checkpoint, None if before is None else link_of(before)):
-                verdict = Judged(
-                    checkpoint,
-                    "chain_break",
-                    f"checkpoint {checkpoint.index} of producer "
-                    f"{checkpoint.producer_id} names a predecessor that is not "
-                    "there (removed, or never signed)",
-                    verdict.offset,
-                    verdict.appended_ms,
-                )
-            else:
-                successors.add(checkpoint.prev)
-        judged.append(verdict)
-    # A chain's last checkpoint: valid, and no valid checkpoint names it as predecessor.
-    ends: dict[str, list[bool]] = {}
-    for j in judged:
-        if j.problem is None and j.checkpoint.digest() not in successors:
-            ends.setdefault(j.checkpoint.producer_id, []).append(j.checkpoint.final)
-    closed = frozenset(p for p, finals in ends.items() if all(finals))
-    return ChainReport(tuple(judged), closed, frozenset(ends))

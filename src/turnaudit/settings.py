@@ -210,6 +210,11 @@ class KafkaSettings:
     replication_factor: int | None = None
     # Turn events must outlive the longest replay window the users need.
     turn_events_retention_ms: int = 30 * 24 * HOUR_MS
+    # The control topics (checkpoints, stream heads) keep a record this much longer than
+    # the turn topic keeps a turn: a checkpoint must outlive every turn it signs, and the
+    # turn topic's oldest segment outlives its retention by up to its segment.ms (Kafka's
+    # default: 7 days), so 8 days.
+    control_retention_margin_ms: int = 8 * 24 * HOUR_MS
     dlq_retention_ms: int = 30 * 24 * HOUR_MS
     # How long a command waits for the cluster to answer before saying it cannot.
     connect_timeout_s: float = 10.0
@@ -265,6 +270,10 @@ class KafkaSettings:
             partitions=_int(env, "TOPIC_PARTITIONS", 6, minimum=1),
             replication_factor=_optional_int(env, "TOPIC_REPLICATION_FACTOR", minimum=1),
             turn_events_retention_ms=_int(env, "TURN_EVENTS_RETENTION_HOURS", 30 * 24, minimum=1)
+            * HOUR_MS,
+            control_retention_margin_ms=_int(
+                env, "CONTROL_RETENTION_MARGIN_HOURS", 8 * 24, minimum=1
+            )
             * HOUR_MS,
             dlq_retention_ms=_int(env, "DLQ_RETENTION_HOURS", 30 * 24, minimum=1) * HOUR_MS,
             connect_timeout_s=_int(env, "CONNECT_TIMEOUT_S", 10, minimum=1),

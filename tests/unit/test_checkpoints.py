@@ -5,6 +5,7 @@ from ``valid_from`` until ``revoked_at``; a keyring that will not do is one line
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -13,14 +14,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from turnaudit.checkpoint_chain import (
+    judge_chain,
+    judge_signature,
+)
 from turnaudit.checkpoints import (
     Checkpoint,
     Keyring,
     SigningKey,
     canonical_heads,
     decode_checkpoint,
-    judge_chain,
-    judge_signature,
     keyring_entry_toml,
     parse_keyring,
     sign,
@@ -69,10 +72,13 @@ checkpoints = st.builds(
     schemas=st.lists(st.text("0123456789abcdef", min_size=16, max_size=16), max_size=3).map(
         lambda s: tuple(sorted(set(s)))
     ),
-    format=st.just(2),
+    prev_at_ms=st.integers(0, 2**45),
+    format=st.just(3),
 )
-# Format 1 (before checkpoints named writer schemas): still read and verified as signed.
-format_one = checkpoints.map(lambda c: dataclasses.replace(c, schemas=(), format=1))
+# Format 1 (before checkpoints named writer schemas) and 2 (before they said when their
+# predecessor was signed): still read and verified as signed.
+format_one = checkpoints.map(lambda c: dataclasses.replace(c, schemas=(), prev_at_ms=0, format=1))
+format_two = checkpoints.map(lambda c: dataclasses.replace(c, prev_at_ms=0, format=2))
 
 
 class TestCanonicalForm:
@@ -110,7 +116,7 @@ class TestCanonicalForm:
             KEY,
         )
         assert decode_checkpoint(c.encode()) == c
-        assert decode_checkpoint(c.encode().replace(b'"v":2', b'"v":2,"x":0')) is None
+        assert decode_checkpoint(c.encode().replace(b'"v":3', b'"v":3,"x":0')) is None
         swapped = c.encode().replace(b'"a","p",1', b'"c","p",1')
         assert decode_checkpoint(swapped) is None  # heads no longer sorted
         assert decode_checkpoint(None) is None
@@ -135,11 +141,29 @@ class TestFormats:
         assert decode_checkpoint(signed.encode()) == signed
         assert judge_signature(signed, KEYRING).problem is None
 
-    @given(checkpoints)
+    @given(format_two)
+    def test_a_format_two_checkpoint_still_round_trips_and_verifies(self, c: Checkpoint) -> None:
+        signed = sign(c, KEY)
+        assert b'"v":2' in signed.encode()
+        assert b"prev_at_ms" not in signed.encode()
+        assert decode_checkpoint(signed.encode()) == signed
+        assert judge_signature(signed, KEYRING).problem is None
+
+    @given(format_two)
     def test_a_format_two_checkpoint_cannot_pass_for_format_one(self, c: Checkpoint) -> None:
         signed = sign(c, KEY)
         downgraded = dataclasses.replace(signed, format=1, schemas=())
         assert not signature_holds(downgraded, KEY.public_key())
+
+    @given(checkpoints)
+    def test_a_format_three_checkpoint_cannot_pass_for_an_earlier_one(self, c: Checkpoint) -> None:
+        signed = sign(c, KEY)
+        for earlier in (1, 2):
+            downgraded = dataclasses.replace(signed, format=earlier, prev_at_ms=0)
+            assert not signature_holds(downgraded, KEY.public_key())
+        without = json.loads(signed.encode())
+        del without["prev_at_ms"]
+        assert decode_checkpoint(json.dumps(without)) is None  # format 3 names it
 
     def test_unsorted_or_repeated_schemas_are_not_a_checkpoint(self) -> None:
         c = sign(
@@ -170,6 +194,7 @@ class TestTampering:
                     "max_turns",
                     "heads",
                     "schemas",
+                    "prev_at_ms",
                 ]
             )
         )

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from turnaudit.argparsing import iso_time, non_negative_int
 from turnaudit.chain import chain_hash
-from turnaudit.checkpoints import judge_chain
+from turnaudit.checkpoint_chain import judge_chain
 from turnaudit.cluster import connect, require_access
 from turnaudit.consumers.runtime.sink import Rejection
 from turnaudit.consumers.runtime.validation import decode_message

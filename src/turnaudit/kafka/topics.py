@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
@@ -33,11 +34,34 @@ class TopicSpec:
     name: str
     partitions: int
     config: dict[str, str]
+    # Values of a required setting that an earlier release created and that still work:
+    # a topic holding one is named with what to change, not refused.
+    tolerated: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+def control_retention_ms(settings: KafkaSettings) -> int:
+    """``retention.ms`` of the control topics (checkpoints, stream heads): the turn
+    topic's plus the margin (``TURNAUDIT_CONTROL_RETENTION_MARGIN_HOURS``), so that a
+    checkpoint outlives every turn it signs; -1 (for ever) when turns are kept for ever."""
+    if settings.turn_events_retention_ms < 0:
+        return -1
+    return settings.turn_events_retention_ms + settings.control_retention_margin_ms
+
+
+# Control topics made before they had a lifecycle: compacted only, kept for ever.
+_UNBOUNDED = {"cleanup.policy": frozenset({"compact"})}
 
 
 def topic_specs(settings: KafkaSettings) -> list[TopicSpec]:
     t = settings.topics
     keep_events = str(settings.turn_events_retention_ms)
+    # Compacted (a re-sent copy folds) and deleted by time: each record has a key of its
+    # own, so without retention these topics would grow for ever.
+    control = {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": str(control_retention_ms(settings)),
+        "min.compaction.lag.ms": "0",
+    }
     return [
         # Keyed by session: order per session; kept long enough to replay weeks.
         TopicSpec(
@@ -54,22 +78,15 @@ def topic_specs(settings: KafkaSettings) -> list[TopicSpec]:
         ),
         TopicSpec(t.htir_traces, settings.partitions, {"retention.ms": keep_events}),
         TopicSpec(t.auditor_observations, settings.partitions, {"retention.ms": keep_events}),
-        # Each publisher stream's last recorded head, keyed by stream: compacted.
-        TopicSpec(
-            t.stream_heads,
-            1,
-            {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"},
-        ),
-        # Signed checkpoints, each under its own key (compaction folds re-sent copies
-        # only); the broker stamps the append time, which verify holds a key's revocation to.
+        # Each publisher stream's last recorded head, keyed by stream.
+        TopicSpec(t.stream_heads, 1, dict(control), _UNBOUNDED),
+        # Signed checkpoints, each under its own key; the broker stamps the append time,
+        # which verify holds a key's revocation to.
         TopicSpec(
             t.checkpoints,
             1,
-            {
-                "cleanup.policy": "compact",
-                "min.compaction.lag.ms": "0",
-                "message.timestamp.type": "LogAppendTime",
-            },
+            {**control, "message.timestamp.type": "LogAppendTime"},
+            _UNBOUNDED,
         ),
     ]
 
@@ -275,6 +292,15 @@ def ensure_topics(
 _REQUIRED = {"cleanup.policy"}
 
 
+def config_fix(topic: str, config: Mapping[str, str]) -> str:
+    """The command that gives an existing ``topic`` the settings ``config``."""
+    values = ",".join(f"{k}=[{v}]" if "," in v else f"{k}={v}" for k, v in config.items())
+    return (
+        f"kafka-configs.sh --bootstrap-server HOST:PORT --alter --entity-type topics "
+        f"--entity-name {topic} --add-config {values}"
+    )
+
+
 def _check_existing(admin: AdminClient, specs: list[TopicSpec], timeout: float) -> None:
     resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in specs]
     described: dict[str, dict[str, ConfigEntry]] = {}
@@ -289,16 +315,25 @@ def _check_existing(admin: AdminClient, specs: list[TopicSpec], timeout: float) 
     specs = [s for s in specs if s.name in described]
     for spec in specs:
         actual = described[spec.name]
+        differs: dict[str, tuple[str | None, str]] = {}
         for key, wanted in spec.config.items():
             have = actual[key].value if key in actual else None
             if have == wanted:
                 continue
-            if key in _REQUIRED:
+            if key in _REQUIRED and have not in spec.tolerated.get(key, frozenset()):
                 raise BrokerError(
                     f"topic {spec.name} exists with {key}={have}, the pipeline needs {wanted}"
                 )
+            differs[key] = (have, wanted)
+        if differs:
+            # One line per topic: what differs, and the command that changes it.
             log.warning(
-                "topic_config_differs", topic=spec.name, key=key, actual=have, configured=wanted
+                "topic_config_differs",
+                topic=spec.name,
+                differs={
+                    k: f"{have} (configured {wanted})" for k, (have, wanted) in differs.items()
+                },
+                fix=config_fix(spec.name, {k: wanted for k, (_, wanted) in differs.items()}),
             )
 
 

@@ -6,8 +6,8 @@ The rules are one-shot verify's (``turnaudit.verify.trust``), held live:
 * a checkpoint is judged as it is read with ``judge_signature`` (key known, valid at
   the signing and append times, signature holds) and ``follows`` (it continues its
   producer's chain from the last valid checkpoint of that producer: the checkpoints
-  topic has one partition, so a chain arrives in order). A bad one is a finding of its
-  own and changes no stream;
+  topic has one partition, so a chain arrives in order), or resumes it past a hole
+  retention explains. A bad one is a finding of its own and changes no stream;
 * v1/v2 turns are judged: ``forged`` in a session a valid checkpoint signs, else
   uncovered; a turn whose writer schema its producer's checkpoints do not name is
   ``forged`` once a checkpoint covers its position;
@@ -20,7 +20,7 @@ The rules are one-shot verify's (``turnaudit.verify.trust``), held live:
   stream ``unsigned``, or ``forged`` when signatures are required; turns of a producer
   after its final checkpoint are ``forged``;
 * a signed position that has not arrived when its partition's event time is ``grace_s``
-  past the checkpoint is ``truncated``.
+  past the checkpoint is ``truncated``, unless retention explains it (a later one was read).
 
 State per stream and per producer (the last valid checkpoint), checkpointable beside
 the proof: ``checkpoint()`` returns the records of what changed, ``load`` takes them back.
@@ -39,16 +39,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from turnaudit.checkpoints import (
+from turnaudit.checkpoint_chain import (
+    KEPT_FOR_EVER,
     ChainLink,
-    Checkpoint,
     Judged,
-    Keyring,
     Problem,
+    RetentionStart,
     follows,
     judge_signature,
     link_of,
 )
+from turnaudit.checkpoints import Checkpoint, Keyring
 from turnaudit.identity import LEGACY_PRODUCER, StreamId
 from turnaudit.verify.follow_trust_state import (
     ProducerChain,
@@ -119,12 +120,14 @@ class FollowTrust:
         scope: int = 0,
         owns: Callable[[StreamId], bool] = _every_stream,
         reports_checkpoints: bool = True,
+        start: RetentionStart = KEPT_FOR_EVER,
     ) -> None:
         self.keyring = keyring
         self.grace_ms = int(grace_s * 1000)
         self.scope = scope
         self._owns = owns
         self.reports_checkpoints = reports_checkpoints
+        self._start = start  # when a chain may begin past a hole retention explains
         self.streams: dict[StreamId, StreamTrust] = {}
         self.producers: dict[str, ProducerChain] = {}
         self.reader_offsets: dict[int, int] = {}  # the checkpoints topic, read to
@@ -155,17 +158,17 @@ class FollowTrust:
                 verdict = Judged(
                     checkpoint,
                     "chain_break",
-                    f"a second checkpoint "
-                    f"{checkpoint.index} of producer {checkpoint.producer_id} "
-                    "(the chain forks)",
+                    f"a second checkpoint {checkpoint.index} of producer "
+                    f"{checkpoint.producer_id} (the chain forks)",
                 )
-            elif not follows(checkpoint, None if last is None else last.link):
+            elif not follows(checkpoint, None if last is None else last.link) and not (
+                self._start.resumes(checkpoint, -1 if last is None else last.link.index)
+            ):
                 verdict = Judged(
                     checkpoint,
                     "chain_break",
-                    f"checkpoint {checkpoint.index} "
-                    f"of producer {checkpoint.producer_id} names a predecessor "
-                    "that is not the last one read (removed, or never signed)",
+                    f"checkpoint {checkpoint.index} of producer {checkpoint.producer_id} names a "
+                    "predecessor not read last (removed, not by retention; or never signed)",
                 )
         if verdict.problem is not None:
             self._invalid(verdict, verdict.problem)
@@ -180,7 +183,7 @@ class FollowTrust:
         self._dirty_producers.add(checkpoint.producer_id)
         for head in checkpoint.heads:
             if self._owns(head.stream):
-                self._signed(head.stream, head.sequence, head.hash, checkpoint.at_ms)
+                self._signed(head.stream, head.sequence, head.hash, checkpoint)
         return verdict
 
     def _invalid(self, verdict: Judged, problem: Problem) -> None:
@@ -194,11 +197,12 @@ class FollowTrust:
         )
         self._found.append(Forgery(problem, detail))
 
-    def _signed(self, stream_id: StreamId, position: int, digest: str, at_ms: int) -> None:
+    def _signed(self, stream_id: StreamId, position: int, digest: str, c: Checkpoint) -> None:
         stream = self._stream(stream_id)
         self._dirty.add(stream_id)
         if position > stream.top:
-            stream.expected[position] = (digest[:_DIGITS], at_ms)
+            stream.expected[position] = (digest[:_DIGITS], c.at_ms)
+            stream.written_after[position] = max(c.prev_at_ms, c.at_ms - 2 * c.interval_ms)
             self._watch.add(stream_id)
         elif position in stream.seen:
             have = stream.seen[position][0]
@@ -279,6 +283,7 @@ class FollowTrust:
             self._schemas_named(stream_id, stream)
         stream.top = max(stream.top, position)
         expected = stream.expected.pop(position, None)
+        stream.written_after.pop(position, None)
         if expected is not None:
             if expected[0] != digest[:_DIGITS]:
                 self._rewritten(stream_id, stream, position, digest, expected[0])
@@ -337,7 +342,7 @@ class FollowTrust:
             if not stream.truncated and stream.expected and stream.partition >= 0:
                 proved = event_time_ms.get(stream.partition, 0)
                 late = [p for p, (_, at) in stream.expected.items() if proved - at >= self.grace_ms]
-                if late:
+                if late := stream.forget_removed(late, self._start.may_have_removed):
                     self._dirty.add(stream_id)
                     stream.truncated = (
                         f"signed position {min(late)} has not arrived "

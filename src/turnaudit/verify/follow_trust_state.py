@@ -4,11 +4,11 @@ checkpointed beside the proof in ``<prefix>verify-state`` (``follow_trust``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from turnaudit.checkpoints import ChainLink
+from turnaudit.checkpoint_chain import ChainLink
 from turnaudit.identity import StreamId
 
 # Keys of the trust state in the state topic, each scoped by the turn partition whose
@@ -31,6 +31,24 @@ class StreamTrust:
     uncovered_late: bool = False  # unsigned positions past the grace
     unchecked: int = 0  # signed positions whose turn's hash had left the window
     schemas: dict[str, int] = field(default_factory=dict)  # writer schema -> first position
+    # Expected pos -> when its turn was written after (its checkpoint's predecessor, or its
+    # checkpoint less twice the interval): retention may have removed it once that is old.
+    written_after: dict[int, int] = field(default_factory=dict)
+
+    def forget_removed(self, late: list[int], removed: Callable[[int], bool]) -> list[int]:
+        """``late`` (signed positions not arrived) less those retention explains, which
+        are forgotten: a later position was read (so the stream was read from past them;
+        the proof judges a gap, and whether the partition's log start moved) and
+        ``removed`` says retention may have taken a turn written at the time it was
+        written after (its checkpoint's time when not known)."""
+        kept = []
+        for p in late:
+            if p < self.top and removed(self.written_after.get(p, self.expected[p][1])):
+                del self.expected[p]
+                self.written_after.pop(p, None)
+            else:
+                kept.append(p)
+        return kept
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -45,6 +63,7 @@ class StreamTrust:
             "u": self.uncovered_late,
             "c": self.unchecked,
             "w": self.schemas,
+            "xa": {str(k): v for k, v in self.written_after.items()},
         }
 
     @classmethod
@@ -65,6 +84,7 @@ class StreamTrust:
             uncovered_late=bool(d["u"]),
             unchecked=_int(d["c"]),
             schemas={str(k): _int(v) for k, v in dict(d.get("w") or {}).items()},  # type: ignore[call-overload]  # JSON object
+            written_after={int(k): _int(v) for k, v in dict(d.get("xa") or {}).items()},  # type: ignore[call-overload]  # JSON object
         )
 
     def status(self) -> GaugeStatus:

@@ -20,12 +20,9 @@ the announcements as they arrive, holding in memory only what waits for judgemen
   final announcement was taken over (a successor on its spool folder, or its own close).
 
 A stream that ended whole (its final head proved, nothing counted lost) is **retired**: it
-leaves the state engine (``EngineView.retire``; a tombstone in the state topic). Its
-announcement is read again at every pass, so the judge keeps, per turn partition, the
-stream-heads offsets below which every ``cut``/``ended`` announcement of that partition was
-judged (``judged-to``); an announcement read again below them is passed over, and a stream is
-retired only once a checkpoint that covers its announcement has been written (the next
-``checkpoint()``), so a crash between the two never makes a retired stream count as lost.
+leaves the state engine (``EngineView.retire``; a tombstone in the state topic), once the
+marks of where the judge has judged stream-heads to cover its announcement
+(``turnaudit.verify.heads_marks``), so a pass that reads it again passes over it.
 
 What was counted is kept per stream as the position counted to (``to``; streams counted
 cut are marked), and per vanished producer the liveness it was counted on: checkpointed
@@ -46,12 +43,11 @@ from typing import Literal
 
 from turnaudit.identity import LEGACY_PRODUCER, StreamId
 from turnaudit.stream_heads import HeadAnnouncement, HeadStatus, Liveness
+from turnaudit.verify.heads_marks import HeadsAt, JudgedMarks
 
 LossCause = Literal["crash", "vanished"]
 JUDGED_STREAM_KEY = "heads:stream:"
 JUDGED_PRODUCER_KEY = "heads:producer:"
-JUDGED_TO_KEY = "heads:judged-to:"
-HeadsAt = tuple[int, int]  # an announcement's stream-heads partition and offset
 
 
 @dataclass(frozen=True)
@@ -136,11 +132,7 @@ class HeadsJudge:
         self.covered: set[int] = set()  # held when the last complete pass began
         self._covering: set[int] = set()
         self.caught_up = False  # a whole pass read: every producer's latest liveness known
-        self._read_to: dict[int, int] = {}  # stream-heads, read to in this pass
-        self._judged_to: dict[int, dict[int, int]] = {}  # turn partition -> heads offsets
-        self._written_to: dict[int, dict[int, int]] = {}  # as last checkpointed
-        self._judged_to_moved: set[int] = set()
-        self._retiring: dict[StreamId, tuple[int, HeadsAt]] = {}  # -> partition, where read
+        self.marks = JudgedMarks()
         self.retired = 0
 
     # -- passes over the compacted topic ------------------------------------------------
@@ -152,11 +144,7 @@ class HeadsJudge:
         self._collecting |= self._uncollected  # with those of a pass cut short
         self._uncollected.clear()
         self._covering = self._held()
-        self._read_to = {}
-
-    def read_to(self, at: HeadsAt) -> None:
-        """A record of stream-heads read (an announcement or not)."""
-        self._read_to[at[0]] = max(self._read_to.get(at[0], 0), at[1] + 1)
+        self.marks.new_pass()
 
     def end_pass(self, now_ms: int) -> list[Vanishing]:
         """The pass reached the topic's end: the vanished producers collected are counted,
@@ -189,8 +177,7 @@ class HeadsJudge:
             del self._heaps[partition]  # the new owner's to judge
         for stream in [s for s, w in self._ends.items() if w.partition not in held]:
             del self._ends[stream]
-        for stream in [s for s, (p, _) in self._retiring.items() if p not in held]:
-            del self._retiring[stream]
+        self.marks.forget(held)
         self.covered &= held
         if self.caught_up:
             for producer, alive in self.liveness.items():
@@ -232,14 +219,15 @@ class HeadsJudge:
             self._taken_over(producer)
             if self._engine.proved_offset(partition) is None:
                 return  # another member's
-            if at is not None and at[1] < self._judged_to.get(partition, {}).get(at[0], 0):
+            if self.marks.judged(partition, at):
                 return  # judged already (a pass reads it again)
             last = self._engine.last_position(stream)
             if note.status == "ended" and last is not None and note.head.sequence <= last:
                 self._ends.pop(stream, None)  # reached its head: nothing to count
-                self._retire_later(stream, partition, at)
+                self.marks.retire_later(stream, partition, at)
                 return
             self._ends[stream] = waiting
+            self.marks.wait(stream, partition, at)
             self._push(waiting, None)
         elif producer in self._vanished:
             streams = self._at_risk.setdefault(producer, {})
@@ -322,7 +310,7 @@ class HeadsJudge:
         cut = note.status == "cut" and not (judged is not None and judged.cut)
         if not lost and not cut:
             if note.status == "ended" and judged is None:
-                self._retire_later(stream, entry.partition, entry.at)  # ended whole
+                self.marks.retire_later(stream, entry.partition, entry.at)  # ended whole
             return None
         self._judged[stream] = _Judged(
             max(note.head.sequence, -1 if judged is None else judged.to),
@@ -341,34 +329,6 @@ class HeadsJudge:
             note.pack,
             note.runtime,
         )
-
-    def _retire_later(self, stream: StreamId, partition: int, at: HeadsAt | None) -> None:
-        if at is not None:  # else nothing would pass over its announcement when read again
-            self._retiring[stream] = (partition, at)
-
-    def _move_judged_to(self) -> None:
-        """Per partition held since the pass began: every announcement read before the
-        first one still waiting (or the reader's position) is judged."""
-        waiting: dict[int, dict[int, int]] = {}
-        for w in self._ends.values():
-            if w.at is not None:
-                first = waiting.setdefault(w.partition, {})
-                first[w.at[0]] = min(first.get(w.at[0], w.at[1]), w.at[1])
-        for partition in self._covering & self._held():
-            known = self._judged_to.setdefault(partition, {})
-            for heads_partition, read in self._read_to.items():
-                to = min(read, waiting.get(partition, {}).get(heads_partition, read))
-                if to > known.get(heads_partition, 0):
-                    known[heads_partition] = to
-                    self._judged_to_moved.add(partition)
-
-    def _ready(self) -> list[StreamId]:
-        """Streams whose announcement a checkpoint already written passes over."""
-        return [
-            stream
-            for stream, (p, (heads_partition, offset)) in self._retiring.items()
-            if offset < self._written_to.get(p, {}).get(heads_partition, 0)
-        ]
 
     # -- what it holds ----------------------------------------------------------------
     def vanished_producers(self) -> int:
@@ -393,6 +353,10 @@ class HeadsJudge:
         )
         return len(self._ends) + at_risk
 
+    def waiting_ends(self) -> int:
+        """End announcements held for the proof (the feed's bound)."""
+        return len(self._ends)
+
     def counted_to(self, stream: StreamId) -> int | None:
         judged = self._judged.get(stream)
         return None if judged is None else judged.to
@@ -414,39 +378,32 @@ class HeadsJudge:
                     max(int(data["to"]), -1 if known is None else known.to),
                     bool(data["cut"]) or (known is not None and known.cut),
                 )
-            elif text.startswith(JUDGED_TO_KEY):
-                partition = int(text[len(JUDGED_TO_KEY) :])
-                for name, offset in json.loads(value).items():
-                    for table in (self._judged_to, self._written_to):
-                        marks = table.setdefault(partition, {})
-                        marks[int(name)] = max(int(offset), marks.get(int(name), 0))
+            elif self.marks.load(text, value):
+                continue
             elif text.startswith(JUDGED_PRODUCER_KEY):
                 producer = text[len(JUDGED_PRODUCER_KEY) :]
                 at = int(json.loads(value)["at_ms"])
                 self._counted_vanished[producer] = max(at, self._counted_vanished.get(producer, at))
 
+    def _still_waiting(self, stream: StreamId, partition: int, at: HeadsAt) -> bool:
+        waiting = self._ends.get(stream)
+        return waiting is not None and waiting.partition == partition and waiting.at == at
+
+    def _move_marks(self) -> None:
+        self.marks.move(self._covering & self._held(), self._still_waiting)
+
     def changed(self) -> bool:
-        self._move_judged_to()
-        return bool(
-            self._dirty_streams or self._dirty_producers or self._judged_to_moved or self._ready()
-        )
+        """Losses counted (to checkpoint at once); marks and retirement go with the next
+        checkpoint, which ``marks.pending()`` asks for."""
+        return bool(self._dirty_streams or self._dirty_producers)
 
     def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
-        """The records of what changed; the streams a checkpoint written before covers are
-        retired first (their tombstones go out with the engine's next checkpoint)."""
-        for stream in self._ready():
-            del self._retiring[stream]
+        """The records of what changed; the streams a mark written before covers are
+        retired first (their tombstones go out with the engine's checkpoint)."""
+        for stream in self.marks.take_ready():
             self.retired += self._engine.retire(stream)
-        self._move_judged_to()
-        records: list[tuple[bytes, bytes | None]] = []
-        for partition in sorted(self._judged_to_moved):
-            marks = self._judged_to[partition]
-            self._written_to[partition] = dict(marks)
-            value_to = {str(hp): offset for hp, offset in sorted(marks.items())}
-            records.append(
-                ((JUDGED_TO_KEY + str(partition)).encode(), json.dumps(value_to).encode())
-            )
-        self._judged_to_moved.clear()
+        self._move_marks()
+        records = self.marks.checkpoint()
         for stream in sorted(self._dirty_streams):
             judged = self._judged[stream]
             value = {"to": judged.to, "cut": judged.cut}

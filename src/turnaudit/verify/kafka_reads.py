@@ -106,11 +106,13 @@ LOG_APPEND_TIME = 2
 class CheckpointsRead:
     """Every checkpoint on ``<prefix>checkpoints`` with the time the broker appended it
     (None when the broker did not stamp it), where each was read (offset, by digest), and
-    the count of records that are not checkpoints."""
+    the count of records that are not checkpoints, and whether the topic's log start is
+    past 0 (retention, or ``delete_records``, removed its first records)."""
 
     read: list[tuple[Checkpoint, int | None]] = field(default_factory=list)
     offsets: dict[str, int] = field(default_factory=dict)
     not_checkpoints: int = 0
+    log_start_moved: bool = False
 
 
 def read_checkpoints(settings: KafkaSettings, timeout: float = 60.0) -> CheckpointsRead:
@@ -122,6 +124,7 @@ def read_checkpoints(settings: KafkaSettings, timeout: float = 60.0) -> Checkpoi
     except BrokerError:
         return found_all
     out, offsets = found_all.read, found_all.offsets
+    found_all.log_start_moved = any(o > 0 for o in found.log_start.values())
     other = 0
     for msg in read_range(settings, topic, found.start, found.end, timeout=timeout):
         checkpoint = decode_checkpoint(msg.value())

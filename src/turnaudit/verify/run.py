@@ -13,7 +13,11 @@ from pathlib import Path
 
 from turnaudit.archive.reading import archived_batches, archived_segments, extend_into_archive
 from turnaudit.archive.store import LocalArchive
-from turnaudit.checkpoints import Keyring, judge_chain
+from turnaudit.checkpoint_chain import (
+    RetentionStart,
+    judge_chain,
+)
+from turnaudit.checkpoints import Keyring
 from turnaudit.identity import StreamId
 from turnaudit.kafka.offsets import RangeSpec, event_time_range, resolve_range
 from turnaudit.kafka.topics import topic_retention_ms
@@ -63,10 +67,16 @@ def run_verify(
         broker_spec, found = event_time_range(spec, slack)
         window = (found.low, found.high)
     # Signed checkpoints first: the verifier keeps the chain hashes at signed positions.
-    chain, not_checkpoints = None, 0
+    chain, not_checkpoints, retention_ms = None, 0, None
     if keyring is not None:
+        # A chain may begin past its first checkpoint when retention removed those before
+        # (older than the turn topic's retention, so are the turns they signed).
+        retention_ms = topic_retention_ms(settings, topic, timeout)
         read = read_checkpoints(settings, timeout=timeout)
-        chain, not_checkpoints = judge_chain(read.read, keyring, read.offsets), read.not_checkpoints
+        now_ms = int(time.time() * 1000)
+        begins = RetentionStart(retention_ms, lambda: now_ms, read.log_start_moved)
+        chain = judge_chain(read.read, keyring, read.offsets, begins)
+        not_checkpoints = read.not_checkpoints
     start, end, low = resolve_range(settings, topic, broker_spec)
     live_low, archived = low, None
     if archive is not None:
@@ -131,7 +141,7 @@ def run_verify(
             to_end = spec.until is None and not spec.to_offsets and not event_time
             removal = Removal(
                 now_ms=int(time.time() * 1000),
-                retention_ms=topic_retention_ms(settings, topic, timeout),
+                retention_ms=retention_ms,
                 moved=any(o > 0 for o in low.values()),
                 whole=report.range["from_log_start"] and to_end and not event_time,
             )

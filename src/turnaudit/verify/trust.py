@@ -37,7 +37,11 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
-from turnaudit.checkpoints import ChainReport, Problem, UnsignedAllowance
+from turnaudit.checkpoint_chain import (
+    ChainReport,
+    Problem,
+)
+from turnaudit.checkpoints import UnsignedAllowance
 from turnaudit.identity import LEGACY_PRODUCER, StreamId
 from turnaudit.verify.findings import EXAMPLES, Finding, Where, stream_where
 
@@ -73,6 +77,8 @@ class CheckpointsJson(TypedDict):
     invalid: int
     not_checkpoints: int  # records on the topic that are not checkpoints
     closed_producers: int  # producers whose chains end with a final checkpoint
+    # producers whose chain begins past index 0: retention removed the checkpoints before
+    started_after_retention: int
 
 
 class TrustJson(TypedDict):
@@ -110,8 +116,10 @@ def signed_heads(chain: ChainReport) -> SignedHeads:
     for judged in valid:
         checkpoint = judged.checkpoint
         appended = when[(checkpoint.producer_id, checkpoint.index)]
+        # A chain that begins past index 0 (retention removed its predecessor): format 3
+        # says when that predecessor was signed.
         floor = max(
-            when.get((checkpoint.producer_id, checkpoint.index - 1), 0),
+            when.get((checkpoint.producer_id, checkpoint.index - 1), checkpoint.prev_at_ms),
             appended - 2 * checkpoint.interval_ms,
         )
         for head in checkpoint.heads:
@@ -200,6 +208,7 @@ class TrustReport:
                 invalid=len(invalid),
                 not_checkpoints=self.not_checkpoints,
                 closed_producers=len(self.chain.closed),
+                started_after_retention=len(self.chain.started),
             ),
             by_status=self.by_status(),
             invalid_checkpoints=[
@@ -264,8 +273,9 @@ def judge_streams(
             whole = whole_stream or (removal is not None and removal.whole)
             if not whole or not to_end:
                 continue  # signed, but not in this range (read from a later start)
+            # Its last position was written after its last signed head's floor.
             if removal is not None and all(
-                removal.retention_explains(at) for at, _ in signed_at.get(stream, {}).values()
+                removal.retention_explains(floor) for _, floor in signed_at.get(stream, {}).values()
             ):
                 report.expired_by_retention += 1
                 continue  # began, and ended, before retention
@@ -361,11 +371,11 @@ def _judge(
     start = facts.started_at.get(stream)
     covering = [p for p in signed if start is not None and p >= start - 1]
     if start is not None and truncated is None and covering:
-        # The last removed position was written after ``floor`` (or, a signed head, by
-        # ``at``): retention explains it only when that is older than retention.ms.
-        at, floor = signed_at.get(min(covering), (0, 0))
-        written = at if min(covering) == start - 1 else floor
-        if removal is None or not removal.retention_explains(written):
+        # The last removed position was written after ``floor`` (a signed head too: before
+        # its checkpoint, after the one before): retention explains it only when that is
+        # older than retention.ms.
+        _, floor = signed_at.get(min(covering), (0, 0))
+        if removal is None or not removal.retention_explains(floor):
             truncated = (
                 f"the stream starts at position {start}: positions 0..{start - 1}, "
                 f"covered by its signed head {min(covering)}, are removed, and retention "
@@ -384,13 +394,7 @@ def _judge(
     elif truncated is not None:
         status, detail = status_if_cut, truncated
     elif head is None:
-        status = "unsigned"
-        detail = (
-            "its producer signs, but no checkpoint names it: begun after the "
-            "producer's last checkpoint, and the producer did not close cleanly"
-            if stream[1] in chain.signing
-            else "no valid checkpoint names it (a publisher without a key)"
-        )
+        status, detail = "unsigned", _unsigned(stream, chain)
     else:
         status = "signed"
         detail = f"consistent with its signed head {head}" + (
@@ -405,6 +409,21 @@ def _judge(
         unsigned_tail=tail,
         detail=detail,
         allowed=False,
+    )
+
+
+def _unsigned(stream: StreamId, chain: ChainReport) -> str:
+    """Why no valid checkpoint names the stream."""
+    if stream[1] not in chain.signing:
+        return "no valid checkpoint names it (a publisher without a key)"
+    return (
+        "its producer signs, but no checkpoint names it: begun after the producer's last "
+        "checkpoint, and the producer did not close cleanly"
+        + (
+            "; or named only by checkpoints removed before its producer's first one"
+            if stream[1] in chain.started
+            else ""
+        )
     )
 
 

@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.checkpoints import RecordingProducer
+from turnaudit.checkpoint_chain import judge_chain
 from turnaudit.checkpoints import (
     Checkpoint,
     SigningKey,
     decode_checkpoint,
-    judge_chain,
     keyring_entry_toml,
     parse_keyring,
 )

@@ -214,7 +214,7 @@ def read_all(
                 judge.take_liveness(record, NOW_MS)
             else:
                 judge.take(record, world.high(), world.low(), (0, offset))
-            judge.read_to((0, offset))
+            judge.marks.read_to((0, offset))
         i += size
         if world.rng.random() < 0.3:
             loaded_back.extend(judge.checkpoint())  # a flush now and then retires streams

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from tests.support.checkpoints import RecordingProducer
 from tests.support.identity_streams import Stamped, stamped_events
+from turnaudit.checkpoint_chain import judge_chain
 from turnaudit.checkpoints import (
     Checkpoint,
     Keyring,
     SigningKey,
     decode_checkpoint,
-    judge_chain,
     keyring_entry_toml,
     parse_keyring,
 )
