@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from tests.support.services import service_env, turnaudit_process
 from tests.support.streams import http_get, scrape
@@ -75,6 +75,18 @@ def archived(archive: LocalArchive, topic: str) -> dict[int, list[ArchivedRecord
     return held
 
 
+def committed(settings: KafkaSettings, group: str) -> dict[int, int]:
+    """The group's committed offset per partition of the turn topic (-1: none)."""
+    consumer = Consumer(settings.client_config(**{"group.id": group}))
+    try:
+        found = consumer.committed(
+            [TopicPartition(settings.topics.turn_events, p) for p in range(3)], timeout=10
+        )
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in found}
+
+
 def archived_offsets(port: int) -> dict[int, int]:
     try:
         samples = scrape(port)
@@ -120,10 +132,19 @@ def test_a_killed_archiver_restarted_archives_every_record_once_past_retention(
     def segments_in_every_partition() -> bool:
         return all(archive.files(f"{topic}/{p}/segments") for p in range(3))
 
+    def committed_everywhere() -> bool:
+        return all(o >= 0 for o in committed(settings, env["TURNAUDIT_GROUP_ID"]).values())
+
     with turnaudit_process(["archive", "run"], env, log) as first:
         wait_until(segments_in_every_partition, "a segment in every partition")
+        wait_until(committed_everywhere, "offsets committed for every partition")
+        time.sleep(2.5)  # two more commit intervals: the offsets go as far as they will
         first.send_signal(signal.SIGKILL)  # the tail of each partition is in an open segment
         assert first.wait(30) == -signal.SIGKILL
+    # What was committed never passes a record in no written segment.
+    on_disk = archived(archive, topic)
+    for p, offset in committed(settings, env["TURNAUDIT_GROUP_ID"]).items():
+        assert offset <= on_disk[p][-1].offset + 1, f"partition {p}: committed past the archive"
     publish_signed_half(settings, tmp_path / "spool-2", runtime_key.private_path, seed=6)
     port = int(env["TURNAUDIT_HTTP_PORT"])
     ends = end_offsets(settings, topic)
