@@ -17,7 +17,10 @@ Surface texts and input tokens may hold user content: by default they are not
 written; ``TURNAUDIT_LOG_SURFACES`` chooses ``drop``, ``hash`` (HMAC-SHA256
 with ``TURNAUDIT_LOG_HASH_KEY``, so equal texts stay comparable) or ``keep``,
 the one policy of every writer (``turnaudit.redaction``). Log files, rotated
-ones too, are their owner's only (``turnaudit.files``).
+ones too, are their owner's only (``turnaudit.files``). Sealed surfaces
+(docs/privacy.md) are opened first, with the keyring ``TURNAUDIT_SURFACE_KEYRING``
+names, when the policy writes surfaces at all; without it a line holds the
+``[sealed: <reason>]`` placeholder, hashed or kept like any text.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceSetting
 from turnaudit.events import EPOCH, occurred_millis, occurred_moment
 from turnaudit.files import open_private, private_dir
 from turnaudit.redaction import SURFACE_FIELDS, TOKEN_SEPARATOR, Redaction, SurfacePolicy
+from turnaudit.sealing import KeyDirectory, provider_from_env
+from turnaudit.sealing.key_topic import reader_directory
 from turnaudit.telemetry import LOG_LINES_TOTAL, TURN_LOG_EVENT
 
 TURN_LOGGER = "turnaudit.turns"
@@ -250,9 +255,18 @@ class LogSink(Sink):
     """
 
     def __init__(
-        self, settings: LogSinkSettings, registry: CollectorRegistry, *, event_time: bool = False
+        self,
+        settings: LogSinkSettings,
+        registry: CollectorRegistry,
+        *,
+        event_time: bool = False,
+        keys: Callable[[], KeyDirectory] | None = None,
     ) -> None:
         self._writer = TurnLineWriter(settings)
+        # Sealed surfaces: the key directory is read on the first sealed turn (in the
+        # worker that meets it), and only when surfaces are written at all.
+        self._keys = keys
+        self._directory: KeyDirectory | None = None
         # A replay stamps each line with the turn's own time, not the clock's:
         # the same range then renders the same bytes.
         self._event_time = event_time
@@ -276,6 +290,12 @@ class LogSink(Sink):
         self._context: dict[str, Any] | None = None  # set at a batch's first turn
 
     def take(self, turn: ConsumedTurn) -> None:
+        if self._keys is not None and self._redact is not None:
+            event = turn.decoded.event
+            if event.get("sealed") is not None:
+                if self._directory is None:
+                    self._directory = self._keys()
+                self._directory.open_in_place(event)  # type: ignore[arg-type]  # a TurnEvent reader's record
         context = self._context
         if context is None:
             processors = structlog.get_config()["processors"]
@@ -371,7 +391,9 @@ def log_sink_service(
     settings: ServiceSettings, *, registry: CollectorRegistry, **options: Any
 ) -> ConsumerService:
     """The log sink on the turn-events topic."""
-    return ConsumerService(settings, LogSink(settings.log, registry), registry=registry, **options)
+    kafka, provider = settings.kafka, provider_from_env()  # a bad keyring: one line, at start
+    sink = LogSink(settings.log, registry, keys=lambda: reader_directory(kafka, provider))
+    return ConsumerService(settings, sink, registry=registry, **options)
 
 
 @contextmanager

@@ -1,13 +1,13 @@
 """``TurnEventPublisher``: hands TurnEvents to Kafka without failing or delaying the turn.
 
-``publish(event)`` stamps a copy of the event with the turn's identity (event id,
-producer id, stream position, predecessor hash: ``turnaudit.identity.TurnStamper``),
-encodes it, and hands it to librdkafka's queue or the on-disk spool without waiting
-for the network; it returns the event id or raises ``EventRefusedError`` /
-``SerializationError`` only. ``stats()`` always balances
-(``published + inherited == delivered + in_flight + spooled + refused + failed``);
-``close()`` never raises for delivery problems. Journal mode, the age bound on memory,
-signed checkpoints and the failover thread: the whole contract is in docs/publisher.md.
+``publish(event)`` stamps a copy of the event with the turn's identity (event id, producer
+id, stream position, predecessor hash: ``turnaudit.identity.TurnStamper``), seals its surfaces
+when a surface keyring is set (docs/privacy.md), encodes it, and hands it to librdkafka's queue
+or the on-disk spool without waiting for the network; it returns the event id or raises
+``EventRefusedError`` / ``SerializationError`` only. ``stats()`` always balances
+(``published + inherited == delivered + in_flight + spooled + refused + failed``); ``close()``
+never raises for delivery problems. Journal mode, the age bound on memory, signed checkpoints
+and the failover thread: the whole contract is in docs/publisher.md.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from turnaudit.producers.producer_config import (
     env_seconds,
 )
 from turnaudit.producers.spool import SpooledMessage, bytes_headers
+from turnaudit.sealing.key_topic import PublisherSealing
 from turnaudit.serialization.schemas import SchemaCatalog, shipped_catalog
 from turnaudit.settings import KafkaSettings
 from turnaudit.signing_keys import CheckpointSettings
@@ -131,10 +132,10 @@ class TurnEventPublisher:
             error_cb=self._failover.on_error,
             log_failures=False,
         ).open()
-        # Schema announcements are not events: their own producer keeps them
-        # out of the delivery counts and the spool (every publisher re-announces).
-        # The runtime is the schemas topic's one writer (docs/security.md): it
-        # announces the traces' and observations' writer schemas too.
+        # Schema announcements are not events: their own producer keeps them out of the
+        # delivery counts and the spool (every publisher re-announces). The runtime is the
+        # schemas topic's one writer (docs/security.md): it announces the traces' and
+        # observations' writer schemas too.
         self._schema_producer = KafkaProducer.plain(settings).open()
         for schema in announced_schemas(catalog, registered=self._write.registered):
             announce_schema(self._schema_producer.produce, settings.topics.schemas, schema)
@@ -143,9 +144,9 @@ class TurnEventPublisher:
         self._stamper = TurnStamper(producer_id=producer_id, id_factory=id_factory)
         self._versions_written: frozenset[int] = frozenset()  # replaced, read to sign
         self.producer_id = self._stamper.producer_id
-        # Stream heads beside the spool, written by their own thread; a
-        # predecessor's (a crash) are announced on <prefix>stream-heads.
-        # Idempotent: a retried checkpoint or head note is stored once, in order.
+        # Stream heads beside the spool, written by their own thread; a predecessor's (a
+        # crash) are announced on <prefix>stream-heads. Idempotent: a retried checkpoint or
+        # head note is stored once, in order.
         self._heads_announcer = KafkaProducer.plain(settings, **{"enable.idempotence": True}).open()
         # Signed checkpoints of the streams advanced, by the heads thread (no key: none,
         # the publisher's streams are unsigned).
@@ -174,6 +175,7 @@ class TurnEventPublisher:
         )
         # v5 turns carry the interval this publisher announces its liveness at.
         self._stamper.liveness_interval_ms = round(self._heads.liveness_interval_s * 1000)
+        self._sealing = PublisherSealing(settings, registry)  # TURNAUDIT_SURFACE_KEYRING
         # Journal mode: each turn fsynced (group commit) before it is produced.
         self._journal = (
             None
@@ -201,6 +203,8 @@ class TurnEventPublisher:
         # one session cannot swap their events' order.
         with ledger.lock:
             event_id = self._stamper.stamp(stamped)
+            if self._sealing.active:  # sealed before encoding: the chain covers the sealed form
+                self._sealing.seal(stamped)
             value = self._write(stamped)  # raises before a position is used up
             if (version := stamped["verdicts"]["schema_version"]) not in self._versions_written:
                 self._versions_written = self._versions_written | {version}  # before heads
@@ -216,8 +220,7 @@ class TurnEventPublisher:
                 heads.wake.set()
             journal = self._journal
             if journal is None and not self._route.spooling:
-                # The common case, inline: to librdkafka, stamped with the turn's event
-                # time capped at now (ordering.record_timestamp).
+                # The common case, inline: to librdkafka, at the turn's event time capped at now.
                 occurred, now_ms = stamped["occurred_at"], int(time.time() * 1000)
                 at = (occurred if occurred <= now_ms else now_ms) if occurred > 0 else 0
                 try:
@@ -257,8 +260,7 @@ class TurnEventPublisher:
         ledger, route = self._ledger, self._route
         if not route.spooling:
             try:
-                # The record's timestamp is the turn's event time, capped at now
-                # (ordering.record_timestamp, inlined: this is the hot path).
+                # Record time: the turn's event time capped at now (record_timestamp, inlined).
                 occurred, now_ms = turn.occurred_at, int(time.time() * 1000)
                 at = (occurred if occurred <= now_ms else now_ms) if occurred > 0 else 0
                 if ticket is None:
@@ -322,14 +324,14 @@ class TurnEventPublisher:
     def dead_letter(self, event: OutgoingTurnEvent, reason: str, error: str) -> None:
         """Send an event the runtime built but must not publish as valid to the DLQ.
 
-        It keeps an event id but takes no sequence number, so the session's
-        sequence shows no gap for it. The caller's dict is not written. Same
-        guarantees as ``publish()``: raises ``EventRefusedError`` when it can
-        be neither sent nor spooled.
+        It keeps an event id but takes no sequence number, so the session's sequence shows
+        no gap for it. The caller's dict is not written. Same guarantees as ``publish()``:
+        raises ``EventRefusedError`` when it can be neither sent nor spooled.
         """
         letter = event.copy()
         letter["event_id"] = event_id = self._stamper.new_event_id()
         letter["sequence"] = -1
+        self._sealing.seal(letter)  # sealed like a turn (when sealing is on)
         headers = dead_letter_headers(
             reason=reason,
             error=error,
@@ -427,6 +429,7 @@ class TurnEventPublisher:
             journal.discard()  # everything is delivered, spooled or rejected by now
         self._schema_producer.flush(min(5.0, max(0.0, deadline - time.monotonic())))
         self._heads.close(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
+        self._sealing.close(min(5.0, max(0.5, deadline - time.monotonic())))
         self._closed = True
         report = self._report()
         if report.ok:

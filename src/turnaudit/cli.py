@@ -58,6 +58,8 @@ COMMAND_MODULES = (
     "turnaudit.commands.auditor",
     "turnaudit.commands.verify",
     "turnaudit.commands.keys",
+    "turnaudit.commands.erase",
+    "turnaudit.commands.surface_keys",
     "turnaudit.commands.replay",
     "turnaudit.commands.dlq",
     "turnaudit.commands.archive",

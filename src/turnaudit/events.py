@@ -175,19 +175,17 @@ class TurnEventV4(TurnEventV3):
 
 
 class SealedSurfaces(TypedDict):
-    """Reserved for sealed surfaces (AES-256-GCM under a wrapped data key): written
-    null until sealing is built."""
+    """A turn's sealed surfaces (``turnaudit.sealing``): AES-256-GCM under the data key
+    ``data_key_id`` names on <prefix>surface-keys."""
 
-    key_id: str
-    wrapped_data_key: bytes
+    data_key_id: str
     nonce: bytes
     ciphertext: bytes
 
 
 class TurnEventV5(TurnEventV4):
     """Schema v5: the chain hash binds the writer schema's fingerprint
-    (``turnaudit.chain``); the producer's liveness interval; a place reserved for
-    sealed surfaces."""
+    (``turnaudit.chain``); the producer's liveness interval; sealed surfaces."""
 
     liveness_interval_ms: int | None
     sealed: SealedSurfaces | None

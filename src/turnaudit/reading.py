@@ -16,6 +16,11 @@ across releases (the modules behind it may move; these names stay):
 * ``RangeSpec`` / ``resolve_range`` / ``read_range``: a bounded range of a topic (by broker
   time and/or offsets) read by an assigned consumer that joins no group and commits nothing,
   so it never takes partitions from a live group. ``read_turn_events`` does all three.
+* Sealed surfaces (docs/privacy.md): ``read_turn_events`` opens them with the keyring
+  ``TURNAUDIT_SURFACE_KEYRING`` names (or the ``KeyDirectory`` given), writing the text
+  into the event's fields; without the key the fields hold a ``[sealed: <reason>]``
+  placeholder and ``ReadTurn.sealing`` says why (``Opened`` / ``Sealed``), never an error.
+  A long-running subscriber opens each turn with ``KeyDirectory.open_in_place``.
 * ``KafkaSettings.from_env()``: the cluster, topic prefix and client options, from the same
   variables as the services (``KAFKA_BOOTSTRAP_SERVERS``, ``TURNAUDIT_*``).
 
@@ -52,6 +57,8 @@ from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec, ResolvedRange, resolve_range
 from turnaudit.kafka.reading import read_range
 from turnaudit.records import Record
+from turnaudit.sealing import KeyDirectory, Opened, Sealed, SealedReason, SealState
+from turnaudit.sealing.key_topic import load_directory, reader_directory
 from turnaudit.serialization.wire import DecodedTurnEvent, Framing, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
@@ -62,13 +69,18 @@ __all__ = [
     "Framing",
     "IdentityScore",
     "KafkaSettings",
+    "KeyDirectory",
     "ModelIdentity",
+    "Opened",
     "RangeSpec",
     "ReadTurn",
     "Record",
     "ResolvedRange",
     "RuntimeIdentity",
     "SafetyVerdict",
+    "SealState",
+    "Sealed",
+    "SealedReason",
     "SerializationError",
     "TaskContext",
     "ToolStep",
@@ -81,6 +93,7 @@ __all__ = [
     "TurnEventV4",
     "TurnVerdicts",
     "decoder_for",
+    "load_directory",
     "occurred_moment",
     "read_range",
     "read_turn_events",
@@ -103,6 +116,7 @@ class ReadTurn(NamedTuple):
     event: TurnEvent | None  # None: the message does not decode (see ``error``)
     writer_version: int | None
     error: SerializationError | None
+    sealing: SealState | None = None  # None: the turn is not sealed (or does not decode)
 
 
 def read_turn_events(
@@ -111,16 +125,19 @@ def read_turn_events(
     *,
     decoder: TurnEventDeserializer | None = None,
     timeout: float = 60.0,
+    keys: KeyDirectory | None = None,
 ) -> Iterator[ReadTurn]:
     """Every message of the turn-events topic in ``spec`` (default: the whole retained
     stream, up to its end now), decoded, partition by partition in offset order.
 
     A message that does not decode is yielded with its ``error`` (the services park such
-    messages on the dead-letter topic), never skipped.
+    messages on the dead-letter topic), never skipped. Sealed surfaces are opened with
+    ``keys`` (default: the keyring ``TURNAUDIT_SURFACE_KEYRING`` names, if any).
     """
     topic = settings.topics.turn_events
     resolved = resolve_range(settings, topic, spec or RangeSpec())
     decode = decoder or decoder_for(settings)
+    directory = keys if keys is not None else reader_directory(settings)
     for record in read_range(settings, topic, resolved.start, resolved.end, timeout=timeout):
         partition, offset = record.partition(), record.offset()
         assert partition is not None
@@ -130,6 +147,8 @@ def read_turn_events(
         except SerializationError as exc:
             yield ReadTurn(partition, offset, record.key(), None, None, exc)
             continue
+        event = turn_event(decoded)
+        sealing = directory.open_in_place(event)
         yield ReadTurn(
-            partition, offset, record.key(), turn_event(decoded), decoded.writer_version, None
+            partition, offset, record.key(), event, decoded.writer_version, None, sealing
         )

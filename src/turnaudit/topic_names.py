@@ -26,6 +26,8 @@ AUDITOR_OBSERVATIONS = "auditor-observations"
 STREAM_HEADS = "stream-heads"  # each publisher stream's last head (turnaudit.stream_heads)
 CHECKPOINTS = "checkpoints"  # signed checkpoints (turnaudit.checkpoints)
 VERIFY_STATE = "verify-state"  # verify --follow's own progress
+SURFACE_KEYS = "surface-keys"  # sealed surfaces' wrapped data keys, compacted (turnaudit.sealing)
+ERASURES = "erasures"  # the record of each session erased (turnaudit erase)
 # Every topic the project names, after its prefix.
 TOPIC_SUFFIXES = (
     TURN_EVENTS,
@@ -36,6 +38,8 @@ TOPIC_SUFFIXES = (
     STREAM_HEADS,
     CHECKPOINTS,
     VERIFY_STATE,
+    SURFACE_KEYS,
+    ERASURES,
 )
 # Kafka's rule for a topic name (org.apache.kafka.common.internals.Topic.validate):
 # 1 to 249 of these characters, and neither "." nor "..".
@@ -107,6 +111,14 @@ class TopicNames:
     @property
     def verify_state(self) -> str:
         return self.prefix + VERIFY_STATE
+
+    @property
+    def surface_keys(self) -> str:
+        return self.prefix + SURFACE_KEYS
+
+    @property
+    def erasures(self) -> str:
+        return self.prefix + ERASURES
 
     def every(self) -> tuple[str, ...]:
         """Every topic the project names under this prefix, in ``TOPIC_SUFFIXES``' order."""

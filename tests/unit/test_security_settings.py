@@ -185,6 +185,11 @@ def test_the_plan_is_least_privilege() -> None:
         ("archiver", "read", "topic", P + "checkpoints"),
         ("archiver", "read", "group", P + "archive"),
         ("archiver", "read", "group", P + "archive-*"),
+        # Sealed surfaces: the runtime writes data keys, the log sink (the one service that
+        # writes surfaces) reads them; `turnaudit erase` runs as the admin.
+        ("runtime", "write", "topic", P + "surface-keys"),
+        ("log-sink", "read", "topic", P + "surface-keys"),
+        ("reconciler", "read", "topic", P + "erasures"),
     }
     for service in ("log-sink", "verdict-metrics", "otel-sink", "htir-feeder"):
         expected |= {

@@ -121,6 +121,8 @@ PLANTED = {
     "src/turnaudit/dead_letters.py": 'T = f"{P}dlq"\n',
     "src/turnaudit/kafka/topics.py": 'T = ("schemas", 1)\n',
     "producers/publisher.py": 'T = f"{P}turn-events"\n',
+    "src/turnaudit/sealing/key_topic.py": 'T = f"{P}surface-keys"\n',
+    "src/turnaudit/commands/erase.py": 'T = "p." + "erasures"\n',
 }
 
 
@@ -170,6 +172,8 @@ def test_every_topic_is_a_property_under_the_prefix(prefix: str) -> None:
         names.stream_heads,
         names.checkpoints,
         names.verify_state,
+        names.surface_keys,
+        names.erasures,
     ]
     assert properties == list(names.every())
     assert properties == [prefix + suffix for suffix in TOPIC_SUFFIXES]

@@ -156,6 +156,7 @@ def plan_acls(
     topic(runtime, t.dlq, "write")
     topic(runtime, stream_heads, "write")
     topic(runtime, checkpoints, "write")
+    rules.extend(_sealing_rules(t))
 
     for service, role in SERVICE_GROUPS.items():
         group(role.value, service_group(prefix, service), prefixed=False)
@@ -209,6 +210,18 @@ def _archiver_rules(prefix: str, t: TopicNames) -> list[AclRule]:
         *(AclRule(archiver, "topic", name, False, "read") for name in kept),
         AclRule(archiver, "group", service_group(prefix, "archive") + "-", True, "read"),
         AclRule(archiver, "group", namespace(prefix, archiver), True, "read"),
+    ]
+
+
+def _sealing_rules(t: TopicNames) -> list[AclRule]:
+    """Sealed surfaces' wrapped data keys: the runtime writes them and the log sink, the one
+    service that writes surfaces, reads them (useless without a KEK: who sees surfaces is
+    who holds one, docs/privacy.md). Erasures are written by the admin (`turnaudit erase`)
+    and read by the reconciler."""
+    return [
+        AclRule(Role.RUNTIME.value, "topic", t.surface_keys, False, "write"),
+        AclRule(Role.LOG_SINK.value, "topic", t.surface_keys, False, "read"),
+        AclRule(Role.RECONCILER.value, "topic", t.erasures, False, "read"),
     ]
 
 

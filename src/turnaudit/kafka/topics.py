@@ -88,6 +88,21 @@ def topic_specs(settings: KafkaSettings) -> list[TopicSpec]:
             {**control, "message.timestamp.type": "LogAppendTime"},
             _UNBOUNDED,
         ),
+        # Sealed surfaces' data keys, keyed by data key id: an erasure's tombstone
+        # removes one; short segments and a low dirty ratio let the cleaner reach it.
+        TopicSpec(
+            t.surface_keys,
+            1,
+            {
+                "cleanup.policy": "compact",
+                "min.compaction.lag.ms": "0",
+                "segment.ms": str(3_600_000),
+                "min.cleanable.dirty.ratio": "0.01",
+                "delete.retention.ms": str(3_600_000),
+            },
+        ),
+        # The erasures done (who, what, when): kept like the turns they erased.
+        TopicSpec(t.erasures, 1, {"retention.ms": "-1", "cleanup.policy": "delete"}),
     ]
 
 

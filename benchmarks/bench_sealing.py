@@ -1,0 +1,131 @@
+"""What sealing adds to publish(): the same records published with and without a surface
+keyring, in the same run, rounds alternated (docs/privacy.md; goal: under 10 µs per turn
+at the default surface sizes).
+
+1. publish() of the simulator's v5 turns (their default surface sizes) by a publisher
+   without ``TURNAUDIT_SURFACE_KEYRING`` and one with it, order swapped every round;
+   µs per event min/median/max, the difference and the ratio of the medians. Each
+   sealing round starts a new publisher, so it also makes every session's data key
+   (one AES-GCM wrap and one produce to <prefix>surface-keys per session).
+2. The seal step alone (``SessionKeys.seal`` on a stamped copy, data keys made), per turn,
+   and the same for surfaces 10x and 100x the default size.
+
+    .venv/bin/python benchmarks/bench_sealing.py [--events 20000] [--rounds 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from prometheus_client import CollectorRegistry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _broker import benchmark_cluster
+
+from turnaudit.events import OutgoingTurnEvent
+from turnaudit.producers.publisher import TurnEventPublisher
+from turnaudit.producers.simulator import TurnRuntimeSimulator
+from turnaudit.sealing import SURFACE_KEYRING_ENV, FileKeyring, SessionKeys
+from turnaudit.sealing.keys import new_key_entry
+from turnaudit.settings import KafkaSettings
+
+
+def records(n: int) -> list[dict[str, Any]]:
+    return [dict(e) for e in TurnRuntimeSimulator(1, schema_versions=(5,)).events(n)]
+
+
+def publish_round(
+    settings: KafkaSettings, batch: list[dict[str, Any]], spool: Path
+) -> tuple[float, float]:
+    """(wall seconds, this thread's CPU seconds) per publish() call."""
+    publisher = TurnEventPublisher(settings, spool_dir=spool, registry=CollectorRegistry())
+    started, cpu = time.perf_counter(), time.thread_time()
+    for record in batch:
+        publisher.publish(cast(OutgoingTurnEvent, record))
+    elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu
+    report = publisher.close(timeout=60)
+    assert report.ok, report
+    return elapsed / len(batch), cpu / len(batch)
+
+
+def seal_alone(batch: list[dict[str, Any]], scale: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) per seal of a stamped turn, data keys made."""
+    keys = SessionKeys(
+        FileKeyring({"kek-1": os.urandom(32)}, "kek-1"),
+        lambda _record: None,
+        clock_ms=lambda: 0,
+    )
+    stamped = []
+    for i, record in enumerate(batch):
+        event = copy.deepcopy(record)
+        event.update(event_id=f"{i:032x}", sequence=i, producer_id="p")
+        for name in ("surface", "walk_surface", "articulation_surface"):
+            event[name] = event[name] * scale
+        stamped.append(event)
+    started, cpu = time.perf_counter(), time.thread_time()
+    for event in stamped:
+        keys.seal(cast(OutgoingTurnEvent, event))
+    return (
+        (time.perf_counter() - started) / len(batch),
+        (time.thread_time() - cpu) / len(batch),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=6)
+    args = parser.parse_args()
+    source = records(args.events)
+    sizes = [
+        len(e["surface"]) + len(e["walk_surface"]) + len(e["articulation_surface"]) for e in source
+    ]
+    print(f"{args.events} v5 turns; surface text per turn: median {statistics.median(sizes)} chars")
+    for scale in (1, 10, 100):
+        runs = [seal_alone(source[:5000], scale) for _ in range(3)]
+        wall, cpu = min(r[0] for r in runs), min(r[1] for r in runs)
+        print(
+            f"seal step alone, surfaces x{scale}: wall {wall * 1e6:.2f}, "
+            f"CPU {cpu * 1e6:.2f} µs/turn (best of 3)"
+        )
+    with tempfile.TemporaryDirectory() as tmp, benchmark_cluster() as (settings, _broker):
+        kek = Path(tmp) / "kek.toml"
+        kek.write_text('active = "kek-1"\n[keys]\n' + new_key_entry("kek-1"))
+        kek.chmod(0o600)
+        plain: list[tuple[float, float]] = []
+        sealed: list[tuple[float, float]] = []
+        for r in range(args.rounds):
+            for sealing in (False, True) if r % 2 == 0 else (True, False):
+                if sealing:
+                    os.environ[SURFACE_KEYRING_ENV] = str(kek)
+                else:
+                    os.environ.pop(SURFACE_KEYRING_ENV, None)
+                spool = Path(tmp) / f"spool-{r}-{sealing}"
+                cost = publish_round(settings, copy.deepcopy(source), spool)
+                (sealed if sealing else plain).append(cost)
+        os.environ.pop(SURFACE_KEYRING_ENV, None)
+    for which, label in ((0, "wall"), (1, "caller's CPU")):
+        medians = []
+        for name, rounds in (("without sealing", plain), ("with sealing", sealed)):
+            values = [r[which] * 1e6 for r in rounds]
+            medians.append(statistics.median(values))
+            print(
+                f"publish() {name}, {label}: min {min(values):.1f}  "
+                f"median {medians[-1]:.1f}  max {max(values):.1f} µs/event"
+            )
+        print(
+            f"  sealing adds ({label}, difference of medians): {medians[1] - medians[0]:.1f} "
+            f"µs/event; ratio {medians[1] / medians[0]:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Data keys: one per session (per publisher process), random, wrapped by a KEK and
+kept as a record on the compacted ``<prefix>surface-keys`` topic under its id.
+
+The turn carries only the data key's id (``sealed.data_key_id``), never the key, so
+destroying the record (a tombstone, then compaction) makes the session's surfaces
+unrecoverable without touching the KEK or any other session. Pure: the Kafka side is
+``turnaudit.sealing.key_topic``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from turnaudit.errors import SerializationError
+from turnaudit.events import OutgoingTurnEvent, TurnEvent
+from turnaudit.sealing.envelope import (
+    Opened,
+    OpenFailedError,
+    Sealed,
+    SealState,
+    cover_sealed,
+    open_event,
+    seal_event,
+    write_surfaces,
+)
+from turnaudit.sealing.keys import (
+    KEY_BYTES,
+    SURFACE_KEYRING_ENV,
+    KeyUnavailableError,
+    SurfaceKeyProvider,
+    WrappedKey,
+)
+
+DEFAULT_CACHED_SESSIONS = 65_536
+SEALED_SINCE_VERSION = 5  # the first TurnEvent version with ``sealed``
+
+
+class KeyRecordError(ValueError):
+    """A value on the key topic that is not a data key record."""
+
+
+@dataclass(frozen=True, slots=True)
+class DataKeyRecord:
+    """A session's wrapped data key, as stored on ``<prefix>surface-keys``."""
+
+    data_key_id: str
+    session_id: str
+    wrapped: WrappedKey
+    created_at_ms: int
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "data_key_id": self.data_key_id,
+                "session_id": self.session_id,
+                "kek_id": self.wrapped.kek_id,
+                "nonce": base64.b64encode(self.wrapped.nonce).decode(),
+                "wrapped": base64.b64encode(self.wrapped.sealed).decode(),
+                "created_at_ms": self.created_at_ms,
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> DataKeyRecord:
+        try:
+            raw = json.loads(value)
+            return cls(
+                data_key_id=str(raw["data_key_id"]),
+                session_id=str(raw["session_id"]),
+                wrapped=WrappedKey(
+                    str(raw["kek_id"]),
+                    base64.b64decode(raw["nonce"], validate=True),
+                    base64.b64decode(raw["wrapped"], validate=True),
+                ),
+                created_at_ms=int(raw["created_at_ms"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise KeyRecordError(f"not a data key record: {exc}") from None
+
+
+class SessionKeys:
+    """The publisher's side: each session's data key, made on its first turn, its record
+    handed to ``store`` (the key topic) before any turn sealed with it; kept for up to
+    ``max_sessions`` sessions (a session evicted gets a new data key: a session may
+    have several, each with its own record)."""
+
+    def __init__(
+        self,
+        provider: SurfaceKeyProvider,
+        store: Callable[[DataKeyRecord], None],
+        *,
+        clock_ms: Callable[[], int],
+        max_sessions: int = DEFAULT_CACHED_SESSIONS,
+    ) -> None:
+        self._provider, self._store, self._clock_ms = provider, store, clock_ms
+        self._max = max_sessions
+        self._keys: OrderedDict[str, tuple[str, AESGCM]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.made = 0
+
+    def key_for(self, session_id: str) -> tuple[str, AESGCM]:
+        with self._lock:
+            found = self._keys.get(session_id)
+            if found is not None:
+                self._keys.move_to_end(session_id)
+                return found
+            data_key_id, data_key = os.urandom(16).hex(), os.urandom(KEY_BYTES)
+            wrapped = self._provider.wrap(session_id, data_key_id, data_key)
+            self._store(DataKeyRecord(data_key_id, session_id, wrapped, self._clock_ms()))
+            self.made += 1
+            made = self._keys[session_id] = (data_key_id, AESGCM(data_key))
+            if len(self._keys) > self._max:
+                self._keys.popitem(last=False)
+            return made
+
+    def seal(self, event: OutgoingTurnEvent) -> None:
+        """Seal a stamped event in place (its plaintext fields emptied); a turn of a
+        version without ``sealed`` (before v5) is refused, never written in the clear."""
+        if event["verdicts"]["schema_version"] < SEALED_SINCE_VERSION:
+            raise SerializationError(
+                f"{SURFACE_KEYRING_ENV} is set: sealed surfaces need TurnEvent "
+                f"v{SEALED_SINCE_VERSION} or later, this turn is "
+                f"v{event['verdicts']['schema_version']}"
+            )
+        data_key_id, aead = self.key_for(event["session_id"])
+        seal_event(event, aead, data_key_id)
+
+
+class KeyDirectory:
+    """The readers' side: the data key records read from the key topic (a tombstone
+    forgets one), unwrapped on first use with the reader's provider (None: no keyring)."""
+
+    def __init__(
+        self,
+        provider: SurfaceKeyProvider | None,
+        refresh: Callable[[KeyDirectory], None] | None = None,
+    ) -> None:
+        self.provider = provider
+        self._refresh = refresh  # reads what the key topic gained since (a newer session's key)
+        self._records: dict[str, DataKeyRecord] = {}
+        self._opened: dict[str, AESGCM] = {}
+        self._missed: set[str] = set()  # refreshed for once already: not asked again
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        """One message of the key topic (a bad one is left out: its turns stay sealed)."""
+        if key is None:
+            return
+        data_key_id = key.decode("utf-8", "replace")
+        if value is None:  # a tombstone: the session was erased
+            self._records.pop(data_key_id, None)
+            self._opened.pop(data_key_id, None)
+            return
+        try:
+            record = DataKeyRecord.decode(value)
+        except KeyRecordError:
+            return
+        if record.data_key_id == data_key_id:
+            self._records[data_key_id] = record
+
+    def records(self) -> list[DataKeyRecord]:
+        return list(self._records.values())
+
+    def records_of(self, session_id: str) -> list[DataKeyRecord]:
+        return [r for r in self._records.values() if r.session_id == session_id]
+
+    def knows(self, data_key_id: str) -> bool:
+        return data_key_id in self._records
+
+    def aead(self, data_key_id: str, session_id: str) -> AESGCM:
+        """The data key for a turn of ``session_id``; ``OpenFailedError`` when it cannot
+        be had (no keyring, erased, its KEK not held, altered, another session's)."""
+        opened = self._opened.get(data_key_id)
+        if opened is not None and self._records[data_key_id].session_id == session_id:
+            return opened
+        if self.provider is None:
+            raise OpenFailedError("no_keyring")
+        record = self._records.get(data_key_id)
+        if record is None and self._refresh is not None and data_key_id not in self._missed:
+            self._missed.add(data_key_id)
+            self._refresh(self)
+            record = self._records.get(data_key_id)
+        if record is None:
+            raise OpenFailedError("key_erased")
+        try:
+            key = self.provider.unwrap(session_id, data_key_id, record.wrapped)
+        except KeyUnavailableError as exc:
+            raise OpenFailedError(
+                "kek_unknown" if exc.reason == "kek_unknown" else "key_tampered"
+            ) from None
+        self._opened[data_key_id] = aead = AESGCM(key)
+        return aead
+
+    def open_in_place(self, event: TurnEvent) -> SealState | None:
+        """Open a decoded turn's sealed surfaces into its fields (``Opened``), or write
+        placeholders there (``Sealed`` with the reason); None: the turn is not sealed."""
+        sealed = event.get("sealed")
+        if sealed is None:
+            return None
+        try:
+            aead = self.aead(sealed["data_key_id"], event["session_id"])
+            surfaces = open_event(event, aead)
+        except OpenFailedError as exc:
+            cover_sealed(event, exc.reason)
+            return Sealed(exc.reason)
+        write_surfaces(event, surfaces)
+        return Opened(surfaces)

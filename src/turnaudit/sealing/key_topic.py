@@ -1,0 +1,171 @@
+"""The data keys on Kafka: the publisher's key store, the readers' directory, erasure.
+
+``<prefix>surface-keys`` (compacted, one partition) holds one record per data key,
+keyed by its id (``DataKeyRecord``). ``erase_session`` writes a tombstone for each of a
+session's data keys and records the erasure (who, what, when) on ``<prefix>erasures``.
+A reader that reads the key topic after the tombstone no longer finds the key; the
+log cleaner then removes the record itself (docs/privacy.md says when, and what
+erasure cannot reach).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+
+from turnaudit.errors import BrokerError
+from turnaudit.events import OutgoingTurnEvent
+from turnaudit.kafka.offsets import RangeSpec, resolve_range
+from turnaudit.kafka.producer import DeliveredMessage, DeliveryError, KafkaProducer
+from turnaudit.kafka.reading import read_range
+from turnaudit.sealing.data_keys import DataKeyRecord, KeyDirectory, SessionKeys
+from turnaudit.sealing.keys import SurfaceKeyProvider, provider_from_env
+from turnaudit.settings import KafkaSettings
+
+log = structlog.get_logger("turnaudit.sealing")
+# The publisher's sealing, on its registry (docs/privacy.md).
+DATA_KEYS_TOTAL = "turnaudit_surface_data_keys_total"
+DATA_KEYS_LOST_TOTAL = "turnaudit_surface_data_keys_lost_total"
+
+
+class KeyTopicStore:
+    """Writes data key records to ``<prefix>surface-keys`` (idempotent, acks=all,
+    retried until delivered; ``close`` waits for them)."""
+
+    def __init__(self, settings: KafkaSettings, registry: CollectorRegistry | None = None) -> None:
+        self.topic = settings.topics.surface_keys
+        self._producer = KafkaProducer.reliable(settings, on_delivery=self._report).open()
+        self.made = Counter(
+            DATA_KEYS_TOTAL, "Surface data keys made (one per session seen).", registry=registry
+        )
+        self.failed = Counter(
+            DATA_KEYS_LOST_TOTAL,
+            "Surface data key records the broker refused: their turns cannot be opened.",
+            registry=registry,
+        )
+
+    def __call__(self, record: DataKeyRecord) -> None:
+        self._producer.produce(self.topic, record.encode(), record.data_key_id.encode())
+        self.made.inc()
+
+    def _report(self, err: DeliveryError | None, msg: DeliveredMessage) -> None:
+        if err is not None:  # the turns sealed with this key cannot be opened
+            self.failed.inc()
+            log.error("surface_key_not_stored", error=err.str(), key=str(msg.key()))
+
+    def close(self, timeout: float) -> int:
+        """Flush; the records still undelivered (logged: their turns cannot be opened)."""
+        left = self._producer.flush(timeout)
+        if left:
+            self.failed.inc(left)
+            log.error("surface_keys_undelivered", records=left, topic=self.topic)
+        return left
+
+
+class PublisherSealing:
+    """What the publisher seals with: ``active`` when ``TURNAUDIT_SURFACE_KEYRING`` is
+    set (``seal`` then seals a stamped turn in place), inert otherwise."""
+
+    def __init__(self, settings: KafkaSettings, registry: CollectorRegistry | None) -> None:
+        provider = provider_from_env()
+        self.active = provider is not None
+        self.store = None if provider is None else KeyTopicStore(settings, registry)
+        self.keys = (
+            None
+            if provider is None or self.store is None
+            else SessionKeys(provider, self.store, clock_ms=lambda: int(time.time() * 1000))
+        )
+
+    def seal(self, event: OutgoingTurnEvent) -> None:
+        """Seal a stamped turn in place; nothing when inactive."""
+        if self.keys is not None:
+            self.keys.seal(event)
+
+    def close(self, timeout: float) -> int:
+        """Flush the data key records; those still undelivered."""
+        return 0 if self.store is None else self.store.close(timeout)
+
+
+def load_directory(
+    settings: KafkaSettings,
+    provider: SurfaceKeyProvider | None,
+    *,
+    timeout: float = 30.0,
+) -> KeyDirectory:
+    """Every data key on the key topic now (tombstones applied), for ``provider``; a data
+    key it does not hold is looked for once more on the topic when a turn asks for it."""
+    feed = _KeyTopicFeed(settings, timeout)
+    directory = KeyDirectory(provider, refresh=feed)
+    feed(directory)
+    return directory
+
+
+class _KeyTopicFeed:
+    """Reads the key topic on from where it stopped into a directory."""
+
+    def __init__(self, settings: KafkaSettings, timeout: float) -> None:
+        self._settings, self._timeout = settings, timeout
+        self._next: dict[int, int] | None = None
+
+    def __call__(self, directory: KeyDirectory) -> None:
+        settings, topic = self._settings, self._settings.topics.surface_keys
+        end = resolve_range(settings, topic, RangeSpec(), timeout=self._timeout).end
+        for record in read_range(settings, topic, self._next, end, timeout=self._timeout):
+            directory.apply(record.key(), record.value())
+        self._next = end
+
+
+def reader_directory(
+    settings: KafkaSettings, provider: SurfaceKeyProvider | Literal["env"] | None = "env"
+) -> KeyDirectory:
+    """A reader's directory: with a provider (default: the keyring
+    ``TURNAUDIT_SURFACE_KEYRING`` names) the key topic is read; without, nothing is
+    (every sealed turn shows placeholders)."""
+    if provider == "env":
+        provider = provider_from_env()
+    return KeyDirectory(None) if provider is None else load_directory(settings, provider)
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureRecord:
+    """An erasure as recorded on ``<prefix>erasures``."""
+
+    session_id: str
+    data_key_ids: tuple[str, ...]
+    erased_by: str
+    erased_at_ms: int
+    reason: str
+
+    def encode(self) -> bytes:
+        return json.dumps({**asdict(self), "data_key_ids": list(self.data_key_ids)}).encode()
+
+
+def erase_session(
+    settings: KafkaSettings,
+    session_id: str,
+    *,
+    erased_by: str,
+    reason: str = "",
+    timeout: float = 30.0,
+) -> ErasureRecord:
+    """Tombstone every data key of ``session_id`` and record the erasure; no KEK needed."""
+    directory = load_directory(settings, None, timeout=timeout)
+    found = tuple(sorted(r.data_key_id for r in directory.records_of(session_id)))
+    producer = KafkaProducer.reliable(settings).open()
+    for data_key_id in found:
+        producer.produce(settings.topics.surface_keys, None, data_key_id.encode())
+    record = ErasureRecord(session_id, found, erased_by, int(time.time() * 1000), reason)
+    producer.produce(settings.topics.erasures, record.encode(), session_id.encode())
+    left = producer.flush(timeout)
+    if left or producer.failed:
+        raise BrokerError(
+            f"erasure of session {session_id!r} not acknowledged by the broker "
+            f"({left} record(s) undelivered, {producer.failed} failed): run it again"
+        )
+    log.info("session_erased", session_id=session_id, data_keys=len(found), by=erased_by)
+    return record
