@@ -36,6 +36,7 @@ class ServiceName(enum.StrEnum):
     AUDITOR_WORKER = "auditor-worker"
     VERIFY_FOLLOW = "verify-follow"
     OTEL_SINK = "otel-sink"
+    ARCHIVE = "archive"
 
 
 DEFAULT_HTTP_PORTS = {
@@ -45,6 +46,7 @@ DEFAULT_HTTP_PORTS = {
     ServiceName.AUDITOR_WORKER: 9311,
     ServiceName.VERIFY_FOLLOW: 9312,
     ServiceName.OTEL_SINK: 9313,
+    ServiceName.ARCHIVE: 9315,
 }
 # TURNAUDIT_GROUP_INSTANCE_ID=none: dynamic membership (no instance id).
 NO_INSTANCE_ID = "none"

@@ -62,6 +62,7 @@ COMMAND_MODULES = (
     "turnaudit.commands.surface_keys",
     "turnaudit.commands.replay",
     "turnaudit.commands.dlq",
+    "turnaudit.commands.archive",
     "turnaudit.commands.evaluation",  # eval: turnaudit.evaluation.cli's tools, and rebuild
 )
 

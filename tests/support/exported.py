@@ -7,6 +7,7 @@ import re
 from prometheus_client import CollectorRegistry
 
 from turnaudit.commands.sink import service_registry
+from turnaudit.consumers.archive import ArchiveMetrics
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import LogSink
 from turnaudit.consumers.metrics import VerdictMetricsSink
@@ -51,6 +52,7 @@ def exported_sample_names() -> set[str]:
     nowhere = KafkaSettings(bootstrap_servers="127.0.0.1:9", client_options={"log_level": "0"})
     HtirFeederSink(nowhere, registry=registry)
     FollowMetrics(registry)  # verify --follow
+    ArchiveMetrics(registry)  # archive run
     PublisherMetrics(registry)  # the runtimes' side, scraped from each runtime
     BreachMetrics(registry, max_packs=100)  # the runtimes' adapter
     names: set[str] = {"up", "ALERTS"}  # series Prometheus itself makes

@@ -32,6 +32,8 @@ PURE = (
     "src/turnaudit/verify/report.py",
     "src/turnaudit/verify/trust.py",
     "src/turnaudit/verify/verifier.py",
+    "src/turnaudit/archive/segments.py",
+    "src/turnaudit/archive/digests.py",
     "src/turnaudit/replay/canonical.py",
     "src/turnaudit/replay/checkpoint.py",
     "src/turnaudit/replay/files.py",

@@ -179,6 +179,12 @@ def test_the_plan_is_least_privilege() -> None:
         ("subscriber-fraud", "read", "topic", P + "turn-events"),
         ("subscriber-fraud", "read", "topic", P + "schemas"),
         ("htir-feeder", "write", "topic", P + "htir-traces"),
+        # The archiver reads what it keeps, in its group per topic.
+        ("archiver", "read", "topic", P + "turn-events"),
+        ("archiver", "read", "topic", P + "stream-heads"),
+        ("archiver", "read", "topic", P + "checkpoints"),
+        ("archiver", "read", "group", P + "archive"),
+        ("archiver", "read", "group", P + "archive-*"),
         # Sealed surfaces: the runtime writes data keys, the log sink (the one service that
         # writes surfaces) reads them; `turnaudit erase` runs as the admin.
         ("runtime", "write", "topic", P + "surface-keys"),
@@ -201,6 +207,7 @@ def test_the_plan_is_least_privilege() -> None:
         "auditor",
         "reconciler",
         "redriver",
+        "archiver",
         "subscriber-fraud",
     ):
         expected.add((who, "read", "group", f"{P}{who}.*"))

@@ -11,6 +11,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from turnaudit._native import stream_state
+from turnaudit.archive.store import LocalArchive
 from turnaudit.argparsing import (
     add_range_arguments,
     add_time_arguments,
@@ -59,6 +60,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--log-file",
         type=Path,
         help="a log sink's JSON-lines file: every turn of the range must be in it",
+    )
+    parser.add_argument(
+        "--archive",
+        type=Path,
+        metavar="DIR",
+        help="an archive (turnaudit archive run): a range from the log start starts at the "
+        "archive's first offset; the archive's segments feed it, the topic the rest "
+        "(docs/archive.md)",
     )
     parser.add_argument(
         "--metrics-url",
@@ -275,6 +284,14 @@ def _follow(args: argparse.Namespace) -> int:
     return run_service(ServiceName.VERIFY_FOLLOW, verify_follow_worker, args)
 
 
+def _archive(location: Path | None) -> LocalArchive | None:
+    if location is None:
+        return None
+    if not location.is_dir():
+        raise ConfigurationError(f"--archive {location}: not a directory")
+    return LocalArchive(location)
+
+
 def _verify(args: argparse.Namespace) -> int:
     if args.follow:
         given = [
@@ -283,6 +300,7 @@ def _verify(args: argparse.Namespace) -> int:
                 ("--memory-ids", args.memory_ids != DEFAULT_MEMORY_IDS),
                 ("--memory-streams", args.memory_streams != DEFAULT_MEMORY_STREAMS),
                 ("--jobs", args.jobs is not None),
+                ("--archive", args.archive is not None),
             )
             if set_
         ]
@@ -294,6 +312,7 @@ def _verify(args: argparse.Namespace) -> int:
             )
         return _follow(args)
     memory = IdMemory(event_ids=args.memory_ids, streams=args.memory_streams)
+    archive = _archive(args.archive)  # a wrong folder: one line before the cluster is asked
     if args.trust_grace is not None:
         raise ConfigurationError("--trust-grace is for --follow")
     if args.require_signed and args.keyring is None:
@@ -327,6 +346,7 @@ def _verify(args: argparse.Namespace) -> int:
         keyring_source=str(args.keyring or ""),
         memory=memory,
         jobs=args.jobs,
+        archive=archive,
     )
     if args.json:
         report.write_json(sys.stdout)  # the heads streamed: a million streams' list is large

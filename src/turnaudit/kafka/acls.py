@@ -74,6 +74,7 @@ class Role(enum.StrEnum):
     AUDITOR = "auditor"
     RECONCILER = "reconciler"
     REDRIVER = "redriver"
+    ARCHIVER = "archiver"
 
 
 ADMIN_PRINCIPAL = "admin"  # the super user: creates topics and ACLs, in no ACL itself
@@ -87,6 +88,7 @@ SERVICE_GROUPS: Mapping[str, Role] = {
     "htir-feeder": Role.HTIR_FEEDER,
     "auditor-worker": Role.AUDITOR,
     "verify-follow": Role.RECONCILER,
+    "archive": Role.ARCHIVER,
 }
 
 
@@ -189,12 +191,26 @@ def plan_acls(
     topic(redriver, t.schemas, "read")
     own_groups(redriver)
 
+    rules.extend(_archiver_rules(prefix, t))
+
     for team in subscribers:
         name = subscriber_principal(team)
         topic(name, t.turn_events, "read")
         topic(name, t.schemas, "read")
         own_groups(name)
     return sorted(set(rules))
+
+
+def _archiver_rules(prefix: str, t: TopicNames) -> list[AclRule]:
+    """The archiver reads what it keeps: the turns and the control topics, one group each
+    (``<prefix>archive``, then ``<prefix>archive-<topic>``: turnaudit.commands.archive)."""
+    archiver = Role.ARCHIVER.value
+    kept = (t.turn_events, t.stream_heads, t.checkpoints)
+    return [
+        *(AclRule(archiver, "topic", name, False, "read") for name in kept),
+        AclRule(archiver, "group", service_group(prefix, "archive") + "-", True, "read"),
+        AclRule(archiver, "group", namespace(prefix, archiver), True, "read"),
+    ]
 
 
 def _sealing_rules(t: TopicNames) -> list[AclRule]:

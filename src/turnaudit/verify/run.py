@@ -11,6 +11,8 @@ from dataclasses import replace
 from datetime import UTC, timedelta
 from pathlib import Path
 
+from turnaudit.archive.reading import archived_batches, archived_segments, extend_into_archive
+from turnaudit.archive.store import LocalArchive
 from turnaudit.checkpoint_chain import (
     RetentionStart,
     judge_chain,
@@ -55,7 +57,10 @@ def run_verify(
     keyring_source: str = "",
     memory: IdMemory | None = None,
     jobs: int | None = 1,
+    archive: LocalArchive | None = None,
 ) -> VerifyReport:
+    """``archive``: the range starts in the archive's segments (``turnaudit.archive``)
+    where the topic's log start is later, and the live topic feeds the rest."""
     topic = topic or settings.topics.turn_events
     broker_spec, window = spec, None
     if event_time:
@@ -73,6 +78,11 @@ def run_verify(
         chain = judge_chain(read.read, keyring, read.offsets, begins)
         not_checkpoints = read.not_checkpoints
     start, end, low = resolve_range(settings, topic, broker_spec)
+    live_low, archived = low, None
+    if archive is not None:
+        segments = archived_segments(archive, topic)
+        archived = extend_into_archive(segments, start, end, low)
+        start, low, jobs = archived.start, archived.low, 1  # one reader: archive, then topic
     # By event time a session's first turn in the window is where its stream starts for
     # the window (its earlier turns happened before it), as in ``replay --into verify:``.
     # The ids' filter sized for the range (the merging process holds every job's ids).
@@ -104,7 +114,12 @@ def run_verify(
         else:
             verifier = options.verifier(decode)
     with verifier:  # the spilled event ids are removed at the end, also on error
-        if jobs <= 1:
+        if archived is not None and archive is not None:
+            for batch in archived_batches(archive, segments, start, archived.archived_to):
+                verifier.feed_batch(batch)
+            live = archived.live_start(live_low)
+            feed_range(settings, topic, verifier, start=live, end=end, timeout=timeout)
+        elif jobs <= 1:
             feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
         report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
         whole_stream = (

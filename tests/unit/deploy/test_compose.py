@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -10,8 +11,10 @@ import pytest
 import yaml
 
 from tests.support import PROJECT_ROOT
+from turnaudit.archive.settings import ArchiveSettings
 from turnaudit.cli import build_parser
 from turnaudit.consumers.runtime.settings import DEFAULT_HTTP_PORTS, ServiceName, ServiceSettings
+from turnaudit.errors import ConfigurationError
 from turnaudit.evaluation.labels import load_task_labels
 from turnaudit.local_registry import LocalRegistrySettings, LocalSchemaRegistry
 from turnaudit.local_registry.java import JavaRuntime
@@ -38,6 +41,8 @@ def names_the_settings_read() -> set[str]:
     for service in ServiceName:
         ServiceSettings.from_env(service, env)
     CheckpointSettings.from_env(env)  # the simulator's checkpoint settings
+    with contextlib.suppress(ConfigurationError):  # every name read before any is judged
+        ArchiveSettings.from_env(env)
     # The key's id is read only beside a key file (a file needs its id).
     return env.read | {KEY_ID_ENV}
 
@@ -57,6 +62,7 @@ SERVICE_COMMANDS = {
     ServiceName.AUDITOR_WORKER: ("auditor", "run"),
     ServiceName.VERIFY_FOLLOW: ("verify", "follow"),
     ServiceName.OTEL_SINK: ("sink", "otel"),
+    ServiceName.ARCHIVE: ("archive", "run"),
 }
 
 
