@@ -8,7 +8,7 @@ turn partition held since a pass began, the stream-heads offsets below which eve
 announcement of that partition was judged (the reader's position, held back by the first
 announcement still waiting); they are checkpointed (``heads:judged-to:<p>``) and loaded back
 with the judge's other records. A stream that ended whole is retired only once a mark
-covering its announcement has been written (``ready``): a crash between the two never leaves
+covering its announcement has been written (``take_ready``): a crash between the two never leaves
 a retired stream whose announcement would be judged again.
 """
 
@@ -32,7 +32,10 @@ class JudgedMarks:
         self._judged_to: dict[int, dict[int, int]] = {}  # turn partition -> heads offsets
         self._written: dict[int, dict[int, int]] = {}  # as last checkpointed
         self._moved: set[int] = set()
-        self._retiring: dict[StreamId, tuple[int, HeadsAt]] = {}  # -> partition, where read
+        # (partition, heads partition) -> (offset, stream) of streams to retire: a follower
+        # catching up holds many above the first waiting announcement, so each flush looks
+        # only at the heads of these heaps
+        self._retiring: dict[tuple[int, int], list[tuple[int, StreamId]]] = {}
         # (partition, heads partition) -> (offset, stream) of announcements that waited; an
         # entry no longer waiting is dropped when it reaches the top
         self._waiting: dict[tuple[int, int], list[tuple[int, StreamId]]] = {}
@@ -55,12 +58,12 @@ class JudgedMarks:
 
     def retire_later(self, stream: StreamId, partition: int, at: HeadsAt | None) -> None:
         if at is not None:  # else nothing would pass over its announcement when read again
-            self._retiring[stream] = (partition, at)
+            heapq.heappush(self._retiring.setdefault((partition, at[0]), []), (at[1], stream))
 
     def forget(self, held: set[int]) -> None:
         """Partitions no longer held: their streams are the new owner's to retire."""
-        for stream in [s for s, (p, _) in self._retiring.items() if p not in held]:
-            del self._retiring[stream]
+        for key in [k for k in self._retiring if k[0] not in held]:
+            del self._retiring[key]
         for key in [k for k in self._waiting if k[0] not in held]:
             del self._waiting[key]
 
@@ -93,20 +96,15 @@ class JudgedMarks:
 
     def pending(self) -> bool:
         """Streams wait to be retired (a checkpoint writes the marks that let them go)."""
-        return bool(self._retiring)
-
-    def ready(self) -> list[StreamId]:
-        """Streams whose announcement a mark already written passes over."""
-        return [
-            stream
-            for stream, (p, (heads_partition, offset)) in self._retiring.items()
-            if offset < self._written.get(p, {}).get(heads_partition, 0)
-        ]
+        return any(self._retiring.values())
 
     def take_ready(self) -> list[StreamId]:
-        ready = self.ready()
-        for stream in ready:
-            del self._retiring[stream]
+        """Streams whose announcement a mark already written passes over."""
+        ready = []
+        for (partition, heads_partition), heap in self._retiring.items():
+            written = self._written.get(partition, {}).get(heads_partition, 0)
+            while heap and heap[0][0] < written:
+                ready.append(heapq.heappop(heap)[1])
         return ready
 
     def moved(self) -> bool:
