@@ -276,7 +276,8 @@ class HeadsFeed:
         consumer: KafkaConsumer, read: dict[int, int]
     ) -> list[tuple[HeadAnnouncement | Liveness | None, HeadsAt]]:
         out: list[tuple[HeadAnnouncement | Liveness | None, HeadsAt]] = []
-        for msg in consumer.consume(1_000, 0.5):  # a client error raises: a new pass
+        # Large reads: the turn topic's watermarks are asked after each (a broker round trip).
+        for msg in consumer.consume(10_000, 0.5):  # a client error raises: a new pass
             at = (msg.partition() or 0, msg.offset() or 0)
             read[at[0]] = at[1] + 1
             value = msg.value()
