@@ -98,6 +98,7 @@ class HeadsFeed:
         pass_gap_s: float = 5.0,
         budget: int = 5_000,
         max_waiting: int = MAX_WAITING,
+        inbox: int = 2,
     ) -> None:
         self._kafka = kafka
         self._metrics = metrics
@@ -124,7 +125,8 @@ class HeadsFeed:
         self._runtimes = BoundedLabelSet(
             "runtime", limit=label_limit, setting="TURNAUDIT_METRICS_LABEL_LIMIT"
         )
-        self._inbox: queue.Queue[_Item] = queue.Queue(maxsize=16)
+        # Reads of up to 10,000 records each: a few queued bound what waits in memory.
+        self._inbox: queue.Queue[_Item] = queue.Queue(maxsize=inbox)
         self._stop = threading.Event()
         self._restart = threading.Event()
         self._thread: threading.Thread | None = None

@@ -35,6 +35,7 @@ def test_end_announcements_held_stay_within_the_bound_and_all_are_judged_once_ca
         engine,
         FollowMetrics(CollectorRegistry()),
         max_waiting=BOUND,
+        inbox=BATCHES + 2,  # the reader's whole pass queued up front
     )
     feed._put(_PassStart([], 1))
     for b in range(BATCHES):
