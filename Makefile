@@ -166,15 +166,15 @@ REGISTRY_STAMP := deploy/registry/target/server/.resolved
 registry: $(REGISTRY_STAMP)
 
 $(REGISTRY_STAMP): deploy/registry/pom.xml | $(PIP_STAMP)
-	@command -v mvn >/dev/null || { echo "mvn not found: install Apache Maven (apt-get install maven)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "mvn not found: Apache Maven is a prerequisite (Debian and Ubuntu: the maven package)"; exit 1; }
 	rm -rf deploy/registry/target/server
 	$(VENV)/bin/turnaudit registry resolve
 
 jars: $(JARS_STAMP)
 
 $(JARS_STAMP): deploy/kafka/pom.xml
-	@command -v java >/dev/null || { echo "java not found: install a Java 17+ runtime (apt-get install openjdk-17-jre-headless)"; exit 1; }
-	@command -v mvn >/dev/null || { echo "mvn not found: install Apache Maven (apt-get install maven)"; exit 1; }
+	@command -v java >/dev/null || { echo "java not found: a Java 17+ runtime is a prerequisite (Debian and Ubuntu: openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "mvn not found: Apache Maven is a prerequisite (Debian and Ubuntu: the maven package)"; exit 1; }
 	rm -rf $(JARS_DIR)
 	mvn -q -B -f deploy/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=target/jars
 	touch $@

@@ -168,3 +168,26 @@ def make_private(path: Path, modes: FileModes | None = None) -> None:
     """An existing file (one a library wrote: a rotated log) set to the file mode."""
     with contextlib.suppress(FileNotFoundError, PermissionError):
         os.chmod(path, _modes(modes).file)
+
+
+def read_secret(path: Path, where: str, holds: str, *, limit: int, cannot: str = "") -> bytes:
+    """The bytes of a file holding secret keys, refused (one line naming ``where``, never the
+    content) when it is not a regular file or group or others may read it: ``holds`` says
+    what it holds ("the private key"), ``cannot`` what goes before an open error's reason."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise ConfigurationError(f"{where}: {cannot}{exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigurationError(f"{where}: not a regular file")
+        if mode & 0o077:
+            raise ConfigurationError(
+                f"{where}: {holds} is readable by group or others (mode "
+                f"{stat.S_IMODE(mode):04o}): chmod 600 it"
+            )
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit)
+    finally:
+        os.close(fd)

@@ -9,7 +9,6 @@ material in an error, a log line or a repr (``SigningKey`` hides it).
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +24,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from turnaudit.checkpoints import Keyring, SigningKey, keyring_entry_toml, parse_keyring
 from turnaudit.errors import ConfigurationError
+from turnaudit.files import read_secret
 
 KEY_FILE_ENV = "TURNAUDIT_SIGNING_KEY_FILE"
 KEY_ID_ENV = "TURNAUDIT_SIGNING_KEY_ID"
@@ -38,23 +38,9 @@ def load_signing_key(path: Path, key_id: str, *, setting: str = KEY_FILE_ENV) ->
     """The Ed25519 private key in PEM at ``path``, refused when group or others may read
     it. Errors name the setting and the path, never the file's content."""
     where = f"{setting}={path}"
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as exc:
-        raise ConfigurationError(f"{where}: cannot read the key file: {exc.strerror}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ConfigurationError(f"{where}: not a regular file")
-        if mode & 0o077:
-            raise ConfigurationError(
-                f"{where}: the private key is readable by group or others (mode "
-                f"{stat.S_IMODE(mode):04o}): chmod 600 it"
-            )
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(1 << 16)
-    finally:
-        os.close(fd)
+    data = read_secret(
+        path, where, "the private key", limit=1 << 16, cannot="cannot read the key file: "
+    )
     try:
         key = load_pem_private_key(data, password=None)
     except (ValueError, TypeError):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from turnaudit.errors import ConfigurationError
+from turnaudit.files import read_secret
 
 SURFACE_KEYRING_ENV = "TURNAUDIT_SURFACE_KEYRING"
 KEY_BYTES = 32  # AES-256
@@ -142,23 +142,7 @@ class FileKeyring:
         """The keyring at ``path``, refused when group or others may read it (it holds
         secret keys). Errors name the setting and the path, never the file's content."""
         where = f"{setting}={path}"
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except OSError as exc:
-            raise ConfigurationError(f"{where}: {exc.strerror or exc}") from None
-        try:
-            mode = os.fstat(fd).st_mode
-            if not stat.S_ISREG(mode):
-                raise ConfigurationError(f"{where}: not a regular file")
-            if mode & 0o077:
-                raise ConfigurationError(
-                    f"{where}: the keyring is readable by group or others (mode "
-                    f"{stat.S_IMODE(mode):04o}): chmod 600 it"
-                )
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read(1 << 20)
-        finally:
-            os.close(fd)
+        data = read_secret(path, where, "the keyring", limit=1 << 20)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
