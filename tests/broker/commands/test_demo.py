@@ -24,9 +24,11 @@ from turnaudit.commands import demo
 from turnaudit.commands.demo_follow import DemoFollower
 from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.kafka.admin import admin_client
+from turnaudit.kafka.topics import topic_specs
 from turnaudit.producers.adapter import LATEST_SCHEMA_VERSION as LATEST
 from turnaudit.settings import KafkaSettings
 from turnaudit.signing_keys import generate_keys
+from turnaudit.topic_names import TopicNames
 
 pytestmark = pytest.mark.broker
 
@@ -63,6 +65,12 @@ def demo_env(bootstrap: str, prefix: str) -> dict[str, str]:
         "TURNAUDIT_TOPIC_PREFIX": prefix,
         "TURNAUDIT_TOPIC_PARTITIONS": "3",
     }
+
+
+def demo_topics(prefix: str) -> set[str]:
+    """A run's topics: the topic plan's and the continuous verifier's state topic."""
+    settings = KafkaSettings(topics=TopicNames(prefix))
+    return {spec.name for spec in topic_specs(settings)} | {settings.topics.verify_state}
 
 
 def topics_under(bootstrap: str, prefix: str) -> set[str]:
@@ -134,7 +142,7 @@ def test_the_demo_summarises_todays_product_and_runs_again_in_the_same_folder(
     assert first.stderr == ""  # every log line went to var/demo/demo.log
     first_id, first_prefix = check_summary(first.stdout, tmp_path)
     assert first_prefix == f"{base}demo-{first_id}."
-    assert len(topics_under(kafka_bootstrap, first_prefix)) == 8
+    assert topics_under(kafka_bootstrap, first_prefix) == demo_topics(first_prefix)
 
     second = run_turnaudit("demo", env=env, cwd=tmp_path, timeout=300)
     assert second.returncode == 0, second.stdout + second.stderr
@@ -143,7 +151,7 @@ def test_the_demo_summarises_todays_product_and_runs_again_in_the_same_folder(
     assert second_id != first_id
     # The first run's topics and key are gone; one run's worth is left.
     assert topics_under(kafka_bootstrap, first_prefix) == set()
-    assert len(topics_under(kafka_bootstrap, second_prefix)) == 8
+    assert topics_under(kafka_bootstrap, second_prefix) == demo_topics(second_prefix)
     assert sorted(p.name for p in (tmp_path / "var/demo/keys").iterdir()) == [
         f"demo-{second_id}.key",
         f"demo-{second_id}.pub",
