@@ -102,8 +102,11 @@ def rule_test_data() -> tuple[Samples, list[Case]]:
             step = seconds(group.get("interval", "1m"))
             for series in group["input_series"]:
                 name, labels = parse_series(series["series"])
+                # A timestamp is a time of the test: promtool's clock starts at 0, this
+                # group's at ``start`` (so ``time() - timestamp`` means the same in both).
+                shift = start if name.endswith("_timestamp_seconds") else 0
                 points = [
-                    (start + i * step, v)
+                    (start + i * step, v + shift)
                     for i, v in enumerate(expand(series["values"]))
                     if v is not None
                 ]
