@@ -16,11 +16,13 @@ demo: setup
 	$(VENV)/bin/turnaudit demo
 
 # Lint and types first (seconds), then the whole suite: the broker-free tier
-# (tests/unit/) and the broker tier (tests/broker/), which starts a real broker and
-# runs Prometheus, Alertmanager, kcat, the JVM and the collector.
+# (tests/unit/) on both cores, and the broker tier (tests/broker/) one test at a
+# time, which starts a real broker and runs Prometheus, Alertmanager, kcat, the JVM
+# and the collector; its slowest tests are listed at the end.
 test: setup tools otelcol registry
 	$(MAKE) --no-print-directory lint
-	$(PYTEST)
+	$(PYTEST) -q -n 2 --dist loadfile tests/unit
+	$(PYTEST) --durations=25 tests/broker
 
 # The edit loop: lint, types and the broker-free tier on both cores. Python and
 # cargo only: no jars, no JVM, no Go, no Debian tools (tests/unit/conftest.py fails

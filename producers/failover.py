@@ -362,8 +362,11 @@ class Failover:
         events that could not be put back on disk (counted as failed)."""
         producer = self._producer
         assert producer is not None
+        # The worker keeps serving while anything waits: in the spool, or in librdkafka,
+        # whose events the age bound may still move to the spool (after close began, too:
+        # waiting on the spool alone would stop the worker with them on disk).
         while (
-            self.route.spooling
+            (self.route.spooling or producer.queued() > 0)
             and time.monotonic() < deadline
             and (self._worker is not None and self._worker.is_alive())
         ):

@@ -33,6 +33,7 @@ from turnaudit.kafka.reading import read_range
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalKafkaBroker, free_port
 from turnaudit.local_registry import LocalSchemaRegistry
+from turnaudit.producers.accounting import CloseReport
 from turnaudit.producers.publisher import PublisherStats, TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
@@ -391,21 +392,65 @@ def test_turns_aged_out_of_a_hung_broker_onto_a_full_disk_stay_in_memory(
     assert report.failed == 0, report
     assert report.undelivered == 0, report
     assert len(runtime.accepted) == 170  # the spool was never needed for publish()
-    # Every turn on the topic, first copies in stream order; an in-flight original
-    # the hung broker still wrote is a same-id duplicate, which readers count once.
+    assert publisher._ledger.aged_out > 0
+    assert_on_topic_first_copies_in_order(own_settings, runtime, publisher._ledger.aged_out)
+
+
+def assert_on_topic_first_copies_in_order(
+    settings: KafkaSettings, runtime: Runtime, aged_out: int
+) -> None:
+    """Every turn on the topic, first copies in stream order; an in-flight original
+    the hung broker still wrote is a same-id duplicate, which readers count once."""
     decode = TurnEventDeserializer(shipped_catalog())
     first: dict[str, list[int]] = defaultdict(list)
     copies: Counter[str] = Counter()
-    topic = own_settings.topics.turn_events
-    for msg in read_range(own_settings, topic, None, end_offsets(own_settings, topic)):
+    topic = settings.topics.turn_events
+    for msg in read_range(settings, topic, None, end_offsets(settings, topic)):
         event = decode(msg.value()).event
         copies[event["event_id"]] += 1
         if copies[event["event_id"]] == 1:
             first[event["session_id"]].append(event["sequence"])
     assert set(copies) == set(runtime.accepted)
     # Only a move by the bound makes a copy: each one at most one more of a turn.
-    aged_out = publisher._ledger.aged_out
-    assert aged_out > 0
     assert sum(n - 1 for n in copies.values()) <= aged_out
     for session, numbers in first.items():
         assert numbers == list(range(len(numbers))), session
+
+
+def test_turns_the_age_bound_moves_to_the_spool_during_close_are_delivered_by_it(
+    own_settings: KafkaSettings, own_broker: LocalKafkaBroker, tmp_path: Path
+) -> None:
+    """close() begins with the turns still in librdkafka (nothing spooled yet) and a hung
+    broker: the age bound moves them to the spool while close() waits, and close() drains
+    that spool once the broker answers, rather than stopping its worker with turns on disk."""
+    registry = CollectorRegistry()
+    publisher = TurnEventPublisher(
+        own_settings,
+        spool_dir=tmp_path / "spool",
+        registry=registry,
+        probe_interval=0.2,
+        max_unacked_s=1.0,
+    )
+    runtime = Runtime(publisher, seed=43)
+    runtime.publish(20)
+    wait_until(lambda: publisher.stats().delivered == 20)
+    jvm = own_broker.status().pid
+    assert jvm is not None
+    os.kill(jvm, signal.SIGSTOP)  # hung: librdkafka holds the turns, none reported
+    reports: list[CloseReport] = []
+    try:
+        runtime.publish(80)
+        assert len(publisher._failover.spool) == 0  # all in librdkafka when close() begins
+        closing = threading.Thread(target=lambda: reports.append(publisher.close(timeout=120)))
+        closing.start()
+        wait_until(lambda: publisher._ledger.aged_out > 0, timeout=30)  # moved while closing
+        assert closing.is_alive()
+    finally:
+        os.kill(jvm, signal.SIGCONT)
+    closing.join(timeout=150)
+    assert not closing.is_alive()
+    (report,) = reports
+    assert report.undelivered == 0, report
+    assert report.lost == 0, report
+    assert report.failed == 0, report
+    assert_on_topic_first_copies_in_order(own_settings, runtime, publisher._ledger.aged_out)
