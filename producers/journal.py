@@ -313,7 +313,8 @@ class JournalMode(Generic[Turn]):
     ) -> None:
         self._hand_over = hand_over
         self._lock = lock
-        self._waiting: dict[int, Turn] = {}  # appended, not yet committed (under lock)
+        # Appended, not yet committed (under lock): the turn and its entry.
+        self._waiting: dict[int, tuple[Turn, JournalEntry]] = {}
         self._refusals: dict[int, EventRefusedError] = {}  # committed and refused
         self.journal = Journal(directory, producer_id, self._committed)
 
@@ -321,7 +322,7 @@ class JournalMode(Generic[Turn]):
         """Under ``lock``: the turn's ticket, or None when the journal is closed."""
         ticket = self.journal.append(entry)
         if ticket is not None:
-            self._waiting[ticket] = turn
+            self._waiting[ticket] = (turn, entry)
         return ticket
 
     def ack(self, ticket: int | None) -> None:
@@ -338,7 +339,7 @@ class JournalMode(Generic[Turn]):
         """A group commit's turns, fsynced: handed over in journal order (committer thread)."""
         with self._lock:
             for ticket, entry in entries:
-                turn = self._waiting.pop(ticket)
+                turn, _ = self._waiting.pop(ticket)
                 refusal = self._hand_over(turn, entry.key, entry.value, ticket)
                 if refusal is not None:
                     self._refusals[ticket] = refusal
@@ -352,10 +353,17 @@ class JournalMode(Generic[Turn]):
             # mode's promise is gone for it, the default mode's still holds).
             log.error("journal_failed_publishing_without", error=str(exc))
             with self._lock:
-                turn = self._waiting.pop(ticket, None)
-                if turn is None:
+                # Everything appended before it first, in journal order (a data key record
+                # ahead of its turns: turnaudit.producers.key_records): no waiter of its own.
+                for earlier in sorted(t for t in self._waiting if t < ticket):
+                    turn, entry = self._waiting.pop(earlier)
+                    refusal = self._hand_over(turn, entry.key, entry.value, None)
+                    if refusal is not None:
+                        self._refusals[earlier] = refusal
+                waiting = self._waiting.pop(ticket, None)
+                if waiting is None:
                     return self._refusals.pop(ticket, None)
-                return self._hand_over(turn, key, value, None)
+                return self._hand_over(waiting[0], key, value, None)
         with self._lock:
             return self._refusals.pop(ticket, None)
 

@@ -21,7 +21,6 @@ from pathlib import Path
 import structlog
 from prometheus_client import CollectorRegistry
 
-from turnaudit.dead_letters import dead_letter_headers
 from turnaudit.errors import ConfigurationError, EventRefusedError, SpoolFullError, SpoolWriteError
 from turnaudit.events import OutgoingTurnEvent
 from turnaudit.identity import TurnStamper
@@ -38,19 +37,20 @@ from turnaudit.kafka.schema_topic import announce_schema, announced_schemas
 from turnaudit.kafka.schema_writers import RegistryClient, turn_event_writers
 from turnaudit.producers.accounting import CloseReport, Ledger, PublisherStats
 from turnaudit.producers.checkpointer import Checkpointer
+from turnaudit.producers.dead_letter_sending import DeadLetterSending
 from turnaudit.producers.failover import Failover
 from turnaudit.producers.heads import HeadsFile
 from turnaudit.producers.journal import JournalMode, journal_from_env
 from turnaudit.producers.journal_records import JournalEntry
+from turnaudit.producers.key_records import KeyRecordRoute, KeyRecordTurn
 from turnaudit.producers.metrics import PublisherMetrics
-from turnaudit.producers.ordering import record_timestamp
 from turnaudit.producers.producer_config import (
     DEFAULT_MAX_UNACKED_S,
     GUARANTEES,
     PRODUCER_DEFAULTS,
     env_seconds,
 )
-from turnaudit.producers.spool import SpooledMessage, bytes_headers
+from turnaudit.producers.spool import SpooledMessage
 from turnaudit.sealing.key_topic import PublisherSealing
 from turnaudit.serialization.schemas import SchemaCatalog, shipped_catalog
 from turnaudit.settings import KafkaSettings
@@ -69,9 +69,10 @@ class _Turn:
     session: str
     sequence: int
     occurred_at: int
+    data_key: bytes | None  # the data key it is sealed under (None: not sealed)
 
 
-class TurnEventPublisher:
+class TurnEventPublisher(DeadLetterSending):
     """Publishes TurnEvents built by the adapter (``OutgoingTurnEvent``)."""
 
     def __init__(
@@ -175,15 +176,25 @@ class TurnEventPublisher:
         )
         # v5 turns carry the interval this publisher announces its liveness at.
         self._stamper.liveness_interval_ms = round(self._heads.liveness_interval_s * 1000)
-        self._sealing = PublisherSealing(settings, registry)  # TURNAUDIT_SURFACE_KEYRING
+        # TURNAUDIT_SURFACE_KEYRING: data key records ride the turns' path (key_records).
+        self._key_records = KeyRecordRoute(
+            topic=settings.topics.surface_keys,
+            failover=self._failover,
+            ack=self._ack,
+            registry=registry,
+        )
+        self._key_records.start(self._producer)
+        self._sealing = PublisherSealing(self._key_records.store)
         # Journal mode: each turn fsynced (group commit) before it is produced.
         self._journal = (
             None
             if not journal
-            else JournalMode[_Turn](
+            else JournalMode[_Turn | KeyRecordTurn](
                 spool_dir / "journal", self.producer_id, self._hand_over, ledger.lock
             )
         )
+        if self._journal is not None:
+            self._key_records.journal_append = self._journal.append
         self._closed = False
         self._lost = 0
         self.metrics.attach(self)
@@ -204,7 +215,10 @@ class TurnEventPublisher:
         with ledger.lock:
             event_id = self._stamper.stamp(stamped)
             if self._sealing.active:  # sealed before encoding: the chain covers the sealed form
-                self._sealing.seal(stamped)
+                try:  # its data key record is handed over first, ahead of the turn
+                    self._sealing.seal(stamped)
+                except (SpoolFullError, SpoolWriteError) as exc:  # no position used up
+                    raise self._refuse(event_id, -1, exc) from None
             value = self._write(stamped)  # raises before a position is used up
             if (version := stamped["verdicts"]["schema_version"]) not in self._versions_written:
                 self._versions_written = self._versions_written | {version}  # before heads
@@ -230,7 +244,14 @@ class TurnEventPublisher:
                 except (QueueFullError, ProduceError) as exc:
                     if self._client_refused(exc, key, value):
                         return event_id  # set aside for good: counted as failed
-            turn = _Turn(event_id, session, stamped["sequence"], stamped["occurred_at"])
+            sealed = stamped.get("sealed")
+            turn = _Turn(
+                event_id,
+                session,
+                stamped["sequence"],
+                stamped["occurred_at"],
+                None if sealed is None else sealed["data_key_id"].encode(),
+            )
             if journal is None:
                 refusal = self._hand_over(turn, key, value, None)
             else:  # journal mode: the committer hands it over after its fsync
@@ -253,10 +274,13 @@ class TurnEventPublisher:
         return event_id
 
     def _hand_over(
-        self, turn: _Turn, key: bytes, value: bytes, ticket: int | None
+        self, turn: _Turn | KeyRecordTurn, key: bytes, value: bytes, ticket: int | None
     ) -> EventRefusedError | None:
         """The turn to librdkafka or the spool (under the ledger's lock); its refusal.
         ``ticket``: its journal ticket, acknowledged once it is dealt with."""
+        if isinstance(turn, KeyRecordTurn):  # committed ahead of the turns sealed with it
+            self._key_records.committed(key, value, ticket)
+            return None
         ledger, route = self._ledger, self._route
         if not route.spooling:
             try:
@@ -281,20 +305,22 @@ class TurnEventPublisher:
                     return None
         self._failover.ensure_worker()  # it drains the spool: never without it
         try:
+            self._key_records.before_spooling(turn.data_key)  # its key on disk first
             self._failover.spool.append(self.topic, key, value)
             ledger.to_spool()
             return None
         except (SpoolFullError, SpoolWriteError) as exc:
-            reason = "spool_full" if isinstance(exc, SpoolFullError) else "disk_error"
-            ledger.refuse(reason)
-            return EventRefusedError(
-                f"event {turn.event_id} refused: {exc}",
-                event_id=turn.event_id,
-                sequence=turn.sequence,
-                reason=reason,
-            )
+            return self._refuse(turn.event_id, turn.sequence, exc)
         finally:
             self._ack(ticket)  # spooled (on disk) or refused: the journal may forget it
+
+    def _refuse(
+        self, event_id: str, sequence: int, exc: SpoolFullError | SpoolWriteError
+    ) -> EventRefusedError:
+        reason = "spool_full" if isinstance(exc, SpoolFullError) else "disk_error"
+        self._ledger.refuse(reason)
+        message = f"event {event_id} refused: {exc}"
+        return EventRefusedError(message, event_id=event_id, sequence=sequence, reason=reason)
 
     def _client_refused(self, exc: QueueFullError | ProduceError, key: bytes, value: bytes) -> bool:
         """librdkafka did not take the turn: True when it never will (too large, ...:
@@ -320,59 +346,6 @@ class TurnEventPublisher:
         self._on_delivery(err, msg)
         if self._journal is not None:
             self._journal.reported(ticket, purged=err is not None and is_purged(err))
-
-    def dead_letter(self, event: OutgoingTurnEvent, reason: str, error: str) -> None:
-        """Send an event the runtime built but must not publish as valid to the DLQ.
-
-        It keeps an event id but takes no sequence number, so the session's sequence shows
-        no gap for it. The caller's dict is not written. Same guarantees as ``publish()``:
-        raises ``EventRefusedError`` when it can be neither sent nor spooled.
-        """
-        letter = event.copy()
-        letter["event_id"] = event_id = self._stamper.new_event_id()
-        letter["sequence"] = -1
-        self._sealing.seal(letter)  # sealed like a turn (when sealing is on)
-        headers = dead_letter_headers(
-            reason=reason,
-            error=error,
-            topic=self.topic,
-            partition=None,
-            offset=None,
-            stage="producer",
-        )
-        value, key = self._write(letter), letter["session_id"].encode()
-        with self._ledger.lock:
-            self._ledger.dead_lettered += 1
-            if not self._route.spooling:
-                try:
-                    # Stamped like a turn (verify matches producer-side dead letters to
-                    # a range by record time, the range's turns' event time).
-                    self._producer.produce(
-                        self._dlq_topic,
-                        value,
-                        key,
-                        headers=headers,
-                        timestamp=record_timestamp(letter["occurred_at"], int(time.time() * 1000)),
-                        on_delivery=self._failover.on_dead_letter_report,
-                    )
-                    return
-                except (QueueFullError, ProduceError):
-                    self._route.client_refused()
-            try:
-                self._failover.spool.append(self._dlq_topic, key, value, bytes_headers(headers))
-                return
-            except (SpoolFullError, SpoolWriteError) as exc:
-                refusal = EventRefusedError(
-                    f"dead letter {event_id} refused: {exc}",
-                    event_id=event_id,
-                    sequence=-1,
-                    reason="spool_full" if isinstance(exc, SpoolFullError) else "disk_error",
-                )
-        # Not an event of the stream (no sequence number): logged, not counted as refused.
-        log.critical(
-            "dead_letter_refused", event_id=event_id, reason=refusal.reason, error=str(refusal)
-        )
-        raise refusal
 
     # -- delivery reports (on the failover's thread) ---------------------------
     def _on_delivery(self, err: DeliveryError | None, msg: DeliveredMessage) -> None:
@@ -424,12 +397,12 @@ class TurnEventPublisher:
             journal.close()
             with self._ledger.lock:
                 self._journal = None  # publish() after close() spools, as in the default mode
+                self._key_records.journal_append = None
         lost = self._failover.close(deadline)
         if journal is not None and lost == 0:
             journal.discard()  # everything is delivered, spooled or rejected by now
         self._schema_producer.flush(min(5.0, max(0.0, deadline - time.monotonic())))
         self._heads.close(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
-        self._sealing.close(min(5.0, max(0.5, deadline - time.monotonic())))
         self._closed = True
         report = self._report()
         if report.ok:

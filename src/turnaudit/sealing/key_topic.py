@@ -1,4 +1,4 @@
-"""The data keys on Kafka: the publisher's key store, the readers' directory, erasure.
+"""The data keys on Kafka: the publisher's sealing, the readers' directory, erasure.
 
 ``<prefix>surface-keys`` (compacted, one partition) holds one record per data key,
 keyed by its id (``DataKeyRecord``). ``erase_session`` writes a tombstone for each of a
@@ -12,83 +12,42 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Literal
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter
 
 from turnaudit.errors import BrokerError
 from turnaudit.events import OutgoingTurnEvent
 from turnaudit.kafka.offsets import RangeSpec, resolve_range
-from turnaudit.kafka.producer import DeliveredMessage, DeliveryError, KafkaProducer
+from turnaudit.kafka.producer import KafkaProducer
 from turnaudit.kafka.reading import read_range
 from turnaudit.sealing.data_keys import DataKeyRecord, KeyDirectory, SessionKeys
 from turnaudit.sealing.keys import SurfaceKeyProvider, provider_from_env
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.sealing")
-# The publisher's sealing, on its registry (docs/privacy.md).
-DATA_KEYS_TOTAL = "turnaudit_surface_data_keys_total"
-DATA_KEYS_LOST_TOTAL = "turnaudit_surface_data_keys_lost_total"
-
-
-class KeyTopicStore:
-    """Writes data key records to ``<prefix>surface-keys`` (idempotent, acks=all,
-    retried until delivered; ``close`` waits for them)."""
-
-    def __init__(self, settings: KafkaSettings, registry: CollectorRegistry | None = None) -> None:
-        self.topic = settings.topics.surface_keys
-        self._producer = KafkaProducer.reliable(settings, on_delivery=self._report).open()
-        self.made = Counter(
-            DATA_KEYS_TOTAL, "Surface data keys made (one per session seen).", registry=registry
-        )
-        self.failed = Counter(
-            DATA_KEYS_LOST_TOTAL,
-            "Surface data key records the broker refused: their turns cannot be opened.",
-            registry=registry,
-        )
-
-    def __call__(self, record: DataKeyRecord) -> None:
-        self._producer.produce(self.topic, record.encode(), record.data_key_id.encode())
-        self.made.inc()
-
-    def _report(self, err: DeliveryError | None, msg: DeliveredMessage) -> None:
-        if err is not None:  # the turns sealed with this key cannot be opened
-            self.failed.inc()
-            log.error("surface_key_not_stored", error=err.str(), key=str(msg.key()))
-
-    def close(self, timeout: float) -> int:
-        """Flush; the records still undelivered (logged: their turns cannot be opened)."""
-        left = self._producer.flush(timeout)
-        if left:
-            self.failed.inc(left)
-            log.error("surface_keys_undelivered", records=left, topic=self.topic)
-        return left
 
 
 class PublisherSealing:
     """What the publisher seals with: ``active`` when ``TURNAUDIT_SURFACE_KEYRING`` is
-    set (``seal`` then seals a stamped turn in place), inert otherwise."""
+    set (``seal`` then seals a stamped turn in place, handing a new data key's record to
+    ``store`` first: the publisher's route for it), inert otherwise."""
 
-    def __init__(self, settings: KafkaSettings, registry: CollectorRegistry | None) -> None:
+    def __init__(self, store: Callable[[DataKeyRecord], None]) -> None:
         provider = provider_from_env()
         self.active = provider is not None
-        self.store = None if provider is None else KeyTopicStore(settings, registry)
         self.keys = (
             None
-            if provider is None or self.store is None
-            else SessionKeys(provider, self.store, clock_ms=lambda: int(time.time() * 1000))
+            if provider is None
+            else SessionKeys(provider, store, clock_ms=lambda: int(time.time() * 1000))
         )
 
     def seal(self, event: OutgoingTurnEvent) -> None:
         """Seal a stamped turn in place; nothing when inactive."""
         if self.keys is not None:
             self.keys.seal(event)
-
-    def close(self, timeout: float) -> int:
-        """Flush the data key records; those still undelivered."""
-        return 0 if self.store is None else self.store.close(timeout)
 
 
 def load_directory(
