@@ -32,7 +32,9 @@ restart re-reads it). The feeder does not read the topic's ``max.message.bytes``
 
 Surfaces and tool I/O are in a trace (topic and manifest alike) only as the
 surface policy lets them through (``TURNAUDIT_LOG_SURFACES``, dropped by
-default; ``turnaudit.redaction``); the manifest file is its owner's only.
+default; ``turnaudit.redaction``); the manifest file is its owner's only. Sealed
+turns are opened first with the surface keyring (``opener``,
+``turnaudit.sealing.opening``), placeholders without it.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from turnaudit.kafka.producer import (
     is_size_error,
 )
 from turnaudit.redaction import DROPPED, Redaction
+from turnaudit.sealing.opening import TurnOpener
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
@@ -101,8 +104,10 @@ class HtirFeederSink(BatchingSink):
         manifest: Path | None = None,
         redaction: Redaction = DROPPED,
         producer: TraceProducer | None = None,
+        opener: TurnOpener | None = None,
     ) -> None:
         super().__init__()
+        self._open_sealed = opener  # sealed turns opened before the policy (turn_opener)
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         self._producer: TraceProducer = producer or KafkaProducer.reliable(kafka)
@@ -152,6 +157,8 @@ class HtirFeederSink(BatchingSink):
             if task is None:
                 continue
             task_id = task["task_id"]
+            if self._open_sealed is not None:
+                self._open_sealed(event)
             trace = self._assembler.add(
                 event,
                 topic=turn.topic,

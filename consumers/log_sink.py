@@ -44,8 +44,7 @@ from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceSetting
 from turnaudit.events import EPOCH, occurred_millis, occurred_moment
 from turnaudit.files import open_private, private_dir
 from turnaudit.redaction import SURFACE_FIELDS, TOKEN_SEPARATOR, Redaction, SurfacePolicy
-from turnaudit.sealing import KeyDirectory, provider_from_env
-from turnaudit.sealing.key_topic import reader_directory
+from turnaudit.sealing.opening import TurnOpener, turn_opener
 from turnaudit.telemetry import LOG_LINES_TOTAL, TURN_LOG_EVENT
 
 TURN_LOGGER = "turnaudit.turns"
@@ -260,13 +259,12 @@ class LogSink(Sink):
         registry: CollectorRegistry,
         *,
         event_time: bool = False,
-        keys: Callable[[], KeyDirectory] | None = None,
+        opener: TurnOpener | None = None,
     ) -> None:
         self._writer = TurnLineWriter(settings)
-        # Sealed surfaces: the key directory is read on the first sealed turn (in the
-        # worker that meets it), and only when surfaces are written at all.
-        self._keys = keys
-        self._directory: KeyDirectory | None = None
+        # Sealed surfaces: opened (the key topic read on the first sealed turn, in the
+        # worker that meets it) only when surfaces are written at all.
+        self._open = opener
         # A replay stamps each line with the turn's own time, not the clock's:
         # the same range then renders the same bytes.
         self._event_time = event_time
@@ -290,12 +288,8 @@ class LogSink(Sink):
         self._context: dict[str, Any] | None = None  # set at a batch's first turn
 
     def take(self, turn: ConsumedTurn) -> None:
-        if self._keys is not None and self._redact is not None:
-            event = turn.decoded.event
-            if event.get("sealed") is not None:
-                if self._directory is None:
-                    self._directory = self._keys()
-                self._directory.open_in_place(event)  # type: ignore[arg-type]  # a TurnEvent reader's record
+        if self._open is not None and self._redact is not None:
+            self._open(turn.decoded.event)
         context = self._context
         if context is None:
             processors = structlog.get_config()["processors"]
@@ -391,8 +385,8 @@ def log_sink_service(
     settings: ServiceSettings, *, registry: CollectorRegistry, **options: Any
 ) -> ConsumerService:
     """The log sink on the turn-events topic."""
-    kafka, provider = settings.kafka, provider_from_env()  # a bad keyring: one line, at start
-    sink = LogSink(settings.log, registry, keys=lambda: reader_directory(kafka, provider))
+    opener = turn_opener(settings.kafka, settings.log.surfaces)  # a bad keyring: one line
+    sink = LogSink(settings.log, registry, opener=opener)
     return ConsumerService(settings, sink, registry=registry, **options)
 
 

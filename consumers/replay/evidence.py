@@ -40,6 +40,7 @@ from turnaudit.kafka.reading import read_range
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay.request import ReplayRequest, ReplayTarget
 from turnaudit.replay.run import ReplaySummary, replay
+from turnaudit.sealing.opening import TurnOpener
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -142,15 +143,17 @@ def rebuild_evidence(
     measure_latency: bool = False,
     timeout: float = 300.0,
     redaction: Redaction = DROPPED,
+    opener: TurnOpener | None = None,
 ) -> RebuildResult:
     """Traces and evidence re-derived from a range of the turn stream (see the module doc).
 
     Raises ``NotReproducedError`` when the re-run auditor disagrees with a
     recorded verdict, and ``AuditorIdentityError`` when the end-of-battery check fails:
     in both cases there is no evidence. ``redaction``: the live feeder's surface policy,
-    so the rebuilt traces (and the evidence holding them) are the same bytes.
+    so the rebuilt traces (and the evidence holding them) are the same bytes; ``opener``:
+    the feeder's too (``turnaudit.sealing.opening.turn_opener``), for sealed turns.
     """
-    output = HtirFileReplayOutput(decode, traces_path, redaction)
+    output = HtirFileReplayOutput(decode, traces_path, redaction, opener)
     request = replace(request, surfaces=redaction)
     summary = replay(
         settings,

@@ -37,6 +37,7 @@ from turnaudit.records import Record
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay.files import write_atomically
 from turnaudit.replay.outputs import OutputContext, OutputKinds
+from turnaudit.sealing.opening import TurnOpener, turn_opener
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 
@@ -49,9 +50,15 @@ class TraceReplaySink(BatchingSink):
     # Tracks its own progress (held offsets): no redelivery marks.
     marks_redeliveries: ClassVar[bool] = False
 
-    def __init__(self, emit: Callable[[HtirTrace], None], redaction: Redaction = DROPPED) -> None:
+    def __init__(
+        self,
+        emit: Callable[[HtirTrace], None],
+        redaction: Redaction = DROPPED,
+        opener: TurnOpener | None = None,
+    ) -> None:
         super().__init__()
         self._emit = emit
+        self._open = opener  # sealed turns opened before the policy (turn_opener)
         self._assembler = TraceAssembler(idle_timeout=math.inf, redaction=redaction)
 
     @property
@@ -60,6 +67,8 @@ class TraceReplaySink(BatchingSink):
 
     def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
         for turn in turns:
+            if self._open is not None and turn.event["task"] is not None:
+                self._open(turn.event)
             trace = self._assembler.add(
                 turn.event,
                 topic=turn.topic,
@@ -93,9 +102,10 @@ class HtirFileReplayOutput(SinkReplayOutput):
         decode: TurnEventDeserializer,
         path: Path | None = None,
         redaction: Redaction = DROPPED,
+        opener: TurnOpener | None = None,
     ) -> None:
         self.traces: list[HtirTrace] = []
-        self.trace_sink = TraceReplaySink(self._closed, redaction)
+        self.trace_sink = TraceReplaySink(self._closed, redaction, opener)
         self._path = path
         super().__init__(self.trace_sink, decode)
 
@@ -115,7 +125,8 @@ class HtirTopicReplayOutput(HtirFileReplayOutput):
 
     def __init__(self, context: OutputContext) -> None:
         self._topic = writable_topic(context, "htir-topic")
-        super().__init__(context.decode, redaction=context.request.surfaces)
+        surfaces = context.request.surfaces
+        super().__init__(context.decode, None, surfaces, turn_opener(context.settings, surfaces))
         self._producer = KafkaProducer.reliable(context.settings)
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
 
@@ -147,7 +158,12 @@ def register_htir_outputs(kinds: OutputKinds) -> None:
     kinds.add(
         "htir",
         "HTIR traces, one canonical JSON line each, in closing order",
-        lambda c: HtirFileReplayOutput(c.decode, c.target.path, c.request.surfaces),
+        lambda c: HtirFileReplayOutput(
+            c.decode,
+            c.target.path,
+            c.request.surfaces,
+            turn_opener(c.settings, c.request.surfaces),
+        ),
     )
     kinds.add(
         "htir-topic",

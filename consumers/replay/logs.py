@@ -14,6 +14,7 @@ from turnaudit.consumers.replay.sink import SinkReplayOutput
 from turnaudit.consumers.runtime.settings import LogSinkSettings
 from turnaudit.records import Record
 from turnaudit.replay.files import fsync_path, open_for_resume
+from turnaudit.sealing.opening import TurnOpener
 from turnaudit.serialization.wire import TurnEventDeserializer
 
 
@@ -40,7 +41,9 @@ class LogReplayOutput(SinkReplayOutput):
         settings: LogSinkSettings | None = None,
         *,
         start_gaps: bool = True,
+        opener: TurnOpener | None = None,
     ) -> None:
+        self._opener = opener  # sealed turns opened before the policy
         self._path = path
         self._start_gaps = start_gaps
         self._settings = settings or LogSinkSettings()
@@ -60,7 +63,7 @@ class LogReplayOutput(SinkReplayOutput):
             file_backups=0,
         )
         super().__init__(
-            LogSink(settings, CollectorRegistry(), event_time=True),
+            LogSink(settings, CollectorRegistry(), event_time=True, opener=self._opener),
             self._decode,
             start_gaps=self._start_gaps,
         )

@@ -29,6 +29,7 @@ from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.redaction import surface_redaction
 from turnaudit.replay import ReplayRequest, parse_partitions
+from turnaudit.sealing.opening import turn_opener
 from turnaudit.settings import KafkaSettings
 
 
@@ -101,7 +102,8 @@ def _rebuild(args: argparse.Namespace) -> int:
                 traces_path=traces_path,
                 measure_latency=args.measure_latency,
                 timeout=args.read_timeout,
-                redaction=surface_redaction(),
+                redaction=(redaction := surface_redaction()),
+                opener=turn_opener(settings, redaction),  # sealed turns: opened first
             )
         except (NotReproducedError, AuditorIdentityError) as exc:
             # A finding about the evidence, not a wrong argument: exit 1, no evidence.

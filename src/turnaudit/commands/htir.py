@@ -19,6 +19,7 @@ from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.consumers.runtime.worker_process import WorkerPlan, per_worker_path
 from turnaudit.errors import ConfigurationError
+from turnaudit.sealing.opening import turn_opener
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,6 +67,7 @@ class FeederWorker:
             idle_timeout=self.idle_timeout,
             manifest=manifest,
             redaction=settings.surfaces,
+            opener=turn_opener(settings.kafka, settings.surfaces),  # a bad keyring: one line
         )
         return consumer_service(settings, sink, plan, registry)
 

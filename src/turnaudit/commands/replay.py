@@ -50,6 +50,7 @@ from turnaudit.replay import (
     replay,
     replay_group,
 )
+from turnaudit.sealing.opening import turn_opener
 from turnaudit.settings import KafkaSettings
 
 DEFAULT_STEP = timedelta(minutes=1)
@@ -64,13 +65,19 @@ OUTPUT_KINDS = OutputKinds()
 OUTPUT_KINDS.add(
     "jsonl",
     "decoded events, one canonical JSON line each",
-    lambda c: JsonlOutput(c.target.path, c.decode, c.request.surfaces),
+    lambda c: JsonlOutput(
+        c.target.path, c.decode, c.request.surfaces, turn_opener(c.settings, c.request.surfaces)
+    ),
 )
 OUTPUT_KINDS.add(
     "logs",
     "the log sink's turn lines, stamped with each turn's time",
     lambda c: LogReplayOutput(
-        c.target.path, c.decode, _log_settings(), start_gaps=not c.request.event_time
+        c.target.path,
+        c.decode,
+        (log := _log_settings()),
+        start_gaps=not c.request.event_time,
+        opener=turn_opener(c.settings, log.surfaces),
     ),
 )
 OUTPUT_KINDS.add(

@@ -28,6 +28,7 @@ from turnaudit.consumers.runtime.worker_process import (
 )
 from turnaudit.consumers.runtime.workers import WorkerSupervisor
 from turnaudit.errors import ConfigurationError
+from turnaudit.sealing.opening import turn_opener
 from turnaudit.settings import check_port_free
 
 WORKERS_HELP = (
@@ -157,7 +158,10 @@ def consumer_service(
 
 def log_sink_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
     settings = worker_service_settings(ServiceName.LOG_SINK, plan)
-    return consumer_service(settings, LogSink(settings.log, registry), plan, registry)
+    opener = turn_opener(settings.kafka, settings.log.surfaces)  # a bad keyring: one line
+    return consumer_service(
+        settings, LogSink(settings.log, registry, opener=opener), plan, registry
+    )
 
 
 def verdict_metrics_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:

@@ -18,6 +18,7 @@ from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay.canonical import canonical_json
 from turnaudit.replay.files import open_for_resume
 from turnaudit.replay.outputs import ReplayOutput
+from turnaudit.sealing.opening import TurnOpener
 from turnaudit.serialization.wire import TurnEventDeserializer
 
 
@@ -38,9 +39,14 @@ class JsonlOutput(ReplayOutput):
     resumable = True
 
     def __init__(
-        self, path: Path, decode: TurnEventDeserializer, surfaces: Redaction = DROPPED
+        self,
+        path: Path,
+        decode: TurnEventDeserializer,
+        surfaces: Redaction = DROPPED,
+        opener: TurnOpener | None = None,
     ) -> None:
         self._path = path
+        self._opener = opener  # sealed turns opened before the policy (turn_opener)
         self._decode = decode
         self._surfaces = surfaces
         self._out: IO[bytes] | None = None
@@ -54,7 +60,7 @@ class JsonlOutput(ReplayOutput):
         undecodable = 0
         lines = []
         for msg in messages:
-            line, decoded = jsonl_line(self._decode, msg, self._surfaces)
+            line, decoded = jsonl_line(self._decode, msg, self._surfaces, self._opener)
             lines.append(line)
             undecodable += not decoded
         self._out.write(b"".join(lines))
@@ -76,10 +82,14 @@ class JsonlOutput(ReplayOutput):
 
 
 def jsonl_line(
-    decode: TurnEventDeserializer, msg: Record, surfaces: Redaction = DROPPED
+    decode: TurnEventDeserializer,
+    msg: Record,
+    surfaces: Redaction = DROPPED,
+    opener: TurnOpener | None = None,
 ) -> tuple[bytes, bool]:
     """One canonical JSON line: where the message was, and its event (or why it is not one),
-    its surfaces and tool I/O as ``surfaces`` lets them through."""
+    its surfaces and tool I/O as ``surfaces`` lets them through (a sealed turn opened by
+    ``opener`` first; without one its sealed fields are as written, empty)."""
     where: JsonlLine = {"partition": msg.partition(), "offset": msg.offset()}
     try:
         decoded = decode(msg.value())
@@ -88,6 +98,8 @@ def jsonl_line(
         return canonical_json(where) + b"\n", False
     where["writer_version"] = decoded.writer_version
     # occurred_at as the ISO time replay lines have always held (decoded: epoch ms).
+    if opener is not None:
+        opener(decoded.event)
     event = surfaces.event(decoded.event)  # a copy of its own: changed in place
     event["occurred_at"] = occurred_moment(event["occurred_at"])
     where["event"] = event

@@ -27,6 +27,7 @@ from turnaudit.consumers.runtime.settings import (
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.errors import ConfigurationError
 from turnaudit.sealing import SURFACE_KEYRING_ENV, FileKeyring, KeyDirectory, placeholder
+from turnaudit.sealing.opening import TurnOpener
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
@@ -48,7 +49,7 @@ def lines(
         asked.append(1)
         return topic.directory(provider)
 
-    sink = LogSink(LogSinkSettings(policy, b"k"), CollectorRegistry(), keys=keys)
+    sink = LogSink(LogSinkSettings(policy, b"k"), CollectorRegistry(), opener=TurnOpener(keys))
     with capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
         deliver(sink, [consumed(t) for t in turns])
     return logs, len(asked)
