@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -51,6 +52,7 @@ from turnaudit.producers.producer_config import (
     env_seconds,
 )
 from turnaudit.producers.spool import SpooledMessage
+from turnaudit.sealing import SurfaceKeyProvider
 from turnaudit.sealing.key_topic import PublisherSealing
 from turnaudit.serialization.schemas import SchemaCatalog, shipped_catalog
 from turnaudit.settings import KafkaSettings
@@ -93,6 +95,7 @@ class TurnEventPublisher(DeadLetterSending):
         liveness_interval_s: float | None = None,
         checkpoints: CheckpointSettings | None = None,
         journal: bool | None = None,
+        surface_keys: SurfaceKeyProvider | Literal["env"] | None = "env",
     ) -> None:
         catalog = catalog or shipped_catalog()
         if journal is None:
@@ -184,7 +187,7 @@ class TurnEventPublisher(DeadLetterSending):
             registry=registry,
         )
         self._key_records.start(self._producer)
-        self._sealing = PublisherSealing(self._key_records.store)
+        self._sealing = PublisherSealing(self._key_records.store, surface_keys)
         # Journal mode: each turn fsynced (group commit) before it is produced.
         self._journal = (
             None

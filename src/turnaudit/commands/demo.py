@@ -25,6 +25,7 @@ from turnaudit.commands.demo_evaluation import EvaluationOutcome, run_evaluation
 from turnaudit.commands.demo_follow import DemoFollower
 from turnaudit.commands.demo_logging import file_level, logging_to_file
 from turnaudit.commands.demo_run import CHECKPOINT_EVERY_TURNS, DemoRun, start_run
+from turnaudit.commands.demo_sealing import SEALED_TURNS, run_sealing_stage
 from turnaudit.commands.demo_stream import CURRENT_VERSION, stream_rows
 from turnaudit.commands.demo_summary import (
     Section,
@@ -143,6 +144,7 @@ def _run(args: argparse.Namespace) -> tuple[list[str], bool]:
         redaction=surface_redaction(),
         log_level=level,
     )
+    sealed = run_sealing_stage(run, OUTPUT_DIR, args.seed)
     newest = truth.by_schema_version[CURRENT_VERSION]
     sections = [
         Section(
@@ -163,6 +165,11 @@ def _run(args: argparse.Namespace) -> tuple[list[str], bool]:
         ),
         Section("consumer services: log sink and verdict metrics", services),
         Section("HTIR traces and the auditor-evaluation worker", evaluation.rows),
+        Section(
+            f"sealed surfaces: {SEALED_TURNS} more v5 turns sealed with a generated surface "
+            f"keyring ({sealed.keyring_path})",
+            sealed.rows,
+        ),
     ]
     lines = [
         f"turnaudit demo on the {where}",

@@ -31,12 +31,18 @@ log = structlog.get_logger("turnaudit.sealing")
 
 
 class PublisherSealing:
-    """What the publisher seals with: ``active`` when ``TURNAUDIT_SURFACE_KEYRING`` is
-    set (``seal`` then seals a stamped turn in place, handing a new data key's record to
-    ``store`` first: the publisher's route for it), inert otherwise."""
+    """What the publisher seals with: ``active`` with a provider (default: the keyring
+    ``TURNAUDIT_SURFACE_KEYRING`` names, when set), inert otherwise. ``seal`` seals a
+    stamped turn in place, handing a new data key's record to ``store`` first (the
+    publisher's route for it)."""
 
-    def __init__(self, store: Callable[[DataKeyRecord], None]) -> None:
-        provider = provider_from_env()
+    def __init__(
+        self,
+        store: Callable[[DataKeyRecord], None],
+        provider: SurfaceKeyProvider | Literal["env"] | None = "env",
+    ) -> None:
+        if provider == "env":
+            provider = provider_from_env()
         self.active = provider is not None
         self.keys = (
             None
