@@ -9,16 +9,20 @@ Its rows reconcile against what this stage published, not the simulator of the m
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 from prometheus_client import CollectorRegistry
 
 from turnaudit.commands.demo_run import DemoRun
 from turnaudit.commands.demo_summary import ReconciliationRow
+from turnaudit.events import TurnEvent
 from turnaudit.files import write_private
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.kafka.offsets import RangeSpec, end_offsets
+from turnaudit.kafka.reading import read_range
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.reading import read_turn_events
@@ -69,26 +73,40 @@ def run_sealing_stage(run: DemoRun, output_dir: Path, seed: int) -> SealedOutcom
         published[event_id] = texts
         sessions.setdefault(event["session_id"], []).append(event_id)
     publisher.close()
-    spec = RangeSpec(from_offsets=dict(start))
-    read_with_key = list(read_turn_events(settings, spec, keys=load_directory(settings, keyring)))
-    read_without = list(read_turn_events(settings, spec, keys=KeyDirectory(None)))
+    spec = RangeSpec(from_offsets=dict(start), to_offsets=end_offsets(settings, topic))
+    # Independent reads side by side: the demo's time stays about what it was.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        keys_read = pool.submit(load_directory, settings, keyring)
+        raw = [r.value() or b"" for r in read_range(settings, topic, start, spec.to_offsets or {})]
+        with_key = keys_read.result()
+    decode = decoder_for(settings)
+    opened_as_published = placeholders = sealed_on_topic = 0
     covered = placeholder("no_keyring")
-    opened_as_published = sum(
-        isinstance(t.sealing, Opened) and surfaces_of(t.event) == published[t.event["event_id"]]
-        for t in read_with_key
-        if t.event is not None
-    )
-    placeholders = sum(
-        isinstance(t.sealing, Sealed)
-        and t.sealing.reason == "no_keyring"
-        # every sealed text a placeholder (a stub's fixed text is left in the clear)
-        and all(x in (covered, UNKNOWN_DOMAIN_SURFACE) for x in surfaces_of(t.event).texts())
-        for t in read_without
-        if t.event is not None
-    )
+    for value in raw:
+        # Two copies of the turn as read: one per reader (opening writes into the event).
+        keyed, keyless = (cast(TurnEvent, decode(value).event) for _ in range(2))
+        sealed_on_topic += keyed.get("sealed") is not None
+        state = with_key.open_in_place(keyed)
+        if isinstance(state, Opened) and surfaces_of(keyed) == published[keyed["event_id"]]:
+            opened_as_published += 1
+        state = KeyDirectory(None).open_in_place(keyless)
+        # Every sealed text a placeholder (a stub's fixed text is left in the clear).
+        shown = surfaces_of(keyless).texts()
+        if isinstance(state, Sealed) and all(x in (covered, UNKNOWN_DOMAIN_SURFACE) for x in shown):
+            placeholders += 1
     erased = max(sessions, key=lambda s: len(sessions[s]))
     erase_session(settings, erased, erased_by=ERASED_BY, reason="the demo's erasure")
-    after = list(read_turn_events(settings, spec, keys=load_directory(settings, keyring)))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        verified = pool.submit(
+            run_verify,
+            settings,
+            decoder_for(settings),
+            spec,
+            keyring=replace(run.keyring, require_signed=True),
+            keyring_source=str(run.keyring_path),
+        )
+        after = list(read_turn_events(settings, spec, keys=load_directory(settings, keyring)))
+        report = verified.result()
     unreadable = sum(
         isinstance(t.sealing, Sealed) and t.sealing.reason == "key_erased"
         for t in after
@@ -99,18 +117,11 @@ def run_sealing_stage(run: DemoRun, output_dir: Path, seed: int) -> SealedOutcom
         for t in after
         if t.event is not None and t.event["session_id"] != erased
     )
-    report = run_verify(
-        settings,
-        decoder_for(settings),
-        spec,
-        keyring=replace(run.keyring, require_signed=True),
-        keyring_source=str(run.keyring_path),
-    )
     trust = report.trust
     signed = trust.by_status().get("signed", 0) if trust is not None else 0
     erased_turns = len(sessions[erased])
     rows = [
-        ReconciliationRow("turns sealed on the topic", len(read_without), SEALED_TURNS),
+        ReconciliationRow("turns sealed on the topic", sealed_on_topic, SEALED_TURNS),
         ReconciliationRow(
             "opened with the keyring, as published",
             opened_as_published,
