@@ -14,12 +14,13 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from turnaudit.errors import SerializationError
+from turnaudit.errors import ConfigurationError, SerializationError
 from turnaudit.events import OutgoingTurnEvent, TurnEvent
 from turnaudit.sealing.envelope import (
     Opened,
@@ -40,6 +41,24 @@ from turnaudit.sealing.keys import (
 )
 
 DEFAULT_CACHED_SESSIONS = 65_536
+DAY_MS = 86_400_000
+KEY_PERIOD_ENV = "TURNAUDIT_SURFACE_KEY_PERIOD"
+# How long a data key seals a session's turns: the whole session, or one UTC day of it.
+KeyPeriod = Literal["session", "day"]
+KEY_PERIODS: tuple[KeyPeriod, ...] = ("session", "day")
+
+
+def key_period_from_env(env: Mapping[str, str] | None = None) -> KeyPeriod:
+    """``TURNAUDIT_SURFACE_KEY_PERIOD``: ``session`` (unset) or ``day``."""
+    raw = (os.environ if env is None else env).get(KEY_PERIOD_ENV, "").strip().lower()
+    if not raw:
+        return "session"
+    for period in KEY_PERIODS:
+        if raw == period:
+            return period
+    raise ConfigurationError(f"{KEY_PERIOD_ENV}={raw!r}: expected session or day")
+
+
 SEALED_SINCE_VERSION = 5  # the first TurnEvent version with ``sealed``
 
 
@@ -88,8 +107,9 @@ class DataKeyRecord:
 
 
 class SessionKeys:
-    """The publisher's side: each session's data key, made on its first turn, its record
-    handed to ``store`` (the key topic) before any turn sealed with it; kept for up to
+    """The publisher's side: each session's data key, made on its first turn (``period``
+    ``day``: again on its first turn of each UTC day, by ``clock_ms``), its record handed
+    to ``store`` (the key topic) before any turn sealed with it; kept for up to
     ``max_sessions`` sessions (a session evicted gets a new data key: a session may
     have several, each with its own record)."""
 
@@ -100,27 +120,35 @@ class SessionKeys:
         *,
         clock_ms: Callable[[], int],
         max_sessions: int = DEFAULT_CACHED_SESSIONS,
+        period: KeyPeriod = "session",
     ) -> None:
         self._provider, self._store, self._clock_ms = provider, store, clock_ms
         self._max = max_sessions
-        self._keys: OrderedDict[str, tuple[str, AESGCM]] = OrderedDict()
+        self._daily = period == "day"
+        # session -> (the UTC day its key was made on, data key id, the key)
+        self._keys: OrderedDict[str, tuple[int, str, AESGCM]] = OrderedDict()
         self._lock = threading.Lock()
         self.made = 0
 
     def key_for(self, session_id: str) -> tuple[str, AESGCM]:
         with self._lock:
+            now_ms = self._clock_ms()
+            day = now_ms // DAY_MS if self._daily else 0
             found = self._keys.get(session_id)
-            if found is not None:
+            if found is not None and found[0] == day:
                 self._keys.move_to_end(session_id)
-                return found
+                return found[1], found[2]
             data_key_id, data_key = os.urandom(16).hex(), os.urandom(KEY_BYTES)
             wrapped = self._provider.wrap(session_id, data_key_id, data_key)
-            self._store(DataKeyRecord(data_key_id, session_id, wrapped, self._clock_ms()))
+            # Raises when the record can be kept nowhere: no key is kept, nothing sealed.
+            self._store(DataKeyRecord(data_key_id, session_id, wrapped, now_ms))
             self.made += 1
-            made = self._keys[session_id] = (data_key_id, AESGCM(data_key))
+            aead = AESGCM(data_key)
+            self._keys[session_id] = (day, data_key_id, aead)
+            self._keys.move_to_end(session_id)
             if len(self._keys) > self._max:
                 self._keys.popitem(last=False)
-            return made
+            return data_key_id, aead
 
     def seal(self, event: OutgoingTurnEvent) -> None:
         """Seal a stamped event in place (its plaintext fields emptied); a turn of a

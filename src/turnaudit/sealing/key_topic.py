@@ -23,7 +23,12 @@ from turnaudit.events import OutgoingTurnEvent
 from turnaudit.kafka.offsets import RangeSpec, resolve_range
 from turnaudit.kafka.producer import KafkaProducer
 from turnaudit.kafka.reading import read_range
-from turnaudit.sealing.data_keys import DataKeyRecord, KeyDirectory, SessionKeys
+from turnaudit.sealing.data_keys import (
+    DataKeyRecord,
+    KeyDirectory,
+    SessionKeys,
+    key_period_from_env,
+)
 from turnaudit.sealing.keys import SurfaceKeyProvider, provider_from_env
 from turnaudit.settings import KafkaSettings
 
@@ -47,7 +52,12 @@ class PublisherSealing:
         self.keys = (
             None
             if provider is None
-            else SessionKeys(provider, store, clock_ms=lambda: int(time.time() * 1000))
+            else SessionKeys(
+                provider,
+                store,
+                clock_ms=lambda: int(time.time() * 1000),
+                period=key_period_from_env(),  # TURNAUDIT_SURFACE_KEY_PERIOD
+            )
         )
 
     def seal(self, event: OutgoingTurnEvent) -> None:
