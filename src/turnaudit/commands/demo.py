@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -135,16 +136,20 @@ def _run(args: argparse.Namespace) -> tuple[list[str], bool]:
         publisher=publisher,
         log_file=OUTPUT_DIR / TURNS_LOG,
     )
-    evaluation = run_evaluation_stage(
-        settings,
-        truth,
-        args.timeout,
-        start_offsets=before,
-        output_dir=OUTPUT_DIR,
-        redaction=surface_redaction(),
-        log_level=level,
-    )
-    sealed = run_sealing_stage(run, OUTPUT_DIR, args.seed)
+    # The sealed stage runs beside the evaluation (mostly waits on the broker): its turns
+    # have no task, so the feeder and the evidence rebuild pass them by.
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        sealing = beside.submit(run_sealing_stage, run, OUTPUT_DIR, args.seed + 1)
+        evaluation = run_evaluation_stage(
+            settings,
+            truth,
+            args.timeout,
+            start_offsets=before,
+            output_dir=OUTPUT_DIR,
+            redaction=surface_redaction(),
+            log_level=level,
+        )
+        sealed = sealing.result()
     newest = truth.by_schema_version[CURRENT_VERSION]
     sections = [
         Section(

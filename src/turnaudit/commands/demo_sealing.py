@@ -1,6 +1,6 @@
 """The demo's sealed surfaces: a publisher with a surface keyring generated in the demo's
-folder publishes v5 turns (signed, like the rest of the run) after the other stages, to
-the run's own topics; then a reader with the keyring opens every one as published, a
+folder publishes v5 turns without tasks (signed, like the rest of the run) to the run's own
+topics, beside the evaluation stage; then a reader with the keyring opens every one as published, a
 reader without it sees the verdicts and placeholders, one session is erased, and verify
 (with the signing keyring, signatures required) still proves the range complete.
 
@@ -64,8 +64,10 @@ def run_sealing_stage(run: DemoRun, output_dir: Path, seed: int) -> SealedOutcom
     )
     published: dict[str, Surfaces] = {}  # event id -> its texts as the runtime wrote them
     sessions: dict[str, list[str]] = {}
+    # No tasks: the demo runs this stage beside the evaluation, whose feeder (and evidence
+    # rebuild) passes task-less turns by; ``seed`` differs from the main run's (its sessions).
     simulator = TurnRuntimeSimulator(
-        seed, schema_versions=(5,), concurrent_sessions=SEALED_SESSIONS
+        seed, schema_versions=(5,), concurrent_sessions=SEALED_SESSIONS, task_share=0.0
     )
     for event in simulator.events(SEALED_TURNS):
         texts = surfaces_of(event)
