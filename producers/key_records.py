@@ -125,8 +125,8 @@ class KeyRecordRoute:
 
     def committed(self, key: bytes, value: bytes, ticket: int | None) -> None:
         """A record the journal committed (or gave back when its disk failed), handed over;
-        never raises: one the spool cannot take stays in the journal, unacknowledged, for
-        the next publisher (or, the journal failed too, is counted lost)."""
+        never raises: one the spool cannot take is logged and counted lost (it stays in the
+        journal, unacknowledged: a crash re-sends it, a clean close discards it)."""
         try:
             self.hand_over(key, value, ticket)
         except PublishError as exc:
