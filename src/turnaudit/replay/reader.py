@@ -97,10 +97,10 @@ class OrderedReader:
             for p, at in order.starts.items()
             if feed is not None and feed.archived(p, at)
         }
-        live = {p: at for p, at in order.starts.items() if p not in archived}
+        live = {p for p in order.starts if p not in archived}
         consumer = self._connect()
         try:
-            consumer.assign(live)
+            consumer.assign({p: at for p, at in order.starts.items() if p in live})
             last_message = time.monotonic()
             while order.active:
                 batch = order.emit(batch_size)
@@ -133,7 +133,7 @@ class OrderedReader:
             offered = True
         return offered
 
-    def _go_live(self, consumer: AssignedConsumer, partition: int, live: dict[int, int]) -> None:
+    def _go_live(self, consumer: AssignedConsumer, partition: int, live: set[int]) -> None:
         """The archive's records of ``partition`` are used up: the topic goes on right
         after the last of them (every live partition reassigned where its next record
         to offer is; the consumer forgets its pauses)."""
@@ -145,14 +145,14 @@ class OrderedReader:
                 f"at offset {reached - 1}, their names at {upto - 1}: run turnaudit archive "
                 "check"
             )
-        live[partition] = reached
+        live.add(partition)
         order = self._order
         consumer.assign({p: order.fetched(p) for p in live if p in order.active})
         was_paused = [p for p in order.forget_pauses() if p in live]
         if was_paused:  # librdkafka may keep an application's pause across an assignment
             consumer.resume(was_paused)
 
-    def _fetch(self, consumer: AssignedConsumer, live: Mapping[int, int]) -> bool:
+    def _fetch(self, consumer: AssignedConsumer, live: set[int]) -> bool:
         """Buffer what the broker sent; False when nothing came."""
         stop, go = self._order.flow()
         stop, go = [p for p in stop if p in live], [p for p in go if p in live]

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +28,7 @@ from turnaudit.archive.segments import ArchivedRecord, SegmentName
 from turnaudit.archive.store import LocalArchive
 from turnaudit.archive.writer import ArchivePolicy
 from turnaudit.records import Record, StoredRecord, record_headers
+from turnaudit.replay import order
 from turnaudit.replay.checkpoint import ReplayCheckpoint
 from turnaudit.replay.reader import OrderedReader
 from turnaudit.settings import KafkaSettings
@@ -159,7 +161,7 @@ def read(
     stop_after: int | None = None,
 ) -> list[Seen]:
     """What the replay's reader hands the output (``stop_after`` batches, or all)."""
-    reader = OrderedReader(KafkaSettings(), state, timeout=5.0, archive=feed, connect=lambda: topic)
+    reader = OrderedReader(KafkaSettings(), state, timeout=1.0, archive=feed, connect=lambda: topic)
     out: list[Seen] = []
     for n, batch in enumerate(reader.batches(topic.rnd.choice([1, 4, 50])), 1):
         out += [seen(r) for r in batch]
@@ -187,10 +189,20 @@ def archive_range(archive: LocalArchive, found: Mapping[int, Log]) -> ReplayChec
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.large_base_example])
-@given(logs(), st.randoms(use_true_random=False))
+@given(logs(), st.randoms(use_true_random=False), st.integers(1, 4), st.integers(1, 3))
 def test_any_split_between_archive_and_topic_replays_as_the_whole_topic(
-    found: dict[int, Log], rnd: random.Random
+    found: dict[int, Log], rnd: random.Random, block: int, budget: int
 ) -> None:
+    # Small blocks and buffers: partitions take turns often and the topic's get paused.
+    with (
+        mock.patch.object(order, "BLOCK_MESSAGES", block),
+        mock.patch.object(order, "_BUFFER_BUDGET", budget),
+        mock.patch.object(order, "_BUFFER_FLOOR", 1),
+    ):
+        split_replays_as_whole(found, rnd)
+
+
+def split_replays_as_whole(found: dict[int, Log], rnd: random.Random) -> None:
     whole = read(
         replay_state({p: 0 for p in found}, {p: log.end for p, log in found.items()}),
         FakeTopic(found, rnd, retained=False),
