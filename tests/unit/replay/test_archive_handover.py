@@ -189,15 +189,21 @@ def archive_range(archive: LocalArchive, found: Mapping[int, Log]) -> ReplayChec
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.large_base_example])
-@given(logs(), st.randoms(use_true_random=False), st.integers(1, 4), st.integers(1, 3))
+@given(
+    logs(),
+    st.randoms(use_true_random=False),
+    st.integers(1, 4),
+    st.integers(1, 12),
+    st.integers(1, 5),
+)
 def test_any_split_between_archive_and_topic_replays_as_the_whole_topic(
-    found: dict[int, Log], rnd: random.Random, block: int, budget: int
+    found: dict[int, Log], rnd: random.Random, block: int, budget: int, floor: int
 ) -> None:
     # Small blocks and buffers: partitions take turns often and the topic's get paused.
     with (
         mock.patch.object(order, "BLOCK_MESSAGES", block),
         mock.patch.object(order, "_BUFFER_BUDGET", budget),
-        mock.patch.object(order, "_BUFFER_FLOOR", 1),
+        mock.patch.object(order, "_BUFFER_FLOOR", floor),
     ):
         split_replays_as_whole(found, rnd)
 
