@@ -129,8 +129,8 @@ class ReplayRequest:
             and (self.spec.since or self.spec.until)
         ):
             raise ConfigurationError(
-                "--archive with --since/--until: broker times are not looked up in the "
-                "archive; use --event-time (or --from-offsets/--to-offsets)"
+                "--archive with --from/--to by broker time: broker times are not looked up "
+                "in the archive; use --time event (or --from-offsets/--to-offsets)"
             )
 
 
