@@ -237,7 +237,9 @@ def new_state(
     resolved = resolve_range(settings, topic, spec, timeout=min(timeout, 30.0))
     start, end = resolved.start, resolved.end
     if request.archive is not None:
-        start = start_in_archive(request.archive, topic, start, end, resolved.log_start)
+        start = start_in_archive(
+            request.archive, topic, start, end, resolved.log_start, asked=spec.from_offsets
+        )
     if request.partitions is not None:
         missing = sorted(set(request.partitions) - set(end))
         if missing:

@@ -29,6 +29,7 @@ from turnaudit.archive.store import LocalArchive
 from turnaudit.archive.writer import ArchivePolicy
 from turnaudit.records import Record, StoredRecord, record_headers
 from turnaudit.replay import order
+from turnaudit.replay.archived import archive_start
 from turnaudit.replay.checkpoint import ReplayCheckpoint
 from turnaudit.replay.reader import OrderedReader
 from turnaudit.settings import KafkaSettings
@@ -278,3 +279,26 @@ def test_an_archive_that_begins_after_the_range_start_feeds_none_of_it() -> None
     # The topic holds 0..999: reading 500..900 from the archive would skip 0..499.
     assert (reach.start, reach.archived_to) == ({0: 0}, {})
     assert reach.live_start({0: 0}) == {0: 0}
+
+
+# (archive's first offset or None, log start, --from-offsets entry or None) -> where it starts.
+STARTS = [
+    ((0, 500, None), 0),  # from the log start: the archive's first offset
+    ((0, 500, 300), 300),  # an offset of its own in the archive: there
+    ((0, 500, 500), 500),  # an offset of its own at the log start: there, not moved back
+    ((0, 500, 700), 700),  # on the topic: there
+    ((200, 500, 100), 200),  # before the archive: its first offset
+    ((600, 500, 100), 500),  # an archive that begins after the log start: the log start
+    ((None, 500, 100), 500),  # no archive of the partition: the log start, as on the topic
+]
+
+
+@pytest.mark.parametrize(("case", "starts_at"), STARTS)
+def test_a_replay_from_the_archive_starts_where_asked_within_what_is_held(
+    case: tuple[int | None, int, int | None], starts_at: int
+) -> None:
+    first, low, asked = case
+    segments = {} if first is None else {0: [SegmentName(TOPIC, 0, first, 899)]}
+    start = {0: low if asked is None else min(max(asked, low), 1000)}  # the topic's clamp
+    got = archive_start(segments, start, {0: 1000}, {0: low}, None if asked is None else {0: asked})
+    assert got == {0: starts_at}
