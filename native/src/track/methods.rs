@@ -14,8 +14,10 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use super::chain::{fingerprint_arg, hex_of, Hash32};
 use super::state::{seen_tuple, State};
-use super::{int_obj, stream_tuple, Bounds, NativeStreamTracker, StreamKey};
-use crate::spill::StreamSpill;
+use super::event::int_obj;
+use super::stream::StreamKey;
+use super::tracker::{stream_tuple, Bounds, NativeStreamTracker};
+use super::stream_spill::StreamSpill;
 
 #[pymethods]
 impl NativeStreamTracker {

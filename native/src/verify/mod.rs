@@ -28,6 +28,7 @@ use crate::decode::Decoder;
 
 mod contract_values;
 mod contracts;
+mod rule_input;
 
 pub(crate) use contracts::ContractCheck;
 use contracts::*;
