@@ -115,7 +115,7 @@ def test_a_publishers_next_days_keys_are_spooled_ahead_of_the_turns_sealed_under
     for event in turns[:half]:
         publisher.publish(event)
     with publisher._ledger.lock:
-        publisher._route.client_refused()
+        publisher._route.brokers_down()  # as librdkafka reports it: spool, probe first
     now[0] += DAY_MS  # the next day
     for event in turns[half:]:
         publisher.publish(event)

@@ -90,7 +90,7 @@ def test_each_spooled_sealed_turn_has_its_key_record_on_disk_ahead_whenever_the_
     hung_broker: KafkaSettings, kek_file: Path, tmp_path: Path, switch_at: int
 ) -> None:
     """The first ``switch_at`` turns (and their sessions' key records) stay in librdkafka's
-    memory; then the route turns to the spool (as when librdkafka's queue is full) and
+    memory; then the route turns to the spool (every broker reported down) and
     later turns of the same sessions are spooled: their key records, still only in memory,
     are spooled again first. Read as a killed process would leave it, then after close()."""
     publisher = TurnEventPublisher(
@@ -100,7 +100,7 @@ def test_each_spooled_sealed_turn_has_its_key_record_on_disk_ahead_whenever_the_
     for i, event in enumerate(sealed_turns(seed=switch_at)):
         if i == switch_at:
             with publisher._ledger.lock:
-                publisher._route.client_refused()
+                publisher._route.brokers_down()  # as librdkafka reports it: spool, probe first
         publisher.publish(event)
     turns, opened = on_disk(spooled(publisher._failover.spool), keys_topic)
     assert turns == opened == TURNS - switch_at  # the killed process: what is on disk opens
@@ -144,7 +144,7 @@ def test_a_key_record_no_disk_takes_refuses_the_turn_without_using_its_position(
         hung_broker, spool_dir=tmp_path / "spool", registry=registry, max_unacked_s=0
     )
     with publisher._ledger.lock:
-        publisher._route.client_refused()
+        publisher._route.brokers_down()  # as librdkafka reports it: spool, probe first
     spool = publisher._failover.spool
     real_append = spool.append
     keys_topic = hung_broker.topics.surface_keys
@@ -169,4 +169,35 @@ def test_a_key_record_no_disk_takes_refuses_the_turn_without_using_its_position(
     first_on_disk = next(decode(v).event for t, _, v in spooled(spool) if t != keys_topic)
     assert first_on_disk["sequence"] == 0  # the refused attempt used no position
     assert publisher.refused_by_reason() == {"disk_error": 1}
+    publisher.close(timeout=0.5)
+
+
+def test_when_the_journals_disk_fails_a_waiting_key_record_is_handed_over_ahead_of_its_turn(
+    hung_broker: KafkaSettings, kek_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Journal mode, the journal's write failing (EIO): each turn goes on without it, and
+    the key record appended ahead of it is handed over first (here: to the spool), never
+    left behind in the failed journal."""
+    publisher = TurnEventPublisher(
+        hung_broker,
+        spool_dir=tmp_path / "spool",
+        registry=CollectorRegistry(),
+        max_unacked_s=0,
+        journal=True,
+    )
+    journal = publisher._journal
+    assert journal is not None
+
+    def failing_write(*_args: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(journal.journal, "_write", failing_write)
+    with publisher._ledger.lock:
+        publisher._route.brokers_down()  # as librdkafka reports it: spool, probe first
+    for event in sealed_turns(seed=13):
+        publisher.publish(event)
+    assert on_disk(spooled(publisher._failover.spool), hung_broker.topics.surface_keys) == (
+        TURNS,
+        TURNS,
+    )
     publisher.close(timeout=0.5)
