@@ -251,6 +251,8 @@ class VerifyFollowSink(Sink):
         memory meanwhile, and its offsets held)."""
         if self._monotonic() - self._checkpointed_at >= self._interval_s:
             self.checkpoint()
+        else:
+            self._export()  # the gauges follow the proof, checkpointed or not
 
     def held_offsets(self) -> dict[int, int]:
         return dict(self._durable)
