@@ -23,6 +23,7 @@ mod constants;
 mod decode;
 mod encode;
 mod ffi;
+mod hashing;
 mod spill;
 mod track;
 mod verify;

@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use super::chain::{fingerprint_arg, hex_of, Hash32};
 use super::state::{seen_tuple, State};
 use super::{int_obj, stream_tuple, Bounds, NativeStreamTracker, StreamKey};
+use crate::hashing::{FastMap, Hasher};
 use crate::spill::StreamSpill;
 
 #[pymethods]
@@ -49,11 +50,11 @@ impl NativeStreamTracker {
         let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?.unbind();
         Ok(NativeStreamTracker {
             state: Mutex::new(State {
-                seen: HashMap::new(),
+                seen: FastMap::default(),
                 order: VecDeque::new(),
-                streams: LruCache::unbounded(),
-                first_offset: HashMap::new(),
-                log_start: HashMap::new(),
+                streams: LruCache::unbounded_with_hasher(Hasher::default()),
+                first_offset: FastMap::default(),
+                log_start: FastMap::default(),
                 dirty: None,
                 filter: None,
                 spill: stream_spill.filter(|f| !f.is_none(py)).map(|f| StreamSpill::new(f, clamp(stream_batch))),
@@ -308,7 +309,7 @@ impl NativeStreamTracker {
     fn hand_over_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = self.remembered_items(py)?;
         let mut st = self.lock()?;
-        st.seen = HashMap::new();
+        st.seen = FastMap::default();
         st.order = VecDeque::new();
         Ok(out)
     }
