@@ -179,7 +179,9 @@ def test_only_the_edit_loop_draws_a_share_of_the_property_examples() -> None:
 def test_the_whole_suite_runs_every_tier_of_tests() -> None:
     """Each directory of tests under tests/ is named by a pytest line of ``make test``."""
     lines = [expanded(line) for line in rules()["test"][1] if "bin/pytest" in expanded(line)]
-    named = {word.rstrip("/") for line in lines for word in line.split() if word.startswith("tests/")}
+    named = {
+        word.rstrip("/") for line in lines for word in line.split() if word.startswith("tests/")
+    }
     tiers = {
         f"tests/{d.name}"
         for d in (PROJECT_ROOT / "tests").iterdir()

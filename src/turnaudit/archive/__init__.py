@@ -6,5 +6,7 @@ digests (docs/archive.md).
 * ``digests``: the signed, chained digests listing every segment written;
 * ``store``: the archive's directory, each file written once;
 * ``writer``: one partition's archiver (cut, write, digest, resume after a restart);
-* ``check``: every digest, segment and chain verified, each finding named.
+* ``check``: every digest, segment and chain verified, each finding named;
+* ``reading``: the archive read as the topic (``verify --archive``, ``replay --archive``;
+  ``archive export``, ``turnaudit.replay.archive_export``, writes replay's jsonl lines of it).
 """

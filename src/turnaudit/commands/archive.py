@@ -6,6 +6,9 @@ stream heads) into ``TURNAUDIT_ARCHIVE_DIR``, digests signed with
 environment like every service; SIGTERM or SIGINT writes the open segments and a last
 digest, then exits 0.
 
+``export LOCATION --jsonl OUT`` writes the archive's turns as JSON Lines
+(``turnaudit.replay.archive_export``), with the archive alone.
+
 ``check LOCATION --keyring FILE`` verifies every digest, every segment's hash and the
 chains (``turnaudit.archive.check``): one line per finding on stdout and exit 1, or a
 line per partition and exit 0. docs/archive.md says what each finding means.
@@ -33,7 +36,10 @@ from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings
 from turnaudit.consumers.runtime.worker_process import WorkerPlan
 from turnaudit.errors import ConfigurationError
-from turnaudit.settings import ENV_PREFIX
+from turnaudit.kafka.decoders import decoder_for
+from turnaudit.redaction import surface_redaction
+from turnaudit.replay.archive_export import export_jsonl
+from turnaudit.settings import ENV_PREFIX, KafkaSettings
 from turnaudit.signing_keys import load_keyring
 from turnaudit.topic_names import CHECKPOINTS, STREAM_HEADS, TURN_EVENTS
 
@@ -68,6 +74,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--keyring", type=Path, required=True, metavar="FILE", help="the keyring (TOML)"
     )
     check.set_defaults(handler=_check)
+    export = actions.add_parser(
+        "export",
+        help="an archive's turns as JSON Lines (replay's jsonl lines), for DuckDB's read_json",
+    )
+    export.add_argument("location", type=Path, metavar="LOCATION", help="the archive's directory")
+    export.add_argument(
+        "--jsonl", type=Path, required=True, metavar="OUT", help="the file to write (replaced)"
+    )
+    export.set_defaults(handler=_export)
 
 
 def archived_topic(settings: ServiceSettings, topic: str) -> tuple[str, ServiceSettings]:
@@ -122,4 +137,18 @@ def _check(args: argparse.Namespace) -> int:
     if report.findings:
         print(f"{len(report.findings)} findings")
         return 1
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    location: Path = args.location
+    if not location.is_dir():
+        raise ConfigurationError(f"{location}: not a directory")
+    settings = KafkaSettings.from_env()
+    # The shipped versions (and the registry, when one is set): no broker is asked.
+    decode = decoder_for(settings, schemas_topic=False)
+    summary = export_jsonl(
+        LocalArchive(location), settings.topics.turn_events, decode, args.jsonl, surface_redaction()
+    )
+    print(summary.human())
     return 0

@@ -145,6 +145,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--partitions", metavar="P,…", help="only these partitions, e.g. 0,2")
     parser.add_argument("--topic", help="topic to replay (default: the configured turn events)")
+    parser.add_argument(
+        "--archive",
+        type=Path,
+        metavar="DIR",
+        help="an archive (turnaudit archive run): a range from the log start starts at the "
+        "archive's first offset; the archive's segments feed it, the topic the rest; offsets "
+        "in neither fail the replay (docs/archive.md)",
+    )
     add_time_arguments(parser)
     parser.add_argument(
         "--group",
@@ -199,6 +207,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _replay(args: argparse.Namespace) -> int:
     target = ReplayTarget.parse(args.into, OUTPUT_KINDS, args.checkpoint)
+    if args.archive is not None and not args.archive.is_dir():
+        raise ConfigurationError(f"--archive {args.archive}: not a directory")
+    if args.archive is not None and args.group:
+        raise ConfigurationError("--archive is read by one process: leave out --group")
     event_time, slack = event_time_options(args)
     request = ReplayRequest(
         RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets),
@@ -208,7 +220,9 @@ def _replay(args: argparse.Namespace) -> int:
         slack=slack,
         surfaces=surface_redaction(),
         step=None if args.step is None else timedelta(seconds=args.step),
+        archive=args.archive,
     )
+    request.check_archive()
     if request.step is not None and target.kind not in STEPPED_KINDS:
         raise ConfigurationError(
             f"--step applies to {' and '.join(STEPPED_KINDS)} outputs, not {target.kind}:"

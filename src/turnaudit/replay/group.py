@@ -300,6 +300,10 @@ def replay_group(
     is computed in one process.
     """
     group_id(settings.topics.prefix, group)  # a bad name fails before any work
+    if request.archive is not None:
+        raise ConfigurationError(
+            "--group with --archive: the archive is read by one process (no --group)"
+        )
     run = Prologue.of(
         settings,
         decode,

@@ -78,6 +78,17 @@ class BlockOrder:
         """The partition whose turn it is (only while some partition is unfinished)."""
         return self._active[self._at]
 
+    def fetched(self, partition: int) -> int:
+        """The offset the next record of ``partition`` to be offered must reach."""
+        return self._fetched[partition]
+
+    def forget_pauses(self) -> list[int]:
+        """The partitions paused so far, now counted as fetching (a new assignment
+        resets what the consumer pauses); the next ``flow`` pauses again what is full."""
+        paused = sorted(self._paused)
+        self._paused.clear()
+        return paused
+
     def offer(self, record: Record) -> None:
         """Buffer a fetched record; one of another partition, one already buffered (a
         refetch after a pause) or one beyond the bound is dropped."""

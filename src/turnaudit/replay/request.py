@@ -86,6 +86,8 @@ class ReplayRequest:
     surfaces: Redaction = DROPPED
     # ``--step``: metrics outputs write one timestamped sample per step of event time.
     step: timedelta | None = None
+    # ``--archive``: an archive (``turnaudit archive run``) in front of the topic.
+    archive: Path | None = None
 
     def fingerprint(self, topic: str, target: ReplayTarget) -> str:
         """A digest of the arguments: a checkpoint resumes only the replay it was written by."""
@@ -114,8 +116,22 @@ class ReplayRequest:
                 else {"surfaces": self.surfaces.label}
             ),
             **({} if self.step is None else {"step_s": self.step.total_seconds()}),
+            # Whether, not where: an archive moved elsewhere still resumes its replay.
+            **({} if self.archive is None else {"archive": True}),
         }
         return hashlib.sha256(canonical_json(described)).hexdigest()
+
+    def check_archive(self) -> None:
+        """An archive is read by offsets: a range by broker time is not looked up in it."""
+        if (
+            self.archive is not None
+            and not self.event_time
+            and (self.spec.since or self.spec.until)
+        ):
+            raise ConfigurationError(
+                "--archive with --from/--to by broker time: broker times are not looked up "
+                "in the archive; use --time event (or --from-offsets/--to-offsets)"
+            )
 
 
 def parse_partitions(text: str) -> tuple[int, ...]:

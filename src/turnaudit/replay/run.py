@@ -10,9 +10,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from turnaudit.archive.reading import ArchiveFeed
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.offsets import EventWindow, event_time_range, resolve_range
 from turnaudit.records import Record
+from turnaudit.replay.archived import archive_feed, start_in_archive
 from turnaudit.replay.checkpoint import ReplayCheckpoint
 from turnaudit.replay.jsonl import JsonlOutput
 from turnaudit.replay.outputs import OutputContext, OutputFactory, OutputKinds, ReplayOutput
@@ -75,6 +77,11 @@ def replay(
         checkpoint_every=checkpoint_every,
     )
     state = run.recorded or run.resolve(timeout)
+    feed = (
+        None
+        if request.archive is None
+        else archive_feed(settings, request.archive, state, timeout)  # a gap: before output
+    )
     output = run.build(state.start, state.end)  # a refused output leaves no checkpoint behind
     if not run.resumed:
         state.save(target.checkpoint)
@@ -83,8 +90,8 @@ def replay(
             _restart(state)
         output.open(state.output_bytes if output.resumable else 0)
         if output.resumable and output.needs_warmup and state.read:
-            _warm(settings, decode, state, output, batch_size=batch_size, timeout=timeout)
-        reader = OrderedReader(settings, state, timeout=timeout)
+            _warm(settings, decode, state, output, feed, batch_size=batch_size, timeout=timeout)
+        reader = OrderedReader(settings, state, timeout=timeout, archive=feed)
         since_sync, synced_at = 0, time.monotonic()
         for batch in reader.batches(batch_size):
             kept = in_window(decode, batch, state)
@@ -139,6 +146,7 @@ class Prologue:
         factory = output_factory(target.kind, outputs)
         topic = request.topic or settings.topics.turn_events
         fingerprint = request.fingerprint(topic, target)
+        request.check_archive()
         recorded = _recorded(target.checkpoint, fingerprint) if target.checkpoint.exists() else None
         return cls(settings, decode, request, target, topic, fingerprint, factory, recorded)
 
@@ -228,6 +236,10 @@ def new_state(
         window = (found.low, found.high)
     resolved = resolve_range(settings, topic, spec, timeout=min(timeout, 30.0))
     start, end = resolved.start, resolved.end
+    if request.archive is not None:
+        start = start_in_archive(
+            request.archive, topic, start, end, resolved.log_start, asked=spec.from_offsets
+        )
     if request.partitions is not None:
         missing = sorted(set(request.partitions) - set(end))
         if missing:
@@ -253,6 +265,7 @@ def _warm(
     decode: TurnEventDeserializer,
     state: ReplayCheckpoint,
     output: ReplayOutput,
+    feed: ArchiveFeed | None,
     *,
     batch_size: int,
     timeout: float,
@@ -263,7 +276,8 @@ def _warm(
     the range cut at the checkpoint's offsets (:func:`prefix_state`).
     """
     prefix = prefix_state(state)
-    for batch in OrderedReader(settings, prefix, timeout=timeout).batches(batch_size):
+    reader = OrderedReader(settings, prefix, timeout=timeout, archive=feed)
+    for batch in reader.batches(batch_size):
         kept = in_window(decode, batch, prefix)
         if kept:
             output.warm(kept)

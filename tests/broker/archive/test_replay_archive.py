@@ -1,0 +1,80 @@
+"""``replay --archive`` on the real broker: turns published, archived (the broker's records,
+as the archiver writes them), then each partition deleted (``delete_records``) to another
+point of the archive; the replay from the archive and the topic is byte for byte the
+replay taken before the deletion (jsonl and logs outputs). A partition deleted past the
+archive's end fails the replay with one line naming the offsets, no output written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.archive import archive_records, signing_key
+from tests.support.verify_helpers import fresh_topics, publish
+from turnaudit.archive.segments import ArchivedRecord
+from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.writer import ArchivePolicy
+from turnaudit.cli import main
+from turnaudit.kafka.offsets import delete_records_before, end_offsets
+from turnaudit.kafka.reading import read_range
+
+pytestmark = pytest.mark.broker
+
+OUTPUTS = ("jsonl", "logs")
+
+
+def replay_into(folder: Path, *extra: str) -> tuple[int, dict[str, bytes]]:
+    """Replay into each output kind under ``folder``; the exit code and the outputs."""
+    folder.mkdir()
+    codes = [main(["replay", *extra, "--into", f"{kind}:{folder / kind}"]) for kind in OUTPUTS]
+    written = {kind: (folder / kind).read_bytes() for kind in OUTPUTS if (folder / kind).exists()}
+    return max(codes), written
+
+
+def test_replay_from_the_archive_after_deletion_is_the_replay_before_it_byte_for_byte(
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    settings = fresh_topics(kafka_bootstrap)
+    topic = settings.topics.turn_events
+    publish(settings, tmp_path / "spool", seed=41, events=300, versions=(1, 2, 3))
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    code, before = replay_into(tmp_path / "before")
+    assert code == 0
+
+    # The archive holds each partition's first two thirds, as the archiver writes them.
+    ends = end_offsets(settings, topic)
+    records = sorted(
+        (ArchivedRecord.of(m) for m in read_range(settings, topic, None, ends)),
+        key=lambda r: (r.partition, r.offset),
+    )
+    archived_to = {p: ends[p] * 2 // 3 for p in ends}
+    root = tmp_path / "archive"
+    for p in ends:
+        held = [r for r in records if r.partition == p and r.offset < archived_to[p]]
+        archive_records(LocalArchive(root), held, signing_key(), ArchivePolicy(window_ms=200))
+    # Deleted: to the archive's end (the topic takes over at its log start), to within the
+    # archive (both hold the offsets between), to just before the archive's last offset.
+    cut = {0: archived_to[0], 1: archived_to[1] // 2, 2: archived_to[2] - 1}
+    assert delete_records_before(settings, topic, cut) == cut
+
+    code, after = replay_into(tmp_path / "after", "--archive", str(root), "--timeout", "10")
+    assert code == 0
+    assert after == before
+    # The topic alone has lost the deleted turns.
+    code, topic_only = replay_into(tmp_path / "topic-only")
+    assert code == 0
+    assert topic_only["jsonl"].count(b"\n") == before["jsonl"].count(b"\n") - sum(cut.values())
+
+    # Partition 1 deleted past the archive's end: offsets neither holds, refused, nothing written.
+    delete_records_before(settings, topic, {1: archived_to[1] + 5})
+    capsys.readouterr()
+    code, gapped = replay_into(tmp_path / "gap", "--archive", str(root))
+    err = capsys.readouterr().err
+    assert (code, gapped) == (1, {})
+    assert f"1: {archived_to[1]}-{archived_to[1] + 4}" in err
+    assert all(line.startswith("turnaudit replay: ") for line in err.strip().splitlines())
