@@ -141,19 +141,17 @@ def stream_key(stream: StreamId) -> bytes:
     return f"{STREAM_KEY}[{_quoted(stream[0])}, {_quoted(stream[1])}]".encode()
 
 
-def stream_record(partition: int, state: bytes, gaps: OpenGaps | None) -> bytes:
+def stream_record(partition: int | None, state: bytes, gaps: OpenGaps | None) -> bytes:
     """A stream's state record: ``json.dumps`` of its partition, its state in the tracker's
     encoding (base64) and, with open gaps, when each opened and which are lost; the common
     record, with none, written directly (the same bytes)."""
     encoded = base64.b64encode(state)
-    if gaps is None:
+    if gaps is None and partition is not None:
         return b'{"p": %d, "s": "%s"}' % (partition, encoded)
-    record: dict[str, object] = {
-        "p": partition,
-        "s": encoded.decode(),
-        "g": {str(k): v for k, v in gaps.opened.items()},
-        "l": sorted(gaps.lost),
-    }
+    record: dict[str, object] = {"p": partition, "s": encoded.decode()}
+    if gaps is not None:
+        record["g"] = {str(k): v for k, v in gaps.opened.items()}
+        record["l"] = sorted(gaps.lost)
     return json.dumps(record).encode()
 
 

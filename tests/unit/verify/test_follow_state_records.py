@@ -32,9 +32,9 @@ gaps = st.none() | st.builds(
 )
 
 
-@given(st.integers(0, 2**31), st.binary(max_size=512), gaps)
+@given(st.none() | st.integers(0, 2**31), st.binary(max_size=512), gaps)
 def test_a_stream_record_is_json_dumps_of_its_fields(
-    partition: int, state: bytes, open_gaps: OpenGaps | None
+    partition: int | None, state: bytes, open_gaps: OpenGaps | None
 ) -> None:
     record: dict[str, object] = {"p": partition, "s": base64.b64encode(state).decode()}
     if open_gaps is not None:
