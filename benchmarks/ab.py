@@ -11,6 +11,10 @@ ratio to bare and of CPU µs per event, and B/A of the medians. The ratio to
 the bare loop is the figure that survives a loaded machine: both sides of it
 ran in the same round, on the same broker, under the same load.
 
+``bench_publish.py`` prints no such table: its lines ``label:  min … median … max … us`` are
+read instead, each row's figures being its median µs per event and that median over the
+baseline's (encode + produce + ``poll(0)``) of the same round in place of the ratio to bare.
+
 ``--a-args`` / ``--b-args`` add arguments for one side only, for a flag only
 one checkout's script knows (e.g. ``--b-args "--versions 1 2"`` to give B the
 schema versions an older script publishes without a flag).
@@ -30,6 +34,10 @@ from pathlib import Path
 ROW = re.compile(
     r"^\s{2}(?P<name>\S.*?)\s{2,}(?P<rate>[\d,]+)\s+\(.*?\)\s+(?P<cpu>[\d.]+)\s+"
     r"(?P<bare>[\d.]+)x"
+)
+# bench_publish.py: "  publish(), metrics on:   min 40.1  median 41.0  max 44.2 us"
+SPREAD = re.compile(
+    r"^\s{2}(?P<name>[^:]+):\s+min [\d.]+\s+median (?P<median>[\d.]+)\s+max [\d.]+ us$"
 )
 
 
@@ -57,6 +65,14 @@ def run_once(
         found = ROW.match(line)
         if found:
             rows[found["name"].strip()] = (float(found["bare"]), float(found["cpu"]))
+    medians = {
+        found["name"].strip(): float(found["median"])
+        for found in map(SPREAD.match, out.splitlines())
+        if found
+    }
+    baseline = next((m for name, m in medians.items() if name.startswith("baseline")), None)
+    if not rows and baseline:
+        rows = {name: (median / baseline, median) for name, median in medians.items()}
     if not rows:
         raise SystemExit(f"no summary rows in the output of {tree}:\n{out[-2000:]}")
     return rows

@@ -15,6 +15,13 @@ is the topic's message count (high minus low watermark) over the wall time.
 A run counts only if it did the whole job: exit code 0; ``verify`` must print
 ``messages read <count>`` and ``every turn accounted for``; every ``jsonl:`` output must
 have one line per message. Anything else stops the A/B with the run's output tail.
+
+``--until-proved`` is for ``verify --follow`` (a service that never ends): each run gets a
+fresh consumer group and metrics port (the state topic deleted first, so it proves
+everything again), and is timed until its ``turnaudit_verify_proved_offset`` gauges reach
+the end of every partition; it is then stopped (SIGTERM) and its CPU counted once waited.
+
+    ... --until-proved -- verify --follow
 """
 
 from __future__ import annotations
@@ -29,10 +36,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from turnaudit.kafka.offsets import watermarks
+from prometheus_client.parser import text_string_to_metric_families
+
+from turnaudit.kafka.offsets import end_offsets, watermarks
+from turnaudit.kafka.topic_deletion import delete_topics
+from turnaudit.local_broker import free_ports
 from turnaudit.settings import BOOTSTRAP_ENV, KafkaSettings
 from turnaudit.topic_names import TopicNames
 
@@ -84,6 +97,62 @@ def check(row: Row, argv: list[str], out: Path, code: int, messages: int) -> Non
         )
 
 
+def proved(port: int) -> dict[int, int]:
+    """A follower's proved offset per partition (empty until it answers)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return {}
+    return {
+        int(s.labels["partition"]): int(s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "turnaudit_verify_proved_offset"
+    }
+
+
+def follow_once(row: Row, command: list[str], env: dict[str, str], timeout: float) -> Run:
+    """One follower from nothing until it has proved the whole topic, then stopped."""
+    settings = KafkaSettings(
+        bootstrap_servers=env[BOOTSTRAP_ENV], topics=TopicNames(env["TURNAUDIT_TOPIC_PREFIX"])
+    )
+    delete_topics(settings, [settings.topics.verify_state])
+    end = end_offsets(settings, settings.topics.turn_events)
+    (port,) = free_ports(1)
+    env = {
+        **env,
+        "TURNAUDIT_HTTP_HOST": "127.0.0.1",
+        "TURNAUDIT_HTTP_PORT": str(port),
+        "TURNAUDIT_GROUP_ID": f"ab-follow-{uuid.uuid4().hex}",
+        "TURNAUDIT_GROUP_INSTANCE_ID": "none",
+    }
+    with tempfile.TemporaryDirectory(prefix="turnaudit-ab-") as work:
+        cpu_before, began = children_cpu(), time.perf_counter()
+        proc = subprocess.Popen(
+            [str(row.turnaudit), *command, *row.extra],
+            cwd=work,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            while True:
+                at = proved(port)
+                if all(at.get(p, 0) >= offset for p, offset in end.items() if offset):
+                    seconds = time.perf_counter() - began
+                    break
+                if proc.poll() is not None:
+                    raise SystemExit(f"{row.name}: the follower stopped (exit {proc.returncode})")
+                if time.perf_counter() - began > timeout:
+                    raise SystemExit(f"{row.name}: over {timeout:g} s: stopped")
+                time.sleep(0.2)
+        finally:
+            proc.terminate()
+            proc.wait(60)
+        return Run(seconds, children_cpu() - cpu_before)
+
+
 def run_once(
     row: Row, command: list[str], env: dict[str, str], messages: int, timeout: float
 ) -> Run:
@@ -130,6 +199,11 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one run may take")
+    parser.add_argument(
+        "--until-proved",
+        action="store_true",
+        help="verify --follow: time each run until it has proved the whole topic",
+    )
     parser.add_argument("command", nargs="+", help="the turnaudit command line (after --)")
     args = parser.parse_args()
     bootstrap = os.environ.get(BOOTSTRAP_ENV)
@@ -145,11 +219,15 @@ def main() -> None:
     rows += [
         Row(f"B {extra}", rows[1].turnaudit, tuple(shlex.split(extra))) for extra in args.b_row
     ]
-    env = {**os.environ, "TURNAUDIT_TOPIC_PREFIX": args.prefix}
+    env = {**os.environ, BOOTSTRAP_ENV: bootstrap, "TURNAUDIT_TOPIC_PREFIX": args.prefix}
     runs: dict[str, list[Run]] = {row.name: [] for row in rows}
     for n in range(args.rounds):
         for row in rows[n % len(rows) :] + rows[: n % len(rows)]:
-            run = run_once(row, args.command, env, messages, args.timeout)
+            run = (
+                follow_once(row, args.command, env, args.timeout)
+                if args.until_proved
+                else run_once(row, args.command, env, messages, args.timeout)
+            )
             runs[row.name].append(run)
             print(
                 f"round {n + 1}: {row.name:16} {run.seconds:7.2f} s wall "

@@ -318,3 +318,6 @@ impl Encoder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,11 +4,16 @@
 //! - `decode`: writer schemas compiled once, bodies decoded into Python objects (and
 //!   scanned in place, `decode::scan`);
 //! - `encode`: records written as fastavro writes them;
-//! - `track`: the stream tracker (placement, chains, gaps, its state's encoding) and the
-//!   follower's hold on it;
-//! - `spill`: what a bounded tracker keeps on disk (event id runs, idle streams);
+//! - `track`: the stream tracker (placement, chains, gaps, its state's encoding, its idle
+//!   streams on disk) and the follower's hold on it;
+//! - `spill`: verify's forgotten event ids on disk as sorted runs; `run_store`: that
+//!   store's Python methods (above `track`: it takes a tracker's remembered ids);
 //! - `verify`: verify's per-message step and contracts 1-4 on a scanned record;
-//! - `ffi`: every raw CPython call; `constants`: the bytes both languages share.
+//! - `ffi`: every raw CPython call; `constants`: the bytes both languages share;
+//!   `bloom`: the Bloom filter the tracker and the spill share.
+//!
+//! No module uses one that uses it back, and no folder either
+//! (tests/unit/test_rust_module_graph.py); docs/architecture.md has the floors.
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -19,11 +24,13 @@ use pyo3::types::PyBytes;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod bloom;
 mod constants;
 mod decode;
 mod encode;
 mod ffi;
 mod hashing;
+mod run_store;
 mod spill;
 mod track;
 mod verify;
@@ -35,7 +42,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<decode::Decoder>()?;
     m.add_class::<encode::Encoder>()?;
     m.add_class::<track::NativeStreamTracker>()?;
-    m.add_class::<track::BloomFilter>()?;
+    m.add_class::<bloom::BloomFilter>()?;
     m.add_class::<spill::SortedRunStore>()?;
     m.add_class::<spill::IdChunks>()?;
     m.add_class::<verify::ContractCheck>()?;

@@ -24,12 +24,12 @@ use pyo3::exceptions::{PyOverflowError, PyValueError};
 use pyo3::prelude::*;
 
 mod body;
-use body::{Body, Fail};
+pub(crate) use body::{Body, Fail};
 pub(crate) mod scan;
 mod schema;
 mod value;
 
-pub(crate) use schema::{compile_schema, unsupported, Node, NodeId};
+pub(crate) use schema::{compile_schema, unsupported, Node, NodeId, UnsupportedSchemaError};
 pub(crate) use value::Plan;
 
 pyo3::create_exception!(
@@ -43,12 +43,6 @@ pyo3::create_exception!(
     TrailingBytesError,
     DecodeError,
     "A whole record was read but bytes remain after it (args: count, end)."
-);
-pyo3::create_exception!(
-    turnaudit._native,
-    UnsupportedSchemaError,
-    PyValueError,
-    "The schema is outside what the native compiler promises to decode like fastavro."
 );
 
 fn raise(py: Python<'_>, fail: Fail) -> PyErr {

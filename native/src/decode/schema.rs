@@ -4,10 +4,17 @@
 
 use std::collections::{HashMap, HashSet};
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
-use super::UnsupportedSchemaError;
+// Raised here, where a schema is refused (re-exported by the decoder's module).
+pyo3::create_exception!(
+    turnaudit._native,
+    UnsupportedSchemaError,
+    PyValueError,
+    "The schema is outside what the native compiler promises to decode like fastavro."
+);
 
 pub(crate) type NodeId = usize;
 

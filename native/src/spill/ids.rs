@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use super::runs::*;
-use crate::track::BloomFilter;
+use crate::bloom::BloomFilter;
 
 /// The ids of one run, a list at a time.
 #[pyclass(module = "turnaudit._native")]

@@ -13,16 +13,14 @@
 //! An id is held once: the first copy kept wins, in a batch and across runs (the
 //! oldest run's copy survives a merge), as `INSERT OR IGNORE` did.
 //!
-//! `streams`: the tracker's idle streams on disk (an SQLite scratch file).
+//! The store's Python methods are `crate::run_store` (above the tracker, whose ids it
+//! takes); the tracker's idle streams on disk are `crate::track::stream_spill`.
 
-mod id_methods;
-mod ids;
-mod runs;
-mod streams;
+pub(crate) mod ids;
+pub(crate) mod runs;
 
 pub(crate) use ids::{IdChunks, SortedRunStore};
 pub(crate) use runs::{os_error, Seen};
-pub(crate) use streams::StreamSpill;
 
 #[cfg(test)]
 mod tests;

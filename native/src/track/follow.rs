@@ -10,8 +10,8 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use super::state::State;
-use super::stream::{Positions, Stream};
-use super::{NativeStreamTracker, StreamKey};
+use super::stream::{Positions, Stream, StreamKey};
+use super::tracker::NativeStreamTracker;
 use crate::hashing::FastSet;
 
 /// `tracker.start_partition`: a partition taken over at `first_offset`, its log start.

@@ -14,9 +14,11 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use super::chain::{fingerprint_arg, hex_of, Hash32};
 use super::state::{seen_tuple, State};
-use super::{int_obj, stream_tuple, Bounds, NativeStreamTracker, StreamKey};
+use super::event::int_obj;
+use super::stream::StreamKey;
+use super::stream_spill::StreamSpill;
+use super::tracker::{stream_tuple, Bounds, NativeStreamTracker};
 use crate::hashing::{FastMap, Hasher};
-use crate::spill::StreamSpill;
 
 #[pymethods]
 impl NativeStreamTracker {

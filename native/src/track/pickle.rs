@@ -10,12 +10,12 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::bloom::BloomFilter;
 use super::chain::SEEN_DIGITS;
 use super::codec::{StateReader, StateWriter};
 use super::state::{SeenEntry, FILTER_BITS};
 use super::stream::Stream;
-use super::NativeStreamTracker;
+use super::tracker::NativeStreamTracker;
+use crate::bloom::BloomFilter;
 use crate::hashing::{FastMap, Hasher};
 
 impl NativeStreamTracker {

@@ -11,9 +11,10 @@ use pyo3::types::{PyBool, PyList, PyString, PyTuple};
 
 use super::chain::{chain_digest, head16, hex_is, Hash32};
 use super::state::{entry_of, seen_tuple, spilled_seen, SeenEntry, State};
-use super::stream::{Prev, Stream};
-use super::{busy, describe_stream, get, int_obj, item, opt_i64, prev_of, sequence_of, text, NativeStreamTracker, Placed, StreamKey};
-use super::{CONTENT_CHANGED, DUPLICATE, LATE, NEW, POSITION_REUSED, REDELIVERY};
+use super::event::{get, int_obj, item, opt_i64, prev_of, sequence_of, text};
+use super::stream::{Prev, Stream, StreamKey};
+use super::tracker::{busy, describe_stream, NativeStreamTracker, Placed};
+use super::tracker::{CONTENT_CHANGED, DUPLICATE, LATE, NEW, POSITION_REUSED, REDELIVERY};
 use crate::constants::GENESIS_HEX;
 use crate::spill::{Seen, SortedRunStore};
 

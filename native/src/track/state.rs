@@ -8,12 +8,12 @@ use lru::LruCache;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::bloom::BloomFilter;
 use super::chain::SEEN_DIGITS;
-use super::stream::Stream;
-use super::StreamKey;
+use super::stream::{Stream, StreamKey};
+use super::stream_spill::StreamSpill;
+use crate::bloom::BloomFilter;
 use crate::hashing::{FastMap, FastSet, Hasher};
-use crate::spill::{Seen, StreamSpill};
+use crate::spill::Seen;
 
 /// The bits of the filter of ids handed to a Python store of forgotten ids.
 pub(crate) const FILTER_BITS: u64 = 1 << 28;

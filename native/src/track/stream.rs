@@ -10,6 +10,9 @@ use pyo3::prelude::*;
 use super::chain::{hex_is, Hash32};
 use super::codec::{StateReader, StateWriter};
 
+/// A stream's key: its session id and producer id.
+pub(crate) type StreamKey = (String, String);
+
 /// A `prev_hash` as the event carries it (after Python's `or ""`): text, or some
 /// other object (equal to no hash).
 #[derive(Clone)]

@@ -5,11 +5,11 @@ use std::collections::HashSet;
 
 use sha2::{Digest, Sha256};
 
-use super::bloom::BloomFilter;
 use super::chain::{chain_digest, head16, hex_is, hex_of, Hash32};
 use super::codec::{StateReader, StateWriter};
-use super::stream::{Prev, Stream};
-use super::{NativeStreamTracker, StreamKey};
+use super::stream::{Prev, Stream, StreamKey};
+use super::tracker::NativeStreamTracker;
+use crate::bloom::BloomFilter;
 use crate::constants::{CHAIN_DOMAIN, GENESIS_HEX, LEGACY_CHAIN_FINGERPRINTS, SCHEMA_CHAIN_DOMAIN};
 
 fn sha(parts: &[&[u8]]) -> Hash32 {

@@ -1,4 +1,4 @@
-//! The two sources the contract rule reads a turn from (`contracts::Value`).
+//! The two sources the contract rule reads a turn from (`rule_input::Value`).
 //!
 //! `Object`: a decoded event, Python objects: each answer is Python's own (the same
 //! lookups, comparisons and truth tests `check_event` made in Python; its exceptions).
@@ -12,7 +12,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict};
 
-use super::contracts::{Ask, Key, Number, Stop, Text, Value};
+use super::rule_input::{Ask, Key, Number, Stop, Text, Value};
 use crate::decode::scan::V;
 
 /// A Python object the rule reads. An exact dict is read by the dict API (what indexing

@@ -29,6 +29,7 @@ use crate::decode::Decoder;
 
 mod contract_values;
 mod contracts;
+mod rule_input;
 
 pub(crate) use contracts::ContractCheck;
 use contracts::*;

@@ -1,4 +1,6 @@
-//! `SortedRunStore`'s Python methods (`turnaudit.verify.id_store.SpilledIds` calls them).
+//! `SortedRunStore`'s Python methods (`turnaudit.verify.id_store.SpilledIds` calls them), the
+//! store itself being `spill::ids`. A floor of its own: `export_runs` takes a tracker's
+//! remembered ids, and the tracker in turn keeps its forgotten ids in the store.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -9,8 +11,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::ids::*;
-use super::runs::*;
+use crate::spill::ids::*;
+use crate::spill::runs::*;
 use crate::track::NativeStreamTracker;
 
 #[pymethods]

@@ -16,7 +16,8 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
-use crate::track::{BloomFilter, Stream, StreamKey};
+use super::stream::{Stream, StreamKey};
+use crate::bloom::BloomFilter;
 
 pub(crate) const FILTER_BITS: u64 = 1 << 27; // 16 MiB
 pub(crate) const ENOSPC: i32 = 28;
