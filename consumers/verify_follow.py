@@ -52,6 +52,8 @@ from turnaudit.verify.follow_records import Outcome, StateRecord
 
 log = structlog.get_logger("turnaudit.verify.follow")
 
+DEFAULT_CHECKPOINT_INTERVAL_S = 5.0
+
 _UNDECODABLE = DecodedTurnEvent({}, 0, Framing.SINGLE_OBJECT, "")
 
 
@@ -161,7 +163,11 @@ def _count(m: FollowMetrics, outcome: Outcome, breaches: list[str]) -> None:
 
 
 class VerifyFollowSink(Sink):
-    """Checkpoints the proof at every flush; offsets are stored only after it is durable."""
+    """Checkpoints the proof every ``checkpoint_interval_s`` (and at once when a loss or a
+    trust judgement is declared); the offsets the runtime stores are held at the last
+    durable checkpoint, so they never pass it. A restart re-reads at most an interval's
+    turns (as a Kafka Streams commit interval does); a checkpoint written per batch cost a
+    record per stream placed and a round trip to the broker each time."""
 
     # Nothing is rejected (the validation never does); no redelivery marking either.
     marks_redeliveries = False
@@ -174,6 +180,8 @@ class VerifyFollowSink(Sink):
         *,
         clock: Callable[[], float] = time.time,
         flush_timeout_s: float = 30.0,
+        checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
+        monotonic: Callable[[], float] = time.monotonic,
         trust: TrustFeed | None = None,
         heads: HeadsFeed | None = None,
     ) -> None:
@@ -189,6 +197,12 @@ class VerifyFollowSink(Sink):
         # A partition's state records read when it was assigned, kept for its first message.
         self._assigned_records: dict[int, list[tuple[bytes, bytes | None]]] = {}
         self._flush_timeout_s = flush_timeout_s
+        self._interval_s = checkpoint_interval_s
+        self._monotonic = monotonic
+        self._checkpointed_at = monotonic()
+        # Per partition, the next offset the last durable checkpoint proved to: the runtime
+        # stores no offset past it.
+        self._durable: dict[int, int] = {}
         self._trust = trust
         if trust is not None:
             trust.start()  # the reader, from where each partition's trust stopped
@@ -218,6 +232,7 @@ class VerifyFollowSink(Sink):
         if self._trust is not None and partition not in self._trust.judges:
             self._trust.take_partition(partition, records)
         proof = self._state.partitions[partition]
+        self._durable[partition] = proof.next_offset  # what its checkpoint (or nothing) proved
         log.info(
             "verify_partition_loaded",
             partition=partition,
@@ -232,6 +247,18 @@ class VerifyFollowSink(Sink):
         return  # checked in the validation already
 
     def flush(self) -> None:
+        """After a batch: a checkpoint once the interval passed (the batch's proof is in
+        memory meanwhile, and its offsets held)."""
+        if self._monotonic() - self._checkpointed_at >= self._interval_s:
+            self.checkpoint()
+        else:
+            self._export()  # the gauges follow the proof, checkpointed or not
+
+    def held_offsets(self) -> dict[int, int]:
+        return dict(self._durable)
+
+    def checkpoint(self) -> None:
+        """What changed since the last checkpoint, written and durable before returning."""
         if self._heads is not None:  # about no one partition; first: it retires streams
             # (ended whole, covered by judged-to marks written before), whose tombstones
             # the state's records then carry
@@ -239,16 +266,18 @@ class VerifyFollowSink(Sink):
         self._pending += self._state.checkpoint()
         if self._trust is not None:
             self._pending += self._trust.checkpoint()
-        if not self._pending:
-            return
-        for about, key, value in self._pending:
-            where = 0 if about is None else about % self._state_partitions
-            self._producer.produce(self._topic, value, key, partition=where)
-        if self._producer.flush(self._flush_timeout_s):
-            raise BrokerError(f"checkpoint not durable on {self._topic}")
-        self._pending = []
-        self._metrics.checkpoints.inc()
-        self._export()
+        if self._pending:
+            for about, key, value in self._pending:
+                where = 0 if about is None else about % self._state_partitions
+                self._producer.produce(self._topic, value, key, partition=where)
+            if self._producer.flush(self._flush_timeout_s):
+                raise BrokerError(f"checkpoint not durable on {self._topic}")
+            self._pending = []
+            self._metrics.checkpoints.inc()
+            self._export()
+        self._checkpointed_at = self._monotonic()
+        for p, proof in self._state.partitions.items():
+            self._durable[p] = proof.next_offset
 
     def tick(self) -> None:
         now = self._clock()
@@ -256,21 +285,23 @@ class VerifyFollowSink(Sink):
         if newly:
             self._metrics.lost.labels("gap").inc(newly)
             log.warning("verify_turns_lost", positions=newly, grace_s=self._state.grace_s)
-            self.flush()  # what was declared lost is checkpointed now, not at the next batch
+            self.checkpoint()  # what was declared lost is checkpointed now
         within, overdue = self._state.missing(now)
         self._metrics.missing.labels("within_grace").set(within)
         self._metrics.missing.labels("overdue").set(overdue)
         if self._trust is not None:
             times = {p: proof.event_time_ms for p, proof in self._state.partitions.items()}
             if self._trust.sweep(times):
-                self.flush()  # what was judged is checkpointed now, not at the next batch
+                self.checkpoint()  # what was judged is checkpointed now
         if self._heads is not None and self._heads.sweep():
-            self.flush()  # crash and vanished losses counted: checkpointed now
+            self.checkpoint()  # crash and vanished losses counted: checkpointed now
+        self.flush()  # idle: what the last batches proved is checkpointed within the interval
 
     def partitions_revoked(self, partitions: set[int]) -> None:
         self._state.forget(partitions)
         for p in partitions:
             self._assigned_records.pop(p, None)
+            self._durable.pop(p, None)
         if self._trust is not None:
             self._trust.drop_partitions(partitions)
         for p in partitions:

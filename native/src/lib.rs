@@ -29,6 +29,7 @@ mod constants;
 mod decode;
 mod encode;
 mod ffi;
+mod hashing;
 mod run_store;
 mod spill;
 mod track;

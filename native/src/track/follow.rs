@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use super::state::State;
 use super::stream::{Positions, Stream, StreamKey};
 use super::tracker::NativeStreamTracker;
+use crate::hashing::FastSet;
 
 /// `tracker.start_partition`: a partition taken over at `first_offset`, its log start.
 #[pyfunction]
@@ -109,7 +110,7 @@ impl NativeStreamTracker {
     /// From now on, remember the streams placed into until `take_dirty` (the follower
     /// checkpoints those).
     pub(crate) fn track_dirty(&self) -> PyResult<()> {
-        self.lock()?.dirty.get_or_insert_with(HashSet::new);
+        self.lock()?.dirty.get_or_insert_with(FastSet::default);
         Ok(())
     }
 

@@ -16,8 +16,9 @@ use super::chain::{fingerprint_arg, hex_of, Hash32};
 use super::state::{seen_tuple, State};
 use super::event::int_obj;
 use super::stream::StreamKey;
-use super::tracker::{stream_tuple, Bounds, NativeStreamTracker};
 use super::stream_spill::StreamSpill;
+use super::tracker::{stream_tuple, Bounds, NativeStreamTracker};
+use crate::hashing::{FastMap, Hasher};
 
 #[pymethods]
 impl NativeStreamTracker {
@@ -51,11 +52,11 @@ impl NativeStreamTracker {
         let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?.unbind();
         Ok(NativeStreamTracker {
             state: Mutex::new(State {
-                seen: HashMap::new(),
+                seen: FastMap::default(),
                 order: VecDeque::new(),
-                streams: LruCache::unbounded(),
-                first_offset: HashMap::new(),
-                log_start: HashMap::new(),
+                streams: LruCache::unbounded_with_hasher(Hasher::default()),
+                first_offset: FastMap::default(),
+                log_start: FastMap::default(),
                 dirty: None,
                 filter: None,
                 spill: stream_spill.filter(|f| !f.is_none(py)).map(|f| StreamSpill::new(f, clamp(stream_batch))),
@@ -310,7 +311,7 @@ impl NativeStreamTracker {
     fn hand_over_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let out = self.remembered_items(py)?;
         let mut st = self.lock()?;
-        st.seen = HashMap::new();
+        st.seen = FastMap::default();
         st.order = VecDeque::new();
         Ok(out)
     }

@@ -1,7 +1,7 @@
 //! A tracker pickled: its tables as one bytes object (`StateWriter`'s format), not
 //! Python objects by the million (verify's jobs send their trackers back).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -16,6 +16,7 @@ use super::state::{SeenEntry, FILTER_BITS};
 use super::stream::Stream;
 use super::tracker::NativeStreamTracker;
 use crate::bloom::BloomFilter;
+use crate::hashing::{FastMap, Hasher};
 
 impl NativeStreamTracker {
     /// Everything placed so far, as plain Python values (pickle).
@@ -58,14 +59,14 @@ impl NativeStreamTracker {
     pub(crate) fn restore_bytes(&self, state: &[u8]) -> PyResult<()> {
         let mut r = StateReader { buf: state, pos: 0 };
         let mut st = self.lock()?;
-        st.streams = LruCache::unbounded();
+        st.streams = LruCache::unbounded_with_hasher(Hasher::default());
         for _ in 0..r.u64()? {
             let session = r.text()?;
             let producer = r.text()?;
             let stream = Stream::read(&mut r)?;
             st.streams.push((session, producer), stream);
         }
-        st.seen = HashMap::new();
+        st.seen = FastMap::default();
         st.order = VecDeque::new();
         for _ in 0..r.u64()? {
             let id: Arc<str> = Arc::from(r.text()?);
@@ -75,7 +76,7 @@ impl NativeStreamTracker {
             st.order.push_back(id.clone());
             st.seen.insert(id, SeenEntry { hash16, partition, offset });
         }
-        st.first_offset = HashMap::new();
+        st.first_offset = FastMap::default();
         for _ in 0..r.u64()? {
             let p = r.i64()?;
             let o = r.i64()?;

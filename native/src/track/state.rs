@@ -1,7 +1,7 @@
 //! The tracker's tables behind its lock: event ids with where each was read, the streams
 //! (in memory, an LRU, and in the spill), first offsets and log starts per partition.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use lru::LruCache;
@@ -12,6 +12,7 @@ use super::chain::SEEN_DIGITS;
 use super::stream::{Stream, StreamKey};
 use super::stream_spill::StreamSpill;
 use crate::bloom::BloomFilter;
+use crate::hashing::{FastMap, FastSet, Hasher};
 use crate::spill::Seen;
 
 /// The bits of the filter of ids handed to a Python store of forgotten ids.
@@ -26,14 +27,14 @@ pub(crate) struct SeenEntry {
 
 pub(crate) struct State {
     // One allocation per id, shared by the table and the arrival order.
-    pub(crate) seen: HashMap<Arc<str>, SeenEntry>,
+    pub(crate) seen: FastMap<Arc<str>, SeenEntry>,
     pub(crate) order: VecDeque<Arc<str>>,
-    pub(crate) streams: LruCache<StreamKey, Stream>,
-    pub(crate) first_offset: HashMap<i64, i64>,
+    pub(crate) streams: LruCache<StreamKey, Stream, Hasher>,
+    pub(crate) first_offset: FastMap<i64, i64>,
     // Log starts learnt when a partition is taken over (the follower's), over `Bounds`'.
-    pub(crate) log_start: HashMap<i64, i64>,
+    pub(crate) log_start: FastMap<i64, i64>,
     // The streams placed into since last taken (the follower's checkpoint), when asked for.
-    pub(crate) dirty: Option<HashSet<StreamKey>>,
+    pub(crate) dirty: Option<FastSet<StreamKey>>,
     pub(crate) filter: Option<BloomFilter>, // made when the first id is handed to the forgotten store
     // Where streams pushed out by `max_streams` go (verify's); none: they are forgotten.
     pub(crate) spill: Option<StreamSpill>,

@@ -14,7 +14,7 @@
 //! only where the values it read settle that, and any turn it is unsure of goes to the
 //! Verifier, whose `check_event` runs the same rule over the decoded event.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use pyo3::intern;
@@ -22,6 +22,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::decode::scan::{scan, Names, V};
+use crate::hashing::{FastMap, FastSet};
 use crate::track::{chain_digest, NativeStreamTracker, Placed, Prev, NEW};
 use crate::constants::{SINGLE_OBJECT_HEADER as HEADER, SINGLE_OBJECT_MAGIC as MAGIC};
 use crate::decode::Decoder;
@@ -66,8 +67,8 @@ pub(crate) struct VerifyStep {
     check: Py<ContractCheck>,
     tally: Py<PyDict>,
     /// Kinds tallied by the scanning path, added to `tally` before `run` returns.
-    scanned_tally: HashMap<TallyKey, u64>,
-    fed_partitions: HashSet<i64>,
+    scanned_tally: FastMap<TallyKey, u64>,
+    fed_partitions: FastSet<i64>,
     messages: u64,
     first_timestamp: Option<i64>,
     last_timestamp: Option<i64>,
@@ -272,8 +273,8 @@ impl VerifyStep {
             tracker,
             check,
             tally,
-            scanned_tally: HashMap::new(),
-            fed_partitions: HashSet::new(),
+            scanned_tally: FastMap::default(),
+            fed_partitions: FastSet::default(),
             messages: 0,
             first_timestamp: None,
             last_timestamp: None,

@@ -29,6 +29,9 @@ from turnaudit.commands.sink import (
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.settings import ServiceName
 from turnaudit.consumers.runtime.worker_process import WorkerPlan
+from turnaudit.consumers.verify_follow import (
+    DEFAULT_CHECKPOINT_INTERVAL_S as DEFAULT_FOLLOW_CHECKPOINT_S,
+)
 from turnaudit.consumers.verify_follow import FollowValidation, VerifyFollowSink
 from turnaudit.consumers.verify_follow_heads import HeadsFeed
 from turnaudit.consumers.verify_follow_metrics import FollowMetrics
@@ -185,6 +188,8 @@ DEFAULT_GRACE_S = 900.0
 KEYRING_ENV = "TURNAUDIT_VERIFY_KEYRING"
 REQUIRE_SIGNED_ENV = "TURNAUDIT_VERIFY_REQUIRE_SIGNED"
 TRUST_GRACE_ENV = "TURNAUDIT_VERIFY_TRUST_GRACE_S"
+# How often --follow checkpoints its proof (a restart re-reads at most this much).
+CHECKPOINT_ENV = "TURNAUDIT_VERIFY_CHECKPOINT_S"
 
 
 def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> ConsumerService:
@@ -204,7 +209,14 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
         packs=settings.metrics.packs,
         label_limit=settings.metrics.label_limit,
     )
-    sink = VerifyFollowSink(settings.kafka, state, metrics, trust=trust, heads=heads)
+    sink = VerifyFollowSink(
+        settings.kafka,
+        state,
+        metrics,
+        checkpoint_interval_s=checkpoint_interval(),
+        trust=trust,
+        heads=heads,
+    )
     validation = FollowValidation(decode, state, metrics, sink.load, trust=trust)
     return consumer_service(settings, sink, plan, registry, validation=validation)
 
@@ -245,6 +257,22 @@ def _trust_feed(kafka: KafkaSettings, metrics: FollowMetrics) -> TrustFeed | Non
     return TrustFeed(kafka, partition_judges(kafka, keyring, grace_s=trust_grace()), metrics)
 
 
+def checkpoint_interval() -> float:
+    """How often the follower checkpoints its proof: its setting, else the default."""
+    given = os.environ.get(CHECKPOINT_ENV) or ""
+    try:
+        interval = float(given) if given else DEFAULT_FOLLOW_CHECKPOINT_S
+    except ValueError:
+        raise ConfigurationError(
+            f"{CHECKPOINT_ENV}={given!r}: expected a number of seconds"
+        ) from None
+    if not 0 <= interval < float("inf"):
+        raise ConfigurationError(
+            f"{CHECKPOINT_ENV}={given!r}: the checkpoint interval must be 0 or more seconds"
+        )
+    return interval
+
+
 def trust_grace() -> float:
     """The trust grace: its setting, else twice the publisher's checkpoint interval."""
     given = os.environ.get(TRUST_GRACE_ENV) or ""
@@ -279,6 +307,7 @@ def _follow(args: argparse.Namespace) -> int:
         if args.trust_grace is not None:
             os.environ[TRUST_GRACE_ENV] = str(args.trust_grace)
         trust_grace()
+    checkpoint_interval()  # a bad interval: one line now, not in the worker
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
     ensure_verify_state_topic(settings)
     return run_service(ServiceName.VERIFY_FOLLOW, verify_follow_worker, args)

@@ -19,6 +19,7 @@ from turnaudit.errors import BrokerError
 from turnaudit.kafka.admin import new_admin
 from turnaudit.kafka.offsets import watermarks
 from turnaudit.kafka.reading import read_range
+from turnaudit.kafka.topics import wait_for_leaders
 from turnaudit.settings import KafkaSettings
 
 STATE_TOPIC_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
@@ -49,6 +50,9 @@ def ensure_verify_state_topic(settings: KafkaSettings, timeout: float = 30.0) ->
             except KafkaException as exc:
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise
+        # Created is not yet known everywhere: a worker that reads it at once could be told
+        # it does not exist.
+        wait_for_leaders(admin, [name], timeout)
     except KafkaException as exc:
         raise BrokerError(f"cannot create {name}: {exc}") from exc
     return name

@@ -295,7 +295,7 @@ def ensure_topics(
         reason = next(iter(denied.values()))
         log.info("topics_left_to_the_admin", topics=sorted(denied), reason=reason)
     visible = [s for s in wanted if s.name not in denied]
-    _wait_for_leaders(admin, [s.name for s in visible], timeout)
+    wait_for_leaders(admin, [s.name for s in visible], timeout)
     existing = [s for s in visible if s.name not in created]
     if existing:
         _check_existing(admin, existing, timeout)
@@ -352,7 +352,7 @@ def _check_existing(admin: AdminClient, specs: list[TopicSpec], timeout: float) 
             )
 
 
-def _wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
+def wait_for_leaders(admin: AdminClient, names: list[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         metadata = admin.list_topics(timeout=timeout)

@@ -63,6 +63,7 @@ from turnaudit.verify.follow_records import (
     StateRecord,
     partition_key,
     stream_key,
+    stream_record,
 )
 from turnaudit.verify.native_step import contract_check
 
@@ -346,12 +347,8 @@ class FollowState:
             if held is None:
                 continue  # forgotten meanwhile (its partition left this member)
             partition, state = held
-            gaps = self.gaps.get(stream)
-            record: dict[str, Any] = {"p": partition, "s": base64.b64encode(state).decode()}
-            if gaps is not None:
-                record["g"] = {str(k): v for k, v in gaps.opened.items()}
-                record["l"] = sorted(gaps.lost)
-            records.append((partition, stream_key(stream), json.dumps(record).encode()))
+            value = stream_record(partition, state, self.gaps.get(stream))
+            records.append((partition, stream_key(stream), value))
         records += [(p, stream_key(s), None) for s, p in sorted(self._retired.items())]
         records += [
             (p, partition_key(p), json.dumps(self.partitions[p].as_json()).encode())

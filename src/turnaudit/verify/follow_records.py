@@ -3,9 +3,11 @@ and their JSON forms and keys on the compacted ``<prefix>verify-state`` topic. P
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _quoted
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -133,7 +135,24 @@ Outcome = Literal[
 
 
 def stream_key(stream: StreamId) -> bytes:
-    return (STREAM_KEY + json.dumps(list(stream))).encode()
+    """``stream:`` and ``json.dumps([session, producer])``, byte for byte (the keys already
+    on the state topic), by json's own C string encoder without the rest of its machinery:
+    a checkpoint writes one per stream placed into."""
+    return f"{STREAM_KEY}[{_quoted(stream[0])}, {_quoted(stream[1])}]".encode()
+
+
+def stream_record(partition: int | None, state: bytes, gaps: OpenGaps | None) -> bytes:
+    """A stream's state record: ``json.dumps`` of its partition, its state in the tracker's
+    encoding (base64) and, with open gaps, when each opened and which are lost; the common
+    record, with none, written directly (the same bytes)."""
+    encoded = base64.b64encode(state)
+    if gaps is None and partition is not None:
+        return b'{"p": %d, "s": "%s"}' % (partition, encoded)
+    record: dict[str, object] = {"p": partition, "s": encoded.decode()}
+    if gaps is not None:
+        record["g"] = {str(k): v for k, v in gaps.opened.items()}
+        record["l"] = sorted(gaps.lost)
+    return json.dumps(record).encode()
 
 
 def partition_key(partition: int) -> bytes:
