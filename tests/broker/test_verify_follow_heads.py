@@ -30,7 +30,7 @@ from tests.broker.producers.test_publisher_vanished import (
     verify_after_the_bound,
 )
 from tests.broker.test_verify_follow import caught_up, follower, scrape
-from tests.support.broker import local_broker_settings
+from tests.support.broker import broker_of_its_own
 from tests.support.streams import wait_for
 from tests.support.verify_helpers import publish
 from turnaudit.kafka.offsets import RangeSpec
@@ -54,12 +54,8 @@ GRACE = ("--grace", "600")
 
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroker]:
-    broker = LocalKafkaBroker(local_broker_settings(tmp_path_factory.mktemp("heads-kafka")))
-    broker.start()
-    try:
+    with broker_of_its_own(tmp_path_factory.mktemp("heads-kafka")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 def metrics(port: int) -> dict[str, float]:

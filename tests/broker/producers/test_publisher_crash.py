@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import PROJECT_ROOT
-from tests.support.broker import local_broker_settings
+from tests.support.broker import broker_of_its_own
 from turnaudit.kafka.offsets import RangeSpec
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalKafkaBroker
@@ -31,12 +31,8 @@ pytestmark = pytest.mark.broker
 
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroker]:
-    broker = LocalKafkaBroker(local_broker_settings(tmp_path_factory.mktemp("crash-kafka")))
-    broker.start()
-    try:
+    with broker_of_its_own(tmp_path_factory.mktemp("crash-kafka")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 def test_a_crash_under_a_hung_broker_is_counted_to_the_turn(

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.support.broker import local_broker_settings
+from tests.support.broker import broker_of_its_own
 from tests.support.registry import local_registry_settings
 from tests.support.smallfs import fill_disk, small_filesystem
 from turnaudit.errors import ConfigurationError, EventRefusedError, RegistryUnavailableError
@@ -55,12 +55,8 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroker]:
     """A broker of this module's own: the tests stop and restart it."""
-    broker = LocalKafkaBroker(local_broker_settings(tmp_path_factory.mktemp("own-kafka")))
-    broker.start()
-    try:
+    with broker_of_its_own(tmp_path_factory.mktemp("own-kafka")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.support import PROJECT_ROOT
-from tests.support.broker import local_broker_settings
+from tests.support.broker import broker_of_its_own
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalKafkaBroker
 from turnaudit.producers.publisher import TurnEventPublisher
@@ -46,12 +46,8 @@ TURNS = 40
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBroker]:
     """A broker of this module's own: the tests hang it."""
-    broker = LocalKafkaBroker(local_broker_settings(tmp_path_factory.mktemp("keys-kafka")))
-    broker.start()
-    try:
+    with broker_of_its_own(tmp_path_factory.mktemp("keys-kafka")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ librdkafka declares any broker down."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.broker import hung_broker_settings
 from turnaudit.errors import ConfigurationError
 from turnaudit.producers.accounting import Ledger
 from turnaudit.producers.failover import Failover
@@ -24,19 +24,12 @@ from turnaudit.producers.spool import DiskSpool
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
-from turnaudit.topic_names import TopicNames
 
 
 @pytest.fixture
 def hung_broker() -> Iterator[KafkaSettings]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)  # the kernel completes connections; nobody ever reads
-    port = server.getsockname()[1]
-    try:
-        yield KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}", topics=TopicNames("u."))
-    finally:
-        server.close()
+    with hung_broker_settings() as settings:
+        yield settings
 
 
 def test_an_old_unacknowledged_event_turns_the_route_to_the_spool() -> None:

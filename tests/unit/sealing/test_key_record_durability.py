@@ -10,13 +10,13 @@ with only what is on disk and the keyring, every such turn opens.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.support.broker import hung_broker_settings
 from tests.unit.sealing.support import keyring_text
 from turnaudit.errors import EventRefusedError, SpoolWriteError
 from turnaudit.events import OutgoingTurnEvent
@@ -28,7 +28,6 @@ from turnaudit.sealing import SURFACE_KEYRING_ENV, FileKeyring, KeyDirectory, Op
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
-from turnaudit.topic_names import TopicNames
 
 TURNS = 24
 SESSIONS = 4
@@ -36,14 +35,8 @@ SESSIONS = 4
 
 @pytest.fixture
 def hung_broker() -> Iterator[KafkaSettings]:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)  # the kernel completes connections; nobody ever reads
-    port = server.getsockname()[1]
-    try:
-        yield KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}", topics=TopicNames("u."))
-    finally:
-        server.close()
+    with hung_broker_settings() as settings:
+        yield settings
 
 
 @pytest.fixture
