@@ -147,7 +147,7 @@ class HeadsFeed:
     # -- the loop's side ---------------------------------------------------------------
     def sweep(self) -> bool:
         """Take what the reader read (up to the budget), judge what the follower has proved
-        far enough; True when something was counted and is to be checkpointed."""
+        far enough; True when losses were counted and are to be checkpointed at once."""
         now = self._clock()
         now_ms = int(now * 1000)
         taken = 0
@@ -173,8 +173,9 @@ class HeadsFeed:
             m.vanished_producers.set(judge.vanished_producers())
             m.streams_at_risk.set(judge.streams_at_risk())
             m.ends_waiting.set(judge.waiting())
-        # Marks and retirements go with the next checkpoint: once a second at least.
-        return judge.changed() or (refresh and judge.marks.pending())
+        # Marks and retirements go with the sink's next timed checkpoint (its interval):
+        # asking for one here made the follower checkpoint every second.
+        return judge.changed()
 
     def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
         return self.judge.checkpoint()
