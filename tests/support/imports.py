@@ -211,3 +211,16 @@ def circles(graph: Mapping[str, Mapping[str, object]]) -> list[str]:
         )
         lines.append(" -> ".join(circle) + f" ({why})")
     return lines
+
+
+def assert_one_circle_named(graph: Mapping[str, Mapping[str, object]], members: set[str]) -> None:
+    """The graph holds exactly one circle, through ``members``, and the check's one line
+    names it step by step (each step with the import or use behind it)."""
+    groups = strongly_connected(graph)
+    assert len(groups) == 1
+    assert members <= set(groups[0])
+    [line] = circles(graph)
+    circle = a_circle(graph, groups[0])
+    assert circle[0] == circle[-1]
+    assert line.startswith(" -> ".join(circle))
+    assert all(f"{a} -> {b}: " in line for a, b in itertools.pairwise(circle))

@@ -8,7 +8,6 @@ the import behind each of its steps. The check is proved on circles planted in a
 
 from __future__ import annotations
 
-import itertools
 import shutil
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from tests.support import PROJECT_ROOT
 from tests.support.imports import (
     PACKAGES,
     a_circle,
+    assert_one_circle_named,
     circles,
     folder_graph,
     module_graph,
@@ -100,15 +100,7 @@ def test_the_check_names_a_module_circle_planted_in_a_copy(
     root = _copy(tmp_path)
     assert circles(module_graph(root)) == []
     _plant(root, relative, text)
-    graph = module_graph(root)
-    groups = strongly_connected(graph)
-    assert len(groups) == 1
-    assert members <= set(groups[0])
-    [line] = circles(graph)
-    circle = a_circle(graph, groups[0])
-    assert circle[0] == circle[-1]
-    assert line.startswith(" -> ".join(circle))
-    assert all(f"{a} -> {b}: " in line for a, b in itertools.pairwise(circle))
+    assert_one_circle_named(module_graph(root), members)
 
 
 def test_the_check_names_a_folder_circle_planted_in_a_copy(tmp_path: Path) -> None:

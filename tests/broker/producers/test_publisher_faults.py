@@ -352,6 +352,25 @@ def test_events_published_after_close_wait_in_the_spool_for_the_next_publisher(
     assert_on_topic_exactly_once_in_order(kafka_settings, runtime)
 
 
+def age_bound_publisher(
+    settings: KafkaSettings, spool_dir: Path, registry: CollectorRegistry
+) -> TurnEventPublisher:
+    """A publisher that moves turns unacknowledged for a second to its spool."""
+    return TurnEventPublisher(
+        settings, spool_dir=spool_dir, registry=registry, probe_interval=0.2, max_unacked_s=1.0
+    )
+
+
+def delivered_then_broker_pid(runtime: Runtime, turns: int, broker: LocalKafkaBroker) -> int:
+    """``turns`` published and delivered (the broker is known to answer); the broker's pid,
+    for the test to hang it."""
+    runtime.publish(turns)
+    wait_until(lambda: runtime.publisher.stats().delivered == turns)
+    jvm = broker.status().pid
+    assert jvm is not None
+    return jvm
+
+
 def test_turns_aged_out_of_a_hung_broker_onto_a_full_disk_stay_in_memory(
     own_settings: KafkaSettings, own_broker: LocalKafkaBroker, small_fs: Path
 ) -> None:
@@ -359,18 +378,9 @@ def test_turns_aged_out_of_a_hung_broker_onto_a_full_disk_stay_in_memory(
     the disk is really full then, they go back to librdkafka's memory (in order)
     instead of being lost, and are delivered once the broker answers."""
     registry = CollectorRegistry()
-    publisher = TurnEventPublisher(
-        own_settings,
-        spool_dir=small_fs / "spool",
-        registry=registry,
-        probe_interval=0.2,
-        max_unacked_s=1.0,
-    )
+    publisher = age_bound_publisher(own_settings, small_fs / "spool", registry)
     runtime = Runtime(publisher, seed=41)
-    runtime.publish(50)
-    wait_until(lambda: publisher.stats().delivered == 50)
-    jvm = own_broker.status().pid
-    assert jvm is not None
+    jvm = delivered_then_broker_pid(runtime, 50, own_broker)
     filler = fill_disk(small_fs)
     os.kill(jvm, signal.SIGSTOP)  # hung, not down: librdkafka keeps the turns
     try:
@@ -419,19 +429,9 @@ def test_turns_the_age_bound_moves_to_the_spool_during_close_are_delivered_by_it
     """close() begins with the turns still in librdkafka (nothing spooled yet) and a hung
     broker: the age bound moves them to the spool while close() waits, and close() drains
     that spool once the broker answers, rather than stopping its worker with turns on disk."""
-    registry = CollectorRegistry()
-    publisher = TurnEventPublisher(
-        own_settings,
-        spool_dir=tmp_path / "spool",
-        registry=registry,
-        probe_interval=0.2,
-        max_unacked_s=1.0,
-    )
+    publisher = age_bound_publisher(own_settings, tmp_path / "spool", CollectorRegistry())
     runtime = Runtime(publisher, seed=43)
-    runtime.publish(20)
-    wait_until(lambda: publisher.stats().delivered == 20)
-    jvm = own_broker.status().pid
-    assert jvm is not None
+    jvm = delivered_then_broker_pid(runtime, 20, own_broker)
     os.kill(jvm, signal.SIGSTOP)  # hung: librdkafka holds the turns, none reported
     reports: list[CloseReport] = []
     try:
