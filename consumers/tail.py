@@ -94,6 +94,15 @@ def _verdict_text(event: TurnEvent) -> str:
     return " ".join(parts)
 
 
+def _quoted(text: str | None) -> str:
+    """A JSON string (``null`` for None): one line whatever the text holds (control
+    characters, U+2028 and U+0085 escaped; other characters as they are)."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    return (
+        quoted.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085")
+    )
+
+
 def _surface_text(event: TurnEvent, surfaces: Redaction, sealing: SealState | None) -> str:
     """The answer and the input as ``surfaces`` writes them (JSON strings: one line
     whatever they hold); a turn left sealed shows its placeholder, as it is."""
@@ -101,10 +110,10 @@ def _surface_text(event: TurnEvent, surfaces: Redaction, sealing: SealState | No
         # Every token holds the same placeholder: shown once. The answer is the
         # placeholder too (or the runtime's stub text, left in the clear).
         said = placeholder(sealing.reason) if event["input_tokens"] else ""
-        return f"said={json.dumps(said)} answer={json.dumps(event['surface'])}"
+        return f"said={_quoted(said)} answer={_quoted(event['surface'])}"
     tokens = surfaces.tokens(event["input_tokens"])
     said = " ".join(tokens) if isinstance(tokens, list) else str(tokens)
-    return f"said={json.dumps(said)} answer={json.dumps(surfaces.text(event['surface']))}"
+    return f"said={_quoted(said)} answer={_quoted(surfaces.text(event['surface']))}"
 
 
 def format_turn(

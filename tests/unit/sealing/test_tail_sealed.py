@@ -63,7 +63,7 @@ def test_with_the_keyring_the_line_shows_the_surfaces_as_the_policy_writes_them(
     assert said_and_answer(kept) == (token, surface)
     assert asked == 1
     assert "safety=pass" in kept
-    assert "\n" not in kept
+    assert kept.splitlines() == [kept]  # one line, whatever the texts hold
     hashed, _ = tail_line(sealed, HASH, topic, provider)
     assert said_and_answer(hashed) == (HASH.tokens([token]), HASH.text(surface))
 
@@ -140,3 +140,13 @@ def test_a_key_topic_that_cannot_be_read_still_gives_the_turns_line_without_surf
     assert line.endswith("(surfaces not opened: surface-keys: broker unreachable)")
     assert "secret" not in line
     assert "safety=pass" in line
+
+
+@pytest.mark.parametrize("breaker", ["\n", "\r", "\x0b", "\x0c", "\x1c", "\x1e", "\x85", "\u2028"])
+def test_a_text_holding_any_line_break_stays_on_its_line_and_reads_back(breaker: str) -> None:
+    topic, provider = KeyTopic(), keyring("kek-1")
+    text = f"first{breaker}second"
+    sealed = sealed_copy(sealer(provider, topic), v5_turn(surface=text, tokens=(text,)))
+    line, _ = tail_line(sealed, KEEP, topic, provider)
+    assert line.splitlines() == [line]
+    assert said_and_answer(line) == (text, text)
