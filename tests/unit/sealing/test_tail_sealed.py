@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,11 +15,12 @@ from hypothesis import given, settings
 
 from tests.support.events import encode
 from tests.unit.sealing.support import KeyTopic, keyring, sealed_copy, sealer, v5_turn, wire_text
+from turnaudit.cli import main
 from turnaudit.consumers.tail import TurnView
 from turnaudit.errors import BrokerError
 from turnaudit.records import StoredRecord
 from turnaudit.redaction import DROPPED, Redaction, SurfacePolicy
-from turnaudit.sealing import FileKeyring, KeyDirectory, placeholder
+from turnaudit.sealing import SURFACE_KEYRING_ENV, FileKeyring, KeyDirectory, placeholder
 from turnaudit.sealing.opening import TurnOpener
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import TurnEventDeserializer
@@ -150,3 +152,21 @@ def test_a_text_holding_any_line_break_stays_on_its_line_and_reads_back(breaker:
     line, _ = tail_line(sealed, KEEP, topic, provider)
     assert line.splitlines() == [line]
     assert said_and_answer(line) == (text, text)
+
+
+@pytest.mark.parametrize("policy", ["drop", "keep"])
+def test_a_bad_keyring_stops_tail_at_start_in_one_line_under_any_policy(
+    policy: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    keyring_file = tmp_path / "kek.toml"
+    keyring_file.write_text('active = "k"\n')
+    keyring_file.chmod(0o600)
+    monkeypatch.setenv(SURFACE_KEYRING_ENV, str(keyring_file))
+    monkeypatch.setenv("TURNAUDIT_LOG_SURFACES", policy)
+    assert main(["tail"]) == 2  # before any cluster is asked: the unit tier has none
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"{SURFACE_KEYRING_ENV}={keyring_file}" in err
