@@ -28,41 +28,51 @@ from turnaudit.sealing import (
 from turnaudit.sealing.data_keys import DAY_MS, KeyPeriod
 from turnaudit.settings import KafkaSettings
 
-# A turn: which of 5 sessions, and when (up to 4 days after the run's start).
+# A turn: which of 5 sessions, which of 2 publisher processes sealed it (a session may
+# move between them), and when (up to 4 days after the run's start).
 turn_times = st.lists(
-    st.tuples(st.integers(0, 4), st.integers(0, 4 * DAY_MS)), min_size=1, max_size=40
+    st.tuples(st.integers(0, 4), st.integers(0, 4 * DAY_MS), st.integers(0, 1)),
+    min_size=1,
+    max_size=40,
 )
 
 
 def published(
-    period: KeyPeriod, start: int, turns: list[tuple[int, int]], provider: FileKeyring
+    period: KeyPeriod, start: int, turns: list[tuple[int, int, int]], provider: FileKeyring
 ) -> tuple[KeyTopic, list[tuple[TurnEvent, int]]]:
-    """The turns sealed in time order by one publisher (its clock at each turn's time)."""
+    """The turns sealed in time order by their publishers (each clock at the turn's time),
+    every data key record on one key topic."""
     topic = KeyTopic()
     now = [0]
-    keys = SessionKeys(provider, topic.store, clock_ms=lambda: now[0], period=period)
+    publishers = [
+        SessionKeys(provider, topic.store, clock_ms=lambda: now[0], period=period) for _ in range(2)
+    ]
     sealed = []
-    for sequence, (session, at) in enumerate(sorted(turns, key=lambda t: t[1])):
+    for sequence, (session, at, publisher) in enumerate(sorted(turns, key=lambda t: t[1])):
         now[0] = start + at
-        event = v5_turn(f"s-{session}", sequence, surface=f"said {sequence}")
-        sealed.append((sealed_copy(keys, event), now[0]))
+        event = v5_turn(
+            f"s-{session}", sequence, producer_id=f"p-{publisher}", surface=f"said {sequence}"
+        )
+        sealed.append((sealed_copy(publishers[publisher], event), now[0]))
     return topic, sealed
 
 
 def erased_by_the_rule(
     period: KeyPeriod, sealed: list[tuple[TurnEvent, int]], from_ms: int, to_ms: int
 ) -> set[str]:
-    """The event ids the documented rule erases, from the turns' own times alone."""
-    first_turn: dict[str, int] = {}
+    """The event ids the documented rule erases, from the turns' own times alone: a day
+    that overlaps the range, or a session whose first turn (in its publisher) lies in it."""
+    first_turn: dict[tuple[str, str], int] = {}
     for event, at in sealed:
-        first_turn.setdefault(event["session_id"], at)
+        first_turn.setdefault((event["producer_id"], event["session_id"]), at)
     erased = set()
     for event, at in sealed:
         if period == "day":
             day_start = at - at % DAY_MS
             hit = day_start < to_ms and from_ms < day_start + DAY_MS
         else:
-            hit = from_ms <= first_turn[event["session_id"]] < to_ms
+            began = first_turn[(event["producer_id"], event["session_id"])]
+            hit = from_ms <= began < to_ms
         if hit:
             erased.add(event["event_id"])
     return erased
@@ -78,7 +88,7 @@ def erased_by_the_rule(
 )
 def test_erasing_any_range_leaves_exactly_the_turns_outside_it_readable(
     period: KeyPeriod,
-    turns: list[tuple[int, int]],
+    turns: list[tuple[int, int, int]],
     start: int,
     range_start: int,
     range_length: int,
@@ -158,7 +168,7 @@ def _erase_with(
 @settings(max_examples=40, deadline=None)
 @given(turns=turn_times, range_start=st.integers(0, 4 * DAY_MS), length=st.integers(1, DAY_MS))
 def test_a_range_erasure_tombstones_exactly_its_keys_and_records_each_session_once(
-    turns: list[tuple[int, int]], range_start: int, length: int
+    turns: list[tuple[int, int, int]], range_start: int, length: int
 ) -> None:
     with pytest.MonkeyPatch.context() as monkeypatch:
         topic, _ = published("day", 0, turns, keyring("kek-1"))
@@ -183,7 +193,7 @@ def test_a_range_erasure_tombstones_exactly_its_keys_and_records_each_session_on
 def test_a_range_erasure_the_broker_does_not_acknowledge_fails_saying_run_it_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    topic, _ = published("session", 0, [(0, 10)], keyring("kek-1"))
+    topic, _ = published("session", 0, [(0, 10, 0)], keyring("kek-1"))
     with pytest.raises(BrokerError, match="run it again"):
         _erase_with(monkeypatch, topic, 0, DAY_MS, undelivered=1)
 
