@@ -44,9 +44,10 @@ def archive_topic(settings: KafkaSettings, topic: str, root: Path) -> dict[int, 
     return ends
 
 
-def verify_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+def cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
+    """A command's exit code and the JSON it printed."""
     capsys.readouterr()
-    code = main(["verify", "--json", *args])
+    code = main([*args, "--json"])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -74,7 +75,7 @@ def test_verify_from_the_archive_proves_signatures_and_stream_ends_after_every_t
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
     signed = ["--keyring", str(keyring), "--require-signed"]
-    code, before = verify_json(capsys, *signed)
+    code, before = cli_json(capsys, "verify", *signed)
     assert code == 0, before["unexplained"]
     assert before["counts"]["turns"] == 240
     assert {s["status"] for s in before["trust"]["streams"]} == {"signed"}
@@ -92,14 +93,14 @@ def test_verify_from_the_archive_proves_signatures_and_stream_ends_after_every_t
         assert delete_records_before(settings, topic, end) == end
         assert watermarks(settings, topic).low == end
 
-    code, after = verify_json(capsys, *signed, "--archive", str(whole))
+    code, after = cli_json(capsys, "verify", *signed, "--archive", str(whole))
     assert code == 0, after["unexplained"]
     for part in ("counts", "streams", "lost", "trust", "stream_ends", "range"):
         assert after[part] == before[part], part
 
     # The turns alone: every turn is there, but no checkpoint signs them and no head
     # says where their streams ended.
-    code, bare = verify_json(capsys, *signed, "--archive", str(turns_only))
+    code, bare = cli_json(capsys, "verify", *signed, "--archive", str(turns_only))
     assert bare["counts"]["turns"] == 240
     assert code == 1
     assert "signed" not in {s["status"] for s in bare["trust"]["streams"]}
