@@ -3,15 +3,23 @@
 native step (``feed_batch``, as ``verify`` reads), and decoded only (the decoder every
 reader uses, for scale), in the same run.
 
-``--events`` simulated v3 turns (4 partitions, 2,000 concurrent sessions, one producer)
-are encoded and stamped once; each round verifies them with each loop, rotating which
-goes first, and checks that every verifier found the range clean and counted every
-turn. A fourth loop is the native step with ``--memory-streams`` streams in memory (the
-others spilled to disk, read back when their session goes on). Printed: µs per message,
-min/median/max over the rounds, the ratio of the Python path to the native step per
-round, and of the spilling native step to the one holding every stream.
+``--events`` simulated v3 turns (4 partitions, ``--sessions`` concurrent sessions, one
+producer) are encoded and stamped once; each round verifies them with each loop,
+rotating which goes first, and checks that every verifier found the range clean and
+counted every turn. A fourth loop is the native step with ``--memory-streams`` streams
+and ``--memory-ids`` event ids in memory (the others spilled to disk, read back when
+their session goes on). Printed: µs per message, min/median/max over the rounds, the
+ratio of the Python path to the native step per round, and of the spilling native step
+to the one holding every stream.
+
+Beyond 2,000 sessions the simulator's turns are dealt round-robin to ``--sessions``
+sessions (turn n to session n mod sessions) before they are stamped: each session's
+next turn comes ``--sessions`` turns later, as in a follower behind a million
+conversations. ``--skip-python`` leaves the Python path out (minutes at that scale).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_verify_step.py [--events 200000] [--rounds 5]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_verify_step.py --sessions 1000000 \
+        --events 3000000 --memory-streams 100000 --memory-ids 500000 --skip-python --rounds 3
 """
 
 from __future__ import annotations
@@ -29,15 +37,21 @@ from turnaudit.verify.id_store import IdMemory
 from turnaudit.verify.verifier import Verifier
 
 BATCH = 10_000  # what the range reader hands over at a time
+SIMULATED_SESSIONS = 2_000  # the simulator's own concurrency (each session an object)
 
 
-def stored(events: int) -> list[StoredRecord]:
+def stored(events: int, sessions: int = SIMULATED_SESSIONS) -> list[StoredRecord]:
     sim = TurnRuntimeSimulator(
-        3, schema_versions=(3,), concurrent_sessions=2000, start=scenario.GOLDEN_START
+        3,
+        schema_versions=(3,),
+        concurrent_sessions=min(sessions, SIMULATED_SESSIONS),
+        start=scenario.GOLDEN_START,
     )
     stamper = TurnStamper(producer_id="bench")
     out = []
     for n, event in enumerate(sim.events(events)):
+        if sessions > SIMULATED_SESSIONS:
+            event["session_id"] = f"bench-session-{n % sessions:07d}"
         stamper.stamp(event)
         value = scenario.ENCODE_V3(event)
         stamper.commit(event, value)
@@ -80,15 +94,30 @@ def main() -> None:
         default=5_000,
         help="streams in memory for the loop whose others spill to disk",
     )
+    parser.add_argument("--sessions", type=int, default=SIMULATED_SESSIONS)
+    parser.add_argument(
+        "--memory-ids",
+        type=int,
+        default=IdMemory.event_ids,
+        help="event ids in memory for the loop whose streams spill",
+    )
+    parser.add_argument("--skip-python", action="store_true", help="no Python path loop")
     args = parser.parse_args()
-    records = stored(args.events)
-    spilling = IdMemory(streams=args.memory_streams)
+    if min(args.events, args.rounds, args.sessions, args.memory_streams, args.memory_ids) < 1:
+        parser.error("--events, --rounds, --sessions and the memory bounds are 1 or more")
+    records = stored(args.events, args.sessions)
+    spilling = IdMemory(streams=args.memory_streams, event_ids=args.memory_ids)
+    spilled_name = (
+        f"feed_batch, {args.memory_streams:,} streams, {args.memory_ids:,} ids in memory"
+    )
     loops: dict[str, Callable[[list[StoredRecord]], Verifier | None]] = {
         "feed (Python path)": one_at_a_time,
         "feed_batch (native step)": batched,
         "decode only": decode_only,
-        f"feed_batch, {args.memory_streams:,} streams in memory": lambda r: batched(r, spilling),
+        spilled_name: lambda r: batched(r, spilling),
     }
+    if args.skip_python:
+        del loops["feed (Python path)"]
     took: dict[str, list[float]] = {name: [] for name in loops}
     names = list(loops)
     for round_no in range(args.rounds):
@@ -101,21 +130,27 @@ def main() -> None:
                     assert verifier.counts.turns == args.events, name
                     assert not verifier.findings, name
                     assert not verifier.lost(), name
-    print(f"{args.events} v3 turns, {args.rounds} rounds (rotated), µs per message")
+    print(
+        f"{args.events} v3 turns, {args.sessions:,} sessions, {args.rounds} rounds (rotated), "
+        "µs per message"
+    )
     for name, us in took.items():
         print(
-            f"{name:40} median {statistics.median(us):5.2f} (min {min(us):.2f}, max {max(us):.2f})"
+            f"{name:56} median {statistics.median(us):5.2f} (min {min(us):.2f}, max {max(us):.2f})"
         )
-    ratios = [a / b for a, b in zip(took[names[0]], took[names[1]], strict=True)]
-    print(
-        f"Python path / native step per round: median {statistics.median(ratios):.2f} "
-        f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
-    )
-    spilled = [a / b for a, b in zip(took[names[3]], took[names[1]], strict=True)]
-    print(
-        f"streams spilled / all in memory per round: median {statistics.median(spilled):.2f} "
-        f"(min {min(spilled):.2f}, max {max(spilled):.2f})"
-    )
+    pairs = [
+        ("decode only / native step", "decode only", "feed_batch (native step)"),
+        ("decode only / spilling native step", "decode only", spilled_name),
+        ("streams spilled / all in memory", spilled_name, "feed_batch (native step)"),
+    ]
+    if not args.skip_python:
+        pairs.insert(0, ("Python path / native step", names[0], "feed_batch (native step)"))
+    for label, a, b in pairs:
+        ratios = [x / y for x, y in zip(took[a], took[b], strict=True)]
+        print(
+            f"{label} per round: median {statistics.median(ratios):.2f} "
+            f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
+        )
 
 
 if __name__ == "__main__":
