@@ -168,7 +168,8 @@ fn read<'a>(plan: &Plan, names: &'a Names, id: NodeId, body: &mut Body<'a>, keep
             read(plan, names, branches[i], body, keep)?
         }
         Node::Record(fields) => {
-            let mut kept = Vec::new();
+            // Sized once when kept (no allocation when only checked).
+            let mut kept = if keep { Vec::with_capacity(fields.len()) } else { Vec::new() };
             for (field, name) in fields.iter().zip(&names.fields[id]) {
                 let v = read(plan, names, field.node, body, keep)?;
                 if keep {

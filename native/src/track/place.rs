@@ -12,7 +12,7 @@ use pyo3::types::{PyBool, PyList, PyString, PyTuple};
 use super::chain::{chain_digest, head16, hex_is, Hash32};
 use super::state::{entry_of, seen_tuple, spilled_seen, SeenEntry, State};
 use super::event::{get, int_obj, item, opt_i64, prev_of, sequence_of, text};
-use super::stream::{Prev, Stream, StreamKey};
+use super::stream::{Prev, Stream, StreamKey, StreamKeyView};
 use super::tracker::{busy, describe_stream, NativeStreamTracker, Placed};
 use super::tracker::{CONTENT_CHANGED, DUPLICATE, LATE, NEW, POSITION_REUSED, REDELIVERY};
 use crate::constants::GENESIS_HEX;
@@ -47,6 +47,7 @@ impl NativeStreamTracker {
             producer.to_str()?,
             sequence,
             event_id,
+            None,
             &|| prev_of(event),
             &content,
             partition,
@@ -56,7 +57,8 @@ impl NativeStreamTracker {
     }
 
     /// `place_event` with the event's fields already read (`prev` is asked for only when
-    /// the chain is checked).
+    /// the chain is checked; `prev_text`, its text when the caller has it, serves the
+    /// common case without building a `Prev`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn place_fields(
         &self,
@@ -65,6 +67,7 @@ impl NativeStreamTracker {
         producer: &str,
         sequence: i128,
         event_id: &str,
+        prev_text: Option<&str>,
         prev: &dyn Fn() -> PyResult<Prev>,
         content: &Hash32,
         partition: Option<i64>,
@@ -102,17 +105,22 @@ impl NativeStreamTracker {
         if let (Some(p), Some(o)) = (partition, offset) {
             st.first_offset.entry(p).or_insert(o);
         }
-        let key: StreamKey = (session.to_owned(), producer.to_owned());
-        let legacy = key.1.is_empty();
+        let view = (session, producer);
+        let borrowed: &dyn StreamKeyView = &view;
+        let legacy = producer.is_empty();
         let mut fast = false;
-        if let Some(s) = st.streams.get_mut(&key) {
+        if let Some(s) = st.streams.get_mut(borrowed) {
             // The common case, a known stream's next position: only the link to the
             // predecessor is checked (no gap opens or closes, nothing claimed it).
             if sequence == s.next {
                 fast = true;
                 if !legacy {
                     if let Some(expected) = s.own.remove(&(sequence - 1)) {
-                        if !prev()?.is_hash(&expected) {
+                        let linked = match prev_text {
+                            Some(t) => hex_is(&expected, t),
+                            None => prev()?.is_hash(&expected),
+                        };
+                        if !linked {
                             s.own.insert(sequence - 1, expected); // the general path reports it
                             fast = false;
                         }
@@ -129,10 +137,14 @@ impl NativeStreamTracker {
         let placed = if fast {
             Placed::plain(NEW)
         } else {
+            let key: StreamKey = (session.to_owned(), producer.to_owned());
             self.place(&mut st, prev, &content, &key, sequence, partition)?
         };
         if let Some(dirty) = st.dirty.as_mut() {
-            dirty.insert(key);
+            // Once per stream between checkpoints, not per turn: the owned key only when new.
+            if !dirty.contains(borrowed) {
+                dirty.insert((session.to_owned(), producer.to_owned()));
+            }
         }
         self.placed(py, &mut st, event_id, partition, offset, placed.outcome, &content)?;
         drop(st);

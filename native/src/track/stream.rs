@@ -2,7 +2,9 @@
 //! hashes by position and the predecessor hashes later positions claimed; and its
 //! encoding (one stream, one byte string: the follower's state records compare equal).
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -12,6 +14,54 @@ use super::codec::{StateReader, StateWriter};
 
 /// A stream's key: its session id and producer id.
 pub(crate) type StreamKey = (String, String);
+
+/// A stream's key as borrowed texts: the tables keyed by `StreamKey` are looked up by
+/// `&(session, producer) as &dyn StreamKeyView` without allocating the key (a placement's
+/// common case finds its stream; only a new one needs the owned key).
+pub(crate) trait StreamKeyView {
+    fn session(&self) -> &str;
+    fn producer(&self) -> &str;
+}
+
+impl StreamKeyView for StreamKey {
+    fn session(&self) -> &str {
+        &self.0
+    }
+    fn producer(&self) -> &str {
+        &self.1
+    }
+}
+
+impl StreamKeyView for (&str, &str) {
+    fn session(&self) -> &str {
+        self.0
+    }
+    fn producer(&self) -> &str {
+        self.1
+    }
+}
+
+impl<'a> Borrow<dyn StreamKeyView + 'a> for StreamKey {
+    fn borrow(&self) -> &(dyn StreamKeyView + 'a) {
+        self
+    }
+}
+
+// As the tuple hashes (field by field) and compares: a view finds the key it borrows from.
+impl Hash for dyn StreamKeyView + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.session().hash(state);
+        self.producer().hash(state);
+    }
+}
+
+impl PartialEq for dyn StreamKeyView + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.session() == other.session() && self.producer() == other.producer()
+    }
+}
+
+impl Eq for dyn StreamKeyView + '_ {}
 
 /// A `prev_hash` as the event carries it (after Python's `or ""`): text, or some
 /// other object (equal to no hash).

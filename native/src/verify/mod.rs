@@ -68,14 +68,46 @@ pub(crate) struct VerifyStep {
     tally: Py<PyDict>,
     /// Kinds tallied by the scanning path, added to `tally` before `run` returns.
     scanned_tally: FastMap<TallyKey, u64>,
+    /// The pack and policy texts of `scanned_tally`'s keys, each once (a turn looks its
+    /// texts up here, by borrowed `&str`, instead of copying them into its key).
+    tally_texts: Interned,
     fed_partitions: FastSet<i64>,
     messages: u64,
     first_timestamp: Option<i64>,
     last_timestamp: Option<i64>,
 }
 
-/// `TurnCounts`' tally key: (pack, stub, refused, hedged, writer version, policy).
-type TallyKey = (String, bool, bool, bool, i64, Option<String>);
+/// `TurnCounts`' tally key: (pack, stub, refused, hedged, writer version, policy), the
+/// texts as their index in `Interned`.
+type TallyKey = (u32, bool, bool, bool, i64, Option<u32>);
+
+/// Texts numbered in the order first seen; emptied with the tally it serves.
+#[derive(Default)]
+struct Interned {
+    index: FastMap<Box<str>, u32>,
+    texts: Vec<Box<str>>,
+}
+
+impl Interned {
+    fn of(&mut self, text: &str) -> u32 {
+        if let Some(i) = self.index.get(text) {
+            return *i;
+        }
+        let i = u32::try_from(self.texts.len()).expect("fewer texts than a batch's messages");
+        self.texts.push(text.into());
+        self.index.insert(text.into(), i);
+        i
+    }
+
+    fn text(&self, i: u32) -> &str {
+        &self.texts[i as usize]
+    }
+
+    fn clear(&mut self) {
+        self.index.clear();
+        self.texts.clear();
+    }
+}
 
 type Stop = (usize, u8, Py<PyAny>, Py<PyAny>, bool);
 
@@ -138,16 +170,16 @@ impl VerifyStep {
             Some(V::Str(p)) => p,
             _ => return Ok(Step::Feed),
         };
-        let prev = match &f[PREV_HASH] {
-            Some(V::Null) => String::new(),
-            Some(V::Str(p)) => (*p).to_owned(),
+        let prev: &str = match &f[PREV_HASH] {
+            Some(V::Null) => "",
+            Some(V::Str(p)) => p,
             _ => return Ok(Step::Feed),
         };
         let offset = self.counted(msg)?;
         let held = tracker.streams_held()?;
         let content = chain_digest(payload, None); // single-object: the header's fingerprint
         let sequence = i128::from(*sequence);
-        let placed: Placed = match tracker.place_fields(py, session, producer, sequence, event_id, &|| Ok(Prev::Text(prev.clone())), &content, Some(partition), Some(offset)) {
+        let placed: Placed = match tracker.place_fields(py, session, producer, sequence, event_id, Some(prev), &|| Ok(Prev::Text(prev.to_owned())), &content, Some(partition), Some(offset)) {
             Ok(placed) => placed,
             // As the Python path: a field of the wrong kind is not a turn; anything else
             // (the stream spill's disk full) ends verify.
@@ -176,9 +208,9 @@ impl VerifyStep {
         Ok(Step::Tallied)
     }
 
-    fn tally_scanned(&mut self, texts: &Texts, f: &[Option<V<'_>>], version: i64) {
-        let text = |v: Option<&V<'_>>| match v {
-            Some(V::Str(s)) => Some((*s).to_owned()),
+    fn tally_scanned<'a>(&mut self, texts: &Texts, f: &[Option<V<'a>>], version: i64) {
+        let text = |v: Option<&V<'a>>| match v {
+            Some(V::Str(s)) => Some(*s),
             _ => None,
         };
         let bundle = f[VERDICTS].as_ref();
@@ -187,13 +219,14 @@ impl VerifyStep {
             Some(action @ V::Fields(_)) => text(action.field("output_policy")),
             _ => None,
         };
+        let pack = text(f[PACK_ID].as_ref()).unwrap_or_default();
         let key: TallyKey = (
-            text(f[PACK_ID].as_ref()).unwrap_or_default(),
+            self.tally_texts.of(pack),
             f[PATH].as_ref().is_some_and(|p| p.is_text(&texts.stub_path.text)),
             field("refusal_emitted"),
             field("hedge_injected"),
             version,
-            policy,
+            policy.map(|p| self.tally_texts.of(p)),
         );
         *self.scanned_tally.entry(key).or_insert(0) += 1;
     }
@@ -205,13 +238,13 @@ impl VerifyStep {
             let kind = PyTuple::new(
                 py,
                 [
-                    PyString::new(py, &pack).into_any(),
+                    PyString::new(py, self.tally_texts.text(pack)).into_any(),
                     PyBool::new(py, stub).to_owned().into_any(),
                     PyBool::new(py, refused).to_owned().into_any(),
                     PyBool::new(py, hedged).to_owned().into_any(),
                     version.into_pyobject(py)?.into_any(),
                     match policy {
-                        Some(p) => PyString::new(py, &p).into_any(),
+                        Some(p) => PyString::new(py, self.tally_texts.text(p)).into_any(),
                         None => py.None().into_bound(py),
                     },
                 ],
@@ -222,6 +255,7 @@ impl VerifyStep {
             };
             tally.set_item(kind, before + n)?;
         }
+        self.tally_texts.clear();
         Ok(())
     }
 
@@ -274,6 +308,7 @@ impl VerifyStep {
             check,
             tally,
             scanned_tally: FastMap::default(),
+            tally_texts: Interned::default(),
             fed_partitions: FastSet::default(),
             messages: 0,
             first_timestamp: None,
