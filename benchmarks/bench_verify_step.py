@@ -10,7 +10,9 @@ counted every turn. A fourth loop is the native step with ``--memory-streams`` s
 and ``--memory-ids`` event ids in memory (the others spilled to disk, read back when
 their session goes on). Printed: CPU µs per message (the process's CPU time, which a
 shared machine disturbs less than the wall clock, printed beside it), min/median/max
-over the rounds, and per round the ratios of the loops' CPU times.
+over the rounds, and per round the ratios of the loops' CPU times. A fifth loop is
+the follower's (``follow_batch`` per batch with the same bounds, its checkpoint every
+``--checkpoint-every`` messages).
 
 Beyond 2,000 sessions the simulator's turns are dealt round-robin to ``--sessions``
 sessions (turn n to session n mod sessions) before they are stamped: each session's
@@ -33,6 +35,9 @@ from tests.unit.verify import scenario
 from turnaudit.identity import TurnStamper
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.records import StoredRecord
+from turnaudit.verify.follow import FollowState
+from turnaudit.verify.follow_batch import follow_batch
+from turnaudit.verify.follow_records import FollowMemory
 from turnaudit.verify.id_store import IdMemory
 from turnaudit.verify.verifier import Verifier
 
@@ -79,6 +84,26 @@ def batched(records: list[StoredRecord], memory: IdMemory | None = None) -> Veri
     return verifier
 
 
+def following(
+    records: list[StoredRecord], memory: FollowMemory, checkpoint_every: int
+) -> FollowState:
+    """As ``verify --follow`` proves a backlog: ``follow_batch`` per batch, its timed
+    checkpoint every ``checkpoint_every`` messages (and at the end)."""
+    state = FollowState(memory=memory, decode=scenario.DECODE)
+    for partition in range(4):
+        state.load_partition(partition, first_offset=0, log_start=0)
+    since = 0
+    for start in range(0, len(records), BATCH):
+        batch = records[start : start + BATCH]
+        follow_batch(state, batch, now=0.0)
+        since += len(batch)
+        if since >= checkpoint_every:
+            state.checkpoint()
+            since = 0
+    state.checkpoint()
+    return state
+
+
 def decode_only(records: list[StoredRecord]) -> None:
     for m in records:
         scenario.DECODE(m.value())
@@ -102,9 +127,27 @@ def main() -> None:
         help="event ids in memory for the loop whose streams spill",
     )
     parser.add_argument("--skip-python", action="store_true", help="no Python path loop")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=500_000,
+        help="messages between the follower loop's checkpoints (5 s at 100,000 a second)",
+    )
     args = parser.parse_args()
-    if min(args.events, args.rounds, args.sessions, args.memory_streams, args.memory_ids) < 1:
-        parser.error("--events, --rounds, --sessions and the memory bounds are 1 or more")
+    if (
+        min(
+            args.events,
+            args.rounds,
+            args.sessions,
+            args.memory_streams,
+            args.memory_ids,
+            args.checkpoint_every,
+        )
+        < 1
+    ):
+        parser.error(
+            "--events, --rounds, --sessions, the memory bounds and --checkpoint-every are 1 or more"
+        )
     records = stored(args.events, args.sessions)
     spilling = IdMemory(streams=args.memory_streams, event_ids=args.memory_ids)
     spilled_name = f"feed_batch, {args.memory_streams:,} streams, {args.memory_ids:,} ids in memory"
@@ -114,14 +157,28 @@ def main() -> None:
         "decode only": decode_only,
         spilled_name: lambda r: batched(r, spilling),
     }
+    follower = FollowMemory(streams=args.memory_streams, event_ids=args.memory_ids)
+    follower_name = f"follower (follow_batch, a checkpoint per {args.checkpoint_every:,})"
+    followed: dict[str, Callable[[list[StoredRecord]], FollowState]] = {
+        follower_name: lambda r: following(r, follower, args.checkpoint_every)
+    }
     if args.skip_python:
         del loops["feed (Python path)"]
-    took: dict[str, list[float]] = {name: [] for name in loops}
-    wall: dict[str, list[float]] = {name: [] for name in loops}
-    names = list(loops)
+    names = [*loops, *followed]
+    took: dict[str, list[float]] = {name: [] for name in names}
+    wall: dict[str, list[float]] = {name: [] for name in names}
     for round_no in range(args.rounds):
         for name in names[round_no % len(names) :] + names[: round_no % len(names)]:
             began, began_cpu = time.perf_counter(), time.process_time()
+            if name in followed:
+                state = followed[name](records)
+                took[name].append((time.process_time() - began_cpu) / args.events * 1e6)
+                wall[name].append((time.perf_counter() - began) / args.events * 1e6)
+                try:
+                    assert state.totals().proved == args.events, name
+                finally:
+                    state.close()
+                continue
             verifier = loops[name](records)
             took[name].append((time.process_time() - began_cpu) / args.events * 1e6)
             wall[name].append((time.perf_counter() - began) / args.events * 1e6)
@@ -144,6 +201,7 @@ def main() -> None:
         ("decode only / native step", "decode only", "feed_batch (native step)"),
         ("decode only / spilling native step", "decode only", spilled_name),
         ("streams spilled / all in memory", spilled_name, "feed_batch (native step)"),
+        ("decode only / follower", "decode only", follower_name),
     ]
     if not args.skip_python:
         pairs.insert(0, ("Python path / native step", names[0], "feed_batch (native step)"))

@@ -13,12 +13,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use super::chain::{fingerprint_arg, hex_of, Hash32};
+use super::checkpoint::{checkpoint_out, CheckpointOut};
 use super::state::{seen_tuple, State};
 use super::event::int_obj;
 use super::stream::StreamKey;
 use super::stream_spill::StreamSpill;
 use super::tracker::{stream_tuple, Bounds, NativeStreamTracker};
-use crate::hashing::{FastMap, Hasher};
+use crate::hashing::{FastMap, FastSet, Hasher};
 
 #[pymethods]
 impl NativeStreamTracker {
@@ -340,6 +341,20 @@ impl NativeStreamTracker {
         self.forgotten_event_ids
             .fetch_add(theirs_tracker.forgotten_event_ids.load(Ordering::Relaxed), Ordering::Relaxed);
         Ok(())
+    }
+
+    /// `verify --follow`'s checkpoint of the streams placed into since the last one and
+    /// of `extra`, sorted: their state records, and the streams in `gapped` (open gaps,
+    /// whose record the follower writes) as (index, stream, partition, state), their
+    /// record a placeholder (see `checkpoint`).
+    fn checkpoint_streams<'py>(
+        &self,
+        py: Python<'py>,
+        extra: Vec<StreamKey>,
+        gapped: Vec<StreamKey>,
+    ) -> PyResult<CheckpointOut<'py>> {
+        let gapped: FastSet<StreamKey> = gapped.into_iter().collect();
+        checkpoint_out(py, self.checkpoint_records(extra, &gapped)?)
     }
 
     fn __len__(&self) -> PyResult<usize> {

@@ -15,6 +15,7 @@
 //! never a deadlock.
 
 mod chain;
+mod checkpoint;
 mod codec;
 mod event;
 pub(crate) mod follow;

@@ -44,7 +44,6 @@ from turnaudit._native import (
     restore_stream,
     start_partition,
     stream_partition,
-    stream_state,
     take_dirty,
     track_dirty,
 )
@@ -341,15 +340,13 @@ class FollowState:
         """Records of what changed since the last checkpoint, each with the turn partition
         it is about: streams first (a retired one a tombstone), then each partition's
         offset and counts (the topic is compacted)."""
-        records: list[StateRecord] = []
-        self._dirty.update(take_dirty(self.tracker))
-        for stream in sorted(self._dirty):
-            held = stream_state(self.tracker, stream[0], stream[1])
-            if held is None:
-                continue  # forgotten meanwhile (its partition left this member)
-            partition, state = held
-            value = stream_record(partition, state, self.gaps.get(stream))
-            records.append((partition, stream_key(stream), value))
+        # The tracker's dirty streams and ours, sorted, natively: a stream no longer held
+        # (its partition left this member) is left out; one with open gaps comes back
+        # with its state, its record ours to write (the gaps' times are ours).
+        records, gapped = self.tracker.checkpoint_streams(list(self._dirty), list(self.gaps))
+        for index, stream, partition, state in gapped:
+            key = records[index][1]
+            records[index] = (partition, key, stream_record(partition, state, self.gaps[stream]))
         records += [(p, stream_key(s), None) for s, p in sorted(self._retired.items())]
         records += [
             (p, partition_key(p), json.dumps(self.partitions[p].as_json()).encode())
