@@ -17,7 +17,9 @@ the follower's (``follow_batch`` per batch with the same bounds, its checkpoint 
 Beyond 2,000 sessions the simulator's turns are dealt round-robin to ``--sessions``
 sessions (turn n to session n mod sessions) before they are stamped: each session's
 next turn comes ``--sessions`` turns later, as in a follower behind a million
-conversations. ``--skip-python`` leaves the Python path out (minutes at that scale).
+conversations. ``--session-turns K`` ends each session after K turns, its next turns a
+new session's (a topic of many short sessions: 10 million turns, about a million
+sessions at K=10). ``--skip-python`` leaves the Python path out (minutes at scale).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_verify_step.py [--events 200000] [--rounds 5]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_verify_step.py --sessions 1000000 \
@@ -45,7 +47,9 @@ BATCH = 10_000  # what the range reader hands over at a time
 SIMULATED_SESSIONS = 2_000  # the simulator's own concurrency (each session an object)
 
 
-def stored(events: int, sessions: int = SIMULATED_SESSIONS) -> list[StoredRecord]:
+def stored(
+    events: int, sessions: int = SIMULATED_SESSIONS, session_turns: int = 0
+) -> list[StoredRecord]:
     sim = TurnRuntimeSimulator(
         3,
         schema_versions=(3,),
@@ -53,10 +57,16 @@ def stored(events: int, sessions: int = SIMULATED_SESSIONS) -> list[StoredRecord
         start=scenario.GOLDEN_START,
     )
     stamper = TurnStamper(producer_id="bench")
+    turns_of: dict[str, int] = {}
     out = []
     for n, event in enumerate(sim.events(events)):
         if sessions > SIMULATED_SESSIONS:
             event["session_id"] = f"bench-session-{n % sessions:07d}"
+        if session_turns:
+            session = event["session_id"]
+            turn = turns_of.get(session, 0)
+            turns_of[session] = turn + 1
+            event["session_id"] = f"{session}~{turn // session_turns}"
         stamper.stamp(event)
         value = scenario.ENCODE_V3(event)
         stamper.commit(event, value)
@@ -109,7 +119,7 @@ def decode_only(records: list[StoredRecord]) -> None:
         scenario.DECODE(m.value())
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
@@ -125,6 +135,12 @@ def main() -> None:
         type=int,
         default=IdMemory.event_ids,
         help="event ids in memory for the loop whose streams spill",
+    )
+    parser.add_argument(
+        "--session-turns",
+        type=int,
+        default=0,
+        help="a session ends after this many turns, a new one goes on (0: never)",
     )
     parser.add_argument("--skip-python", action="store_true", help="no Python path loop")
     parser.add_argument(
@@ -148,7 +164,14 @@ def main() -> None:
         parser.error(
             "--events, --rounds, --sessions, the memory bounds and --checkpoint-every are 1 or more"
         )
-    records = stored(args.events, args.sessions)
+    if args.session_turns < 0:
+        parser.error("--session-turns is 0 (sessions never end) or more")
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    records = stored(args.events, args.sessions, args.session_turns)
     spilling = IdMemory(streams=args.memory_streams, event_ids=args.memory_ids)
     spilled_name = f"feed_batch, {args.memory_streams:,} streams, {args.memory_ids:,} ids in memory"
     loops: dict[str, Callable[[list[StoredRecord]], Verifier | None]] = {
@@ -188,7 +211,8 @@ def main() -> None:
                     assert not verifier.findings, name
                     assert not verifier.lost(), name
     print(
-        f"{args.events} v3 turns, {args.sessions:,} sessions, {args.rounds} rounds (rotated), "
+        f"{args.events} v3 turns, {args.sessions:,} concurrent sessions"
+        f" (each {args.session_turns or 'unbounded'} turns), {args.rounds} rounds (rotated), "
         "µs per message: CPU (wall)"
     )
     for name, us in took.items():
