@@ -30,7 +30,7 @@ impl NativeStreamTracker {
     /// is left out. Streams in `gapped` come back as `Gapped`.
     pub(crate) fn checkpoint_records(&self, extra: Vec<StreamKey>, gapped: &FastSet<StreamKey>) -> PyResult<Vec<StreamRecord>> {
         let mut st = self.lock()?;
-        let mut streams: Vec<StreamKey> = st.dirty.as_mut().map(|d| d.drain().collect()).unwrap_or_default();
+        let mut streams: Vec<StreamKey> = st.take_dirty();
         streams.extend(extra);
         streams.sort_unstable();
         streams.dedup();

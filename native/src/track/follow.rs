@@ -90,7 +90,8 @@ impl NativeStreamTracker {
     /// missing positions it adds.
     pub(crate) fn merge_stream(&self, st: &mut State, k: &StreamKey, t: &Stream) -> PyResult<i64> {
         if !st.revive(k)? {
-            st.streams.push(k.clone(), t.clone());
+            // Another tracker's: not placed into here.
+            st.streams.push(k.clone(), Stream { dirty: false, ..t.clone() });
             return Ok(t.missing.len() as i64);
         }
         let mine = st.streams.get_mut(k).expect("revived above");
@@ -129,8 +130,7 @@ impl NativeStreamTracker {
 
     /// The streams placed into since the last call (none unless `track_dirty` was asked).
     pub(crate) fn take_dirty(&self) -> PyResult<Vec<StreamKey>> {
-        let mut st = self.lock()?;
-        Ok(st.dirty.as_mut().map(|d| d.drain().collect()).unwrap_or_default())
+        Ok(self.lock()?.take_dirty())
     }
 
     /// One stream's partition and state in the tracker's own format, wherever it is
@@ -164,7 +164,10 @@ impl NativeStreamTracker {
 
     pub(crate) fn take_out(&self, st: &mut State, key: &StreamKey) -> PyResult<bool> {
         let held = match st.streams.pop(key) {
-            Some(s) => Some(s),
+            Some(s) => {
+                st.unload(key, &s);
+                Some(s)
+            }
             None => match st.spill.as_mut() {
                 Some(spill) => spill.take(key)?,
                 None => None,
@@ -181,6 +184,7 @@ impl NativeStreamTracker {
     pub(crate) fn evict_over_bound(&self, py: Python<'_>, st: &mut State) -> PyResult<()> {
         while st.streams.len() > self.bounds.max_streams {
             let Some((key, stream)) = st.streams.pop_lru() else { break };
+            st.unload(&key, &stream);
             match st.spill.as_mut() {
                 Some(spill) => spill.put(py, key, stream)?,
                 None => {

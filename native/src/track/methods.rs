@@ -108,6 +108,7 @@ impl NativeStreamTracker {
             .collect();
         for k in gone {
             if let Some(s) = st.streams.pop(&k) {
+                st.unload(&k, &s);
                 self.currently_missing.fetch_sub(s.missing.len() as i64, Ordering::Relaxed);
             }
         }
@@ -253,6 +254,7 @@ impl NativeStreamTracker {
         };
         let result = (|| {
             while let Some((key, stream)) = st.streams.pop_lru() {
+                st.unload(&key, &stream);
                 spill.put(py, key, stream)?;
             }
             spill.export(py, &destination)
@@ -272,6 +274,11 @@ impl NativeStreamTracker {
         // Everything of this tracker's on disk first, so SQLite finds which streams both
         // hold and copies the others file to file.
         while let Some((key, stream)) = st.streams.pop_lru() {
+            if stream.dirty {
+                if let Some(dirty) = st.dirty.as_mut() {
+                    dirty.insert(key.clone());
+                }
+            }
             spill.put(py, key, stream)?;
         }
         let (missing, both) = spill.absorb_file(py, &path)?;

@@ -105,6 +105,7 @@ impl NativeStreamTracker {
         if let (Some(p), Some(o)) = (partition, offset) {
             st.first_offset.entry(p).or_insert(o);
         }
+        let tracks_dirty = st.dirty.is_some();
         let view = (session, producer);
         let borrowed: &dyn StreamKeyView = &view;
         let legacy = producer.is_empty();
@@ -131,6 +132,7 @@ impl NativeStreamTracker {
                 }
                 if fast {
                     s.next = sequence + 1;
+                    s.dirty |= tracks_dirty;
                 }
             }
         }
@@ -138,14 +140,12 @@ impl NativeStreamTracker {
             Placed::plain(NEW)
         } else {
             let key: StreamKey = (session.to_owned(), producer.to_owned());
-            self.place(&mut st, prev, &content, &key, sequence, partition)?
-        };
-        if let Some(dirty) = st.dirty.as_mut() {
-            // Once per stream between checkpoints, not per turn: the owned key only when new.
-            if !dirty.contains(borrowed) {
-                dirty.insert((session.to_owned(), producer.to_owned()));
+            let placed = self.place(&mut st, prev, &content, &key, sequence, partition)?;
+            if tracks_dirty {
+                st.streams.get_mut(borrowed).expect("placed in memory").dirty = true;
             }
-        }
+            placed
+        };
         self.placed(py, &mut st, event_id, partition, offset, placed.outcome, &content)?;
         drop(st);
         Ok(placed)

@@ -33,7 +33,8 @@ pub(crate) struct State {
     pub(crate) first_offset: FastMap<i64, i64>,
     // Log starts learnt when a partition is taken over (the follower's), over `Bounds`'.
     pub(crate) log_start: FastMap<i64, i64>,
-    // The streams placed into since last taken (the follower's checkpoint), when asked for.
+    // The streams placed into since last taken (the follower's checkpoint), when asked for:
+    // those that left memory since; the ones in memory carry `Stream::dirty` instead.
     pub(crate) dirty: Option<FastSet<StreamKey>>,
     pub(crate) filter: Option<BloomFilter>, // made when the first id is handed to the forgotten store
     // Where streams pushed out by `max_streams` go (verify's); none: they are forgotten.
@@ -79,6 +80,29 @@ impl State {
             Some(spill) => spill.each(gappy_only, f),
             None => Ok(()),
         }
+    }
+
+    /// A stream leaving memory (spilled, dropped, handed over): placed into since the last
+    /// checkpoint, its key is kept with the dirty ones.
+    pub(crate) fn unload(&mut self, key: &StreamKey, stream: &Stream) {
+        if stream.dirty {
+            if let Some(dirty) = self.dirty.as_mut() {
+                dirty.insert(key.clone());
+            }
+        }
+    }
+
+    /// The streams placed into since the last call, taken (the flags cleared, the set
+    /// emptied); none unless dirty streams are tracked.
+    pub(crate) fn take_dirty(&mut self) -> Vec<StreamKey> {
+        let Some(dirty) = self.dirty.as_mut() else { return Vec::new() };
+        let mut out: Vec<StreamKey> = dirty.drain().collect();
+        for (key, stream) in self.streams.iter_mut() {
+            if std::mem::take(&mut stream.dirty) {
+                out.push(key.clone());
+            }
+        }
+        out
     }
 
     pub(crate) fn streams_held(&self) -> usize {

@@ -215,6 +215,10 @@ pub(crate) struct Stream {
     pub(crate) untracked_missing: i128,
     pub(crate) own: Own,
     pub(crate) claimed: Claims,
+    /// Placed into since the follower's last checkpoint (not part of its encoding): the
+    /// flag sits in the stream the placement holds already, where a set of keys cost a
+    /// lookup per turn; a flagged stream leaving memory joins `State::dirty`.
+    pub(crate) dirty: bool,
 }
 
 impl Stream {
@@ -278,7 +282,7 @@ impl Stream {
             let prev = if r.take(1)?[0] == 1 { Prev::Text(r.text()?) } else { Prev::Other };
             claimed.insert(p, prev);
         }
-        Ok(Stream { partition, next, missing: Positions::of(missing), untracked_missing, own, claimed })
+        Ok(Stream { partition, next, missing: Positions::of(missing), untracked_missing, own, claimed, dirty: false })
     }
 
     /// The stream alone, in the tracker state's format (a spilled stream's row), added

@@ -45,13 +45,14 @@ def fed(folder: Path, placed: list[tuple[tuple[str, str], int, int | None]]) -> 
 
 
 def one_at_a_time(
-    tracker: StreamTracker, extra: list[tuple[str, str]], gapped: set[tuple[str, str]]
+    tracker: StreamTracker, dirty: set[tuple[str, str]], gapped: set[tuple[str, str]]
 ) -> tuple[list[StateRecord], list[tuple[int, tuple[str, str], int | None, bytes]]]:
-    """The checkpoint's former loop: each stream's state asked for, its record written
-    in Python (a gapped one left for the caller, at its place)."""
+    """The checkpoint's former loop over the streams placed into and named: each
+    stream's state asked for, its record written in Python (a gapped one left for the
+    caller, at its place)."""
     records: list[StateRecord] = []
     left: list[tuple[int, tuple[str, str], int | None, bytes]] = []
-    for stream in sorted(set(take_dirty(tracker)) | set(extra)):
+    for stream in sorted(dirty):
         held = stream_state(tracker, stream[0], stream[1])
         if held is None:
             continue
@@ -73,10 +74,12 @@ def test_checkpoint_streams_writes_what_python_writes_stream_by_stream(
 ) -> None:
     named = sorted({s for s, _, _ in placed} | set(extra))
     gapped = set(data.draw(st.lists(st.sampled_from(named), max_size=3))) if named else set()
-    with tempfile.TemporaryDirectory() as ours, tempfile.TemporaryDirectory() as theirs:
-        native = fed(Path(ours), placed)
-        python = fed(Path(theirs), placed)
-        records, left = native.checkpoint_streams(extra, sorted(gapped))
-        assert (records, left) == one_at_a_time(python, extra, gapped)
-        # Taken: the next checkpoint writes only what is placed after (and named).
-        assert native.checkpoint_streams([], []) == ([], [])
+    with tempfile.TemporaryDirectory() as folder:
+        tracker = fed(Path(folder), placed)
+        records, left = tracker.checkpoint_streams(extra, sorted(gapped))
+        # Every turn has an id of its own: each placed its stream, spilled or not since.
+        dirty = {s for s, _, _ in placed} | set(extra)
+        assert (records, left) == one_at_a_time(tracker, dirty, gapped)
+        # Taken: the next checkpoint has nothing, nor has the set the follower reads.
+        assert tracker.checkpoint_streams([], []) == ([], [])
+        assert take_dirty(tracker) == []
