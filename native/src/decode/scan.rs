@@ -207,19 +207,19 @@ fn read<'a>(plan: &Plan, names: &'a Names, id: NodeId, body: &mut Body<'a>, keep
     })
 }
 
-/// The root record of `payload[start..]`, the fields `wanted` marks kept (by position),
-/// the others checked and dropped; `None` where decoding would fail (or bytes trail).
-pub(crate) fn scan<'a>(
+/// The root record of `payload[start..]`, the fields `wanted` marks kept (by position,
+/// into `SLOTS` slots, on the stack), the others checked and dropped; `None` where
+/// decoding would fail (or bytes trail).
+pub(crate) fn scan<'a, const SLOTS: usize>(
     plan: &Plan,
     names: &'a Names,
     wanted: &[Option<usize>],
-    slots: usize,
     payload: &'a [u8],
     start: usize,
-) -> Option<Vec<Option<V<'a>>>> {
+) -> Option<[Option<V<'a>>; SLOTS]> {
     let Node::Record(fields) = &plan.nodes[plan.root] else { return None };
     let mut body = Body { buf: payload, pos: start };
-    let mut out: Vec<Option<V<'a>>> = (0..slots).map(|_| None).collect();
+    let mut out: [Option<V<'a>>; SLOTS] = std::array::from_fn(|_| None);
     for (field, slot) in fields.iter().zip(wanted) {
         let v = read(plan, names, field.node, &mut body, slot.is_some()).ok()?;
         if field.millis_range {

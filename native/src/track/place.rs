@@ -52,13 +52,15 @@ impl NativeStreamTracker {
             &content,
             partition,
             offset,
+            None,
         )?;
         Ok((stream, sequence, placed))
     }
 
     /// `place_event` with the event's fields already read (`prev` is asked for only when
     /// the chain is checked; `prev_text`, its text when the caller has it, serves the
-    /// common case without building a `Prev`).
+    /// common case without building a `Prev`). `opened_stream`, when given, is set to
+    /// whether the streams held changed (verify's step asks; under the one lock taken).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn place_fields(
         &self,
@@ -72,9 +74,11 @@ impl NativeStreamTracker {
         content: &Hash32,
         partition: Option<i64>,
         offset: Option<i64>,
+        opened_stream: Option<&mut bool>,
     ) -> PyResult<Placed> {
         let content = *content;
         let mut st = self.lock()?;
+        let held = st.streams_held();
         let mut seen = st.seen.get(event_id).cloned();
         if seen.is_none() && self.forgotten_event_ids.load(Ordering::Relaxed) != 0 {
             if let Some(store) = &self.forgotten {
@@ -147,6 +151,9 @@ impl NativeStreamTracker {
             placed
         };
         self.placed(py, &mut st, event_id, partition, offset, placed.outcome, &content)?;
+        if let Some(opened) = opened_stream {
+            *opened = st.streams_held() != held;
+        }
         drop(st);
         Ok(placed)
     }
@@ -158,11 +165,6 @@ impl NativeStreamTracker {
         let order = std::mem::take(&mut st.order);
         let seen = std::mem::take(&mut st.seen);
         Ok(order.iter().map(|id| (id.to_string(), spilled_seen(&seen[id]))).collect())
-    }
-
-    /// The streams held (`len(tracker)`).
-    pub(crate) fn streams_held(&self) -> PyResult<usize> {
-        Ok(self.lock()?.streams_held())
     }
 
     pub(crate) fn result_of(&self, py: Python<'_>, stream: &Bound<'_, PyTuple>, sequence: i128, placed: Placed) -> PyResult<Py<PyAny>> {

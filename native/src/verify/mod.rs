@@ -158,7 +158,7 @@ impl VerifyStep {
     ) -> PyResult<Step> {
         let payload = bytes.as_bytes();
         let plan = &shipped.decoder.get().plan;
-        let Some(f) = scan(plan, &scanning.names, &scanning.wanted, SLOTS.len(), payload, HEADER) else {
+        let Some(f) = scan::<{ SLOTS.len() }>(plan, &scanning.names, &scanning.wanted, payload, HEADER) else {
             return Ok(Step::Feed);
         };
         // The fields the tracker reads, of the kinds it takes; any other: the Verifier's.
@@ -176,17 +176,16 @@ impl VerifyStep {
             _ => return Ok(Step::Feed),
         };
         let offset = self.counted(msg)?;
-        let held = tracker.streams_held()?;
+        let mut opened = false;
         let content = chain_digest(payload, None); // single-object: the header's fingerprint
         let sequence = i128::from(*sequence);
-        let placed: Placed = match tracker.place_fields(py, session, producer, sequence, event_id, Some(prev), &|| Ok(Prev::Text(prev.to_owned())), &content, Some(partition), Some(offset)) {
+        let placed: Placed = match tracker.place_fields(py, session, producer, sequence, event_id, Some(prev), &|| Ok(Prev::Text(prev.to_owned())), &content, Some(partition), Some(offset), Some(&mut opened)) {
             Ok(placed) => placed,
             // As the Python path: a field of the wrong kind is not a turn; anything else
             // (the stream spill's disk full) ends verify.
             Err(err) if is_not_a_turn(py, &err) => return Ok(Step::NotATurn(err.into_value(py).into_any())),
             Err(err) => return Err(err),
         };
-        let opened = tracker.streams_held()? != held;
         let key = msg.call_method0(intern!(py, "key"))?;
         let key_is_session = key.cast::<PyBytes>().is_ok_and(|k| k.as_bytes() == session.as_bytes());
         let recorded = f[BREACHES].as_ref().is_some_and(V::truthy);
