@@ -27,6 +27,7 @@ use crate::track::{chain_digest, NativeStreamTracker, Placed, Prev, NEW};
 use crate::constants::{SINGLE_OBJECT_HEADER as HEADER, SINGLE_OBJECT_MAGIC as MAGIC};
 use crate::decode::Decoder;
 
+mod admit;
 mod contract_values;
 mod contracts;
 mod rule_input;
@@ -363,6 +364,14 @@ impl VerifyStep {
         let mut out: Vec<i64> = self.shipped.values().map(|s| s.scan.version).collect();
         out.sort_unstable();
         out
+    }
+
+    /// `verify --follow`'s batch admitted (`admit::admit`): the messages past their
+    /// partition's next offset, and per partition (next offset, latest timestamp,
+    /// admitted, read again).
+    #[staticmethod]
+    fn admit<'py>(batch: &Bound<'py, PyList>, next_offsets: &Bound<'py, PyDict>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
+        admit::admit(batch, next_offsets)
     }
 
     #[classattr]

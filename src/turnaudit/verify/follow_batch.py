@@ -32,21 +32,21 @@ def follow_batch(state: FollowState, records: Sequence[Record], now: float) -> F
     """A batch of messages in order into ``state`` (each partition loaded already)."""
     step = state.step
     assert step is not None, "a follower built without a decoder has no native step"
-    live: list[Record] = []
+    # Natively, one pass: a message below its partition's proved offset is read again;
+    # the others move their partition's offset and event time and go on to the step.
+    next_offsets = {p: proof.next_offset for p, proof in state.partitions.items()}
+    live, met = step.admit(list(records), next_offsets)
     taken: dict[int, int] = {}
     reread = 0
-    for msg in records:
-        partition, offset = msg.partition() or 0, msg.offset() or 0
+    for partition, (next_offset, stamp, admitted, again) in met.items():
         proof = state.partitions[partition]
-        if offset < proof.next_offset:
-            proof.counts.reread += 1
-            reread += 1
-            continue
-        proof.next_offset = offset + 1
-        stamp = msg.timestamp()[1]
-        proof.event_time_ms = max(proof.event_time_ms, stamp)
-        taken[partition] = taken.get(partition, 0) + 1
-        live.append(msg)
+        proof.next_offset = next_offset
+        if stamp is not None:
+            proof.event_time_ms = max(proof.event_time_ms, stamp)
+        proof.counts.reread += again
+        reread += again
+        if admitted:
+            taken[partition] = admitted
     state.touched(taken)
     back = HandedBack(state, now)
     feed_batch(back, step, live)

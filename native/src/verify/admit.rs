@@ -1,0 +1,55 @@
+//! `verify --follow`'s admission of a batch (`follow_batch`): a message at an offset its
+//! partition was proved to already is read again (counted, not verified); the others go
+//! on to the step, each moving its partition's next offset and latest event time. One
+//! native pass, where Python asked each message its partition, offset and timestamp.
+
+use pyo3::exceptions::PyKeyError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use crate::hashing::FastMap;
+
+/// One partition's share of a batch: its next offset after it, its latest timestamp
+/// (None: no message admitted), messages admitted, messages read again.
+pub(crate) type Admitted = (i64, Option<i64>, u64, u64);
+
+/// The messages of `batch` past their partition's `next_offsets` entry, in order, and
+/// per partition met what `Admitted` says. A partition missing from `next_offsets` is a
+/// KeyError, as the follower's own table lookup was.
+pub(crate) fn admit<'py>(
+    batch: &Bound<'py, PyList>,
+    next_offsets: &Bound<'py, PyDict>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
+    let py = batch.py();
+    let live = PyList::empty(py);
+    let mut parts: FastMap<i64, Admitted> = FastMap::default();
+    for msg in batch.iter() {
+        // `msg.partition() or 0`, `msg.offset() or 0`
+        let partition: i64 = msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?.unwrap_or(0);
+        let offset: i64 = msg.call_method0(intern!(py, "offset"))?.extract::<Option<i64>>()?.unwrap_or(0);
+        let part = match parts.get_mut(&partition) {
+            Some(part) => part,
+            None => {
+                let Some(next) = next_offsets.get_item(partition)? else {
+                    return Err(PyKeyError::new_err(partition));
+                };
+                parts.entry(partition).or_insert((next.extract()?, None, 0, 0))
+            }
+        };
+        if offset < part.0 {
+            part.3 += 1;
+            continue;
+        }
+        part.0 = offset + 1;
+        let stamp: i64 = msg.call_method0(intern!(py, "timestamp"))?.get_item(1)?.extract()?;
+        part.1 = Some(part.1.map_or(stamp, |t| t.max(stamp)));
+        part.2 += 1;
+        live.append(msg)?;
+    }
+    let out = PyDict::new(py);
+    for (partition, part) in parts {
+        out.set_item(partition, part)?;
+    }
+    Ok((live, out))
+}
