@@ -24,8 +24,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from turnaudit.archive.check import check_archive
+from turnaudit.archive.location import open_archive
 from turnaudit.archive.settings import ArchiveSettings
-from turnaudit.archive.store import LocalArchive
 from turnaudit.commands.sink import (
     add_workers_argument,
     run_service,
@@ -35,7 +35,6 @@ from turnaudit.consumers.archive import archive_service
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings
 from turnaudit.consumers.runtime.worker_process import WorkerPlan
-from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.redaction import surface_redaction
 from turnaudit.replay.archive_export import export_jsonl
@@ -54,8 +53,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = actions.add_parser(
         "run",
-        help="the archiver service (TURNAUDIT_ARCHIVE_DIR, TURNAUDIT_ARCHIVE_KEY_FILE, "
-        "TURNAUDIT_ARCHIVE_KEY_ID; docs/archive.md)",
+        help="the archiver service (TURNAUDIT_ARCHIVE_DIR: a directory or s3://bucket/prefix, "
+        "TURNAUDIT_ARCHIVE_KEY_FILE, TURNAUDIT_ARCHIVE_KEY_ID; docs/archive.md)",
     )
     run.add_argument(
         "--topic",
@@ -69,7 +68,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     check = actions.add_parser(
         "check", help="verify every digest, segment and chain of an archive; exit 1 on a finding"
     )
-    check.add_argument("location", type=Path, metavar="LOCATION", help="the archive's directory")
+    check.add_argument(
+        "location", metavar="LOCATION", help="the archive: a directory or s3://bucket/prefix"
+    )
     check.add_argument(
         "--keyring", type=Path, required=True, metavar="FILE", help="the keyring (TOML)"
     )
@@ -78,7 +79,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "export",
         help="an archive's turns as JSON Lines (replay's jsonl lines), for DuckDB's read_json",
     )
-    export.add_argument("location", type=Path, metavar="LOCATION", help="the archive's directory")
+    export.add_argument(
+        "location", metavar="LOCATION", help="the archive: a directory or s3://bucket/prefix"
+    )
     export.add_argument(
         "--jsonl", type=Path, required=True, metavar="OUT", help="the file to write (replaced)"
     )
@@ -121,11 +124,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    location: Path = args.location
-    if not location.is_dir():
-        raise ConfigurationError(f"{location}: not a directory")
-    keyring = load_keyring(args.keyring)
-    report = check_archive(LocalArchive(location), keyring)
+    archive = open_archive(args.location)
+    report = check_archive(archive, load_keyring(args.keyring))
     for finding in report.findings:
         print(finding.line())
     for s in report.partitions:
@@ -141,14 +141,12 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    location: Path = args.location
-    if not location.is_dir():
-        raise ConfigurationError(f"{location}: not a directory")
+    archive = open_archive(args.location)
     settings = KafkaSettings.from_env()
     # The shipped versions (and the registry, when one is set): no broker is asked.
     decode = decoder_for(settings, schemas_topic=False)
     summary = export_jsonl(
-        LocalArchive(location), settings.topics.turn_events, decode, args.jsonl, surface_redaction()
+        archive, settings.topics.turn_events, decode, args.jsonl, surface_redaction()
     )
     print(summary.human())
     return 0
