@@ -100,7 +100,8 @@ class S3Settings:
             )
         return cls(endpoint, env.get(REGION_ENV, "").strip() or None)
 
-    def client(self) -> S3Client:
+    def client(self, session: boto3.session.Session | None = None) -> S3Client:
+        """A client of the server (``session``: boto3's default one, its credential chain)."""
         config = Config(
             # An S3-compatible server is addressed by path (no bucket subdomains to resolve).
             s3={"addressing_style": "path" if self.endpoint_url else "auto"},
@@ -110,7 +111,7 @@ class S3Settings:
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        return boto3.session.Session().client(
+        return (session or boto3.session.Session()).client(
             "s3", endpoint_url=self.endpoint_url, region_name=self.region, config=config
         )
 
@@ -187,10 +188,13 @@ class S3Archive:
                 )
             ),
         )
+        # A key ending in / is a folder marker (a console's "create folder"; some servers
+        # list their directories so): no file the archive writes ends so.
         found = [
             item["Key"][len(self.location.prefix) :]
             for page in pages
             for item in page.get("Contents", [])
+            if not item["Key"].endswith("/")
         ]
         return sorted(found)
 
