@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from turnaudit._native import stream_state
+from turnaudit._native import stream_partition
 from turnaudit.archive.location import open_archive
 from turnaudit.archive.store import ArchiveStore
 from turnaudit.argparsing import (
@@ -232,8 +232,7 @@ def follow_state_view(state: FollowState) -> EngineView:
         gaps = state.gaps.get(stream)
         if gaps is not None:
             return gaps.partition
-        held = stream_state(state.tracker, *stream)
-        return None if held is None else held[0]
+        return stream_partition(state.tracker, *stream)
 
     def proved_offset(partition: int) -> int | None:
         proof = state.partitions.get(partition)
