@@ -4,7 +4,8 @@ holds as it does for the local directory; ``archive check s3://…`` names an ob
 changed, removed or added behind the archive's back; wrong credentials or bucket are one
 line and exit 2. Then the whole path on the real broker: turns published, ``archive run``
 into ``s3://``, ``archive check`` clean, every partition deleted (``delete_records``), and
-``verify --archive s3://…`` finds every turn, 0 lost."""
+``verify --archive s3://…`` finds every turn, 0 lost; ``replay --archive`` and ``archive
+export`` read every turn from it."""
 
 from __future__ import annotations
 
@@ -249,3 +250,11 @@ def test_archive_run_into_s3_then_verify_from_it_after_deletion_loses_nothing(
     # The topic alone holds none of them any more.
     main(["verify", "--json"])
     assert json.loads(capsys.readouterr().out)["counts"]["turns"] == 0
+    # replay and export read the same s3:// location: every turn, decoded, once.
+    replayed, exported = tmp_path / "replayed.jsonl", tmp_path / "exported.jsonl"
+    assert main(["replay", "--archive", location, "--into", f"jsonl:{replayed}"]) == 0
+    assert main(["archive", "export", location, "--jsonl", str(exported)]) == 0
+    for written in (replayed, exported):
+        lines = [json.loads(line) for line in written.read_text().splitlines()]
+        assert len({(line["partition"], line["offset"]) for line in lines}) == 300
+        assert all("event" in line for line in lines)
