@@ -7,7 +7,9 @@ environment like every service; SIGTERM or SIGINT writes the open segments and a
 digest, then exits 0.
 
 ``export LOCATION --jsonl OUT`` writes the archive's turns as JSON Lines
-(``turnaudit.replay.archive_export``), with the archive alone.
+(``turnaudit.replay.archive_export``), ``--parquet OUT`` as Parquet of fixed columns
+(``turnaudit.archive.export_parquet``; pyarrow, the ``parquet`` extra), with the archive
+alone.
 
 ``check LOCATION --keyring FILE`` verifies every digest, every segment's hash and the
 chains (``turnaudit.archive.check``): one line per finding on stdout and exit 1, or a
@@ -35,6 +37,7 @@ from turnaudit.consumers.archive import archive_service
 from turnaudit.consumers.runtime import ConsumerService
 from turnaudit.consumers.runtime.settings import ServiceName, ServiceSettings
 from turnaudit.consumers.runtime.worker_process import WorkerPlan
+from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.redaction import surface_redaction
 from turnaudit.replay.archive_export import export_jsonl
@@ -77,13 +80,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     check.set_defaults(handler=_check)
     export = actions.add_parser(
         "export",
-        help="an archive's turns as JSON Lines (replay's jsonl lines), for DuckDB's read_json",
+        help="an archive's turns as JSON Lines (replay's jsonl lines) or Parquet (fixed "
+        "columns, docs/archive.md), for DuckDB",
     )
     export.add_argument(
         "location", metavar="LOCATION", help="the archive: a directory or s3://bucket/prefix"
     )
-    export.add_argument(
-        "--jsonl", type=Path, required=True, metavar="OUT", help="the file to write (replaced)"
+    into = export.add_mutually_exclusive_group(required=True)
+    into.add_argument(
+        "--jsonl", type=Path, metavar="OUT", help="JSON Lines: the file to write (replaced)"
+    )
+    into.add_argument(
+        "--parquet",
+        type=Path,
+        metavar="OUT",
+        help="Parquet: the file to write (replaced when complete; needs pyarrow)",
     )
     export.set_defaults(handler=_export)
 
@@ -143,10 +154,18 @@ def _check(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     archive = open_archive(args.location)
     settings = KafkaSettings.from_env()
+    surfaces = surface_redaction()  # a wrong policy: one line before anything is read
     # The shipped versions (and the registry, when one is set): no broker is asked.
     decode = decoder_for(settings, schemas_topic=False)
-    summary = export_jsonl(
-        archive, settings.topics.turn_events, decode, args.jsonl, surface_redaction()
-    )
-    print(summary.human())
+    topic = settings.topics.turn_events
+    if args.jsonl is not None:
+        print(export_jsonl(archive, topic, decode, args.jsonl, surfaces).human())
+        return 0
+    try:
+        from turnaudit.archive.export_parquet import export_parquet  # noqa: PLC0415 - pyarrow is an extra
+    except ImportError as exc:  # pyarrow is an extra: only this export needs it
+        raise ConfigurationError(
+            f"--parquet needs pyarrow ({exc}): pip install 'turnaudit[parquet]'"
+        ) from exc
+    print(export_parquet(archive, topic, decode, args.parquet, surfaces).human())
     return 0

@@ -204,7 +204,7 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
     trust = _trust_feed(settings.kafka, metrics)
     heads = HeadsFeed(
         settings.kafka,
-        follow_state_view(state),
+        follow_state_view(state, trust),
         metrics,
         packs=settings.metrics.packs,
         label_limit=settings.metrics.label_limit,
@@ -221,9 +221,10 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
     return consumer_service(settings, sink, plan, registry, validation=validation)
 
 
-def follow_state_view(state: FollowState) -> EngineView:
+def follow_state_view(state: FollowState, trust: TrustFeed | None = None) -> EngineView:
     """What the heads feed asks the proof: a stream's last position and partition (the
-    stream tracker's), a partition's proved offset (None until this member loaded it)."""
+    stream tracker's), a partition's proved offset (None until this member loaded it); a
+    stream it retires leaves the proof and, once settled signed, the trust judged of it."""
 
     def last_position(stream: StreamId) -> int | None:
         return state.tracker.last_position(*stream)
@@ -240,7 +241,13 @@ def follow_state_view(state: FollowState) -> EngineView:
 
     def retire(stream: StreamId) -> bool:
         # A stream with an open gap stays: its missing turns are still owed.
-        return stream not in state.gaps and state.retire(stream)
+        if stream in state.gaps:
+            return False
+        partition = stream_partition(state.tracker, *stream)
+        gone = state.retire(stream)
+        if gone and trust is not None and partition is not None:
+            trust.retire(partition, stream)
+        return gone
 
     return EngineView(last_position, partition_of, proved_offset, retire)
 

@@ -3,8 +3,8 @@ alone (no broker), for a query engine to read (DuckDB's ``read_json``; docs/arch
 
 Each line is the line ``replay --into jsonl:`` writes for the record (its partition,
 offset, writer version and decoded event, or why it is not one), partitions ascending,
-each by offset. Not Parquet: pyarrow is a 55 MB wheel for a format DuckDB reads from
-JSON Lines as well.
+each by offset. ``--parquet`` is ``turnaudit.archive.export_parquet`` (pyarrow, an
+extra): the same records as rows of fixed columns.
 """
 
 from __future__ import annotations

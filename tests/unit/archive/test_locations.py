@@ -1,5 +1,6 @@
 """Every command that takes an archive LOCATION (``archive check``, ``archive export``,
-``verify --archive``, ``replay --archive``, and ``archive run``'s TURNAUDIT_ARCHIVE_DIR)
+``verify --archive``, ``replay --archive``, ``eval rebuild --archive``, and ``archive
+run``'s TURNAUDIT_ARCHIVE_DIR)
 takes a directory or ``s3://bucket/prefix`` the same way: a wrong location or S3 setting
 is one line and exit 2, an S3 server that does not answer one line and exit 1, before
 the cluster is asked (nothing listens at the bootstrap address)."""
@@ -27,10 +28,14 @@ def command(kind: str, location: str, tmp_path: Path) -> list[str]:
         "export": ["archive", "export", location, "--jsonl", str(tmp_path / "out.jsonl")],
         "verify": ["verify", "--archive", location],
         "replay": ["replay", "--archive", location, "--into", f"jsonl:{tmp_path / 'o.jsonl'}"],
+        "rebuild": [
+            *("eval", "rebuild", "--archive", location, "--labels", str(tmp_path / "labels")),
+            *("--output", str(tmp_path / "evidence.json")),
+        ],
     }[kind]
 
 
-COMMANDS = ("check", "export", "verify", "replay")
+COMMANDS = ("check", "export", "verify", "replay", "rebuild")
 # (location, S3 endpoint setting, what the line says, exit code)
 LOCATIONS = [
     ("ftp://host/archive", "", "not an archive location", 2),
