@@ -27,15 +27,16 @@ from turnaudit.sealing.envelope import (
     OpenFailedError,
     Sealed,
     SealState,
+    TurnSealer,
     cover_sealed,
     open_event,
-    seal_event,
     write_surfaces,
 )
 from turnaudit.sealing.keys import (
     KEY_BYTES,
     SURFACE_KEYRING_ENV,
     KeyUnavailableError,
+    NoncePool,
     SurfaceKeyProvider,
     WrappedKey,
 )
@@ -60,6 +61,10 @@ def key_period_from_env(env: Mapping[str, str] | None = None) -> KeyPeriod:
 
 
 SEALED_SINCE_VERSION = 5  # the first TurnEvent version with ``sealed``
+
+
+# json.dumps(sort_keys=True)'s encoder, made once (json.dumps makes one a call).
+_RECORD_JSON = json.JSONEncoder(sort_keys=True)
 
 
 class KeyRecordError(ValueError):
@@ -89,7 +94,7 @@ class DataKeyRecord:
         return from_ms <= self.created_at_ms < to_ms
 
     def encode(self) -> bytes:
-        return json.dumps(
+        return _RECORD_JSON.encode(
             {
                 "data_key_id": self.data_key_id,
                 "session_id": self.session_id,
@@ -98,8 +103,7 @@ class DataKeyRecord:
                 "wrapped": base64.b64encode(self.wrapped.sealed).decode(),
                 "created_at_ms": self.created_at_ms,
                 "period": self.period,
-            },
-            sort_keys=True,
+            }
         ).encode()
 
     @classmethod
@@ -141,31 +145,37 @@ class SessionKeys:
         self._provider, self._store, self._clock_ms = provider, store, clock_ms
         self._max = max_sessions
         self._daily = period == "day"
-        # session -> (the UTC day its key was made on, data key id, the key)
-        self._keys: OrderedDict[str, tuple[int, str, AESGCM]] = OrderedDict()
+        # session -> (the UTC day its key was made on, its sealer)
+        self._keys: OrderedDict[str, tuple[int, TurnSealer]] = OrderedDict()
         self._lock = threading.Lock()
+        self._nonces = NoncePool()  # taken under the lock
         self.made = 0
 
-    def key_for(self, session_id: str) -> tuple[str, AESGCM]:
+    def _sealer(self, session_id: str) -> tuple[TurnSealer, bytes]:
+        """The session's sealer (its data key made and stored first, when new) and a
+        fresh nonce for it."""
         with self._lock:
-            now_ms = self._clock_ms()
-            day = now_ms // DAY_MS if self._daily else 0
+            now_ms = self._clock_ms() if self._daily else 0
+            day = now_ms // DAY_MS
             found = self._keys.get(session_id)
             if found is not None and found[0] == day:
                 self._keys.move_to_end(session_id)
-                return found[1], found[2]
-            data_key_id, data_key = os.urandom(16).hex(), os.urandom(KEY_BYTES)
+                return found[1], self._nonces.take()
+            if not self._daily:
+                now_ms = self._clock_ms()
+            fresh = os.urandom(16 + KEY_BYTES)
+            data_key_id, data_key = fresh[:16].hex(), fresh[16:]
             wrapped = self._provider.wrap(session_id, data_key_id, data_key)
             # Raises when the record can be kept nowhere: no key is kept, nothing sealed.
             period: KeyPeriod = "day" if self._daily else "session"
             self._store(DataKeyRecord(data_key_id, session_id, wrapped, now_ms, period))
             self.made += 1
-            aead = AESGCM(data_key)
-            self._keys[session_id] = (day, data_key_id, aead)
-            self._keys.move_to_end(session_id)
+            sealer = TurnSealer(AESGCM(data_key), data_key_id)
+            self._keys[session_id] = (day, sealer)
+            self._keys.move_to_end(session_id)  # a new day's key for a session kept
             if len(self._keys) > self._max:
                 self._keys.popitem(last=False)
-            return data_key_id, aead
+            return sealer, self._nonces.take()
 
     def seal(self, event: OutgoingTurnEvent) -> None:
         """Seal a stamped event in place (its plaintext fields emptied); a turn of a
@@ -176,8 +186,8 @@ class SessionKeys:
                 f"v{SEALED_SINCE_VERSION} or later, this turn is "
                 f"v{event['verdicts']['schema_version']}"
             )
-        data_key_id, aead = self.key_for(event["session_id"])
-        seal_event(event, aead, data_key_id)
+        sealer, nonce = self._sealer(event["session_id"])
+        sealer.seal(event, nonce)
 
 
 class KeyDirectory:

@@ -22,6 +22,7 @@ import base64
 import binascii
 import os
 import tomllib
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,45 @@ class WrappedKey:
     kek_id: str
     nonce: bytes
     sealed: bytes
+
+
+NONCES_PER_DRAW = 512
+
+
+class NoncePool:
+    """Random 96-bit nonces, drawn from the OS ``NONCES_PER_DRAW`` at a time: a getrandom
+    call lets go of the GIL, and under a busy publisher taking it back cost more than the
+    rest of sealing a turn. Not thread-safe: its owner calls ``take`` under its own lock.
+    A forked child's pools are emptied (``os.register_at_fork``), so a child never hands
+    out the nonces its parent does under the data keys they both hold."""
+
+    __slots__ = ("__weakref__", "_at", "_drawn")
+
+    def __init__(self) -> None:
+        self._drawn, self._at = b"", 0
+        _POOLS.add(self)
+
+    def take(self) -> bytes:
+        at = self._at
+        if at == len(self._drawn):
+            self._drawn, at = os.urandom(NONCE_BYTES * NONCES_PER_DRAW), 0
+        self._at = at + NONCE_BYTES
+        return self._drawn[at : at + NONCE_BYTES]
+
+    def forget(self) -> None:
+        """Drop the nonces drawn and not handed out: the next ``take`` draws anew."""
+        self._drawn, self._at = b"", 0
+
+
+_POOLS: weakref.WeakSet[NoncePool] = weakref.WeakSet()
+
+
+def _forget_drawn_nonces() -> None:
+    for pool in list(_POOLS):
+        pool.forget()
+
+
+os.register_at_fork(after_in_child=_forget_drawn_nonces)
 
 
 def _wrap_aad(session_id: str, data_key_id: str) -> bytes:
