@@ -37,7 +37,7 @@ from turnaudit.sealing.keys import (
     KEY_BYTES,
     SURFACE_KEYRING_ENV,
     KeyUnavailableError,
-    NoncePool,
+    RandomPool,
     SurfaceKeyProvider,
     WrappedKey,
 )
@@ -146,7 +146,7 @@ class SessionKeys:
         # session -> (the UTC day its key was made on, its sealer)
         self._keys: OrderedDict[str, tuple[int, TurnSealer]] = OrderedDict()
         self._lock = threading.Lock()
-        self._nonces = NoncePool()  # taken under the lock
+        self._random = RandomPool()  # nonces and new data keys, taken under the lock
         self.made = 0
 
     def _sealer(self, session_id: str) -> tuple[TurnSealer, bytes]:
@@ -158,10 +158,10 @@ class SessionKeys:
             found = self._keys.get(session_id)
             if found is not None and found[0] == day:
                 self._keys.move_to_end(session_id)
-                return found[1], self._nonces.take()
+                return found[1], self._random.take()
             if not self._daily:
                 now_ms = self._clock_ms()
-            fresh = os.urandom(16 + KEY_BYTES)
+            fresh = self._random.take(16 + KEY_BYTES)
             data_key_id, data_key = fresh[:16].hex(), fresh[16:]
             wrapped = self._provider.wrap(session_id, data_key_id, data_key)
             # Raises when the record can be kept nowhere: no key is kept, nothing sealed.
@@ -173,7 +173,7 @@ class SessionKeys:
             self._keys.move_to_end(session_id)  # a new day's key for a session kept
             if len(self._keys) > self._max:
                 self._keys.popitem(last=False)
-            return sealer, self._nonces.take()
+            return sealer, self._random.take()
 
     def seal(self, event: OutgoingTurnEvent) -> None:
         """Seal a stamped event in place (its plaintext fields emptied); a turn of a

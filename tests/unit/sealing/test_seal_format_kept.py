@@ -26,7 +26,7 @@ from tests.unit.sealing.support import KeyTopic, any_text, ids, keyring, sealer,
 from turnaudit.events import OutgoingTurnEvent, TurnEvent
 from turnaudit.sealing import DataKeyRecord, WrappedKey
 from turnaudit.sealing.envelope import TurnSealer, open_event, surfaces_of
-from turnaudit.sealing.keys import NONCES_PER_DRAW
+from turnaudit.sealing.keys import NONCE_BYTES, POOL_BYTES, RandomPool
 from turnaudit.verdicts import UNKNOWN_DOMAIN_SURFACE
 
 KEY = bytes(range(32))
@@ -192,7 +192,7 @@ def _nonces_of(turns: int, session: str, keys: Any) -> list[bytes]:
 
 def test_nonces_across_several_draws_from_the_os_are_all_different() -> None:
     keys = sealer(keyring("kek-1"), KeyTopic())
-    nonces = _nonces_of(3 * NONCES_PER_DRAW + 5, "s-1", keys)
+    nonces = _nonces_of(3 * POOL_BYTES // NONCE_BYTES + 5, "s-1", keys)
     assert all(len(nonce) == 12 for nonce in nonces)
     assert len(set(nonces)) == len(nonces)
 
@@ -217,3 +217,58 @@ def test_a_forked_child_sealing_under_its_parents_data_key_uses_none_of_its_nonc
     assert len(in_child) == 100
     in_parent = set(_nonces_of(100, "s-1", keys))
     assert in_child.isdisjoint(in_parent)
+
+
+def test_a_forked_child_makes_data_keys_and_wraps_of_its_own() -> None:
+    topic = KeyTopic()
+    keys = sealer(keyring("kek-1"), topic)
+    _nonces_of(1, "s-1", keys)  # random bytes drawn and held
+    readable, writable = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: a new session's key record, as it would be stored
+        try:
+            _nonces_of(1, "s-2", keys)
+            os.write(writable, topic.messages[-1][1] or b"")
+        finally:
+            os._exit(0)
+    os.close(writable)
+    received = b""
+    while chunk := os.read(readable, 4096):
+        received += chunk
+    os.close(readable)
+    assert os.waitpid(child, 0)[1] == 0
+    _nonces_of(1, "s-2", keys)
+    in_child, in_parent = (
+        DataKeyRecord.decode(received),
+        DataKeyRecord.decode(topic.messages[-1][1] or b""),
+    )
+    assert in_child.data_key_id != in_parent.data_key_id
+    assert in_child.wrapped.nonce != in_parent.wrapped.nonce
+    assert in_child.wrapped.sealed != in_parent.wrapped.sealed
+
+
+def test_data_keys_and_their_wraps_across_several_draws_are_all_different() -> None:
+    topic, provider = KeyTopic(), keyring("kek-1")
+    keys = sealer(provider, topic)
+    sessions = 3 * POOL_BYTES // (16 + 32 + 2 * NONCE_BYTES) + 5
+    for session in range(sessions):
+        _nonces_of(1, f"s-{session}", keys)
+    records = [DataKeyRecord.decode(value or b"") for _, value in topic.messages]
+    assert len(records) == sessions
+    assert len({r.data_key_id for r in records}) == sessions
+    assert len({r.wrapped.nonce for r in records}) == sessions
+    data_keys = {provider.unwrap(r.session_id, r.data_key_id, r.wrapped) for r in records}
+    assert len(data_keys) == sessions
+
+
+@given(st.lists(st.integers(8, 2 * POOL_BYTES), min_size=2, max_size=60))
+def test_a_random_pool_never_hands_out_a_byte_twice_for_any_sizes_taken(
+    sizes: list[int],
+) -> None:
+    pool = RandomPool()
+    taken = [pool.take(size) for size in sizes]
+    assert [len(chunk) for chunk in taken] == sizes
+    for i, chunk in enumerate(taken):  # 8 random bytes shared: a slice handed out twice
+        others = b"|".join(taken[:i] + taken[i + 1 :])
+        assert chunk[:8] not in others
+        assert chunk[-8:] not in others
