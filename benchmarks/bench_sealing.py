@@ -159,6 +159,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--only", choices=("publish", "consumer"), help="one part only")
     args = parser.parse_args()
+    print(_load("at the start"))
     source = records(args.events)
     if args.only != "publish":
         consumer_rounds(source, args.rounds)
@@ -204,6 +205,14 @@ def main() -> None:
             f"  sealing adds ({label}, difference of medians): {medians[1] - medians[0]:.1f} "
             f"µs/event; ratio {medians[1] / medians[0]:.2f}x"
         )
+    print(_load("at the end"))
+
+
+def _load(when: str) -> str:
+    """The machine's load average: on a shared machine, what the figures were taken under."""
+    one, five, fifteen = os.getloadavg()
+    cores = os.cpu_count()
+    return f"load average {when}: {one:.2f} {five:.2f} {fifteen:.2f} (1/5/15 min), {cores} cores"
 
 
 if __name__ == "__main__":

@@ -112,10 +112,15 @@ def _framed(texts: list[str]) -> bytes:
             return joined.encode().replace(b"\x00", _SEPARATOR)
         except UnicodeEncodeError:
             return joined.encode("utf-8", _TEXT).replace(b"\x00", _SEPARATOR)
+    return _SEPARATOR.join([_utf8(t) for t in texts])
+
+
+def _utf8(text: str) -> bytes:
+    """One text as ``_framed`` writes it."""
     try:
-        return _SEPARATOR.join([t.encode() for t in texts])
+        return text.encode()
     except UnicodeEncodeError:
-        return _SEPARATOR.join([t.encode("utf-8", _TEXT) for t in texts])
+        return text.encode("utf-8", _TEXT)
 
 
 def _aad_tail(session_id: str, producer_id: str, data_key_id: str) -> bytes:
@@ -125,7 +130,7 @@ def _aad_tail(session_id: str, producer_id: str, data_key_id: str) -> bytes:
 
 
 def _aad(event_id: str, tail: bytes, sequence: int) -> bytes:
-    return _CONTEXT + _framed([event_id]) + tail + sequence.to_bytes(8, "big", signed=True)
+    return _CONTEXT + _utf8(event_id) + tail + sequence.to_bytes(8, "big", signed=True)
 
 
 def turn_aad(
