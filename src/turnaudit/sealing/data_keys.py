@@ -149,31 +149,22 @@ class SessionKeys:
         self._random = RandomPool()  # nonces and new data keys, taken under the lock
         self.made = 0
 
-    def _sealer(self, session_id: str) -> tuple[TurnSealer, bytes]:
-        """The session's sealer (its data key made and stored first, when new) and a
-        fresh nonce for it."""
-        with self._lock:
-            now_ms = self._clock_ms() if self._daily else 0
-            day = now_ms // DAY_MS
-            found = self._keys.get(session_id)
-            if found is not None and found[0] == day:
-                self._keys.move_to_end(session_id)
-                return found[1], self._random.take()
-            if not self._daily:
-                now_ms = self._clock_ms()
-            fresh = self._random.take(16 + KEY_BYTES)
-            data_key_id, data_key = fresh[:16].hex(), fresh[16:]
-            wrapped = self._provider.wrap(session_id, data_key_id, data_key)
-            # Raises when the record can be kept nowhere: no key is kept, nothing sealed.
-            period: KeyPeriod = "day" if self._daily else "session"
-            self._store(DataKeyRecord(data_key_id, session_id, wrapped, now_ms, period))
-            self.made += 1
-            sealer = TurnSealer(AESGCM(data_key), data_key_id)
-            self._keys[session_id] = (day, sealer)
-            self._keys.move_to_end(session_id)  # a new day's key for a session kept
-            if len(self._keys) > self._max:
-                self._keys.popitem(last=False)
-            return sealer, self._random.take()
+    def _made(self, session_id: str, now_ms: int, day: int) -> TurnSealer:
+        """A new data key for the session (under the lock): its record handed to ``store``
+        first, then kept as the session's sealer (the least recently used one forgotten)."""
+        fresh = self._random.take(16 + KEY_BYTES)
+        data_key_id, data_key = fresh[:16].hex(), fresh[16:]
+        wrapped = self._provider.wrap(session_id, data_key_id, data_key)
+        # Raises when the record can be kept nowhere: no key is kept, nothing sealed.
+        period: KeyPeriod = "day" if self._daily else "session"
+        self._store(DataKeyRecord(data_key_id, session_id, wrapped, now_ms, period))
+        self.made += 1
+        sealer = TurnSealer(AESGCM(data_key), data_key_id)
+        self._keys[session_id] = (day, sealer)
+        self._keys.move_to_end(session_id)  # a new day's key for a session kept
+        if len(self._keys) > self._max:
+            self._keys.popitem(last=False)
+        return sealer
 
     def seal(self, event: OutgoingTurnEvent) -> None:
         """Seal a stamped event in place (its plaintext fields emptied); a turn of a
@@ -184,7 +175,18 @@ class SessionKeys:
                 f"v{SEALED_SINCE_VERSION} or later, this turn is "
                 f"v{event['verdicts']['schema_version']}"
             )
-        sealer, nonce = self._sealer(event["session_id"])
+        session_id = event["session_id"]
+        with self._lock:
+            # The clock is read for a day's key, or to date a new session key's record.
+            now_ms = self._clock_ms() if self._daily else 0
+            day = now_ms // DAY_MS
+            found = self._keys.get(session_id)
+            if found is not None and found[0] == day:
+                self._keys.move_to_end(session_id)
+                sealer = found[1]
+            else:
+                sealer = self._made(session_id, now_ms if self._daily else self._clock_ms(), day)
+            nonce = self._random.take()
         sealer.seal(event, nonce)
 
 
