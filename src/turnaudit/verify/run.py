@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, timedelta
 from pathlib import Path
 
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.checkpoint_chain import (
     RetentionStart,
     judge_chain,
@@ -57,7 +57,7 @@ def run_verify(
     keyring_source: str = "",
     memory: IdMemory | None = None,
     jobs: int | None = 1,
-    archive: LocalArchive | None = None,
+    archive: ArchiveStore | None = None,
 ) -> VerifyReport:
     """``archive``: the range starts in the archive's segments (``turnaudit.archive``)
     where the topic's log start is later, and the live topic feeds the rest; so do the
