@@ -99,7 +99,6 @@ def _rebuild(args: argparse.Namespace) -> int:
         slack=slack,
         archive=args.archive,
     )
-    request.check_archive()  # a range by broker time: one line before anything is read
     labels = load_task_labels(args.labels)
     auditor = build_auditor(args)
     settings, where = connect(KafkaSettings.from_env(), start_local=False)

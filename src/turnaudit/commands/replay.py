@@ -229,7 +229,6 @@ def _replay(args: argparse.Namespace) -> int:
         step=None if args.step is None else timedelta(seconds=args.step),
         archive=args.archive,
     )
-    request.check_archive()
     if request.step is not None and target.kind not in STEPPED_KINDS:
         raise ConfigurationError(
             f"--step applies to {' and '.join(STEPPED_KINDS)} outputs, not {target.kind}:"
