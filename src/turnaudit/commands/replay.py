@@ -216,8 +216,6 @@ def _replay(args: argparse.Namespace) -> int:
     target = ReplayTarget.parse(args.into, OUTPUT_KINDS, args.checkpoint)
     if args.archive is not None:
         open_archive(args.archive, label="--archive")  # a wrong one: one line, before the topic
-    if args.archive is not None and args.group:
-        raise ConfigurationError("--archive is read by one process: leave out --group")
     event_time, slack = event_time_options(args)
     request = ReplayRequest(
         RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets),
