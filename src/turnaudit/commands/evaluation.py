@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--archive",
         metavar="LOCATION",
         help="an archive (turnaudit archive run; a directory or s3://bucket/prefix): a range "
-        "from the log start starts at the archive's first offset; the archive's segments "
+        "from the log start starts at the archive's first offset, a --from/--to by broker "
+        "time is looked up in the archive and the topic; the archive's segments "
         "feed it, the topic the rest, as replay --archive reads it (docs/archive.md)",
     )
     rebuild.add_argument(

@@ -157,8 +157,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--archive",
         metavar="LOCATION",
         help="an archive (turnaudit archive run; a directory or s3://bucket/prefix): a range "
-        "from the log start starts at the archive's first offset; the archive's segments "
-        "feed it, the topic the rest; offsets in neither fail the replay (docs/archive.md)",
+        "from the log start starts at the archive's first offset, a --from/--to by broker "
+        "time is looked up in the archive and the topic; the archive's segments feed the "
+        "range, the topic the rest (with --group, each member its partitions'); offsets in "
+        "neither fail the replay (docs/archive.md)",
     )
     add_time_arguments(parser)
     parser.add_argument(

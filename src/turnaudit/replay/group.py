@@ -19,6 +19,10 @@ offset), the outputs hold every message of the range once. If a member is
 killed, the messages it wrote after its last commit are read again by the
 member that takes its partitions over (duplicates, never a loss); a member
 restarted on the same output cuts it back to its last checkpoint.
+
+With ``--archive``, a member reads the archive's part of the partitions it is assigned
+first (``turnaudit.replay.group_archive``), then the topic; the committed offsets may lie
+in the archive, and a member taking a partition over goes on from them there.
 """
 
 from __future__ import annotations
