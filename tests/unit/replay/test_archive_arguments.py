@@ -12,7 +12,6 @@ from turnaudit.cli import main
 # (extra arguments, with the archive a directory, what the line says)
 REFUSED = [
     ([], False, "not a directory"),
-    (["--group", "g1"], True, "leave out --group"),
 ]
 
 
@@ -44,9 +43,10 @@ def test_an_argument_replay_from_the_archive_cannot_take_is_one_line_and_exit_2(
         ["--from", "2026-11-01T00:00"],
         ["--to", "2026-11-02T00:00", "--time", "broker"],
         ["--from-offsets", "0:5"],
+        ["--group", "g1", "--from", "2026-11-01T00:00"],
     ],
 )
-def test_a_range_by_event_time_broker_time_or_offsets_is_taken_with_the_archive(
+def test_a_range_by_event_time_broker_time_or_offsets_and_a_group_are_taken_with_the_archive(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
