@@ -21,9 +21,10 @@ the search lands on is not looked for (that would read every segment before it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 
 from turnaudit.archive.reading import archived_segments
 from turnaudit.archive.segments import ArchivedRecord, SegmentName, decode_segment
@@ -55,26 +56,27 @@ class SegmentTimes:
     reads: int = 0
     _first: dict[int, ArchivedRecord] = field(default_factory=dict)
 
-    def _records(self, index: int) -> list[ArchivedRecord] | None:
+    def _read(self, index: int) -> Iterator[ArchivedRecord]:
         self.reads += 1
-        name = self.names[index]
-        try:
-            return list(decode_segment(self.archive.read(name.path()) or b""))
-        except ValueError:
-            return None
+        return decode_segment(self.archive.read(self.names[index].path()) or b"")
 
     def first(self, index: int) -> ArchivedRecord:
-        """The first record of segment ``index``."""
+        """The first record of segment ``index`` (the rest of it not decoded)."""
         if index not in self._first:
-            self._first[index] = self._one(index)[0]
+            self._first[index] = self._checked(index, lambda: list(islice(self._read(index), 1)))[0]
         return self._first[index]
 
     def records(self, index: int) -> list[ArchivedRecord]:
         """Every record of segment ``index``, in offset order."""
-        return self._one(index)
+        return self._checked(index, lambda: list(self._read(index)))
 
-    def _one(self, index: int) -> list[ArchivedRecord]:
-        found = self._records(index)
+    def _checked(
+        self, index: int, decode: Callable[[], list[ArchivedRecord]]
+    ) -> list[ArchivedRecord]:
+        try:
+            found = decode()
+        except ValueError:
+            found = []
         if not found:
             raise BrokerError(
                 f"the archive's segment {self.names[index].path()} is missing, empty or "
