@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--archive",
         metavar="LOCATION",
         help="an archive (turnaudit archive run; a directory or s3://bucket/prefix): a range "
-        "from the log start starts at the archive's first offset; the archive's segments "
+        "from the log start starts at the archive's first offset, a --from/--to by broker "
+        "time is looked up in the archive and the topic; the archive's segments "
         "feed it, the topic the rest, as replay --archive reads it (docs/archive.md)",
     )
     rebuild.add_argument(
@@ -99,7 +100,6 @@ def _rebuild(args: argparse.Namespace) -> int:
         slack=slack,
         archive=args.archive,
     )
-    request.check_archive()  # a range by broker time: one line before anything is read
     labels = load_task_labels(args.labels)
     auditor = build_auditor(args)
     settings, where = connect(KafkaSettings.from_env(), start_local=False)

@@ -157,8 +157,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--archive",
         metavar="LOCATION",
         help="an archive (turnaudit archive run; a directory or s3://bucket/prefix): a range "
-        "from the log start starts at the archive's first offset; the archive's segments "
-        "feed it, the topic the rest; offsets in neither fail the replay (docs/archive.md)",
+        "from the log start starts at the archive's first offset, a --from/--to by broker "
+        "time is looked up in the archive and the topic; the archive's segments feed the "
+        "range, the topic the rest (with --group, each member its partitions'); offsets in "
+        "neither fail the replay (docs/archive.md)",
     )
     add_time_arguments(parser)
     parser.add_argument(
@@ -216,8 +218,6 @@ def _replay(args: argparse.Namespace) -> int:
     target = ReplayTarget.parse(args.into, OUTPUT_KINDS, args.checkpoint)
     if args.archive is not None:
         open_archive(args.archive, label="--archive")  # a wrong one: one line, before the topic
-    if args.archive is not None and args.group:
-        raise ConfigurationError("--archive is read by one process: leave out --group")
     event_time, slack = event_time_options(args)
     request = ReplayRequest(
         RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets),
@@ -229,7 +229,6 @@ def _replay(args: argparse.Namespace) -> int:
         step=None if args.step is None else timedelta(seconds=args.step),
         archive=args.archive,
     )
-    request.check_archive()
     if request.step is not None and target.kind not in STEPPED_KINDS:
         raise ConfigurationError(
             f"--step applies to {' and '.join(STEPPED_KINDS)} outputs, not {target.kind}:"

@@ -121,18 +121,6 @@ class ReplayRequest:
         }
         return hashlib.sha256(canonical_json(described)).hexdigest()
 
-    def check_archive(self) -> None:
-        """An archive is read by offsets: a range by broker time is not looked up in it."""
-        if (
-            self.archive is not None
-            and not self.event_time
-            and (self.spec.since or self.spec.until)
-        ):
-            raise ConfigurationError(
-                "--archive with --from/--to by broker time: broker times are not looked up "
-                "in the archive; use --time event (or --from-offsets/--to-offsets)"
-            )
-
 
 def parse_partitions(text: str) -> tuple[int, ...]:
     try:
