@@ -524,21 +524,32 @@ def explain_slow_batches(
     away = [1000 * m.away_s for m, _ in slow]
     own = [1000 * (m.examined_s + m.flushed_s) for m, _ in slow]
     gc_ms = [1000 * m.gc_s for m, _ in slow]
+    # Wall time the thread did not work (away and in its phases): waiting for a CPU or the GIL.
+    idle = [
+        1000 * (m.away_s - m.away_cpu_s + m.examined_s + m.flushed_s + m.stored_s - m.work_cpu_s)
+        for m, _ in slow
+    ]
     print(
         f"    {len(slow)} of {len(marks)} batches hold turns over {above:.1f} ms; their "
         f"worst turn's delay, split (median / max ms): age on arrival not the loop's "
         f"{statistics.median(arrival):.1f} / {max(arrival):.1f}, loop away from polling "
         f"{statistics.median(away):.1f} / {max(away):.1f}, validation + flush "
-        f"{statistics.median(own):.1f} / {max(own):.1f}, of all that GC "
-        f"{statistics.median(gc_ms):.1f} / {max(gc_ms):.1f}"
+        f"{statistics.median(own):.1f} / {max(own):.1f}; of the loop's part, GC "
+        f"{statistics.median(gc_ms):.1f} / {max(gc_ms):.1f} and the thread not running "
+        f"{statistics.median(idle):.1f} / {max(idle):.1f} "
+        f"(preempted {sum(m.preempted for m, _ in slow)} times, "
+        f"blocked {sum(m.blocked for m, _ in slow)} times)"
     )
     first = marks[0].polled_at
     for m, w in sorted(slow, key=lambda mw: -mw[1])[:3]:
         print(
             f"      at {m.polled_at - first:6.1f} s: {m.size} records, worst {w:.1f} ms, "
             f"oldest {m.oldest_age_ms:.1f} ms old on arrival, poll {1000 * m.poll_s:.1f} ms, "
-            f"away {1000 * m.away_s:.1f} ms, validation {1000 * m.examined_s:.1f} ms, "
-            f"flush {1000 * m.flushed_s:.1f} ms, store {1000 * m.stored_s:.1f} ms, "
+            f"away {1000 * m.away_s:.1f} ms (CPU {1000 * m.away_cpu_s:.1f}), "
+            f"validation {1000 * m.examined_s:.1f} ms, "
+            f"flush {1000 * m.flushed_s:.1f} ms, store {1000 * m.stored_s:.1f} ms "
+            f"(CPU {1000 * m.work_cpu_s:.1f} for the three), preempted {m.preempted}, "
+            f"blocked {m.blocked}, "
             f"GC {1000 * m.gc_s:.1f} ms ({m.gc_runs} runs, oldest gen {m.gc_oldest_generation})"
         )
 

@@ -5,7 +5,8 @@ when its poll returned and how long the poll waited, how many records, how old t
 oldest of them was on arrival (its Kafka timestamp against the wall clock), the time
 in validation and hand-over, in the sink's flush (with dead letters settled), in storing
 offsets, how long the loop was away from polling before it (the previous batch and the
-tick), and the collector's pauses since the previous mark (``gc.callbacks``). A turn's
+tick), the collector's pauses since the previous mark (``gc.callbacks``), and the
+thread's own CPU time and preemptions (``getrusage``), which tell working from waiting. A turn's
 delay is its age on arrival plus the service's time on it: the marks say which of the two
 made a slow turn slow, and, of the age on arrival, how much was the loop not polling.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import json
+import resource
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -41,6 +43,18 @@ class BatchMark:
     gc_s: float  # the collector's pauses since the previous mark
     gc_runs: int
     gc_oldest_generation: int  # the oldest generation collected since the previous mark (-1: none)
+    # This thread's CPU time away from polling and over the three phases: far below the
+    # wall time, the thread was waiting (for a CPU, or the GIL), not working.
+    away_cpu_s: float
+    work_cpu_s: float
+    preempted: int  # times the kernel took the CPU from this thread since the previous mark
+    blocked: int  # times this thread gave the CPU up to wait (a poll, a lock, the GIL, I/O)
+
+
+def _switches() -> tuple[int, int]:
+    """Involuntary and voluntary context switches of the calling thread so far."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_nivcsw, usage.ru_nvcsw
 
 
 @dataclass(slots=True)
@@ -55,6 +69,10 @@ class _OpenBatch:
     gc_s: float
     gc_runs: int
     gc_oldest_generation: int
+    away_cpu_s: float
+    preempted: int
+    blocked: int
+    work_cpu_s: float = 0.0
     examined_s: float = 0.0
     flushed_s: float = 0.0
     stored_s: float = 0.0
@@ -74,9 +92,16 @@ class BatchTimeline:
         *,
         wall_clock: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.perf_counter,
+        thread_clock: Callable[[], float] = time.thread_time,
+        switches: Callable[[], tuple[int, int]] = _switches,
     ) -> None:
         self.marks: list[BatchMark] = []
         self._wall, self._clock = wall_clock, clock
+        self._thread_clock, self._switches = thread_clock, switches
+        self._last_return_cpu = 0.0
+        self._poll_called_cpu = 0.0
+        self._work_started_cpu = 0.0
+        self._switches_before = (0, 0)
         self._gc_started: float | None = None
         self._gc_s, self._gc_runs, self._gc_generation = 0.0, 0, -1
         self._last_return: float | None = None
@@ -106,16 +131,22 @@ class BatchTimeline:
     def polling(self) -> None:
         """The loop is about to poll."""
         self._poll_called = self._clock()
+        self._poll_called_cpu = self._thread_clock()
 
     def polled(self, records: Sequence[Record]) -> None:
         """The poll returned these records (a batch follows)."""
         now = self._clock()
+        cpu = self._thread_clock()
         wall = self._wall()
+        switches = self._switches()
         oldest = oldest_timestamp_ms(records)
         gc_s, gc_runs, generation = self._gc_s, self._gc_runs, self._gc_generation
         self._gc_s, self._gc_runs, self._gc_generation = 0.0, 0, -1
+        first = self._last_return is None
         away = 0.0 if self._last_return is None else self._poll_called - self._last_return
-        self._last_return = now
+        away_cpu = 0.0 if first else self._poll_called_cpu - self._last_return_cpu
+        self._last_return, self._last_return_cpu, self._work_started_cpu = now, cpu, cpu
+        before, self._switches_before = self._switches_before, switches
         self._batch = _OpenBatch(
             polled_at=wall,
             poll_s=now - self._poll_called,
@@ -125,6 +156,9 @@ class BatchTimeline:
             gc_s=gc_s,
             gc_runs=gc_runs,
             gc_oldest_generation=generation,
+            away_cpu_s=away_cpu,
+            preempted=0 if first else switches[0] - before[0],
+            blocked=0 if first else switches[1] - before[1],
         )
         self._lap_at = now
 
@@ -145,6 +179,7 @@ class BatchTimeline:
 
     def _close(self) -> None:
         if self._batch is not None:
+            self._batch.work_cpu_s = self._thread_clock() - self._work_started_cpu
             self.marks.append(BatchMark(**asdict(self._batch)))
             self._batch = None
 

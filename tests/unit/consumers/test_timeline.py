@@ -49,15 +49,32 @@ def ticking(steps: list[float]) -> Iterator[float]:
 
 @given(
     steps=st.lists(st.floats(min_value=0.0, max_value=5.0), min_size=6, max_size=6),
+    cpu_steps=st.lists(st.floats(min_value=0.0, max_value=5.0), min_size=6, max_size=6),
+    switches=st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=2, max_size=2),
     stamps=st.lists(st.one_of(st.none(), st.integers(0, 10**12)), min_size=1, max_size=20),
     wall=st.floats(min_value=1.6e9, max_value=1.9e9),
 )
 def test_a_batch_mark_holds_each_phase_as_the_clock_moved_through_it(
-    steps: list[float], stamps: list[int | None], wall: float
+    steps: list[float],
+    cpu_steps: list[float],
+    switches: list[tuple[int, int]],
+    stamps: list[int | None],
+    wall: float,
 ) -> None:
-    clock = ticking(steps)
-    timeline = BatchTimeline(wall_clock=lambda: wall, clock=lambda: next(clock))
+    clock, cpu_clock = ticking(steps), ticking(cpu_steps)
+    counted = itertools.accumulate(
+        switches, lambda a, b: (a[0] + b[0], a[1] + b[1]), initial=(7, 3)
+    )
+    timeline = BatchTimeline(
+        wall_clock=lambda: wall,
+        clock=lambda: next(clock),
+        thread_clock=lambda: next(cpu_clock),
+        switches=lambda: next(counted),
+    )
     readings = list(itertools.accumulate(steps, initial=100.0))
+    # The thread's clock is read at the poll's call (0), its return (1), the batch's end
+    # (2), the next poll's call (3) and return (4), that batch's end (5).
+    cpu = list(itertools.accumulate(cpu_steps, initial=100.0))
     timeline.polling()  # reading 0
     timeline.polled([StampedRecord(ms) for ms in stamps])  # 1
     for phase in (EXAMINED, FLUSHED, STORED):  # 2, 3, 4
@@ -71,11 +88,18 @@ def test_a_batch_mark_holds_each_phase_as_the_clock_moved_through_it(
     assert mark.size == len(stamps)
     known = [ms for ms in stamps if ms is not None]
     assert mark.oldest_age_ms == (wall * 1000 - min(known) if known else -1.0)
+    assert mark.work_cpu_s == cpu[2] - cpu[1]
+    assert mark.away_cpu_s == 0.0
+    assert (mark.preempted, mark.blocked) == (0, 0)  # counted from the first return on
     # The next poll: the loop was away from the first return (reading 1) to it (reading 5).
     timeline.polling()
     timeline.polled([StampedRecord(None)])
     timeline.abandoned()
-    assert timeline.marks[1].away_s == readings[5] - readings[1]
+    second = timeline.marks[1]
+    assert second.away_s == readings[5] - readings[1]
+    assert second.away_cpu_s == cpu[3] - cpu[1]
+    assert second.work_cpu_s == cpu[5] - cpu[4]
+    assert (second.preempted, second.blocked) == switches[0]
 
 
 def test_a_batch_stopped_short_is_marked_with_the_phases_it_reached() -> None:
@@ -130,6 +154,10 @@ _MARKS = st.builds(
     gc_s=st.floats(0, 10),
     gc_runs=st.integers(0, 100),
     gc_oldest_generation=st.integers(-1, 2),
+    away_cpu_s=st.floats(0, 10),
+    work_cpu_s=st.floats(0, 10),
+    preempted=st.integers(0, 10_000),
+    blocked=st.integers(0, 10_000),
 )
 
 
