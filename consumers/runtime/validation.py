@@ -15,7 +15,7 @@ import structlog
 from turnaudit.consumers.runtime.consumer_metrics import CHAIN_BREAK_KINDS, ConsumerMetrics
 from turnaudit.consumers.runtime.handover import HandedBatch
 from turnaudit.consumers.runtime.sink import IN_ORDER, ConsumedTurn, Rejection
-from turnaudit.contracts import Breach, Contract, check_event, check_key, identity_breach
+from turnaudit.contracts import CONTRACT_RULE, Breach, Contract, check_key, identity_breach
 from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.errors import SchemaNotFoundError, SerializationError, UnknownFramingError
 from turnaudit.htir import HtirTrace
@@ -33,6 +33,8 @@ log = structlog.get_logger("turnaudit.consumer")
 _tuple_new = tuple.__new__
 _NEW = TurnOutcome.NEW  # a module constant: the enum's class attribute costs a lookup per message
 _CONFLUENT = Framing.CONFLUENT
+# Contracts 1-4: the rule ``check_event`` calls, called without that wrapper's frame.
+_check_event = CONTRACT_RULE
 
 Decoder = Callable[[bytes | None], DecodedTurnEvent]
 
@@ -170,7 +172,7 @@ class TurnEventValidation(Validation):
             else:  # the single-object header names the fingerprint: the tracker reads it
                 sequence = self._observe(event, value, partition=partition, offset=offset)
             key_breach = check_key(key, event)
-            breaches = check_event(event)
+            breaches = _check_event(event)
         except Exception as exc:
             # Decodable but not shaped like a TurnEvent (a foreign schema gone wrong).
             return Rejection(DeadLetterReason.UNDECODABLE, f"not a TurnEvent: {exc!r}")
