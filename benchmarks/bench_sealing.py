@@ -9,8 +9,13 @@ at the default surface sizes).
    (one AES-GCM wrap and one produce to <prefix>surface-keys per session).
 2. The seal step alone (``SessionKeys.seal`` on a stamped copy, data keys made), per turn,
    and the same for surfaces 10x and 100x the default size.
+3. A consumer that opens no surface pays nothing for sealing: the verdict metrics
+   service's sink (decode with the project's deserializer, ``take``, one ``flush`` per
+   500) over the same turns encoded sealed and unsealed, in process, rounds rotated;
+   µs per turn min/median/max and the ratio sealed/unsealed within each round.
 
     .venv/bin/python benchmarks/bench_sealing.py [--events 20000] [--rounds 6]
+    .venv/bin/python benchmarks/bench_sealing.py --only consumer   # no broker needed
 """
 
 from __future__ import annotations
@@ -30,12 +35,21 @@ from prometheus_client import CollectorRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _broker import benchmark_cluster
 
+from turnaudit.consumers.metrics import VerdictMetricsSink
+from turnaudit.consumers.runtime import ConsumedTurn
+from turnaudit.consumers.runtime.settings import MetricsSettings
+from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.events import OutgoingTurnEvent
 from turnaudit.producers.publisher import TurnEventPublisher
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.sealing import SURFACE_KEYRING_ENV, FileKeyring, SessionKeys
 from turnaudit.sealing.keys import new_key_entry
+from turnaudit.serialization.schemas import shipped_catalog
+from turnaudit.serialization.serializers import SingleObjectSerializer
+from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
+
+BATCH = 500  # turns per flush, as the runtime hands a batch to a sink
 
 
 def records(n: int) -> list[dict[str, Any]]:
@@ -79,12 +93,77 @@ def seal_alone(batch: list[dict[str, Any]], scale: int) -> tuple[float, float]:
     )
 
 
+def encoded(batch: list[dict[str, Any]], sealing: bool) -> list[bytes]:
+    """The turns as the publisher writes them (stamped; sealed when ``sealing``)."""
+    write = SingleObjectSerializer(shipped_catalog().version(5))
+    keys = SessionKeys(
+        FileKeyring({"kek-1": os.urandom(32)}, "kek-1"), lambda _record: None, clock_ms=lambda: 0
+    )
+    out = []
+    for i, record in enumerate(batch):
+        event = copy.deepcopy(record)
+        event.update(event_id=f"{i:032x}", sequence=i, producer_id="p", chain_hash=b"\0" * 32)
+        if sealing:
+            keys.seal(cast(OutgoingTurnEvent, event))
+        out.append(write(event))
+    return out
+
+
+def metrics_round(messages: list[bytes]) -> tuple[float, float]:
+    """(wall, CPU) seconds per turn: decoded and counted by the verdict metrics sink."""
+    decode = TurnEventDeserializer(shipped_catalog())
+    sink = VerdictMetricsSink(MetricsSettings(), CollectorRegistry())
+    check = SequenceCheck(SequenceOutcome.IN_ORDER)
+    started, cpu = time.perf_counter(), time.thread_time()
+    for offset, value in enumerate(messages):
+        sink.take(ConsumedTurn(decode(value), check, "t.turn-events", 0, offset))
+        if offset % BATCH == BATCH - 1:
+            sink.flush()
+    sink.flush()
+    return (
+        (time.perf_counter() - started) / len(messages),
+        (time.thread_time() - cpu) / len(messages),
+    )
+
+
+def consumer_rounds(source: list[dict[str, Any]], rounds: int) -> None:
+    """Part 3: the metrics sink over sealed and unsealed turns, order rotated per round."""
+    plain, sealed = encoded(source, False), encoded(source, True)
+    size = statistics.median(len(v) for v in plain), statistics.median(len(v) for v in sealed)
+    print(f"metrics sink: {len(source)} turns a round, median bytes {size[0]} -> {size[1]} sealed")
+    costs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    ratios: list[tuple[float, float]] = []
+    for r in range(rounds):
+        this: dict[bool, tuple[float, float]] = {}
+        for sealing in (False, True) if r % 2 == 0 else (True, False):
+            this[sealing] = metrics_round(sealed if sealing else plain)
+            costs[sealing].append(this[sealing])
+        ratios.append((this[True][0] / this[False][0], this[True][1] / this[False][1]))
+    for which, label in ((0, "wall"), (1, "CPU")):
+        for sealing, name in ((False, "unsealed"), (True, "sealed")):
+            values = [c[which] * 1e6 for c in costs[sealing]]
+            print(
+                f"metrics sink over {name} turns, {label}: min {min(values):.2f}  "
+                f"median {statistics.median(values):.2f}  max {max(values):.2f} µs/turn"
+            )
+        within = [ratio[which] for ratio in ratios]
+        print(
+            f"  sealed/unsealed within a round ({label}): median "
+            f"{statistics.median(within):.3f} (min {min(within):.3f}, max {max(within):.3f})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--only", choices=("publish", "consumer"), help="one part only")
     args = parser.parse_args()
     source = records(args.events)
+    if args.only != "publish":
+        consumer_rounds(source, args.rounds)
+    if args.only == "consumer":
+        return
     sizes = [
         len(e["surface"]) + len(e["walk_surface"]) + len(e["articulation_surface"]) for e in source
     ]

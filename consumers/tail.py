@@ -4,10 +4,18 @@ A viewer, not a service: it assigns every partition itself (no group, nothing
 committed, no dead letters written) from now or from a given time, and prints
 each turn as one human-readable line, filtered by pack or session. A message
 it cannot decode still gets a line, so nothing on the topic is invisible.
+
+Under a surface policy that writes surfaces (``hash``, ``keep``) the line ends with the
+turn's answer and input as that policy writes them; a sealed turn is opened first with
+the reader's keyring (``TurnOpener``, as the log sink and replay do), and one that does
+not open (no keyring, erased, tampered) shows its placeholder, ``[sealed: <reason>]``,
+which holds no one's words. Under ``drop`` (the default) nothing of a surface is shown
+and nothing is opened.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -27,6 +35,9 @@ from turnaudit.kafka.offsets import (
     resolve_range,
 )
 from turnaudit.records import Record
+from turnaudit.redaction import DROPPED, Redaction
+from turnaudit.sealing.envelope import Sealed, SealState, placeholder
+from turnaudit.sealing.opening import TurnOpener
 from turnaudit.serialization.wire import DecodedTurnEvent, TurnEventDeserializer
 from turnaudit.settings import KafkaSettings
 
@@ -83,20 +94,50 @@ def _verdict_text(event: TurnEvent) -> str:
     return " ".join(parts)
 
 
+def _quoted(text: str | None) -> str:
+    """A JSON string (``null`` for None): one line whatever the text holds (control
+    characters, U+2028 and U+0085 escaped; other characters as they are)."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    return (
+        quoted.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").replace("\x85", "\\u0085")
+    )
+
+
+def _surface_text(event: TurnEvent, surfaces: Redaction, sealing: SealState | None) -> str:
+    """The answer and the input as ``surfaces`` writes them (JSON strings: one line
+    whatever they hold); a turn left sealed shows its placeholder, as it is."""
+    if isinstance(sealing, Sealed):
+        # Every token holds the same placeholder: shown once. The answer is the
+        # placeholder too (or the runtime's stub text, left in the clear).
+        said = placeholder(sealing.reason) if event["input_tokens"] else ""
+        return f"said={_quoted(said)} answer={_quoted(event['surface'])}"
+    tokens = surfaces.tokens(event["input_tokens"])
+    said = " ".join(tokens) if isinstance(tokens, list) else str(tokens)
+    return f"said={_quoted(said)} answer={_quoted(surfaces.text(event['surface']))}"
+
+
 def format_turn(
-    decoded: DecodedTurnEvent, partition: int, offset: int, *, show_verdicts: bool
+    decoded: DecodedTurnEvent,
+    partition: int,
+    offset: int,
+    *,
+    show_verdicts: bool,
+    surfaces: Redaction = DROPPED,
+    sealing: SealState | None = None,
 ) -> str:
-    """One line: when, which turn, where it ran, and (optionally) its verdict bundle."""
+    """One line: when, which turn, where it ran, (optionally) its verdict bundle, and
+    its surfaces when the policy writes them (``sealing``: how the turn was opened)."""
     event = cast(TurnEvent, decoded.event)  # a TurnEvent reader decoded it
     head = (
         f"{_when(event['occurred_at'])} {event['session_id']}#{event['turn']} "
         f"seq={event['sequence']} {event['path']} {event['pack_id']}/{event['domain']} "
         f"v{decoded.writer_version}"
     )
-    where = f"[p{partition}@{offset}]"
-    if not show_verdicts:
-        return f"{head} {where}"
-    return f"{head} | {_verdict_text(event)} {where}"
+    if show_verdicts:
+        head = f"{head} | {_verdict_text(event)}"
+    if surfaces.writes:
+        head = f"{head} | {_surface_text(event, surfaces, sealing)}"
+    return f"{head} [p{partition}@{offset}]"
 
 
 def tail_turns(
@@ -108,6 +149,8 @@ def tail_turns(
     slack: timedelta | None = None,
     filters: TailFilter = TailFilter(),
     show_verdicts: bool = True,
+    surfaces: Redaction = DROPPED,
+    opener: TurnOpener | None = None,
     limit: int | None = None,
     stop: threading.Event | None = None,
     on_ready: Callable[[], None] | None = None,
@@ -115,9 +158,12 @@ def tail_turns(
     """Print turns until ``stop`` is set or ``limit`` lines were printed; return the count.
 
     ``event_time``: ``since`` selects by the turns' ``occurred_at`` (``event_time_range``,
-    as ``replay --time event``), not by the records' Kafka timestamps."""
+    as ``replay --time event``), not by the records' Kafka timestamps. ``surfaces``: what
+    a line shows of a turn's surfaces; ``opener`` opens sealed ones first (None: left
+    sealed, their placeholders shown)."""
     topic = settings.topics.turn_events
     decode = decoder_for(settings)  # both framings, every known version
+    view = TurnView(filters, show_verdicts, surfaces, opener)
     # Resolved before the caller hears "ready": from now, the end as it is now
     # (a logical end would be resolved at the first fetch and skip whatever
     # arrived in between); from a time, the first offset at or after it.
@@ -144,7 +190,7 @@ def tail_turns(
             on_ready()
         while not stop.is_set() and (limit is None or printed < limit):
             for msg in consumer.consume(500, 0.2):
-                line = _line_for(msg, decode, filters, show_verdicts)
+                line = view.line_for(msg, decode)
                 if line is None:
                     continue
                 out.write(line + "\n")
@@ -157,19 +203,48 @@ def tail_turns(
     return printed
 
 
-def _line_for(
-    msg: Record, decode: TurnEventDeserializer, filters: TailFilter, show_verdicts: bool
-) -> str | None:
-    try:
-        decoded = decode(msg.value())
-    except SerializationError as exc:
-        # Filters cannot apply to what does not decode: show it, or it would be invisible.
-        return f"! undecodable message [p{msg.partition()}@{msg.offset()}]: {exc}"
-    try:
-        if not filters.accepts(cast(TurnEvent, decoded.event)):
-            return None
-        return format_turn(
-            decoded, msg.partition() or 0, msg.offset() or 0, show_verdicts=show_verdicts
-        )
-    except Exception as exc:  # decodes, but not shaped like a TurnEvent: still a line
-        return f"! not a TurnEvent [p{msg.partition()}@{msg.offset()}]: {exc!r}"
+@dataclass(frozen=True, slots=True)
+class TurnView:
+    """What a tail line shows of a turn: which turns, the verdicts, the surfaces."""
+
+    filters: TailFilter = TailFilter()
+    show_verdicts: bool = True
+    surfaces: Redaction = DROPPED
+    opener: TurnOpener | None = None  # sealed turns: opened before ``surfaces`` applies
+
+    def line_for(self, msg: Record, decode: TurnEventDeserializer) -> str | None:
+        """The message's line (None: filtered out); never raises for what it holds."""
+        try:
+            decoded = decode(msg.value())
+        except SerializationError as exc:
+            # Filters cannot apply to what does not decode: show it, or it would be invisible.
+            return f"! undecodable message [p{msg.partition()}@{msg.offset()}]: {exc}"
+        try:
+            event = cast(TurnEvent, decoded.event)
+            if not self.filters.accepts(event):
+                return None
+            sealing = None
+            if self.surfaces.writes:
+                try:
+                    sealing = (self.opener or _NO_KEYRING)(event)
+                except Exception as exc:  # the key topic unreadable now: the turn, unopened
+                    line = format_turn(
+                        decoded,
+                        msg.partition() or 0,
+                        msg.offset() or 0,
+                        show_verdicts=self.show_verdicts,
+                    )
+                    return f"{line} (surfaces not opened: {exc})"
+            return format_turn(
+                decoded,
+                msg.partition() or 0,
+                msg.offset() or 0,
+                show_verdicts=self.show_verdicts,
+                surfaces=self.surfaces,
+                sealing=sealing,
+            )
+        except Exception as exc:  # decodes, but not shaped like a TurnEvent: still a line
+            return f"! not a TurnEvent [p{msg.partition()}@{msg.offset()}]: {exc!r}"
+
+
+_NO_KEYRING = TurnOpener(None)  # placeholders, no key read

@@ -40,8 +40,7 @@ from turnaudit.settings import KafkaSettings
 from turnaudit.stream_heads import (
     HeadAnnouncement,
     Liveness,
-    decode_announcement,
-    decode_liveness,
+    decode_heads_record,
 )
 from turnaudit.verify.heads_judge import (
     JUDGED_PRODUCER_KEY,
@@ -284,10 +283,7 @@ class HeadsFeed:
             at = (msg.partition() or 0, msg.offset() or 0)
             read[at[0]] = at[1] + 1
             value = msg.value()
-            note: HeadAnnouncement | Liveness | None = decode_announcement(value)
-            if note is None:
-                note = decode_liveness(value)
-            out.append((note, at))
+            out.append((decode_heads_record(value), at))
         return out
 
     @staticmethod

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from turnaudit.contracts import Contract
 from turnaudit.verify.follow_records import CHAIN_KINDS
-from turnaudit.verify.follow_trust import REASONS
+from turnaudit.verify.follow_trust_findings import REASONS
 
 MISSING_STATES = ("within_grace", "overdue")
 STREAM_STATES = ("open", "began_before_retention")

@@ -26,7 +26,8 @@ from turnaudit.kafka.offsets import watermarks
 from turnaudit.kafka.partitioning import session_partition
 from turnaudit.kafka.topics import topic_retention_ms
 from turnaudit.settings import KafkaSettings
-from turnaudit.verify.follow_trust import GAUGE_STATES, FollowTrust, GaugeState
+from turnaudit.verify.follow_trust import FollowTrust
+from turnaudit.verify.follow_trust_findings import GAUGE_STATES, GaugeState
 from turnaudit.verify.kafka_reads import LOG_APPEND_TIME
 
 log = structlog.get_logger("turnaudit.verify.follow")
@@ -117,6 +118,13 @@ class TrustFeed:
                 int(now * 1000),
                 schema="" if fingerprint is None else fingerprint.hex(),
             )
+
+    def retire(self, partition: int, stream: StreamId) -> None:
+        """The proof retired the stream (``FollowTrust.retire``)."""
+        with self._lock:
+            judge = self.judges.get(partition)
+            if judge is not None:
+                judge.retire(stream)
 
     def sweep(self, event_time_ms: Mapping[int, int]) -> bool:
         """Judge what the grace has run out on; True when the trust state changed (the

@@ -319,11 +319,26 @@ class JournalMode(Generic[Turn]):
         self.journal = Journal(directory, producer_id, self._committed)
 
     def append(self, entry: JournalEntry, turn: Turn) -> int | None:
-        """Under ``lock``: the turn's ticket, or None when the journal is closed."""
+        """Under ``lock``: the turn's ticket, or None when the journal takes no more (closed,
+        or its disk failed). Then what still waits for a commit is handed over first, so the
+        caller's own hand-over follows it (a data key record ahead of its turns:
+        turnaudit.producers.key_records)."""
         ticket = self.journal.append(entry)
         if ticket is not None:
             self._waiting[ticket] = (turn, entry)
+        else:
+            self._hand_over_waiting(before=None)
         return ticket
+
+    def _hand_over_waiting(self, before: int | None) -> None:
+        """Under ``lock``: the turns appended and not committed (those before ``before``),
+        handed over without the journal, in journal order; their refusals kept for their
+        waiters."""
+        for earlier in sorted(t for t in self._waiting if before is None or t < before):
+            turn, entry = self._waiting.pop(earlier)
+            refusal = self._hand_over(turn, entry.key, entry.value, None)
+            if refusal is not None:
+                self._refusals[earlier] = refusal
 
     def ack(self, ticket: int | None) -> None:
         if ticket is not None:
@@ -339,8 +354,10 @@ class JournalMode(Generic[Turn]):
         """A group commit's turns, fsynced: handed over in journal order (committer thread)."""
         with self._lock:
             for ticket, entry in entries:
-                turn, _ = self._waiting.pop(ticket)
-                refusal = self._hand_over(turn, entry.key, entry.value, ticket)
+                waiting = self._waiting.pop(ticket, None)
+                if waiting is None:
+                    continue  # handed over already, when the journal closed meanwhile
+                refusal = self._hand_over(waiting[0], entry.key, entry.value, ticket)
                 if refusal is not None:
                     self._refusals[ticket] = refusal
 
@@ -354,12 +371,8 @@ class JournalMode(Generic[Turn]):
             log.error("journal_failed_publishing_without", error=str(exc))
             with self._lock:
                 # Everything appended before it first, in journal order (a data key record
-                # ahead of its turns: turnaudit.producers.key_records): no waiter of its own.
-                for earlier in sorted(t for t in self._waiting if t < ticket):
-                    turn, entry = self._waiting.pop(earlier)
-                    refusal = self._hand_over(turn, entry.key, entry.value, None)
-                    if refusal is not None:
-                        self._refusals[earlier] = refusal
+                # ahead of its turns: turnaudit.producers.key_records).
+                self._hand_over_waiting(before=ticket)
                 waiting = self._waiting.pop(ticket, None)
                 if waiting is None:
                     return self._refusals.pop(ticket, None)

@@ -76,6 +76,8 @@ ALERT_PANELS: Mapping[str, int] = {
     "TurnAuditChainBreak": 21,
     "TurnAuditTurnsStillMissing": 21,
     "TurnAuditPublisherSpooling": 23,
+    "TurnAuditArchiveBehindRetention": 35,
+    "TurnAuditArchiveDigestStale": 34,
     "TurnAuditPublisherRefusing": 22,
     "TurnAuditRuntimeSilent": 22,
     "TurnAuditStreamSilent": 22,

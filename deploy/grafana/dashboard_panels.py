@@ -1,9 +1,10 @@
 """The turn-audit dashboard's panels (title, place, unit, queries) and variable queries;
-verify --follow's are in verify_panels.py. generate.py builds the dashboard from these;
-alert_rules.py links each alert to its panel."""
+verify --follow's are in verify_panels.py, the archive's in archive_panels.py. generate.py
+builds the dashboard from these; alert_rules.py links each alert to its panel."""
 
 from __future__ import annotations
 
+from archive_panels import ARCHIVE_PANELS
 from panel_spec import LIVE, J, P, PanelSpec, Target
 from verify_panels import VERIFY_PANELS
 
@@ -359,7 +360,7 @@ SERVICE_PANELS: tuple[PanelSpec, ...] = (
         "From produce() to the broker's acknowledgement.",
     ),
 )
-PANELS: tuple[PanelSpec, ...] = (*SERVICE_PANELS, *VERIFY_PANELS)
+PANELS: tuple[PanelSpec, ...] = (*SERVICE_PANELS, *VERIFY_PANELS, *ARCHIVE_PANELS)
 
 # The job variable: every job that exports turn-audit metrics (services and runtimes),
 # whatever the scrape configuration names them.

@@ -25,9 +25,9 @@ What it writes (under deploy/grafana/ unless --out):
   tickets), the same routing as deploy/alertmanager/alertmanager.yml.
 
 The Prometheus rule files are the one definition of every alert condition;
-``dashboard_panels.py`` and ``verify_panels.py`` hold the dashboard's panels (``panel_spec.py``
-what a panel is), ``alert_rules.py`` the rules built
-from those files and, per alert, the panel it links to; this script builds and writes. The suite
+``dashboard_panels.py``, ``verify_panels.py`` and ``archive_panels.py`` hold the dashboard's
+panels (``panel_spec.py`` what a panel is), ``alert_rules.py`` the rules built from those
+files and, per alert, the panel it links to; this script builds and writes. The suite
 (tests/unit/deploy/test_grafana_generated.py) regenerates and fails on any difference.
 Needs only PyYAML and grafana-foundation-sdk (the project's ``dev`` extra), not turnaudit.
 """

@@ -98,6 +98,9 @@ def start_partition(
 def stream_state(
     tracker: NativeStreamTracker, session_id: str, producer_id: str
 ) -> tuple[int | None, bytes] | None: ...
+def stream_partition(
+    tracker: NativeStreamTracker, session_id: str, producer_id: str
+) -> int | None: ...
 def restore_stream(
     tracker: NativeStreamTracker, session_id: str, producer_id: str, state: bytes
 ) -> None: ...

@@ -26,6 +26,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+import orjson
+
 HeadStatus = Literal["open", "ended", "cut"]
 # A liveness record's key: never a stream's (a stream's key starts with its session id).
 LIVENESS_KEY_PREFIX = b"\x00liveness\x00"
@@ -110,31 +112,35 @@ class Liveness:
         return not self.closed and self.silent_ms(now_ms) > bound
 
 
-def decode_liveness(value: bytes | str | None) -> Liveness | None:
-    """A liveness record, or None for a record that is not one (never raises)."""
+def _parsed(value: bytes | str | None) -> object:
+    """The record's JSON (orjson: the heads topic holds a record per stream, read whole at
+    every pass), or None when it is not JSON."""
     if value is None:
         return None
     try:
-        data = json.loads(value.decode() if isinstance(value, bytes) else value)
-        if not isinstance(data, dict) or data.get("liveness") != 1:
-            return None
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:  # also invalid UTF-8 and integers past 64 bits
+        return None
+
+
+def _liveness_of(data: object) -> Liveness | None:
+    if not isinstance(data, dict) or data.get("liveness") != 1:
+        return None
+    try:
         return Liveness(
             str(data["producer_id"]),
             int(data["at_ms"]),
             int(data["interval_ms"]),
             bool(data["closed"]),
         )
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 
-def decode_announcement(value: bytes | str | None) -> HeadAnnouncement | None:
-    """An announcement, or None for a record that is not one (never raises)."""
-    if value is None:
+def _announcement_of(data: object) -> HeadAnnouncement | None:
+    if not isinstance(data, dict):
         return None
     try:
-        # Text, not bytes: json's encoding detection on bytes costs a third of a small load.
-        data = json.loads(value.decode() if isinstance(value, bytes) else value)
         head = StreamHead(
             str(data["session_id"]),
             str(data["producer_id"]),
@@ -150,5 +156,21 @@ def decode_announcement(value: bytes | str | None) -> HeadAnnouncement | None:
             pack=str(data.get("pack", "")),
             runtime=str(data.get("runtime", "")),
         )
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
+    except (ValueError, KeyError, TypeError):
         return None
+
+
+def decode_liveness(value: bytes | str | None) -> Liveness | None:
+    """A liveness record, or None for a record that is not one (never raises)."""
+    return _liveness_of(_parsed(value))
+
+
+def decode_announcement(value: bytes | str | None) -> HeadAnnouncement | None:
+    """An announcement, or None for a record that is not one (never raises)."""
+    return _announcement_of(_parsed(value))
+
+
+def decode_heads_record(value: bytes | str | None) -> HeadAnnouncement | Liveness | None:
+    """Whichever of the two the record is (parsed once), or None (never raises)."""
+    data = _parsed(value)
+    return _announcement_of(data) or _liveness_of(data)

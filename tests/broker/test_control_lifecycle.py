@@ -43,12 +43,12 @@ pytestmark = pytest.mark.broker
 
 HOURS_A_YEAR = 8_760
 MONTHS = 12
-MONTH_S = 8.0  # a simulated month lasts at least this long: the year, 96 s or more
+MONTH_S = 4.0  # a simulated month lasts at least this long: the year, 48 s or more
 # The turn topic keeps about 4 months' worth, the control topics 0.75 month longer: long
 # enough that the broker's own retention pass (once a minute) cannot empty the turn topic
 # while the test reads it.
-RETENTION_MS = 30_000
-MARGIN_MS = 6_000
+RETENTION_MS = 15_000
+MARGIN_MS = 3_000
 CHAIN_BREAKS = "turnaudit_verify_signed_checkpoints_total{result=invalid}"
 VALID = "turnaudit_verify_signed_checkpoints_total{result=valid}"
 TRUST = "turnaudit_verify_stream_trust{trust=%s}"

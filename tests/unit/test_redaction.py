@@ -187,9 +187,10 @@ def evidence_file(events: list[dict[str, Any]], redaction: Redaction, folder: Pa
 
 
 def tail_lines(events: list[dict[str, Any]], redaction: Redaction, _: Path) -> bytes:
-    # tail writes no surface under any policy: its lines are the same for all three.
+    # tail shows a turn's surface and input tokens (JSON strings), as the policy writes them.
     return "".join(
-        format_turn(DECODE_TURNS(encode(dict(e))), 0, i, show_verdicts=True) + "\n"
+        format_turn(DECODE_TURNS(encode(dict(e))), 0, i, show_verdicts=True, surfaces=redaction)
+        + "\n"
         for i, e in enumerate(events)
     ).encode()
 
@@ -214,13 +215,19 @@ WRITES_TOOL_IO = {
     "evidence",
 }
 WRITES_ALL_SURFACES = {"log lines", "replay jsonl"}  # walk, articulation and tokens too
-WRITES_SURFACE = WRITES_ALL_SURFACES | WRITES_TOOL_IO
+WRITES_TOKENS = WRITES_ALL_SURFACES | {"tail"}  # tail: the surface and the input tokens
+WRITES_SURFACE = WRITES_TOKENS | WRITES_TOOL_IO
 
 
 def strings_in(data: bytes, writer: str) -> Iterator[str]:
     """Every string the output holds, decoded as its reader decodes it."""
-    if writer == "tail":
-        yield data.decode()
+    if writer == "tail":  # each line's JSON strings after said= and answer=
+        for line in data.decode().split("\n"):
+            yield line
+            for name in (" said=", " answer="):
+                if name in line:
+                    at = line.index(name) + len(name)
+                    yield json.JSONDecoder().raw_decode(line, at)[0]
         return
     text = data.decode()
     # Lines end in "\n" only: str.splitlines() would also cut at U+0085 and U+2028 in a text.
@@ -247,7 +254,9 @@ def expected(writer: str, where: str) -> bool:
         return writer in WRITES_TOOL_IO
     if kind == "surface":
         return writer in WRITES_SURFACE
-    return writer in WRITES_ALL_SURFACES  # walk_surface, articulation_surface, token
+    if kind == "token":
+        return writer in WRITES_TOKENS
+    return writer in WRITES_ALL_SURFACES  # walk_surface, articulation_surface
 
 
 class TestEveryWriterUnderEveryPolicy:
@@ -270,7 +279,7 @@ class TestEveryWriterUnderEveryPolicy:
         if redaction.policy is not SurfacePolicy.KEEP:
             assert CARD.encode() not in written
             assert not any(CARD in s for s in _decoded(written, writer))
-            if redaction.policy is SurfacePolicy.HASH and writer != "tail":
+            if redaction.policy is SurfacePolicy.HASH:
                 assert HASH_PREFIX.encode() in written
             return
         strings = list(_decoded(written, writer))

@@ -38,6 +38,19 @@ pub(crate) fn stream_state<'py>(
     Ok(tracker.get().stream_bytes(&key)?.map(|(partition, bytes)| (partition, PyBytes::new(py, &bytes))))
 }
 
+/// One stream's partition, or None when the tracker holds no such stream or it was read
+/// from no partition: `stream_state`'s first item without encoding the state (the heads
+/// judge asks it of every announcement).
+#[pyfunction]
+pub(crate) fn stream_partition(
+    tracker: &Bound<'_, NativeStreamTracker>,
+    session_id: &str,
+    producer_id: &str,
+) -> PyResult<Option<i64>> {
+    let key = (session_id.to_owned(), producer_id.to_owned());
+    Ok(tracker.get().lock()?.peek(&key)?.and_then(|stream| stream.partition))
+}
+
 /// A stream restored from `stream_state`'s bytes (in place of any copy held).
 #[pyfunction]
 pub(crate) fn restore_stream(

@@ -7,6 +7,9 @@ digests (docs/archive.md).
 * ``store``: the archive's directory, each file written once;
 * ``writer``: one partition's archiver (cut, write, digest, resume after a restart);
 * ``check``: every digest, segment and chain verified, each finding named;
-* ``reading``: the archive read as the topic (``verify --archive``, ``replay --archive``;
-  ``archive export``, ``turnaudit.replay.archive_export``, writes replay's jsonl lines of it).
+* ``reading``: the archive read as the topic (``verify --archive``, ``replay --archive``,
+  ``eval rebuild --archive``; ``archive export --jsonl``, ``turnaudit.replay.archive_export``,
+  writes replay's jsonl lines of it);
+* ``export_columns``, ``export_parquet``: ``archive export --parquet``, the turns as Parquet
+  of one fixed Arrow schema (pyarrow: the ``parquet`` extra, imported only by the export).
 """

@@ -25,7 +25,7 @@ from turnaudit.consumers.verify_follow_trust import TrustFeed, partition_judges
 from turnaudit.kafka.decoders import decoder_for
 from turnaudit.producers.simulator import GroundTruth
 from turnaudit.verify.follow import FollowState
-from turnaudit.verify.follow_trust import GAUGE_STATES
+from turnaudit.verify.follow_trust_findings import GAUGE_STATES
 
 PROVED = "turnaudit_verify_turns_proved_total"
 TRUST = "turnaudit_verify_stream_trust"

@@ -6,6 +6,8 @@ HTIR feeder's assembly, then the auditor worker's evidence logic with the
 given labels and pinned auditor (``turnaudit.consumers.replay.evidence``). For
 the same range, labels and auditor it writes the same evidence file as the
 live worker, so a second team can reproduce a gate decision from the stream.
+With ``--archive DIR`` the range starts in the archive (``turnaudit archive run``) and
+ends on the topic, read as ``replay --archive`` reads it (``turnaudit.replay.archived``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from turnaudit.archive.location import open_archive
 from turnaudit.argparsing import add_range_arguments, add_time_arguments, event_time_options
 from turnaudit.cluster import connect
 from turnaudit.consumers.replay.evidence import file_digest, rebuild_evidence
@@ -51,6 +54,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rebuild.add_argument("--partitions", metavar="P,…", help="only these partitions, e.g. 0,2")
     rebuild.add_argument("--topic", help="turn-events topic (default: the configured one)")
     rebuild.add_argument(
+        "--archive",
+        metavar="LOCATION",
+        help="an archive (turnaudit archive run; a directory or s3://bucket/prefix): a range "
+        "from the log start starts at the archive's first offset; the archive's segments "
+        "feed it, the topic the rest, as replay --archive reads it (docs/archive.md)",
+    )
+    rebuild.add_argument(
         "--labels",
         type=Path,
         required=True,
@@ -78,8 +88,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    labels = load_task_labels(args.labels)
-    auditor = build_auditor(args)
+    if args.archive is not None:
+        open_archive(args.archive, label="--archive")  # a wrong one: one line, before the topic
     event_time, slack = event_time_options(args)
     request = ReplayRequest(
         RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets),
@@ -87,7 +97,11 @@ def _rebuild(args: argparse.Namespace) -> int:
         args.topic,
         event_time=event_time,
         slack=slack,
+        archive=args.archive,
     )
+    request.check_archive()  # a range by broker time: one line before anything is read
+    labels = load_task_labels(args.labels)
+    auditor = build_auditor(args)
     settings, where = connect(KafkaSettings.from_env(), start_local=False)
     decode = decoder_for(settings)
     with tempfile.TemporaryDirectory(prefix="turnaudit-rebuild-") as scratch:

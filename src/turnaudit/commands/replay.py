@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from turnaudit.archive.location import open_archive
 from turnaudit.argparsing import (
     add_range_arguments,
     add_time_arguments,
@@ -154,11 +155,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--topic", help="topic to replay (default: the configured turn events)")
     parser.add_argument(
         "--archive",
-        type=Path,
-        metavar="DIR",
-        help="an archive (turnaudit archive run): a range from the log start starts at the "
-        "archive's first offset; the archive's segments feed it, the topic the rest; offsets "
-        "in neither fail the replay (docs/archive.md)",
+        metavar="LOCATION",
+        help="an archive (turnaudit archive run; a directory or s3://bucket/prefix): a range "
+        "from the log start starts at the archive's first offset; the archive's segments "
+        "feed it, the topic the rest; offsets in neither fail the replay (docs/archive.md)",
     )
     add_time_arguments(parser)
     parser.add_argument(
@@ -214,8 +214,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _replay(args: argparse.Namespace) -> int:
     target = ReplayTarget.parse(args.into, OUTPUT_KINDS, args.checkpoint)
-    if args.archive is not None and not args.archive.is_dir():
-        raise ConfigurationError(f"--archive {args.archive}: not a directory")
+    if args.archive is not None:
+        open_archive(args.archive, label="--archive")  # a wrong one: one line, before the topic
     if args.archive is not None and args.group:
         raise ConfigurationError("--archive is read by one process: leave out --group")
     event_time, slack = event_time_options(args)

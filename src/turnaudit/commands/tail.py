@@ -1,4 +1,8 @@
-"""``turnaudit tail --show-verdicts``: one line per turn, live (ADR-0039 open question 2)."""
+"""``turnaudit tail --show-verdicts``: one line per turn, live (ADR-0039 open question 2).
+
+Its surfaces follow the one policy of every writer (``TURNAUDIT_SURFACES``, default
+``drop``: none shown) and sealed turns open with the one keyring setting of every reader
+(``TURNAUDIT_SURFACE_KEYRING``); without it they show ``[sealed: no_keyring]``."""
 
 from __future__ import annotations
 
@@ -17,6 +21,9 @@ from turnaudit.argparsing import (
 from turnaudit.cluster import connect, require_access
 from turnaudit.consumers.tail import TailFilter, tail_turns
 from turnaudit.errors import ConfigurationError
+from turnaudit.redaction import surface_redaction
+from turnaudit.sealing.keys import provider_from_env
+from turnaudit.sealing.opening import turn_opener
 from turnaudit.settings import KafkaSettings
 
 
@@ -60,8 +67,15 @@ def _tail(args: argparse.Namespace) -> int:
     event_time, slack = event_time_options(args)
     if event_time and args.since is None:
         raise ConfigurationError("--time event selects turns from --from: give --from")
+    surfaces = surface_redaction()  # a bad policy or keyring: one line, before the cluster
+    provider = provider_from_env()
     settings, _ = connect(KafkaSettings.from_env(), start_local=False)
-    require_access(settings, reads=[settings.topics.turn_events, settings.topics.schemas])
+    topics = settings.topics
+    opens = provider is not None and surfaces.writes  # reads the key topic on a sealed turn
+    require_access(
+        settings,
+        reads=[topics.turn_events, topics.schemas] + ([topics.surface_keys] if opens else []),
+    )
     stop = threading.Event()
 
     def handle(_signum: int, _frame: FrameType | None) -> None:
@@ -77,6 +91,8 @@ def _tail(args: argparse.Namespace) -> int:
         slack=slack,
         filters=TailFilter(pack=args.pack, session=args.session),
         show_verdicts=args.show_verdicts,
+        surfaces=surfaces,
+        opener=turn_opener(settings, surfaces, provider),
         limit=args.limit,
         stop=stop,
     )

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from turnaudit._native import stream_state
-from turnaudit.archive.store import LocalArchive
+from turnaudit._native import stream_partition
+from turnaudit.archive.location import open_archive
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.argparsing import (
     add_range_arguments,
     add_time_arguments,
@@ -66,11 +67,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--archive",
-        type=Path,
-        metavar="DIR",
-        help="an archive (turnaudit archive run): a range from the log start starts at the "
-        "archive's first offset; the archive's segments feed it, the topic the rest "
-        "(docs/archive.md)",
+        metavar="LOCATION",
+        help="an archive (turnaudit archive run; a directory or s3://bucket/prefix): a range "
+        "from the log start starts at the archive's first offset; the archive's segments "
+        "feed it, the topic the rest (docs/archive.md)",
     )
     parser.add_argument(
         "--metrics-url",
@@ -204,7 +204,7 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
     trust = _trust_feed(settings.kafka, metrics)
     heads = HeadsFeed(
         settings.kafka,
-        follow_state_view(state),
+        follow_state_view(state, trust),
         metrics,
         packs=settings.metrics.packs,
         label_limit=settings.metrics.label_limit,
@@ -221,9 +221,10 @@ def verify_follow_worker(plan: WorkerPlan, registry: CollectorRegistry) -> Consu
     return consumer_service(settings, sink, plan, registry, validation=validation)
 
 
-def follow_state_view(state: FollowState) -> EngineView:
+def follow_state_view(state: FollowState, trust: TrustFeed | None = None) -> EngineView:
     """What the heads feed asks the proof: a stream's last position and partition (the
-    stream tracker's), a partition's proved offset (None until this member loaded it)."""
+    stream tracker's), a partition's proved offset (None until this member loaded it); a
+    stream it retires leaves the proof and, once settled signed, the trust judged of it."""
 
     def last_position(stream: StreamId) -> int | None:
         return state.tracker.last_position(*stream)
@@ -232,8 +233,7 @@ def follow_state_view(state: FollowState) -> EngineView:
         gaps = state.gaps.get(stream)
         if gaps is not None:
             return gaps.partition
-        held = stream_state(state.tracker, *stream)
-        return None if held is None else held[0]
+        return stream_partition(state.tracker, *stream)
 
     def proved_offset(partition: int) -> int | None:
         proof = state.partitions.get(partition)
@@ -241,7 +241,13 @@ def follow_state_view(state: FollowState) -> EngineView:
 
     def retire(stream: StreamId) -> bool:
         # A stream with an open gap stays: its missing turns are still owed.
-        return stream not in state.gaps and state.retire(stream)
+        if stream in state.gaps:
+            return False
+        partition = stream_partition(state.tracker, *stream)
+        gone = state.retire(stream)
+        if gone and trust is not None and partition is not None:
+            trust.retire(partition, stream)
+        return gone
 
     return EngineView(last_position, partition_of, proved_offset, retire)
 
@@ -313,12 +319,10 @@ def _follow(args: argparse.Namespace) -> int:
     return run_service(ServiceName.VERIFY_FOLLOW, verify_follow_worker, args)
 
 
-def _archive(location: Path | None) -> LocalArchive | None:
+def _archive(location: str | None) -> ArchiveStore | None:
     if location is None:
         return None
-    if not location.is_dir():
-        raise ConfigurationError(f"--archive {location}: not a directory")
-    return LocalArchive(location)
+    return open_archive(location, label="--archive")
 
 
 def _verify(args: argparse.Namespace) -> int:

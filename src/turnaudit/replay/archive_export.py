@@ -3,8 +3,8 @@ alone (no broker), for a query engine to read (DuckDB's ``read_json``; docs/arch
 
 Each line is the line ``replay --into jsonl:`` writes for the record (its partition,
 offset, writer version and decoded event, or why it is not one), partitions ascending,
-each by offset. Not Parquet: pyarrow is a 55 MB wheel for a format DuckDB reads from
-JSON Lines as well.
+each by offset. ``--parquet`` is ``turnaudit.archive.export_parquet`` (pyarrow, an
+extra): the same records as rows of fixed columns.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turnaudit.archive.reading import archived_batches, archived_segments
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay.jsonl import JsonlOutput
 from turnaudit.serialization.wire import TurnEventDeserializer
@@ -34,7 +34,7 @@ class ExportSummary:
 
 
 def export_jsonl(
-    archive: LocalArchive,
+    archive: ArchiveStore,
     topic: str,
     decode: TurnEventDeserializer,
     out: Path,

@@ -6,18 +6,17 @@ log start now, where the range still needs the offsets between (``ArchiveGap``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
+from turnaudit.archive.location import open_archive
 from turnaudit.archive.reading import ArchiveFeed, archived_segments, extend_into_archive
 from turnaudit.archive.segments import SegmentName
-from turnaudit.archive.store import LocalArchive
 from turnaudit.kafka.offsets import RangeSpec, resolve_range
 from turnaudit.replay.checkpoint import ReplayCheckpoint
 from turnaudit.settings import KafkaSettings
 
 
 def start_in_archive(
-    location: Path,
+    location: str,
     topic: str,
     start: Mapping[int, int],
     end: Mapping[int, int],
@@ -26,7 +25,7 @@ def start_in_archive(
     asked: Mapping[int, int] | None = None,
 ) -> dict[int, int]:
     """The range's start with the archive in front of the topic's log start ``low``."""
-    segments = archived_segments(LocalArchive(location), topic)
+    segments = archived_segments(open_archive(location, label="--archive"), topic)
     return archive_start(segments, start, end, low, asked)
 
 
@@ -49,11 +48,13 @@ def archive_start(
 
 
 def archive_feed(
-    settings: KafkaSettings, location: Path, state: ReplayCheckpoint, timeout: float
+    settings: KafkaSettings, location: str, state: ReplayCheckpoint, timeout: float
 ) -> ArchiveFeed:
     """The archive in front of ``state``'s range, checked against the topic's log start
     now: ``ArchiveGap`` when the range needs offsets that neither holds."""
-    feed = ArchiveFeed.of(LocalArchive(location), state.topic, state.start, state.end)
+    feed = ArchiveFeed.of(
+        open_archive(location, label="--archive"), state.topic, state.start, state.end
+    )
     live_low = resolve_range(settings, state.topic, RangeSpec(), timeout=min(timeout, 30.0))
     feed.hand_over(state.next, state.end, live_low.log_start)
     return feed

@@ -87,7 +87,7 @@ class ReplayRequest:
     # ``--step``: metrics outputs write one timestamped sample per step of event time.
     step: timedelta | None = None
     # ``--archive``: an archive (``turnaudit archive run``) in front of the topic.
-    archive: Path | None = None
+    archive: str | None = None
 
     def fingerprint(self, topic: str, target: ReplayTarget) -> str:
         """A digest of the arguments: a checkpoint resumes only the replay it was written by."""

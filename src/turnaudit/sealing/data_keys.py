@@ -68,12 +68,25 @@ class KeyRecordError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class DataKeyRecord:
-    """A session's wrapped data key, as stored on ``<prefix>surface-keys``."""
+    """A session's wrapped data key, as stored on ``<prefix>surface-keys``: made at
+    ``created_at_ms`` (the publisher's clock, on the first turn it seals) for ``period``
+    (a record written before the field was kept reads as ``session``)."""
 
     data_key_id: str
     session_id: str
     wrapped: WrappedKey
     created_at_ms: int
+    period: KeyPeriod = "session"
+
+    def sealed_within(self, from_ms: int, to_ms: int) -> bool:
+        """Whether an erasure of the times ``[from_ms, to_ms)`` destroys this key: a day
+        key when its UTC day overlaps the range (the whole day goes), a session key when
+        it was made in the range (its session's first sealed turn: the later turns go
+        with it). docs/privacy.md says why."""
+        if self.period == "day":
+            day_start = self.created_at_ms - self.created_at_ms % DAY_MS
+            return day_start < to_ms and from_ms < day_start + DAY_MS
+        return from_ms <= self.created_at_ms < to_ms
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -84,6 +97,7 @@ class DataKeyRecord:
                 "nonce": base64.b64encode(self.wrapped.nonce).decode(),
                 "wrapped": base64.b64encode(self.wrapped.sealed).decode(),
                 "created_at_ms": self.created_at_ms,
+                "period": self.period,
             },
             sort_keys=True,
         ).encode()
@@ -101,6 +115,8 @@ class DataKeyRecord:
                     base64.b64decode(raw["wrapped"], validate=True),
                 ),
                 created_at_ms=int(raw["created_at_ms"]),
+                # Unknown (a later period) or absent (an older record): by its creation.
+                period="day" if raw.get("period") == "day" else "session",
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise KeyRecordError(f"not a data key record: {exc}") from None
@@ -141,7 +157,8 @@ class SessionKeys:
             data_key_id, data_key = os.urandom(16).hex(), os.urandom(KEY_BYTES)
             wrapped = self._provider.wrap(session_id, data_key_id, data_key)
             # Raises when the record can be kept nowhere: no key is kept, nothing sealed.
-            self._store(DataKeyRecord(data_key_id, session_id, wrapped, now_ms))
+            period: KeyPeriod = "day" if self._daily else "session"
+            self._store(DataKeyRecord(data_key_id, session_id, wrapped, now_ms, period))
             self.made += 1
             aead = AESGCM(data_key)
             self._keys[session_id] = (day, data_key_id, aead)
@@ -202,6 +219,10 @@ class KeyDirectory:
 
     def records_of(self, session_id: str) -> list[DataKeyRecord]:
         return [r for r in self._records.values() if r.session_id == session_id]
+
+    def records_within(self, from_ms: int, to_ms: int) -> list[DataKeyRecord]:
+        """The data keys an erasure of ``[from_ms, to_ms)`` destroys (``sealed_within``)."""
+        return [r for r in self._records.values() if r.sealed_within(from_ms, to_ms)]
 
     def knows(self, data_key_id: str) -> bool:
         return data_key_id in self._records

@@ -108,13 +108,17 @@ def reader_directory(
 
 @dataclass(frozen=True, slots=True)
 class ErasureRecord:
-    """An erasure as recorded on ``<prefix>erasures``."""
+    """An erasure as recorded on ``<prefix>erasures``: one per session erased (by its
+    id, or by a time range: ``range_from_ms``/``range_to_ms`` set, the session's data
+    keys in the range listed; a range that held none is recorded with an empty session)."""
 
     session_id: str
     data_key_ids: tuple[str, ...]
     erased_by: str
     erased_at_ms: int
     reason: str
+    range_from_ms: int | None = None
+    range_to_ms: int | None = None
 
     def encode(self) -> bytes:
         return json.dumps({**asdict(self), "data_key_ids": list(self.data_key_ids)}).encode()
@@ -131,16 +135,60 @@ def erase_session(
     """Tombstone every data key of ``session_id`` and record the erasure; no KEK needed."""
     directory = load_directory(settings, None, timeout=timeout)
     found = tuple(sorted(r.data_key_id for r in directory.records_of(session_id)))
-    producer = KafkaProducer.reliable(settings).open()
-    for data_key_id in found:
-        producer.produce(settings.topics.surface_keys, None, data_key_id.encode())
     record = ErasureRecord(session_id, found, erased_by, int(time.time() * 1000), reason)
-    producer.produce(settings.topics.erasures, record.encode(), session_id.encode())
+    _destroy(settings, [record], f"session {session_id!r}", timeout)
+    log.info("session_erased", session_id=session_id, data_keys=len(found), by=erased_by)
+    return record
+
+
+def erase_range(
+    settings: KafkaSettings,
+    from_ms: int,
+    to_ms: int,
+    *,
+    erased_by: str,
+    reason: str = "",
+    timeout: float = 30.0,
+) -> list[ErasureRecord]:
+    """Tombstone every data key sealed within ``[from_ms, to_ms)``
+    (``DataKeyRecord.sealed_within``) and record the erasure, one record per session;
+    no KEK needed."""
+    if to_ms <= from_ms:
+        raise ValueError(f"an empty range: {from_ms} to {to_ms}")
+    directory = load_directory(settings, None, timeout=timeout)
+    by_session: dict[str, list[str]] = {}
+    for found in directory.records_within(from_ms, to_ms):
+        by_session.setdefault(found.session_id, []).append(found.data_key_id)
+    now_ms = int(time.time() * 1000)
+    records = [
+        ErasureRecord(session, tuple(sorted(ids)), erased_by, now_ms, reason, from_ms, to_ms)
+        for session, ids in sorted(by_session.items())
+    ] or [ErasureRecord("", (), erased_by, now_ms, reason, from_ms, to_ms)]
+    _destroy(settings, records, f"the range {from_ms}..{to_ms} ms", timeout)
+    log.info(
+        "range_erased",
+        from_ms=from_ms,
+        to_ms=to_ms,
+        sessions=len(by_session),
+        data_keys=sum(len(r.data_key_ids) for r in records),
+        by=erased_by,
+    )
+    return records
+
+
+def _destroy(
+    settings: KafkaSettings, records: list[ErasureRecord], what: str, timeout: float
+) -> None:
+    """The tombstones, then the erasure records, each acknowledged or ``BrokerError``."""
+    producer = KafkaProducer.reliable(settings).open()
+    for record in records:
+        for data_key_id in record.data_key_ids:
+            producer.produce(settings.topics.surface_keys, None, data_key_id.encode())
+    for record in records:
+        producer.produce(settings.topics.erasures, record.encode(), record.session_id.encode())
     left = producer.flush(timeout)
     if left or producer.failed:
         raise BrokerError(
-            f"erasure of session {session_id!r} not acknowledged by the broker "
+            f"erasure of {what} not acknowledged by the broker "
             f"({left} record(s) undelivered, {producer.failed} failed): run it again"
         )
-    log.info("session_erased", session_id=session_id, data_keys=len(found), by=erased_by)
-    return record

@@ -32,7 +32,7 @@ from turnaudit.stream_heads import (
     HeadAnnouncement,
     Liveness,
     decode_announcement,
-    decode_liveness,
+    decode_heads_record,
 )
 from turnaudit.verify.findings import EXAMPLES, Finding, stream_where
 
@@ -165,11 +165,11 @@ class LatestAnnouncements:
             for value in values:
                 if value is None:
                     continue
-                note = decode_announcement(value)
-                if note is not None:
+                note = decode_heads_record(value)
+                if isinstance(note, HeadAnnouncement):
                     yield note, value
-                elif (alive := decode_liveness(value)) is not None:
-                    self.liveness[alive.producer_id] = alive
+                elif note is not None:
+                    self.liveness[note.producer_id] = note
 
         notes = heads()
         with self._db:

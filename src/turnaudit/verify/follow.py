@@ -43,6 +43,7 @@ from turnaudit._native import (
     drop_stream,
     restore_stream,
     start_partition,
+    stream_partition,
     stream_state,
     take_dirty,
     track_dirty,
@@ -364,8 +365,7 @@ class FollowState:
         gaps = self.gaps.get(stream)
         if gaps is not None:
             return gaps.partition
-        held = stream_state(self.tracker, stream[0], stream[1])
-        return None if held is None else held[0]
+        return stream_partition(self.tracker, stream[0], stream[1])
 
 
 def _tallied(counts: FollowCounts, stream: StreamId, result: TrackResult) -> Outcome:

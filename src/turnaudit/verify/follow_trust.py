@@ -22,8 +22,8 @@ The rules are one-shot verify's (``turnaudit.verify.trust``), held live:
 * a signed position that has not arrived when its partition's event time is ``grace_s``
   past the checkpoint is ``truncated``, unless retention explains it (a later one was read).
 
-State per stream and per producer (the last valid checkpoint), checkpointable beside
-the proof: ``checkpoint()`` returns the records of what changed, ``load`` takes them back.
+State per stream and per producer (the last valid checkpoint), checkpointable beside the
+proof (``checkpoint``, ``load``); a stream the proof retired leaves once settled signed.
 
 One ``FollowTrust`` judges the streams of one turn partition (its ``scope``): it takes
 from each checkpoint only the heads of streams whose key places them there (``owns``),
@@ -36,8 +36,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Literal
 
 from turnaudit.checkpoint_chain import (
     KEPT_FOR_EVER,
@@ -51,58 +49,19 @@ from turnaudit.checkpoint_chain import (
 )
 from turnaudit.checkpoints import Checkpoint, Keyring
 from turnaudit.identity import LEGACY_PRODUCER, StreamId
+from turnaudit.verify.follow_trust_findings import GAUGE_STATES, Forgery, GaugeState, Reason
 from turnaudit.verify.follow_trust_state import (
     ProducerChain,
     StreamTrust,
     parse_trust_key,
     trust_producer_key,
     trust_reader_key,
+    trust_retired_key,
     trust_stream_key,
 )
-from turnaudit.verify.trust import STATUSES, Status
 
 WINDOW = 64  # unsigned positions per stream whose hash is kept for a later checkpoint
 _DIGITS = 32  # hex digits of a chain hash kept and compared (128 bits)
-
-
-# What makes a stream forged (the forgeries counter's label values): a checkpoint's
-# problem, or what the turns show against valid checkpoints.
-Reason = Literal[
-    "bad_signature",
-    "unknown_key",
-    "key_not_valid",
-    "chain_break",
-    "rewritten",
-    "uncovered",
-    "after_final",
-    "legacy_in_signed_session",
-    "unnamed_schema",
-    "unsigned",
-]
-REASONS: tuple[Reason, ...] = (
-    "bad_signature",
-    "unknown_key",
-    "key_not_valid",
-    "chain_break",
-    "rewritten",
-    "uncovered",
-    "after_final",
-    "legacy_in_signed_session",
-    "unnamed_schema",
-    "unsigned",
-)
-# The gauge's label values: the four statuses, and streams still within the grace.
-GaugeState = Status | Literal["pending"]
-GAUGE_STATES: tuple[GaugeState, ...] = (*STATUSES, "pending")
-
-
-@dataclass(frozen=True)
-class Forgery:
-    """A stream found forged, or an invalid checkpoint (``stream`` None)."""
-
-    reason: Reason
-    detail: str
-    stream: StreamId | None = None
 
 
 def _every_stream(stream: StreamId) -> bool:
@@ -140,6 +99,11 @@ class FollowTrust:
         self._signed_sessions: set[str] = set()  # sessions a valid checkpoint signs
         # Streams with unsigned positions or signed ones not yet read: what sweep looks at.
         self._watch: set[StreamId] = set()
+        # Streams the proof retired (ended whole), waiting for their trust to settle signed;
+        # then they leave, counted in ``retired_signed`` (a tombstone at the checkpoint).
+        self._retiring: set[StreamId] = set()
+        self._tombstones: set[StreamId] = set()
+        self.retired_signed = 0
 
     def read_to(self, partition: int, offset: int) -> None:
         """The checkpoints topic is read up to ``offset`` (exclusive) in ``partition``."""
@@ -325,11 +289,38 @@ class FollowTrust:
         if count:
             self._found.append(Forgery(reason, detail, stream_id))
 
+    # -- streams that ended ------------------------------------------------------------
+    def retire(self, stream_id: StreamId) -> None:
+        """The proof retired the stream (it ended whole): its trust leaves memory and the
+        state topic once settled signed (every position read signed, none owed), now or
+        when a checkpoint signs the rest; any other verdict stays, a finding. A producer's
+        checkpoints name only streams whose head moved: none waits for it afterwards."""
+        if stream_id in self.streams:
+            self._retiring.add(stream_id)
+            self._leave_if_settled(stream_id)
+
+    def _leave_if_settled(self, stream_id: StreamId) -> None:
+        if not self.streams[stream_id].settled_signed():
+            return
+        del self.streams[stream_id]
+        self._retiring.discard(stream_id)
+        self._watch.discard(stream_id)
+        self._dirty.discard(stream_id)
+        self._tombstones.add(stream_id)
+        self._signed_sessions.discard(stream_id[0])  # a later signature names it again
+        self.retired_signed += 1
+
     # -- over time ---------------------------------------------------------------------
     def sweep(self, *, horizon_ms: int | None, event_time_ms: Mapping[int, int]) -> None:
         """``horizon_ms``: the time up to which every checkpoint written has been read
         (None: the reader has not reached the topic's end yet); ``event_time_ms``: each
         partition's event time proved to."""
+        for stream_id in list(self._retiring):
+            retiring = self.streams.get(stream_id)
+            if retiring is not None and retiring.status() in ("signed", "pending"):
+                self._leave_if_settled(stream_id)
+            else:
+                self._retiring.discard(stream_id)  # gone, or a finding: it stays
         for stream_id in list(self._watch):
             stream = self.streams[stream_id]
             if stream.forged or not (stream.seen or stream.expected):
@@ -385,12 +376,13 @@ class FollowTrust:
         for stream in self.streams.values():
             if stream.partition >= 0 or stream.forged:
                 counts[stream.status()] += 1
+        counts["signed"] += self.retired_signed
         return counts
 
     # -- checkpoints of the follower's state --------------------------------------------
     def changed(self) -> bool:
         """Whether anything changed since the last ``checkpoint()``."""
-        return bool(self._dirty or self._dirty_producers or self._reader_moved)
+        return bool(self._dirty or self._dirty_producers or self._reader_moved or self._tombstones)
 
     def checkpoint(self) -> list[tuple[bytes, bytes | None]]:
         scope = self.scope
@@ -399,6 +391,9 @@ class FollowTrust:
             for s in sorted(self._dirty)
             if s in self.streams
         ]
+        records += [(trust_stream_key(scope, s), None) for s in sorted(self._tombstones)]
+        if self._tombstones:  # the count moves with them
+            records.append((trust_retired_key(scope), json.dumps(self.retired_signed).encode()))
         records += [
             (trust_producer_key(scope, p), json.dumps(self.producers[p].as_json()).encode())
             for p in sorted(self._dirty_producers)
@@ -414,6 +409,7 @@ class FollowTrust:
             )
         self._dirty.clear()
         self._dirty_producers.clear()
+        self._tombstones.clear()
         self._reader_moved = False
         return records
 
@@ -447,3 +443,5 @@ class FollowTrust:
                 )
             elif kind == "reader" and value is not None:
                 self.reader_offsets = {int(p): o for p, o in json.loads(value).items()}
+            elif kind == "retired" and value is not None:
+                self.retired_signed = int(json.loads(value))

@@ -87,6 +87,14 @@ class StreamTrust:
             written_after={int(k): _int(v) for k, v in dict(d.get("xa") or {}).items()},  # type: ignore[call-overload]  # JSON object
         )
 
+    def settled_signed(self) -> bool:
+        """Signed at every position read, and no signed position owed."""
+        return (
+            self.status() == "signed"
+            and not (self.expected or self.seen)
+            and (self.signed >= self.top)
+        )
+
     def status(self) -> GaugeStatus:
         if self.forged:
             return "forged"
@@ -128,7 +136,13 @@ def trust_reader_key(scope: int) -> bytes:
     return f"{TRUST_KEY}{scope}:reader".encode()
 
 
-TrustKeyKind = Literal["stream", "producer", "reader"]
+def trust_retired_key(scope: int) -> bytes:
+    """The count of streams that left signed (``FollowTrust.retire``)."""
+    return f"{TRUST_KEY}{scope}:retired".encode()
+
+
+TrustKeyKind = Literal["stream", "producer", "reader", "retired"]
+_KINDS: tuple[TrustKeyKind, ...] = ("stream", "producer", "reader", "retired")
 
 
 def parse_trust_key(key: bytes) -> tuple[int, TrustKeyKind, str] | None:
@@ -140,10 +154,7 @@ def parse_trust_key(key: bytes) -> tuple[int, TrustKeyKind, str] | None:
     kind, _, rest = kind_rest.partition(":")
     if not scope.isdigit():
         return None
-    if kind == "stream":
-        return int(scope), "stream", rest
-    if kind == "producer":
-        return int(scope), "producer", rest
-    if kind == "reader":
-        return int(scope), "reader", rest
+    for known in _KINDS:
+        if kind == known:
+            return int(scope), known, rest
     return None

@@ -11,8 +11,7 @@ from dataclasses import replace
 from datetime import UTC, timedelta
 from pathlib import Path
 
-from turnaudit.archive.reading import archived_batches, archived_segments, extend_into_archive
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.checkpoint_chain import (
     RetentionStart,
     judge_chain,
@@ -28,6 +27,7 @@ from turnaudit.verify.files import reconcile_log
 from turnaudit.verify.id_store import IdMemory
 from turnaudit.verify.jobs import VerifierOptions, default_jobs, partition_sets, verify_in_jobs
 from turnaudit.verify.kafka_reads import (
+    ArchiveInFront,
     dead_letters_in_range,
     feed_range,
     read_checkpoints,
@@ -57,10 +57,11 @@ def run_verify(
     keyring_source: str = "",
     memory: IdMemory | None = None,
     jobs: int | None = 1,
-    archive: LocalArchive | None = None,
+    archive: ArchiveStore | None = None,
 ) -> VerifyReport:
     """``archive``: the range starts in the archive's segments (``turnaudit.archive``)
-    where the topic's log start is later, and the live topic feeds the rest."""
+    where the topic's log start is later, and the live topic feeds the rest; so do the
+    checkpoints and the stream heads, from the archive's folders of their topics."""
     topic = topic or settings.topics.turn_events
     broker_spec, window = spec, None
     if event_time:
@@ -72,17 +73,16 @@ def run_verify(
         # A chain may begin past its first checkpoint when retention removed those before
         # (older than the turn topic's retention, so are the turns they signed).
         retention_ms = topic_retention_ms(settings, topic, timeout)
-        read = read_checkpoints(settings, timeout=timeout)
+        read = read_checkpoints(settings, timeout=timeout, archive=archive)
         now_ms = int(time.time() * 1000)
         begins = RetentionStart(retention_ms, lambda: now_ms, read.log_start_moved)
         chain = judge_chain(read.read, keyring, read.offsets, begins)
         not_checkpoints = read.not_checkpoints
     start, end, low = resolve_range(settings, topic, broker_spec)
-    live_low, archived = low, None
+    archived = None
     if archive is not None:
-        segments = archived_segments(archive, topic)
-        archived = extend_into_archive(segments, start, end, low)
-        start, low, jobs = archived.start, archived.low, 1  # one reader: archive, then topic
+        archived = ArchiveInFront.of(archive, topic, start, end, low)
+        start, low, jobs = archived.reach.start, archived.reach.low, 1  # one reader
     # By event time a session's first turn in the window is where its stream starts for
     # the window (its earlier turns happened before it), as in ``replay --into verify:``.
     # The ids' filter sized for the range (the merging process holds every job's ids).
@@ -114,13 +114,10 @@ def run_verify(
         else:
             verifier = options.verifier(decode)
     with verifier:  # the spilled event ids are removed at the end, also on error
-        if archived is not None and archive is not None:
-            for batch in archived_batches(archive, segments, start, archived.archived_to):
-                verifier.feed_batch(batch)
-            live = archived.live_start(live_low)
-            feed_range(settings, topic, verifier, start=live, end=end, timeout=timeout)
-        elif jobs <= 1:
-            feed_range(settings, topic, verifier, start=start, end=end, timeout=timeout)
+        if jobs <= 1:  # with an archive: its segments first, then the topic
+            feed_range(
+                settings, topic, verifier, start=start, end=end, timeout=timeout, archived=archived
+            )
         report = range_report(settings, topic, spec, verifier, start=start, end=end, low=low)
         whole_stream = (
             report.range["from_log_start"]
@@ -132,7 +129,7 @@ def run_verify(
         report.stream_ends = stream_ends(
             announced.result()
             if announced is not None
-            else stream_head_announcements(settings, timeout=timeout),
+            else stream_head_announcements(settings, timeout=timeout, archive=archive),
             verifier.tracker.last_position_of(),
             whole_stream=whole_stream,
             to_end=spec.until is None and not spec.to_offsets,

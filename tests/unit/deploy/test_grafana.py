@@ -70,6 +70,10 @@ def test_the_dashboard_covers_what_on_call_needs() -> None:
         "turnaudit_verify_streams_at_risk",
         "turnaudit_verify_missing_turns",
         "turnaudit_verify_stream_trust",
+        "turnaudit_archive_last_digest_timestamp_seconds",
+        "turnaudit_archive_undigested_segments",
+        "turnaudit_archive_oldest_unarchived_timestamp_seconds",
+        "turnaudit_archive_topic_retention_seconds",
         "ALERTS",
     ):
         assert needed in expanded

@@ -22,6 +22,7 @@ from turnaudit.producers.journal import (
     ACK_FLUSH_S,
     JOURNAL_ENV,
     Journal,
+    JournalMode,
     journal_from_env,
     recover_journal,
 )
@@ -309,3 +310,46 @@ class TestSetting:
         monkeypatch.setenv(JOURNAL_ENV, "maybe")
         with pytest.raises(ConfigurationError, match="TURNAUDIT_PUBLISH_JOURNAL='maybe'"):
             journal_from_env()
+
+
+@settings(max_examples=30, deadline=None)
+@given(waiting=st.integers(1, 6), closed=st.booleans())
+def test_what_waits_for_a_commit_is_handed_over_ahead_of_an_append_the_journal_refuses(
+    waiting: int, closed: bool
+) -> None:
+    """The journal stops taking appends (its disk failed, or it closed) while earlier ones
+    wait for their commit: the refused append's own hand-over comes after theirs, in
+    journal order (a data key record ahead of the turn sealed under it)."""
+    lock = threading.Lock()
+    handed: list[str] = []
+    stuck, fail = threading.Event(), threading.Event()
+
+    def hand_over(turn: str, _key: bytes, _value: bytes, _ticket: int | None) -> None:
+        handed.append(turn)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mode = JournalMode(Path(tmp), "p-1", hand_over, lock)
+
+        def blocked_then_failing(*_args: object) -> None:
+            stuck.set()
+            fail.wait(10)
+            raise OSError(5, "Input/output error")
+
+        mode.journal._write = blocked_then_failing  # type: ignore[method-assign]  # the disk, failing
+        with lock:
+            tickets = [mode.append(JournalEntry("t", b"k", b"v"), f"w{n}") for n in range(waiting)]
+        assert None not in tickets
+        assert stuck.wait(10)
+        fail.set()
+        deadline = time.monotonic() + 10
+        while mode.journal._error is None and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert mode.journal._error is not None
+        if closed:
+            mode.journal._closed = True
+        with lock:
+            refused = mode.append(JournalEntry("t", b"k", b"v"), "last")
+            assert refused is None
+            handed.append("last")  # the publisher hands over what the journal refused
+        assert handed == [f"w{n}" for n in range(waiting)] + ["last"]
+        mode.close()

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.support.faulty_ranges import FAULTS, Item, Message, faulty_ranges, stored
 from tests.unit.verify import scenario
+from turnaudit._native import stream_partition, stream_state
 from turnaudit.records import StoredRecord
 from turnaudit.verify.follow import FollowState
 from turnaudit.verify.follow_batch import follow_batch
@@ -89,6 +90,25 @@ def test_streams_spilled_to_disk_change_nothing_and_memory_holds_its_bound(
     assert tight.streams_held() == roomy.streams_held()
     assert [r[1:] for r in tight.checkpoint()] == [r[1:] for r in roomy.checkpoint()]
     roomy.close()
+    tight.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(items=faulty_ranges())
+def test_a_streams_partition_is_the_one_its_state_holds_in_memory_or_spilled(
+    tmp_path_factory: pytest.TempPathFactory, items: list[Item]
+) -> None:
+    messages = stored(items)
+    tight = follower(FollowMemory(streams=1, event_ids=1 << 40), tmp_path_factory.mktemp("t"))
+    feed(tight, messages)
+    streams = {
+        (str(e["session_id"]), str(e.get("producer_id") or ""))
+        for e in (scenario.DECODE(m.value).event for m in messages)
+        if e is not None
+    }
+    for session, producer in streams | {("no such session", "no such producer")}:
+        held = stream_state(tight.tracker, session, producer)
+        assert stream_partition(tight.tracker, session, producer) == (held and held[0])
     tight.close()
 
 

@@ -23,7 +23,8 @@ from turnaudit.kafka.partitioning import session_partition
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.stream_heads import StreamHead
-from turnaudit.verify.follow_trust import FollowTrust, Forgery
+from turnaudit.verify.follow_trust import FollowTrust
+from turnaudit.verify.follow_trust_findings import Forgery
 
 ENCODE_V3 = SingleObjectSerializer(shipped_catalog().version(3))
 GRACE_S = 10.0
@@ -368,3 +369,73 @@ class TestSplitByPartition:
             again = FollowTrust(RING, grace_s=GRACE_S, scope=p)
             again.load(records)  # every partition's records: only its own are taken
             assert set(again.streams) == held[p]
+
+
+def gauge(trust: FollowTrust) -> dict[str, int]:
+    return {state: n for state, n in trust.by_status().items() if n}
+
+
+class TestRetirement:
+    """A stream the proof retires (it ended whole) leaves the trust state once settled
+    signed, counted still; any other verdict stays; a restart from the checkpoint records
+    holds what an uninterrupted run holds."""
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.integers(10, 50), st.integers(1, 20), PICKS, st.data())
+    def test_signed_streams_retired_at_any_moment_leave_counted_and_a_restart_agrees(
+        self, n: int, max_turns: int, picks: list[bool], data: st.DataObject
+    ) -> None:
+        events = stamped_events(n, sessions=4)
+        items = interleave(events, checkpoints_of(events, max_turns=max_turns), picks)
+        whole = run(items, REQUIRED)
+        r = Run(FollowTrust(REQUIRED, grace_s=GRACE_S))
+        at = data.draw(st.integers(0, len(items)), label="retired after item")
+        # The proof retires a stream once every turn of it was read (it ended whole).
+        later = {stream_of(i.event) for k, i in items[at:] if isinstance(i, Stamped)}
+        ended = sorted(streams([i for k, i in items[:at] if isinstance(i, Stamped)]) - later)
+        retired = data.draw(st.sets(st.sampled_from(ended)) if ended else st.just(set()))
+        records: list[tuple[bytes, bytes | None]] = []
+        r.feed(items[:at])
+        for stream in sorted(retired):
+            r.trust.retire(stream)
+        records += r.trust.checkpoint()
+        r.feed(items[at:])
+        r.settle()
+        records += r.trust.checkpoint()
+        assert r.found == []
+        assert gauge(r.trust) == gauge(whole.trust) == {"signed": len(streams(events))}
+        assert set(r.trust.streams) == streams(events) - retired  # settled: gone
+        assert r.trust.retired_signed == len(retired)
+        again = FollowTrust(REQUIRED, grace_s=GRACE_S)
+        again.load(records)
+        assert gauge(again) == gauge(r.trust)
+        assert set(again.streams) == set(r.trust.streams)
+
+    def test_streams_retired_before_their_turns_are_signed_leave_once_they_are(self) -> None:
+        events = stamped_events(12, sessions=2)
+        r = Run(FollowTrust(REQUIRED, grace_s=GRACE_S))
+        r.feed([("turn", s) for s in events])
+        for stream in streams(events):
+            r.trust.retire(stream)
+        assert set(r.trust.streams) == streams(events)  # nothing signed yet: all stay
+        r.feed([("cp", c) for c in checkpoints_of(events, max_turns=5)])
+        r.trust.sweep(horizon_ms=r.now_ms, event_time_ms={0: r.now_ms})
+        assert r.trust.streams == {}
+        assert gauge(r.trust) == {"signed": len(streams(events))}
+
+    @settings(max_examples=15, deadline=None)
+    @given(st.integers(5, 40))
+    def test_unsigned_forged_and_truncated_streams_are_never_retired(self, n: int) -> None:
+        events = stamped_events(n, sessions=3)
+        unsigned = run([("turn", s) for s in events])
+        forged = run([("turn", s) for s in events], REQUIRED)
+        written = checkpoints_of(events, max_turns=2)
+        truncated = run([("turn", s) for s in events[: n // 2]] + [("cp", c) for c in written])
+        for r in (unsigned, forged, truncated):
+            held = dict(r.statuses())
+            for stream in streams(events):
+                r.trust.retire(stream)
+            r.settle()
+            assert {s: t for s, t in r.statuses().items() if t != "signed"} == {
+                s: t for s, t in held.items() if t != "signed"
+            }
