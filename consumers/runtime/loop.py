@@ -36,7 +36,13 @@ from turnaudit.consumers.runtime.http import ServiceHttp
 from turnaudit.consumers.runtime.ledger import OffsetLedger
 from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.consumers.runtime.sink import Rejection, Sink
-from turnaudit.consumers.runtime.timeline import EXAMINED, FLUSHED, STORED, BatchTimeline
+from turnaudit.consumers.runtime.timeline import (
+    EXAMINED,
+    FLUSHED,
+    STORED,
+    UNMARKED,
+    BatchTimeline,
+)
 from turnaudit.consumers.runtime.validation import TurnEventValidation, Validation
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.consumer import KafkaConsumer
@@ -65,10 +71,6 @@ _CONSUMER_DEFAULTS: dict[str, int] = {
     "reconnect.backoff.max.ms": 2000,
 }
 _SINK_RETRY_BACKOFF_S = (0.1, 0.5, 1.0, 2.0, 5.0)
-
-
-def _unmarked(_phase: str) -> None:
-    """A batch's phases, not marked (no timeline)."""
 
 
 class ConsumerService:
@@ -200,32 +202,14 @@ class ConsumerService:
         batch_sized_gc.enter(self.settings.batch_size)
         consume, health = self._consumer.consume, self.health
         batch_size, timeout = self.settings.batch_size, self.settings.batch_timeout_s
-        timeline = self.timeline
-        try:
-            if timeline is None:
-                while not self._stopping.is_set():
-                    health.last_loop = time.monotonic()
-                    records = consume(batch_size, timeout)
-                    if records:
-                        self._handle_batch(records)
-                    self._tick()
-            else:
-                self._run_marked(timeline)
-        finally:
-            health.running = False
-            batch_sized_gc.exit()
-            self._shutdown()
-
-    def _run_marked(self, timeline: BatchTimeline) -> None:
-        """The loop of ``run``, each poll and batch marked on the timeline."""
+        # Marks cost a few calls a poll, not a message: one loop whether marked or not.
+        timeline = self.timeline or UNMARKED
         timeline.start()
         try:
             while not self._stopping.is_set():
-                self.health.last_loop = time.monotonic()
+                health.last_loop = time.monotonic()
                 timeline.polling()
-                records = self._consumer.consume(
-                    self.settings.batch_size, self.settings.batch_timeout_s
-                )
+                records = consume(batch_size, timeout)
                 if records:
                     timeline.polled(records)
                     self._handle_batch(records, timeline.lap)
@@ -233,6 +217,9 @@ class ConsumerService:
                 self._tick()
         finally:
             timeline.stop()
+            health.running = False
+            batch_sized_gc.exit()
+            self._shutdown()
 
     def _tick(self) -> None:
         try:
@@ -249,7 +236,9 @@ class ConsumerService:
                 self._consumer.store(stored)
 
     # -- one batch ---------------------------------------------------------------
-    def _handle_batch(self, records: list[Record], lap: Callable[[str], None] = _unmarked) -> None:
+    def _handle_batch(
+        self, records: list[Record], lap: Callable[[str], None] = UNMARKED.lap
+    ) -> None:
         batch = self._validation.examine_batch(records) or hand_over(
             records,
             self._validation.examine,

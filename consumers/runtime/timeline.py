@@ -194,3 +194,28 @@ def read_marks(path: Path) -> list[BatchMark]:
     """What ``BatchTimeline.write`` wrote."""
     with path.open(encoding="utf-8") as lines:
         return [BatchMark(**json.loads(line)) for line in lines if line.strip()]
+
+
+class Unmarked(BatchTimeline):
+    """The timeline of a loop not marked: every mark a no-op (the loop is one loop)."""
+
+    def start(self) -> None:
+        return
+
+    def stop(self) -> None:
+        return
+
+    def polling(self) -> None:
+        return
+
+    def polled(self, records: Sequence[Record]) -> None:
+        return
+
+    def lap(self, phase: str) -> None:
+        return
+
+    def abandoned(self) -> None:
+        return
+
+
+UNMARKED = Unmarked()

@@ -24,6 +24,7 @@ from turnaudit.consumers.runtime.timeline import (
     EXAMINED,
     FLUSHED,
     STORED,
+    UNMARKED,
     BatchMark,
     BatchTimeline,
     read_marks,
@@ -139,6 +140,19 @@ def test_collections_between_two_polls_are_on_the_second_batch_and_watching_stop
     timeline.polled([StampedRecord(1)])
     timeline.abandoned()
     assert timeline.marks[2].gc_runs == 0  # no longer watched
+
+
+def test_the_loop_unmarked_keeps_no_mark_and_watches_no_collection() -> None:
+    watched = list(gc.callbacks)
+    UNMARKED.start()
+    UNMARKED.polling()
+    UNMARKED.polled([StampedRecord(1)])
+    for phase in (EXAMINED, FLUSHED, STORED):
+        UNMARKED.lap(phase)
+    UNMARKED.abandoned()
+    assert gc.callbacks == watched
+    UNMARKED.stop()
+    assert UNMARKED.marks == []
 
 
 _MARKS = st.builds(
