@@ -6,11 +6,13 @@ PY    := $(VENV)/bin/python
 PIP_STAMP  := $(VENV)/.installed
 JARS_DIR   := deploy/kafka/target/jars
 JARS_STAMP := $(JARS_DIR)/.resolved
+S3PROXY_JARS  := deploy/s3proxy/target/jars
+S3PROXY_STAMP := $(S3PROXY_JARS)/.resolved
 NATIVE_STAMP := $(VENV)/.installed-native
 NATIVE_SRC   := native/Cargo.toml native/Cargo.lock src/turnaudit/_native.pyi \
                 $(wildcard native/src/*.rs native/src/*/*.rs)
 
-.PHONY: demo test test-fast setup setup-fast native dist jars lint typecheck bench clean broker-stop promtool otelcol
+.PHONY: demo test test-fast setup setup-fast native dist jars s3proxy lint typecheck bench clean broker-stop promtool otelcol
 
 demo: setup
 	$(VENV)/bin/turnaudit demo
@@ -65,7 +67,7 @@ $(TOOLS)/.kcat: deploy/debian-tools.sh
 	$(DEB_TOOLS) kcat librdkafka1 libyajl2 -- kcat
 	touch $@
 
-setup: $(PIP_STAMP) $(NATIVE_STAMP) $(JARS_STAMP)
+setup: $(PIP_STAMP) $(NATIVE_STAMP) $(JARS_STAMP) $(S3PROXY_STAMP)
 
 # What the edit loop needs: the venv and the native crate (no jars).
 setup-fast: $(PIP_STAMP) $(NATIVE_STAMP)
@@ -174,6 +176,18 @@ $(REGISTRY_STAMP): deploy/registry/pom.xml | $(PIP_STAMP)
 
 jars: $(JARS_STAMP)
 
+# S3Proxy (Apache 2.0) and its dependencies from Maven Central into the ignored
+# deploy/s3proxy/target/jars/: the real S3 server the broker tier tests the archive's
+# S3 store against (tests/support/s3_server.py runs it on loopback).
+s3proxy: $(S3PROXY_STAMP)
+
+$(S3PROXY_STAMP): deploy/s3proxy/pom.xml
+	@command -v java >/dev/null || { echo "java not found: a Java 17+ runtime is a prerequisite (Debian and Ubuntu: openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "mvn not found: Apache Maven is a prerequisite (Debian and Ubuntu: the maven package)"; exit 1; }
+	rm -rf $(S3PROXY_JARS)
+	mvn -q -B -f deploy/s3proxy/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=target/jars
+	touch $@
+
 $(JARS_STAMP): deploy/kafka/pom.xml
 	@command -v java >/dev/null || { echo "java not found: a Java 17+ runtime is a prerequisite (Debian and Ubuntu: openjdk-17-jre-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "mvn not found: Apache Maven is a prerequisite (Debian and Ubuntu: the maven package)"; exit 1; }
@@ -212,7 +226,7 @@ broker-stop: setup
 	$(VENV)/bin/turnaudit broker stop
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) deploy/kafka/target deploy/otelcol/bin deploy/tools native/target \
+	rm -rf $(VENV) $(BENCH_VENV) deploy/kafka/target deploy/s3proxy/target deploy/otelcol/bin deploy/tools native/target \
 	  var dist src/turnaudit/_native.abi3.so
 
 # mypy cannot follow the package-dir mapping: type-check a symlinked view of

@@ -85,8 +85,9 @@ def raw_loop(settings: KafkaSettings, total: int) -> tuple[float, int]:
     return total / elapsed, size
 
 
-def archiver(settings: KafkaSettings, end: dict[int, int], codec: str, root: Path) -> float:
-    """Events/s of the archiver service, from its first assignment until it stopped."""
+def archiver(settings: KafkaSettings, end: dict[int, int], codec: str, root: Path | str) -> float:
+    """Events/s of the archiver service (into a directory, or ``s3://…``: bench_archive_s3.py),
+    from its first assignment until it stopped."""
     service = archive_service(
         ServiceSettings(
             service=ServiceName.ARCHIVE,
@@ -94,7 +95,7 @@ def archiver(settings: KafkaSettings, end: dict[int, int], codec: str, root: Pat
             group_id=f"bench-archive-{uuid.uuid4().hex}",
             http_port=0,
         ),
-        ArchiveSettings(root, KEY, ArchivePolicy(codec=codec)),
+        ArchiveSettings(str(root), KEY, ArchivePolicy(codec=codec)),
         registry=CollectorRegistry(),
         serve_http=False,
     )

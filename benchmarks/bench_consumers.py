@@ -17,9 +17,13 @@
    taken within one round, as median (min-max) over rounds. Events are schema
    v3 (``--versions`` for others).
 2. Delay from ``publish()`` to counted by the metrics service at a steady
-   rate (default 5,000 events/s, the publisher in its own process): p50, p99
-   (goal p99 <= 50 ms in each of 5 runs after a warm-up run). occurred_at is
-   set at publish time (millisecond resolution, so delays read up to 1 ms long).
+   rate (default 5,000 events/s, the publisher in its own process): p50, p99,
+   p99.9, max (goal p99 <= 50 ms in each of 5 runs after a warm-up run).
+   occurred_at is set at publish time (millisecond resolution, so delays read
+   up to 1 ms long). Each run's batch timeline (``consumers/runtime/timeline.py``)
+   goes to ``--timelines`` as JSON lines, and the batches holding the run's
+   slowest 1 % of turns are explained from it: age on arrival, the loop away
+   from polling, validation and flush, GC, and the thread not running.
 3. Resident memory of the two services as real processes under that load,
    sampled every 30 s (goal: flat).
 
@@ -42,6 +46,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +65,7 @@ from turnaudit.consumers.runtime.settings import (
     ServiceName,
     ServiceSettings,
 )
+from turnaudit.consumers.runtime.timeline import BatchMark, BatchTimeline
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalBrokerSettings, LocalKafkaBroker, free_port, free_ports
@@ -472,10 +478,12 @@ def publish_steadily(bootstrap: str, prefix: str, rate: int, seconds: float, spo
 
 
 class TimedMetricsSink(VerdictMetricsSink):
-    """Records each turn's delay (ms) from occurred_at to counted."""
+    """Records each turn's delay (ms) from occurred_at to counted, and each flushed
+    batch's worst (one per batch that handed turns, in order: the timeline's marks)."""
 
     delays_ms: list[float]
     taken_ms: list[int]
+    worst_ms: list[float]
 
     def take(self, turn: ConsumedTurn) -> None:
         super().take(turn)
@@ -483,47 +491,114 @@ class TimedMetricsSink(VerdictMetricsSink):
 
     def flush(self) -> None:
         super().flush()
+        if not self.taken_ms:
+            return
         now_ms = time.time() * 1000
         self.delays_ms.extend(now_ms - ms for ms in self.taken_ms)
+        self.worst_ms.append(now_ms - min(self.taken_ms))
         self.taken_ms = []
 
 
 P99_GOAL_MS = 50.0
 
 
-def latency(bootstrap: str, rate: int, seconds: float, workdir: Path, runs: int) -> None:
+@dataclass(frozen=True)
+class DelayRun:
+    p50: float
+    p99: float
+    p999: float
+    worst: float
+    count: int
+    timeline: Path
+
+
+def explain_slow_batches(
+    marks: Sequence[BatchMark], worst_ms: Sequence[float], above: float
+) -> None:
+    """Where the time of the batches holding turns slower than ``above`` ms went: a
+    turn's delay is its age when the poll returned (of which ``away``: the loop was busy
+    and not polling) plus the service's validation and flush; with the collector's pauses."""
+    if len(marks) != len(worst_ms):
+        print(f"    (timeline of {len(marks)} batches, {len(worst_ms)} flushes: not joined)")
+        return
+    slow = [(m, w) for m, w in zip(marks, worst_ms, strict=True) if w > above]
+    if not slow:
+        return
+    arrival = [max(0.0, m.oldest_age_ms - 1000 * m.away_s) for m, _ in slow]
+    away = [1000 * m.away_s for m, _ in slow]
+    own = [1000 * (m.examined_s + m.flushed_s) for m, _ in slow]
+    gc_ms = [1000 * m.gc_s for m, _ in slow]
+    # Wall time the thread did not work (away and in its phases): waiting for a CPU or the GIL.
+    idle = [
+        1000 * (m.away_s - m.away_cpu_s + m.examined_s + m.flushed_s + m.stored_s - m.work_cpu_s)
+        for m, _ in slow
+    ]
+    print(
+        f"    {len(slow)} of {len(marks)} batches hold turns over {above:.1f} ms; their "
+        f"worst turn's delay, split (median / max ms): age on arrival not the loop's "
+        f"{statistics.median(arrival):.1f} / {max(arrival):.1f}, loop away from polling "
+        f"{statistics.median(away):.1f} / {max(away):.1f}, validation + flush "
+        f"{statistics.median(own):.1f} / {max(own):.1f}; of the loop's part, GC "
+        f"{statistics.median(gc_ms):.1f} / {max(gc_ms):.1f} and the thread not running "
+        f"{statistics.median(idle):.1f} / {max(idle):.1f} "
+        f"(preempted {sum(m.preempted for m, _ in slow)} times, "
+        f"blocked {sum(m.blocked for m, _ in slow)} times)"
+    )
+    first = marks[0].polled_at
+    for m, w in sorted(slow, key=lambda mw: -mw[1])[:3]:
+        print(
+            f"      at {m.polled_at - first:6.1f} s: {m.size} records, worst {w:.1f} ms, "
+            f"oldest {m.oldest_age_ms:.1f} ms old on arrival, poll {1000 * m.poll_s:.1f} ms, "
+            f"away {1000 * m.away_s:.1f} ms (CPU {1000 * m.away_cpu_s:.1f}), "
+            f"validation {1000 * m.examined_s:.1f} ms, "
+            f"flush {1000 * m.flushed_s:.1f} ms, store {1000 * m.stored_s:.1f} ms "
+            f"(CPU {1000 * m.work_cpu_s:.1f} for the three), preempted {m.preempted}, "
+            f"blocked {m.blocked}, "
+            f"GC {1000 * m.gc_s:.1f} ms ({m.gc_runs} runs, oldest gen {m.gc_oldest_generation})"
+        )
+
+
+def latency(
+    bootstrap: str, rate: int, seconds: float, workdir: Path, runs: int, *, timelines: Path
+) -> None:
     """A warm-up run (a warm broker and page cache, not counted), then ``runs`` runs,
     each on a fresh topic and group; the goal is p99 <= P99_GOAL_MS in every run."""
     print(
         f"\n2. delay publish() -> counted by the metrics service at {rate:,}/s, "
         f"{seconds:.0f} s per run, one worker, a warm-up run then {runs} run(s):"
     )
+    print(f"  (each run's batch timeline: {timelines}/)")
     met = 0
+    stamp = time.strftime("%Y%m%dT%H%M%S")
     for run in range(runs + 1):
-        p50, p99, worst, count = latency_run(bootstrap, rate, seconds, workdir / f"lat-{run}")
         label = "warm-up" if run == 0 else f"run {run}"
+        out = timelines / f"{stamp}-{label.replace(' ', '-')}.jsonl"
+        r = latency_run(bootstrap, rate, seconds, workdir / f"lat-{run}", out)
         print(
-            f"  {label:8} p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   max {worst:7.1f} ms   "
-            f"({count:,} events, the first 2 s skipped)"
+            f"  {label:8} p50 {r.p50:6.1f} ms   p99 {r.p99:6.1f} ms   p99.9 {r.p999:6.1f} ms   "
+            f"max {r.worst:7.1f} ms   ({r.count:,} events, the first 2 s skipped)"
         )
-        met += run > 0 and p99 <= P99_GOAL_MS
+        met += run > 0 and r.p99 <= P99_GOAL_MS
     print(f"  p99 <= {P99_GOAL_MS:.0f} ms in {met} of {runs} run(s)")
 
 
 def latency_run(
-    bootstrap: str, rate: int, seconds: float, workdir: Path
-) -> tuple[float, float, float, int]:
+    bootstrap: str, rate: int, seconds: float, workdir: Path, timeline_file: Path
+) -> DelayRun:
     settings = fresh_settings(bootstrap)
     # The metrics service's runtime and sink, the sink also recording each delay.
     registry = CollectorRegistry()
     timed = TimedMetricsSink(MetricsSettings(), registry)
     timed.delays_ms = []
     timed.taken_ms = []
+    timed.worst_ms = []
+    timeline = BatchTimeline()
     service = ConsumerService(
         service_settings(settings, ServiceName.VERDICT_METRICS, auto_offset_reset="latest"),
         timed,
         registry=registry,
         serve_http=False,
+        timeline=timeline,
     )
     thread = threading.Thread(target=service.run)
     thread.start()
@@ -539,10 +614,19 @@ def latency_run(
         time.sleep(0.05)
     service.stop()
     thread.join()
+    timeline_file.parent.mkdir(parents=True, exist_ok=True)
+    timeline.write(timeline_file)
     warm = int(rate * 2)  # the first 2 s include connection set-up
     delays = sorted(timed.delays_ms[warm:])
-    q = statistics.quantiles(delays, n=100)
-    return q[49], q[98], delays[-1], len(delays)
+    q = statistics.quantiles(delays, n=1000)
+    run = DelayRun(q[499], q[989], q[998], delays[-1], len(delays), timeline_file)
+    # The batches of the first 2 s are left out as their turns are.
+    skip = next(
+        (i for i, m in enumerate(timeline.marks) if m.polled_at >= timeline.marks[0].polled_at + 2),
+        0,
+    )
+    explain_slow_batches(timeline.marks[skip:], timed.worst_ms[skip:], run.p99)
+    return run
 
 
 def rss_kib(pid: int) -> int:
@@ -618,6 +702,12 @@ def main() -> None:
         default=5,
         help="delay runs after a warm-up run (goal: p99 <= 50 ms in each)",
     )
+    parser.add_argument(
+        "--timelines",
+        type=Path,
+        default=PROJECT / "var" / "bench-timelines",
+        help="where each delay run's batch timeline (JSON lines) is written",
+    )
     parser.add_argument("--memory-minutes", type=float)
     parser.add_argument("--only", choices=("throughput", "latency", "memory"))
     parser.add_argument(
@@ -660,6 +750,7 @@ def main() -> None:
                     latency_seconds,
                     workdir,
                     1 if args.quick else args.latency_runs,
+                    timelines=args.timelines,
                 )
             if args.only in (None, "memory"):
                 memory(bootstrap, args.rate, memory_minutes, workdir)

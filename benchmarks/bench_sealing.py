@@ -4,7 +4,8 @@ at the default surface sizes).
 
 1. publish() of the simulator's v5 turns (their default surface sizes) by a publisher
    without ``TURNAUDIT_SURFACE_KEYRING`` and one with it, order swapped every round;
-   µs per event min/median/max, the difference and the ratio of the medians. Each
+   µs per event min/median/max, the difference and the ratio of the medians, and what
+   sealing added within each round (min/median/max over the rounds). Each
    sealing round starts a new publisher, so it also makes every session's data key
    (one AES-GCM wrap and one produce to <prefix>surface-keys per session).
 2. The seal step alone (``SessionKeys.seal`` on a stamped copy, data keys made), per turn,
@@ -159,6 +160,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--only", choices=("publish", "consumer"), help="one part only")
     args = parser.parse_args()
+    print(_load("at the start"))
     source = records(args.events)
     if args.only != "publish":
         consumer_rounds(source, args.rounds)
@@ -204,6 +206,21 @@ def main() -> None:
             f"  sealing adds ({label}, difference of medians): {medians[1] - medians[0]:.1f} "
             f"µs/event; ratio {medians[1] / medians[0]:.2f}x"
         )
+        # Each round publishes with and without sealing back to back: its difference is
+        # what sealing added under that round's load.
+        adds = [(on[which] - off[which]) * 1e6 for off, on in zip(plain, sealed, strict=True)]
+        print(
+            f"  sealing adds ({label}, within each round): min {min(adds):.1f}  "
+            f"median {statistics.median(adds):.1f}  max {max(adds):.1f} µs/event"
+        )
+    print(_load("at the end"))
+
+
+def _load(when: str) -> str:
+    """The machine's load average: on a shared machine, what the figures were taken under."""
+    one, five, fifteen = os.getloadavg()
+    cores = os.cpu_count()
+    return f"load average {when}: {one:.2f} {five:.2f} {fifteen:.2f} (1/5/15 min), {cores} cores"
 
 
 if __name__ == "__main__":

@@ -28,9 +28,10 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from turnaudit.archive.location import open_archive
 from turnaudit.archive.segments import ArchivedRecord
-from turnaudit.archive.settings import ArchiveSettings
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.settings import DIR_ENV, ArchiveSettings
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.archive.writer import PartitionArchive, load_partition
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Rejection, Sink, Validation
 from turnaudit.consumers.runtime.handover import HandedBatch
@@ -117,7 +118,7 @@ class ArchiveSink(Sink):
         settings: ArchiveSettings,
         registry: CollectorRegistry,
         *,
-        archive: LocalArchive | None = None,
+        archive: ArchiveStore | None = None,
         clock: Callable[[], float] = time.time,
         topic: str | None = None,
     ) -> None:
@@ -126,7 +127,7 @@ class ArchiveSink(Sink):
         # no record of it comes); else at its first record.
         self._topic = topic
         self._policy = settings.policy
-        self._archive = archive or LocalArchive(settings.root)
+        self._archive = archive or open_archive(str(settings.location), label=DIR_ENV, create=True)
         self._clock = clock
         self.metrics = ArchiveMetrics(registry)
         self._pending: dict[int, list[ArchivedRecord]] = {}  # taken, not yet placed

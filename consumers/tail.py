@@ -163,7 +163,6 @@ def tail_turns(
     sealed, their placeholders shown)."""
     topic = settings.topics.turn_events
     decode = decoder_for(settings)  # both framings, every known version
-    view = TurnView(filters, show_verdicts, surfaces, opener)
     # Resolved before the caller hears "ready": from now, the end as it is now
     # (a logical end would be resolved at the first fetch and skip whatever
     # arrived in between); from a time, the first offset at or after it.
@@ -175,6 +174,7 @@ def tail_turns(
         start = resolve_range(settings, topic, spec).start
     else:
         start = offsets_at(settings, topic, since)
+    view = TurnView(filters, show_verdicts, surfaces, opener)  # with the window, if any
     consumer = KafkaConsumer(
         settings,
         topic,

@@ -7,6 +7,7 @@
 * ``health`` and ``http``: liveness, readiness, ``/metrics``;
 * ``consumer_metrics``: what every service exports about its consumption;
 * ``gc_sizing``: the collector sized to a batch;
+* ``timeline``: where each batch's time went (off unless a ``BatchTimeline`` is given);
 * ``line_files``: files of lines a service appends to, whole lines only.
 
 Dead letters are written by ``turnaudit.kafka.dead_letters.DeadLetterWriter``

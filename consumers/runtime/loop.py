@@ -22,7 +22,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 
 import structlog
@@ -36,6 +36,13 @@ from turnaudit.consumers.runtime.http import ServiceHttp
 from turnaudit.consumers.runtime.ledger import OffsetLedger
 from turnaudit.consumers.runtime.settings import ServiceSettings
 from turnaudit.consumers.runtime.sink import Rejection, Sink
+from turnaudit.consumers.runtime.timeline import (
+    EXAMINED,
+    FLUSHED,
+    STORED,
+    UNMARKED,
+    BatchTimeline,
+)
 from turnaudit.consumers.runtime.validation import TurnEventValidation, Validation
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.consumer import KafkaConsumer
@@ -80,8 +87,11 @@ class ConsumerService:
         deserializer: TurnEventDeserializer | None = None,
         start_offsets: Mapping[int, int] | None = None,
         serve_http: bool = True,
+        timeline: BatchTimeline | None = None,
     ) -> None:
         self.settings = settings
+        # Where each batch's time went (the delay benchmark's evidence); None: unmarked.
+        self.timeline = timeline
         self.topic = topic or settings.kafka.topics.turn_events
         self.stage = f"{settings.service.value}/{settings.group_id}"
         self.sink = sink
@@ -192,14 +202,21 @@ class ConsumerService:
         batch_sized_gc.enter(self.settings.batch_size)
         consume, health = self._consumer.consume, self.health
         batch_size, timeout = self.settings.batch_size, self.settings.batch_timeout_s
+        # Marks cost a few calls a poll, not a message: one loop whether marked or not.
+        timeline = self.timeline or UNMARKED
+        timeline.start()
         try:
             while not self._stopping.is_set():
                 health.last_loop = time.monotonic()
+                timeline.polling()
                 records = consume(batch_size, timeout)
                 if records:
-                    self._handle_batch(records)
+                    timeline.polled(records)
+                    self._handle_batch(records, timeline.lap)
+                    timeline.abandoned()  # a batch that stopped short of storing
                 self._tick()
         finally:
+            timeline.stop()
             health.running = False
             batch_sized_gc.exit()
             self._shutdown()
@@ -219,15 +236,19 @@ class ConsumerService:
                 self._consumer.store(stored)
 
     # -- one batch ---------------------------------------------------------------
-    def _handle_batch(self, records: list[Record]) -> None:
+    def _handle_batch(
+        self, records: list[Record], lap: Callable[[str], None] = UNMARKED.lap
+    ) -> None:
         batch = self._validation.examine_batch(records) or hand_over(
             records,
             self._validation.examine,
             self.sink.take,
             self._dead_letter,
         )
+        lap(EXAMINED)
         if not self._deliver(batch.handed):
             return  # stopping before the batch was safe: it is redelivered, offsets untouched
+        lap(FLUSHED)
         self._ledger.delivered(batch.next_offsets)
         try:
             held = self.sink.held_offsets()
@@ -238,6 +259,7 @@ class ConsumerService:
         stored = self._ledger.to_store(held, batch.next_offsets)
         if stored:
             self._consumer.store(stored)
+        lap(STORED)
         self._accepted.inc(batch.handed - batch.redriven)
         if batch.redriven:
             self._redriven.inc(batch.redriven)

@@ -30,6 +30,7 @@ mod decode;
 mod encode;
 mod ffi;
 mod hashing;
+mod reserve;
 mod run_store;
 mod spill;
 mod track;
@@ -48,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<verify::ContractCheck>()?;
     m.add_class::<verify::VerifyStep>()?;
     m.add_function(wrap_pyfunction!(track::chain_hash_hex, m)?)?;
+    m.add_function(wrap_pyfunction!(reserve::reserve_event_ids, m)?)?;
     m.add_function(wrap_pyfunction!(track::follow::start_partition, m)?)?;
     m.add_function(wrap_pyfunction!(track::follow::stream_state, m)?)?;
     m.add_function(wrap_pyfunction!(track::follow::stream_partition, m)?)?;

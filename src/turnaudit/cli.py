@@ -31,6 +31,7 @@ from turnaudit.errors import (
     BrokerError,
     MissingToolError,
     PublishError,
+    StorageError,
     TurnAuditError,
 )
 from turnaudit.files import configured_modes
@@ -121,7 +122,7 @@ def describe_failure(exc: Exception) -> tuple[int, str]:
     ):
         return DENIED_EXIT, "access denied: " + _one_line(client_exception_text(exc))
     if isinstance(exc, TurnAuditError):
-        runtime = isinstance(exc, BrokerError | PublishError) and not isinstance(
+        runtime = isinstance(exc, BrokerError | PublishError | StorageError) and not isinstance(
             exc, MissingToolError
         )
         return (RUNTIME_EXIT if runtime else USAGE_EXIT), _one_line(str(exc))

@@ -11,6 +11,10 @@ class ConfigurationError(TurnAuditError):
     """A setting, environment variable or CLI argument is wrong."""
 
 
+class StorageError(TurnAuditError):
+    """The archive's object storage did not answer, or failed a request (exit 1)."""
+
+
 class SerializationError(TurnAuditError):
     """A record could not be encoded, or a message could not be decoded."""
 

@@ -38,7 +38,7 @@ from turnaudit.archive.segments import (
     partition_folder,
     sha256_hex,
 )
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.chain import GENESIS_HASH
 from turnaudit.keyring import Keyring
 
@@ -86,7 +86,7 @@ class ArchiveReport:
         return not self.findings
 
 
-def check_archive(archive: LocalArchive, keyring: Keyring) -> ArchiveReport:
+def check_archive(archive: ArchiveStore, keyring: Keyring) -> ArchiveReport:
     findings: list[Finding] = []
     summaries = []
     for topic in archive.folders():
@@ -110,7 +110,7 @@ def check_archive(archive: LocalArchive, keyring: Keyring) -> ArchiveReport:
 
 
 def _check_partition(
-    archive: LocalArchive, keyring: Keyring, topic: str, partition: int
+    archive: ArchiveStore, keyring: Keyring, topic: str, partition: int
 ) -> tuple[PartitionSummary, list[Finding]]:
     folder = partition_folder(topic, partition)
     findings: list[Finding] = []
@@ -170,7 +170,7 @@ def _check_partition(
 
 
 def _read_digests(
-    archive: LocalArchive, keyring: Keyring, topic: str, partition: int, findings: list[Finding]
+    archive: ArchiveStore, keyring: Keyring, topic: str, partition: int, findings: list[Finding]
 ) -> list[ArchiveDigest]:
     """The partition's digests that decode, by index; what is wrong with them in
     ``findings`` (a digest with a bad signature still lists its segments, which are
@@ -221,7 +221,7 @@ def _read_digests(
 
 
 def _check_segment(
-    archive: LocalArchive,
+    archive: ArchiveStore,
     name: SegmentName,
     entry: SegmentEntry,
     by_hash: dict[str, SegmentName],

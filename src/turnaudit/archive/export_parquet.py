@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from turnaudit.archive.export_columns import TURN_SCHEMA, TurnRowPlace, turn_row
 from turnaudit.archive.reading import ArchivedMessage, archived_batches, archived_segments
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.files import open_private
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.serialization.wire import TurnEventDeserializer
@@ -46,7 +46,7 @@ class ParquetSummary:
 
 
 def export_parquet(
-    archive: LocalArchive,
+    archive: ArchiveStore,
     topic: str,
     decode: TurnEventDeserializer,
     out: Path,

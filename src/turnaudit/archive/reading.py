@@ -23,7 +23,7 @@ from turnaudit.archive.segments import (
     decode_segment,
     partition_folder,
 )
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.errors import BrokerError
 
 
@@ -32,7 +32,7 @@ class ArchiveGap(BrokerError):
     retention ran past the archive's end (a runtime fact about the cluster, exit 1)."""
 
 
-def archived_segments(archive: LocalArchive, topic: str) -> dict[int, list[SegmentName]]:
+def archived_segments(archive: ArchiveStore, topic: str) -> dict[int, list[SegmentName]]:
     """Per partition, the segments of ``topic`` in the archive, in offset order."""
     found: dict[int, list[SegmentName]] = {}
     for folder in archive.folders(topic):
@@ -118,7 +118,7 @@ def extend_into_archive(
 
 
 def _segment_records(
-    archive: LocalArchive, name: SegmentName, begin: int, stop: int
+    archive: ArchiveStore, name: SegmentName, begin: int, stop: int
 ) -> Iterator[ArchivedMessage]:
     for record in decode_segment(archive.read(name.path()) or b""):
         if begin <= record.offset < stop:
@@ -126,7 +126,7 @@ def _segment_records(
 
 
 def archived_batches(
-    archive: LocalArchive,
+    archive: ArchiveStore,
     segments: Mapping[int, list[SegmentName]],
     start: Mapping[int, int],
     until: Mapping[int, int],
@@ -148,13 +148,13 @@ class ArchiveFeed:
     """The archive in front of a range of the live topic: per partition, the archive
     feeds ``[next, upto)`` and the topic the rest."""
 
-    archive: LocalArchive
+    archive: ArchiveStore
     segments: dict[int, list[SegmentName]]
     upto: dict[int, int]
 
     @classmethod
     def of(
-        cls, archive: LocalArchive, topic: str, start: Mapping[int, int], end: Mapping[int, int]
+        cls, archive: ArchiveStore, topic: str, start: Mapping[int, int], end: Mapping[int, int]
     ) -> ArchiveFeed:
         """The feed of the range ``[start, end)`` (a start already moved into the archive):
         a partition is fed from the archive where its first segment holds the start."""

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from turnaudit.archive.s3_store import S3_SETTINGS, SCHEME, S3Location, S3Settings
 from turnaudit.archive.segments import CODECS
 from turnaudit.archive.writer import ArchivePolicy
 from turnaudit.checkpoints import SigningKey
@@ -30,14 +31,16 @@ SETTINGS = (
     GRACE_ENV,
     DIGEST_ENV,
     CODEC_ENV,
+    *S3_SETTINGS,
 )
 
 
 @dataclass(frozen=True)
 class ArchiveSettings:
-    """Where the archive is, the key its digests are signed with, and its policy."""
+    """Where the archive is (a directory or ``s3://bucket/prefix``), the key its digests
+    are signed with, and its policy."""
 
-    root: Path
+    location: str
     key: SigningKey
     policy: ArchivePolicy
 
@@ -47,7 +50,12 @@ class ArchiveSettings:
         # Every setting read before any is judged: the first wrong one is named.
         raw = {name: env.get(name, "").strip() for name in SETTINGS}
         if not raw[DIR_ENV]:
-            raise ConfigurationError(f"{DIR_ENV} is not set: name the archive's directory")
+            raise ConfigurationError(
+                f"{DIR_ENV} is not set: name the archive's directory or s3://bucket/prefix"
+            )
+        if raw[DIR_ENV].startswith(SCHEME):  # judged now; the bucket is asked at start
+            S3Location.parse(raw[DIR_ENV])
+            S3Settings.from_env(env)
         if not raw[KEY_FILE_ENV] or not raw[KEY_ID_ENV]:
             raise ConfigurationError(
                 f"{KEY_FILE_ENV} and {KEY_ID_ENV} must name the Ed25519 key digests are "
@@ -64,7 +72,7 @@ class ArchiveSettings:
             codec=codec,
         )
         key = load_signing_key(Path(raw[KEY_FILE_ENV]), raw[KEY_ID_ENV], setting=KEY_FILE_ENV)
-        return cls(Path(raw[DIR_ENV]), key, policy)
+        return cls(raw[DIR_ENV], key, policy)
 
 
 def _number(env: Mapping[str, str], name: str, default: float, *, minimum: float) -> float:

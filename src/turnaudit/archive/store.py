@@ -1,4 +1,7 @@
-"""Where the archive lives: a local directory, its files written once.
+"""Where the archive lives, its files written once: the interface every store keeps
+(``ArchiveStore``) and the local directory (``LocalArchive``); the S3 store is
+``turnaudit.archive.s3_store``, and ``turnaudit.archive.location`` opens either from a
+LOCATION.
 
 A file is written to a temporary name under ``.partial/`` (same file system), made
 durable (fsync), then linked to its final name: ``link`` fails when the name exists, so
@@ -16,6 +19,7 @@ import contextlib
 import os
 import uuid
 from pathlib import Path
+from typing import Protocol
 
 from turnaudit.errors import TurnAuditError
 from turnaudit.files import open_private, private_dir
@@ -25,6 +29,32 @@ PARTIAL_FOLDER = ".partial"
 
 class ArchiveConflict(TurnAuditError):
     """A name the archive holds already, with other bytes than the ones to write."""
+
+
+class ArchiveStore(Protocol):
+    """An archive's files by ``/``-separated name, each written once (docs/archive.md)."""
+
+    def write_once(self, name: str, data: bytes) -> bool:
+        """``data`` under ``name``: True when written now, False when the same bytes were
+        there already; ``ArchiveConflict`` when other bytes are."""
+        ...
+
+    def read(self, name: str) -> bytes | None:
+        """The file's bytes, None when there is none."""
+        ...
+
+    def files(self, folder: str = "") -> list[str]:
+        """Every file under ``folder`` (recursively), sorted."""
+        ...
+
+    def folders(self, folder: str = "") -> list[str]:
+        """The folders right inside ``folder``, sorted (names only)."""
+        ...
+
+    def clear_partials(self, older_than_s: float, now: float) -> int:
+        """What killed writers left half written, older than ``older_than_s``: the count
+        removed."""
+        ...
 
 
 class LocalArchive:

@@ -39,7 +39,7 @@ from turnaudit.archive.segments import (
     partition_folder,
     sha256_hex,
 )
-from turnaudit.archive.store import ArchiveConflict, LocalArchive
+from turnaudit.archive.store import ArchiveConflict, ArchiveStore
 from turnaudit.checkpoints import SigningKey
 from turnaudit.errors import ConfigurationError
 
@@ -136,7 +136,7 @@ class PartitionArchive:
         return None if oldest is None else oldest.offset
 
     # -- writing -----------------------------------------------------------------------
-    def write(self, archive: LocalArchive, policy: ArchivePolicy) -> list[SegmentEntry]:
+    def write(self, archive: ArchiveStore, policy: ArchivePolicy) -> list[SegmentEntry]:
         """Every cut segment written, in order; what was written (or found written)."""
         written = []
         while self.cut:
@@ -162,7 +162,7 @@ class PartitionArchive:
     def digest_due(self, now_s: float, policy: ArchivePolicy) -> bool:
         return bool(self.undigested) and now_s - self.last_digest_s >= policy.digest_interval_s
 
-    def write_digest(self, archive: LocalArchive, key: SigningKey, now_s: float) -> ArchiveDigest:
+    def write_digest(self, archive: ArchiveStore, key: SigningKey, now_s: float) -> ArchiveDigest:
         """A digest of the segments written since the last one, signed and written."""
         digest = next_digest(
             self.topic,
@@ -177,7 +177,7 @@ class PartitionArchive:
         return digest
 
 
-def load_partition(archive: LocalArchive, topic: str, partition: int) -> PartitionArchive:
+def load_partition(archive: ArchiveStore, topic: str, partition: int) -> PartitionArchive:
     """A partition's state as the archive has it (see the module docstring); raises
     ``ArchiveConflict`` when its last digest or a segment after it cannot be read: the
     next digest could not chain to it, nor list it."""
@@ -207,7 +207,7 @@ def load_partition(archive: LocalArchive, topic: str, partition: int) -> Partiti
     return state
 
 
-def _segment_names(archive: LocalArchive, topic: str, partition: int) -> list[SegmentName]:
+def _segment_names(archive: ArchiveStore, topic: str, partition: int) -> list[SegmentName]:
     folder = f"{partition_folder(topic, partition)}/{SEGMENT_FOLDER}"
     names = []
     for path in archive.files(folder):
@@ -217,7 +217,7 @@ def _segment_names(archive: LocalArchive, topic: str, partition: int) -> list[Se
     return sorted(names)
 
 
-def _check_no_overlap(archive: LocalArchive, name: SegmentName) -> None:
+def _check_no_overlap(archive: ArchiveStore, name: SegmentName) -> None:
     """Another writer of the partition (one that took it over while this one still
     thought it held it) wrote some of these offsets already: not written twice."""
     for other in _segment_names(archive, name.topic, name.partition):
@@ -225,7 +225,7 @@ def _check_no_overlap(archive: LocalArchive, name: SegmentName) -> None:
             raise ArchiveConflict(f"{name.path()} would overlap {other.path()}: not written")
 
 
-def _entry_of(archive: LocalArchive, name: SegmentName, after: int | None) -> SegmentEntry:
+def _entry_of(archive: ArchiveStore, name: SegmentName, after: int | None) -> SegmentEntry:
     data = archive.read(name.path())
     if data is None:
         raise ArchiveConflict(f"{name.path()}: listed, then gone")

@@ -26,8 +26,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from turnaudit.archive.check import check_archive
+from turnaudit.archive.location import open_archive
 from turnaudit.archive.settings import ArchiveSettings
-from turnaudit.archive.store import LocalArchive
 from turnaudit.commands.sink import (
     add_workers_argument,
     run_service,
@@ -56,8 +56,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = actions.add_parser(
         "run",
-        help="the archiver service (TURNAUDIT_ARCHIVE_DIR, TURNAUDIT_ARCHIVE_KEY_FILE, "
-        "TURNAUDIT_ARCHIVE_KEY_ID; docs/archive.md)",
+        help="the archiver service (TURNAUDIT_ARCHIVE_DIR: a directory or s3://bucket/prefix, "
+        "TURNAUDIT_ARCHIVE_KEY_FILE, TURNAUDIT_ARCHIVE_KEY_ID; docs/archive.md)",
     )
     run.add_argument(
         "--topic",
@@ -71,7 +71,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     check = actions.add_parser(
         "check", help="verify every digest, segment and chain of an archive; exit 1 on a finding"
     )
-    check.add_argument("location", type=Path, metavar="LOCATION", help="the archive's directory")
+    check.add_argument(
+        "location", metavar="LOCATION", help="the archive: a directory or s3://bucket/prefix"
+    )
     check.add_argument(
         "--keyring", type=Path, required=True, metavar="FILE", help="the keyring (TOML)"
     )
@@ -81,7 +83,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="an archive's turns as JSON Lines (replay's jsonl lines) or Parquet (fixed "
         "columns, docs/archive.md), for DuckDB",
     )
-    export.add_argument("location", type=Path, metavar="LOCATION", help="the archive's directory")
+    export.add_argument(
+        "location", metavar="LOCATION", help="the archive: a directory or s3://bucket/prefix"
+    )
     into = export.add_mutually_exclusive_group(required=True)
     into.add_argument(
         "--jsonl", type=Path, metavar="OUT", help="JSON Lines: the file to write (replaced)"
@@ -131,11 +135,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    location: Path = args.location
-    if not location.is_dir():
-        raise ConfigurationError(f"{location}: not a directory")
-    keyring = load_keyring(args.keyring)
-    report = check_archive(LocalArchive(location), keyring)
+    archive = open_archive(args.location)
+    report = check_archive(archive, load_keyring(args.keyring))
     for finding in report.findings:
         print(finding.line())
     for s in report.partitions:
@@ -151,14 +152,12 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    location: Path = args.location
-    if not location.is_dir():
-        raise ConfigurationError(f"{location}: not a directory")
+    archive = open_archive(args.location)
     settings = KafkaSettings.from_env()
     surfaces = surface_redaction()  # a wrong policy: one line before anything is read
     # The shipped versions (and the registry, when one is set): no broker is asked.
     decode = decoder_for(settings, schemas_topic=False)
-    archive, topic = LocalArchive(location), settings.topics.turn_events
+    topic = settings.topics.turn_events
     if args.jsonl is not None:
         print(export_jsonl(archive, topic, decode, args.jsonl, surfaces).human())
         return 0

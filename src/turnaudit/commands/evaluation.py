@@ -18,10 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from turnaudit.archive.location import open_archive
 from turnaudit.argparsing import add_range_arguments, add_time_arguments, event_time_options
 from turnaudit.cluster import connect
 from turnaudit.consumers.replay.evidence import file_digest, rebuild_evidence
-from turnaudit.errors import ConfigurationError
 from turnaudit.evaluation import cli as evaluation_cli
 from turnaudit.evaluation.auditor_options import add_auditor_arguments, build_auditor
 from turnaudit.evaluation.errors import AuditorIdentityError, NotReproducedError
@@ -55,11 +55,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rebuild.add_argument("--topic", help="turn-events topic (default: the configured one)")
     rebuild.add_argument(
         "--archive",
-        type=Path,
-        metavar="DIR",
-        help="an archive (turnaudit archive run): a range from the log start starts at the "
-        "archive's first offset; the archive's segments feed it, the topic the rest, as "
-        "replay --archive reads it (docs/archive.md)",
+        metavar="LOCATION",
+        help="an archive (turnaudit archive run; a directory or s3://bucket/prefix): a range "
+        "from the log start starts at the archive's first offset, a --from/--to by broker "
+        "time is looked up in the archive and the topic; the archive's segments "
+        "feed it, the topic the rest, as replay --archive reads it (docs/archive.md)",
     )
     rebuild.add_argument(
         "--labels",
@@ -89,8 +89,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    if args.archive is not None and not args.archive.is_dir():
-        raise ConfigurationError(f"--archive {args.archive}: not a directory")
+    if args.archive is not None:
+        open_archive(args.archive, label="--archive")  # a wrong one: one line, before the topic
     event_time, slack = event_time_options(args)
     request = ReplayRequest(
         RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets),
@@ -100,7 +100,6 @@ def _rebuild(args: argparse.Namespace) -> int:
         slack=slack,
         archive=args.archive,
     )
-    request.check_archive()  # a range by broker time: one line before anything is read
     labels = load_task_labels(args.labels)
     auditor = build_auditor(args)
     settings, where = connect(KafkaSettings.from_env(), start_local=False)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from turnaudit.archive.location import open_archive
 from turnaudit.argparsing import (
     add_range_arguments,
     add_time_arguments,
@@ -154,11 +155,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--topic", help="topic to replay (default: the configured turn events)")
     parser.add_argument(
         "--archive",
-        type=Path,
-        metavar="DIR",
-        help="an archive (turnaudit archive run): a range from the log start starts at the "
-        "archive's first offset; the archive's segments feed it, the topic the rest; offsets "
-        "in neither fail the replay (docs/archive.md)",
+        metavar="LOCATION",
+        help="an archive (turnaudit archive run; a directory or s3://bucket/prefix): a range "
+        "from the log start starts at the archive's first offset, a --from/--to by broker "
+        "time is looked up in the archive and the topic; the archive's segments feed the "
+        "range, the topic the rest (with --group, each member its partitions'); offsets in "
+        "neither fail the replay (docs/archive.md)",
     )
     add_time_arguments(parser)
     parser.add_argument(
@@ -214,10 +216,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _replay(args: argparse.Namespace) -> int:
     target = ReplayTarget.parse(args.into, OUTPUT_KINDS, args.checkpoint)
-    if args.archive is not None and not args.archive.is_dir():
-        raise ConfigurationError(f"--archive {args.archive}: not a directory")
-    if args.archive is not None and args.group:
-        raise ConfigurationError("--archive is read by one process: leave out --group")
+    if args.archive is not None:
+        open_archive(args.archive, label="--archive")  # a wrong one: one line, before the topic
     event_time, slack = event_time_options(args)
     request = ReplayRequest(
         RangeSpec(args.since, args.until, args.from_offsets, args.to_offsets),
@@ -229,7 +229,6 @@ def _replay(args: argparse.Namespace) -> int:
         step=None if args.step is None else timedelta(seconds=args.step),
         archive=args.archive,
     )
-    request.check_archive()
     if request.step is not None and target.kind not in STEPPED_KINDS:
         raise ConfigurationError(
             f"--step applies to {' and '.join(STEPPED_KINDS)} outputs, not {target.kind}:"

@@ -11,7 +11,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from turnaudit._native import stream_partition
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.location import open_archive
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.argparsing import (
     add_range_arguments,
     add_time_arguments,
@@ -66,11 +67,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--archive",
-        type=Path,
-        metavar="DIR",
-        help="an archive (turnaudit archive run): a range from the log start starts at the "
-        "archive's first offset; the archive's segments feed it, the topic the rest "
-        "(docs/archive.md)",
+        metavar="LOCATION",
+        help="an archive (turnaudit archive run; a directory or s3://bucket/prefix): a range "
+        "from the log start starts at the archive's first offset; the archive's segments "
+        "feed it, the topic the rest (docs/archive.md)",
     )
     parser.add_argument(
         "--metrics-url",
@@ -319,12 +319,10 @@ def _follow(args: argparse.Namespace) -> int:
     return run_service(ServiceName.VERIFY_FOLLOW, verify_follow_worker, args)
 
 
-def _archive(location: Path | None) -> LocalArchive | None:
+def _archive(location: str | None) -> ArchiveStore | None:
     if location is None:
         return None
-    if not location.is_dir():
-        raise ConfigurationError(f"--archive {location}: not a directory")
-    return LocalArchive(location)
+    return open_archive(location, label="--archive")
 
 
 def _verify(args: argparse.Namespace) -> int:

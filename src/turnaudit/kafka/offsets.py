@@ -262,10 +262,19 @@ def offsets_at(
     return resolve_range(settings, topic, RangeSpec(since=moment), timeout).start
 
 
-def resolve_range(
+class BrokerAnswers(NamedTuple):
+    """What the broker says of a range's times now: the watermarks, and per partition
+    offsets_for_times' answers for ``spec.since``/``spec.until`` (None: no such time)."""
+
+    marks: Watermarks
+    since: dict[int, int] | None
+    until: dict[int, int] | None
+
+
+def broker_answers(
     settings: KafkaSettings, topic: str, spec: RangeSpec, timeout: float = 10.0
-) -> ResolvedRange:
-    """The offsets of ``spec`` on ``topic`` now (see ``plan_range``)."""
+) -> BrokerAnswers:
+    """The figures ``plan_range`` works on, asked of the broker now."""
     with _probe(settings, topic) as consumer:
         marks = _watermarks(consumer, topic, timeout)
         partitions = sorted(marks.high)
@@ -274,6 +283,14 @@ def resolve_range(
             since = _offsets_for_time(consumer, topic, partitions, spec.since, timeout)
         if spec.until is not None:
             until = _offsets_for_time(consumer, topic, partitions, spec.until, timeout)
+    return BrokerAnswers(marks, since, until)
+
+
+def resolve_range(
+    settings: KafkaSettings, topic: str, spec: RangeSpec, timeout: float = 10.0
+) -> ResolvedRange:
+    """The offsets of ``spec`` on ``topic`` now (see ``plan_range``)."""
+    marks, since, until = broker_answers(settings, topic, spec, timeout)
     return plan_range(topic, spec, marks, since=since, until=until)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turnaudit.archive.reading import archived_batches, archived_segments
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay.jsonl import JsonlOutput
 from turnaudit.serialization.wire import TurnEventDeserializer
@@ -34,7 +34,7 @@ class ExportSummary:
 
 
 def export_jsonl(
-    archive: LocalArchive,
+    archive: ArchiveStore,
     topic: str,
     decode: TurnEventDeserializer,
     out: Path,

@@ -19,6 +19,10 @@ offset), the outputs hold every message of the range once. If a member is
 killed, the messages it wrote after its last commit are read again by the
 member that takes its partitions over (duplicates, never a loss); a member
 restarted on the same output cuts it back to its last checkpoint.
+
+With ``--archive``, a member reads the archive's part of the partitions it is assigned
+first (``turnaudit.replay.group_archive``), then the topic; the committed offsets may lie
+in the archive, and a member taking a partition over goes on from them there.
 """
 
 from __future__ import annotations
@@ -27,12 +31,15 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from turnaudit.archive.reading import ArchivedMessage, ArchiveFeed
 from turnaudit.errors import BrokerError, ConfigurationError
 from turnaudit.kafka.admin import GroupAdmin
 from turnaudit.kafka.consumer import KafkaConsumer
 from turnaudit.kafka.groups import replay_group_id
 from turnaudit.records import Record
+from turnaudit.replay.archived import archive_feed
 from turnaudit.replay.checkpoint import ReplayCheckpoint
+from turnaudit.replay.group_archive import ArchivePart
 from turnaudit.replay.outputs import ReplayOutput
 from turnaudit.replay.reader import READER_CONFIG
 from turnaudit.replay.request import ReplayRequest, ReplayTarget
@@ -86,8 +93,11 @@ class GroupMember:
         local: ReplayCheckpoint,
         checkpoint: Path,
         members: int = 1,
+        archive: ArchiveFeed | None = None,
     ) -> None:
         self.topic = own.topic
+        # --archive: the archive's part of the partitions this member holds.
+        self.archive = None if archive is None else ArchivePart(archive, own.topic)
         self.own = own
         self.output = output
         self.local = local
@@ -145,25 +155,35 @@ class GroupMember:
         if record:  # the first member to hold a partition records its bound for the group
             self._commit(record)
         assigned = {p: self.next[p] for p in sorted(self.next) if self.next[p] < self.bounds[p][1]}
+        starts = self._consumer_starts(assigned)
         if not self.started:
             # Nothing is read before the group is complete: messages fetched meanwhile
             # are dropped (take() skips partitions not in ``next``) and each partition
             # is sought back to its start when reading begins.
             self.waiting.update(assigned)
             self.next.clear()
-        return assigned
+        return starts
+
+    def _consumer_starts(self, at: Mapping[int, int]) -> dict[int, int]:
+        """Where the consumer starts each partition: its next offset, or the archive's
+        end while the archive feeds it."""
+        part = self.archive
+        return {p: o if part is None else part.consumer_start(p, o) for p, o in at.items()}
 
     def revoked(self, partitions: set[int]) -> None:
         if not self.closing:  # a closing member has committed already
             self.commit()
+        self._forget(partitions)
+
+    def lost(self, partitions: set[int]) -> None:
+        self._forget(partitions)  # another member holds them now: committing would be wrong
+
+    def _forget(self, partitions: set[int]) -> None:
         for p in partitions:
             self.next.pop(p, None)
             self.waiting.pop(p, None)
-
-    def lost(self, partitions: set[int]) -> None:
-        for p in partitions:  # another member holds them now: committing would be wrong
-            self.next.pop(p, None)
-            self.waiting.pop(p, None)
+        if self.archive is not None:
+            self.archive.forget(partitions)
 
     # -- reading and committing --------------------------------------------------------------
     def start_when_joined(self) -> None:
@@ -171,7 +191,7 @@ class GroupMember:
         found = self.admin.describe_group(self.group, timeout=30)
         if not found.stable or found.members < self.members:
             return
-        if not self.consumer.seek_each(self.waiting):
+        if not self.consumer.seek_each(self._consumer_starts(self.waiting)):
             return  # a partition not fetching yet cannot be sought: next check
         self.next.update(self.waiting)
         self.waiting.clear()
@@ -209,7 +229,10 @@ class GroupMember:
         since_sync, synced_at, checked_at, asked_at = 0, time.monotonic(), 0.0, 0.0
         last_message = time.monotonic()
         while True:
-            got = self.consumer.consume(batch_size, 0.2)
+            # The archive's records first; the consumer polled either way (the group's
+            # heartbeats and rebalances), what it fetches of an archived partition dropped.
+            archived = self._archived(batch_size)
+            got = archived + self.consumer.consume(batch_size, 0.0 if archived else 0.2)
             if self.error is not None:
                 raise ConfigurationError(self.error)
             batch, finished = self.take(got)
@@ -247,13 +270,32 @@ class GroupMember:
                         f"replay group {self.group}"
                     )
 
+    def _archived(self, batch_size: int) -> list[Record]:
+        """The archive's next records of the partitions it feeds (none once it feeds none:
+        the partitions it fed go on from the topic)."""
+        part = self.archive
+        if part is None or not self.started:
+            return []
+        got = part.read(self.next, batch_size)
+        if not got:
+            ends = {p: bound[1] for p, bound in self.bounds.items()}
+            part.hand_over(self.next, ends, self.consumer)
+        return got
+
     def take(self, got: Sequence[Record]) -> tuple[list[Record], bool]:
         """The messages of the range (and whether one finished a partition)."""
         batch = []
         finished = []
+        part = self.archive
         for msg in got:
             p, offset = msg.partition(), msg.offset()
             if p is None or offset is None or p not in self.next:
+                continue
+            if (
+                part is not None
+                and not isinstance(msg, ArchivedMessage)
+                and not part.keep_live(p, self.next[p], self.consumer)
+            ):
                 continue
             end = self.bounds[p][1]
             if offset < self.next[p] or offset >= end:
@@ -300,10 +342,6 @@ def replay_group(
     is computed in one process.
     """
     group_id(settings.topics.prefix, group)  # a bad name fails before any work
-    if request.archive is not None:
-        raise ConfigurationError(
-            "--group with --archive: the archive is read by one process (no --group)"
-        )
     run = Prologue.of(
         settings,
         decode,
@@ -314,6 +352,11 @@ def replay_group(
         checkpoint_every=checkpoint_every,
     )
     own = run.resolve(timeout)
+    feed = (
+        None
+        if request.archive is None
+        else archive_feed(settings, request.archive, own, timeout)  # a gap: before output
+    )
     local = run.recorded or ReplayCheckpoint(
         run.fingerprint, run.topic, {}, {}, {}, 0, 0, 0, window=own.window
     )
@@ -332,6 +375,7 @@ def replay_group(
         local=local,
         checkpoint=target.checkpoint,
         members=members,
+        archive=feed,
     )
     with closing(output):
         try:

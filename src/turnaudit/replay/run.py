@@ -14,7 +14,7 @@ from turnaudit.archive.reading import ArchiveFeed
 from turnaudit.errors import ConfigurationError
 from turnaudit.kafka.offsets import EventWindow, event_time_range, resolve_range
 from turnaudit.records import Record
-from turnaudit.replay.archived import archive_feed, start_in_archive
+from turnaudit.replay.archived import archive_feed, range_with_archive
 from turnaudit.replay.checkpoint import ReplayCheckpoint
 from turnaudit.replay.jsonl import JsonlOutput
 from turnaudit.replay.outputs import OutputContext, OutputFactory, OutputKinds, ReplayOutput
@@ -146,7 +146,6 @@ class Prologue:
         factory = output_factory(target.kind, outputs)
         topic = request.topic or settings.topics.turn_events
         fingerprint = request.fingerprint(topic, target)
-        request.check_archive()
         recorded = _recorded(target.checkpoint, fingerprint) if target.checkpoint.exists() else None
         return cls(settings, decode, request, target, topic, fingerprint, factory, recorded)
 
@@ -234,12 +233,12 @@ def new_state(
     if request.event_time:
         spec, found = event_time_range(spec, request.slack)
         window = (found.low, found.high)
-    resolved = resolve_range(settings, topic, spec, timeout=min(timeout, 30.0))
+    resolved = (
+        resolve_range(settings, topic, spec, timeout=min(timeout, 30.0))
+        if request.archive is None
+        else range_with_archive(settings, request.archive, topic, spec, min(timeout, 30.0))
+    )
     start, end = resolved.start, resolved.end
-    if request.archive is not None:
-        start = start_in_archive(
-            request.archive, topic, start, end, resolved.log_start, asked=spec.from_offsets
-        )
     if request.partitions is not None:
         missing = sorted(set(request.partitions) - set(end))
         if missing:

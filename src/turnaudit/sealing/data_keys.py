@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_text  # json.dumps' (C)
 from typing import Literal
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -27,15 +28,16 @@ from turnaudit.sealing.envelope import (
     OpenFailedError,
     Sealed,
     SealState,
+    TurnSealer,
     cover_sealed,
     open_event,
-    seal_event,
     write_surfaces,
 )
 from turnaudit.sealing.keys import (
     KEY_BYTES,
     SURFACE_KEYRING_ENV,
     KeyUnavailableError,
+    RandomPool,
     SurfaceKeyProvider,
     WrappedKey,
 )
@@ -89,17 +91,17 @@ class DataKeyRecord:
         return from_ms <= self.created_at_ms < to_ms
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "data_key_id": self.data_key_id,
-                "session_id": self.session_id,
-                "kek_id": self.wrapped.kek_id,
-                "nonce": base64.b64encode(self.wrapped.nonce).decode(),
-                "wrapped": base64.b64encode(self.wrapped.sealed).decode(),
-                "created_at_ms": self.created_at_ms,
-                "period": self.period,
-            },
-            sort_keys=True,
+        """``json.dumps`` of the fields with ``sort_keys=True``, byte for byte, written out
+        (0.6 µs against 3.1: one a new session): the keys in sorted order, each
+        text by the string encoder ``json.dumps`` uses, the number as ``repr``."""
+        return (
+            f'{{"created_at_ms": {int.__repr__(self.created_at_ms)}, '
+            f'"data_key_id": {_json_text(self.data_key_id)}, '
+            f'"kek_id": {_json_text(self.wrapped.kek_id)}, '
+            f'"nonce": "{base64.b64encode(self.wrapped.nonce).decode()}", '
+            f'"period": {_json_text(self.period)}, '
+            f'"session_id": {_json_text(self.session_id)}, '
+            f'"wrapped": "{base64.b64encode(self.wrapped.sealed).decode()}"}}'
         ).encode()
 
     @classmethod
@@ -141,31 +143,28 @@ class SessionKeys:
         self._provider, self._store, self._clock_ms = provider, store, clock_ms
         self._max = max_sessions
         self._daily = period == "day"
-        # session -> (the UTC day its key was made on, data key id, the key)
-        self._keys: OrderedDict[str, tuple[int, str, AESGCM]] = OrderedDict()
+        # session -> (the UTC day its key was made on, its sealer)
+        self._keys: OrderedDict[str, tuple[int, TurnSealer]] = OrderedDict()
         self._lock = threading.Lock()
+        self._random = RandomPool()  # nonces and new data keys, taken under the lock
         self.made = 0
 
-    def key_for(self, session_id: str) -> tuple[str, AESGCM]:
-        with self._lock:
-            now_ms = self._clock_ms()
-            day = now_ms // DAY_MS if self._daily else 0
-            found = self._keys.get(session_id)
-            if found is not None and found[0] == day:
-                self._keys.move_to_end(session_id)
-                return found[1], found[2]
-            data_key_id, data_key = os.urandom(16).hex(), os.urandom(KEY_BYTES)
-            wrapped = self._provider.wrap(session_id, data_key_id, data_key)
-            # Raises when the record can be kept nowhere: no key is kept, nothing sealed.
-            period: KeyPeriod = "day" if self._daily else "session"
-            self._store(DataKeyRecord(data_key_id, session_id, wrapped, now_ms, period))
-            self.made += 1
-            aead = AESGCM(data_key)
-            self._keys[session_id] = (day, data_key_id, aead)
-            self._keys.move_to_end(session_id)
-            if len(self._keys) > self._max:
-                self._keys.popitem(last=False)
-            return data_key_id, aead
+    def _made(self, session_id: str, now_ms: int, day: int) -> TurnSealer:
+        """A new data key for the session (under the lock): its record handed to ``store``
+        first, then kept as the session's sealer (the least recently used one forgotten)."""
+        fresh = self._random.take(16 + KEY_BYTES)
+        data_key_id, data_key = fresh[:16].hex(), fresh[16:]
+        wrapped = self._provider.wrap(session_id, data_key_id, data_key)
+        # Raises when the record can be kept nowhere: no key is kept, nothing sealed.
+        period: KeyPeriod = "day" if self._daily else "session"
+        self._store(DataKeyRecord(data_key_id, session_id, wrapped, now_ms, period))
+        self.made += 1
+        sealer = TurnSealer(AESGCM(data_key), data_key_id)
+        self._keys[session_id] = (day, sealer)
+        self._keys.move_to_end(session_id)  # a new day's key for a session kept
+        if len(self._keys) > self._max:
+            self._keys.popitem(last=False)
+        return sealer
 
     def seal(self, event: OutgoingTurnEvent) -> None:
         """Seal a stamped event in place (its plaintext fields emptied); a turn of a
@@ -176,8 +175,19 @@ class SessionKeys:
                 f"v{SEALED_SINCE_VERSION} or later, this turn is "
                 f"v{event['verdicts']['schema_version']}"
             )
-        data_key_id, aead = self.key_for(event["session_id"])
-        seal_event(event, aead, data_key_id)
+        session_id = event["session_id"]
+        with self._lock:
+            # The clock is read for a day's key, or to date a new session key's record.
+            now_ms = self._clock_ms() if self._daily else 0
+            day = now_ms // DAY_MS
+            found = self._keys.get(session_id)
+            if found is not None and found[0] == day:
+                self._keys.move_to_end(session_id)
+                sealer = found[1]
+            else:
+                sealer = self._made(session_id, now_ms if self._daily else self._clock_ms(), day)
+            nonce = self._random.take()
+        sealer.seal(event, nonce)
 
 
 class KeyDirectory:

@@ -59,11 +59,15 @@ class PublisherSealing:
                 period=key_period_from_env(),  # TURNAUDIT_SURFACE_KEY_PERIOD
             )
         )
+        # Seals a stamped turn in place; nothing when inactive. Bound once: one call a
+        # turn fewer on publish()'s path.
+        self.seal: Callable[[OutgoingTurnEvent], None] = (
+            _seal_nothing if self.keys is None else self.keys.seal
+        )
 
-    def seal(self, event: OutgoingTurnEvent) -> None:
-        """Seal a stamped turn in place; nothing when inactive."""
-        if self.keys is not None:
-            self.keys.seal(event)
+
+def _seal_nothing(_event: OutgoingTurnEvent) -> None:
+    pass
 
 
 def load_directory(

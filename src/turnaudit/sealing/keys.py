@@ -21,7 +21,9 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import threading
 import tomllib
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +59,46 @@ class WrappedKey:
     sealed: bytes
 
 
+POOL_BYTES = 512 * NONCE_BYTES
+
+
+class RandomPool:
+    """Random bytes for nonces and new data keys, drawn from the OS ``POOL_BYTES`` at a
+    time: a getrandom call lets go of the GIL, and under a busy publisher taking it back
+    cost more than the rest of sealing a turn. Not thread-safe: its owner calls ``take``
+    under its own lock. A forked child's pools are emptied (``os.register_at_fork``), so a
+    child never hands out the nonces (or keys) its parent does."""
+
+    __slots__ = ("__weakref__", "_at", "_drawn")
+
+    def __init__(self) -> None:
+        self._drawn, self._at = b"", 0
+        _POOLS.add(self)
+
+    def take(self, size: int = NONCE_BYTES) -> bytes:
+        """``size`` random bytes never handed out before (a nonce, by default)."""
+        at = self._at
+        if at + size > len(self._drawn):
+            self._drawn, at = os.urandom(max(POOL_BYTES, size)), 0
+        self._at = at + size
+        return self._drawn[at : at + size]
+
+    def forget(self) -> None:
+        """Drop the bytes drawn and not handed out: the next ``take`` draws anew."""
+        self._drawn, self._at = b"", 0
+
+
+_POOLS: weakref.WeakSet[RandomPool] = weakref.WeakSet()
+
+
+def _forget_drawn() -> None:
+    for pool in list(_POOLS):
+        pool.forget()
+
+
+os.register_at_fork(after_in_child=_forget_drawn)
+
+
 def _wrap_aad(session_id: str, data_key_id: str) -> bytes:
     s, d = session_id.encode("utf-8", "surrogatepass"), data_key_id.encode()
     return _WRAP_CONTEXT + len(s).to_bytes(4, "big") + s + d
@@ -83,6 +125,7 @@ class FileKeyring:
             raise ConfigurationError(f"surface keyring: active key {active!r} is not in [keys]")
         self._keks = {key_id: AESGCM(secret) for key_id, secret in keys.items()}
         self._active = active
+        self._random, self._lock = RandomPool(), threading.Lock()
 
     @property
     def active_key_id(self) -> str:
@@ -93,7 +136,8 @@ class FileKeyring:
         return frozenset(self._keks)
 
     def wrap(self, session_id: str, data_key_id: str, data_key: bytes) -> WrappedKey:
-        nonce = os.urandom(NONCE_BYTES)
+        with self._lock:
+            nonce = self._random.take()
         sealed = self._keks[self._active].encrypt(
             nonce, data_key, _wrap_aad(session_id, data_key_id)
         )

@@ -20,7 +20,7 @@ from turnaudit.archive.reading import (
     extend_into_archive,
 )
 from turnaudit.archive.segments import SegmentName
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.store import ArchiveStore
 from turnaudit.checkpoints import Checkpoint, decode_checkpoint
 from turnaudit.dead_letters import read_dead_letter_headers
 from turnaudit.errors import BrokerError
@@ -67,7 +67,7 @@ class ArchiveInFront:
     """An archive in front of a topic's range: its segments of the topic, the range with
     its start moved into them (``extend_into_archive``), and the topic's own log start."""
 
-    archive: LocalArchive
+    archive: ArchiveStore
     segments: dict[int, list[SegmentName]]
     reach: ArchivedRange
     live_low: dict[int, int]
@@ -75,7 +75,7 @@ class ArchiveInFront:
     @classmethod
     def of(
         cls,
-        archive: LocalArchive,
+        archive: ArchiveStore,
         topic: str,
         start: Mapping[int, int],
         end: Mapping[int, int],
@@ -114,7 +114,7 @@ class WholeTopic:
 
 
 def whole_topic(
-    settings: KafkaSettings, topic: str, archive: LocalArchive | None, timeout: float
+    settings: KafkaSettings, topic: str, archive: ArchiveStore | None, timeout: float
 ) -> WholeTopic | None:
     """Every record of ``topic`` from its log start, or from the archive's first offset
     where that is earlier; None when neither the topic nor the archive holds it."""
@@ -186,7 +186,7 @@ def dead_letters_in_range(
 
 
 def stream_head_announcements(
-    settings: KafkaSettings, timeout: float = 60.0, archive: LocalArchive | None = None
+    settings: KafkaSettings, timeout: float = 60.0, archive: ArchiveStore | None = None
 ) -> LatestAnnouncements:
     """The last announcement of each stream on ``<prefix>stream-heads`` (none when the
     topic does not exist: publishers before stream heads never created it), the
@@ -216,7 +216,7 @@ class CheckpointsRead:
 
 
 def read_checkpoints(
-    settings: KafkaSettings, timeout: float = 60.0, archive: LocalArchive | None = None
+    settings: KafkaSettings, timeout: float = 60.0, archive: ArchiveStore | None = None
 ) -> CheckpointsRead:
     """The checkpoints topic as read (empty when the topic does not exist), the archive's
     first where it holds what the topic no longer does."""

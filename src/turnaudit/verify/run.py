@@ -11,7 +11,9 @@ from dataclasses import replace
 from datetime import UTC, timedelta
 from pathlib import Path
 
-from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.reading import extend_into_archive
+from turnaudit.archive.store import ArchiveStore
+from turnaudit.archive.time_range import resolve_with_archive
 from turnaudit.checkpoint_chain import (
     RetentionStart,
     judge_chain,
@@ -57,7 +59,7 @@ def run_verify(
     keyring_source: str = "",
     memory: IdMemory | None = None,
     jobs: int | None = 1,
-    archive: LocalArchive | None = None,
+    archive: ArchiveStore | None = None,
 ) -> VerifyReport:
     """``archive``: the range starts in the archive's segments (``turnaudit.archive``)
     where the topic's log start is later, and the live topic feeds the rest; so do the
@@ -78,11 +80,16 @@ def run_verify(
         begins = RetentionStart(retention_ms, lambda: now_ms, read.log_start_moved)
         chain = judge_chain(read.read, keyring, read.offsets, begins)
         not_checkpoints = read.not_checkpoints
-    start, end, low = resolve_range(settings, topic, broker_spec)
     archived = None
-    if archive is not None:
-        archived = ArchiveInFront.of(archive, topic, start, end, low)
-        start, low, jobs = archived.reach.start, archived.reach.low, 1  # one reader
+    if archive is None:
+        start, end, low = resolve_range(settings, topic, broker_spec)
+    else:
+        # The archive in front of the topic's log start, times looked up in both.
+        fronted = resolve_with_archive(settings, topic, broker_spec, archive)
+        start, end, low = fronted.range
+        reach = extend_into_archive(fronted.segments, start, end, low)
+        archived = ArchiveInFront(archive, fronted.segments, reach, fronted.live_low)
+        jobs = 1  # one reader
     # By event time a session's first turn in the window is where its stream starts for
     # the window (its earlier turns happened before it), as in ``replay --into verify:``.
     # The ids' filter sized for the range (the merging process holds every job's ids).

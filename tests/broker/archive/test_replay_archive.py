@@ -6,6 +6,8 @@ archive's end fails the replay with one line naming the offsets, no output writt
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,61 @@ def test_replay_from_the_archive_after_deletion_is_the_replay_before_it_byte_for
     assert (code, gapped) == (1, {})
     assert f"1: {archived_to[1]}-{archived_to[1] + 4}" in err
     assert all(line.startswith("turnaudit replay: ") for line in err.strip().splitlines())
+
+
+def test_a_replay_by_broker_time_from_the_archive_after_deletion_is_the_one_before_it(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns published in three rounds (their broker times apart); ranges by broker time
+    whose start, or end, the deletion removed from the topic: the replay with the archive
+    is the replay taken before the deletion, byte for byte; the topic alone has less."""
+    settings = fresh_topics(kafka_bootstrap)
+    topic = settings.topics.turn_events
+    for round_ in range(3):
+        publish(settings, tmp_path / f"spool{round_}", seed=61 + round_, events=100)
+        time.sleep(0.05)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    ends = end_offsets(settings, topic)
+    records = sorted(
+        (ArchivedRecord.of(m) for m in read_range(settings, topic, None, ends)),
+        key=lambda r: (r.partition, r.offset),
+    )
+    stamps = sorted({r.timestamp for r in records})
+    # Two times: a fifth and four fifths into the records' broker times.
+    early, late = stamps[len(stamps) // 5], stamps[len(stamps) * 4 // 5]
+    ranges = {
+        "both": ["--from", iso(early), "--to", iso(late)],
+        "to": ["--to", iso(early), "--time", "broker"],
+    }
+    before = {}
+    for name, window in ranges.items():
+        code, before[name] = replay_into(tmp_path / f"before-{name}", *window)
+        assert code == 0
+    # The archive holds each partition's first half; the topic is deleted past the first
+    # time's records (to the archive's end, into it, to before its last offset).
+    archived_to = {p: ends[p] // 2 for p in ends}
+    root = tmp_path / "archive"
+    for p in ends:
+        held = [r for r in records if r.partition == p and r.offset < archived_to[p]]
+        archive_records(LocalArchive(root), held, signing_key(), ArchivePolicy(window_ms=200))
+    cut = {0: archived_to[0], 1: archived_to[1] * 3 // 4, 2: archived_to[2] - 1}
+    assert delete_records_before(settings, topic, cut) == cut
+    first_at = {
+        p: min(r.offset for r in records if r.partition == p and r.timestamp >= early) for p in ends
+    }
+    assert all(first_at[p] < cut[p] for p in ends)  # every range starts or ends in the archive
+
+    for name, window in ranges.items():
+        archive = ["--archive", str(root), "--timeout", "10"]
+        code, after = replay_into(tmp_path / f"after-{name}", *window, *archive)
+        assert code == 0
+        assert after == before[name]
+        assert after["jsonl"].count(b"\n") > 0
+        code, topic_only = replay_into(tmp_path / f"topic-only-{name}", *window)
+        assert code == 0
+        assert topic_only["jsonl"].count(b"\n") < before[name]["jsonl"].count(b"\n")
+
+
+def iso(millis: int) -> str:
+    return datetime.fromtimestamp(millis / 1000, UTC).isoformat(timespec="milliseconds")

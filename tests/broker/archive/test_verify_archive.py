@@ -8,6 +8,7 @@ of the turns alone proves neither: the checkpoints and heads are gone with their
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.archive import archive_records, signing_key
-from tests.support.verify_helpers import fresh_topics
+from tests.support.verify_helpers import fresh_topics, publish
 from turnaudit.archive.segments import ArchivedRecord
 from turnaudit.archive.store import LocalArchive
 from turnaudit.archive.writer import ArchivePolicy
@@ -105,3 +106,49 @@ def test_verify_from_the_archive_proves_signatures_and_stream_ends_after_every_t
     assert code == 1
     assert "signed" not in {s["status"] for s in bare["trust"]["streams"]}
     assert bare["stream_ends"]["announced"] == 0
+
+
+def test_verify_by_broker_time_from_the_archive_after_deletion_is_the_report_before_it(
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Turns published in three rounds (their broker times apart), the topic deleted past
+    the first time's records: ``verify --archive --from --to`` by broker time reports what
+    verify reported before the deletion (counts, streams, lost, range); without the
+    archive, fewer turns."""
+    settings = fresh_topics(kafka_bootstrap)
+    for round_ in range(3):
+        publish(settings, tmp_path / f"spool{round_}", seed=81 + round_, events=80)
+        time.sleep(0.05)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    topic = settings.topics.turn_events
+    ends = end_offsets(settings, topic)
+    records = [ArchivedRecord.of(m) for m in read_range(settings, topic, None, ends)]
+    stamps = sorted({r.timestamp for r in records})
+    early, late = stamps[len(stamps) // 5], stamps[len(stamps) * 4 // 5]
+    window = ["--from", iso(early), "--to", iso(late)]
+    code_before, before = cli_json(capsys, "verify", *window)
+    assert 0 < before["counts"]["turns"] < len(records)
+
+    root = tmp_path / "archive"
+    archive_topic(settings, topic, root)
+    cut = {p: e * 2 // 3 for p, e in ends.items()}
+    assert delete_records_before(settings, topic, cut) == cut
+    assert all(
+        min(r.offset for r in records if r.partition == p and r.timestamp >= early) < cut[p]
+        for p in ends
+    )  # every partition's range starts in what the deletion removed
+
+    code, after = cli_json(capsys, "verify", *window, "--archive", str(root))
+    assert code == code_before
+    for part in ("counts", "streams", "lost", "range"):
+        assert after[part] == before[part], part
+    _, topic_only = cli_json(capsys, "verify", *window)
+    assert topic_only["counts"]["turns"] < before["counts"]["turns"]
+
+
+def iso(millis: int) -> str:
+    return datetime.fromtimestamp(millis / 1000, UTC).isoformat(timespec="milliseconds")

@@ -85,7 +85,7 @@ def test_the_settings_read_what_they_are_given(tmp_path: Path, key_file: Path) -
     settings = ArchiveSettings.from_env(env)
     assert settings.policy == ArchivePolicy(60_000, 5000, 0.0, 10.0, "null")
     assert settings.key.key_id == "archiver-1"
-    assert settings.root == tmp_path / "archive"
+    assert settings.location == str(tmp_path / "archive")
 
 
 def built(tmp_path: Path) -> tuple[Path, Path]:

@@ -20,6 +20,8 @@ from turnaudit.consumers.metrics import (
     DELAY_BUCKETS,
     OTHER,
     VerdictMetricsSink,
+    delay_s,
+    observe_delays,
     observe_many,
 )
 from turnaudit.consumers.runtime import ConsumedTurn
@@ -224,6 +226,54 @@ def test_observing_a_batch_at_once_gives_the_samples_observe_gives(amounts: list
         if name[0] == "h_created":
             continue
         assert got[name] == pytest.approx(value, rel=1e-12, abs=1e-9), name
+
+
+def _histogram_samples(registry: CollectorRegistry) -> dict[tuple[object, ...], float]:
+    return {
+        (s.name, tuple(s.labels.items())): s.value
+        for f in registry.collect()
+        for s in f.samples
+        if s.name != "h_created"
+    }
+
+
+# Occurred-at values around "now": on every bucket's edge (and a millisecond either
+# side), far behind, and ahead of the clock (a negative delay, counted as none).
+_NOW_MS = st.integers(min_value=1_600_000_000_000, max_value=1_900_000_000_000)
+
+
+@given(
+    now_ms=_NOW_MS,
+    fraction=st.sampled_from([0.0, 0.25, 0.5, 0.999]),
+    offsets=st.lists(
+        st.one_of(
+            st.integers(min_value=-5_000, max_value=400_000),
+            st.builds(
+                lambda b, d: round(b * 1000) + d,
+                st.sampled_from([b for b in DELAY_BUCKETS if b != float("inf")]),
+                st.sampled_from([-1, 0, 1]),
+            ),
+        ),
+        max_size=300,
+    ),
+)
+def test_a_batch_of_delays_lands_in_the_buckets_observe_puts_each_in(
+    now_ms: int, fraction: float, offsets: list[int]
+) -> None:
+    now = now_ms + fraction
+    occurred = [now_ms - offset for offset in offsets]
+    one_by_one, batched = CollectorRegistry(), CollectorRegistry()
+    single = Histogram("h", "h", buckets=DELAY_BUCKETS, registry=one_by_one)
+    for ms in occurred:
+        single.observe(delay_s(now, ms))
+    observe_delays(Histogram("h", "h", buckets=DELAY_BUCKETS, registry=batched), occurred, now)
+    got, want = _histogram_samples(batched), _histogram_samples(one_by_one)
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        if name[0] == "h_sum":  # summed exactly, then rounded once
+            assert got[name] == pytest.approx(value, rel=1e-12, abs=1e-9)
+        else:
+            assert got[name] == value, name
 
 
 def test_a_labelled_histogram_refuses_a_batch_as_it_refuses_observe() -> None:

@@ -26,10 +26,11 @@ from turnaudit.archive.reading import (
 )
 from turnaudit.archive.segments import ArchivedRecord, SegmentName
 from turnaudit.archive.store import LocalArchive
+from turnaudit.archive.time_range import plan_archived
 from turnaudit.archive.writer import ArchivePolicy
+from turnaudit.kafka.offsets import BrokerAnswers, RangeSpec, Watermarks
 from turnaudit.records import Record, StoredRecord, record_headers
 from turnaudit.replay import order
-from turnaudit.replay.archived import archive_start
 from turnaudit.replay.checkpoint import ReplayCheckpoint
 from turnaudit.replay.reader import OrderedReader
 from turnaudit.settings import KafkaSettings
@@ -299,6 +300,8 @@ def test_a_replay_from_the_archive_starts_where_asked_within_what_is_held(
 ) -> None:
     first, low, asked = case
     segments = {} if first is None else {0: [SegmentName(TOPIC, 0, first, 899)]}
-    start = {0: low if asked is None else min(max(asked, low), 1000)}  # the topic's clamp
-    got = archive_start(segments, start, {0: 1000}, {0: low}, None if asked is None else {0: asked})
-    assert got == {0: starts_at}
+    spec = RangeSpec(from_offsets=None if asked is None else {0: asked})
+    answers = BrokerAnswers(Watermarks({0: low}, {0: 1000}), None, None)
+    # No time is asked: no segment is read (the archive is empty).
+    got = plan_archived(TOPIC, spec, answers, LocalArchive(Path("/nonexistent")), segments)
+    assert got.range.start == {0: starts_at}
