@@ -14,14 +14,18 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from turnaudit.archive.export_columns import TURN_SCHEMA, TurnRowPlace, turn_row
-from turnaudit.archive.reading import ArchivedMessage, archived_batches, archived_segments
+from turnaudit.archive.reading import (
+    ArchivedMessage,
+    ExportSummary,
+    archived_batches,
+    whole_archive,
+)
 from turnaudit.archive.store import ArchiveStore
 from turnaudit.files import open_private
 from turnaudit.redaction import DROPPED, Redaction
@@ -31,31 +35,15 @@ from turnaudit.serialization.wire import TurnEventDeserializer
 COMPRESSION = "zstd"
 
 
-@dataclass(frozen=True)
-class ParquetSummary:
-    topic: str
-    records: int
-    undecodable: int
-    partitions: int
-
-    def human(self) -> str:
-        return (
-            f"exported {self.records} records ({self.undecodable} undecodable) of {self.topic} "
-            f"from {self.partitions} partitions"
-        )
-
-
 def export_parquet(
     archive: ArchiveStore,
     topic: str,
     decode: TurnEventDeserializer,
     out: Path,
     surfaces: Redaction = DROPPED,
-) -> ParquetSummary:
+) -> ExportSummary:
     """Every archived record of ``topic`` as a row of ``out`` (replaced when complete)."""
-    segments = archived_segments(archive, topic)
-    start = {p: names[0].first for p, names in segments.items()}
-    until = {p: names[-1].last + 1 for p, names in segments.items()}
+    segments, start, until = whole_archive(archive, topic)
     partial = out.with_name(f".{out.name}.partial")
     records = undecodable = 0
     try:
@@ -75,7 +63,7 @@ def export_parquet(
     finally:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
-    return ParquetSummary(topic, records, undecodable, len(segments))
+    return ExportSummary(topic, records, undecodable, len(segments))
 
 
 def turn_rows(

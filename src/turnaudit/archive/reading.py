@@ -46,6 +46,33 @@ def archived_segments(archive: ArchiveStore, topic: str) -> dict[int, list[Segme
     return {p: sorted(names) for p, names in found.items()}
 
 
+def whole_archive(
+    archive: ArchiveStore, topic: str
+) -> tuple[dict[int, list[SegmentName]], dict[int, int], dict[int, int]]:
+    """Everything the archive holds of ``topic``: its segments per partition, and the
+    first and the end offset of each partition (what an export reads)."""
+    segments = archived_segments(archive, topic)
+    start = {p: names[0].first for p, names in segments.items()}
+    until = {p: names[-1].last + 1 for p, names in segments.items()}
+    return segments, start, until
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What an export of the archive wrote (``archive export``, either format)."""
+
+    topic: str
+    records: int
+    undecodable: int
+    partitions: int
+
+    def human(self) -> str:
+        return (
+            f"exported {self.records} records ({self.undecodable} undecodable) of {self.topic} "
+            f"from {self.partitions} partitions"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class ArchivedMessage:
     """An archived record read as a consumed one (``turnaudit.records.Record``)."""

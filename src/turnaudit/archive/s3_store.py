@@ -34,6 +34,7 @@ from turnaudit.errors import ConfigurationError, StorageError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ListObjectsV2OutputTypeDef
 
 SCHEME = "s3://"
 ENDPOINT_ENV = "TURNAUDIT_ARCHIVE_S3_ENDPOINT_URL"
@@ -179,15 +180,7 @@ class S3Archive:
     def files(self, folder: str = "") -> list[str]:
         """Every object under ``folder`` (recursively), sorted."""
         base = self._folder(folder)
-        pages = self._call(
-            "list",
-            folder,
-            lambda: list(
-                self._client.get_paginator("list_objects_v2").paginate(
-                    Bucket=self.location.bucket, Prefix=base
-                )
-            ),
-        )
+        pages = self._pages(folder, base)
         # A key ending in / is a folder marker (a console's "create folder"; some servers
         # list their directories so): no file the archive writes ends so.
         found = [
@@ -202,15 +195,7 @@ class S3Archive:
         """The folders right inside ``folder``, sorted (names only): the key prefixes up to
         the next ``/`` (a folder is there while an object is under it)."""
         base = self._folder(folder)
-        pages = self._call(
-            "list",
-            folder,
-            lambda: list(
-                self._client.get_paginator("list_objects_v2").paginate(
-                    Bucket=self.location.bucket, Prefix=base, Delimiter="/"
-                )
-            ),
-        )
+        pages = self._pages(folder, base, folders=True)
         found = [
             common["Prefix"][len(base) :].rstrip("/")
             for page in pages
@@ -221,6 +206,22 @@ class S3Archive:
     def clear_partials(self, older_than_s: float, now: float) -> int:
         """None to clear: a put is whole or absent."""
         return 0
+
+    def _pages(
+        self, folder: str, base: str, *, folders: bool = False
+    ) -> list[ListObjectsV2OutputTypeDef]:
+        """Every page of the listing under ``base`` (``folders``: up to the next ``/``)."""
+        paginator = self._client.get_paginator("list_objects_v2")
+        bucket = self.location.bucket
+        if folders:
+            return self._call(
+                "list",
+                folder,
+                lambda: list(paginator.paginate(Bucket=bucket, Prefix=base, Delimiter="/")),
+            )
+        return self._call(
+            "list", folder, lambda: list(paginator.paginate(Bucket=bucket, Prefix=base))
+        )
 
     def _key(self, name: str) -> str:
         return self.location.prefix + name

@@ -9,28 +9,13 @@ extra): the same records as rows of fixed columns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from turnaudit.archive.reading import archived_batches, archived_segments
+from turnaudit.archive.reading import ExportSummary, archived_batches, whole_archive
 from turnaudit.archive.store import ArchiveStore
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.replay.jsonl import JsonlOutput
 from turnaudit.serialization.wire import TurnEventDeserializer
-
-
-@dataclass(frozen=True)
-class ExportSummary:
-    topic: str
-    records: int
-    undecodable: int
-    partitions: int
-
-    def human(self) -> str:
-        return (
-            f"exported {self.records} records ({self.undecodable} undecodable) of {self.topic} "
-            f"from {self.partitions} partitions"
-        )
 
 
 def export_jsonl(
@@ -41,9 +26,7 @@ def export_jsonl(
     surfaces: Redaction = DROPPED,
 ) -> ExportSummary:
     """Every archived record of ``topic`` as a line of ``out`` (replaced)."""
-    segments = archived_segments(archive, topic)
-    start = {p: names[0].first for p, names in segments.items()}
-    until = {p: names[-1].last + 1 for p, names in segments.items()}
+    segments, start, until = whole_archive(archive, topic)
     output = JsonlOutput(out, decode, surfaces)
     records = undecodable = 0
     try:

@@ -4,7 +4,7 @@ forged (the forgeries counter's label values), the trust gauge's states, and a f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from turnaudit.identity import StreamId
 from turnaudit.verify.trust import STATUSES, Status
@@ -23,18 +23,7 @@ Reason = Literal[
     "unnamed_schema",
     "unsigned",
 ]
-REASONS: tuple[Reason, ...] = (
-    "bad_signature",
-    "unknown_key",
-    "key_not_valid",
-    "chain_break",
-    "rewritten",
-    "uncovered",
-    "after_final",
-    "legacy_in_signed_session",
-    "unnamed_schema",
-    "unsigned",
-)
+REASONS: tuple[Reason, ...] = get_args(Reason)
 # The gauge's label values: the four statuses, and streams still within the grace.
 GaugeState = Status | Literal["pending"]
 GAUGE_STATES: tuple[GaugeState, ...] = (*STATUSES, "pending")
