@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from tests.support.archive import archived_offsets
 from tests.support.services import service_env, turnaudit_process
-from tests.support.streams import http_get, scrape
+from tests.support.streams import http_get
 from turnaudit.archive.segments import ArchivedRecord, decode_segment
 from turnaudit.archive.store import LocalArchive
 from turnaudit.checkpoints import keyring_entry_toml
@@ -85,18 +86,6 @@ def committed(settings: KafkaSettings, group: str) -> dict[int, int]:
     finally:
         consumer.close()
     return {tp.partition: tp.offset for tp in found}
-
-
-def archived_offsets(port: int) -> dict[int, int]:
-    try:
-        samples = scrape(port)
-    except OSError:
-        return {}  # not listening yet
-    return {
-        int(dict(labels)["partition"]): int(value)
-        for (name, labels), value in samples.items()
-        if name == "turnaudit_archive_archived_offset"
-    }
 
 
 def test_a_killed_archiver_restarted_archives_every_record_once_past_retention(

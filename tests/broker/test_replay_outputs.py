@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,7 +14,7 @@ import pytest
 import structlog
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support import PROJECT_ROOT
+from tests.support.replay_members import run_replay_members
 from tests.support.verify_helpers import (
     DECODE,
     Stored,
@@ -276,41 +274,14 @@ def test_three_processes_share_a_range_each_message_once_each_stopping_at_the_bo
     group = f"g-{uuid.uuid4().hex[:8]}"
     to_offsets = ",".join(f"{p}:{o}" for p, o in sorted(bound.items()))
     outs = [tmp_path / f"member-{i}.jsonl" for i in range(3)]
-    members = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "turnaudit.cli",
-                "replay",
-                "--group",
-                group,
-                "--to-offsets",
-                to_offsets,
-                "--members",
-                "3",
-                "--batch-size",
-                "20",
-                "--checkpoint-every",
-                "40",
-                "--into",
-                f"jsonl:{out}",
-            ],
-            env=env,
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for out in outs
-    ]
-    try:
-        results = [member.communicate(timeout=120) for member in members]
-    finally:
-        for member in members:
-            if member.poll() is None:
-                member.kill()  # a member that did not stop fails the test, not the session
-    assert [m.returncode for m in members] == [0, 0, 0], [err[-2000:] for _, err in results]
+    run_replay_members(
+        [
+            *("--group", group, "--to-offsets", to_offsets, "--members", "3"),
+            *("--batch-size", "20", "--checkpoint-every", "40"),
+        ],
+        outs,
+        env,
+    )
     merged = [line for out in outs for line in read_lines(out)]
     in_range = [m for m in stored if m.offset < bound[m.partition]]
     assert len(merged) == len(in_range)  # every message once: no repeat, none missing

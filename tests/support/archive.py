@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import strategies as st
 
+from tests.support.streams import scrape
 from turnaudit.archive.segments import ArchivedRecord
 from turnaudit.archive.store import LocalArchive
 from turnaudit.archive.writer import ArchivePolicy, PartitionArchive
 from turnaudit.checkpoints import KeyEntry, Keyring, SigningKey
+from turnaudit.kafka.offsets import end_offsets
+from turnaudit.kafka.reading import read_range
+from turnaudit.settings import KafkaSettings
 
 KEY_ID = "archiver-test"
 SINCE = datetime(2020, 1, 1, tzinfo=UTC)
@@ -82,3 +87,40 @@ def archive_records(
     if state.undigested:
         state.write_digest(archive, key, now_s + 1)
     return state
+
+
+def archived_offsets(port: int) -> dict[int, int]:
+    """The archiver's last archived offset per partition, from its metrics (empty until
+    it listens)."""
+    try:
+        samples = scrape(port)
+    except OSError:
+        return {}  # not listening yet
+    return {
+        int(dict(labels)["partition"]): int(value)
+        for (name, labels), value in samples.items()
+        if name == "turnaudit_archive_archived_offset"
+    }
+
+
+def broker_records(
+    settings: KafkaSettings, topic: str
+) -> tuple[dict[int, int], list[ArchivedRecord]]:
+    """The topic's end offsets, and every record it holds as the archiver takes it
+    (by partition, then offset)."""
+    ends = end_offsets(settings, topic)
+    records = sorted(
+        (ArchivedRecord.of(m) for m in read_range(settings, topic, None, ends)),
+        key=lambda r: (r.partition, r.offset),
+    )
+    return ends, records
+
+
+def archive_up_to(
+    root: Path, records: Sequence[ArchivedRecord], archived_to: Mapping[int, int], window_ms: int
+) -> None:
+    """Each partition's records below ``archived_to`` written to a local archive at ``root``,
+    as the archiver writes them."""
+    for p, bound in archived_to.items():
+        held = [r for r in records if r.partition == p and r.offset < bound]
+        archive_records(LocalArchive(root), held, signing_key(), ArchivePolicy(window_ms=window_ms))

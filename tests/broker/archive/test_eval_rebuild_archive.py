@@ -14,16 +14,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.archive import archive_records, signing_key
+from tests.support.archive import archive_up_to, broker_records
 from tests.support.streams import publish_simulated
 from tests.support.verify_helpers import fresh_topics
-from turnaudit.archive.segments import ArchivedRecord
-from turnaudit.archive.store import LocalArchive
-from turnaudit.archive.writer import ArchivePolicy
 from turnaudit.cli import main
 from turnaudit.evaluation.files import load_evidence, write_json
-from turnaudit.kafka.offsets import delete_records_before, end_offsets
-from turnaudit.kafka.reading import read_range
+from turnaudit.kafka.offsets import delete_records_before
 
 pytestmark = pytest.mark.broker
 
@@ -82,13 +78,10 @@ def test_a_rebuild_from_the_archive_after_deletion_is_the_rebuild_from_the_whole
     assert summary["traces"] == traces.count(b"\n") > 0
 
     # The archive holds each partition's first three quarters, as the archiver writes them.
-    ends = end_offsets(settings, topic)
-    records = [ArchivedRecord.of(m) for m in read_range(settings, topic, None, ends)]
+    ends, records = broker_records(settings, topic)
     archived_to = {p: ends[p] * 3 // 4 for p in ends}
     root = tmp_path / "archive"
-    for p in ends:
-        held = [r for r in records if r.partition == p and r.offset < archived_to[p]]
-        archive_records(LocalArchive(root), held, signing_key(), ArchivePolicy(window_ms=300))
+    archive_up_to(root, records, archived_to, window_ms=300)
     # Deleted: to the archive's end, to within it, to just before its last offset.
     cut = {0: archived_to[0], 1: archived_to[1] // 2, 2: archived_to[2] - 1}
     assert delete_records_before(settings, topic, cut) == cut

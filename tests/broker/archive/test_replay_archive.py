@@ -12,14 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.archive import archive_records, signing_key
+from tests.support.archive import archive_up_to, broker_records
 from tests.support.verify_helpers import fresh_topics, publish
-from turnaudit.archive.segments import ArchivedRecord
-from turnaudit.archive.store import LocalArchive
-from turnaudit.archive.writer import ArchivePolicy
 from turnaudit.cli import main
-from turnaudit.kafka.offsets import delete_records_before, end_offsets
-from turnaudit.kafka.reading import read_range
+from turnaudit.kafka.offsets import delete_records_before
 
 pytestmark = pytest.mark.broker
 
@@ -49,16 +45,10 @@ def test_replay_from_the_archive_after_deletion_is_the_replay_before_it_byte_for
     assert code == 0
 
     # The archive holds each partition's first two thirds, as the archiver writes them.
-    ends = end_offsets(settings, topic)
-    records = sorted(
-        (ArchivedRecord.of(m) for m in read_range(settings, topic, None, ends)),
-        key=lambda r: (r.partition, r.offset),
-    )
+    ends, records = broker_records(settings, topic)
     archived_to = {p: ends[p] * 2 // 3 for p in ends}
     root = tmp_path / "archive"
-    for p in ends:
-        held = [r for r in records if r.partition == p and r.offset < archived_to[p]]
-        archive_records(LocalArchive(root), held, signing_key(), ArchivePolicy(window_ms=200))
+    archive_up_to(root, records, archived_to, window_ms=200)
     # Deleted: to the archive's end (the topic takes over at its log start), to within the
     # archive (both hold the offsets between), to just before the archive's last offset.
     cut = {0: archived_to[0], 1: archived_to[1] // 2, 2: archived_to[2] - 1}
@@ -95,11 +85,7 @@ def test_a_replay_by_broker_time_from_the_archive_after_deletion_is_the_one_befo
         time.sleep(0.05)
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
-    ends = end_offsets(settings, topic)
-    records = sorted(
-        (ArchivedRecord.of(m) for m in read_range(settings, topic, None, ends)),
-        key=lambda r: (r.partition, r.offset),
-    )
+    ends, records = broker_records(settings, topic)
     stamps = sorted({r.timestamp for r in records})
     # Two times: a fifth and four fifths into the records' broker times.
     early, late = stamps[len(stamps) // 5], stamps[len(stamps) * 4 // 5]
@@ -115,9 +101,7 @@ def test_a_replay_by_broker_time_from_the_archive_after_deletion_is_the_one_befo
     # time's records (to the archive's end, into it, to before its last offset).
     archived_to = {p: ends[p] // 2 for p in ends}
     root = tmp_path / "archive"
-    for p in ends:
-        held = [r for r in records if r.partition == p and r.offset < archived_to[p]]
-        archive_records(LocalArchive(root), held, signing_key(), ArchivePolicy(window_ms=200))
+    archive_up_to(root, records, archived_to, window_ms=200)
     cut = {0: archived_to[0], 1: archived_to[1] * 3 // 4, 2: archived_to[2] - 1}
     assert delete_records_before(settings, topic, cut) == cut
     first_at = {

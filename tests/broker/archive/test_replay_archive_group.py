@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import PROJECT_ROOT
 from tests.support.archive import archive_records, signing_key
+from tests.support.replay_members import run_replay_members
 from tests.support.verify_helpers import fresh_topics, publish
 from turnaudit.archive.segments import ArchivedRecord
 from turnaudit.archive.store import LocalArchive
@@ -77,26 +75,10 @@ def test_three_members_split_a_range_from_the_archive_each_message_once(
 
     group = f"g-{uuid.uuid4().hex[:8]}"
     outs = [tmp_path / f"member-{i}.jsonl" for i in range(3)]
-    command = [sys.executable, "-m", "turnaudit.cli", "replay", "--archive", str(root)]
     shared = ["--group", group, "--members", "3", "--batch-size", "20", "--timeout", "30"]
-    members = [
-        subprocess.Popen(
-            [*command, *shared, "--checkpoint-every", "40", "--into", f"jsonl:{out}"],
-            env=dict(os.environ),
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for out in outs
-    ]
-    try:
-        results = [member.communicate(timeout=120) for member in members]
-    finally:
-        for member in members:
-            if member.poll() is None:
-                member.kill()  # a member that did not stop fails the test, not the session
-    assert [m.returncode for m in members] == [0, 0, 0], [err[-2000:] for _, err in results]
+    run_replay_members(
+        ["--archive", str(root), *shared, "--checkpoint-every", "40"], outs, os.environ
+    )
     merged = [line for out in outs for line in lines(out)]
     assert len(merged) == len(before)  # every message once: no repeat, none missing
     assert by_position(merged) == by_position(before)

@@ -22,11 +22,10 @@ from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.archive import archive_records, signing_key
+from tests.support.archive import archive_records, archived_offsets, signing_key
 from tests.support.s3_server import S3Server, s3proxy
 from tests.support.services import service_env, turnaudit_process
 from tests.support.store_contract import CONTRACT, OBJECTS, Clause
-from tests.support.streams import scrape
 from tests.support.verify_helpers import publish
 from turnaudit.archive.segments import ArchivedRecord
 from turnaudit.archive.writer import ArchivePolicy
@@ -166,18 +165,6 @@ def test_wrong_credentials_or_bucket_on_a_real_server_are_one_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert (code, len(err)) == (2, 1), err
     assert said in err[0]
-
-
-def archived_offsets(port: int) -> dict[int, int]:
-    try:
-        samples = scrape(port)
-    except OSError:
-        return {}  # not listening yet
-    return {
-        int(dict(labels)["partition"]): int(value)
-        for (name, labels), value in samples.items()
-        if name == "turnaudit_archive_archived_offset"
-    }
 
 
 def test_archive_run_into_s3_then_verify_from_it_after_deletion_loses_nothing(
