@@ -96,3 +96,21 @@ def sealed_copy(keys: SessionKeys, event: dict[str, Any]) -> TurnEvent:
     outgoing = copy.deepcopy(event)
     keys.seal(cast(OutgoingTurnEvent, outgoing))
     return cast(TurnEvent, outgoing)
+
+
+def turn_of(identity: tuple[str, str, str, int], parts: tuple[Any, ...]) -> dict[str, Any]:
+    """A v5 turn of (session, event id, producer, sequence) with the drawn surfaces, walk,
+    articulation, tokens and tools."""
+    session, event_id, producer, sequence = identity
+    surface, walk, articulation, tokens, tools = parts
+    return v5_turn(
+        session,
+        sequence,
+        event_id=event_id,
+        producer_id=producer,
+        surface=surface,
+        walk=walk,
+        articulation=articulation,
+        tokens=tokens,
+        tools=tools,
+    )

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.sealing.support import KeyTopic, any_text, ids, keyring, sealer, v5_turn
+from tests.unit.sealing.support import KeyTopic, any_text, ids, keyring, sealer, turn_of, v5_turn
 from turnaudit.events import OutgoingTurnEvent, TurnEvent
 from turnaudit.sealing import DataKeyRecord, WrappedKey
 from turnaudit.sealing.envelope import TurnSealer, open_event, surfaces_of
@@ -63,28 +63,12 @@ turn_texts = st.tuples(
 identity = st.tuples(ids, ids, ids, st.integers(-(2**63), 2**63 - 1))
 
 
-def _turn(who: tuple[str, str, str, int], parts: tuple[Any, ...]) -> dict[str, Any]:
-    session, event_id, producer, sequence = who
-    surface, walk, articulation, tokens, tools = parts
-    return v5_turn(
-        session,
-        sequence,
-        event_id=event_id,
-        producer_id=producer,
-        surface=surface,
-        walk=walk,
-        articulation=articulation,
-        tokens=tokens,
-        tools=tools,
-    )
-
-
 @settings(max_examples=300)
 @given(identity, turn_texts, ids)
 def test_any_turn_seals_to_aes_gcm_over_the_plainly_written_format(
     who: tuple[str, str, str, int], parts: tuple[Any, ...], data_key_id: str
 ) -> None:
-    event = _turn(who, parts)
+    event = turn_of(who, parts)
     expected = AESGCM(KEY).encrypt(
         NONCE, reference_framed(reference_texts(event)), reference_aad(event, data_key_id)
     )

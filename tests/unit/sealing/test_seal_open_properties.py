@@ -24,6 +24,7 @@ from tests.unit.sealing.support import (
     keyring,
     sealed_copy,
     sealer,
+    turn_of,
     v5_turn,
     wire_text,
 )
@@ -46,24 +47,6 @@ texts = st.tuples(
 )
 
 
-def _turn(
-    identity: tuple[str, str, str, int], parts: tuple[Any, ...], tokens: Any = None
-) -> dict[str, Any]:
-    session, event_id, producer, sequence = identity
-    surface, walk, articulation, tok, tools = parts
-    return v5_turn(
-        session,
-        sequence,
-        event_id=event_id,
-        producer_id=producer,
-        surface=surface,
-        walk=walk,
-        articulation=articulation,
-        tokens=tok if tokens is None else tokens,
-        tools=tools,
-    )
-
-
 identities = st.tuples(ids, ids, ids, st.integers(-1, 2**63 - 1))
 
 
@@ -73,7 +56,7 @@ def test_any_turn_any_text_sealed_then_opened_equals_the_original(
 ) -> None:
     topic = KeyTopic()
     provider = keyring("kek-1")
-    original = _turn(identity, parts)
+    original = turn_of(identity, parts)
     sealed = sealed_copy(sealer(provider, topic), original)
     assert sealed["sealed"] is not None
     written = surfaces_of(sealed)
@@ -102,7 +85,7 @@ def test_a_sealed_turn_survives_the_v5_wire_and_opens_to_the_original(
 ) -> None:
     topic = KeyTopic()
     provider = keyring("kek-1")
-    original = _turn(identity, parts)
+    original = turn_of(identity, parts)
     sealed = sealed_copy(sealer(provider, topic), original)
     decoded: DecodedTurnEvent = DECODE(encode(dict(sealed)))
     read = cast(TurnEvent, decoded.event)
@@ -128,7 +111,7 @@ def test_any_changed_byte_of_a_sealed_field_fails_to_open_and_is_reported(
 ) -> None:
     topic = KeyTopic()
     provider = keyring("kek-1")
-    sealed = sealed_copy(sealer(provider, topic), _turn(identity, parts))
+    sealed = sealed_copy(sealer(provider, topic), turn_of(identity, parts))
     box = sealed["sealed"]
     assert box is not None
     changed = dict(box)
@@ -159,10 +142,10 @@ def test_a_sealed_field_moved_to_another_turn_fails_to_open(
     topic = KeyTopic()
     provider = keyring("kek-1")
     keys = sealer(provider, topic)
-    source = sealed_copy(keys, _turn(identity, parts))
+    source = sealed_copy(keys, turn_of(identity, parts))
     # The target turn differs from the source in one identity field; its own sealed form
     # is replaced by the source's (the same session's data key when the session is kept).
-    target_plain = _turn(identity, parts)
+    target_plain = turn_of(identity, parts)
     target_plain[moved] = other_number if moved == "sequence" else other_text
     if target_plain[moved] == source[moved]:  # type: ignore[literal-required]  # moved is a field name
         return  # the same turn: nothing moved
@@ -182,7 +165,7 @@ def test_a_wrapped_data_key_moved_to_another_session_does_not_unwrap(
         return
     topic = KeyTopic()
     provider = keyring("kek-1")
-    sealed = sealed_copy(sealer(provider, topic), _turn((session, "e", "p", 0), parts))
+    sealed = sealed_copy(sealer(provider, topic), turn_of((session, "e", "p", 0), parts))
     # Rewrite the key record as if it belonged to ``other``, and the turn with it.
     ((key, value),) = topic.messages
     assert value is not None
