@@ -68,6 +68,7 @@ def archived_and_trimmed(
 def test_three_members_split_a_range_from_the_archive_each_message_once(
     kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Three `turnaudit replay --archive --group` processes, as docs/archive.md runs them."""
     settings = fresh_topics(kafka_bootstrap)
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
     monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
