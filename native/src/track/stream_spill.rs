@@ -3,8 +3,10 @@
 //!
 //! A stream lives in exactly one place at a time: the tracker's LRU, this store's
 //! pending batch, or the file. An evicted stream joins the pending batch (written in one
-//! transaction when full); a stream that comes back is taken out (row deleted) and lives
-//! in memory again. A Bloom filter of every stream ever put here answers "never
+//! transaction when full); a stream that comes back is read and lives in memory again,
+//! its row left behind as stale (its key in `stale`, every read skips it) and deleted in
+//! the next batch's transaction: a return costs one read, not a transaction of its own
+//! (at a million live sessions nearly every turn is one). A Bloom filter of every stream ever put here answers "never
 //! spilled" for almost every new stream, so a new session costs no lookup. The file is
 //! keyed by (session, producer) in SQLite's binary collation, UTF-8 byte order, the
 //! order Python sorts the keys in: the heads come out of it sorted, a page at a time.
@@ -18,6 +20,7 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
 use super::stream::{Stream, StreamKey};
 use crate::bloom::BloomFilter;
+use crate::hashing::FastSet;
 
 pub(crate) const FILTER_BITS: u64 = 1 << 27; // 16 MiB
 pub(crate) const ENOSPC: i32 = 28;
@@ -59,6 +62,9 @@ pub(crate) struct StreamSpill {
     pub(crate) path: Option<PathBuf>,
     pub(crate) conn: Option<Connection>,
     pub(crate) pending: HashMap<StreamKey, Stream>,
+    // Rows taken back into memory (or dropped) but still in the file, deleted with the
+    // next batch; no read returns them.
+    pub(crate) stale: FastSet<StreamKey>,
     pub(crate) batch: usize,
     pub(crate) filter: Option<BloomFilter>,
     pub(crate) stored: u64,        // rows in the file
@@ -73,6 +79,7 @@ impl StreamSpill {
             path: None,
             conn: None,
             pending: HashMap::new(),
+            stale: FastSet::default(),
             batch: batch.max(1),
             filter: None,
             stored: 0,
@@ -113,18 +120,21 @@ impl StreamSpill {
         Ok(())
     }
 
-    /// The pending batch written in one transaction; on an error (a full disk) nothing
-    /// is dropped: the batch stays pending and the file as it was.
+    /// The stale rows deleted and the pending batch written, in one transaction; on an
+    /// error (a full disk) nothing is dropped: the batch stays pending, the stale keys
+    /// stale and the file as it was.
     pub(crate) fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
         if self.pending.is_empty() {
-            return Ok(());
+            return self.delete_stale();
         }
         self.connect(py)?;
         let conn = self.conn.as_ref().expect("connected above");
         let mut rows: Vec<(&StreamKey, &Stream)> = self.pending.iter().collect();
         rows.sort_unstable_by(|a, b| a.0.cmp(b.0)); // inserted in key order: fewer pages touched
+        let stale = &self.stale;
         let write = || -> rusqlite::Result<()> {
             conn.execute_batch("BEGIN")?;
+            delete_rows(conn, stale)?;
             {
                 let mut insert = conn.prepare_cached(
                     "INSERT INTO streams (session, producer, partition, missing, gappy, state) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -146,6 +156,30 @@ impl StreamSpill {
         self.stored += self.pending.len() as u64;
         self.stored_legacy += legacy;
         self.pending.clear();
+        self.stale.clear();
+        Ok(())
+    }
+
+    /// The stale rows deleted, in one transaction (all or, on an error, none).
+    pub(crate) fn delete_stale(&mut self) -> PyResult<()> {
+        if self.stale.is_empty() {
+            return Ok(());
+        }
+        let Some(conn) = self.conn.as_ref() else {
+            self.stale.clear(); // no file: nothing left behind
+            return Ok(());
+        };
+        let stale = &self.stale;
+        let write = || -> rusqlite::Result<()> {
+            conn.execute_batch("BEGIN")?;
+            delete_rows(conn, stale)?;
+            conn.execute_batch("COMMIT")
+        };
+        if let Err(e) = write() {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(db_error(e));
+        }
+        self.stale.clear();
         Ok(())
     }
 
@@ -153,23 +187,28 @@ impl StreamSpill {
         self.unfiltered || self.filter.as_ref().is_some_and(|f| f.holds(key))
     }
 
-    /// The stream, taken out (it lives in memory again), or None if it is not here.
+    /// The stream, taken out (it lives in memory again), or None if it is not here. Its
+    /// row goes stale (deleted with the next batch, or once `batch` rows are stale).
     pub(crate) fn take(&mut self, key: &StreamKey) -> PyResult<Option<Stream>> {
         if let Some(s) = self.pending.remove(key) {
             return Ok(Some(s));
         }
-        let found = self.stored_row(key, "DELETE FROM streams WHERE session = ?1 AND producer = ?2 RETURNING state")?;
+        let found = self.stored_row(key, "SELECT state FROM streams WHERE session = ?1 AND producer = ?2")?;
         if found.is_some() {
             self.stored -= 1;
             self.stored_legacy -= u64::from(key.1.is_empty());
+            self.stale.insert(key.clone());
+            if self.stale.len() >= self.batch {
+                self.delete_stale()?;
+            }
         }
         Ok(found)
     }
 
-    /// The stream's row, by `sql` (a select or a delete returning its state), asked only
-    /// when the file may hold it.
+    /// The stream's row, by `sql` (a select of its state), asked only when the file may
+    /// hold it and the row is not stale.
     pub(crate) fn stored_row(&self, key: &StreamKey, sql: &str) -> PyResult<Option<Stream>> {
-        if self.stored == 0 || !self.might_hold(key) {
+        if self.stored == 0 || !self.might_hold(key) || self.stale.contains(key) {
             return Ok(None);
         }
         let Some(conn) = self.conn.as_ref() else { return Ok(None) };
@@ -212,7 +251,7 @@ impl StreamSpill {
         };
         let mut q = conn.prepare(sql).map_err(db_error)?;
         let rows = q.query([]).map_err(db_error)?;
-        for_rows(rows, &mut |key, stream| f(&key, &stream))
+        for_rows(rows, &mut |key, stream| if self.stale.contains(&key) { Ok(()) } else { f(&key, &stream) })
     }
 
     /// Up to `limit` chained streams after `after` (all from the start when None), in
@@ -232,8 +271,12 @@ impl StreamSpill {
                      AND (session, producer) > (?1, ?2) ORDER BY session, producer LIMIT ?3",
                 )
                 .map_err(db_error)?;
-            for_rows(q.query(params![session, producer, limit as i64]).map_err(db_error)?, &mut |key, stream| {
-                out.push(Row { key, stream });
+            // Stale rows are skipped: ask for as many more as there are.
+            let asked = limit.saturating_add(self.stale.len()) as i64;
+            for_rows(q.query(params![session, producer, asked]).map_err(db_error)?, &mut |key, stream| {
+                if !self.stale.contains(&key) {
+                    out.push(Row { key, stream });
+                }
                 Ok(())
             })?;
         }
@@ -244,6 +287,7 @@ impl StreamSpill {
 
     /// Drops the streams read from `partitions`; returns the missing positions they held.
     pub(crate) fn forget_partitions(&mut self, partitions: &std::collections::HashSet<i64>) -> PyResult<i64> {
+        self.delete_stale()?; // the file's counts below are of live rows only
         let mut dropped_missing = 0i64;
         self.pending.retain(|_, s| {
             let gone = s.partition.is_some_and(|p| partitions.contains(&p));
@@ -339,6 +383,18 @@ impl StreamSpill {
         self.unfiltered |= n > 0;
         Ok((missing, both))
     }
+}
+
+/// The rows of `keys` deleted (in key order: neighbouring pages), inside the caller's
+/// transaction.
+fn delete_rows(conn: &Connection, keys: &FastSet<StreamKey>) -> rusqlite::Result<()> {
+    let mut sorted: Vec<&StreamKey> = keys.iter().collect();
+    sorted.sort_unstable();
+    let mut delete = conn.prepare_cached("DELETE FROM streams WHERE session = ?1 AND producer = ?2")?;
+    for k in sorted {
+        delete.execute(params![k.0, k.1])?;
+    }
+    Ok(())
 }
 
 /// Each (session, producer, state) row of a query, as a stream.

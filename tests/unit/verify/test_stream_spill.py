@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tests.support.smallfs import fill_disk, small_filesystem
 from tests.unit.verify import scenario
+from turnaudit._native import drop_stream, stream_state
 from turnaudit.identity import StreamTracker
 
 
@@ -78,6 +79,42 @@ def test_spilled_streams_answer_as_held_ones_and_leave_with_their_partition(
     assert answers(bounded) == answers(unbounded)
     bounded.forget_partitions(forget)
     unbounded.forget_partitions(forget)
+    assert answers(bounded) == answers(unbounded)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    count=st.integers(1, 80),
+    sessions=st.integers(1, 12),
+    streams=st.integers(1, 3),
+    batch=st.integers(1, 6),
+    drops=st.lists(st.tuples(st.integers(0, 79), st.integers(0, 23)), max_size=20),
+)
+def test_a_stream_brought_back_then_dropped_stays_gone_whatever_its_row_waits_for(
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    count: int,
+    sessions: int,
+    streams: int,
+    batch: int,
+    drops: list[tuple[int, int]],
+) -> None:
+    """A spilled stream that comes back leaves its row behind until the next batch
+    deletes it: dropped in between (the follower retiring it), it is gone for every
+    question (its state, a new turn of it starts it afresh) as in an unbounded tracker."""
+    spill = tmp_path_factory.mktemp("dropped")
+    events = scenario.stamped_events(count, seed=7, producers=2, sessions=sessions)
+    keys = sorted({(e.event["session_id"], e.event["producer_id"]) for e in events})
+    bounded, unbounded = tracker(spill, streams, batch), tracker(None, 0)
+    for n, e in enumerate(events):
+        got = bounded.observe(e.event, e.value, partition=0, offset=n)
+        assert got == unbounded.observe(e.event, e.value, partition=0, offset=n)
+        for _, which in (d for d in drops if d[0] == n):
+            key = keys[which % len(keys)]
+            assert drop_stream(bounded, *key) == drop_stream(unbounded, *key)
+        assert [stream_state(bounded, *k) for k in keys] == [
+            stream_state(unbounded, *k) for k in keys
+        ]
     assert answers(bounded) == answers(unbounded)
 
 
