@@ -17,77 +17,119 @@ use crate::hashing::FastSet;
 /// `json.dumps([session, producer])` writes it.
 const STREAM_KEY: &str = "stream:";
 
-/// One stream's record, or its state for Python to write (the stream has open gaps).
-pub(crate) enum StreamRecord {
-    Written { partition: Option<i64>, key: Vec<u8>, value: Vec<u8> },
-    Gapped { partition: Option<i64>, key: Vec<u8>, stream: StreamKey, state: Vec<u8> },
+/// Records written per chunk: the tracker's lock is held while a chunk is written into
+/// one reused buffer and released while Python's objects are made from it (no Rust
+/// allocation per record: at a million live sessions a checkpoint writes half a million,
+/// and fresh allocations of that size cost more in page faults than the writing).
+const CHUNK: usize = 4096;
+
+/// One record of a chunk: where its pieces lie in the chunk's buffer.
+struct Placed {
+    partition: Option<i64>,
+    key: std::ops::Range<usize>,
+    /// `None`: the stream has open gaps; `state` is its state, for Python to write.
+    value: Option<std::ops::Range<usize>>,
+    state: std::ops::Range<usize>,
+    stream: usize, // index into the sorted keys
 }
 
 impl NativeStreamTracker {
     /// The records of the streams placed into since the last call (taken from the
     /// tracker's dirty set) and of `extra`, sorted by (session, producer) as Python sorts
     /// them (UTF-8 byte order is code point order), each once; a stream no longer held
-    /// is left out. Streams in `gapped` come back as `Gapped`.
-    pub(crate) fn checkpoint_records(&self, extra: Vec<StreamKey>, gapped: &FastSet<StreamKey>) -> PyResult<Vec<StreamRecord>> {
-        let mut st = self.lock()?;
-        let mut streams: Vec<StreamKey> = st.take_dirty();
+    /// is left out. Streams in `gapped` come back with their state alone (see
+    /// `checkpoint_out`).
+    pub(crate) fn checkpoint_records<'py>(
+        &self,
+        py: Python<'py>,
+        extra: Vec<StreamKey>,
+        gapped: &FastSet<StreamKey>,
+    ) -> PyResult<CheckpointOut<'py>> {
+        let mut streams: Vec<StreamKey> = self.lock()?.take_dirty();
         streams.extend(extra);
         streams.sort_unstable();
         streams.dedup();
-        let mut out = Vec::with_capacity(streams.len());
-        for stream in streams {
-            let Some((partition, state)) = state_of(&st, &stream)? else { continue };
-            let key = stream_key(&stream.0, &stream.1);
-            if gapped.contains(&stream) {
-                out.push(StreamRecord::Gapped { partition, key, stream, state });
-            } else {
-                out.push(StreamRecord::Written { partition, key, value: stream_record(partition, &state) });
+        let written = PyList::empty(py);
+        let gapped_out = PyList::empty(py);
+        let empty = PyBytes::new(py, b"");
+        let mut buf: Vec<u8> = Vec::new();
+        let mut placed: Vec<Placed> = Vec::with_capacity(CHUNK.min(streams.len()));
+        for (first, chunk) in streams.chunks(CHUNK).enumerate() {
+            buf.clear();
+            placed.clear();
+            {
+                let st = self.lock()?;
+                for (i, stream) in chunk.iter().enumerate() {
+                    let state_start = buf.len();
+                    let Some(partition) = state_into(&st, stream, &mut buf)? else { continue };
+                    let state = state_start..buf.len();
+                    let key_start = buf.len();
+                    stream_key_into(&mut buf, &stream.0, &stream.1);
+                    let key = key_start..buf.len();
+                    let value = if gapped.contains(stream) {
+                        None
+                    } else {
+                        let value_start = buf.len();
+                        stream_record_into(&mut buf, partition, state.clone());
+                        Some(value_start..buf.len())
+                    };
+                    placed.push(Placed { partition, key, value, state, stream: first * CHUNK + i });
+                }
+            }
+            for p in &placed {
+                let key = PyBytes::new(py, &buf[p.key.clone()]);
+                match &p.value {
+                    Some(value) => written.append((p.partition, key, PyBytes::new(py, &buf[value.clone()])))?,
+                    None => {
+                        let index = written.len();
+                        written.append((p.partition, key, &empty))?;
+                        let (session, producer) = &streams[p.stream];
+                        let stream = PyTuple::new(py, [session, producer])?;
+                        gapped_out.append((index, stream, p.partition, PyBytes::new(py, &buf[p.state.clone()])))?;
+                    }
+                }
             }
         }
-        Ok(out)
+        Ok((written, gapped_out))
     }
 }
 
-/// The stream's partition and state in the tracker's own format, wherever it is held.
-fn state_of(st: &State, stream: &StreamKey) -> PyResult<Option<(Option<i64>, Vec<u8>)>> {
+/// The stream's state in the tracker's own format, wherever it is held, added to `out`;
+/// its partition (None: not held, nothing added).
+fn state_into(st: &State, stream: &StreamKey, out: &mut Vec<u8>) -> PyResult<Option<Option<i64>>> {
     let view: &dyn StreamKeyView = stream;
-    let mut state = Vec::new();
     if let Some(s) = st.streams.peek(view) {
-        s.write_into(&mut state);
-        return Ok(Some((s.partition, state)));
+        s.write_into(out);
+        return Ok(Some(s.partition));
     }
-    Ok(st.peek(stream)?.map(|s| {
-        s.write_into(&mut state);
-        (s.partition, state)
-    }))
+    match &st.spill {
+        Some(spill) => spill.state_into(stream, out),
+        None => Ok(None),
+    }
 }
 
 /// `stream_key`: `stream:["<session>", "<producer>"]`, each text as json's
 /// `encode_basestring_ascii` writes it.
-pub(crate) fn stream_key(session: &str, producer: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(STREAM_KEY.len() + session.len() + producer.len() + 8);
+pub(crate) fn stream_key_into(out: &mut Vec<u8>, session: &str, producer: &str) {
     out.extend_from_slice(STREAM_KEY.as_bytes());
     out.push(b'[');
-    json_ascii(&mut out, session);
+    json_ascii(out, session);
     out.extend_from_slice(b", ");
-    json_ascii(&mut out, producer);
+    json_ascii(out, producer);
     out.push(b']');
-    out
 }
 
 /// `stream_record` of a stream without open gaps: `{"p": <partition or null>, "s": "<base64>"}`
-/// (what `json.dumps` writes for that dict).
-pub(crate) fn stream_record(partition: Option<i64>, state: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(state.len().div_ceil(3) * 4 + 32);
+/// (what `json.dumps` writes for that dict), added to `out`, where `state` already lies.
+pub(crate) fn stream_record_into(out: &mut Vec<u8>, partition: Option<i64>, state: std::ops::Range<usize>) {
     out.extend_from_slice(b"{\"p\": ");
     match partition {
         Some(p) => out.extend_from_slice(p.to_string().as_bytes()),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b", \"s\": \"");
-    base64_into(&mut out, state);
+    base64_into(out, state);
     out.extend_from_slice(b"\"}");
-    out
 }
 
 /// A JSON string as `json.encoder.encode_basestring_ascii` writes it: printable ASCII as
@@ -127,11 +169,13 @@ pub(crate) fn json_ascii(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
 }
 
-/// Standard base64 with padding (`base64.b64encode`).
-pub(crate) fn base64_into(out: &mut Vec<u8>, bytes: &[u8]) {
+/// Standard base64 with padding (`base64.b64encode`) of `out[bytes]`, added to `out`.
+pub(crate) fn base64_into(out: &mut Vec<u8>, bytes: std::ops::Range<usize>) {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut chunks = bytes.chunks_exact(3);
-    for c in &mut chunks {
+    out.reserve(bytes.len().div_ceil(3) * 4);
+    let whole = bytes.start + (bytes.len() / 3) * 3;
+    for at in (bytes.start..whole).step_by(3) {
+        let c = [out[at], out[at + 1], out[at + 2]];
         let n = (u32::from(c[0]) << 16) | (u32::from(c[1]) << 8) | u32::from(c[2]);
         out.extend_from_slice(&[
             ALPHABET[(n >> 18) as usize & 63],
@@ -140,12 +184,14 @@ pub(crate) fn base64_into(out: &mut Vec<u8>, bytes: &[u8]) {
             ALPHABET[n as usize & 63],
         ]);
     }
-    match *chunks.remainder() {
-        [a] => {
+    // The last one or two bytes, read before the digits written after them.
+    let (a, b) = (out.get(whole).copied().unwrap_or(0), out.get(whole + 1).copied().unwrap_or(0));
+    match bytes.end - whole {
+        1 => {
             let n = u32::from(a) << 16;
             out.extend_from_slice(&[ALPHABET[(n >> 18) as usize & 63], ALPHABET[(n >> 12) as usize & 63], b'=', b'=']);
         }
-        [a, b] => {
+        2 => {
             let n = (u32::from(a) << 16) | (u32::from(b) << 8);
             out.extend_from_slice(&[
                 ALPHABET[(n >> 18) as usize & 63],
@@ -162,22 +208,3 @@ pub(crate) fn base64_into(out: &mut Vec<u8>, bytes: &[u8]) {
 /// (their index in the records, stream, partition, state), their record a placeholder
 /// the caller replaces).
 pub(crate) type CheckpointOut<'py> = (Bound<'py, PyList>, Bound<'py, PyList>);
-
-pub(crate) fn checkpoint_out<'py>(py: Python<'py>, records: Vec<StreamRecord>) -> PyResult<CheckpointOut<'py>> {
-    let written = PyList::empty(py);
-    let gapped = PyList::empty(py);
-    let empty = PyBytes::new(py, b"");
-    for (index, record) in records.into_iter().enumerate() {
-        match record {
-            StreamRecord::Written { partition, key, value } => {
-                written.append((partition, PyBytes::new(py, &key), PyBytes::new(py, &value)))?;
-            }
-            StreamRecord::Gapped { partition, key, stream, state } => {
-                written.append((partition, PyBytes::new(py, &key), &empty))?;
-                let stream = PyTuple::new(py, [stream.0, stream.1])?;
-                gapped.append((index, stream, partition, PyBytes::new(py, &state)))?;
-            }
-        }
-    }
-    Ok((written, gapped))
-}

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use super::chain::{fingerprint_arg, hex_of, Hash32};
-use super::checkpoint::{checkpoint_out, CheckpointOut};
+use super::checkpoint::CheckpointOut;
 use super::state::{seen_tuple, State};
 use super::event::int_obj;
 use super::stream::StreamKey;
@@ -361,7 +361,7 @@ impl NativeStreamTracker {
         gapped: Vec<StreamKey>,
     ) -> PyResult<CheckpointOut<'py>> {
         let gapped: FastSet<StreamKey> = gapped.into_iter().collect();
-        checkpoint_out(py, self.checkpoint_records(extra, &gapped)?)
+        self.checkpoint_records(py, extra, &gapped)
     }
 
     fn __len__(&self) -> PyResult<usize> {

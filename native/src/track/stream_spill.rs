@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
+use rusqlite::{params, Connection, ErrorCode};
 
 use super::stream::{Stream, StreamKey};
 use crate::bloom::BloomFilter;
@@ -212,11 +212,34 @@ impl StreamSpill {
             return Ok(None);
         }
         let Some(conn) = self.conn.as_ref() else { return Ok(None) };
-        let found: Option<Vec<u8>> = conn
-            .prepare_cached(sql)
-            .and_then(|mut q| q.query_row(params![key.0, key.1], |r| r.get(0)).optional())
+        let mut q = conn.prepare_cached(sql).map_err(db_error)?;
+        let mut rows = q.query(params![key.0, key.1]).map_err(db_error)?;
+        match rows.next().map_err(db_error)? {
+            // Decoded from SQLite's own buffer: no copy of the row.
+            Some(row) => Ok(Some(Stream::from_bytes(row.get_ref(0).and_then(|v| Ok(v.as_blob()?)).map_err(db_error)?)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The stream's state in the tracker's own format added to `out` (a row's state is
+    /// that encoding: copied, not decoded), and its partition; None when not held here.
+    pub(crate) fn state_into(&self, key: &StreamKey, out: &mut Vec<u8>) -> PyResult<Option<Option<i64>>> {
+        if let Some(s) = self.pending.get(key) {
+            s.write_into(out);
+            return Ok(Some(s.partition));
+        }
+        if self.stored == 0 || !self.might_hold(key) || self.stale.contains(key) {
+            return Ok(None);
+        }
+        let Some(conn) = self.conn.as_ref() else { return Ok(None) };
+        let mut q = conn
+            .prepare_cached("SELECT partition, state FROM streams WHERE session = ?1 AND producer = ?2")
             .map_err(db_error)?;
-        found.map(|b| Stream::from_bytes(&b)).transpose()
+        let mut rows = q.query(params![key.0, key.1]).map_err(db_error)?;
+        let Some(row) = rows.next().map_err(db_error)? else { return Ok(None) };
+        let partition: Option<i64> = row.get(0).map_err(db_error)?;
+        out.extend_from_slice(row.get_ref(1).and_then(|v| Ok(v.as_blob()?)).map_err(db_error)?);
+        Ok(Some(partition))
     }
 
     /// The stream, left where it is (a copy), or None.

@@ -83,3 +83,38 @@ def test_checkpoint_streams_writes_what_python_writes_stream_by_stream(
         # Taken: the next checkpoint has nothing, nor has the set the follower reads.
         assert tracker.checkpoint_streams([], []) == ([], [])
         assert take_dirty(tracker) == []
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    st.integers(1, 13_000),
+    st.lists(st.integers(0, 12_999), max_size=6),
+    st.sampled_from(["memory", "spilled"]),
+)
+def test_checkpoint_streams_of_thousands_is_what_python_writes_across_its_chunks(
+    count: int, gapped_at: list[int], held: str
+) -> None:
+    """Thousands of streams placed into (the native call writes them a chunk at a time,
+    each chunk's records from one buffer), some gapped at any place, held in memory or
+    nearly all spilled: the same records, in order, as stream by stream in Python."""
+    placed = [((f"session-{n:05d}", "producer"), n % 3, n % 4) for n in range(count)]
+    named = sorted({s for s, _, _ in placed})
+    gapped = {named[i % len(named)] for i in gapped_at}
+    with tempfile.TemporaryDirectory() as folder:
+        tracker = StreamTracker(
+            max_streams=1 << 20 if held == "memory" else 100,
+            stream_spill=lambda: str(Path(folder) / "streams.sqlite3"),
+            stream_batch=64,
+        )
+        track_dirty(tracker)
+        for n, ((session, producer), sequence, partition) in enumerate(placed):
+            event = {
+                "session_id": session,
+                "producer_id": producer,
+                "sequence": sequence,
+                "event_id": f"event-{n}",
+                "prev_hash": GENESIS_HASH,
+            }
+            tracker.observe(event, b"turn %d" % n, partition=partition, offset=n)
+        records, left = tracker.checkpoint_streams([], sorted(gapped))
+        assert (records, left) == one_at_a_time(tracker, set(named), gapped)
