@@ -11,7 +11,6 @@
 //! keyed by (session, producer) in SQLite's binary collation, UTF-8 byte order, the
 //! order Python sorts the keys in: the heads come out of it sorted, a page at a time.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use pyo3::exceptions::PyOSError;
@@ -20,7 +19,7 @@ use rusqlite::{params, Connection, ErrorCode};
 
 use super::stream::{Stream, StreamKey};
 use crate::bloom::BloomFilter;
-use crate::hashing::FastSet;
+use crate::hashing::{FastMap, FastSet};
 
 pub(crate) const FILTER_BITS: u64 = 1 << 27; // 16 MiB
 pub(crate) const ENOSPC: i32 = 28;
@@ -61,7 +60,7 @@ pub(crate) struct StreamSpill {
     pub(crate) make_path: Option<Py<PyAny>>, // called once, at the first write: the file's path
     pub(crate) path: Option<PathBuf>,
     pub(crate) conn: Option<Connection>,
-    pub(crate) pending: HashMap<StreamKey, Stream>,
+    pub(crate) pending: FastMap<StreamKey, Stream>, // foldhash: a lookup per return
     // Rows taken back into memory (or dropped) but still in the file, deleted with the
     // next batch; no read returns them.
     pub(crate) stale: FastSet<StreamKey>,
@@ -78,7 +77,7 @@ impl StreamSpill {
             make_path: Some(make_path),
             path: None,
             conn: None,
-            pending: HashMap::new(),
+            pending: FastMap::default(),
             stale: FastSet::default(),
             batch: batch.max(1),
             filter: None,
