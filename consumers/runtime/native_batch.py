@@ -23,7 +23,7 @@ from turnaudit.consumers.runtime.handover import Examine, HandedBatch, hand_over
 from turnaudit.consumers.runtime.sink import ConsumedTurn, Rejection, TallyingSink
 from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.identity import TrackResult
-from turnaudit.records import Record
+from turnaudit.records import Record, record_position
 from turnaudit.serialization.wire import DecodedTurnEvent
 
 DONE, FEED, FINISH, NOT_A_TURN = ConsumeStep.kinds
@@ -32,13 +32,15 @@ DONE, FEED, FINISH, NOT_A_TURN = ConsumeStep.kinds
 class Concluding(Protocol):
     """The validation the step hands messages back to (``TurnEventValidation``)."""
 
-    examine: Examine
+    @property
+    def examine(self) -> Examine: ...
 
     def conclude(
         self,
         decoded: DecodedTurnEvent,
         sequence: TrackResult,
         key: bytes | None,
+        *,
         topic: str,
         partition: int,
         offset: int,
@@ -85,13 +87,13 @@ class NativeBatch:
                 index = end
                 continue
             record = batch_list[index]
-            topic, partition, offset = record.topic(), record.partition(), record.offset()
+            topic, partition, offset = record_position(record)  # the step read all three
             next_offsets[partition] = offset + 1
             if why == NOT_A_TURN:
                 turn: ConsumedTurn | Rejection = not_a_turn(placed)
             else:
                 turn = self._validation.conclude(
-                    decoded, placed, record.key(), topic, partition, offset
+                    decoded, placed, record.key(), topic=topic, partition=partition, offset=offset
                 )
             if type(turn) is ConsumedTurn:  # no headers (the step took it): not redriven
                 take(turn)

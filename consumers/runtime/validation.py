@@ -192,13 +192,16 @@ class TurnEventValidation(Validation):
         except Exception as exc:
             # Decodable but not shaped like a TurnEvent (a foreign schema gone wrong).
             return not_a_turn(exc)
-        return self.conclude(decoded, sequence, key, topic, partition, offset)
+        return self.conclude(
+            decoded, sequence, key, topic=topic, partition=partition, offset=offset
+        )
 
     def conclude(
         self,
         decoded: DecodedTurnEvent,
         sequence: TrackResult,
         key: bytes | None,
+        *,
         topic: str,
         partition: int,
         offset: int,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,6 +166,27 @@ def recorded(key: bytes, value: bytes) -> tuple[bytes, bytes]:
     return key, SERIALIZERS[max(4, decoded["verdicts"]["schema_version"])](event)
 
 
+Row = tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
+
+
+def extra_row(kind: str, n: int, some: tuple[bytes, bytes], draw: st.DrawFn) -> Row:
+    """A message outside the ordinary case: (key, value, headers)."""
+    key, value = some
+    rows: dict[str, Callable[[], Row]] = {
+        "garbage": lambda: (b"x", b"not avro at all", None),
+        "empty": lambda: (b"x", None, None),
+        "truncated": lambda: (key, value[: len(value) // 2], None),
+        "wrong_key": lambda: (b"not-the-session", value, None),
+        "no_key": lambda: (None, value, None),
+        "duplicate": lambda: (key, value, None),
+        "breach": lambda: (*breaching(n, draw(st.sampled_from([2, 3, 4, 5]))), None),
+        "recorded": lambda: (*recorded(key, value), None),
+        "redriven": lambda: (key, value, [(REDRIVEN_FROM_HEADER, b"t:0:1")]),
+        "other_header": lambda: (key, value, [("trace", b"x")]),
+    }
+    return rows[kind]()
+
+
 EXTRAS = (
     "garbage",
     "empty",
@@ -186,36 +208,14 @@ def batches(draw: st.DrawFn) -> tuple[list[list[Message]], list[set[int]]]:
         st.lists(st.sampled_from([0, 1, 2, 3, 4, 5, 5, 5, 3, 4]), min_size=count, max_size=count)
     )
     turns = chained_turns(draw(st.integers(0, 50)), count, versions)
-    rows: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]] = [
-        (k, v, None) for k, v in turns
-    ]
+    rows: list[Row] = [(k, v, None) for k, v in turns]
     for i in sorted(draw(st.sets(st.integers(0, len(rows) - 1), max_size=3)), reverse=True):
         del rows[i]  # a gap (and the chain broken past it)
     for n in range(draw(st.integers(0, 6))):
         kind = draw(st.sampled_from(EXTRAS))
         at = draw(st.integers(0, len(rows)))
         some = turns[draw(st.integers(0, len(turns) - 1))]
-        extra: tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
-        if kind == "garbage":
-            extra = (b"x", b"not avro at all", None)
-        elif kind == "empty":
-            extra = (b"x", None, None)
-        elif kind == "truncated":
-            extra = (some[0], some[1][: len(some[1]) // 2], None)
-        elif kind == "wrong_key":
-            extra = (b"not-the-session", some[1], None)
-        elif kind == "no_key":
-            extra = (None, some[1], None)
-        elif kind == "duplicate":
-            extra = (some[0], some[1], None)
-        elif kind == "breach":
-            extra = (*breaching(n, draw(st.sampled_from([2, 3, 4, 5]))), None)
-        elif kind == "recorded":
-            extra = (*recorded(*some), None)
-        elif kind == "redriven":
-            extra = (some[0], some[1], [(REDRIVEN_FROM_HEADER, b"t:0:1")])
-        else:
-            extra = (some[0], some[1], [("trace", b"x")])
+        extra = extra_row(kind, n, some, draw)
         rows.insert(at, extra)
     partitions = draw(st.integers(1, 3))
     offsets = [0] * partitions
