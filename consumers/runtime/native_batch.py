@@ -16,7 +16,7 @@ come out as record by record.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 from turnaudit._native import ConsumeStep
 from turnaudit.consumers.runtime.handover import Examine, HandedBatch, hand_over
@@ -60,7 +60,7 @@ class NativeBatch:
         self._step = step
         self._validation = validation
         self._tallies = sink.native_tallies
-        self._take: Callable[[ConsumedTurn], None] = sink.take  # type: ignore[attr-defined]  # a Sink too: TurnEventValidation.deliver_to
+        self._take = sink.take
         self._reject = reject
 
     def hand_over(self, records: Sequence[Record]) -> HandedBatch:
@@ -99,7 +99,7 @@ class NativeBatch:
                 take(turn)
                 batch.handed += 1
             else:
-                reject(record, turn)  # type: ignore[arg-type]  # not a ConsumedTurn: a Rejection
+                reject(record, cast(Rejection, turn))
                 batch.rejected += 1
             index += 1
 

@@ -145,6 +145,8 @@ class NativeTallies(NamedTuple):
 class TallyingSink(Protocol):
     """A sink whose ordinary turns may be tallied natively instead of taken one by one:
     what ``take`` would add for a new, in-order, unbreached, not redriven turn of a
-    scanned schema is the native step's tally."""
+    scanned schema is the native step's tally; every other turn still comes to ``take``."""
+
+    def take(self, turn: ConsumedTurn) -> None: ...
 
     def native_tallies(self) -> NativeTallies: ...

@@ -109,6 +109,18 @@ fn labels<'a>(f: &'a [Option<V<'a>>]) -> Option<Labels<'a>> {
     })
 }
 
+/// A message's partition and offset, when the step may take it: it has a topic and a
+/// position (librdkafka's error events have neither) and no headers (a redriven turn, or
+/// anything else a header may mean, is the Python path's to read).
+fn position(py: Python<'_>, msg: &Bound<'_, PyAny>) -> PyResult<Option<(i64, i64)>> {
+    if msg.call_method0(intern!(py, "topic"))?.is_none() || !msg.call_method0(intern!(py, "headers"))?.is_none() {
+        return Ok(None);
+    }
+    let partition = msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?;
+    let offset = msg.call_method0(intern!(py, "offset"))?.extract::<Option<i64>>()?;
+    Ok(partition.zip(offset))
+}
+
 /// The consumer services' ordinary messages, validated and tallied natively (see the
 /// module comment).
 #[pyclass(module = "turnaudit._native")]
@@ -127,17 +139,9 @@ pub(crate) struct ConsumeStep {
 }
 
 impl ConsumeStep {
-    /// The message's position, value and scanned fields, or `None`: the Python path's.
+    /// One message placed, checked and tallied, or why the Python path takes it.
     fn step(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>, tracker: &NativeStreamTracker, check: &ContractCheck) -> PyResult<Step> {
-        if msg.call_method0(intern!(py, "topic"))?.is_none() || !msg.call_method0(intern!(py, "headers"))?.is_none() {
-            return Ok(Step::Feed);
-        }
-        let (Some(partition), Some(offset)) = (
-            msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?,
-            msg.call_method0(intern!(py, "offset"))?.extract::<Option<i64>>()?,
-        ) else {
-            return Ok(Step::Feed);
-        };
+        let Some((partition, offset)) = position(py, msg)? else { return Ok(Step::Feed) };
         let value = msg.call_method0(intern!(py, "value"))?;
         let Ok(bytes) = value.cast::<PyBytes>() else { return Ok(Step::Feed) };
         let payload = bytes.as_bytes();
@@ -309,10 +313,7 @@ impl ConsumeStep {
 impl ConsumeStep {
     /// Whether `step` would hand the message back before placing it.
     fn feeds(&self, py: Python<'_>, msg: &Bound<'_, PyAny>) -> PyResult<bool> {
-        if msg.call_method0(intern!(py, "topic"))?.is_none() || !msg.call_method0(intern!(py, "headers"))?.is_none() {
-            return Ok(true);
-        }
-        if msg.call_method0(intern!(py, "partition"))?.is_none() || msg.call_method0(intern!(py, "offset"))?.is_none() {
+        if position(py, msg)?.is_none() {
             return Ok(true);
         }
         let value = msg.call_method0(intern!(py, "value"))?;
