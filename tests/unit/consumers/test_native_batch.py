@@ -5,7 +5,7 @@
 over what ``hand_over`` (record by record) does: the same ``HandedBatch``, the same
 rejections in the same order, the same samples in the registry (the runtime's counters
 and the sink's) and the same stream tracker state, over any batches of chained turns of
-every shipped version, with undecodable bytes, empty values, wrong keys, duplicates,
+every shipped version, with late turns, undecodable bytes, empty values, wrong keys, duplicates,
 redeliveries, gaps, chain breaks, breaching and producer-recorded breaches, redriven
 headers, a schema learned at run time and partitions forgotten between batches mixed in.
 """
@@ -211,6 +211,9 @@ def batches(draw: st.DrawFn) -> tuple[list[list[Message]], list[set[int]]]:
     rows: list[Row] = [(k, v, None) for k, v in turns]
     for i in sorted(draw(st.sets(st.integers(0, len(rows) - 1), max_size=3)), reverse=True):
         del rows[i]  # a gap (and the chain broken past it)
+    for _ in range(draw(st.integers(0, 2)) if rows else 0):  # late turns: gaps closed
+        i, j = draw(st.integers(0, len(rows) - 1)), draw(st.integers(0, len(rows) - 1))
+        rows[i], rows[j] = rows[j], rows[i]
     for n in range(draw(st.integers(0, 6))):
         kind = draw(st.sampled_from(EXTRAS))
         at = draw(st.integers(0, len(rows)))
