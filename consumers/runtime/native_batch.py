@@ -92,9 +92,17 @@ class NativeBatch:
             if why == NOT_A_TURN:
                 turn: ConsumedTurn | Rejection = not_a_turn(placed)
             else:
-                turn = self._validation.conclude(
-                    decoded, placed, record.key(), topic=topic, partition=partition, offset=offset
-                )
+                try:  # as ``hand_over`` guards ``examine``: a validation bug still moves on
+                    turn = self._validation.conclude(
+                        decoded,
+                        placed,
+                        record.key(),
+                        topic=topic,
+                        partition=partition,
+                        offset=offset,
+                    )
+                except Exception as exc:
+                    turn = Rejection(DeadLetterReason.UNDECODABLE, f"validation failed: {exc!r}")
             if type(turn) is ConsumedTurn:  # no headers (the step took it): not redriven
                 take(turn)
                 batch.handed += 1
