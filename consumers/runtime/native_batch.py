@@ -62,12 +62,19 @@ class NativeBatch:
         self._tallies = sink.native_tallies
         self._take = sink.take
         self._reject = reject
+        # A worker's marking sink (``TallyingMarkingSink``) says whether the batch may be
+        # tallied natively: none of it under another worker's delivered offset.
+        self._admits: Callable[[Sequence[Record]], bool] | None = getattr(
+            sink, "admits_native", None
+        )
 
     def hand_over(self, records: Sequence[Record]) -> HandedBatch:
         batch = HandedBatch()
         next_offsets = batch.next_offsets
         batch_list = records if isinstance(records, list) else list(records)
         run, take, reject = self._step.run, self._take, self._reject
+        if self._admits is not None and not self._admits(batch_list):
+            return hand_over(batch_list, self._validation.examine, take, reject)
         index = 0
         while True:
             # The sink's tallies as of now: ``take`` may not replace them, ``flush`` does.
