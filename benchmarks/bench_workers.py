@@ -5,10 +5,13 @@ end-to-end delay at a steady rate, and resident memory over a long run.
     .venv/bin/python benchmarks/bench_workers.py --duration 120   # a shorter memory run
     .venv/bin/python benchmarks/bench_workers.py --only throughput --rounds 5
 
-1. Throughput: ``turnaudit sink metrics --workers 2`` against ``--workers 1``,
-   each a real process tree as the CLI builds it, in a fresh consumer group,
-   on the same pre-published 6-partition topic; rounds in rotated order, the
-   ratio taken within each round; min/median/max (goal: 2 workers >= 1.5x).
+1. Throughput: ``turnaudit sink metrics --workers N`` for each N of ``--workers``
+   (default 1, 2 and 4), each a real process tree as the CLI builds it, in a
+   fresh consumer group, on the same pre-published 12-partition topic; rounds in
+   rotated order, each row's ratio to the first taken within each round;
+   min/median/max (goal: 2 workers >= 1.5x one). Beside each row the service's
+   CPU per event and its events/s per core of its own: the scaling to expect on
+   a machine with more cores.
    Each row's service settles on a fresh, empty topic (every worker holding
    partitions, from ``/healthz``), then the same pre-encoded events are
    produced at once and the clock runs to the last one counted on
@@ -67,7 +70,7 @@ from turnaudit.settings import KafkaSettings
 from turnaudit.topic_names import TopicNames
 
 TURNAUDIT = str(Path(sys.executable).parent / "turnaudit")
-PARTITIONS = 6
+PARTITIONS = 12  # divides evenly among 1, 2, 3, 4 and 6 workers
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -252,7 +255,9 @@ def one_row(
     return total / elapsed, cpu / elapsed, busy / elapsed
 
 
-def throughput(settings: KafkaSettings, events: int, rounds: int, work: Path) -> None:
+def throughput(
+    settings: KafkaSettings, events: int, rounds: int, work: Path, rows: Sequence[int] = (1, 2)
+) -> None:
     publish_all(settings, events, work / "spool-throughput")
     messages = read_all(settings)
     assert settings.bootstrap_servers is not None
@@ -261,13 +266,14 @@ def throughput(settings: KafkaSettings, events: int, rounds: int, work: Path) ->
         "in rotated order, each row `turnaudit sink metrics --workers N` settled on a fresh "
         "topic, then the events"
     )
-    rows = (1, 2)
+    rows = tuple(rows)
     rates: dict[int, list[float]] = {w: [] for w in rows}
     cores: dict[int, list[float]] = {w: [] for w in rows}
     busy: dict[int, list[float]] = {w: [] for w in rows}
-    ratios: list[float] = []
+    # Per round, each row's rate over the first row's (one worker, as given first).
+    ratios: dict[int, list[float]] = {w: [] for w in rows[1:]}
     for r in range(rounds):
-        order = rows[r % 2 :] + rows[: r % 2]
+        order = rows[r % len(rows) :] + rows[: r % len(rows)]
         this: dict[int, float] = {}
         for workers in order:
             rate, service_cores, machine_cores = one_row(
@@ -277,27 +283,32 @@ def throughput(settings: KafkaSettings, events: int, rounds: int, work: Path) ->
             rates[workers].append(rate)
             cores[workers].append(service_cores)
             busy[workers].append(machine_cores)
-        ratios.append(this[2] / this[1])
-        print(
-            f"  round {r + 1}: "
-            + ", ".join(f"{w} worker(s) {this[w]:,.0f}/s" for w in order)
-            + f"   ratio {ratios[-1]:.2f}x"
-        )
+        for workers in rows[1:]:
+            ratios[workers].append(this[workers] / this[rows[0]])
+        print(f"  round {r + 1}: " + ", ".join(f"{w} worker(s) {this[w]:,.0f}/s" for w in order))
     print(
         f"\n  {'workers':<8} {'events/s median (min-max)':>30}  {'service cores':>13}  "
-        f"{'machine busy cores':>18}"
+        f"{'machine busy cores':>18}  {'CPU us/event':>12}  {'events/s per service core':>25}"
     )
     for workers in rows:
+        # The service's CPU per event: what a core of its own buys, whatever the machine.
+        per_event = [c / rate * 1e6 for c, rate in zip(cores[workers], rates[workers], strict=True)]
+        per_core = [rate / c for c, rate in zip(cores[workers], rates[workers], strict=True)]
         print(
             f"  {workers:<8} {statistics.median(rates[workers]):>12,.0f} "
             f"({min(rates[workers]):>7,.0f}-{max(rates[workers]):>7,.0f})  "
             f"{statistics.median(cores[workers]):>13.2f}  "
-            f"{statistics.median(busy[workers]):>18.2f}"
+            f"{statistics.median(busy[workers]):>18.2f}  "
+            f"{statistics.median(per_event):>12.1f}  "
+            f"{statistics.median(per_core):>14,.0f} ({min(per_core):,.0f}-{max(per_core):,.0f})"
         )
-    print(f"  2 workers / 1 worker, same round: {spread(ratios)}   (goal >= 1.5x)")
+    for workers, each in ratios.items():
+        goal = "   (goal >= 1.5x)" if workers == 2 and rows[0] == 1 else ""
+        print(f"  {workers} workers / {rows[0]} worker(s), same round: {spread(each)}{goal}")
     print(
         f"  ({os.cpu_count()} CPUs; busy cores beyond the service's: the broker, this "
-        "process producing, and whatever else runs on the machine)"
+        "process producing, and whatever else runs on the machine; on more cores, expect "
+        "N workers to reach N x the events/s per service core while the broker keeps up)"
     )
 
 
@@ -498,6 +509,13 @@ def main() -> None:
     )
     parser.add_argument("--sample", type=float, default=30.0, help="RSS sample interval, s")
     parser.add_argument("--only", choices=("throughput", "latency", "memory"))
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4],
+        help="the throughput rows: worker processes of each (the first is the ratios' base)",
+    )
     args = parser.parse_args()
     with (
         benchmark_cluster(partitions=PARTITIONS) as (settings, _),
@@ -508,7 +526,7 @@ def main() -> None:
         print(f"broker {settings.bootstrap_servers}; {os.cpu_count()} CPUs")
         time.sleep(1.0)
         if args.only in (None, "throughput"):
-            throughput(settings, args.events, args.rounds, work)
+            throughput(settings, args.events, args.rounds, work, args.workers)
         if args.only in (None, "latency"):
             latency(
                 settings.bootstrap_servers,

@@ -9,7 +9,9 @@ handed in 500-message batches to each stage: plain fastavro decode (the bare
 loop's), the project's decoder, the stream tracker and the contract checks
 each alone (on records decoded beforehand), the validation (decode, contracts,
 stream tracking), and each service's whole batch path (``ConsumerService`` batch
-handling with its sink), with messages standing in for confluent-kafka's.
+handling with its sink), with messages standing in for confluent-kafka's. The
+metrics service twice: as it runs (its ordinary turns by the native batch step,
+``ConsumeStep``) and record by record (its sink behind one that only takes turns).
 Rounds in rotated order; median (min-max) CPU µs per event (the thread's
 own clock, so other load on the machine counts less); ratios to the plain
 decode of the same round. Nothing here touches the network: it isolates the
@@ -31,8 +33,8 @@ from fastavro import schemaless_reader
 from prometheus_client import CollectorRegistry
 
 from turnaudit.consumers.log_sink import log_sink_service, service_logging
-from turnaudit.consumers.metrics import verdict_metrics_service
-from turnaudit.consumers.runtime import ConsumerService
+from turnaudit.consumers.metrics import VerdictMetricsSink, verdict_metrics_service
+from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.consumers.runtime.gc_sizing import batch_sized_gc
 from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName, ServiceSettings
@@ -109,8 +111,27 @@ def _settings(tmp: str, service: ServiceName) -> ServiceSettings:
     )
 
 
+class OneByOne(Sink):
+    """A sink handed every turn through ``take`` (no native tallies): the service's
+    record-by-record path, for the before/after row."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.take = sink.take  # type: ignore[method-assign]  # the inner sink's, no extra call
+        self.flush = sink.flush  # type: ignore[method-assign]  # likewise
+
+    def take(self, turn: ConsumedTurn) -> None:
+        raise AssertionError("replaced in __init__")
+
+    def flush(self) -> None:
+        raise AssertionError("replaced in __init__")
+
+
 def _service(row: str, tmp: str) -> ConsumerService:
     registry = CollectorRegistry()
+    if row == "verdict metrics, record by record":
+        settings = _settings(tmp, ServiceName.VERDICT_METRICS)
+        sink = OneByOne(VerdictMetricsSink(settings.metrics, registry))
+        return ConsumerService(settings, sink, registry=registry, serve_http=False)
     if row == "runtime, no sink":
         return ConsumerService(
             _settings(tmp, ServiceName.LOG_SINK), NoSink(), registry=registry, serve_http=False
@@ -194,6 +215,7 @@ ROWS = (
     "contracts 1-4 and key alone",
     "validation",
     "runtime, no sink",
+    "verdict metrics, record by record",
     "verdict metrics",
     "log sink",
 )

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.runtime.settings import MetricsSettings, ServiceSettings
+from turnaudit.consumers.runtime.sink import NativeTallies
 from turnaudit.events import occurred_millis
 from turnaudit.label_bounds import BoundedLabelSet, LabelBoundMetrics
 from turnaudit.serialization.schemas import shipped_catalog
@@ -277,6 +278,11 @@ class VerdictMetricsSink(Sink):
             actions[verdicts] = actions.get(verdicts, 0) + 1
         occurred = event["occurred_at"]
         self._occurred.append(occurred if type(occurred) is int else occurred_millis(occurred))
+
+    def native_tallies(self) -> NativeTallies:
+        """The tallies ``take`` adds to, for the native batch step to add its ordinary
+        turns to (``TallyingSink``); ``flush`` counts both alike."""
+        return NativeTallies(self._tally, self._actions, self._occurred)
 
     def _take_redriven(self, pack_id: str, bundle: Any, path: str) -> None:
         key = (

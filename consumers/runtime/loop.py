@@ -111,6 +111,7 @@ class ConsumerService:
                 settings.max_event_ids,
             )
         self._validation = validation
+        validation.deliver_to(sink, self._dead_letter)
         # Start positions for a fresh group (the demo reads only its own run);
         # applied once per partition, so a rebalance does not rewind.
         self._start_offsets = dict(start_offsets or {})

@@ -14,13 +14,14 @@ twice, never not at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import Gauge
 
 from turnaudit.consumers.runtime.multiprocess_files import merged
-from turnaudit.consumers.runtime.sink import ConsumedTurn, Sink
+from turnaudit.consumers.runtime.sink import ConsumedTurn, NativeTallies, Sink, TallyingSink
+from turnaudit.records import Record
 
 DELIVERED_OFFSET = "turnaudit_consumer_delivered_offset"
 
@@ -64,16 +65,21 @@ class RedeliveryMarkingSink(Sink):
 
     def take(self, turn: ConsumedTurn) -> None:
         partition, offset = turn.partition, turn.offset
-        batch = self._batch_next
-        if partition not in batch and self._next.get(partition) != offset:
-            # Picked up where this worker had not just left off: another
-            # worker may have delivered some of it already.
-            self._floor[partition] = self._service_delivered(partition)
-        batch[partition] = max(batch.get(partition, 0), offset + 1)
+        # Picked up where this worker had not just left off: another worker may have
+        # delivered some of it already.
+        self._picked_up(partition, offset)
         if offset < self._floor.get(partition, -1) and turn.sequence.counts_as_turn:
             turn = turn._replace(sequence=REDELIVERED)
             self._marked += 1
         self._inner.take(turn)
+
+    def _picked_up(self, partition: int, offset: int) -> None:
+        """The batch in hand reaches ``offset`` of ``partition``; picked up where this
+        worker had not just left off, the service's delivered offset is its floor."""
+        batch = self._batch_next
+        if partition not in batch and self._next.get(partition) != offset:
+            self._floor[partition] = self._service_delivered(partition)
+        batch[partition] = max(batch.get(partition, 0), offset + 1)
 
     def flush(self) -> None:
         self._inner.flush()  # raising keeps the batch pending for the retry
@@ -110,3 +116,36 @@ class RedeliveryMarkingSink(Sink):
 
     def close(self) -> None:
         self._inner.close()
+
+
+class TallyingMarkingSink(RedeliveryMarkingSink):
+    """The marking sink of a sink that tallies its ordinary turns natively (the metrics
+    service's under ``--workers``): a batch none of whose records lies under another
+    worker's delivered offset is tallied natively (none of its turns is marked); any other
+    batch goes record by record through ``take``, which marks."""
+
+    def __init__(self, inner: Sink, topic: str, metrics_dir: str) -> None:
+        if not isinstance(inner, TallyingSink):
+            raise ValueError("TallyingMarkingSink wraps sinks that tally natively only")
+        super().__init__(inner, topic, metrics_dir)
+        self.native_tallies: Callable[[], NativeTallies] = inner.native_tallies
+
+    def admits_native(self, records: Sequence[Record]) -> bool:
+        """Whether no record of the batch lies under its partition's floor; the batch's
+        offsets are taken as handed either way (as ``take`` takes them)."""
+        admitted = True
+        for record in records:
+            partition, offset = record.partition(), record.offset()
+            if partition is None or offset is None:
+                continue  # an error event: no position, not handed
+            self._picked_up(partition, offset)
+            if offset < self._floor.get(partition, -1):
+                admitted = False
+        return admitted
+
+
+def marking_sink(inner: Sink, topic: str, metrics_dir: str) -> RedeliveryMarkingSink:
+    """The marking sink for ``inner``: one that keeps its native tallying where it has it."""
+    if isinstance(inner, TallyingSink):
+        return TallyingMarkingSink(inner, topic, metrics_dir)
+    return RedeliveryMarkingSink(inner, topic, metrics_dir)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple, cast
+from typing import Any, ClassVar, NamedTuple, Protocol, cast, runtime_checkable
 
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.dead_letters import DeadLetterReason
@@ -128,3 +128,25 @@ class BatchingSink(Sink):
     @abc.abstractmethod
     def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
         """Make these turns durable; raising keeps them pending."""
+
+
+class NativeTallies(NamedTuple):
+    """A sink's tallies since its last flush, which the native batch step adds to
+    (``turnaudit.consumers.runtime.native_batch``): turns by (pack, domain, path, writer
+    version, refused, hedged), action assessments by (output policy, risk tier,
+    action-risk verdict), and each turn's occurred_at in epoch ms."""
+
+    turns: dict[tuple[Any, ...], int]
+    actions: dict[tuple[Any, ...], int]
+    occurred: list[int]
+
+
+@runtime_checkable
+class TallyingSink(Protocol):
+    """A sink whose ordinary turns may be tallied natively instead of taken one by one:
+    what ``take`` would add for a new, in-order, unbreached, not redriven turn of a
+    scanned schema is the native step's tally; every other turn still comes to ``take``."""
+
+    def take(self, turn: ConsumedTurn) -> None: ...
+
+    def native_tallies(self) -> NativeTallies: ...

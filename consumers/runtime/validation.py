@@ -12,10 +12,17 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from turnaudit._native import reserve_event_ids
+from turnaudit._native import ConsumeStep, reserve_event_ids
 from turnaudit.consumers.runtime.consumer_metrics import CHAIN_BREAK_KINDS, ConsumerMetrics
 from turnaudit.consumers.runtime.handover import HandedBatch
-from turnaudit.consumers.runtime.sink import IN_ORDER, ConsumedTurn, Rejection
+from turnaudit.consumers.runtime.native_batch import NativeBatch, not_a_turn
+from turnaudit.consumers.runtime.sink import (
+    IN_ORDER,
+    ConsumedTurn,
+    Rejection,
+    Sink,
+    TallyingSink,
+)
 from turnaudit.contracts import CONTRACT_RULE, Breach, Contract, check_key, identity_breach
 from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.errors import SchemaNotFoundError, SerializationError, UnknownFramingError
@@ -104,6 +111,11 @@ class Validation(abc.ABC):
         record, through ``examine``, as every other service."""
         return None
 
+    def deliver_to(self, sink: Sink, reject: Callable[[Record, Rejection], None]) -> None:  # noqa: B027
+        """The service's sink and dead-letter path, given once before the first batch:
+        a validation that hands whole batches over itself (``examine_batch``) keeps
+        them; the others need neither."""
+
 
 class StreamTracking:
     """Contracts 5 and 7, behind one call: the stream tracker (``turnaudit.identity``).
@@ -127,6 +139,7 @@ class StreamTracking:
         # every id held inside one observe (a batch held 50-500 ms at 114,688 ids).
         reserve_event_ids(self._tracker)
         metrics.watch(self._tracker)
+        self.tracker = self._tracker  # the native batch step places with it too
         # The tracker's own method: no call in between on the per-message path.
         self.observe: Callable[..., TrackResult] = self._tracker.observe
 
@@ -155,6 +168,7 @@ class TurnEventValidation(Validation):
         self._metrics = metrics
         self._streams = StreamTracking(max_sessions, metrics, max_event_ids, start_gaps=start_gaps)
         self._observe = self._streams.observe
+        self._batch: NativeBatch | None = None  # given a tallying sink (``deliver_to``)
 
     def examine(
         self, value: bytes | None, key: bytes | None, topic: str, partition: int, offset: int
@@ -175,11 +189,32 @@ class TurnEventValidation(Validation):
                 )
             else:  # the single-object header names the fingerprint: the tracker reads it
                 sequence = self._observe(event, value, partition=partition, offset=offset)
+        except Exception as exc:
+            # Decodable but not shaped like a TurnEvent (a foreign schema gone wrong).
+            return not_a_turn(exc)
+        return self.conclude(
+            decoded, sequence, key, topic=topic, partition=partition, offset=offset
+        )
+
+    def conclude(
+        self,
+        decoded: DecodedTurnEvent,
+        sequence: TrackResult,
+        key: bytes | None,
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+    ) -> ConsumedTurn | Rejection:
+        """A decoded message the tracker placed: the key and contracts 1-4 checked, the
+        tracker's verdict and the breaches counted and logged (the native batch step
+        hands back here every message it placed but does not settle)."""
+        event = decoded.event
+        try:
             key_breach = check_key(key, event)
             breaches = _check_event(event)
         except Exception as exc:
-            # Decodable but not shaped like a TurnEvent (a foreign schema gone wrong).
-            return Rejection(DeadLetterReason.UNDECODABLE, f"not a TurnEvent: {exc!r}")
+            return not_a_turn(exc)
         if (
             sequence.outcome is not _NEW
             or sequence.missing_opened
@@ -210,6 +245,21 @@ class TurnEventValidation(Validation):
             return ConsumedTurn(decoded, sequence, topic, partition, offset, text)
         # The named tuple built without its Python-level __new__ (one per message).
         return _tuple_new(ConsumedTurn, (decoded, sequence, topic, partition, offset, (), False))
+
+    def deliver_to(self, sink: Sink, reject: Callable[[Record, Rejection], None]) -> None:
+        # A sink that tallies natively (the metrics service's, not wrapped under
+        # --workers) and a decoder with native plans: ordinary turns never reach Python.
+        native_plans = getattr(self._decode, "native_plans", None)
+        if isinstance(sink, TallyingSink) and native_plans is not None:
+            self._batch = NativeBatch(
+                ConsumeStep(self._decode, self._streams.tracker, _check_event, native_plans()),
+                self,
+                sink,
+                reject,
+            )
+
+    def examine_batch(self, records: Sequence[Record]) -> HandedBatch | None:
+        return None if self._batch is None else self._batch.hand_over(records)
 
     def _count_identity(
         self,

@@ -168,6 +168,26 @@ class ContractCheck:
     ) -> ContractCheck: ...
     def __call__(self, event: Any) -> list[Any]: ...
 
+class ConsumeStep:
+    kinds: tuple[int, int, int, int]
+    def __new__(
+        cls,
+        decode: Any,
+        tracker: NativeStreamTracker,
+        check: ContractCheck,
+        shipped: Sequence[tuple[bytes, Decoder, int, dict[str, Any], list[tuple[str, Any]]]],
+    ) -> ConsumeStep: ...
+    def run(
+        self,
+        batch: list[Any],
+        start: int,
+        turns: dict[tuple[Any, ...], int],
+        actions: dict[tuple[Any, ...], int],
+        occurred: list[int],
+        next_offsets: dict[int, int],
+    ) -> tuple[int, int, Any, Any, int, int]: ...
+    def scanned_versions(self) -> list[int]: ...
+
 class VerifyStep:
     kinds: tuple[int, int, int, int]
     def __new__(

@@ -15,12 +15,13 @@ pub(crate) use super::rule_input::{Ask, Key, Number, Stop, Text, Value};
 use crate::decode::scan::V;
 
 
-/// The top-level fields the scanning path keeps, by slot.
-pub(crate) const SLOTS: [&str; 20] = [
+/// The top-level fields the scanning path keeps, by slot (the last two: the metrics
+/// service's labels and delay, `consume`).
+pub(crate) const SLOTS: [&str; 22] = [
     "event_id", "session_id", "producer_id", "sequence", "prev_hash", "pack_id", "path", "breaches",
     "verdicts", "action_assessment", "identity_score", "safety_verdict", "ethics_verdict",
     "cycle_cost_total", "vault_hits", "flagged", "input_tokens", "walk_surface",
-    "articulation_surface", "surface",
+    "articulation_surface", "surface", "domain", "occurred_at",
 ];
 pub(crate) const EVENT_ID: usize = 0;
 pub(crate) const SESSION_ID: usize = 1;
@@ -32,6 +33,8 @@ pub(crate) const PATH: usize = 6;
 pub(crate) const BREACHES: usize = 7;
 pub(crate) const VERDICTS: usize = 8;
 pub(crate) const ACTION: usize = 9;
+pub(crate) const DOMAIN: usize = 20;
+pub(crate) const OCCURRED_AT: usize = 21;
 
 pub(crate) fn slot(name: &str) -> Option<usize> {
     SLOTS.iter().position(|s| *s == name)

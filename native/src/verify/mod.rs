@@ -14,42 +14,25 @@
 //! only where the values it read settle that, and any turn it is unsure of goes to the
 //! Verifier, whose `check_event` runs the same rule over the decoded event.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::decode::scan::{scan, Names, V};
+use crate::decode::scan::V;
 use crate::hashing::{FastMap, FastSet};
 use crate::track::{chain_digest, NativeStreamTracker, Placed, Prev, NEW};
-use crate::constants::{SINGLE_OBJECT_HEADER as HEADER, SINGLE_OBJECT_MAGIC as MAGIC};
-use crate::decode::Decoder;
 
 mod admit;
+mod consume;
 mod contract_values;
 mod contracts;
 mod rule_input;
+mod scanned;
 
+pub(crate) use consume::ConsumeStep;
 pub(crate) use contracts::ContractCheck;
 use contracts::*;
-
-/// A shipped writer schema the step reads without building records (`scan`): one whose
-/// writer has every field the step reads (or lacks only `breaches`, filled with an empty
-/// default). Its compiled decoder, and how it is scanned.
-struct Shipped {
-    decoder: Py<Decoder>,
-    scan: Scanning,
-}
-
-struct Scanning {
-    names: Names,
-    wanted: Vec<Option<usize>>,
-    version: i64,
-}
-
-type ShippedPlan = (Vec<u8>, Py<Decoder>, Py<PyAny>, Py<PyDict>, Vec<(Py<PyString>, Py<PyAny>)>);
+use scanned::{is_not_a_turn, scan_message, track_fields, Interned, Plans, Shipped, ShippedPlan};
 
 /// Where `VerifyStep.run` stopped: the batch is done, or the message at the index is the
 /// Verifier's to handle (see the module comment).
@@ -63,7 +46,7 @@ const NOT_A_TURN: u8 = 3;
 #[pyclass(module = "turnaudit._native")]
 pub(crate) struct VerifyStep {
     decode: Py<PyAny>,
-    shipped: HashMap<[u8; 8], Arc<Shipped>>,
+    shipped: Plans,
     tracker: Py<NativeStreamTracker>,
     check: Py<ContractCheck>,
     tally: Py<PyDict>,
@@ -82,34 +65,6 @@ pub(crate) struct VerifyStep {
 /// texts as their index in `Interned`.
 type TallyKey = (u32, bool, bool, bool, i64, Option<u32>);
 
-/// Texts numbered in the order first seen; emptied with the tally it serves.
-#[derive(Default)]
-struct Interned {
-    index: FastMap<Box<str>, u32>,
-    texts: Vec<Box<str>>,
-}
-
-impl Interned {
-    fn of(&mut self, text: &str) -> u32 {
-        if let Some(i) = self.index.get(text) {
-            return *i;
-        }
-        let i = u32::try_from(self.texts.len()).expect("fewer texts than a batch's messages");
-        self.texts.push(text.into());
-        self.index.insert(text.into(), i);
-        i
-    }
-
-    fn text(&self, i: u32) -> &str {
-        &self.texts[i as usize]
-    }
-
-    fn clear(&mut self) {
-        self.index.clear();
-        self.texts.clear();
-    }
-}
-
 type Stop = (usize, u8, Py<PyAny>, Py<PyAny>, bool);
 
 /// What one message came to.
@@ -121,14 +76,6 @@ enum Step {
 }
 
 impl VerifyStep {
-    fn plan(&self, payload: &[u8]) -> Option<Arc<Shipped>> {
-        if payload.len() >= HEADER && payload[..2] == MAGIC {
-            let fingerprint: [u8; 8] = payload[2..HEADER].try_into().expect("8 bytes");
-            return self.shipped.get(&fingerprint).cloned();
-        }
-        None
-    }
-
     fn stamp(&mut self, timestamp: Option<i64>) {
         let Some(timestamp) = timestamp.filter(|t| *t > 0) else { return };
         self.first_timestamp = Some(self.first_timestamp.map_or(timestamp, |t| t.min(timestamp)));
@@ -151,35 +98,22 @@ impl VerifyStep {
         py: Python<'_>,
         msg: &Bound<'_, PyAny>,
         shipped: &Shipped,
-        scanning: &Scanning,
         bytes: &Bound<'_, PyBytes>,
         partition: i64,
         tracker: &NativeStreamTracker,
         check: &ContractCheck,
     ) -> PyResult<Step> {
         let payload = bytes.as_bytes();
-        let plan = &shipped.decoder.get().plan;
-        let Some(f) = scan::<{ SLOTS.len() }>(plan, &scanning.names, &scanning.wanted, payload, HEADER) else {
+        let Some(f) = scan_message(shipped, payload) else {
             return Ok(Step::Feed);
         };
         // The fields the tracker reads, of the kinds it takes; any other: the Verifier's.
-        let (Some(V::Str(session)), Some(V::Str(event_id)), Some(V::Int(sequence))) = (&f[SESSION_ID], &f[EVENT_ID], &f[SEQUENCE]) else {
+        let Some((session, event_id, sequence, producer, prev)) = track_fields(&f) else {
             return Ok(Step::Feed);
-        };
-        let producer = match &f[PRODUCER_ID] {
-            Some(V::Null) => "",
-            Some(V::Str(p)) => p,
-            _ => return Ok(Step::Feed),
-        };
-        let prev: &str = match &f[PREV_HASH] {
-            Some(V::Null) => "",
-            Some(V::Str(p)) => p,
-            _ => return Ok(Step::Feed),
         };
         let offset = self.counted(msg)?;
         let mut opened = false;
         let content = chain_digest(payload, None); // single-object: the header's fingerprint
-        let sequence = i128::from(*sequence);
         let placed: Placed = match tracker.place_fields(py, session, producer, sequence, event_id, Some(prev), &|| Ok(Prev::Text(prev.to_owned())), &content, Some(partition), Some(offset), Some(&mut opened)) {
             Ok(placed) => placed,
             // As the Python path: a field of the wrong kind is not a turn; anything else
@@ -204,7 +138,7 @@ impl VerifyStep {
             let decoded = self.decode.bind(py).call1((bytes,))?;
             return Ok(Step::Finish(decoded.unbind(), result, opened));
         }
-        self.tally_scanned(&check.texts, &f, scanning.version);
+        self.tally_scanned(&check.texts, &f, shipped.scan.version);
         Ok(Step::Tallied)
     }
 
@@ -271,8 +205,8 @@ impl VerifyStep {
         };
         // A schema the step does not scan (v1/v2, or one learned at run time): the
         // Verifier's own decoding.
-        let Some(shipped) = self.plan(bytes.as_bytes()) else { return Ok(Step::Feed) };
-        self.by_scan(py, msg, &shipped, &shipped.scan, bytes, partition, tracker, check)
+        let Some(shipped) = self.shipped.of(bytes.as_bytes()) else { return Ok(Step::Feed) };
+        self.by_scan(py, msg, &shipped, bytes, partition, tracker, check)
     }
 }
 
@@ -291,16 +225,7 @@ impl VerifyStep {
         tally: Py<PyDict>,
         shipped: Vec<ShippedPlan>,
     ) -> PyResult<Self> {
-        let mut plans = HashMap::new();
-        for (fingerprint, decoder, version, fill_shared, fill_copied) in shipped {
-            let fingerprint: [u8; 8] = fingerprint
-                .as_slice()
-                .try_into()
-                .map_err(|_| pyo3::exceptions::PyValueError::new_err("a fingerprint is 8 bytes"))?;
-            if let Some(scan) = scanning(py, &decoder, &version, &fill_shared, &fill_copied)? {
-                plans.insert(fingerprint, Arc::new(Shipped { decoder, scan }));
-            }
-        }
+        let plans = Plans::new(py, shipped)?;
         Ok(VerifyStep {
             decode,
             shipped: plans,
@@ -361,9 +286,7 @@ impl VerifyStep {
 
     /// Writer versions this step scans without building records.
     fn scanned_versions(&self) -> Vec<i64> {
-        let mut out: Vec<i64> = self.shipped.values().map(|s| s.scan.version).collect();
-        out.sort_unstable();
-        out
+        self.shipped.versions()
     }
 
     /// `verify --follow`'s batch admitted (`admit::admit`): the messages past their
@@ -378,43 +301,4 @@ impl VerifyStep {
     fn kinds() -> (u8, u8, u8, u8) {
         (DONE, FEED, FINISH, NOT_A_TURN)
     }
-}
-
-/// How a shipped schema is scanned, or `None` (the Verifier decodes it): the writer must
-/// have every slot's field; `breaches` alone may be missing, when its default is empty.
-fn scanning(
-    py: Python<'_>,
-    decoder: &Py<Decoder>,
-    version: &Py<PyAny>,
-    fill_shared: &Py<PyDict>,
-    fill_copied: &[(Py<PyString>, Py<PyAny>)],
-) -> PyResult<Option<Scanning>> {
-    let plan = &decoder.get().plan;
-    let names = Names::of(py, plan)?;
-    let top = names.top(plan).to_vec();
-    for (i, name) in SLOTS.iter().enumerate() {
-        if top.iter().any(|n| n == name) {
-            continue;
-        }
-        if i != BREACHES {
-            return Ok(None);
-        }
-        let default = match fill_shared.bind(py).get_item(name)? {
-            Some(d) => Some(d),
-            None => fill_copied.iter().find(|(n, _)| n.bind(py).to_str().is_ok_and(|n| n == *name)).map(|(_, d)| d.bind(py).clone()),
-        };
-        if default.is_none_or(|d| d.is_truthy().unwrap_or(true)) {
-            return Ok(None);
-        }
-    }
-    let wanted = top.iter().map(|n| slot(n)).collect();
-    Ok(Some(Scanning { names, wanted, version: version.bind(py).extract()? }))
-}
-
-/// The errors the Python path takes for "not a TurnEvent" (`KeyError`, `TypeError`,
-/// `ValueError`).
-fn is_not_a_turn(py: Python<'_>, err: &PyErr) -> bool {
-    err.is_instance_of::<pyo3::exceptions::PyKeyError>(py)
-        || err.is_instance_of::<pyo3::exceptions::PyTypeError>(py)
-        || err.is_instance_of::<pyo3::exceptions::PyValueError>(py)
 }

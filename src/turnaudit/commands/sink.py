@@ -19,7 +19,7 @@ from turnaudit.consumers.log_sink import LogSink, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.otel_sink import OtelSink
 from turnaudit.consumers.runtime import ConsumerService, Sink, Validation
-from turnaudit.consumers.runtime.redelivery import RedeliveryMarkingSink
+from turnaudit.consumers.runtime.redelivery import marking_sink
 from turnaudit.consumers.runtime.settings import MAX_WORKERS, ServiceName, ServiceSettings
 from turnaudit.consumers.runtime.worker_process import (
     ServiceFactory,
@@ -145,9 +145,7 @@ def consumer_service(
         return ConsumerService(settings, sink, registry=registry, validation=validation)
     marking = None
     if sink.marks_redeliveries:
-        sink = marking = RedeliveryMarkingSink(
-            sink, settings.kafka.topics.turn_events, plan.metrics_dir
-        )
+        sink = marking = marking_sink(sink, settings.kafka.topics.turn_events, plan.metrics_dir)
     service = ConsumerService(
         settings, sink, registry=registry, serve_http=False, validation=validation
     )
