@@ -104,6 +104,13 @@ class MetricsSettings:
     label_limit: int = DEFAULT_LABEL_LIMIT
 
 
+# A batch's size by service where 500 is not it: the continuous verifier reads backlogs
+# (a restart, a new member) in bulk; each batch costs it a tick of its heads feed and a
+# flush, so larger batches prove more turns a second (0.43x -> 0.75x the bare consume +
+# decode loop over 10 million turns with the deeper fetch of consumers/runtime/loop.py).
+DEFAULT_BATCH_SIZES: dict[ServiceName, int] = {ServiceName.VERIFY_FOLLOW: 2000}
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     service: ServiceName
@@ -163,7 +170,7 @@ class ServiceSettings:
             ),
             http_host=_text(env, "HTTP_HOST", "0.0.0.0"),  # noqa: S104
             http_port=http_port,
-            batch_size=_int(env, "BATCH_SIZE", 500, minimum=1),
+            batch_size=_int(env, "BATCH_SIZE", DEFAULT_BATCH_SIZES.get(service, 500), minimum=1),
             batch_timeout_s=_int(env, "BATCH_TIMEOUT_MS", 10, minimum=1) / 1000,
             auto_offset_reset=reset,
             drain_timeout_s=_int(env, "DRAIN_TIMEOUT_S", 30, minimum=1),
