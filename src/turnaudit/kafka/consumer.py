@@ -41,15 +41,15 @@ READER: dict[str, int | bool] = {
     "enable.auto.commit": False,
     "enable.partition.eof": False,
 }
-# The same for a long range read as fast as it comes: large fetches, a deep local queue.
-BULK_READER: dict[str, int | bool] = {
-    **READER,
+# Large fetches and a deep local queue: a backlog read as fast as it comes.
+BULK_FETCH: dict[str, int] = {
     "fetch.max.bytes": 64 * 1024 * 1024,
     "max.partition.fetch.bytes": 8 * 1024 * 1024,
     "queued.min.messages": 200_000,
     "queued.max.messages.kbytes": 256 * 1024,
-    "fetch.wait.max.ms": 100,
 }
+# The reader of a long range: the bulk fetch, and no hurry for a quiet partition.
+BULK_READER: dict[str, int | bool] = {**READER, **BULK_FETCH, "fetch.wait.max.ms": 100}
 
 ErrorCallback = Callable[[ClientError], None]
 # A commit the broker refuses while the group rebalances (or the client closes).

@@ -21,25 +21,15 @@ from typing import Protocol
 
 from turnaudit.archive.reading import ArchiveFeed
 from turnaudit.errors import BrokerError
-from turnaudit.kafka.consumer import KafkaConsumer
+from turnaudit.kafka.consumer import BULK_READER, KafkaConsumer
 from turnaudit.kafka.groups import own_group
 from turnaudit.records import Record
 from turnaudit.replay.checkpoint import ReplayCheckpoint
 from turnaudit.replay.order import BLOCK_MESSAGES, BlockOrder
 from turnaudit.settings import KafkaSettings
 
-# librdkafka: fetch large and keep a deep local queue (a replay reads, it does not wait).
-READER_CONFIG: dict[str, object] = {
-    "log_level": 0,
-    "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
-    "enable.partition.eof": False,
-    "fetch.max.bytes": 64 * 1024 * 1024,
-    "max.partition.fetch.bytes": 8 * 1024 * 1024,
-    "queued.min.messages": 200_000,
-    "queued.max.messages.kbytes": 256 * 1024,
-    "fetch.wait.max.ms": 100,
-}
+# librdkafka: a bulk reader's (a replay reads, it does not wait), offsets never stored.
+READER_CONFIG: dict[str, object] = {**BULK_READER, "enable.auto.offset.store": False}
 
 
 class AssignedConsumer(Protocol):

@@ -25,11 +25,19 @@ turns = st.lists(
 )
 
 
-def fed(folder: Path, placed: list[tuple[tuple[str, str], int, int | None]]) -> StreamTracker:
-    """A tracker holding two streams in memory (the rest pending or spilled), every turn
-    placed (gaps, reused positions and chain breaks included)."""
+def fed(
+    folder: Path,
+    placed: list[tuple[tuple[str, str], int, int | None]],
+    *,
+    max_streams: int = 2,
+    stream_batch: int = 2,
+) -> StreamTracker:
+    """A tracker holding ``max_streams`` streams in memory (the rest pending or spilled),
+    every turn placed (gaps, reused positions and chain breaks included)."""
     tracker = StreamTracker(
-        max_streams=2, stream_spill=lambda: str(folder / "streams.sqlite3"), stream_batch=2
+        max_streams=max_streams,
+        stream_spill=lambda: str(folder / "streams.sqlite3"),
+        stream_batch=stream_batch,
     )
     track_dirty(tracker)
     for n, ((session, producer), sequence, partition) in enumerate(placed):
@@ -101,20 +109,11 @@ def test_checkpoint_streams_of_thousands_is_what_python_writes_across_its_chunks
     named = sorted({s for s, _, _ in placed})
     gapped = {named[i % len(named)] for i in gapped_at}
     with tempfile.TemporaryDirectory() as folder:
-        tracker = StreamTracker(
+        tracker = fed(
+            Path(folder),
+            placed,
             max_streams=1 << 20 if held == "memory" else 100,
-            stream_spill=lambda: str(Path(folder) / "streams.sqlite3"),
             stream_batch=64,
         )
-        track_dirty(tracker)
-        for n, ((session, producer), sequence, partition) in enumerate(placed):
-            event = {
-                "session_id": session,
-                "producer_id": producer,
-                "sequence": sequence,
-                "event_id": f"event-{n}",
-                "prev_hash": GENESIS_HASH,
-            }
-            tracker.observe(event, b"turn %d" % n, partition=partition, offset=n)
         records, left = tracker.checkpoint_streams([], sorted(gapped))
         assert (records, left) == one_at_a_time(tracker, set(named), gapped)
