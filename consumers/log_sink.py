@@ -10,7 +10,10 @@ read (topic, partition, offset), then structlog's ``event``, ``logger``,
 Under ``service_logging`` the sink builds each line's dict itself, with the
 keys and values that configuration's processor chain gives, renders it with
 orjson, and writes a batch's lines in one call: structlog's per-call chain
-cost more than the JSON encoding. Under any other structlog configuration (``capture_logs``,
+cost more than the JSON encoding. There, with surfaces not written and no context-local
+values, an ordinary turn's line is rendered natively by the service's batch step
+(``step_runner``; ``LINE_KEYS`` in order, the same bytes), stamped once per call of the
+step rather than per line. Under any other structlog configuration (``capture_logs``,
 say) the lines go through the configured chain, one call per turn.
 
 Surface texts and input tokens may hold user content: by default they are not
