@@ -21,6 +21,7 @@ from pathlib import Path
 import orjson
 import pytest
 import structlog
+import structlog.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -44,6 +45,7 @@ from turnaudit.identity import TurnStamper
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.records import Record
 from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.telemetry import TURN_LOG_EVENT
 
 MOMENT = datetime(2026, 11, 1, 12, 0, 5, 123456, tzinfo=UTC)
 
@@ -58,6 +60,7 @@ class LogService:
         *,
         redaction: SurfaceRedaction = SurfaceRedaction.DROP,
         moment: datetime = MOMENT,
+        event_time: bool = False,
     ) -> None:
         self.native = native
         self.registry = CollectorRegistry()
@@ -67,7 +70,7 @@ class LogService:
         self.metrics = ConsumerMetrics(self.registry)
         self.validation = TurnEventValidation(decode, self.metrics, max_sessions=1000)
         settings = LogSinkSettings(file=self.path, redaction=redaction, hash_key=b"k" * 32)
-        self.sink = LogSink(settings, self.registry, clock=lambda: moment)
+        self.sink = LogSink(settings, self.registry, clock=lambda: moment, event_time=event_time)
         self.taken: list[ConsumedTurn] = []
         take = self.sink.take
 
@@ -214,6 +217,28 @@ def test_context_local_values_send_the_batch_record_by_record() -> None:
         lines = native.lines()
         assert lines == reference.lines()
         assert all(orjson.loads(line)["request"] == "r-1" for line in lines.splitlines())
+
+
+def test_another_structlog_chain_sends_the_batch_record_by_record() -> None:
+    turns = chained_turns(12, 10, [5] * 10)
+    records = [Message(v, k, 0, i) for i, (k, v) in enumerate(turns)]
+    with tempfile.TemporaryDirectory() as tmp:
+        native = LogService(True, Path(tmp))
+        with structlog.testing.capture_logs() as captured:
+            assert native.batch(records) == HandedBatch(next_offsets={0: 10}, handed=10)
+        assert len(native.taken) == 10
+        assert [line["event"] for line in captured] == [TURN_LOG_EVENT] * 10
+        assert native.lines() == b""  # the configured chain had them, not the file
+
+
+def test_event_time_lines_go_record_by_record() -> None:
+    turns = chained_turns(13, 10, [5] * 10)
+    records = [Message(v, k, 0, i) for i, (k, v) in enumerate(turns)]
+    with tempfile.TemporaryDirectory() as tmp:
+        reference, native = both(Path(tmp), event_time=True)
+        assert native.batch(records) == reference.batch(records)
+        assert len(native.taken) == 10
+        assert native.lines() == reference.lines()
 
 
 @pytest.mark.parametrize(
