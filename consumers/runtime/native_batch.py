@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from turnaudit._native import ConsumeStep
 from turnaudit.consumers.runtime.handover import Examine, HandedBatch, hand_over
@@ -29,6 +29,7 @@ from turnaudit.consumers.runtime.sink import (
     StepOutlet,
     SteppingSink,
     StepRun,
+    StepStop,
     TallyingSink,
 )
 from turnaudit.dead_letters import DeadLetterReason
@@ -78,15 +79,16 @@ class NativeBatch:
         sink: TallyingSink | SteppingSink,
         reject: Callable[[Record, Rejection], None],
     ) -> None:
-        self._step = step
         self._validation = validation
         self._runner: Callable[[], StepRun | None]
         if isinstance(sink, TallyingSink):
             tallies, run = sink.native_tallies, step.run
-            # The sink's tallies as of each call: ``take`` may not replace them, ``flush`` does.
-            tally: StepRun = lambda batch, index, next_offsets: run(  # noqa: E731
-                batch, index, *tallies(), next_offsets
-            )
+
+            def tally(batch: list[Any], index: int, next_offsets: dict[int, int]) -> StepStop:
+                # The sink's tallies as of this call: ``take`` may not replace them,
+                # ``flush`` does.
+                return run(batch, index, *tallies(), next_offsets)
+
             self._runner = lambda: tally
         else:
             self._runner = functools.partial(sink.step_runner, step)
