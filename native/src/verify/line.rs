@@ -278,11 +278,7 @@ pub(crate) fn write_float(out: &mut Vec<u8>, x: f64) {
         out.extend_from_slice(b"null");
         return;
     }
-    // Rust's `{:e}`: the shortest round-trip digits, "d.ddde-x".
-    let sci = format!("{:e}", x.abs());
-    let (mantissa, exp) = sci.split_once('e').expect("{:e} writes an exponent");
-    let exp: i32 = exp.parse().expect("an integer exponent");
-    let digits: Vec<u8> = mantissa.bytes().filter(|b| *b != b'.').collect();
+    let (digits, exp) = shortest_digits(x.abs());
     if x.is_sign_negative() {
         out.push(b'-');
     }
@@ -315,6 +311,30 @@ pub(crate) fn write_float(out: &mut Vec<u8>, x: f64) {
         out.push(if exp < 0 { b'-' } else { b'+' });
         write_int(out, i64::from(exp.abs()));
     }
+}
+
+/// The shortest digits that read back as `x` (finite, not negative), ties between two
+/// such digit strings to the even one as Python's `repr` and orjson break them (Rust's
+/// `{:e}` breaks them upwards), and the decimal exponent of the first digit: ryu's text
+/// taken apart.
+fn shortest_digits(x: f64) -> (Vec<u8>, i32) {
+    let mut buffer = ryu::Buffer::new();
+    let text = buffer.format_finite(x);
+    let (mantissa, exp) = match text.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i32>().expect("ryu writes an integer exponent")),
+        None => (text, 0),
+    };
+    let whole = mantissa.find('.').unwrap_or(mantissa.len()) as i32;
+    let all: Vec<u8> = mantissa.bytes().filter(|b| *b != b'.').collect();
+    let leading = all.iter().take_while(|b| **b == b'0').count();
+    let mut digits = all[leading..].to_vec();
+    while digits.len() > 1 && digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    if digits.is_empty() {
+        digits.push(b'0');
+    }
+    (digits, whole - 1 + exp - leading as i32)
 }
 
 /// An occurred_at (epoch ms) as the sink writes it: `"2026-11-01T12:00:00.123Z"`.
@@ -367,8 +387,11 @@ mod tests {
 
     #[test]
     fn floats_take_orjsons_layout() {
-        let cases: [(f64, &str); 9] = [
+        let cases: [(f64, &str); 11] = [
             (0.1, "0.1"),
+            // 2^46 + 0.125: ...64.12 and ...64.13 both read back; the tie goes to the even
+            (70368744177664.12, "70368744177664.12"),
+            (123456789.0, "123456789.0"),
             (1e-5, "0.00001"),
             (1e-6, "1e-6"),
             (1.5e-7, "1.5e-7"),

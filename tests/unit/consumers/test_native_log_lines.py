@@ -154,10 +154,18 @@ def scored_turns(scores: list[float], sessions: list[str]) -> list[Message]:
     return out
 
 
-# Any float, and floats around every decimal exponent where orjson's layout turns
-# (positional from 1e-5 to below 1e16): powers of ten and their neighbours.
+# Any float, floats around every decimal exponent where orjson's layout turns
+# (positional from 1e-5 to below 1e16): powers of ten and their neighbours, and floats
+# whose two shortest digit strings are equally near (2**46 + 0.125 is ...64.12 or ...64.13:
+# ties go to the even one), scaled by exact powers of two.
 SCORES = st.one_of(
     st.floats(allow_nan=False),
+    st.builds(
+        lambda whole, eighths, scale: (whole + eighths / 8) * 2.0**scale,
+        st.integers(2**44, 2**50),
+        st.integers(0, 7),
+        st.integers(-60, 30),
+    ),
     st.builds(
         lambda mantissa, exponent, sign: sign * mantissa * 10.0**exponent,
         st.one_of(st.just(1.0), st.floats(1, 10)),
