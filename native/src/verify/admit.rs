@@ -10,6 +10,16 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::hashing::FastMap;
 
+/// What admitting read of one message: its partition, offset and broker timestamp, and
+/// which object it was (its address, while the admitted list holds it).
+#[derive(Clone, Copy)]
+pub(crate) struct Read {
+    pub(crate) message: usize,
+    pub(crate) partition: i64,
+    pub(crate) offset: i64,
+    pub(crate) timestamp: i64,
+}
+
 /// One partition's share of a batch: its next offset after it, its latest timestamp
 /// (None: no message admitted), messages admitted, messages read again.
 pub(crate) type Admitted = (i64, Option<i64>, u64, u64);
@@ -17,9 +27,13 @@ pub(crate) type Admitted = (i64, Option<i64>, u64, u64);
 /// The messages of `batch` past their partition's `next_offsets` entry, in order, and
 /// per partition met what `Admitted` says. A partition missing from `next_offsets` is a
 /// KeyError, as the follower's own table lookup was.
+///
+/// `read`, when given, gets what was read of each admitted message, in the order of the
+/// returned list (verify's step then asks the messages no second time).
 pub(crate) fn admit<'py>(
     batch: &Bound<'py, PyList>,
     next_offsets: &Bound<'py, PyDict>,
+    mut read: Option<&mut Vec<Read>>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
     let py = batch.py();
     let live = PyList::empty(py);
@@ -45,6 +59,9 @@ pub(crate) fn admit<'py>(
         let stamp: i64 = msg.call_method0(intern!(py, "timestamp"))?.get_item(1)?.extract()?;
         part.1 = Some(part.1.map_or(stamp, |t| t.max(stamp)));
         part.2 += 1;
+        if let Some(read) = read.as_deref_mut() {
+            read.push(Read { message: msg.as_ptr() as usize, partition, offset, timestamp: stamp });
+        }
         live.append(msg)?;
     }
     let out = PyDict::new(py);

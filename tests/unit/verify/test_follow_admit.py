@@ -6,12 +6,19 @@ partition's offset, event time and counts as that loop did."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.verify import scenario
+from turnaudit.identity import TrackResult
+from turnaudit.records import StoredRecord
 from turnaudit.serialization.native import VerifyStep
+from turnaudit.serialization.read_plans import DecodedTurnEvent
+from turnaudit.verify.follow import FollowState
+from turnaudit.verify.native_step import feed_batch
 
 
 @dataclass(frozen=True)
@@ -74,3 +81,135 @@ def test_admit_keeps_and_counts_what_the_python_loop_did(
 def test_a_partition_the_follower_does_not_hold_is_a_key_error(batch: list[Message]) -> None:
     with pytest.raises(KeyError):
         VerifyStep.admit(batch, {})
+
+
+# -- What admitting read, kept for the step's run ------------------------------------
+# ``admit_for_run`` keeps each admitted message's partition, offset and timestamp for
+# ``run`` over the list it returned. Over real turns in any partitions, offsets and
+# timestamps, that run concludes what a run asking every message concludes; a message
+# replaced in the list in between is asked again.
+
+STAMPED = scenario.stamped_events(24, seed=5, producers=2, sessions=3)
+
+
+class Recorder:
+    """A ``BatchVerifier`` that writes down what the step hands back, in order."""
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.seen: list[tuple[object, ...]] = []
+
+    def feed(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        self.seen.append(("feed", partition, offset, key, value, timestamp_ms))
+
+    def not_a_turn(self, exc: Exception, partition: int, offset: int) -> None:
+        self.seen.append(("not a turn", type(exc), partition, offset))
+
+    def conclude(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        decoded: DecodedTurnEvent,
+        result: TrackResult,
+        opened: bool,
+    ) -> None:
+        self.seen.append(("conclude", partition, offset, decoded.event, result, opened))
+
+    def stamped(self, timestamp_ms: int) -> None:
+        self.seen.append(("stamped", timestamp_ms))
+
+
+def stepped(batch: list[Any], next_offsets: dict[int, int], *, kept: bool) -> list[object]:
+    """The batch admitted and run by a fresh follower's step: with what admitting read
+    kept (``kept``), or with every message asked again (``admit``, then a copy run)."""
+    state = FollowState(decode=scenario.DECODE)
+    try:
+        for partition in next_offsets:
+            state.load_partition(partition, first_offset=0, log_start=0)
+        step = state.step
+        assert step is not None
+        if kept:
+            live, met = step.admit_for_run(batch, next_offsets)
+        else:
+            live, met = VerifyStep.admit(batch, next_offsets)
+            live = list(live)
+        recorder = Recorder()
+        feed_batch(recorder, step, live)
+        return [met, recorder.messages, *recorder.seen]
+    finally:
+        state.close()
+
+
+@st.composite
+def turn_batches(draw: st.DrawFn) -> list[StoredRecord]:
+    """Real turns in order, each given any partition, offset and timestamp."""
+    count = draw(st.integers(1, len(STAMPED)))
+    return [
+        StoredRecord(
+            "t",
+            draw(st.integers(0, 2)),
+            draw(st.integers(0, 30)),
+            s.key,
+            s.value,
+            timestamp_ms=draw(st.integers(1, 2**40)),
+        )
+        for s in STAMPED[:count]
+    ]
+
+
+@given(turn_batches(), st.fixed_dictionaries({p: st.integers(0, 10) for p in range(3)}))
+@settings(max_examples=300, deadline=None)
+def test_a_run_over_the_admitted_list_concludes_what_asking_every_message_does(
+    batch: list[StoredRecord], next_offsets: dict[int, int]
+) -> None:
+    assert stepped(batch, next_offsets, kept=True) == stepped(batch, next_offsets, kept=False)
+
+
+@given(turn_batches(), st.data())
+@settings(max_examples=200, deadline=None)
+def test_a_message_replaced_after_admitting_is_asked_again(
+    batch: list[StoredRecord], data: st.DataObject
+) -> None:
+    next_offsets = dict.fromkeys(range(3), 0)
+    runs = []
+    for kept in (True, False):
+        state = FollowState(decode=scenario.DECODE)
+        try:
+            for partition in next_offsets:
+                state.load_partition(partition, first_offset=0, log_start=0)
+            step = state.step
+            assert step is not None
+            live, _ = step.admit_for_run(batch, next_offsets) if kept else (list(batch), None)
+            # Every message replaced by one with its own partition, offset and timestamp
+            # (the same key and value), drawn once: both runs see the same list.
+            if kept:
+                replaced = [
+                    StoredRecord(
+                        "t",
+                        data.draw(st.integers(0, 2)),
+                        data.draw(st.integers(0, 30)),
+                        msg.key(),
+                        msg.value(),
+                        timestamp_ms=data.draw(st.integers(1, 2**40)),
+                    )
+                    for msg in live
+                ]
+            live[:] = replaced
+            recorder = Recorder()
+            feed_batch(recorder, step, live)
+            runs.append([recorder.messages, *recorder.seen])
+        finally:
+            state.close()
+    # The run over the admitted list, changed, concludes and stamps what a run that
+    # never admitted concludes over the same messages.
+    assert runs[0] == runs[1]
