@@ -59,6 +59,8 @@ pub(crate) struct VerifyStep {
     /// The list `admit_for_run` returned and what it read of each of its messages: `run`
     /// over that list asks a message its partition, offset and timestamp no second time.
     admitted: Option<(Py<PyList>, Vec<admit::Read>)>,
+    /// The list `positions` returned and what it read of each message, for `admit_for_run`.
+    positioned: Option<(Py<PyList>, Vec<admit::Read>)>,
     messages: u64,
     first_timestamp: Option<i64>,
     last_timestamp: Option<i64>,
@@ -255,6 +257,7 @@ impl VerifyStep {
             tally_texts: Interned::default(),
             fed_partitions: FastSet::default(),
             admitted: None,
+            positioned: None,
             messages: 0,
             first_timestamp: None,
             last_timestamp: None,
@@ -321,7 +324,18 @@ impl VerifyStep {
     /// admitted, read again).
     #[staticmethod]
     fn admit<'py>(batch: &Bound<'py, PyList>, next_offsets: &Bound<'py, PyDict>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
-        admit::admit(batch, next_offsets, None)
+        admit::admit(batch, next_offsets, None, None)
+    }
+
+    /// `admit::positions`: the messages with a partition and an offset, and per partition
+    /// (first offset, offset after the last); what it read of each is kept for
+    /// `admit_for_run` over the returned list.
+    fn positions<'py>(&mut self, records: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
+        self.positioned = None;
+        let mut read = Vec::new();
+        let (placed, met) = admit::positions(records, &mut read)?;
+        self.positioned = Some((placed.clone().unbind(), read));
+        Ok((placed, met))
     }
 
     /// `admit`, keeping what it read of each admitted message for `run` over the list it
@@ -332,8 +346,10 @@ impl VerifyStep {
         next_offsets: &Bound<'py, PyDict>,
     ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
         self.admitted = None;
+        let py = batch.py();
+        let known = self.positioned.take().filter(|(list, read)| list.bind(py).is(batch) && read.len() == batch.len());
         let mut read = Vec::with_capacity(batch.len());
-        let (live, met) = admit::admit(batch, next_offsets, Some(&mut read))?;
+        let (live, met) = admit::admit(batch, next_offsets, Some(&mut read), known.as_ref().map(|(_, k)| k.as_slice()))?;
         self.admitted = Some((live.clone().unbind(), read));
         Ok((live, met))
     }

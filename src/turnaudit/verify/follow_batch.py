@@ -37,7 +37,8 @@ def follow_batch(state: FollowState, records: Sequence[Record], now: float) -> F
     next_offsets = {p: proof.next_offset for p, proof in state.partitions.items()}
     # The step keeps what admitting read of each message it let through: its run over
     # ``live`` (``feed_batch``) asks those messages only their key and value.
-    live, met = step.admit_for_run(list(records), next_offsets)
+    batch = records if isinstance(records, list) else list(records)
+    live, met = step.admit_for_run(batch, next_offsets)
     taken: dict[int, int] = {}
     reread = 0
     for partition, (next_offset, stamp, admitted, again) in met.items():

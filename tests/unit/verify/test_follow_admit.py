@@ -213,3 +213,91 @@ def test_a_message_replaced_after_admitting_is_asked_again(
     # The run over the admitted list, changed, concludes and stamps what a run that
     # never admitted concludes over the same messages.
     assert runs[0] == runs[1]
+
+
+# -- The follower's examination of a consumed batch (``VerifyStep.positions``) -------
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """A consumed message: no position for librdkafka's error events, any timestamp."""
+
+    at: int | None
+    place: int | None
+    stamp: int | None
+
+    def partition(self) -> int | None:
+        return self.at
+
+    def offset(self) -> int | None:
+        return self.place
+
+    def timestamp(self) -> tuple[int, int | None]:
+        return (1, self.stamp)
+
+
+def examined_in_python(
+    records: list[Consumed],
+) -> tuple[list[Consumed], dict[int, tuple[int, int]]]:
+    """``FollowValidation.examine_batch``'s former loop: the messages with a position, and
+    per partition the offset it was loaded from (its first) and the next offset."""
+    placed: list[Consumed] = []
+    met: dict[int, tuple[int, int]] = {}
+    for msg in records:
+        partition, offset = msg.partition(), msg.offset()
+        if partition is None or offset is None:
+            continue
+        first = met[partition][0] if partition in met else offset
+        met[partition] = (first, offset + 1)
+        placed.append(msg)
+    return placed, met
+
+
+consumed = st.builds(
+    Consumed,
+    st.none() | st.integers(0, 3),
+    st.none() | st.integers(0, 40),
+    st.none() | st.integers(-(2**40), 2**40),
+)
+
+
+@given(st.lists(consumed, max_size=60))
+def test_positions_keeps_and_meets_what_the_examining_loop_did(records: list[Consumed]) -> None:
+    step = FollowState(decode=scenario.DECODE)
+    try:
+        assert step.step is not None
+        placed, met = step.step.positions(records)
+        want_placed, want_met = examined_in_python(records)
+        assert all(a is b for a, b in zip(placed, want_placed, strict=True))
+        assert met == want_met
+        assert list(met) == list(want_met)  # partitions in the order first met (loaded so)
+    finally:
+        step.close()
+
+
+stamped = st.builds(
+    Consumed,
+    st.none() | st.integers(0, 3),
+    st.none() | st.integers(0, 40),
+    st.integers(-(2**40), 2**40),
+)
+
+
+@given(st.lists(stamped, max_size=60), offsets, st.data())
+def test_admitting_the_positioned_list_admits_what_asking_every_message_does(
+    records: list[Consumed], next_offsets: dict[int, int], data: st.DataObject
+) -> None:
+    state = FollowState(decode=scenario.DECODE)
+    try:
+        step = state.step
+        assert step is not None
+        placed, _ = step.positions(records)
+        # Messages replaced after positioning are asked again.
+        for _ in range(data.draw(st.integers(0, 3)) if placed else 0):
+            placed[data.draw(st.integers(0, len(placed) - 1))] = data.draw(stamped)
+        want = VerifyStep.admit(list(placed), next_offsets)
+        live, met = step.admit_for_run(placed, next_offsets)
+        assert met == want[1]
+        assert all(a is b for a, b in zip(live, want[0], strict=True))
+    finally:
+        state.close()
