@@ -10,8 +10,10 @@ loop's), the project's decoder, the stream tracker and the contract checks
 each alone (on records decoded beforehand), the validation (decode, contracts,
 stream tracking), and each service's whole batch path (``ConsumerService`` batch
 handling with its sink), with messages standing in for confluent-kafka's. The
-metrics service twice: as it runs (its ordinary turns by the native batch step,
-``ConsumeStep``) and record by record (its sink behind one that only takes turns).
+metrics service, the log sink and the HTIR feeder twice: as they run (their ordinary turns
+by the native batch step, ``ConsumeStep``) and record by record (the sink behind one that
+only takes turns). The feeder produces its traces into a producer that acknowledges each
+at once (no broker).
 Rounds in rotated order; median (min-max) CPU µs per event (the thread's
 own clock, so other load on the machine counts less); ratios to the plain
 decode of the same round. Nothing here touches the network: it isolates the
@@ -32,7 +34,8 @@ from bench_consumers import NoSink  # the same no-sink row as the throughput ben
 from fastavro import schemaless_reader
 from prometheus_client import CollectorRegistry
 
-from turnaudit.consumers.log_sink import log_sink_service, service_logging
+from turnaudit.consumers.htir_feeder import HtirFeederSink
+from turnaudit.consumers.log_sink import LogSink, log_sink_service, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink, verdict_metrics_service
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
@@ -41,6 +44,7 @@ from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName, S
 from turnaudit.consumers.runtime.validation import TurnEventValidation
 from turnaudit.contracts import check_event, check_key
 from turnaudit.identity import StreamTracker, TurnStamper
+from turnaudit.kafka.producer import DeliveryCallback
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
@@ -118,6 +122,8 @@ class OneByOne(Sink):
     def __init__(self, sink: Sink) -> None:
         self.take = sink.take  # type: ignore[method-assign]  # the inner sink's, no extra call
         self.flush = sink.flush  # type: ignore[method-assign]  # likewise
+        self.tick = sink.tick  # type: ignore[method-assign]  # likewise (the feeder's expiry)
+        self.held_offsets = sink.held_offsets  # type: ignore[method-assign]  # likewise
 
     def take(self, turn: ConsumedTurn) -> None:
         raise AssertionError("replaced in __init__")
@@ -126,12 +132,49 @@ class OneByOne(Sink):
         raise AssertionError("replaced in __init__")
 
 
+class AckingProducer:
+    """The feeder's producer without a broker: every trace acknowledged at the next poll."""
+
+    def __init__(self) -> None:
+        self._reports: list[DeliveryCallback] = []
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        if on_delivery is not None:
+            self._reports.append(on_delivery)
+
+    def poll(self, timeout: float = 0.0) -> int:
+        reports, self._reports = self._reports, []
+        for report in reports:
+            report(None, None)  # type: ignore[arg-type]  # the feeder reads no message
+        return len(reports)
+
+    def flush(self, timeout: float) -> int:
+        return self.poll()
+
+
 def _service(row: str, tmp: str) -> ConsumerService:
     registry = CollectorRegistry()
-    if row == "verdict metrics, record by record":
+    one_by_one = row.endswith(", record by record")
+    if row.startswith("verdict metrics, "):
         settings = _settings(tmp, ServiceName.VERDICT_METRICS)
         sink = OneByOne(VerdictMetricsSink(settings.metrics, registry))
         return ConsumerService(settings, sink, registry=registry, serve_http=False)
+    if row.startswith("log sink, "):
+        settings = _settings(tmp, ServiceName.LOG_SINK)
+        sink = OneByOne(LogSink(settings.log, registry))
+        return ConsumerService(settings, sink, registry=registry, serve_http=False)
+    if row.startswith("htir feeder"):
+        settings = _settings(tmp, ServiceName.HTIR_FEEDER)
+        feeder = HtirFeederSink(settings.kafka, registry=registry, producer=AckingProducer())
+        served: Sink = OneByOne(feeder) if one_by_one else feeder
+        return ConsumerService(settings, served, registry=registry, serve_http=False)
     if row == "runtime, no sink":
         return ConsumerService(
             _settings(tmp, ServiceName.LOG_SINK), NoSink(), registry=registry, serve_http=False
@@ -217,7 +260,10 @@ ROWS = (
     "runtime, no sink",
     "verdict metrics, record by record",
     "verdict metrics",
+    "log sink, record by record",
     "log sink",
+    "htir feeder, record by record",
+    "htir feeder",
 )
 
 

@@ -43,13 +43,15 @@ import json
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, ClassVar, Protocol
+from typing import IO, Any, ClassVar, Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from turnaudit._native import ConsumeStep
 from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
+from turnaudit.consumers.runtime.sink import StepOutlet, StepRun, StepStop
 from turnaudit.files import open_private
 from turnaudit.htir import HtirTrace, TraceAssembler
 from turnaudit.kafka.producer import (
@@ -107,6 +109,7 @@ class HtirFeederSink(BatchingSink):
         opener: TurnOpener | None = None,
     ) -> None:
         super().__init__()
+        self._handed_natively = 0  # turns without a task the native step handed since flush
         self._open_sealed = opener  # sealed turns opened before the policy (turn_opener)
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
@@ -148,6 +151,28 @@ class HtirFeederSink(BatchingSink):
     @property
     def open_traces(self) -> int:
         return self._assembler.open_traces
+
+    def step_outlet(self) -> StepOutlet:
+        # An ordinary turn with a task comes as the validation would build it; one
+        # without is only counted: ``write_batch`` keeps nothing of it.
+        return {"turn": (tuple.__new__, ConsumedTurn)}
+
+    def step_runner(self, step: ConsumeStep) -> StepRun:
+        run_turns = step.run_turns
+
+        def run(batch: list[Any], index: int, next_offsets: dict[int, int]) -> StepStop:
+            stop = run_turns(batch, index, self._pending, next_offsets)
+            self._handed_natively += stop[5]
+            return stop
+
+        return run
+
+    def flush(self) -> None:
+        # A batch whose turns (without a task) the native step handed over ends as one
+        # of pending turns does: in ``write_batch`` (idle traces expire there too).
+        if self._pending or self._handed_natively:
+            self.write_batch(self._pending)
+            self._pending, self._handed_natively = [], 0  # written: a failure keeps them
 
     def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
         closed: list[HtirTrace] = []

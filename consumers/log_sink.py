@@ -10,7 +10,10 @@ read (topic, partition, offset), then structlog's ``event``, ``logger``,
 Under ``service_logging`` the sink builds each line's dict itself, with the
 keys and values that configuration's processor chain gives, renders it with
 orjson, and writes a batch's lines in one call: structlog's per-call chain
-cost more than the JSON encoding. Under any other structlog configuration (``capture_logs``,
+cost more than the JSON encoding. There, with surfaces not written and no context-local
+values, an ordinary turn's line is rendered natively by the service's batch step
+(``step_runner``; ``LINE_KEYS`` in order, the same bytes), stamped once per call of the
+step rather than per line. Under any other structlog configuration (``capture_logs``,
 say) the lines go through the configured chain, one call per turn.
 
 Surface texts and input tokens may hold user content: by default they are not
@@ -32,22 +35,21 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import IO, Any
+from typing import Any
 
 import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
+from turnaudit._native import ConsumeStep
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
-from turnaudit.consumers.runtime.line_files import cut_torn_tail
+from turnaudit.consumers.runtime.line_files import TURN_LOGGER, TurnLineWriter
 from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceSettings
+from turnaudit.consumers.runtime.sink import StepOutlet, StepRun, StepStop
 from turnaudit.events import EPOCH, occurred_millis, occurred_moment
-from turnaudit.files import open_private, private_dir
 from turnaudit.redaction import SURFACE_FIELDS, TOKEN_SEPARATOR, Redaction, SurfacePolicy
 from turnaudit.sealing.opening import TurnOpener, turn_opener
 from turnaudit.telemetry import LOG_LINES_TOTAL, TURN_LOG_EVENT
-
-TURN_LOGGER = "turnaudit.turns"
 
 Redactor = Callable[[str], str]
 
@@ -55,6 +57,52 @@ Redactor = Callable[[str], str]
 _RENDERER = structlog.processors.JSONRenderer()
 # The only datetime in a line is its timestamp (occurred_at is text already).
 _ORJSON_OPTIONS = orjson.OPT_UTC_Z | orjson.OPT_APPEND_NEWLINE
+
+# The canonical line's keys in order under ``service_logging`` without surfaces:
+# ``turn_fields(..., where=True)``'s, then ``render_line``'s own. The native step renders
+# lines in this order (``LogSink.step_outlet``); a test holds ``render_line`` to it.
+LINE_KEYS = (
+    "event_id",
+    "session_id",
+    "turn",
+    "sequence",
+    "occurred_at",
+    "path",
+    "pack_id",
+    "domain",
+    "schema_version",
+    "task_id",
+    "refusal_emitted",
+    "hedge_injected",
+    "violated_boundary_ids",
+    "violated_predicate_ids",
+    "safety_passed",
+    "ethics_passed",
+    "identity_score",
+    "flagged",
+    "execution_verdict",
+    "action_risk_verdict",
+    "risk_tier",
+    "output_policy",
+    "human_decision_required",
+    "redelivered",
+    "breaches",
+    "topic",
+    "partition",
+    "offset",
+    "event",
+    "logger",
+    "level",
+    "timestamp",
+)
+LINE_LEVEL = "info"
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    """The lines' clock: TimeStamper(fmt="iso", utc=True)'s moment."""
+    return datetime.now(UTC)
 
 
 def surface_redactor(settings: LogSinkSettings) -> Redactor | None:
@@ -140,112 +188,6 @@ def _iso(occurred: Any) -> str:
     return _second_text(seconds) + _MILLIS_TEXT[millis]
 
 
-class TurnLineWriter:
-    """Where the turn lines end: stdout, or size-rotated files.
-
-    Rotation is ``RotatingFileHandler``'s, but lines are written to its stream
-    directly (a batch in one call per file) and flushed once per batch: the
-    per-record overhead of stdlib logging would cost more than decoding the
-    message. Also a structlog logger (``msg``), for lines rendered by a
-    configured processor chain.
-    """
-
-    name = TURN_LOGGER  # for structlog's add_logger_name
-
-    def __init__(self, settings: LogSinkSettings) -> None:
-        self._rotating: logging.handlers.RotatingFileHandler | None = None
-        self._text: IO[str] = sys.stdout
-        self._size = 0  # bytes in the current file (rotation without a stat per line)
-        if settings.file is not None:
-            private_dir(settings.file.parent)
-            cut_torn_tail(settings.file)
-            self._rotating = _PrivateRotatingFileHandler(
-                settings.file,
-                maxBytes=settings.file_max_bytes,
-                backupCount=settings.file_backups,
-                encoding="utf-8",
-            )
-            self._text = self._rotating.stream  # type: ignore[assignment]  # open after init
-            self._size = self._text.seek(0, 2)
-        # Lines are UTF-8 bytes; a text stream without a binary buffer (a
-        # StringIO in place of stdout) gets them decoded.
-        self._binary: IO[bytes] | None = getattr(self._text, "buffer", None)
-
-    def msg(self, line: str) -> None:
-        self.write_lines([line.encode() + b"\n"])
-
-    info = warning = error = critical = debug = msg
-
-    def write_lines(self, lines: Sequence[bytes]) -> None:
-        """Lines that each end in a newline, in order; a file rotates between lines."""
-        self.write_block(b"".join(lines))
-
-    def write_block(self, block: bytes | bytearray) -> None:
-        """Whole lines (each ending in a newline) in one buffer, in order.
-
-        A file rotates between lines: before the first line that would take it
-        past its size, unless it is empty (a line longer than the limit fills
-        a file of its own).
-        """
-        rotating = self._rotating
-        if rotating is None:
-            self._write(block)
-            return
-        limit = rotating.maxBytes
-        start, end = 0, len(block)
-        with memoryview(block) as view:
-            while start < end:
-                room = limit - self._size
-                if end - start <= room:
-                    cut = end
-                else:
-                    # After the last newline that fits: whole lines only.
-                    cut = block.rfind(b"\n", start, start + max(room, 0)) + 1
-                    if cut <= start:  # not one line fits
-                        if self._size:
-                            self._roll_over(rotating)
-                            continue
-                        cut = block.index(b"\n", start) + 1
-                self._write(view[start:cut])
-                self._size += cut - start
-                start = cut
-                if start < end:
-                    self._roll_over(rotating)
-
-    def _roll_over(self, rotating: logging.handlers.RotatingFileHandler) -> None:
-        rotating.doRollover()
-        self._text = rotating.stream  # type: ignore[assignment]  # reopened
-        self._binary = self._text.buffer  # type: ignore[attr-defined]  # a file's
-        self._size = 0
-
-    def _write(self, data: bytes | bytearray | memoryview) -> None:
-        if not data:
-            return
-        if self._binary is None:
-            self._text.write(bytes(data).decode())
-        else:
-            self._text.flush()  # anything written as text before stays before
-            self._binary.write(data)
-
-    def flush(self) -> None:
-        self._text.flush()
-        if self._binary is not None:
-            self._binary.flush()
-
-    def close(self) -> None:
-        self.flush()
-        if self._rotating is not None:
-            self._rotating.close()
-
-
-class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
-    """Rotation as the stdlib does it, every file it opens owner-only (rotated files
-    are renamed, so they keep the mode)."""
-
-    def _open(self) -> Any:
-        return open_private(self.baseFilename, self.mode, encoding=self.encoding)
-
-
 class LogSink(Sink):
     """Writes one JSON line per turn; ``flush`` returns once the lines are flushed.
 
@@ -260,8 +202,10 @@ class LogSink(Sink):
         *,
         event_time: bool = False,
         opener: TurnOpener | None = None,
+        clock: Clock = utc_now,
     ) -> None:
         self._writer = TurnLineWriter(settings)
+        self._clock = clock
         # Sealed surfaces: opened (the key topic read on the first sealed turn, in the
         # worker that meets it) only when surfaces are written at all.
         self._open = opener
@@ -298,8 +242,34 @@ class LogSink(Sink):
                 return
             # merge_contextvars, once per batch rather than per line.
             context = self._context = structlog.contextvars.get_contextvars()
-        self._rendered += render_line(turn, self._redact, context, self._event_time)
+        self._rendered += render_line(turn, self._redact, context, self._event_time, self._clock)
         self._rendered_lines += 1
+
+    def step_outlet(self) -> StepOutlet:
+        constants = (("event", TURN_LOG_EVENT), ("logger", TURN_LOGGER), ("level", LINE_LEVEL))
+        return {"line": (LINE_KEYS, constants)}
+
+    def step_runner(self, step: ConsumeStep) -> StepRun | None:
+        """The native step's lines into this batch's buffer, when the batch's lines are
+        ``service_logging``'s without surfaces, context-local values or event time (the
+        native line holds no more); else None (record by record). Its lines are stamped
+        once per call of the step (the clock read then), the Python path's per line."""
+        if self._redact is not None or self._event_time or self._chained:
+            return None
+        processors = structlog.get_config()["processors"]
+        if not (processors and processors[-1] is _RENDERER):
+            return None
+        if structlog.contextvars.get_contextvars():
+            return None
+        run_lines, rendered, clock = step.run_lines, self._rendered, self._clock
+
+        def run(batch: list[Any], index: int, next_offsets: dict[int, int]) -> StepStop:
+            stamp = orjson.dumps(clock(), option=orjson.OPT_UTC_Z)  # as render_line's
+            stop = run_lines(batch, index, rendered, stamp, next_offsets)
+            self._rendered_lines += stop[5]
+            return stop
+
+        return run
 
     def flush(self) -> None:
         rendered, chained = self._rendered, self._chained
@@ -326,7 +296,11 @@ class LogSink(Sink):
 
 
 def turn_lines(
-    turns: Sequence[ConsumedTurn], redact: Redactor | None, *, event_time: bool = False
+    turns: Sequence[ConsumedTurn],
+    redact: Redactor | None,
+    *,
+    event_time: bool = False,
+    clock: Clock = utc_now,
 ) -> list[bytes]:
     """The batch's lines as ``service_logging``'s processor chain would render them.
 
@@ -337,22 +311,26 @@ def turn_lines(
     instead of the clock's time.
     """
     context = structlog.contextvars.get_contextvars()
-    return [render_line(turn, redact, context, event_time) for turn in turns]
+    return [render_line(turn, redact, context, event_time, clock) for turn in turns]
 
 
 def render_line(
-    turn: ConsumedTurn, redact: Redactor | None, context: dict[str, Any], event_time: bool
+    turn: ConsumedTurn,
+    redact: Redactor | None,
+    context: dict[str, Any],
+    event_time: bool,
+    clock: Clock = utc_now,
 ) -> bytes:
     """One turn's line (see ``turn_lines``), ``context`` the structlog context-local values."""
     line = turn_fields(turn, redact, where=True)
     for key, value in context.items():  # merge_contextvars: the line's own keys win
         line.setdefault(key, value)
     line["logger"] = TURN_LOGGER
-    line["level"] = "info"
+    line["level"] = LINE_LEVEL
     # Rendered by orjson as TimeStamper(fmt="iso", utc=True) writes it,
     # "2026-11-01T12:00:00.123456Z", without a Python-side isoformat.
     line["timestamp"] = (
-        occurred_moment(turn.decoded.event["occurred_at"]) if event_time else datetime.now(UTC)
+        occurred_moment(turn.decoded.event["occurred_at"]) if event_time else clock()
     )
     rendered = orjson.dumps(line, default=repr, option=_ORJSON_OPTIONS)
     if not rendered.isascii():

@@ -1,11 +1,13 @@
-"""A batch of TurnEvents handed over with its ordinary turns validated and tallied
-natively, in one call per run of them (``ConsumeStep``, native/src/verify/consume.rs).
+"""A batch of TurnEvents handed over with its ordinary turns validated and given to the
+sink natively, in one call per run of them (``ConsumeStep``, native/src/verify/consume.rs).
 
 An ordinary message (single-object framing of a scanned schema, no headers, a new turn
 at its stream's next position, its key the session id, no contract 1-4 breach found or
 recorded) is placed by the service's own stream tracker, checked by the one contract
-rule (``turnaudit.contracts.CONTRACT_RULE``) and tallied into the sink's tallies
-(``TallyingSink``) without Python bytecode. Every other message comes back here at once,
+rule (``turnaudit.contracts.CONTRACT_RULE``) and given to the sink without Python
+bytecode: tallied into its tallies (``TallyingSink``, the metrics service), or as the
+sink's step outlet says (``SteppingSink``: the log sink's lines, the HTIR feeder's
+pending turns). Every other message comes back here at once,
 in order, before the next is placed: one the step did not place goes through the
 record-by-record hand-over (``hand_over``, the validation's ``examine`` and the sink's
 ``take``); one it placed but did not settle, through the validation's ``conclude`` with
@@ -15,12 +17,21 @@ come out as record by record.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from turnaudit._native import ConsumeStep
 from turnaudit.consumers.runtime.handover import Examine, HandedBatch, hand_over
-from turnaudit.consumers.runtime.sink import ConsumedTurn, Rejection, TallyingSink
+from turnaudit.consumers.runtime.sink import (
+    ConsumedTurn,
+    Rejection,
+    StepOutlet,
+    SteppingSink,
+    StepRun,
+    StepStop,
+    TallyingSink,
+)
 from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.identity import TrackResult
 from turnaudit.records import Record, record_position
@@ -47,19 +58,40 @@ class Concluding(Protocol):
     ) -> ConsumedTurn | Rejection: ...
 
 
+def step_outlet(sink: object) -> tuple[StepOutlet, TallyingSink | SteppingSink] | None:
+    """How the native step gives ``sink`` its ordinary turns (the step's construction
+    options) and the sink as the step serves it, or None: a sink the step does not serve."""
+    if isinstance(sink, TallyingSink):
+        return {}, sink
+    if isinstance(sink, SteppingSink):
+        return sink.step_outlet(), sink
+    return None
+
+
 class NativeBatch:
-    """``hand_over`` for a tallying sink, the ordinary turns by ``step``."""
+    """``hand_over`` for a sink the native step serves, the ordinary turns by ``step``
+    (made with the sink's ``step_outlet``)."""
 
     def __init__(
         self,
         step: ConsumeStep,
         validation: Concluding,
-        sink: TallyingSink,
+        sink: TallyingSink | SteppingSink,
         reject: Callable[[Record, Rejection], None],
     ) -> None:
-        self._step = step
         self._validation = validation
-        self._tallies = sink.native_tallies
+        self._runner: Callable[[], StepRun | None]
+        if isinstance(sink, TallyingSink):
+            tallies, run = sink.native_tallies, step.run
+
+            def tally(batch: list[Any], index: int, next_offsets: dict[int, int]) -> StepStop:
+                # The sink's tallies as of this call: ``take`` may not replace them,
+                # ``flush`` does.
+                return run(batch, index, *tallies(), next_offsets)
+
+            self._runner = lambda: tally
+        else:
+            self._runner = functools.partial(sink.step_runner, step)
         self._take = sink.take
         self._reject = reject
         # A worker's marking sink (``TallyingMarkingSink``) says whether the batch may be
@@ -72,16 +104,13 @@ class NativeBatch:
         batch = HandedBatch()
         next_offsets = batch.next_offsets
         batch_list = records if isinstance(records, list) else list(records)
-        run, take, reject = self._step.run, self._take, self._reject
-        if self._admits is not None and not self._admits(batch_list):
+        take, reject = self._take, self._reject
+        run = self._runner()
+        if run is None or (self._admits is not None and not self._admits(batch_list)):
             return hand_over(batch_list, self._validation.examine, take, reject)
         index = 0
         while True:
-            # The sink's tallies as of now: ``take`` may not replace them, ``flush`` does.
-            turns, actions, occurred = self._tallies()
-            index, why, decoded, placed, end, tallied = run(
-                batch_list, index, turns, actions, occurred, next_offsets
-            )
+            index, why, decoded, placed, end, tallied = run(batch_list, index, next_offsets)
             batch.handed += tallied
             if why == DONE:
                 return batch

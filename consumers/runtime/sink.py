@@ -7,10 +7,11 @@ ones it needs. No hook is looked up by name.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple, Protocol, cast, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, TypedDict, cast, runtime_checkable
 
+from turnaudit._native import ConsumeStep
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.events import TurnEvent
@@ -150,3 +151,35 @@ class TallyingSink(Protocol):
     def take(self, turn: ConsumedTurn) -> None: ...
 
     def native_tallies(self) -> NativeTallies: ...
+
+
+# What one call of the native step came to: (index, why, decoded, placed or raised, end
+# of the run handed back, messages taken); see ``ConsumeStep.run``.
+StepStop = tuple[int, int, Any, Any, int, int]
+# One call of the native step from an index of a batch, its next offsets into the dict.
+StepRun = Callable[[list[Any], int, dict[int, int]], StepStop]
+
+
+class StepOutlet(TypedDict, total=False):
+    """How the native step gives a sink its ordinary turns (``ConsumeStep``'s outlet):
+    ``line``, the log line's keys in order and the fixed texts of some; ``turn``,
+    ``(tuple.__new__, ConsumedTurn)`` (turns with a task into the sink's pending list)."""
+
+    line: tuple[Sequence[str], Sequence[tuple[str, str]]]
+    turn: tuple[Any, type[Any]]
+
+
+@runtime_checkable
+class SteppingSink(Protocol):
+    """A sink whose ordinary turns the native step gives it its own way instead of
+    ``take`` (the log sink's rendered lines, the HTIR feeder's pending turns):
+    ``step_outlet`` says how, once, when the step is made; ``step_runner``, per batch,
+    runs the step into the sink, or is None when this batch goes record by record (a
+    setting of the moment the native output does not cover). Every other turn still
+    comes to ``take``."""
+
+    def take(self, turn: ConsumedTurn) -> None: ...
+
+    def step_outlet(self) -> StepOutlet: ...
+
+    def step_runner(self, step: ConsumeStep) -> StepRun | None: ...

@@ -15,14 +15,8 @@ import structlog
 from turnaudit._native import ConsumeStep, reserve_event_ids
 from turnaudit.consumers.runtime.consumer_metrics import CHAIN_BREAK_KINDS, ConsumerMetrics
 from turnaudit.consumers.runtime.handover import HandedBatch
-from turnaudit.consumers.runtime.native_batch import NativeBatch, not_a_turn
-from turnaudit.consumers.runtime.sink import (
-    IN_ORDER,
-    ConsumedTurn,
-    Rejection,
-    Sink,
-    TallyingSink,
-)
+from turnaudit.consumers.runtime.native_batch import NativeBatch, not_a_turn, step_outlet
+from turnaudit.consumers.runtime.sink import IN_ORDER, ConsumedTurn, Rejection, Sink
 from turnaudit.contracts import CONTRACT_RULE, Breach, Contract, check_key, identity_breach
 from turnaudit.dead_letters import DeadLetterReason
 from turnaudit.errors import SchemaNotFoundError, SerializationError, UnknownFramingError
@@ -247,16 +241,17 @@ class TurnEventValidation(Validation):
         return _tuple_new(ConsumedTurn, (decoded, sequence, topic, partition, offset, (), False))
 
     def deliver_to(self, sink: Sink, reject: Callable[[Record, Rejection], None]) -> None:
-        # A sink that tallies natively (the metrics service's, not wrapped under
-        # --workers) and a decoder with native plans: ordinary turns never reach Python.
+        # A sink the native step serves (the metrics service's tallies, the log sink's
+        # lines, the HTIR feeder's turns; not wrapped under --workers) and a decoder with
+        # native plans: ordinary turns never reach Python.
         native_plans = getattr(self._decode, "native_plans", None)
-        if isinstance(sink, TallyingSink) and native_plans is not None:
-            self._batch = NativeBatch(
-                ConsumeStep(self._decode, self._streams.tracker, _check_event, native_plans()),
-                self,
-                sink,
-                reject,
+        served = step_outlet(sink)
+        if served is not None and native_plans is not None:
+            outlet, stepping = served
+            step = ConsumeStep(
+                self._decode, self._streams.tracker, _check_event, native_plans(), **outlet
             )
+            self._batch = NativeBatch(step, self, stepping, reject)
 
     def examine_batch(self, records: Sequence[Record]) -> HandedBatch | None:
         return None if self._batch is None else self._batch.hand_over(records)

@@ -176,6 +176,9 @@ class ConsumeStep:
         tracker: NativeStreamTracker,
         check: ContractCheck,
         shipped: Sequence[tuple[bytes, Decoder, int, dict[str, Any], list[tuple[str, Any]]]],
+        *,
+        line: tuple[Sequence[str], Sequence[tuple[str, str]]] | None = None,
+        turn: tuple[Any, type[Any]] | None = None,
     ) -> ConsumeStep: ...
     def run(
         self,
@@ -185,6 +188,17 @@ class ConsumeStep:
         actions: dict[tuple[Any, ...], int],
         occurred: list[int],
         next_offsets: dict[int, int],
+    ) -> tuple[int, int, Any, Any, int, int]: ...
+    def run_lines(
+        self,
+        batch: list[Any],
+        start: int,
+        rendered: bytearray,
+        stamp: bytes,
+        next_offsets: dict[int, int],
+    ) -> tuple[int, int, Any, Any, int, int]: ...
+    def run_turns(
+        self, batch: list[Any], start: int, pending: list[Any], next_offsets: dict[int, int]
     ) -> tuple[int, int, Any, Any, int, int]: ...
     def scanned_versions(self) -> list[int]: ...
 

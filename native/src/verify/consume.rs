@@ -1,27 +1,35 @@
 //! The consumer services' per-batch step, native: a batch's ordinary TurnEvents read in
 //! place (scanned as `VerifyStep` scans them, no record built), placed by the service's
 //! own stream tracker, checked against contracts 1-4 (`ContractCheck`, the one rule) and
-//! the key, and tallied by the metrics service's labels, with no Python bytecode run per
-//! message. An ordinary message: single-object framing of a scanned schema, no headers
-//! (so not redriven), the labels of the kinds the sink tallies, a new turn at its
-//! stream's next position (no gap, no chain break), its key the session id, no breach
-//! found or recorded.
+//! the key, then given to the service's sink by the step's outlet, with no Python
+//! bytecode run per message: `TALLY`, tallied by the metrics service's labels; `LINES`,
+//! rendered as the log sink's canonical line (`line.rs`) into its batch's buffer;
+//! `TURNS`, for a batching sink (the HTIR feeder): a turn with a task handed over as a
+//! `ConsumedTurn` decoded natively, one without counted as handed only (the feeder keeps
+//! nothing of it). An ordinary message: single-object framing of a scanned schema, no
+//! headers (so not redriven), the fields the outlet reads of the kinds it reads, a new
+//! turn at its stream's next position (no gap, no chain break), its key the session id,
+//! no breach found or recorded.
 //!
 //! Every other message goes back to the Python path at once and in order, at one of
 //! two points: before anything about it was kept (`FEED`: the service's `examine` and
 //! the hand-over run whole, for it and the run of such messages after it) or after the
 //! tracker placed it (`FINISH`, `NOT_A_TURN`: the validation concludes from the
 //! placement). Before returning, the step adds its tallies to the sink's (new keys in
-//! the order first seen, as `take` would) and its next offsets to the batch's.
+//! the order first seen, as `take` would), its lines to the sink's buffer, and its next
+//! offsets to the batch's.
 
+use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use super::contracts::{ContractCheck, ACTION, BREACHES, DOMAIN, OCCURRED_AT, PACK_ID, PATH, VERDICTS};
-use super::scanned::{scan_message, track_fields, Interned, Plans, ShippedPlan};
-use crate::decode::scan::V;
-use crate::hashing::FastMap;
+use super::contracts::{ContractCheck, BREACHES};
+use super::line::{all_slot, LineFormat, Read, ALL_SLOTS, TASK};
+use super::scanned::{track_fields, Plans, Shipped, ShippedPlan};
+use super::tally::{labels, Labels, Tallies};
+use crate::constants::SINGLE_OBJECT_HEADER as HEADER;
+use crate::decode::scan::{scan, V};
 use crate::track::{chain_digest, NativeStreamTracker, Placed, Prev, NEW};
 
 const DONE: u8 = 0;
@@ -29,133 +37,123 @@ const FEED: u8 = 1;
 const FINISH: u8 = 2;
 const NOT_A_TURN: u8 = 3;
 
-/// (pack, domain, path, writer version, refused, hedged): the sink's turn tally key,
-/// the texts as their index in `Interned`.
-type TurnKey = (u32, u32, u32, i64, bool, bool);
-/// (output policy, risk tier, action-risk verdict): the sink's action tally key.
-type ActionKey = (u32, u32, u32);
-
-/// Counts by key in the order keys were first seen (the sink's dicts keep that order,
-/// and its label bounds give labels in it).
-struct Ordered<K> {
-    index: FastMap<K, usize>,
-    counts: Vec<(K, u64)>,
-}
-
-impl<K: std::hash::Hash + Eq + Copy> Ordered<K> {
-    fn new() -> Self {
-        Ordered { index: FastMap::default(), counts: Vec::new() }
-    }
-
-    fn add(&mut self, key: K) {
-        match self.index.get(&key) {
-            Some(i) => self.counts[*i].1 += 1,
-            None => {
-                self.index.insert(key, self.counts.len());
-                self.counts.push((key, 1));
-            }
-        }
-    }
-
-    fn drain(&mut self) -> std::vec::Drain<'_, (K, u64)> {
-        self.index.clear();
-        self.counts.drain(..)
-    }
-}
-
 /// What one message came to.
 enum Step {
-    Tallied,
+    Taken,
     Feed,
     Finish(Py<PyAny>, Py<PyAny>),
     NotATurn(Py<PyAny>),
 }
 
-/// A scanned message's labels, of the kinds the sink tallies.
-struct Labels<'a> {
-    pack: &'a str,
-    domain: &'a str,
-    path: &'a str,
-    refused: bool,
-    hedged: bool,
-    action: Option<(&'a str, &'a str, &'a str)>,
-    occurred_ms: i64,
+const TALLY: u8 = 0;
+const LINES: u8 = 1;
+const TURNS: u8 = 2;
+
+/// How the step gives an ordinary turn to the sink (see the module comment).
+enum Outlet {
+    Tally,
+    Lines(LineFormat),
+    /// `tuple.__new__` and `ConsumedTurn`: a turn built as the validation builds it.
+    Turns(Py<PyAny>, Py<PyAny>),
 }
 
-fn labels<'a>(f: &'a [Option<V<'a>>]) -> Option<Labels<'a>> {
-    let text = |v: Option<&'a V<'a>>| match v {
-        Some(V::Str(s)) => Some(*s),
-        _ => None,
-    };
-    let flag = |v: Option<&V<'a>>| match v {
-        Some(V::Bool(b)) => Some(*b),
-        _ => None,
-    };
-    let bundle = f[VERDICTS].as_ref()?;
-    let action = match f[ACTION].as_ref()? {
-        V::Null => None,
-        a @ V::Fields(_) => Some((text(a.field("output_policy"))?, text(a.field("risk_tier"))?, text(a.field("action_risk_verdict"))?)),
-        _ => return None,
-    };
-    let Some(V::Int(occurred_ms)) = f[OCCURRED_AT] else { return None };
-    Some(Labels {
-        pack: text(f[PACK_ID].as_ref())?,
-        domain: text(f[DOMAIN].as_ref())?,
-        path: text(f[PATH].as_ref())?,
-        refused: flag(bundle.field("refusal_emitted"))?,
-        hedged: flag(bundle.field("hedge_injected"))?,
-        action,
-        occurred_ms,
-    })
+/// What the outlet read of a message before it was placed.
+enum Kept<'a> {
+    Labels(Labels<'a>),
+    Line,
+    NoTask,
+    Task,
 }
 
-/// A message's partition and offset, when the step may take it: it has a topic and a
-/// position (librdkafka's error events have neither) and no headers (a redriven turn, or
-/// anything else a header may mean, is the Python path's to read).
-fn position(py: Python<'_>, msg: &Bound<'_, PyAny>) -> PyResult<Option<(i64, i64)>> {
-    if msg.call_method0(intern!(py, "topic"))?.is_none() || !msg.call_method0(intern!(py, "headers"))?.is_none() {
+/// A message's topic, partition and offset, when the step may take it: it has a topic
+/// and a position (librdkafka's error events have neither) and no headers (a redriven
+/// turn, or anything else a header may mean, is the Python path's to read).
+fn position<'py>(py: Python<'py>, msg: &Bound<'py, PyAny>) -> PyResult<Option<(Bound<'py, PyAny>, i64, i64)>> {
+    let topic = msg.call_method0(intern!(py, "topic"))?;
+    if topic.is_none() || !msg.call_method0(intern!(py, "headers"))?.is_none() {
         return Ok(None);
     }
     let partition = msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?;
     let offset = msg.call_method0(intern!(py, "offset"))?.extract::<Option<i64>>()?;
-    Ok(partition.zip(offset))
+    Ok(partition.zip(offset).map(|(p, o)| (topic, p, o)))
 }
 
-/// The consumer services' ordinary messages, validated and tallied natively (see the
-/// module comment).
+/// The consumer services' ordinary messages, validated and given to the sink natively
+/// (see the module comment).
 #[pyclass(module = "turnaudit._native")]
 pub(crate) struct ConsumeStep {
     decode: Py<PyAny>,
     shipped: Plans,
+    /// Per scanned schema (by its plan's address), which root fields fill which of the
+    /// step's slots (`ALL_SLOTS`).
+    wanted: Vec<(usize, Vec<Option<usize>>)>,
     tracker: Py<NativeStreamTracker>,
     check: Py<ContractCheck>,
-    turns: Ordered<TurnKey>,
-    actions: Ordered<ActionKey>,
-    occurred: Vec<i64>,
-    texts: Interned,
-    /// (partition, next offset) of the tallied messages, partitions in first-seen order.
+    outlet: Outlet,
+    tallies: Tallies,
+    /// The lines rendered since the last hand-back, and the run's timestamp (JSON).
+    lines: Vec<u8>,
+    stamp: Vec<u8>,
+    /// (partition, next offset) of the messages taken, partitions in first-seen order.
     next_offsets: Vec<(i64, i64)>,
-    tallied: u64,
+    taken: u64,
 }
 
 impl ConsumeStep {
-    /// One message placed, checked and tallied, or why the Python path takes it.
-    fn step(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>, tracker: &NativeStreamTracker, check: &ContractCheck) -> PyResult<Step> {
+    /// The slots of a scanned schema's root fields, found once per schema.
+    fn wanted_of(&mut self, shipped: &Shipped) -> usize {
+        let id = std::ptr::from_ref(shipped) as usize;
+        if let Some(i) = self.wanted.iter().position(|(at, _)| *at == id) {
+            return i;
+        }
+        let top = shipped.scan.names.top(&shipped.decoder.get().plan);
+        self.wanted.push((id, top.iter().map(|n| all_slot(n)).collect()));
+        self.wanted.len() - 1
+    }
+
+    /// One message placed, checked and given to the sink, or why the Python path takes it.
+    fn step(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>, tracker: &NativeStreamTracker, check: &ContractCheck, pending: Option<&Bound<'_, PyList>>) -> PyResult<Step> {
         // The value's framing first: a message of a schema the step does not scan (v1/v2,
         // Confluent framing) costs one call.
         let value = msg.call_method0(intern!(py, "value"))?;
         let Ok(bytes) = value.cast::<PyBytes>() else { return Ok(Step::Feed) };
         let payload = bytes.as_bytes();
         let Some(shipped) = self.shipped.of(payload) else { return Ok(Step::Feed) };
-        let Some((partition, offset)) = position(py, msg)? else { return Ok(Step::Feed) };
-        let Some(f) = scan_message(&shipped, payload) else { return Ok(Step::Feed) };
+        let Some((topic, partition, offset)) = position(py, msg)? else { return Ok(Step::Feed) };
+        let wanted = self.wanted_of(&shipped);
+        let plan = &shipped.decoder.get().plan;
+        let Some(f) = scan::<ALL_SLOTS>(plan, &shipped.scan.names, &self.wanted[wanted].1, payload, HEADER) else { return Ok(Step::Feed) };
         let Some((session, event_id, sequence, producer, prev)) = track_fields(&f) else { return Ok(Step::Feed) };
-        let Some(labels) = labels(&f) else { return Ok(Step::Feed) };
+        let version = shipped.scan.version;
+        // What the outlet reads, read before anything is kept.
+        let mark = self.lines.len();
+        let kept = match &self.outlet {
+            Outlet::Tally => match labels(&f) {
+                Some(l) => Kept::Labels(l),
+                None => return Ok(Step::Feed),
+            },
+            Outlet::Lines(format) => {
+                let Ok(topic) = topic.cast::<PyString>() else { return Ok(Step::Feed) };
+                let read = Read { topic: topic.to_str()?, partition, offset, stamp: &self.stamp };
+                if format.render(&mut self.lines, &f, version, &read).is_none() {
+                    return Ok(Step::Feed);
+                }
+                Kept::Line
+            }
+            Outlet::Turns(..) => match f[TASK] {
+                Some(V::Null) => Kept::NoTask,
+                Some(V::Fields(_)) => Kept::Task,
+                _ => return Ok(Step::Feed),
+            },
+        };
         let content = chain_digest(payload, None); // single-object: the header's fingerprint
         let placed: Placed = match tracker.place_fields(py, session, producer, sequence, event_id, Some(prev), &|| Ok(Prev::Text(prev.to_owned())), &content, Some(partition), Some(offset), None) {
             Ok(placed) => placed,
             // The Python path rejects the message whatever placing it raised.
-            Err(err) => return Ok(Step::NotATurn(err.into_value(py).into_any())),
+            Err(err) => {
+                self.lines.truncate(mark);
+                return Ok(Step::NotATurn(err.into_value(py).into_any()));
+            }
         };
         let key = msg.call_method0(intern!(py, "key"))?;
         let key_is_session = key.cast::<PyBytes>().is_ok_and(|k| k.as_bytes() == session.as_bytes());
@@ -166,90 +164,142 @@ impl ConsumeStep {
             && key_is_session
             && !f[BREACHES].as_ref().is_some_and(V::truthy)
             && !check.breaks_scanned(&f);
+        let stream = || PyTuple::new(py, [PyString::new(py, session), PyString::new(py, producer)]);
         if !ordinary {
-            let stream = PyTuple::new(py, [PyString::new(py, session), PyString::new(py, producer)])?;
-            let result = tracker.result_of(py, &stream, sequence, placed)?;
+            self.lines.truncate(mark);
+            let result = tracker.result_of(py, &stream()?, sequence, placed)?;
             let decoded = self.decode.bind(py).call1((bytes,))?;
             return Ok(Step::Finish(decoded.unbind(), result));
         }
-        self.tally(&labels, shipped.scan.version);
+        match kept {
+            Kept::Labels(l) => self.tallies.add(&l, version),
+            Kept::Line | Kept::NoTask => {}
+            Kept::Task => {
+                let (Outlet::Turns(tuple_new, turn_type), Some(pending)) = (&self.outlet, pending) else {
+                    return Err(PyValueError::new_err("a handing step runs with a pending list"));
+                };
+                let result = tracker.result_of(py, &stream()?, sequence, placed)?;
+                let decoded = self.decode.bind(py).call1((bytes,))?;
+                let fields = (decoded, result, topic, partition, offset, PyTuple::empty(py), false).into_pyobject(py)?;
+                pending.append(tuple_new.bind(py).call1((turn_type.bind(py), fields))?)?;
+            }
+        }
         match self.next_offsets.iter_mut().find(|(p, _)| *p == partition) {
             Some(next) => next.1 = offset + 1,
             None => self.next_offsets.push((partition, offset + 1)),
         }
-        self.tallied += 1;
-        Ok(Step::Tallied)
+        self.taken += 1;
+        Ok(Step::Taken)
     }
 
-    fn tally(&mut self, l: &Labels<'_>, version: i64) {
-        let t = &mut self.texts;
-        let key = (t.of(l.pack), t.of(l.domain), t.of(l.path), version, l.refused, l.hedged);
-        self.turns.add(key);
-        if let Some((policy, tier, verdict)) = l.action {
-            let key = (t.of(policy), t.of(tier), t.of(verdict));
-            self.actions.add(key);
+    /// The lines onto the end of the sink's buffer.
+    fn flush_lines(&mut self, rendered: &Bound<'_, PyByteArray>) -> PyResult<()> {
+        if self.lines.is_empty() {
+            return Ok(());
         }
-        self.occurred.push(l.occurred_ms);
+        let old = rendered.len();
+        rendered.resize(old + self.lines.len())?;
+        // SAFETY: the GIL is held and nothing else touches the bytearray while it is
+        // written; it was just resized to hold the lines after its `old` bytes.
+        unsafe { rendered.as_bytes_mut()[old..].copy_from_slice(&self.lines) };
+        self.lines.clear();
+        Ok(())
     }
 
-    /// The tallies into the sink's, the next offsets into the batch's.
-    fn flush(&mut self, py: Python<'_>, turns: &Bound<'_, PyDict>, actions: &Bound<'_, PyDict>, occurred: &Bound<'_, PyList>, next_offsets: &Bound<'_, PyDict>) -> PyResult<()> {
-        let texts = &self.texts;
-        let s = |i: u32| PyString::new(py, texts.text(i)).into_any();
-        let add = |tally: &Bound<'_, PyDict>, key: Bound<'_, PyTuple>, n: u64| -> PyResult<()> {
-            let before: u64 = match tally.get_item(&key)? {
-                Some(count) => count.extract()?,
-                None => 0,
-            };
-            tally.set_item(key, before + n)
-        };
-        for ((pack, domain, path, version, refused, hedged), n) in self.turns.drain() {
-            let key = PyTuple::new(
-                py,
-                [
-                    s(pack),
-                    s(domain),
-                    s(path),
-                    version.into_pyobject(py)?.into_any(),
-                    PyBool::new(py, refused).to_owned().into_any(),
-                    PyBool::new(py, hedged).to_owned().into_any(),
-                ],
-            )?;
-            add(turns, key, n)?;
-        }
-        for ((policy, tier, verdict), n) in self.actions.drain() {
-            add(actions, PyTuple::new(py, [s(policy), s(tier), s(verdict)])?, n)?;
-        }
-        for ms in self.occurred.drain(..) {
-            occurred.append(ms)?;
-        }
+    /// The next offsets into the batch's; the messages taken since the last hand-back.
+    fn flush_offsets(&mut self, next_offsets: &Bound<'_, PyDict>) -> PyResult<u64> {
         for (partition, next) in self.next_offsets.drain(..) {
             next_offsets.set_item(partition, next)?;
         }
-        self.texts.clear();
-        Ok(())
+        Ok(std::mem::take(&mut self.taken))
+    }
+
+    /// The batch's messages from `start` on, until one is the Python path's (see `run`).
+    fn drive(&mut self, py: Python<'_>, batch: &Bound<'_, PyList>, start: usize, pending: Option<&Bound<'_, PyList>>) -> PyResult<Stop> {
+        let tracker = self.tracker.clone_ref(py);
+        let check = self.check.clone_ref(py);
+        let none = || py.None();
+        let end = batch.len();
+        for index in start..end {
+            let msg = batch.get_item(index)?;
+            return Ok(match self.step(py, &msg, tracker.get(), check.get(), pending)? {
+                Step::Taken => continue,
+                Step::Feed => {
+                    // The messages after it that the Python path takes whole too
+                    // (decided before placing, so looking ahead changes nothing).
+                    let mut until = index + 1;
+                    while until < end && self.feeds(py, &batch.get_item(until)?)? {
+                        until += 1;
+                    }
+                    (index, FEED, none(), none(), until, 0)
+                }
+                Step::Finish(decoded, result) => (index, FINISH, decoded, result, index + 1, 0),
+                Step::NotATurn(err) => (index, NOT_A_TURN, none(), err, index + 1, 0),
+            });
+        }
+        Ok((end, DONE, none(), none(), end, 0))
+    }
+
+    fn outlet_is(&self, mode: u8) -> PyResult<()> {
+        let is = match self.outlet {
+            Outlet::Tally => TALLY,
+            Outlet::Lines(_) => LINES,
+            Outlet::Turns(..) => TURNS,
+        };
+        if is == mode {
+            Ok(())
+        } else {
+            Err(PyValueError::new_err(format!("this step's outlet is {is}, not {mode}")))
+        }
     }
 }
 
 type Stop = (usize, u8, Py<PyAny>, Py<PyAny>, usize, u64);
 
+/// The stop with the messages taken before it.
+fn taken(stop: PyResult<Stop>, taken: u64) -> PyResult<Stop> {
+    stop.map(|mut stop| {
+        stop.5 = taken;
+        stop
+    })
+}
+
 #[pymethods]
 impl ConsumeStep {
     /// `decode`: the service's decoder (a message the step hands back after placing it
-    /// comes decoded); `shipped`: `TurnEventDeserializer.native_plans()`.
+    /// comes decoded); `shipped`: `TurnEventDeserializer.native_plans()`. The outlet:
+    /// tallies (neither of the others given); `line`, the log line's keys in order and
+    /// the fixed texts of some of them; `turn`, `(tuple.__new__, ConsumedTurn)`.
     #[new]
-    fn new(py: Python<'_>, decode: Py<PyAny>, tracker: Py<NativeStreamTracker>, check: Py<ContractCheck>, shipped: Vec<ShippedPlan>) -> PyResult<Self> {
+    #[pyo3(signature = (decode, tracker, check, shipped, *, line=None, turn=None))]
+    #[allow(clippy::type_complexity)]
+    fn new(
+        py: Python<'_>,
+        decode: Py<PyAny>,
+        tracker: Py<NativeStreamTracker>,
+        check: Py<ContractCheck>,
+        shipped: Vec<ShippedPlan>,
+        line: Option<(Vec<String>, Vec<(String, String)>)>,
+        turn: Option<(Py<PyAny>, Py<PyAny>)>,
+    ) -> PyResult<Self> {
+        let outlet = match (line, turn) {
+            (None, None) => Outlet::Tally,
+            (Some((keys, constants)), None) => Outlet::Lines(LineFormat::new(keys, constants)?),
+            (None, Some((tuple_new, turn_type))) => Outlet::Turns(tuple_new, turn_type),
+            (Some(_), Some(_)) => return Err(PyValueError::new_err("one outlet: line or turn")),
+        };
         Ok(ConsumeStep {
             decode,
             shipped: Plans::new(py, shipped)?,
+            wanted: Vec::new(),
             tracker,
             check,
-            turns: Ordered::new(),
-            actions: Ordered::new(),
-            occurred: Vec::new(),
-            texts: Interned::default(),
+            outlet,
+            tallies: Tallies::new(),
+            lines: Vec::new(),
+            stamp: Vec::new(),
             next_offsets: Vec::new(),
-            tallied: 0,
+            taken: 0,
         })
     }
 
@@ -269,36 +319,32 @@ impl ConsumeStep {
         occurred: &Bound<'_, PyList>,
         next_offsets: &Bound<'_, PyDict>,
     ) -> PyResult<Stop> {
-        let tracker = self.tracker.clone_ref(py);
-        let check = self.check.clone_ref(py);
-        let none = || py.None();
-        let end = batch.len();
-        let mut stop = (end, DONE, none(), none(), end, 0);
-        for index in start..end {
-            let msg = batch.get_item(index)?;
-            match self.step(py, &msg, tracker.get(), check.get()) {
-                Ok(Step::Tallied) => continue,
-                Ok(Step::Feed) => {
-                    // The messages after it that the Python path takes whole too
-                    // (decided before placing, so looking ahead changes nothing).
-                    let mut until = index + 1;
-                    while until < end && self.feeds(py, &batch.get_item(until)?)? {
-                        until += 1;
-                    }
-                    stop = (index, FEED, none(), none(), until, 0);
-                }
-                Ok(Step::Finish(decoded, result)) => stop = (index, FINISH, decoded, result, index + 1, 0),
-                Ok(Step::NotATurn(err)) => stop = (index, NOT_A_TURN, none(), err, index + 1, 0),
-                Err(err) => {
-                    self.flush(py, turns, actions, occurred, next_offsets)?;
-                    return Err(err);
-                }
-            }
-            break;
-        }
-        self.flush(py, turns, actions, occurred, next_offsets)?;
-        stop.5 = std::mem::take(&mut self.tallied);
-        Ok(stop)
+        self.outlet_is(TALLY)?;
+        let stop = self.drive(py, batch, start, None);
+        self.tallies.flush(py, turns, actions, occurred)?;
+        let n = self.flush_offsets(next_offsets)?;
+        taken(stop, n)
+    }
+
+    /// `run` for the log sink: each ordinary turn's line (stamped `stamp`, a JSON text)
+    /// onto the end of `rendered`; the count is of lines.
+    fn run_lines(&mut self, py: Python<'_>, batch: &Bound<'_, PyList>, start: usize, rendered: &Bound<'_, PyByteArray>, stamp: &[u8], next_offsets: &Bound<'_, PyDict>) -> PyResult<Stop> {
+        self.outlet_is(LINES)?;
+        self.stamp.clear();
+        self.stamp.extend_from_slice(stamp);
+        let stop = self.drive(py, batch, start, None);
+        self.flush_lines(rendered)?;
+        let n = self.flush_offsets(next_offsets)?;
+        taken(stop, n)
+    }
+
+    /// `run` for a batching sink: each ordinary turn with a task appended to `pending`
+    /// as a `ConsumedTurn`; the count is of every ordinary turn (handed over).
+    fn run_turns(&mut self, py: Python<'_>, batch: &Bound<'_, PyList>, start: usize, pending: &Bound<'_, PyList>, next_offsets: &Bound<'_, PyDict>) -> PyResult<Stop> {
+        self.outlet_is(TURNS)?;
+        let stop = self.drive(py, batch, start, Some(pending));
+        let n = self.flush_offsets(next_offsets)?;
+        taken(stop, n)
     }
 
     #[classattr]
@@ -314,15 +360,26 @@ impl ConsumeStep {
 
 impl ConsumeStep {
     /// Whether `step` would hand the message back before placing it.
-    fn feeds(&self, py: Python<'_>, msg: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn feeds(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>) -> PyResult<bool> {
         let value = msg.call_method0(intern!(py, "value"))?;
         let Ok(bytes) = value.cast::<PyBytes>() else { return Ok(true) };
         let payload = bytes.as_bytes();
         let Some(shipped) = self.shipped.of(payload) else { return Ok(true) };
-        if position(py, msg)?.is_none() {
+        let Some((topic, partition, offset)) = position(py, msg)? else { return Ok(true) };
+        let wanted = self.wanted_of(&shipped);
+        let plan = &shipped.decoder.get().plan;
+        let Some(f) = scan::<ALL_SLOTS>(plan, &shipped.scan.names, &self.wanted[wanted].1, payload, HEADER) else { return Ok(true) };
+        if track_fields(&f).is_none() {
             return Ok(true);
         }
-        let Some(f) = scan_message(&shipped, payload) else { return Ok(true) };
-        Ok(track_fields(&f).is_none() || labels(&f).is_none())
+        Ok(match &self.outlet {
+            Outlet::Tally => labels(&f).is_none(),
+            Outlet::Lines(format) => {
+                let Ok(topic) = topic.cast::<PyString>() else { return Ok(true) };
+                let read = Read { topic: topic.to_str()?, partition, offset, stamp: &self.stamp };
+                format.render(&mut Vec::new(), &f, shipped.scan.version, &read).is_none()
+            }
+            Outlet::Turns(..) => !matches!(f[TASK], Some(V::Null | V::Fields(_))),
+        })
     }
 }

@@ -26,8 +26,10 @@ mod admit;
 mod consume;
 mod contract_values;
 mod contracts;
+mod line;
 mod rule_input;
 mod scanned;
+mod tally;
 
 pub(crate) use consume::ConsumeStep;
 pub(crate) use contracts::ContractCheck;
