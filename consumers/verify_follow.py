@@ -119,15 +119,14 @@ class FollowValidation(Validation):
         if self._trust is not None or state.step is None:
             return None
         batch = HandedBatch()
-        placed: list[Record] = []
-        for msg in records:
-            partition, offset = msg.partition(), msg.offset()
-            if partition is None or offset is None:
-                continue  # only librdkafka's error events lack a position
+        # Natively, one pass: the messages with a position (only librdkafka's error events
+        # lack one), and per partition its first offset and the offset after its last.
+        # The step keeps what it read of each for admitting the list it returned.
+        placed, met = state.step.positions(records)
+        for partition, (first, after) in met.items():
             if partition not in state.partitions:
-                self._load(partition, offset)
-            batch.next_offsets[partition] = offset + 1
-            placed.append(msg)
+                self._load(partition, first)
+            batch.next_offsets[partition] = after
         followed = follow_batch(state, placed, self._clock())
         m = self._metrics
         m.proved.inc(followed.settled)

@@ -136,12 +136,96 @@ fn sized<'a>(body: &mut Body<'a>, what: &'static str) -> R<&'a [u8]> {
 }
 
 fn text<'a>(body: &mut Body<'a>) -> R<&'a str> {
-    // Strict UTF-8 (no surrogates, no overlong forms): what Python's decoder accepts.
-    std::str::from_utf8(sized(body, "string")?).map_err(|e| Fail::Msg(format!("invalid UTF-8: {e}")))
+    utf8(sized(body, "string")?).ok_or_else(|| Fail::Msg("invalid UTF-8".into()))
 }
 
-/// Reads one value of node `id`: kept (`keep`) or only checked.
-fn read<'a>(plan: &Plan, names: &'a Names, id: NodeId, body: &mut Body<'a>, keep: bool) -> R<V<'a>> {
+/// Strict UTF-8 (no surrogates, no overlong forms): what Python's decoder accepts. Most
+/// of a turn's texts are short and ASCII: checked a word at a time, inline.
+#[inline(always)]
+fn utf8(raw: &[u8]) -> Option<&str> {
+    if raw.is_ascii() {
+        // SAFETY: ASCII is valid UTF-8.
+        return Some(unsafe { std::str::from_utf8_unchecked(raw) });
+    }
+    std::str::from_utf8(raw).ok()
+}
+
+/// A long, `None` at the end of the input (the skip's reader: no error built).
+#[inline(always)]
+fn long(body: &mut Body<'_>) -> Option<i64> {
+    body.long().ok()
+}
+
+/// `n` bytes passed over, `None` past the end.
+#[inline(always)]
+fn pass(body: &mut Body<'_>, n: usize) -> Option<()> {
+    let end = body.pos.checked_add(n).filter(|&e| e <= body.buf.len())?;
+    body.pos = end;
+    Some(())
+}
+
+/// A size-prefixed value's bytes, `None` where `sized` fails.
+#[inline(always)]
+fn sized_skip<'a>(body: &mut Body<'a>) -> Option<&'a [u8]> {
+    let size = long(body)?;
+    let remaining = body.buf.len() - body.pos;
+    if size < 0 || size as u64 > remaining as u64 {
+        return None;
+    }
+    let out = &body.buf[body.pos..body.pos + size as usize];
+    body.pos += size as usize;
+    Some(out)
+}
+
+/// Checks one value of node `id` as `read` does, building nothing (no `V`, no vector,
+/// no error text): `None` exactly where `read` fails.
+fn skip(plan: &Plan, id: NodeId, body: &mut Body<'_>) -> Option<()> {
+    match &plan.nodes[id] {
+        Node::Null => Some(()),
+        Node::Boolean => pass(body, 1),
+        Node::Int | Node::Long => long(body).map(drop),
+        Node::Float => pass(body, 4),
+        Node::Double => pass(body, 8),
+        Node::Bytes => sized_skip(body).map(drop),
+        Node::String => utf8(sized_skip(body)?).map(drop),
+        Node::Fixed(size) => pass(body, *size),
+        Node::Enum(symbols) => py_index(long(body)?, symbols.len(), "enum symbol").ok().map(drop),
+        Node::Union(branches) => {
+            let i = py_index(long(body)?, branches.len(), "union branch").ok()?;
+            skip(plan, branches[i], body)
+        }
+        Node::Record(fields) => fields.iter().try_for_each(|field| skip(plan, field.node, body)),
+        Node::Array(item) => skip_blocks(plan, *item, body, |plan, body| skip(plan, *item, body)),
+        Node::Map(values) => skip_blocks(plan, *values, body, |plan, body| {
+            utf8(sized_skip(body)?)?;
+            skip(plan, *values, body)
+        }),
+        Node::Pending => None,
+    }
+}
+
+/// `Plan::blocks` for the skip: the same counts, sizes and refusals.
+#[inline(always)]
+fn skip_blocks(plan: &Plan, item: NodeId, body: &mut Body<'_>, each: impl Fn(&Plan, &mut Body<'_>) -> Option<()>) -> Option<()> {
+    let mut count = long(body)?;
+    while count != 0 {
+        if count < 0 {
+            count = count.wrapping_neg();
+            long(body)?;
+        }
+        if count > 0 {
+            plan.check_count(count, item, body).ok()?;
+            for _ in 0..count {
+                each(plan, body)?;
+            }
+        }
+        count = long(body)?;
+    }
+    Some(())
+}
+
+/// Reads one value of node `id`, kept.
+fn read<'a>(plan: &Plan, names: &'a Names, id: NodeId, body: &mut Body<'a>) -> R<V<'a>> {
     Ok(match &plan.nodes[id] {
         Node::Null => V::Null,
         Node::Boolean => V::Bool(slice(body, 1, "boolean")?[0] != 0),
@@ -165,40 +249,44 @@ fn read<'a>(plan: &Plan, names: &'a Names, id: NodeId, body: &mut Body<'a>, keep
         }
         Node::Union(branches) => {
             let i = py_index(body.long()?, branches.len(), "union branch")?;
-            read(plan, names, branches[i], body, keep)?
+            read(plan, names, branches[i], body)?
         }
         Node::Record(fields) => {
-            // Sized once when kept (no allocation when only checked).
-            let mut kept = if keep { Vec::with_capacity(fields.len()) } else { Vec::new() };
+            let mut kept = Vec::with_capacity(fields.len());
             for (field, name) in fields.iter().zip(&names.fields[id]) {
-                let v = read(plan, names, field.node, body, keep)?;
-                if keep {
-                    kept.push((name.as_str(), v));
-                }
+                kept.push((name.as_str(), read(plan, names, field.node, body)?));
             }
             V::Fields(kept)
         }
         Node::Array(item) => {
+            // `Plan::blocks`, with each block's items sized for at once (a count beyond
+            // the bytes left is zero-width items: grown as they come).
             let mut kept = Vec::new();
-            plan.blocks(*item, body, |plan, body| {
-                let v = read(plan, names, *item, body, keep)?;
-                if keep {
-                    kept.push(v);
+            let mut count = body.long()?;
+            while count != 0 {
+                if count < 0 {
+                    count = count.wrapping_neg();
+                    body.long()?;
                 }
-                Ok(())
-            })?;
+                if count > 0 {
+                    plan.check_count(count, *item, body)?;
+                    kept.reserve((count as u64).min((body.buf.len() - body.pos) as u64) as usize);
+                    for _ in 0..count {
+                        kept.push(read(plan, names, *item, body)?);
+                    }
+                }
+                count = body.long()?;
+            }
             V::List(kept)
         }
         Node::Map(values) => {
             let mut kept = Vec::new();
             plan.blocks(*values, body, |plan, body| {
                 let key = text(body)?;
-                let v = read(plan, names, *values, body, keep)?;
-                if keep {
-                    // A later equal key replaces the earlier one, as in a dict.
-                    kept.retain(|(k, _): &(&str, V<'_>)| *k != key);
-                    kept.push((key, v));
-                }
+                let v = read(plan, names, *values, body)?;
+                // A later equal key replaces the earlier one, as in a dict.
+                kept.retain(|(k, _): &(&str, V<'_>)| *k != key);
+                kept.push((key, v));
                 Ok(())
             })?;
             V::Fields(kept)
@@ -221,7 +309,11 @@ pub(crate) fn scan<'a, const SLOTS: usize>(
     let mut body = Body { buf: payload, pos: start };
     let mut out: [Option<V<'a>>; SLOTS] = std::array::from_fn(|_| None);
     for (field, slot) in fields.iter().zip(wanted) {
-        let v = read(plan, names, field.node, &mut body, slot.is_some()).ok()?;
+        if slot.is_none() && !field.millis_range {
+            skip(plan, field.node, &mut body)?;
+            continue;
+        }
+        let v = read(plan, names, field.node, &mut body).ok()?;
         if field.millis_range {
             let V::Int(millis) = v else { return None };
             if millis < plan.min_millis || millis > plan.max_millis {
@@ -234,3 +326,7 @@ pub(crate) fn scan<'a, const SLOTS: usize>(
     }
     (body.pos == payload.len()).then_some(out)
 }
+
+#[cfg(test)]
+#[path = "scan_tests.rs"]
+mod tests;

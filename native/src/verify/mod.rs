@@ -58,6 +58,11 @@ pub(crate) struct VerifyStep {
     /// texts up here, by borrowed `&str`, instead of copying them into its key).
     tally_texts: Interned,
     fed_partitions: FastSet<i64>,
+    /// The list `admit_for_run` returned and what it read of each of its messages: `run`
+    /// over that list asks a message its partition, offset and timestamp no second time.
+    admitted: Option<(Py<PyList>, Vec<admit::Read>)>,
+    /// The list `positions` returned and what it read of each message, for `admit_for_run`.
+    positioned: Option<(Py<PyList>, Vec<admit::Read>)>,
     messages: u64,
     first_timestamp: Option<i64>,
     last_timestamp: Option<i64>,
@@ -84,10 +89,15 @@ impl VerifyStep {
         self.last_timestamp = Some(self.last_timestamp.map_or(timestamp, |t| t.max(timestamp)));
     }
 
-    fn counted(&mut self, msg: &Bound<'_, PyAny>) -> PyResult<i64> {
+    fn counted(&mut self, msg: &Bound<'_, PyAny>, read: Option<admit::Read>) -> PyResult<i64> {
         let py = msg.py();
-        let offset: i64 = msg.call_method0(intern!(py, "offset"))?.extract::<Option<i64>>()?.unwrap_or(0);
-        let timestamp: Option<i64> = msg.call_method0(intern!(py, "timestamp"))?.get_item(1)?.extract()?;
+        let (offset, timestamp) = match read {
+            Some(read) => (read.offset, Some(read.timestamp)),
+            None => (
+                msg.call_method0(intern!(py, "offset"))?.extract::<Option<i64>>()?.unwrap_or(0),
+                msg.call_method0(intern!(py, "timestamp"))?.get_item(1)?.extract()?,
+            ),
+        };
         self.messages += 1;
         self.stamp(timestamp);
         Ok(offset)
@@ -99,6 +109,7 @@ impl VerifyStep {
         &mut self,
         py: Python<'_>,
         msg: &Bound<'_, PyAny>,
+        read: Option<admit::Read>,
         shipped: &Shipped,
         bytes: &Bound<'_, PyBytes>,
         partition: i64,
@@ -113,7 +124,7 @@ impl VerifyStep {
         let Some((session, event_id, sequence, producer, prev)) = track_fields(&f) else {
             return Ok(Step::Feed);
         };
-        let offset = self.counted(msg)?;
+        let offset = self.counted(msg, read)?;
         let mut opened = false;
         let content = chain_digest(payload, None); // single-object: the header's fingerprint
         let placed: Placed = match tracker.place_fields(py, session, producer, sequence, event_id, Some(prev), &|| Ok(Prev::Text(prev.to_owned())), &content, Some(partition), Some(offset), Some(&mut opened)) {
@@ -195,8 +206,18 @@ impl VerifyStep {
         Ok(())
     }
 
-    fn step(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>, tracker: &NativeStreamTracker, check: &ContractCheck) -> PyResult<Step> {
-        let partition: i64 = msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?.unwrap_or(0);
+    fn step(
+        &mut self,
+        py: Python<'_>,
+        msg: &Bound<'_, PyAny>,
+        read: Option<admit::Read>,
+        tracker: &NativeStreamTracker,
+        check: &ContractCheck,
+    ) -> PyResult<Step> {
+        let partition: i64 = match read {
+            Some(read) => read.partition,
+            None => msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?.unwrap_or(0),
+        };
         if !self.fed_partitions.contains(&partition) {
             self.fed_partitions.insert(partition);
             return Ok(Step::Feed); // its partition's first message
@@ -208,7 +229,7 @@ impl VerifyStep {
         // A schema the step does not scan (v1/v2, or one learned at run time): the
         // Verifier's own decoding.
         let Some(shipped) = self.shipped.of(bytes.as_bytes()) else { return Ok(Step::Feed) };
-        self.by_scan(py, msg, &shipped, bytes, partition, tracker, check)
+        self.by_scan(py, msg, read, &shipped, bytes, partition, tracker, check)
     }
 }
 
@@ -237,6 +258,8 @@ impl VerifyStep {
             scanned_tally: FastMap::default(),
             tally_texts: Interned::default(),
             fed_partitions: FastSet::default(),
+            admitted: None,
+            positioned: None,
             messages: 0,
             first_timestamp: None,
             last_timestamp: None,
@@ -251,9 +274,13 @@ impl VerifyStep {
         let check = self.check.clone_ref(py);
         let none = || py.None();
         let mut stop = (batch.len(), DONE, none(), none(), false);
+        // What admitting read, for the list it returned only; a message is taken for the
+        // one read only while it is the same object.
+        let admitted = self.admitted.take().filter(|(list, read)| list.bind(py).is(batch) && read.len() == batch.len());
         for index in start..batch.len() {
             let msg = batch.get_item(index)?;
-            match self.step(py, &msg, tracker.get(), check.get()) {
+            let read = admitted.as_ref().map(|(_, read)| read[index]).filter(|r| r.message == msg.as_ptr() as usize);
+            match self.step(py, &msg, read, tracker.get(), check.get()) {
                 Ok(Step::Tallied) => continue,
                 Ok(Step::Feed) => stop = (index, FEED, none(), none(), false),
                 Ok(Step::Finish(decoded, result, opened)) => stop = (index, FINISH, decoded, result, opened),
@@ -264,6 +291,9 @@ impl VerifyStep {
                 }
             }
             break;
+        }
+        if stop.1 != DONE {
+            self.admitted = admitted; // `run` goes on from the next index
         }
         self.flush_tally(py)?;
         Ok(stop)
@@ -296,7 +326,34 @@ impl VerifyStep {
     /// admitted, read again).
     #[staticmethod]
     fn admit<'py>(batch: &Bound<'py, PyList>, next_offsets: &Bound<'py, PyDict>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
-        admit::admit(batch, next_offsets)
+        admit::admit(batch, next_offsets, None, None)
+    }
+
+    /// `admit::positions`: the messages with a partition and an offset, and per partition
+    /// (first offset, offset after the last); what it read of each is kept for
+    /// `admit_for_run` over the returned list.
+    fn positions<'py>(&mut self, records: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
+        self.positioned = None;
+        let mut read = Vec::new();
+        let (placed, met) = admit::positions(records, &mut read)?;
+        self.positioned = Some((placed.clone().unbind(), read));
+        Ok((placed, met))
+    }
+
+    /// `admit`, keeping what it read of each admitted message for `run` over the list it
+    /// returns (the list is not to change in between; a message that did is asked again).
+    fn admit_for_run<'py>(
+        &mut self,
+        batch: &Bound<'py, PyList>,
+        next_offsets: &Bound<'py, PyDict>,
+    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyDict>)> {
+        self.admitted = None;
+        let py = batch.py();
+        let known = self.positioned.take().filter(|(list, read)| list.bind(py).is(batch) && read.len() == batch.len());
+        let mut read = Vec::with_capacity(batch.len());
+        let (live, met) = admit::admit(batch, next_offsets, Some(&mut read), known.as_ref().map(|(_, k)| k.as_slice()))?;
+        self.admitted = Some((live.clone().unbind(), read));
+        Ok((live, met))
     }
 
     #[classattr]

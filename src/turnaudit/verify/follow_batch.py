@@ -35,7 +35,10 @@ def follow_batch(state: FollowState, records: Sequence[Record], now: float) -> F
     # Natively, one pass: a message below its partition's proved offset is read again;
     # the others move their partition's offset and event time and go on to the step.
     next_offsets = {p: proof.next_offset for p, proof in state.partitions.items()}
-    live, met = step.admit(list(records), next_offsets)
+    # The step keeps what admitting read of each message it let through: its run over
+    # ``live`` (``feed_batch``) asks those messages only their key and value.
+    batch = records if isinstance(records, list) else list(records)
+    live, met = step.admit_for_run(batch, next_offsets)
     taken: dict[int, int] = {}
     reread = 0
     for partition, (next_offset, stamp, admitted, again) in met.items():
