@@ -12,6 +12,11 @@ min/median/max, the ratio to the bare loop per round, and for the follower the R
 samples (first, median, max, last) and how they moved over the second half of the run
 (flat: the bound holds).
 
+The follower's rate is given twice: from its launch (interpreter start, the consumer group's
+join, which waits out the broker's ``group.initial.rebalance.delay.ms``, 3 s by default, and
+its control topics read) and from its first proved turn to the end, the rate it keeps up at.
+The bare loop's clock starts in its process, after its consumer is made and assigned.
+
     .venv/bin/python benchmarks/bench_follow.py --events 200000 --rounds 3
     # a large topic once (bench_verify.py --publish-only), then:
     KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 .venv/bin/python benchmarks/bench_follow.py \\
@@ -84,6 +89,8 @@ class Run(TypedDict):
     count: int
     seconds: float
     rss_mib: list[float]
+    # From the first proved turn to the end (the follower's only): turns and seconds.
+    steady: tuple[int, float] | None
 
 
 def rounds(settings: KafkaSettings, rounds: int, sample_s: float) -> None:
@@ -98,14 +105,24 @@ def rounds(settings: KafkaSettings, rounds: int, sample_s: float) -> None:
             found[name].append(result)
     print(f"{events} turns, {len(end)} partitions, {rounds} rounds (rotated), one process each")
     base = found[loops[0]]
-    for name in loops:
-        rates = [r["count"] / r["seconds"] for r in found[name]]
+    steady = [r["steady"] for r in found[loops[1]] if r["steady"] is not None]
+    rows = [(name, [r["count"] / r["seconds"] for r in found[name]]) for name in loops]
+    if len(steady) == len(base):
+        rows.append(("  from first proof", [n / s for n, s in steady]))
+    for name, rates in rows:
         ratios = [a / (b["count"] / b["seconds"]) for a, b in zip(rates, base, strict=True)]
         print(
             f"{name:20} turns/s median {statistics.median(rates):8.0f} (min {min(rates):.0f}, "
             f"max {max(rates):.0f}) | x bare per round median {statistics.median(ratios):.2f} "
             f"(min {min(ratios):.2f}, max {max(ratios):.2f})"
         )
+    for n, r in enumerate(found[loops[1]]):
+        if r["steady"]:
+            turns, seconds = r["steady"]
+            print(
+                f"verify --follow round {n + 1}: first proof after "
+                f"{r['seconds'] - seconds:.1f} s, then {turns} turns in {seconds:.1f} s"
+            )
     for n, r in enumerate(found[loops[1]]):
         rss = r["rss_mib"]
         half = rss[len(rss) // 2 :] or rss
@@ -134,7 +151,9 @@ def bare(settings: KafkaSettings) -> Run:
         cwd=PROJECT_DIR,
     )
     result = json.loads(out.stdout.splitlines()[-1])
-    return Run(count=int(result["count"]), seconds=float(result["seconds"]), rss_mib=[])
+    return Run(
+        count=int(result["count"]), seconds=float(result["seconds"]), rss_mib=[], steady=None
+    )
 
 
 def follow(settings: KafkaSettings, end: dict[int, int], sample_s: float) -> Run:
@@ -159,6 +178,7 @@ def follow(settings: KafkaSettings, end: dict[int, int], sample_s: float) -> Run
         cwd=PROJECT_DIR,
     )
     rss: list[float] = []
+    first: tuple[int, float] | None = None  # (turns proved, when) at the first proof seen
     try:
         next_sample = began
         while True:
@@ -167,8 +187,11 @@ def follow(settings: KafkaSettings, end: dict[int, int], sample_s: float) -> Run
                 rss.append(vm_rss_mib(proc.pid))
                 next_sample = now + sample_s
             at = proved(port)
+            if first is None and sum(at.values()):
+                first = (sum(at.values()), time.perf_counter())
             if all(at.get(p, 0) >= offset for p, offset in end.items() if offset):
-                seconds = time.perf_counter() - began
+                finished = time.perf_counter()
+                seconds = finished - began
                 break
             assert proc.poll() is None, "the follower stopped"
             time.sleep(0.2)
@@ -176,7 +199,9 @@ def follow(settings: KafkaSettings, end: dict[int, int], sample_s: float) -> Run
     finally:
         proc.terminate()
         proc.wait(60)
-    return Run(count=sum(end.values()), seconds=seconds, rss_mib=rss)
+    total = sum(end.values())
+    steady = None if first is None else (total - first[0], finished - first[1])
+    return Run(count=total, seconds=seconds, rss_mib=rss, steady=steady)
 
 
 def proved(port: int) -> dict[int, int]:
