@@ -100,6 +100,32 @@ def checkpoint(settings: KafkaSettings) -> dict[int, dict[str, Any]]:
     }
 
 
+def checkpoint_totals(settings: KafkaSettings) -> dict[str, int]:
+    """The follower's checkpointed counts, summed over its partitions."""
+    totals: dict[str, int] = {}
+    for proof in checkpoint(settings).values():
+        for name, n in proof["counts"].items():
+            if isinstance(n, int):
+                totals[name] = totals.get(name, 0) + n
+    return totals
+
+
+def one_shot_verify(
+    settings: KafkaSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *,
+    exit_code: int,
+) -> dict[str, Any]:
+    """``verify --json`` over the same topic, in process: its report."""
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
+    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
+    capsys.readouterr()
+    assert main(["verify", "--json"]) == exit_code
+    report: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return report
+
+
 def caught_up(settings: KafkaSettings) -> bool:
     high = watermarks(settings, settings.topics.turn_events).high
     try:
@@ -179,16 +205,8 @@ def test_follow_finds_tampering_resumes_after_sigkill_and_agrees_with_one_shot_v
     assert after["turnaudit_verify_lost_turns_total{cause=gap}"] == 0  # nothing new lost
 
     # The checkpointed counts against a one-shot verify of the same range.
-    totals: dict[str, int] = {}
-    for proof in checkpoint(settings).values():
-        for name, n in proof["counts"].items():
-            if isinstance(n, int):
-                totals[name] = totals.get(name, 0) + n
-    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
-    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
-    capsys.readouterr()
-    assert main(["verify", "--json"]) == 1
-    report = json.loads(capsys.readouterr().out)
+    totals = checkpoint_totals(settings)
+    report = one_shot_verify(settings, monkeypatch, capsys, exit_code=1)
     kinds = report["unexplained_by_kind"]
     assert totals["proved"] == report["counts"]["turns"]
     assert totals["lost"] == report["lost"] == 1

@@ -6,7 +6,6 @@ and while streams that ended whole retire, no kill moment makes one count lost o
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -19,15 +18,16 @@ import pytest
 from tests.broker.test_verify_follow import (
     caught_up,
     checkpoint,
+    checkpoint_totals,
     committed_offsets,
     follower,
+    one_shot_verify,
     proved_turns,
     scrape,
     tampered_streams,
 )
 from tests.support.streams import http_get, wait_for
 from tests.support.verify_helpers import fresh_topics, publish
-from turnaudit.cli import main
 from turnaudit.consumers.runtime.settings import ServiceName, default_group_id
 from turnaudit.kafka.state_topic import read_state
 from turnaudit.local_broker import free_port
@@ -106,16 +106,8 @@ def test_sigkills_at_random_moments_hold_offsets_at_the_checkpoint_and_match_one
         assert wait_for(lambda: caught_up(settings), timeout=120)
     print(f"turns proved by each killed run: {proved_by_run}")
 
-    totals: dict[str, int] = {}
-    for proof in checkpoint(settings).values():
-        for name, n in proof["counts"].items():
-            if isinstance(n, int):
-                totals[name] = totals.get(name, 0) + n
-    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", settings.bootstrap_servers or "")
-    monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", settings.topics.prefix)
-    capsys.readouterr()
-    assert main(["verify", "--json"]) == 1  # the tampered sessions
-    report = json.loads(capsys.readouterr().out)
+    totals = checkpoint_totals(settings)
+    report = one_shot_verify(settings, monkeypatch, capsys, exit_code=1)  # the tampered sessions
     kinds = report["unexplained_by_kind"]
     assert report["counts"]["turns"] >= 2 * CHUNK_EVENTS
     assert totals["proved"] == report["counts"]["turns"], seed

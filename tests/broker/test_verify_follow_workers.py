@@ -23,6 +23,7 @@ from tests.broker.test_signed_checkpoints import SignedRun, copy_checkpoints, pu
 from tests.broker.test_verify_follow import (
     caught_up,
     checkpoint,
+    checkpoint_totals,
     follower,
     scrape,
     tampered_streams,
@@ -92,15 +93,6 @@ def parts(run: SignedRun, n: int) -> Iterator[tuple[list[Stored], list[bytes]]]:
     assert not pending
 
 
-def proof_totals(settings: KafkaSettings) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for proof in checkpoint(settings).values():
-        for name, n in proof["counts"].items():
-            if isinstance(n, int):
-                totals[name] = totals.get(name, 0) + n
-    return totals
-
-
 @pytest.mark.parametrize("with_keyring", [False, True], ids=["proof", "proof_and_trust"])
 def test_three_workers_one_sigkilled_and_restarted_prove_each_turn_once_as_one_shot_verify(
     signed: SignedRun,
@@ -158,7 +150,7 @@ def test_three_workers_one_sigkilled_and_restarted_prove_each_turn_once_as_one_s
             tampered_streams(target)
             assert wait_for(lambda: caught_up(target), timeout=120)
             # The removed turn is lost once the grace has run out on its gap.
-            assert wait_for(lambda: proof_totals(target).get("lost") == 1, timeout=60)
+            assert wait_for(lambda: checkpoint_totals(target).get("lost") == 1, timeout=60)
             if with_keyring:  # past the trust grace, every stream judged
                 streams = len({stream_of(DECODE(m.value).event) for m in signed.messages}) + 4
 
@@ -175,7 +167,7 @@ def test_three_workers_one_sigkilled_and_restarted_prove_each_turn_once_as_one_s
                 )
                 trust = judged()
 
-    totals = proof_totals(target)
+    totals = checkpoint_totals(target)
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", target.bootstrap_servers or "")
     monkeypatch.setenv("TURNAUDIT_TOPIC_PREFIX", target.topics.prefix)
     capsys.readouterr()

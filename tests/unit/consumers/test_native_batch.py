@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -24,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.support.events import breaking_events, encode
 from turnaudit.consumers.metrics import VerdictMetricsSink
-from turnaudit.consumers.runtime import ConsumedTurn, Rejection, TurnEventValidation
+from turnaudit.consumers.runtime import ConsumedTurn, Rejection, Sink, TurnEventValidation
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.consumers.runtime.handover import HandedBatch, hand_over
 from turnaudit.consumers.runtime.settings import MetricsSettings
@@ -89,22 +88,29 @@ class Message:
         return self._headers
 
 
-@dataclass
-class Service:
-    """One metrics service's validation and sink, on registries of its own."""
+class ServiceUnderTest:
+    """One consumer service's validation and sink on a registry of its own, the ordinary
+    turns native (``examine_batch``) or record by record (``hand_over``); ``taken``: the
+    turns that reached the sink's ``take`` (the Python path), counted before the step is
+    given the sink."""
 
-    native: bool
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-    rejections: list[tuple[int, int, str, str]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
+    def __init__(self, native: bool, sink: Callable[[CollectorRegistry], Sink]) -> None:
+        self.native = native
+        self.registry = CollectorRegistry()
+        self.rejections: list[tuple[int, int, str, str]] = []
         decode = TurnEventDeserializer(CATALOG, resolver=learned)
         self.metrics = ConsumerMetrics(self.registry)
         self.validation = TurnEventValidation(decode, self.metrics, max_sessions=1000)
-        self.sink = VerdictMetricsSink(
-            MetricsSettings(label_limit=3), self.registry, clock=lambda: NOW_S
-        )
-        if self.native:
+        self.sink = sink(self.registry)
+        self.taken: list[ConsumedTurn] = []
+        take = self.sink.take
+
+        def counted(turn: ConsumedTurn) -> None:
+            self.taken.append(turn)
+            take(turn)
+
+        self.sink.take = counted  # type: ignore[method-assign]  # the Python path, counted
+        if native:
             self.validation.deliver_to(self.sink, self.reject)
 
     def reject(self, record: Record, rejection: Rejection) -> None:
@@ -118,8 +124,12 @@ class Service:
             assert handed is not None  # the native path was taken
         else:
             handed = hand_over(records, self.validation.examine, self.sink.take, self.reject)  # type: ignore[arg-type]  # duck-typed
-        self.sink.flush()
+        self.after_batch(handed)
         return handed
+
+    def after_batch(self, handed: HandedBatch) -> None:
+        """What the runtime does after a batch is handed over."""
+        self.sink.flush()
 
     def samples(self) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
         return sorted(
@@ -127,6 +137,20 @@ class Service:
             for metric in self.registry.collect()
             for s in metric.samples
             if not s.name.endswith("_created")  # the moment a series was made
+        )
+
+
+class Service(ServiceUnderTest):
+    """The metrics service."""
+
+    sink: VerdictMetricsSink
+
+    def __init__(self, native: bool) -> None:
+        super().__init__(
+            native,
+            lambda registry: VerdictMetricsSink(
+                MetricsSettings(label_limit=3), registry, clock=lambda: NOW_S
+            ),
         )
 
 
@@ -280,10 +304,8 @@ def test_ordinary_turns_of_every_scanned_version_are_tallied_natively() -> None:
     sink's tallies with no ``take`` at all."""
     turns = chained_turns(7, 30, [3, 4, 5] * 10)
     service = Service(native=True)
-    taken: list[ConsumedTurn] = []
-    service.sink.take = taken.append  # type: ignore[method-assign]  # count the Python path
     records = [Message(v, k, 0, i) for i, (k, v) in enumerate(turns)]
     handed = service.batch(records)
     assert handed == HandedBatch(next_offsets={0: 30}, handed=30)
-    assert taken == []
+    assert service.taken == []
     assert service.sink.counted == 30

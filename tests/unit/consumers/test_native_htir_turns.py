@@ -14,81 +14,44 @@ state.
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
-from prometheus_client import CollectorRegistry
 
 from tests.unit.consumers.test_htir_feeder_refusals import SETTINGS, FakeProducer, Outcome, Sent
 from tests.unit.consumers.test_native_batch import (
-    CATALOG,
     Message,
+    ServiceUnderTest,
     batches,
     chained_turns,
-    learned,
     tracker_state,
 )
 from turnaudit.consumers.htir_feeder import HtirFeederSink
-from turnaudit.consumers.runtime import ConsumedTurn, Rejection, TurnEventValidation
-from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
-from turnaudit.consumers.runtime.handover import HandedBatch, hand_over
-from turnaudit.records import Record
-from turnaudit.serialization.wire import TurnEventDeserializer
+from turnaudit.consumers.runtime.handover import HandedBatch
 
 
 def stored(batch: list[Sent]) -> list[Outcome]:
     return [Outcome.STORED] * len(batch)
 
 
-class FeederService:
+class FeederService(ServiceUnderTest):
     """One feeder's validation and sink, producing into a fake of its own."""
 
+    sink: HtirFeederSink
+
     def __init__(self, native: bool) -> None:
-        self.native = native
-        self.registry = CollectorRegistry()
-        self.rejections: list[tuple[int, int, str, str]] = []
-        decode = TurnEventDeserializer(CATALOG, resolver=learned)
-        self.validation = TurnEventValidation(
-            decode, ConsumerMetrics(self.registry), max_sessions=1000
-        )
         self.producer = FakeProducer(outcome=stored)
-        self.sink = HtirFeederSink(
-            SETTINGS, registry=self.registry, idle_timeout=3600, producer=self.producer
-        )
-        self.taken: list[ConsumedTurn] = []
-        take = self.sink.take
-
-        def counted(turn: ConsumedTurn) -> None:
-            self.taken.append(turn)
-            take(turn)
-
-        self.sink.take = counted  # type: ignore[method-assign]  # the Python path, counted
-        if native:
-            self.validation.deliver_to(self.sink, self.reject)
-
-    def reject(self, record: Record, rejection: Rejection) -> None:
-        self.rejections.append(
-            (record.partition() or 0, record.offset() or 0, rejection.reason.value, rejection.error)
+        super().__init__(
+            native,
+            lambda registry: HtirFeederSink(
+                SETTINGS, registry=registry, idle_timeout=3600, producer=self.producer
+            ),
         )
 
-    def batch(self, records: list[Message]) -> HandedBatch:
-        if self.native:
-            handed = self.validation.examine_batch(records)  # type: ignore[arg-type]  # duck-typed
-            assert handed is not None  # the native path was taken
-        else:
-            handed = hand_over(records, self.validation.examine, self.sink.take, self.reject)  # type: ignore[arg-type]  # duck-typed
+    def after_batch(self, handed: HandedBatch) -> None:
         if handed.handed:  # as the runtime flushes
             self.sink.flush()
         self.sink.tick()
-        return handed
 
     def traces(self) -> list[tuple[bytes | None, bytes | None]]:
         return [(sent.key, sent.value) for batch in self.producer.batches for sent in batch]
-
-    def samples(self) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
-        return sorted(
-            (s.name, tuple(sorted(s.labels.items())), s.value)
-            for metric in self.registry.collect()
-            for s in metric.samples
-            if not s.name.endswith("_created")
-        )
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

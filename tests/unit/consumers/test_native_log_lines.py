@@ -24,34 +24,33 @@ import structlog
 import structlog.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
 
 from tests.unit.consumers.test_native_batch import (
     CATALOG,
     SERIALIZERS,
     Message,
+    ServiceUnderTest,
     batches,
     chained_turns,
-    learned,
     tracker_state,
 )
 from turnaudit.consumers.log_sink import LINE_KEYS, LogSink, render_line, service_logging
-from turnaudit.consumers.runtime import ConsumedTurn, Rejection, TurnEventValidation
-from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
-from turnaudit.consumers.runtime.handover import HandedBatch, hand_over
+from turnaudit.consumers.runtime import ConsumedTurn
+from turnaudit.consumers.runtime.handover import HandedBatch
 from turnaudit.consumers.runtime.settings import LogSinkSettings, SurfaceRedaction
 from turnaudit.consumers.runtime.sink import IN_ORDER
 from turnaudit.identity import TurnStamper
 from turnaudit.producers.simulator import TurnRuntimeSimulator
-from turnaudit.records import Record
 from turnaudit.serialization.wire import TurnEventDeserializer
 from turnaudit.telemetry import TURN_LOG_EVENT
 
 MOMENT = datetime(2026, 11, 1, 12, 0, 5, 123456, tzinfo=UTC)
 
 
-class LogService:
+class LogService(ServiceUnderTest):
     """One log service's validation and sink, writing a file of its own."""
+
+    sink: LogSink
 
     def __init__(
         self,
@@ -62,46 +61,13 @@ class LogService:
         moment: datetime = MOMENT,
         event_time: bool = False,
     ) -> None:
-        self.native = native
-        self.registry = CollectorRegistry()
-        self.rejections: list[tuple[int, int, str, str]] = []
         self.path = directory / ("native.jsonl" if native else "reference.jsonl")
-        decode = TurnEventDeserializer(CATALOG, resolver=learned)
-        self.metrics = ConsumerMetrics(self.registry)
-        self.validation = TurnEventValidation(decode, self.metrics, max_sessions=1000)
         settings = LogSinkSettings(file=self.path, redaction=redaction, hash_key=b"k" * 32)
-        self.sink = LogSink(settings, self.registry, clock=lambda: moment, event_time=event_time)
-        self.taken: list[ConsumedTurn] = []
-        take = self.sink.take
-
-        def counted(turn: ConsumedTurn) -> None:
-            self.taken.append(turn)
-            take(turn)
-
-        self.sink.take = counted  # type: ignore[method-assign]  # the Python path, counted
-        if native:
-            self.validation.deliver_to(self.sink, self.reject)
-
-    def reject(self, record: Record, rejection: Rejection) -> None:
-        self.rejections.append(
-            (record.partition() or 0, record.offset() or 0, rejection.reason.value, rejection.error)
-        )
-
-    def batch(self, records: list[Message]) -> HandedBatch:
-        if self.native:
-            handed = self.validation.examine_batch(records)  # type: ignore[arg-type]  # duck-typed
-            assert handed is not None  # the native path was taken
-        else:
-            handed = hand_over(records, self.validation.examine, self.sink.take, self.reject)  # type: ignore[arg-type]  # duck-typed
-        self.sink.flush()
-        return handed
-
-    def samples(self) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
-        return sorted(
-            (s.name, tuple(sorted(s.labels.items())), s.value)
-            for metric in self.registry.collect()
-            for s in metric.samples
-            if not s.name.endswith("_created")
+        super().__init__(
+            native,
+            lambda registry: LogSink(
+                settings, registry, clock=lambda: moment, event_time=event_time
+            ),
         )
 
     def lines(self) -> bytes:
