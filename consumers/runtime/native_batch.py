@@ -94,8 +94,8 @@ class NativeBatch:
             self._runner = functools.partial(sink.step_runner, step)
         self._take = sink.take
         self._reject = reject
-        # A worker's marking sink (``TallyingMarkingSink``) says whether the batch may be
-        # tallied natively: none of it under another worker's delivered offset.
+        # A worker's marking sink (``admits_native``) says whether the batch may go to the
+        # step: none of it under another worker's delivered offset.
         self._admits: Callable[[Sequence[Record]], bool] | None = getattr(
             sink, "admits_native", None
         )

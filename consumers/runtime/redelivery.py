@@ -19,8 +19,17 @@ from dataclasses import dataclass
 
 from prometheus_client import Gauge
 
+from turnaudit._native import ConsumeStep
 from turnaudit.consumers.runtime.multiprocess_files import merged
-from turnaudit.consumers.runtime.sink import ConsumedTurn, NativeTallies, Sink, TallyingSink
+from turnaudit.consumers.runtime.sink import (
+    ConsumedTurn,
+    NativeTallies,
+    Sink,
+    StepOutlet,
+    SteppingSink,
+    StepRun,
+    TallyingSink,
+)
 from turnaudit.records import Record
 
 DELIVERED_OFFSET = "turnaudit_consumer_delivered_offset"
@@ -72,6 +81,20 @@ class RedeliveryMarkingSink(Sink):
             turn = turn._replace(sequence=REDELIVERED)
             self._marked += 1
         self._inner.take(turn)
+
+    def admits_native(self, records: Sequence[Record]) -> bool:
+        """Whether no record of the batch lies under its partition's floor, so the native
+        step may take its ordinary turns (none of them is to be marked); the batch's
+        offsets are taken as handed either way (as ``take`` takes them)."""
+        admitted = True
+        for record in records:
+            partition, offset = record.partition(), record.offset()
+            if partition is None or offset is None:
+                continue  # an error event: no position, not handed
+            self._picked_up(partition, offset)
+            if offset < self._floor.get(partition, -1):
+                admitted = False
+        return admitted
 
     def _picked_up(self, partition: int, offset: int) -> None:
         """The batch in hand reaches ``offset`` of ``partition``; picked up where this
@@ -130,22 +153,29 @@ class TallyingMarkingSink(RedeliveryMarkingSink):
         super().__init__(inner, topic, metrics_dir)
         self.native_tallies: Callable[[], NativeTallies] = inner.native_tallies
 
-    def admits_native(self, records: Sequence[Record]) -> bool:
-        """Whether no record of the batch lies under its partition's floor; the batch's
-        offsets are taken as handed either way (as ``take`` takes them)."""
-        admitted = True
-        for record in records:
-            partition, offset = record.partition(), record.offset()
-            if partition is None or offset is None:
-                continue  # an error event: no position, not handed
-            self._picked_up(partition, offset)
-            if offset < self._floor.get(partition, -1):
-                admitted = False
-        return admitted
+
+class SteppingMarkingSink(RedeliveryMarkingSink):
+    """The marking sink of a sink the native step gives its ordinary turns its own way
+    (the log sink's lines under ``--workers``), admitted per batch as
+    ``TallyingMarkingSink``'s."""
+
+    def __init__(self, inner: Sink, topic: str, metrics_dir: str) -> None:
+        if not isinstance(inner, SteppingSink):
+            raise ValueError("SteppingMarkingSink wraps sinks the native step serves only")
+        super().__init__(inner, topic, metrics_dir)
+        self._stepping = inner
+
+    def step_outlet(self) -> StepOutlet:
+        return self._stepping.step_outlet()
+
+    def step_runner(self, step: ConsumeStep) -> StepRun | None:
+        return self._stepping.step_runner(step)
 
 
 def marking_sink(inner: Sink, topic: str, metrics_dir: str) -> RedeliveryMarkingSink:
-    """The marking sink for ``inner``: one that keeps its native tallying where it has it."""
+    """The marking sink for ``inner``: one that keeps its native step where it has one."""
     if isinstance(inner, TallyingSink):
         return TallyingMarkingSink(inner, topic, metrics_dir)
+    if isinstance(inner, SteppingSink):
+        return SteppingMarkingSink(inner, topic, metrics_dir)
     return RedeliveryMarkingSink(inner, topic, metrics_dir)

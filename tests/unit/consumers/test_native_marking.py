@@ -1,5 +1,6 @@
-"""The metrics service under ``--workers``: its ordinary turns tallied natively through a
-worker's marking sink (``TallyingMarkingSink``), against the record-by-record path.
+"""The metrics service and the log sink under ``--workers``: their ordinary turns through
+the native step behind a worker's marking sink (``TallyingMarkingSink``,
+``SteppingMarkingSink``), against the record-by-record path.
 
 A worker hands a partition up to some offset and dies; its successor, a process that
 never saw those turns, picks the partition up anywhere at or below it. Over any such hand-
@@ -23,20 +24,24 @@ from hypothesis import strategies as st
 TURNS = 40
 
 SCRIPT = """
-import json, sys
+import itertools, json, pathlib, sys
 from prometheus_client import CollectorRegistry
+from turnaudit.consumers.log_sink import LogSink, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink
 from turnaudit.consumers.runtime import TurnEventValidation
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.consumers.runtime.handover import hand_over
-from turnaudit.consumers.runtime.redelivery import RedeliveryMarkingSink, TallyingMarkingSink
-from turnaudit.consumers.runtime.settings import MetricsSettings
+from turnaudit.consumers.runtime.redelivery import (
+    RedeliveryMarkingSink, SteppingMarkingSink, TallyingMarkingSink,
+)
+from turnaudit.consumers.runtime.settings import LogSinkSettings, MetricsSettings
 from turnaudit.identity import TurnStamper
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
 
 CATALOG = shipped_catalog()
+files = itertools.count()
 taken = [0]
 _take = RedeliveryMarkingSink.take
 def counting_take(self, turn):
@@ -73,8 +78,17 @@ def worker(topic, native):
         max_sessions=1000,
         start_gaps=False,  # a session the successor meets mid-way is ordinary to it
     )
-    inner = VerdictMetricsSink(MetricsSettings(), registry)
-    cls = TallyingMarkingSink if native else RedeliveryMarkingSink
+    if sys.argv[4] == "metrics":
+        inner = VerdictMetricsSink(MetricsSettings(), registry)
+        cls = TallyingMarkingSink if native else RedeliveryMarkingSink
+        counted = lambda: inner.counted
+    else:  # the log sink: a line each turn, counted unless marked redelivered
+        path = pathlib.Path(sys.argv[2]) / f"{topic}-{next(files)}.jsonl"  # one a worker
+        inner = LogSink(LogSinkSettings(file=path), registry)
+        cls = SteppingMarkingSink if native else RedeliveryMarkingSink
+        def counted():
+            lines = [json.loads(line) for line in path.read_text().splitlines()]
+            return sum(not line["redelivered"] for line in lines)
     sink = cls(inner, topic, sys.argv[2])
     marked = [0]
     sink.on_marked = lambda n: marked.__setitem__(0, marked[0] + n)
@@ -90,10 +104,12 @@ def worker(topic, native):
             else:
                 hand_over(batch, validation.examine, sink.take, reject)
             sink.flush()
-        return inner.counted, marked[0]
+        return counted(), marked[0]
     return run
 
 out = []
+logging = service_logging("WARNING")  # the log sink's native lines are this chain's
+logging.__enter__()
 for n, (end, start, size) in enumerate(json.loads(sys.argv[3])):
     row = {}
     for native in (True, False):
@@ -121,14 +137,15 @@ def batches_reaching_under(start: int, end: int, size: int) -> int:
     return sum(min(size, TURNS - first) for first in range(start, TURNS, size) if first < end)
 
 
+@pytest.mark.parametrize("sink", ["metrics", "log"])
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(hand_overs(), min_size=1, max_size=8))
 def test_a_successor_counts_each_turn_once_and_marks_the_same_turns_natively_as_record_by_record(
-    tmp_path_factory: pytest.TempPathFactory, cases: list[tuple[int, int, int]]
+    tmp_path_factory: pytest.TempPathFactory, sink: str, cases: list[tuple[int, int, int]]
 ) -> None:
     folder = tmp_path_factory.mktemp("multiproc")
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(TURNS), str(folder), json.dumps(cases)],
+        [sys.executable, "-c", SCRIPT, str(TURNS), str(folder), json.dumps(cases), sink],
         env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(folder)},
         capture_output=True,
         text=True,
