@@ -128,4 +128,6 @@ impl Decoder {
 }
 
 #[cfg(test)]
+mod scan_tests;
+#[cfg(test)]
 mod tests;

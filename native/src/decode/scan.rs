@@ -326,7 +326,3 @@ pub(crate) fn scan<'a, const SLOTS: usize>(
     }
     (body.pos == payload.len()).then_some(out)
 }
-
-#[cfg(test)]
-#[path = "scan_tests.rs"]
-mod tests;

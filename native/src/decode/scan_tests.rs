@@ -9,7 +9,7 @@ use pyo3::ffi::c_str;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyModule, PyString};
 
-use super::{scan, Names, V};
+use super::scan::{scan, Names, V};
 use crate::decode::{compile_schema, Decoder, Node, NodeId, Plan};
 
 const SCHEMAS: [&str; 3] = [
