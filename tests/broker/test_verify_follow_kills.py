@@ -36,6 +36,7 @@ from turnaudit.settings import KafkaSettings
 pytestmark = pytest.mark.broker
 
 KILLS = 6
+KILLS_RETIRING = 4
 CHECKPOINT_INTERVALS = (0.2, 1.0, 4.0)
 LOST = "turnaudit_verify_lost_turns_total"
 GRACE = ("--grace", "600")  # a gap loss would be another cause than the one measured
@@ -158,7 +159,7 @@ def test_sigkills_at_random_moments_while_streams_retire_count_none_lost_and_ret
     publisher.start()
     log = tmp_path / "follow.log"
     pages: list[dict[str, float]] = []
-    for _ in range(KILLS):
+    for _ in range(KILLS_RETIRING):
         every = rng.choice(CHECKPOINT_INTERVALS[:2])  # marks and tombstones written often
         with follower(settings, port, log, *GRACE, checkpoint_s=every) as proc:
             assert wait_for(lambda: answering(port), timeout=90)

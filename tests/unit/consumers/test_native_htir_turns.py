@@ -54,7 +54,7 @@ class FeederService(ServiceUnderTest):
         return [(sent.key, sent.value) for batch in self.producer.batches for sent in batch]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_the_native_feeder_publishes_the_record_by_record_traces(
     drawn: tuple[list[list[Message]], list[set[int]]],

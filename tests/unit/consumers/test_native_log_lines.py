@@ -85,7 +85,7 @@ def both(directory: Path, **options: object) -> tuple[LogService, LogService]:
     return LogService(False, directory, **options), LogService(True, directory, **options)  # type: ignore[arg-type]  # the options' own types
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_the_native_lines_are_the_record_by_record_files_bytes(
     drawn: tuple[list[list[Message]], list[set[int]]],
