@@ -96,7 +96,8 @@ $(NATIVE_STAMP): $(NATIVE_SRC) | $(PIP_STAMP)
 # source with cargo: dist/turnaudit-VERSION-cp311-abi3-manylinux_*.whl (the
 # tag auditwheel finds the native module's symbols allow) and
 # dist/turnaudit-VERSION.tar.gz. The wheel is built from the sdist, so a
-# release proves the sdist builds.
+# release proves the sdist builds. It shares the in-place build's cargo target
+# folder: the same profile and features, so only the crate itself is compiled again.
 DIST_STAMP := dist/.built
 DIST_SRC   := pyproject.toml MANIFEST.in README.md $(NATIVE_SRC) \
               $(shell git ls-files 'src/*.py' 'producers/*.py' 'consumers/*.py' 'schemas/*' 2>/dev/null)
@@ -104,7 +105,7 @@ dist: $(DIST_STAMP)
 
 $(DIST_STAMP): $(DIST_SRC) | $(PIP_STAMP)
 	rm -rf dist && mkdir -p dist
-	CARGO_TARGET_DIR=$(CURDIR)/native/target/dist $(PY) -m build --outdir dist/build . \
+	CARGO_TARGET_DIR=$(CURDIR)/native/target $(PY) -m build --outdir dist/build . \
 	  > dist/build.log 2>&1 || { tail -n 40 dist/build.log; exit 1; }
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/auditwheel repair -w dist dist/build/*.whl \
 	  >> dist/build.log 2>&1 || { tail -n 40 dist/build.log; exit 1; }
