@@ -1,7 +1,7 @@
 """Per-event cost of the consumer services' path, in process, no broker (µs/event).
 
-    .venv/bin/python benchmarks/profile_consumers.py              # the table
-    .venv/bin/python benchmarks/profile_consumers.py --cprofile metrics   # where one row spends
+    PYTHONPATH=. .venv/bin/python benchmarks/profile_consumers.py  # the table
+    PYTHONPATH=. .venv/bin/python benchmarks/profile_consumers.py --cprofile metrics  # one row
 
 The same simulated events the throughput benchmark publishes (schema v1 and v2,
 200 sessions; ``--versions 3`` for v3 with turn identity), encoded once, then
@@ -34,6 +34,7 @@ from bench_consumers import NoSink  # the same no-sink row as the throughput ben
 from fastavro import schemaless_reader
 from prometheus_client import CollectorRegistry
 
+from tests.support.acking_producer import AcknowledgingProducer
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import LogSink, log_sink_service, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink, verdict_metrics_service
@@ -44,7 +45,6 @@ from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName, S
 from turnaudit.consumers.runtime.validation import TurnEventValidation
 from turnaudit.contracts import check_event, check_key
 from turnaudit.identity import StreamTracker, TurnStamper
-from turnaudit.kafka.producer import DeliveryCallback
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer, TurnEventDeserializer
@@ -132,33 +132,6 @@ class OneByOne(Sink):
         raise AssertionError("replaced in __init__")
 
 
-class AckingProducer:
-    """The feeder's producer without a broker: every trace acknowledged at the next poll."""
-
-    def __init__(self) -> None:
-        self._reports: list[DeliveryCallback] = []
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        *,
-        on_delivery: DeliveryCallback | None = None,
-    ) -> None:
-        if on_delivery is not None:
-            self._reports.append(on_delivery)
-
-    def poll(self, timeout: float = 0.0) -> int:
-        reports, self._reports = self._reports, []
-        for report in reports:
-            report(None, None)  # type: ignore[arg-type]  # the feeder reads no message
-        return len(reports)
-
-    def flush(self, timeout: float) -> int:
-        return self.poll()
-
-
 def _service(row: str, tmp: str) -> ConsumerService:
     registry = CollectorRegistry()
     one_by_one = row.endswith(", record by record")
@@ -172,7 +145,7 @@ def _service(row: str, tmp: str) -> ConsumerService:
         return ConsumerService(settings, sink, registry=registry, serve_http=False)
     if row.startswith("htir feeder"):
         settings = _settings(tmp, ServiceName.HTIR_FEEDER)
-        feeder = HtirFeederSink(settings.kafka, registry=registry, producer=AckingProducer())
+        feeder = HtirFeederSink(settings.kafka, registry=registry, producer=AcknowledgingProducer())
         served: Sink = OneByOne(feeder) if one_by_one else feeder
         return ConsumerService(settings, served, registry=registry, serve_http=False)
     if row == "runtime, no sink":

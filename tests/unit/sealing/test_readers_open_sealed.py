@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
+from tests.support.acking_producer import AcknowledgingProducer
 from tests.support.events import encode
 from tests.unit.sealing.support import KeyTopic, keyring, sealer
 from turnaudit.consumers.htir_feeder import HtirFeederSink
@@ -35,7 +36,6 @@ from turnaudit.contracts import SequenceCheck, SequenceOutcome
 from turnaudit.errors import ConfigurationError
 from turnaudit.events import OutgoingTurnEvent
 from turnaudit.htir import HtirTrace
-from turnaudit.kafka.producer import DeliveredMessage, DeliveryCallback
 from turnaudit.producers.simulator import TurnRuntimeSimulator
 from turnaudit.records import StoredRecord
 from turnaudit.redaction import HASH_PREFIX, Redaction, SurfacePolicy
@@ -158,34 +158,6 @@ def replay_logs(given: Input, policy: Redaction, folder: Path) -> str:
     finally:
         output.close()
     return json.dumps([json.loads(line) for line in path.read_text().splitlines()])
-
-
-class AcknowledgingProducer:
-    """Stores every trace at once: its delivery report comes with the next poll."""
-
-    def __init__(self) -> None:
-        self.reports: list[DeliveryCallback] = []
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None = None,
-        *,
-        on_delivery: DeliveryCallback | None = None,
-    ) -> None:
-        if on_delivery is not None:
-            self.reports.append(on_delivery)
-
-    def poll(self, timeout: float = 0.0) -> int:
-        reports, self.reports = self.reports, []
-        for report in reports:
-            report(None, cast(DeliveredMessage, None))  # the feeder reads no message
-        return len(reports)
-
-    def flush(self, timeout: float) -> int:
-        self.poll()
-        return 0
 
 
 def htir_feeder(given: Input, policy: Redaction, folder: Path) -> str:
