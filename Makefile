@@ -18,13 +18,15 @@ demo: setup
 	$(VENV)/bin/turnaudit demo
 
 # Lint and types first (seconds), then the whole suite: the broker-free tier
-# (tests/unit/) on both cores, and the broker tier (tests/broker/) one test at a
-# time, which starts a real broker and runs Prometheus, Alertmanager, kcat, the JVM
-# and the collector; its slowest tests are listed at the end.
+# (tests/unit/) and the broker tier (tests/broker/), each on both cores with files
+# dealt whole to a worker. Each broker-tier worker starts a real broker of its own
+# (free loopback ports) and runs Prometheus, Alertmanager, kcat, the JVM and the
+# collector; the make targets the tests share (dist/, the image) are made one at a
+# time (tests/support/make_targets.py). Its slowest tests are listed at the end.
 test: setup tools otelcol registry
 	$(MAKE) --no-print-directory lint
 	$(PYTEST) -q -n 2 --dist loadfile tests/unit
-	$(PYTEST) --durations=25 tests/broker
+	$(PYTEST) -n 2 --dist loadfile --durations=25 tests/broker
 
 # The edit loop: lint, types and the broker-free tier on both cores. Python and
 # cargo only: no jars, no JVM, no Go, no Debian tools (tests/unit/conftest.py fails

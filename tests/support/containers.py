@@ -17,21 +17,6 @@ def podman_env() -> dict[str, str]:
     return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
 
 
-def make(target: str, timeout: float = 1800) -> None:
-    """``make TARGET`` in the checkout; fails the test with its output when it fails."""
-    tool = shutil.which("make")
-    assert tool is not None, "make not found"
-    ran = subprocess.run(
-        [tool, "--no-print-directory", target],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
-    )
-    assert ran.returncode == 0, f"make {target}:\n{ran.stdout[-3000:]}{ran.stderr[-3000:]}"
-
-
 def podman(
     *args: str, timeout: float = 300, check: bool = True
 ) -> subprocess.CompletedProcess[str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support import PROJECT_ROOT
+from tests.support.make_targets import make
 
 DIST = PROJECT_ROOT / "dist"
 # The Rust toolchain: not reachable while the wheel installs and runs.
@@ -20,17 +21,7 @@ BUILD_TOOLS = ("cargo", "rustc")
 
 def built_wheel() -> Path:
     """``make dist`` (a no-op when the wheel is newer than every source), then the wheel."""
-    make = shutil.which("make")
-    assert make is not None, "make not found"
-    built = subprocess.run(
-        [make, "--no-print-directory", "dist"],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1800,
-    )
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    make("dist")
     wheels = sorted(DIST.glob("turnaudit-*.whl"))
     assert len(wheels) == 1, f"make dist left {wheels}"
     return wheels[0]

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from tests.support import PROJECT_ROOT
-from tests.support.containers import make, podman, podman_env
+from tests.support.containers import podman, podman_env
+from tests.support.make_targets import make
 from tests.support.streams import scrape, total
 from turnaudit.consumers.runtime.settings import DEFAULT_HTTP_PORTS, ServiceName
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import run_turnaudit
-from tests.support.containers import IMAGE, make, podman
+from tests.support.containers import IMAGE, podman
+from tests.support.make_targets import make
 from tests.support.streams import scrape, total
 from turnaudit.local_broker import free_ports
 from turnaudit.serialization.schemas import shipped_catalog
