@@ -247,9 +247,11 @@ def follow_state_view(state: FollowState, trust: TrustFeed | None = None) -> Eng
         # A stream with an open gap stays: its missing turns are still owed.
         if stream in state.gaps:
             return False
-        partition = stream_partition(state.tracker, *stream)
+        if trust is None:
+            return state.retire(stream)
+        partition = stream_partition(state.tracker, *stream)  # before it leaves the proof
         gone = state.retire(stream)
-        if gone and trust is not None and partition is not None:
+        if gone and partition is not None:
             trust.retire(partition, stream)
         return gone
 
