@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import structlog
 
@@ -193,7 +194,8 @@ class VerifyFollowSink(Sink):
         self._state_partitions = state_partitions(kafka)
         # A checkpoint writes a record per stream placed into: only a failed delivery is
         # reported (to Python), the successes are not called back one by one.
-        self._producer = KafkaProducer.reliable(kafka, **{REPORT_ONLY_ERRORS: True}).open()
+        only_errors: dict[str, Any] = {REPORT_ONLY_ERRORS: True}
+        self._producer = KafkaProducer.reliable(kafka, **only_errors).open()
         self._pending: list[StateRecord] = []
         # A partition's state records read when it was assigned, kept for its first message.
         self._assigned_records: dict[int, list[tuple[bytes, bytes | None]]] = {}
