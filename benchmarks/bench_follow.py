@@ -12,6 +12,10 @@ min/median/max, the ratio to the bare loop per round, and for the follower the R
 samples (first, median, max, last) and how they moved over the second half of the run
 (flat: the bound holds).
 
+Each loop's CPU seconds (user + system, every thread, start-up included) are given per turn
+too, and their ratio: on a machine shared with other work the wall-clock rates (and their
+ratio) move with the neighbours' load, the CPU a turn far less.
+
 The follower's rate is given twice: from its launch (interpreter start, the consumer group's
 join, which waits out the broker's ``group.initial.rebalance.delay.ms``, 3 s by default, and
 its control topics read) and from its first proved turn to the end, the rate it keeps up at.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -90,6 +95,9 @@ class Run(TypedDict):
     count: int
     seconds: float
     rss_mib: list[float]
+    # The process's CPU seconds (user + system, its threads included), start-up included:
+    # a figure a machine shared with other work disturbs far less than the wall clock.
+    cpu_s: float
     # From the first proved turn to the end (the follower's only): turns and seconds.
     steady: tuple[int, float] | None
 
@@ -124,6 +132,15 @@ def rounds(settings: KafkaSettings, rounds: int, sample_s: float) -> None:
                 f"verify --follow round {n + 1}: first proof after "
                 f"{r['seconds'] - seconds:.1f} s, then {turns} turns in {seconds:.1f} s"
             )
+    cpu = [
+        (f["cpu_s"] / f["count"] * 1e6, b["cpu_s"] / b["count"] * 1e6)
+        for f, b in zip(found[loops[1]], base, strict=True)
+    ]
+    for n, (follower_us, bare_us) in enumerate(cpu):
+        print(
+            f"round {n + 1}: CPU us a turn, verify --follow {follower_us:.2f}, bare "
+            f"{bare_us:.2f}: x bare by CPU {bare_us / follower_us:.2f}"
+        )
     for n, r in enumerate(found[loops[1]]):
         rss = r["rss_mib"]
         half = rss[len(rss) // 2 :] or rss
@@ -135,6 +152,7 @@ def rounds(settings: KafkaSettings, rounds: int, sample_s: float) -> None:
 
 
 def bare(settings: KafkaSettings) -> Run:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         [
             sys.executable,
@@ -151,9 +169,15 @@ def bare(settings: KafkaSettings) -> Run:
         text=True,
         cwd=PROJECT_DIR,
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     result = json.loads(out.stdout.splitlines()[-1])
     return Run(
-        count=int(result["count"]), seconds=float(result["seconds"]), rss_mib=[], steady=None
+        count=int(result["count"]),
+        seconds=float(result["seconds"]),
+        rss_mib=[],
+        cpu_s=cpu_s,
+        steady=None,
     )
 
 
@@ -201,11 +225,12 @@ def follow(settings: KafkaSettings, end: dict[int, int], sample_s: float) -> Run
             # every 15 s); near it, ten times a second, so the end is seen within 0.1 s.
             time.sleep(0.1 if sum(at.values()) >= 0.95 * total else 1.0)
         rss.append(vm_rss_mib(proc.pid))
+        cpu_s = cpu_seconds(proc.pid)
     finally:
         proc.terminate()
         proc.wait(60)
     steady = None if first is None else (total - first[0], finished - first[1])
-    return Run(count=total, seconds=seconds, rss_mib=rss, steady=steady)
+    return Run(count=total, seconds=seconds, rss_mib=rss, cpu_s=cpu_s, steady=steady)
 
 
 def proved(port: int) -> dict[int, int]:
@@ -221,6 +246,12 @@ def proved(port: int) -> dict[int, int]:
         for s in family.samples
         if s.name == "turnaudit_verify_proved_offset"
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (``/proc/PID/stat``, every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def vm_rss_mib(pid: int) -> float:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import structlog
 
@@ -41,7 +42,7 @@ from turnaudit.consumers.verify_follow_metrics import FollowMetrics
 from turnaudit.consumers.verify_follow_trust import TrustFeed
 from turnaudit.errors import BrokerError
 from turnaudit.kafka.offsets import watermarks
-from turnaudit.kafka.producer import KafkaProducer
+from turnaudit.kafka.producer import REPORT_ONLY_ERRORS, KafkaProducer
 from turnaudit.kafka.state_topic import read_state, state_partitions
 from turnaudit.records import Record
 from turnaudit.serialization.wire import DecodedTurnEvent, Framing, TurnEventDeserializer
@@ -191,7 +192,10 @@ class VerifyFollowSink(Sink):
         self._heads = heads
         self._topic = kafka.topics.verify_state
         self._state_partitions = state_partitions(kafka)
-        self._producer = KafkaProducer.reliable(kafka).open()
+        # A checkpoint writes a record per stream placed into: only a failed delivery is
+        # reported (to Python), the successes are not called back one by one.
+        only_errors: dict[str, Any] = {REPORT_ONLY_ERRORS: True}
+        self._producer = KafkaProducer.reliable(kafka, **only_errors).open()
         self._pending: list[StateRecord] = []
         # A partition's state records read when it was assigned, kept for its first message.
         self._assigned_records: dict[int, list[tuple[bytes, bytes | None]]] = {}
@@ -266,9 +270,15 @@ class VerifyFollowSink(Sink):
         if self._trust is not None:
             self._pending += self._trust.checkpoint()
         if self._pending:
+            # Each state partition's records in one call, in order (the latest per key wins).
+            by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+            count = self._state_partitions
             for about, key, value in self._pending:
-                where = 0 if about is None else about % self._state_partitions
-                self._producer.produce(self._topic, value, key, partition=where)
+                by_partition.setdefault(0 if about is None else about % count, []).append(
+                    (key, value)
+                )
+            for where, records in by_partition.items():
+                self._producer.produce_batch(self._topic, records, partition=where)
             if self._producer.flush(self._flush_timeout_s):
                 raise BrokerError(f"checkpoint not durable on {self._topic}")
             self._pending = []

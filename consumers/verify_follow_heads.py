@@ -206,11 +206,16 @@ class HeadsFeed:
                     open_streams=gone.open_streams,
                 )
             return 1
+        last: dict[int, HeadsAt] = {}  # per stream-heads partition, the last record read
         for record, at in item.records:
             if isinstance(record, Liveness):
                 self.judge.take_liveness(record, now_ms)
             elif record is not None:
                 self.judge.take(record, item.high, item.low, at)
+            last[at[0]] = at
+        # Where the batch was read to: nothing the judge does above asks it (a mark moves
+        # at the checkpoint), so it is told once a batch, not once a record.
+        for at in last.values():
             self.judge.marks.read_to(at)
         return len(item.records)
 

@@ -54,6 +54,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(track::follow::start_partition, m)?)?;
     m.add_function(wrap_pyfunction!(track::follow::stream_state, m)?)?;
     m.add_function(wrap_pyfunction!(track::follow::stream_partition, m)?)?;
+    m.add_function(wrap_pyfunction!(track::follow::stream_head, m)?)?;
     m.add_function(wrap_pyfunction!(track::follow::restore_stream, m)?)?;
     m.add_function(wrap_pyfunction!(track::follow::drop_stream, m)?)?;
     m.add_function(wrap_pyfunction!(track::follow::track_dirty, m)?)?;

@@ -107,6 +107,9 @@ def stream_state(
 def stream_partition(
     tracker: NativeStreamTracker, session_id: str, producer_id: str
 ) -> int | None: ...
+def stream_head(
+    tracker: NativeStreamTracker, session_id: str, producer_id: str
+) -> tuple[int | None, int | None] | None: ...
 def restore_stream(
     tracker: NativeStreamTracker, session_id: str, producer_id: str, state: bytes
 ) -> None: ...

@@ -172,6 +172,8 @@ def test_sigkills_at_random_moments_while_streams_retire_count_none_lost_and_ret
     assert not failures, failures
     open_streams = "turnaudit_verify_streams{state=open}"
     with follower(settings, port, log, *GRACE, checkpoint_s=0.2):
+        # The killed runs' commits may say caught up before this one serves its page.
+        assert wait_for(lambda: answering(port), timeout=90)
         assert wait_for(lambda: caught_up(settings), timeout=120)
         assert wait_for(lambda: scrape(port).get(open_streams) == 0, timeout=60), seed
         pages.append(scrape(port))

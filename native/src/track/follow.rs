@@ -39,16 +39,26 @@ pub(crate) fn stream_state<'py>(
 }
 
 /// One stream's partition, or None when the tracker holds no such stream or it was read
-/// from no partition: `stream_state`'s first item without encoding the state (the heads
-/// judge asks it of every announcement).
+/// from no partition: `stream_state`'s first item without encoding the state.
 #[pyfunction]
 pub(crate) fn stream_partition(
     tracker: &Bound<'_, NativeStreamTracker>,
     session_id: &str,
     producer_id: &str,
 ) -> PyResult<Option<i64>> {
-    let key = (session_id.to_owned(), producer_id.to_owned());
-    Ok(tracker.get().lock()?.peek(&key)?.and_then(|stream| stream.partition))
+    Ok(tracker.get().lock()?.peek_with(session_id, producer_id, |s| s.partition)?.flatten())
+}
+
+/// One stream's (partition, highest position seen) in one lookup, or None when the
+/// tracker holds no such stream: `stream_partition` and the tracker's `last_position`
+/// (None: no position past -1) together, what the heads judge asks of each announcement.
+#[pyfunction]
+pub(crate) fn stream_head(
+    tracker: &Bound<'_, NativeStreamTracker>,
+    session_id: &str,
+    producer_id: &str,
+) -> PyResult<Option<(Option<i64>, Option<i128>)>> {
+    tracker.get().lock()?.peek_with(session_id, producer_id, |s| (s.partition, s.last_position()))
 }
 
 /// A stream restored from `stream_state`'s bytes (in place of any copy held).

@@ -16,7 +16,7 @@ use super::chain::{fingerprint_arg, hex_of, Hash32};
 use super::checkpoint::CheckpointOut;
 use super::state::{seen_tuple, State};
 use super::event::int_obj;
-use super::stream::StreamKey;
+use super::stream::{Stream, StreamKey};
 use super::stream_spill::StreamSpill;
 use super::tracker::{stream_tuple, Bounds, NativeStreamTracker};
 use crate::hashing::{FastMap, FastSet, Hasher};
@@ -171,9 +171,7 @@ impl NativeStreamTracker {
     /// One stream's entry of `heads()` (its highest position and that position's chain
     /// hash), or None: what a check of a few anchored streams needs, without the table.
     fn head(&self, session_id: &str, producer_id: &str) -> PyResult<Option<(i128, String)>> {
-        let st = self.lock()?;
-        let key: StreamKey = (session_id.to_owned(), producer_id.to_owned());
-        Ok(st.peek(&key)?.and_then(|s| s.head().map(|(p, h)| (p, hex_of(h)))))
+        Ok(self.lock()?.peek_with(session_id, producer_id, |s| s.head().map(|(p, h)| (p, hex_of(h))))?.flatten())
     }
 
     /// The chained streams' heads (v1/v2 legacy streams left out) as
@@ -221,9 +219,7 @@ impl NativeStreamTracker {
 
     /// One stream's highest position seen (None: not seen, or not past position -1).
     fn last_position(&self, session_id: &str, producer_id: &str) -> PyResult<Option<i128>> {
-        let st = self.lock()?;
-        let key: StreamKey = (session_id.to_owned(), producer_id.to_owned());
-        Ok(st.peek(&key)?.filter(|s| s.next > 0).map(|s| s.next - 1))
+        Ok(self.lock()?.peek_with(session_id, producer_id, Stream::last_position)?.flatten())
     }
 
     /// Each stream's highest position seen.
@@ -231,8 +227,8 @@ impl NativeStreamTracker {
         let st = self.lock()?;
         let out = PyDict::new(py);
         st.each_stream(false, &mut |k, s| {
-            if s.next > 0 {
-                out.set_item(stream_tuple(py, k)?, s.next - 1)?;
+            if let Some(last) = s.last_position() {
+                out.set_item(stream_tuple(py, k)?, last)?;
             }
             Ok(())
         })?;

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use super::chain::SEEN_DIGITS;
-use super::stream::{Stream, StreamKey};
+use super::stream::{Stream, StreamKey, StreamKeyView};
 use super::stream_spill::StreamSpill;
 use crate::bloom::BloomFilter;
 use crate::hashing::{FastMap, FastSet, Hasher};
@@ -65,6 +65,20 @@ impl State {
         }
         match &self.spill {
             Some(spill) => spill.peek(key),
+            None => Ok(None),
+        }
+    }
+
+    /// `f` of the stream, left where it is, or None when not held: no copy of the stream,
+    /// and the key allocated only to ask the spill's file (the heads judge asks a stream's
+    /// partition and last position per announcement; most are in memory).
+    pub(crate) fn peek_with<R>(&self, session: &str, producer: &str, f: impl FnOnce(&Stream) -> R) -> PyResult<Option<R>> {
+        let view: &dyn StreamKeyView = &(session, producer);
+        if let Some(s) = self.streams.peek(view) {
+            return Ok(Some(f(s)));
+        }
+        match &self.spill {
+            Some(spill) => spill.peek_with(view, f),
             None => Ok(None),
         }
     }

@@ -226,6 +226,11 @@ impl Stream {
         self.missing.len()
     }
 
+    /// The highest position seen (None: none past -1).
+    pub(crate) fn last_position(&self) -> Option<i128> {
+        (self.next > 0).then(|| self.next - 1)
+    }
+
     /// Whether positions are missing (tracked or only counted).
     pub(crate) fn is_gappy(&self) -> bool {
         !self.missing.is_empty() || self.untracked_missing != 0

@@ -17,7 +17,7 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use rusqlite::{params, Connection, ErrorCode};
 
-use super::stream::{Stream, StreamKey};
+use super::stream::{Stream, StreamKey, StreamKeyView};
 use crate::bloom::BloomFilter;
 use crate::hashing::{FastMap, FastSet};
 
@@ -239,6 +239,16 @@ impl StreamSpill {
         let partition: Option<i64> = row.get(0).map_err(db_error)?;
         out.extend_from_slice(row.get_ref(1).and_then(|v| Ok(v.as_blob()?)).map_err(db_error)?);
         Ok(Some(partition))
+    }
+
+    /// `f` of the stream, left where it is (a pending one not copied), or None; the key
+    /// is allocated only to ask the file.
+    pub(crate) fn peek_with<R>(&self, view: &dyn StreamKeyView, f: impl FnOnce(&Stream) -> R) -> PyResult<Option<R>> {
+        if let Some(s) = self.pending.get(view) {
+            return Ok(Some(f(s)));
+        }
+        let key: StreamKey = (view.session().to_owned(), view.producer().to_owned());
+        Ok(self.peek(&key)?.map(|s| f(&s)))
     }
 
     /// The stream, left where it is (a copy), or None.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from turnaudit._native import stream_partition
+from turnaudit._native import stream_head, stream_partition
 from turnaudit.archive.location import open_archive
 from turnaudit.archive.store import ArchiveStore
 from turnaudit.argparsing import (
@@ -229,11 +229,15 @@ def follow_state_view(state: FollowState, trust: TrustFeed | None = None) -> Eng
     def last_position(stream: StreamId) -> int | None:
         return state.tracker.last_position(*stream)
 
-    def partition_of(stream: StreamId) -> int | None:
+    def head(stream: StreamId) -> tuple[int | None, int | None]:
+        # One lookup for both; a stream with open gaps is placed where its gaps are.
+        found = stream_head(state.tracker, *stream)
+        read_from, last = (None, None) if found is None else found
         gaps = state.gaps.get(stream)
-        if gaps is not None:
-            return gaps.partition
-        return stream_partition(state.tracker, *stream)
+        return (read_from if gaps is None else gaps.partition), last
+
+    def partition_of(stream: StreamId) -> int | None:
+        return head(stream)[0]
 
     def proved_offset(partition: int) -> int | None:
         proof = state.partitions.get(partition)
@@ -243,13 +247,15 @@ def follow_state_view(state: FollowState, trust: TrustFeed | None = None) -> Eng
         # A stream with an open gap stays: its missing turns are still owed.
         if stream in state.gaps:
             return False
-        partition = stream_partition(state.tracker, *stream)
+        if trust is None:
+            return state.retire(stream)
+        partition = stream_partition(state.tracker, *stream)  # before it leaves the proof
         gone = state.retire(stream)
-        if gone and trust is not None and partition is not None:
+        if gone and partition is not None:
             trust.retire(partition, stream)
         return gone
 
-    return EngineView(last_position, partition_of, proved_offset, retire)
+    return EngineView(last_position, partition_of, proved_offset, retire, head)
 
 
 def _trust_feed(kafka: KafkaSettings, metrics: FollowMetrics) -> TrustFeed | None:

@@ -27,7 +27,7 @@ branch on are predicates here (``is_purged``, ``is_size_error``,
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypedDict
 
 import structlog
@@ -51,6 +51,9 @@ RELIABLE: dict[str, object] = {
 # many a second while a broker is away) stay off stderr; errors still reach
 # error_cb, which the services rate-limit.
 DEFAULTS: dict[str, object] = {"linger.ms": 5, "log_level": 0}
+# confluent-kafka's own setting: delivery reports only for failed messages (``failed`` and
+# ``flush`` still count every failure; ``delivered`` then stays 0).
+REPORT_ONLY_ERRORS = "delivery.report.only.error"
 
 OnFull = Literal["wait", "raise"]
 Header = tuple[str, str | bytes | None]
@@ -273,6 +276,30 @@ class KafkaProducer:
             raise ProduceError(exc.args[0]) from None
         if not from_callback and (on_full or self.on_full) == "wait":
             client.poll(0)  # serve the reports that are ready
+
+    def produce_batch(
+        self, topic: str, records: Iterable[tuple[bytes, bytes | None]], *, partition: int
+    ) -> None:
+        """Queue (key, value) messages, in order, to one partition of ``topic`` in one call
+        to the client (librdkafka's batch produce: no Python call per message). A full
+        queue waits for room, whatever ``on_full`` says: the messages refused go again,
+        in order, once reports are served (room is made only by serving them, on this
+        thread, so once one is refused for a full queue every later one is too); another
+        refusal raises ``ProduceError``. No headers, timestamps or callbacks of their own.
+
+        One partition a call: the client applies a message's own ``partition`` only
+        where the batch names none (and then runs the partitioner on the others)."""
+        client = self._client or self._opened()
+        batch: list[dict[str, Any]] = [{"key": key, "value": value} for key, value in records]
+        while batch and client.produce_batch(topic, batch, partition=partition) < len(batch):
+            refused = [message for message in batch if "_error" in message]
+            for message in refused:
+                error = message.pop("_error")
+                if error.code() != KafkaError._QUEUE_FULL:
+                    raise ProduceError(error)
+            client.poll(_WAIT_POLL_S)  # the queue is full: let it deliver
+            batch = refused
+        client.poll(0)  # serve the reports that are ready
 
     def _keywords(
         self,

@@ -59,6 +59,15 @@ class EngineView:
     proved_offset: Callable[[int], int | None]  # None: not this member's (or not loaded yet)
     # A stream that ended whole leaves the engine; False: kept (an open gap, or not held).
     retire: Callable[[StreamId], bool] = lambda _stream: False
+    # (partition_of, last_position) of a stream in one ask, where the engine has it (the
+    # judge asks both of each announcement); None: the two asked one after the other.
+    head: Callable[[StreamId], tuple[int | None, int | None]] | None = None
+
+    def head_of(self, stream: StreamId) -> tuple[int | None, int | None]:
+        """The stream's (partition it was read from, highest position proved)."""
+        if self.head is not None:
+            return self.head(stream)
+        return self.partition_of(stream), self.last_position(stream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +220,8 @@ class HeadsJudge:
         stream, producer = note.head.stream, note.head.producer_id
         if producer == LEGACY_PRODUCER:
             return  # v1/v2 turns: no positions to hold them to
-        partition = self._partition(stream)
+        read_from, last = self._engine.head_of(stream)  # both asked once (no side effects)
+        partition = self._partition(stream, read_from)
         waiting = _Waiting(
             note, partition, high.get(partition, 0), low.get(partition, 0) == 0, at=at
         )
@@ -221,7 +231,6 @@ class HeadsJudge:
                 return  # another member's
             if self.marks.judged(partition, at):
                 return  # judged already (a pass reads it again)
-            last = self._engine.last_position(stream)
             if note.status == "ended" and last is not None and note.head.sequence <= last:
                 self._ends.pop(stream, None)  # reached its head: nothing to count
                 self.marks.retire_later(stream, partition, at)
@@ -239,8 +248,8 @@ class HeadsJudge:
             streams[stream] = waiting
             self._push(waiting, producer)
 
-    def _partition(self, stream: StreamId) -> int:
-        partition = self._engine.partition_of(stream)
+    def _partition(self, stream: StreamId, partition: int | None) -> int:
+        """Where the stream's turns were read (``partition``), else where its key lands."""
         if partition is not None:
             return partition
         return self._key_partition(stream[0], self.partitions) if self.partitions > 0 else 0

@@ -16,6 +16,7 @@ import pytest
 
 from turnaudit.errors import ConfigurationError, PublishError
 from turnaudit.kafka.producer import (
+    REPORT_ONLY_ERRORS,
     DeliveredMessage,
     DeliveryError,
     KafkaProducer,
@@ -155,6 +156,37 @@ def test_flush_counts_what_was_not_stored_and_reports_hand_protocol_types() -> N
     assert (producer.delivered, producer.failed) == (0, 3)
     assert sorted(r[2] or b"" for r in reports) == [b"a", b"b"]
     assert {r[1] for r in reports} == {"t"}
+
+
+def test_a_batch_goes_whole_in_order_to_its_partition_waiting_for_room_in_a_full_queue() -> None:
+    """More messages than the queue holds: those refused for a full queue go again once
+    reports make room, so every message is queued once, in order, to the partition named
+    (each one's report: a timeout, nothing listens); reports only of errors lose none."""
+    reports: list[tuple[int | None, bytes | None]] = []
+
+    def on_delivery(err: DeliveryError | None, msg: DeliveredMessage) -> None:
+        assert err is not None
+        value = msg.value()
+        reports.append((msg.partition(), value if isinstance(value, bytes) else None))
+
+    options = nowhere(**{"message.timeout.ms": 200, REPORT_ONLY_ERRORS: True})
+    producer = KafkaProducer(options, on_full="raise", on_delivery=on_delivery)
+    values = [f"m{i}".encode() for i in range(3 * QUEUE + 1)]
+    started = time.monotonic()
+    producer.produce_batch("t", [(b"k", v) for v in values[:-1]] + [(b"k", None)], partition=2)
+    assert time.monotonic() - started >= 0.3  # it waited (the producer's "raise" aside)
+    assert producer.flush(5) == len(values)  # none stored: each failed, and reported
+    assert reports == [(2, v) for v in values[:-1]] + [(2, None)]
+    assert producer.failed == len(values)
+
+
+def test_a_message_of_a_batch_refused_for_another_reason_is_a_produce_error() -> None:
+    producer = KafkaProducer(nowhere(**{"message.max.bytes": 1000}))
+    with pytest.raises(ProduceError) as caught:
+        producer.produce_batch("t", [(b"k", b"small"), (b"k", b"x" * 5000)], partition=0)
+    assert is_size_error(caught.value.error)
+    producer.purge()
+    producer.flush(1)
 
 
 def test_purged_messages_are_reported_as_purged() -> None:

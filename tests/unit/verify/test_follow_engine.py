@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from tests.support.faulty_ranges import FAULTS, Item, Message, faulty_ranges, stored
 from tests.unit.verify import scenario
-from turnaudit._native import stream_partition, stream_state
+from turnaudit._native import stream_head, stream_partition, stream_state
+from turnaudit.commands.verify import follow_state_view
 from turnaudit.records import StoredRecord
 from turnaudit.verify.follow import FollowState
 from turnaudit.verify.follow_batch import follow_batch
@@ -94,21 +95,38 @@ def test_streams_spilled_to_disk_change_nothing_and_memory_holds_its_bound(
 
 
 @settings(max_examples=100, deadline=None)
-@given(items=faulty_ranges())
-def test_a_streams_partition_is_the_one_its_state_holds_in_memory_or_spilled(
-    tmp_path_factory: pytest.TempPathFactory, items: list[Item]
+@given(items=faulty_ranges(), bound=st.sampled_from([1, 2, 3, 1_000]))
+def test_a_streams_partition_and_last_position_are_what_its_state_holds_wherever_it_is(
+    tmp_path_factory: pytest.TempPathFactory, items: list[Item], bound: int
 ) -> None:
+    """In memory, in the spill's pending batch (a bound of 2 or 3 writes the file every 2
+    or 3 streams) or in its file: the one lookup the heads judge makes (``stream_head``),
+    and ``stream_partition`` and ``last_position`` alone, agree with the stream's state
+    (read whole) and with the table of every stream's last position."""
     messages = stored(items)
-    tight = follower(FollowMemory(streams=1, event_ids=1 << 40), tmp_path_factory.mktemp("t"))
+    tight = follower(FollowMemory(streams=bound, event_ids=1 << 40), tmp_path_factory.mktemp("t"))
     feed(tight, messages)
     streams = {
         (str(e["session_id"]), str(e.get("producer_id") or ""))
         for e in (scenario.DECODE(m.value).event for m in messages)
         if e is not None
     }
+    lasts = tight.tracker.last_positions()
+    view = follow_state_view(tight)
     for session, producer in streams | {("no such session", "no such producer")}:
         held = stream_state(tight.tracker, session, producer)
-        assert stream_partition(tight.tracker, session, producer) == (held and held[0])
+        partition = held and held[0]
+        last = lasts.get((session, producer))
+        assert stream_partition(tight.tracker, session, producer) == partition
+        assert tight.tracker.last_position(session, producer) == last
+        head = stream_head(tight.tracker, session, producer)
+        assert head == (None if held is None else (partition, last))
+        # What the heads feed asks the follower: the partition where the stream's gaps
+        # are, else the tracker's, and its last position, in one ask or two.
+        gaps = tight.gaps.get((session, producer))
+        read_from = partition if gaps is None else gaps.partition
+        assert view.head_of((session, producer)) == (read_from, last)
+        assert view.partition_of((session, producer)) == read_from
     tight.close()
 
 
