@@ -27,7 +27,7 @@ import enum
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, cast
 
 from turnaudit.htir_steps import STEP_FIELDS, SURFACE_LIMIT, HtirStep, StepAction, turn_steps
 from turnaudit.redaction import DROPPED, Redaction
@@ -39,12 +39,31 @@ __all__ = [  # the steps' shapes live in htir_steps; readers of traces find them
     "PartitionRanges",
     "StepAction",
     "StreamRanges",
+    "TaskTurn",
     "TraceAssembler",
     "TraceClose",
     "TraceSourceJson",
     "TurnOffsetJson",
     "turn_steps",
 ]
+
+
+class TaskTurn(NamedTuple):
+    """A turn with a task made into its trace steps (no event kept): what the feeder's
+    native step hands over for an ordinary task turn (``ConsumeStep``'s ``steps`` outlet)."""
+
+    task_id: str
+    task_family: str
+    task_step: int
+    end_of_task: bool
+    session_id: str
+    runtime: Mapping[str, str]
+    event_id: str
+    sequence: int
+    steps: list[HtirStep]
+    topic: str
+    partition: int
+    offset: int
 
 
 class TraceClose(enum.StrEnum):
@@ -113,13 +132,30 @@ class HtirTrace:
     ) -> None:
         if event["event_id"] in self.event_ids:
             return  # an at-least-once redelivery: the step is already in the trace
-        for step in turn_steps(event, breaches, self.redaction):
-            step["index"] = len(self.steps)
-            self.steps.append(step)
+        steps = turn_steps(event, breaches, self.redaction)
+        self.add_steps(event["event_id"], event["sequence"], steps, offset, partition)
+
+    def add_steps(
+        self,
+        event_id: str,
+        sequence: int,
+        steps: list[HtirStep],
+        offset: int,
+        partition: int | None = None,
+    ) -> None:
+        """Add a turn made into its steps already (``turn_steps``, or the feeder's native
+        step); a turn already in the trace is not added again."""
+        if event_id in self.event_ids:
+            return  # an at-least-once redelivery: the step is already in the trace
+        index = len(self.steps)
+        for step in steps:
+            step["index"] = index
+            index += 1
+        self.steps += steps
         self.offsets.append(offset)
         self.turn_offsets.append((self.partition if partition is None else partition, offset))
-        self.sequences.append(event["sequence"])
-        self.event_ids.append(event["event_id"])
+        self.sequences.append(sequence)
+        self.event_ids.append(event_id)
 
     @property
     def missing_task_steps(self) -> list[int]:
@@ -322,26 +358,52 @@ class TraceAssembler:
         task = event.get("task")
         if task is None:
             return None
-        trace = self._open.get(task["task_id"])
+        task_id = task["task_id"]
+        trace = self._open.get(task_id)
         if trace is None and task["step"] != 0:
             self.partial_turns_skipped += 1
             return None
         if trace is None:
-            trace = HtirTrace(
-                task["task_id"],
-                task["task_family"],
-                event["session_id"],
-                topic,
-                partition,
-                event["runtime"],
-                redaction=self.redaction,
+            trace = self._opened(
+                task_id, task["task_family"], event["session_id"], topic, partition, event["runtime"]
             )
-            self._open[task["task_id"]] = trace
         trace.add(event, offset, breaches, partition)
+        return self._added(trace, task_id, task["end_of_task"])
+
+    def add_task_turn(self, turn: TaskTurn) -> HtirTrace | None:
+        """``add`` for a task turn made into its steps already (the feeder's native step)."""
+        task_id = turn.task_id
+        trace = self._open.get(task_id)
+        if trace is None and turn.task_step != 0:
+            self.partial_turns_skipped += 1
+            return None
+        if trace is None:
+            trace = self._opened(
+                task_id, turn.task_family, turn.session_id, turn.topic, turn.partition, turn.runtime
+            )
+        trace.add_steps(turn.event_id, turn.sequence, turn.steps, turn.offset, turn.partition)
+        return self._added(trace, task_id, turn.end_of_task)
+
+    def _opened(
+        self,
+        task_id: str,
+        family: str,
+        session_id: str,
+        topic: str,
+        partition: int,
+        runtime: Mapping[str, str],
+    ) -> HtirTrace:
+        trace = HtirTrace(
+            task_id, family, session_id, topic, partition, runtime, redaction=self.redaction
+        )
+        self._open[task_id] = trace
+        return trace
+
+    def _added(self, trace: HtirTrace, task_id: str, end_of_task: bool) -> HtirTrace | None:
         trace.last_seen = self._clock()
-        if task["end_of_task"]:
+        if end_of_task:
             trace.closed_by = TraceClose.END_OF_TASK
-            return self._open.pop(task["task_id"])
+            return self._open.pop(task_id)
         return None
 
     def expire(self) -> list[HtirTrace]:
