@@ -157,28 +157,40 @@ class HtirTrace:
         self.sequences.append(sequence)
         self.event_ids.append(event_id)
 
+    def _turn_order(self) -> list[int]:
+        """The task steps of the trace's turns, in the order they joined it."""
+        return [int(s["task_step"]) for s in self.steps if s["kind"] == "turn"]
+
     @property
     def missing_task_steps(self) -> list[int]:
         """Task steps absent below the last one seen: turns the trace lacks in its middle."""
-        seen = {int(s["task_step"]) for s in self.steps if s["kind"] == "turn"}
-        return sorted(set(range(max(seen) + 1)) - seen) if seen else []
+        return _missing(self._turn_order())
 
     @property
     def gap(self) -> str | None:
         """Why the trace is not the task's turns in order, or None when it is."""
-        missing = self.missing_task_steps
+        order = self._turn_order()
+        missing = _missing(order)
         if missing:
             return (
                 f"task step(s) {missing} missing from the trace (turns not in the "
                 "stream range, refused or lost); steps not renumbered over the gap"
             )
-        order = [int(s["task_step"]) for s in self.steps if s["kind"] == "turn"]
         if order != sorted(order):
             return f"turns out of task order: task steps {order}"
         return None
 
     @property
     def source(self) -> TraceSourceJson:
+        source = cast(TraceSourceJson, self._source_fields())
+        source["turn_offsets"] = self._turn_offsets_json()
+        return source
+
+    def _turn_offsets_json(self) -> list[TurnOffsetJson]:
+        return [{"partition": p, "offset": o} for p, o in self.turn_offsets]
+
+    def _source_fields(self) -> dict[str, object]:
+        """``source`` without the turn offsets (the Avro record has them at its top)."""
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -189,7 +201,6 @@ class HtirTrace:
             "runtime_name": self.runtime.get("name", ""),
             "runtime_version": self.runtime.get("version", ""),
             "event_ids": list(self.event_ids),
-            "turn_offsets": [{"partition": p, "offset": o} for p, o in self.turn_offsets],
         }
 
     def stream_ranges(self) -> StreamRanges:
@@ -217,23 +228,28 @@ class HtirTrace:
         # Every Avro step field: the step's own, None where the flat shape left
         # one out, and the turn-only lists' defaults on a tool step.
         blank = _AVRO_STEP_BLANK
-        steps: list[dict[str, object]] = []
-        for s in self.steps:
-            if s["kind"] == "tool":
-                steps.append(blank | _tool_lists() | cast(dict[str, object], s))
-            else:
-                steps.append(blank | cast(dict[str, object], s))
-        source = self.source
-        del source["turn_offsets"]  # type: ignore[misc]  # a fresh dict, built above
+        steps: list[dict[str, object]] = [
+            {
+                **blank,
+                # The turn-only lists as Avro defaults them (fresh: the record's own).
+                "violated_boundary_ids": [],
+                "violated_predicate_ids": [],
+                "contract_breaches": [],
+                **s,
+            }
+            if s["kind"] == "tool"
+            else {**blank, **s}
+            for s in self.steps
+        ]
         return {
             "format_version": 2,
             "task_id": self.task_id,
             "task_family": self.task_family,
             "session_id": self.session_id,
             "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value,
-            "source": source,
+            "source": self._source_fields(),
             "steps": steps,
-            "turn_offsets": [{"partition": p, "offset": o} for p, o in self.turn_offsets],
+            "turn_offsets": self._turn_offsets_json(),
             "missing_task_steps": self.missing_task_steps,
         }
 
@@ -300,9 +316,9 @@ _TURN_ONLY_LISTS = ("violated_boundary_ids", "violated_predicate_ids", "contract
 _AVRO_STEP_BLANK: dict[str, object] = dict.fromkeys(STEP_FIELDS)
 
 
-def _tool_lists() -> dict[str, object]:
-    """A tool step's turn-only lists, as Avro defaults them (fresh lists: the record's own)."""
-    return {"violated_boundary_ids": [], "violated_predicate_ids": [], "contract_breaches": []}
+def _missing(order: list[int]) -> list[int]:
+    """Task steps absent below the last one in ``order``."""
+    return sorted(set(range(max(order) + 1)) - set(order)) if order else []
 
 
 def _from_avro_step(step: Mapping[str, Any]) -> HtirStep:
