@@ -274,7 +274,7 @@ class HtirFeederSink(BatchingSink):
 
         self._producer.produce(
             self._topic,
-            self._serialize(trace.to_avro()),
+            self._serialize(trace.avro_record()),
             trace.task_id.encode(),
             on_delivery=report,
         )

@@ -224,11 +224,29 @@ class HtirTrace:
             partitions.append({"partition": partition, "offset_ranges": ranges})
         return {"topic": self.topic, "exact": bool(self.turn_offsets), "partitions": partitions}
 
+    def avro_record(self) -> dict[str, object]:
+        """The record of ``schemas/htir_trace.v2.avsc`` as the serializer writes it: the
+        steps as they are (a field a flat step leaves out is written as its schema default,
+        null or an empty list, as fastavro and the native encoder write a missing field)."""
+        return {
+            "format_version": 2,
+            "task_id": self.task_id,
+            "task_family": self.task_family,
+            "session_id": self.session_id,
+            "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value,
+            "source": self._source_fields(),
+            "steps": self.steps,
+            "turn_offsets": self._turn_offsets_json(),
+            "missing_task_steps": self.missing_task_steps,
+        }
+
     def to_avro(self) -> dict[str, object]:
-        # Every Avro step field: the step's own, None where the flat shape left
-        # one out, and the turn-only lists' defaults on a tool step.
+        """``avro_record`` with every step field present, as the record decodes: the
+        step's own, None where the flat shape left one out, and the turn-only lists'
+        defaults on a tool step."""
+        record = self.avro_record()
         blank = _AVRO_STEP_BLANK
-        steps: list[dict[str, object]] = [
+        record["steps"] = [
             {
                 **blank,
                 # The turn-only lists as Avro defaults them (fresh: the record's own).
@@ -241,17 +259,7 @@ class HtirTrace:
             else {**blank, **s}
             for s in self.steps
         ]
-        return {
-            "format_version": 2,
-            "task_id": self.task_id,
-            "task_family": self.task_family,
-            "session_id": self.session_id,
-            "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value,
-            "source": self._source_fields(),
-            "steps": steps,
-            "turn_offsets": self._turn_offsets_json(),
-            "missing_task_steps": self.missing_task_steps,
-        }
+        return record
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> HtirTrace:
