@@ -27,9 +27,16 @@ import enum
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypedDict, cast
+from typing import Any, TypedDict, cast
 
-from turnaudit.htir_steps import STEP_FIELDS, SURFACE_LIMIT, HtirStep, StepAction, turn_steps
+from turnaudit.htir_steps import (
+    STEP_FIELDS,
+    SURFACE_LIMIT,
+    HtirStep,
+    StepAction,
+    TaskTurn,
+    turn_steps,
+)
 from turnaudit.redaction import DROPPED, Redaction
 
 __all__ = [  # the steps' shapes live in htir_steps; readers of traces find them here too
@@ -46,24 +53,6 @@ __all__ = [  # the steps' shapes live in htir_steps; readers of traces find them
     "TurnOffsetJson",
     "turn_steps",
 ]
-
-
-class TaskTurn(NamedTuple):
-    """A turn with a task made into its trace steps (no event kept): what the feeder's
-    native step hands over for an ordinary task turn (``ConsumeStep``'s ``steps`` outlet)."""
-
-    task_id: str
-    task_family: str
-    task_step: int
-    end_of_task: bool
-    session_id: str
-    runtime: Mapping[str, str]
-    event_id: str
-    sequence: int
-    steps: list[HtirStep]
-    topic: str
-    partition: int
-    offset: int
 
 
 class TraceClose(enum.StrEnum):
@@ -225,9 +214,8 @@ class HtirTrace:
         return {"topic": self.topic, "exact": bool(self.turn_offsets), "partitions": partitions}
 
     def avro_record(self) -> dict[str, object]:
-        """The record of ``schemas/htir_trace.v2.avsc`` as the serializer writes it: the
-        steps as they are (a field a flat step leaves out is written as its schema default,
-        null or an empty list, as fastavro and the native encoder write a missing field)."""
+        """The record of ``schemas/htir_trace.v2.avsc`` to serialize: the flat steps as they
+        are (a field one leaves out written as its default, null or [], as fastavro does)."""
         return {
             "format_version": 2,
             "task_id": self.task_id,
@@ -241,9 +229,8 @@ class HtirTrace:
         }
 
     def to_avro(self) -> dict[str, object]:
-        """``avro_record`` with every step field present, as the record decodes: the
-        step's own, None where the flat shape left one out, and the turn-only lists'
-        defaults on a tool step."""
+        """``avro_record`` with every step field present, as the record decodes: None where
+        the flat shape left one out, the turn-only lists' defaults on a tool step."""
         record = self.avro_record()
         blank = _AVRO_STEP_BLANK
         record["steps"] = [
@@ -389,7 +376,15 @@ class TraceAssembler:
             return None
         if trace is None:
             trace = self._opened(
-                task_id, task["task_family"], event["session_id"], topic, partition, event["runtime"]
+                HtirTrace(
+                    task_id,
+                    task["task_family"],
+                    event["session_id"],
+                    topic,
+                    partition,
+                    event["runtime"],
+                    redaction=self.redaction,
+                )
             )
         trace.add(event, offset, breaches, partition)
         return self._added(trace, task_id, task["end_of_task"])
@@ -403,24 +398,21 @@ class TraceAssembler:
             return None
         if trace is None:
             trace = self._opened(
-                task_id, turn.task_family, turn.session_id, turn.topic, turn.partition, turn.runtime
+                HtirTrace(
+                    task_id,
+                    turn.task_family,
+                    turn.session_id,
+                    turn.topic,
+                    turn.partition,
+                    turn.runtime,
+                    redaction=self.redaction,
+                )
             )
         trace.add_steps(turn.event_id, turn.sequence, turn.steps, turn.offset, turn.partition)
         return self._added(trace, task_id, turn.end_of_task)
 
-    def _opened(
-        self,
-        task_id: str,
-        family: str,
-        session_id: str,
-        topic: str,
-        partition: int,
-        runtime: Mapping[str, str],
-    ) -> HtirTrace:
-        trace = HtirTrace(
-            task_id, family, session_id, topic, partition, runtime, redaction=self.redaction
-        )
-        self._open[task_id] = trace
+    def _opened(self, trace: HtirTrace) -> HtirTrace:
+        self._open[trace.task_id] = trace
         return trace
 
     def _added(self, trace: HtirTrace, task_id: str, end_of_task: bool) -> HtirTrace | None:

@@ -10,7 +10,7 @@ default), keyed hashes (of the whole surface) or kept (the surface cut at
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Required, TypedDict, cast
+from typing import Any, NamedTuple, Required, TypedDict, cast
 
 from turnaudit._native import SURFACE_LIMIT as NATIVE_SURFACE_LIMIT
 from turnaudit._native import htir_turn_steps
@@ -58,6 +58,24 @@ class HtirStep(TypedDict, total=False):
     arguments: str
     result: str
     ok: bool
+
+
+class TaskTurn(NamedTuple):
+    """A turn with a task made into its trace steps (no event kept): what the feeder's
+    native step hands over for an ordinary task turn (``ConsumeStep``'s ``steps`` outlet)."""
+
+    task_id: str
+    task_family: str
+    task_step: int
+    end_of_task: bool
+    session_id: str
+    runtime: Mapping[str, str]
+    event_id: str
+    sequence: int
+    steps: list[HtirStep]
+    topic: str
+    partition: int
+    offset: int
 
 
 STEP_FIELDS = (  # an Avro step record's fields, in its order

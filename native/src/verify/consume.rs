@@ -301,7 +301,7 @@ impl ConsumeStep {
     /// `(tuple.__new__, TaskTurn, the surface policy's value, Redaction.text)`.
     #[new]
     #[pyo3(signature = (decode, tracker, check, shipped, *, line=None, turn=None, steps=None))]
-    #[allow(clippy::type_complexity)]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         decode: Py<PyAny>,

@@ -124,7 +124,8 @@ def test_ordinary_turns_reach_the_feeder_without_take_those_with_a_task_as_their
     assert native.batch(records) == HandedBatch(next_offsets={0: 60}, handed=60)
     assert reference.batch(records) == HandedBatch(next_offsets={0: 60}, handed=60)
     assert native.taken == []
-    assert handed and all(type(turn) is TaskTurn for turn in handed)
+    assert handed
+    assert all(type(turn) is TaskTurn for turn in handed)
     with_task = [turn for turn in reference.taken if turn.event["task"] is not None]
     assert 0 < len(with_task) < 60  # both kinds were in the batch
     assert native.traces() == reference.traces()
