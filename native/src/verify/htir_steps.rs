@@ -169,8 +169,16 @@ pub(crate) fn turn_steps<'py>(py: Python<'py>, f: &[Option<V<'_>>], millis: i64,
     turn.set_item(intern!(py, "violated_predicate_ids"), ids(ethics, "violated_predicate_ids")?)?;
     if let Some(action) = action {
         let out = PyDict::new(py);
-        for name in ["execution_verdict", "action_risk_verdict", "risk_tier", "human_decision_required", "output_policy"] {
-            out.set_item(name, to_py(py, at(action, name)?)?)?;
+        // The keys interned: one dict per turn, the same five keys.
+        let keys = [
+            intern!(py, "execution_verdict"),
+            intern!(py, "action_risk_verdict"),
+            intern!(py, "risk_tier"),
+            intern!(py, "human_decision_required"),
+            intern!(py, "output_policy"),
+        ];
+        for key in keys {
+            out.set_item(key, to_py(py, at(action, key.to_str()?)?)?)?;
         }
         turn.set_item(intern!(py, "action"), out)?;
     }
