@@ -43,7 +43,7 @@ import json
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar, Protocol
+from typing import IO, Any, ClassVar, Protocol, cast
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -53,7 +53,7 @@ from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
 from turnaudit.consumers.runtime.sink import StepOutlet, StepRun, StepStop
 from turnaudit.files import open_private
-from turnaudit.htir import HtirTrace, TraceAssembler
+from turnaudit.htir import HtirTrace, TaskTurn, TraceAssembler
 from turnaudit.kafka.producer import (
     DeliveredMessage,
     DeliveryCallback,
@@ -111,6 +111,7 @@ class HtirFeederSink(BatchingSink):
         super().__init__()
         self._handed_natively = 0  # turns without a task the native step handed since flush
         self._open_sealed = opener  # sealed turns opened before the policy (turn_opener)
+        self._redaction = redaction
         self._topic = kafka.topics.htir_traces
         self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         self._producer: TraceProducer = producer or KafkaProducer.reliable(kafka)
@@ -153,9 +154,13 @@ class HtirFeederSink(BatchingSink):
         return self._assembler.open_traces
 
     def step_outlet(self) -> StepOutlet:
-        # An ordinary turn with a task comes as the validation would build it; one
-        # without is only counted: ``write_batch`` keeps nothing of it.
-        return {"turn": (tuple.__new__, ConsumedTurn)}
+        # An ordinary turn with a task comes made into its trace steps (a ``TaskTurn``),
+        # or, where sealed turns are opened first, as the validation would build it; one
+        # without a task is only counted: ``write_batch`` keeps nothing of it.
+        if self._open_sealed is not None:
+            return {"turn": (tuple.__new__, ConsumedTurn)}
+        redaction = self._redaction
+        return {"steps": (tuple.__new__, TaskTurn, redaction.policy.value, redaction.text)}
 
     def step_runner(self, step: ConsumeStep) -> StepRun:
         run_turns = step.run_turns
@@ -174,30 +179,36 @@ class HtirFeederSink(BatchingSink):
             self.write_batch(self._pending)
             self._pending, self._handed_natively = [], 0  # written: a failure keeps them
 
-    def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
+    def write_batch(self, turns: Sequence[ConsumedTurn | TaskTurn]) -> None:
         closed: list[HtirTrace] = []
+        assembler = self._assembler
         for turn in turns:
-            event = turn.event
-            task = event["task"]
-            if task is None:
-                continue
-            task_id = task["task_id"]
-            if self._open_sealed is not None:
-                self._open_sealed(event)
-            trace = self._assembler.add(
-                event,
-                topic=turn.topic,
-                partition=turn.partition,
-                offset=turn.offset,
-                breaches=turn.breaches,
-            )
-            if trace is not None or self._assembler.is_open(task_id):
+            if type(turn) is TaskTurn:  # the native step's: its steps made already
+                task_id = turn.task_id
+                trace = assembler.add_task_turn(turn)
+            else:
+                consumed = cast(ConsumedTurn, turn)
+                event = consumed.event
+                task = event["task"]
+                if task is None:
+                    continue
+                task_id = task["task_id"]
+                if self._open_sealed is not None:
+                    self._open_sealed(event)
+                trace = assembler.add(
+                    event,
+                    topic=consumed.topic,
+                    partition=consumed.partition,
+                    offset=consumed.offset,
+                    breaches=consumed.breaches,
+                )
+            if trace is not None or assembler.is_open(task_id):
                 # Held until the trace is acknowledged on the traces topic.
                 self._first_offsets.setdefault(task_id, (turn.partition, turn.offset))
             if trace is not None:
                 closed.append(trace)
-        closed.extend(self._assembler.expire())
-        self._skipped.set(self._assembler.partial_turns_skipped)
+        closed.extend(assembler.expire())
+        self._skipped.set(assembler.partial_turns_skipped)
         self._publish(closed)
 
     def tick(self) -> None:
@@ -263,7 +274,7 @@ class HtirFeederSink(BatchingSink):
 
         self._producer.produce(
             self._topic,
-            self._serialize(trace.to_avro()),
+            self._serialize(trace.avro_record()),
             trace.task_id.encode(),
             on_delivery=report,
         )
@@ -314,6 +325,9 @@ class HtirFeederSink(BatchingSink):
         self._producer.flush(ALONE_FLUSH_S)
 
     def _acknowledged(self, traces: list[HtirTrace]) -> None:
+        # Each published trace is counted by how it closed (one line per trace would cost
+        # the feeder as much as assembling it); a trace with a gap is logged.
+        closed_by: dict[str, int] = {}
         for trace in traces:
             self._first_offsets.pop(trace.task_id, None)
             self._size_refusals.pop(trace.task_id, None)
@@ -325,17 +339,13 @@ class HtirFeederSink(BatchingSink):
                     detail=gap,
                     missing_task_steps=trace.missing_task_steps,
                 )
-            self._traces.labels(trace.closed_by.value if trace.closed_by else "unknown").inc()
-            log.info(
-                "htir_trace_published",
-                task_id=trace.task_id,
-                family=trace.task_family,
-                steps=len(trace.steps),
-                closed_by=trace.closed_by,
-            )
+            label = trace.closed_by.value if trace.closed_by else "unknown"
+            closed_by[label] = closed_by.get(label, 0) + 1
             if self._manifest is not None and trace.task_id not in self._in_manifest:
                 self._in_manifest.add(trace.task_id)
                 self._manifest.write(json.dumps(trace.manifest_line()) + "\n")
+        for label, count in closed_by.items():
+            self._traces.labels(label).inc(count)
         if self._manifest is not None:
             self._manifest.flush()
         self.published += len(traces)

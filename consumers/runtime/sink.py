@@ -163,10 +163,13 @@ StepRun = Callable[[list[Any], int, dict[int, int]], StepStop]
 class StepOutlet(TypedDict, total=False):
     """How the native step gives a sink its ordinary turns (``ConsumeStep``'s outlet):
     ``line``, the log line's keys in order and the fixed texts of some; ``turn``,
-    ``(tuple.__new__, ConsumedTurn)`` (turns with a task into the sink's pending list)."""
+    ``(tuple.__new__, ConsumedTurn)`` (turns with a task into the sink's pending list);
+    ``steps``, ``(tuple.__new__, TaskTurn, surface policy, Redaction.text)`` (turns with
+    a task made into their HTIR steps, ``turnaudit.htir.TaskTurn``, into that list)."""
 
     line: tuple[Sequence[str], Sequence[tuple[str, str]]]
     turn: tuple[Any, type[Any]]
+    steps: tuple[Any, type[Any], str, Callable[[str], str | None]]
 
 
 @runtime_checkable

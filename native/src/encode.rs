@@ -7,7 +7,8 @@
 //! The encoder is strict: it writes only values whose encoding is beyond
 //! doubt, exact built-in types of the schema's own kind (None, bool, int in
 //! range, float, str, bytes, list, dict with str keys, records with every
-//! field present). Anything else (a missing field, a subclass, an int where a
+//! field present, or missing only where fastavro writes its default: `null` for a
+//! union with null, `[]` for an array). Anything else (a missing field, a subclass, an int where a
 //! double goes, a datetime, a tuple, a union value more than one branch could
 //! take, a string UTF-8 cannot encode) raises `EncodeFallback`, and the caller
 //! hands the record to fastavro, which writes it or raises its own error. The
@@ -19,7 +20,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::decode::{compile_schema, unsupported, Node, NodeId};
+use crate::decode::{compile_schema, unsupported, Field, FieldDefault, Node, NodeId};
 use crate::ffi::{self, Held, Obj};
 
 pyo3::create_exception!(
@@ -264,13 +265,32 @@ impl Plan {
                 for field in fields {
                     let v = match ffi::dict_get(obj, field.name.as_ptr()) {
                         Ok(Some(v)) => Held::new(v),
-                        Ok(None) => return Err(Fall::Because("a record without one of its fields")),
+                        Ok(None) => {
+                            self.missing(field, out)?;
+                            continue;
+                        }
                         Err(()) => return Err(Fall::Python("a dict lookup failed")),
                     };
                     self.value(field.node, v.0, out)?;
                 }
             }
             Node::Pending => return Err(Fall::Because("an incomplete type")),
+        }
+        Ok(())
+    }
+}
+
+impl Plan {
+    /// A field the record lacks, as fastavro writes it (`datum.get(name, default)`): a
+    /// union with null whose default is null, null; an array whose default is `[]`, `[]`.
+    fn missing(&self, field: &Field, out: &mut Vec<u8>) -> E<()> {
+        match (&self.nodes[field.node], field.default) {
+            (Node::Union(_), FieldDefault::Null) => {
+                let index = self.unions[field.node][Kind::None as usize].ok_or(Fall::Because("a record without one of its fields"))?;
+                long(out, index as i64);
+            }
+            (Node::Array(_), FieldDefault::EmptyList) => out.push(0),
+            _ => return Err(Fall::Because("a record without one of its fields")),
         }
         Ok(())
     }

@@ -49,6 +49,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<verify::ContractCheck>()?;
     m.add_class::<verify::VerifyStep>()?;
     m.add_class::<verify::ConsumeStep>()?;
+    m.add_function(wrap_pyfunction!(verify::htir_turn_steps, m)?)?;
+    m.add("SURFACE_LIMIT", verify::SURFACE_LIMIT)?;
     m.add_function(wrap_pyfunction!(track::chain_hash_hex, m)?)?;
     m.add_function(wrap_pyfunction!(reserve::reserve_event_ids, m)?)?;
     m.add_function(wrap_pyfunction!(track::follow::start_partition, m)?)?;

@@ -14,6 +14,15 @@ SINGLE_OBJECT_MAGIC: bytes
 SINGLE_OBJECT_HEADER: int
 CONFLUENT_MAGIC: bytes
 CONFLUENT_HEADER: int
+SURFACE_LIMIT: int
+
+def htir_turn_steps(
+    event: dict[str, Any],
+    millis: int,
+    breaches: Iterable[str],
+    policy: str,
+    text: Callable[[str], str | None],
+) -> list[dict[str, Any]]: ...
 
 class DecodeError(ValueError): ...
 class TrailingBytesError(DecodeError): ...
@@ -182,6 +191,7 @@ class ConsumeStep:
         *,
         line: tuple[Sequence[str], Sequence[tuple[str, str]]] | None = None,
         turn: tuple[Any, type[Any]] | None = None,
+        steps: tuple[Any, type[Any], str, Callable[[str], str | None]] | None = None,
     ) -> ConsumeStep: ...
     def run(
         self,

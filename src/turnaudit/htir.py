@@ -29,7 +29,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
-from turnaudit.htir_steps import STEP_FIELDS, SURFACE_LIMIT, HtirStep, StepAction, turn_steps
+from turnaudit.htir_steps import (
+    STEP_FIELDS,
+    SURFACE_LIMIT,
+    HtirStep,
+    StepAction,
+    TaskTurn,
+    turn_steps,
+)
 from turnaudit.redaction import DROPPED, Redaction
 
 __all__ = [  # the steps' shapes live in htir_steps; readers of traces find them here too
@@ -39,6 +46,7 @@ __all__ = [  # the steps' shapes live in htir_steps; readers of traces find them
     "PartitionRanges",
     "StepAction",
     "StreamRanges",
+    "TaskTurn",
     "TraceAssembler",
     "TraceClose",
     "TraceSourceJson",
@@ -113,36 +121,65 @@ class HtirTrace:
     ) -> None:
         if event["event_id"] in self.event_ids:
             return  # an at-least-once redelivery: the step is already in the trace
-        for step in turn_steps(event, breaches, self.redaction):
-            step["index"] = len(self.steps)
-            self.steps.append(step)
+        steps = turn_steps(event, breaches, self.redaction)
+        self.add_steps(event["event_id"], event["sequence"], steps, offset, partition)
+
+    def add_steps(
+        self,
+        event_id: str,
+        sequence: int,
+        steps: list[HtirStep],
+        offset: int,
+        partition: int | None = None,
+    ) -> None:
+        """Add a turn made into its steps already (``turn_steps``, or the feeder's native
+        step); a turn already in the trace is not added again."""
+        if event_id in self.event_ids:
+            return  # an at-least-once redelivery: the step is already in the trace
+        index = len(self.steps)
+        for step in steps:
+            step["index"] = index
+            index += 1
+        self.steps += steps
         self.offsets.append(offset)
         self.turn_offsets.append((self.partition if partition is None else partition, offset))
-        self.sequences.append(event["sequence"])
-        self.event_ids.append(event["event_id"])
+        self.sequences.append(sequence)
+        self.event_ids.append(event_id)
+
+    def _turn_order(self) -> list[int]:
+        """The task steps of the trace's turns, in the order they joined it."""
+        return [int(s["task_step"]) for s in self.steps if s["kind"] == "turn"]
 
     @property
     def missing_task_steps(self) -> list[int]:
         """Task steps absent below the last one seen: turns the trace lacks in its middle."""
-        seen = {int(s["task_step"]) for s in self.steps if s["kind"] == "turn"}
-        return sorted(set(range(max(seen) + 1)) - seen) if seen else []
+        return _missing(self._turn_order())
 
     @property
     def gap(self) -> str | None:
         """Why the trace is not the task's turns in order, or None when it is."""
-        missing = self.missing_task_steps
+        order = self._turn_order()
+        missing = _missing(order)
         if missing:
             return (
                 f"task step(s) {missing} missing from the trace (turns not in the "
                 "stream range, refused or lost); steps not renumbered over the gap"
             )
-        order = [int(s["task_step"]) for s in self.steps if s["kind"] == "turn"]
         if order != sorted(order):
             return f"turns out of task order: task steps {order}"
         return None
 
     @property
     def source(self) -> TraceSourceJson:
+        source = cast(TraceSourceJson, self._source_fields())
+        source["turn_offsets"] = self._turn_offsets_json()
+        return source
+
+    def _turn_offsets_json(self) -> list[TurnOffsetJson]:
+        return [{"partition": p, "offset": o} for p, o in self.turn_offsets]
+
+    def _source_fields(self) -> dict[str, object]:
+        """``source`` without the turn offsets (the Avro record has them at its top)."""
         return {
             "topic": self.topic,
             "partition": self.partition,
@@ -153,7 +190,6 @@ class HtirTrace:
             "runtime_name": self.runtime.get("name", ""),
             "runtime_version": self.runtime.get("version", ""),
             "event_ids": list(self.event_ids),
-            "turn_offsets": [{"partition": p, "offset": o} for p, o in self.turn_offsets],
         }
 
     def stream_ranges(self) -> StreamRanges:
@@ -177,29 +213,40 @@ class HtirTrace:
             partitions.append({"partition": partition, "offset_ranges": ranges})
         return {"topic": self.topic, "exact": bool(self.turn_offsets), "partitions": partitions}
 
-    def to_avro(self) -> dict[str, object]:
-        # Every Avro step field: the step's own, None where the flat shape left
-        # one out, and the turn-only lists' defaults on a tool step.
-        blank = _AVRO_STEP_BLANK
-        steps: list[dict[str, object]] = []
-        for s in self.steps:
-            if s["kind"] == "tool":
-                steps.append(blank | _tool_lists() | cast(dict[str, object], s))
-            else:
-                steps.append(blank | cast(dict[str, object], s))
-        source = self.source
-        del source["turn_offsets"]  # type: ignore[misc]  # a fresh dict, built above
+    def avro_record(self) -> dict[str, object]:
+        """The record of ``schemas/htir_trace.v2.avsc`` to serialize: the flat steps as they
+        are (a field one leaves out written as its default, null or [], as fastavro does)."""
         return {
             "format_version": 2,
             "task_id": self.task_id,
             "task_family": self.task_family,
             "session_id": self.session_id,
             "closed_by": (self.closed_by or TraceClose.SHUTDOWN).value,
-            "source": source,
-            "steps": steps,
-            "turn_offsets": [{"partition": p, "offset": o} for p, o in self.turn_offsets],
+            "source": self._source_fields(),
+            "steps": self.steps,
+            "turn_offsets": self._turn_offsets_json(),
             "missing_task_steps": self.missing_task_steps,
         }
+
+    def to_avro(self) -> dict[str, object]:
+        """``avro_record`` with every step field present, as the record decodes: None where
+        the flat shape left one out, the turn-only lists' defaults on a tool step."""
+        record = self.avro_record()
+        blank = _AVRO_STEP_BLANK
+        record["steps"] = [
+            {
+                **blank,
+                # The turn-only lists as Avro defaults them (fresh: the record's own).
+                "violated_boundary_ids": [],
+                "violated_predicate_ids": [],
+                "contract_breaches": [],
+                **s,
+            }
+            if s["kind"] == "tool"
+            else {**blank, **s}
+            for s in self.steps
+        ]
+        return record
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> HtirTrace:
@@ -264,9 +311,9 @@ _TURN_ONLY_LISTS = ("violated_boundary_ids", "violated_predicate_ids", "contract
 _AVRO_STEP_BLANK: dict[str, object] = dict.fromkeys(STEP_FIELDS)
 
 
-def _tool_lists() -> dict[str, object]:
-    """A tool step's turn-only lists, as Avro defaults them (fresh lists: the record's own)."""
-    return {"violated_boundary_ids": [], "violated_predicate_ids": [], "contract_breaches": []}
+def _missing(order: list[int]) -> list[int]:
+    """Task steps absent below the last one in ``order``."""
+    return sorted(set(range(max(order) + 1)) - set(order)) if order else []
 
 
 def _from_avro_step(step: Mapping[str, Any]) -> HtirStep:
@@ -322,26 +369,57 @@ class TraceAssembler:
         task = event.get("task")
         if task is None:
             return None
-        trace = self._open.get(task["task_id"])
+        task_id = task["task_id"]
+        trace = self._open.get(task_id)
         if trace is None and task["step"] != 0:
             self.partial_turns_skipped += 1
             return None
         if trace is None:
-            trace = HtirTrace(
-                task["task_id"],
-                task["task_family"],
-                event["session_id"],
-                topic,
-                partition,
-                event["runtime"],
-                redaction=self.redaction,
+            trace = self._opened(
+                HtirTrace(
+                    task_id,
+                    task["task_family"],
+                    event["session_id"],
+                    topic,
+                    partition,
+                    event["runtime"],
+                    redaction=self.redaction,
+                )
             )
-            self._open[task["task_id"]] = trace
         trace.add(event, offset, breaches, partition)
+        return self._added(trace, task_id, task["end_of_task"])
+
+    def add_task_turn(self, turn: TaskTurn) -> HtirTrace | None:
+        """``add`` for a task turn made into its steps already (the feeder's native step)."""
+        task_id = turn.task_id
+        trace = self._open.get(task_id)
+        if trace is None and turn.task_step != 0:
+            self.partial_turns_skipped += 1
+            return None
+        if trace is None:
+            trace = self._opened(
+                HtirTrace(
+                    task_id,
+                    turn.task_family,
+                    turn.session_id,
+                    turn.topic,
+                    turn.partition,
+                    turn.runtime,
+                    redaction=self.redaction,
+                )
+            )
+        trace.add_steps(turn.event_id, turn.sequence, turn.steps, turn.offset, turn.partition)
+        return self._added(trace, task_id, turn.end_of_task)
+
+    def _opened(self, trace: HtirTrace) -> HtirTrace:
+        self._open[trace.task_id] = trace
+        return trace
+
+    def _added(self, trace: HtirTrace, task_id: str, end_of_task: bool) -> HtirTrace | None:
         trace.last_seen = self._clock()
-        if task["end_of_task"]:
+        if end_of_task:
             trace.closed_by = TraceClose.END_OF_TASK
-            return self._open.pop(task["task_id"])
+            return self._open.pop(task_id)
         return None
 
     def expire(self) -> list[HtirTrace]:

@@ -10,12 +10,15 @@ default), keyed hashes (of the whole surface) or kept (the surface cut at
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Required, TypedDict, cast
+from typing import Any, NamedTuple, Required, TypedDict, cast
 
+from turnaudit._native import SURFACE_LIMIT as NATIVE_SURFACE_LIMIT
+from turnaudit._native import htir_turn_steps
 from turnaudit.events import occurred_millis
-from turnaudit.redaction import DROPPED, Redaction, SurfacePolicy
+from turnaudit.redaction import DROPPED, Redaction
 
-SURFACE_LIMIT = 500  # surfaces are sensitive and long; the auditors need the gist
+# How much of a surface a trace keeps under ``keep`` (the native rule's).
+SURFACE_LIMIT: int = NATIVE_SURFACE_LIMIT
 
 
 class StepAction(TypedDict):
@@ -57,6 +60,24 @@ class HtirStep(TypedDict, total=False):
     ok: bool
 
 
+class TaskTurn(NamedTuple):
+    """A turn with a task made into its trace steps (no event kept): what the feeder's
+    native step hands over for an ordinary task turn (``ConsumeStep``'s ``steps`` outlet)."""
+
+    task_id: str
+    task_family: str
+    task_step: int
+    end_of_task: bool
+    session_id: str
+    runtime: Mapping[str, str]
+    event_id: str
+    sequence: int
+    steps: list[HtirStep]
+    topic: str
+    partition: int
+    offset: int
+
+
 STEP_FIELDS = (  # an Avro step record's fields, in its order
     "sequence",
     "turn",
@@ -76,15 +97,6 @@ STEP_FIELDS = (  # an Avro step record's fields, in its order
 )
 
 
-_ACTION_FIELDS = (
-    "execution_verdict",
-    "action_risk_verdict",
-    "risk_tier",
-    "human_decision_required",
-    "output_policy",
-)
-
-
 def turn_steps(
     event: Mapping[str, Any],
     contract_breaches: Sequence[str] = (),
@@ -95,67 +107,15 @@ def turn_steps(
 
     The flat shape: a field the turn has no value for is left out. Built field by
     field in one fixed order (the manifest writes the steps as they are); only the
-    fields the schema lets be null, or the policy drops, are ever left out.
+    fields the schema lets be null, or the policy drops, are ever left out. The rule is
+    the native crate's (``native/src/verify/htir_steps.rs``), which the feeder's native
+    step runs on the turns it scans.
     """
-    task = event["task"]
-    event_id = event["event_id"]
-    task_step = task["step"]
-    millis = occurred_millis(event["occurred_at"])
-    steps: list[HtirStep] = []
-    tools = event.get("tool_steps")
-    if tools:
-        text = redaction.text
-        for t in tools:
-            tool: HtirStep = {
-                "kind": "tool",
-                "event_id": event_id,
-                "task_step": task_step,
-                "occurred_at": millis,
-                "name": t["name"],
-            }
-            if (arguments := text(t["arguments"])) is not None:
-                tool["arguments"] = arguments
-            if (result := text(t["result"])) is not None:
-                tool["result"] = result
-            tool["ok"] = t["ok"]
-            steps.append(tool)
-    bundle = event["verdicts"]
-    identity = bundle["identity_score"]
-    safety, ethics = bundle["safety_verdict"], bundle["ethics_verdict"]
-    action = event["action_assessment"]
-    turn: HtirStep = {
-        "kind": "turn",
-        "event_id": event_id,
-        "task_step": task_step,
-        "occurred_at": millis,
-        "sequence": event["sequence"],
-        "turn": event["turn"],
-        "path": event["path"],
-        "refusal_emitted": bundle["refusal_emitted"],
-        "hedge_injected": bundle["hedge_injected"],
-    }
-    if identity is not None:
-        turn["identity_score"] = identity["score"]
-        turn["identity_threshold"] = identity["threshold"]
-    if safety is not None:
-        turn["safety_passed"] = safety["passed"]
-    if ethics is not None:
-        turn["ethics_passed"] = ethics["passed"]
-    turn["violated_boundary_ids"] = [] if safety is None else list(safety["violated_boundary_ids"])
-    turn["violated_predicate_ids"] = (
-        [] if ethics is None else list(ethics["violated_predicate_ids"])
+    steps = htir_turn_steps(
+        cast(dict[str, Any], event),
+        occurred_millis(event["occurred_at"]),
+        contract_breaches,
+        redaction.policy.value,
+        redaction.text,
     )
-    if action is not None:
-        turn["action"] = cast(StepAction, {k: action[k] for k in _ACTION_FIELDS})
-    turn["contract_breaches"] = list(contract_breaches)
-    if (surface := _surface(event["surface"], redaction)) is not None:
-        turn["surface"] = surface
-    steps.append(turn)
-    return steps
-
-
-def _surface(text: str, redaction: Redaction) -> str | None:
-    # Kept: the gist; hashed: the whole text, so it compares with the log sink's hash.
-    if redaction.policy is SurfacePolicy.KEEP:
-        return text[:SURFACE_LIMIT]
-    return redaction.text(text)
+    return cast(list[HtirStep], steps)

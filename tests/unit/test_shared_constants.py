@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from turnaudit import _native, chain
+from turnaudit import _native, chain, htir_steps
 from turnaudit.serialization import framing
 
 PAIRS = {
@@ -20,6 +20,8 @@ PAIRS = {
     "SINGLE_OBJECT_HEADER": framing.SINGLE_OBJECT_HEADER_LEN,
     "CONFLUENT_MAGIC": framing.CONFLUENT_MAGIC_BYTE,
     "CONFLUENT_HEADER": framing.CONFLUENT_HEADER_LEN,
+    # Not a copy: the HTIR steps' surface cut is the crate's, which Python takes.
+    "SURFACE_LIMIT": htir_steps.SURFACE_LIMIT,
 }
 
 

@@ -29,7 +29,7 @@ pub(crate) mod scan;
 mod schema;
 mod value;
 
-pub(crate) use schema::{compile_schema, unsupported, Node, NodeId, UnsupportedSchemaError};
+pub(crate) use schema::{compile_schema, unsupported, Field, FieldDefault, Node, NodeId, UnsupportedSchemaError};
 pub(crate) use value::Plan;
 
 pyo3::create_exception!(

@@ -40,6 +40,27 @@ pub(crate) struct Field {
     pub(crate) name: Py<PyString>,
     pub(crate) node: NodeId,
     pub(crate) millis_range: bool, // a top-level epoch-millis field held to datetime's range
+    /// The field's `default`, as far as the encoder writes one for a record without the
+    /// field (as fastavro does).
+    pub(crate) default: FieldDefault,
+}
+
+/// A field's `default` in the schema: none, `null`, `[]`, or another value.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FieldDefault {
+    Absent,
+    Null,
+    EmptyList,
+    Other,
+}
+
+fn default_of(field: &Bound<'_, PyDict>) -> PyResult<FieldDefault> {
+    Ok(match field.get_item("default")? {
+        None => FieldDefault::Absent,
+        Some(v) if v.is_none() => FieldDefault::Null,
+        Some(v) if v.cast::<PyList>().is_ok_and(|l| l.is_empty()) => FieldDefault::EmptyList,
+        Some(_) => FieldDefault::Other,
+    })
 }
 
 const PRIMITIVES: [&str; 8] = ["null", "boolean", "int", "long", "float", "double", "bytes", "string"];
@@ -172,6 +193,7 @@ impl<'py> Compiler<'py> {
                         name: PyString::intern(self.py, &name).unbind(),
                         node,
                         millis_range: false,
+                        default: default_of(&f)?,
                     });
                 }
                 self.pending.remove(&id);

@@ -5,8 +5,9 @@
 //! bytecode run per message: `TALLY`, tallied by the metrics service's labels; `LINES`,
 //! rendered as the log sink's canonical line (`line.rs`) into its batch's buffer;
 //! `TURNS`, for a batching sink (the HTIR feeder): a turn with a task handed over as a
-//! `ConsumedTurn` decoded natively, one without counted as handed only (the feeder keeps
-//! nothing of it). An ordinary message: single-object framing of a scanned schema, no
+//! `ConsumedTurn` decoded natively or, by the `steps` outlet, as the feeder's `TaskTurn`
+//! (its trace steps made by `htir_steps.rs`, no event decoded), one without counted as
+//! handed only (the feeder keeps nothing of it). An ordinary message: single-object framing of a scanned schema, no
 //! headers (so not redriven), the fields the outlet reads of the kinds it reads, a new
 //! turn at its stream's next position (no gap, no chain break), its key the session id,
 //! no breach found or recorded.
@@ -24,8 +25,9 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use super::contracts::{ContractCheck, BREACHES};
-use super::line::{all_slot, LineFormat, Read, ALL_SLOTS, TASK};
+use super::contracts::{ContractCheck, BREACHES, EVENT_ID, OCCURRED_AT, SEQUENCE, SESSION_ID, SURFACE};
+use super::htir_steps::{to_py, turn_steps, Redact};
+use super::line::{all_slot, LineFormat, Read, ALL_SLOTS, RUNTIME, TASK, TOOL_STEPS};
 use super::scanned::{track_fields, Plans, Shipped, ShippedPlan};
 use super::tally::{labels, Labels, Tallies};
 use crate::constants::SINGLE_OBJECT_HEADER as HEADER;
@@ -55,14 +57,18 @@ enum Outlet {
     Lines(LineFormat),
     /// `tuple.__new__` and `ConsumedTurn`: a turn built as the validation builds it.
     Turns(Py<PyAny>, Py<PyAny>),
+    /// `tuple.__new__`, `TaskTurn` and the surface policy: a task turn as its trace steps.
+    Steps(Py<PyAny>, Py<PyAny>, Redact),
 }
 
 /// What the outlet read of a message before it was placed.
-enum Kept<'a> {
+enum Kept<'a, 'py> {
     Labels(Labels<'a>),
     Line,
     NoTask,
     Task,
+    /// A task turn's `TaskTurn` fields but where it was read.
+    Steps(Vec<Bound<'py, PyAny>>),
 }
 
 /// A message's topic, partition and offset, when the step may take it: it has a topic
@@ -107,12 +113,15 @@ impl ConsumeStep {
             return i;
         }
         let top = shipped.scan.names.top(&shipped.decoder.get().plan);
-        self.wanted.push((id, top.iter().map(|n| all_slot(n)).collect()));
+        // Only the steps outlet reads the tool steps and the runtime.
+        let steps = matches!(self.outlet, Outlet::Steps(..));
+        let slot = |n: &str| all_slot(n).filter(|s| steps || ![TOOL_STEPS, RUNTIME].contains(s));
+        self.wanted.push((id, top.iter().map(|n| slot(n)).collect()));
         self.wanted.len() - 1
     }
 
     /// One message placed, checked and given to the sink, or why the Python path takes it.
-    fn step(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>, tracker: &NativeStreamTracker, check: &ContractCheck, pending: Option<&Bound<'_, PyList>>) -> PyResult<Step> {
+    fn step<'py>(&mut self, py: Python<'py>, msg: &Bound<'py, PyAny>, tracker: &NativeStreamTracker, check: &ContractCheck, pending: Option<&Bound<'_, PyList>>) -> PyResult<Step> {
         // The value's framing first: a message of a schema the step does not scan (v1/v2,
         // Confluent framing) costs one call.
         let value = msg.call_method0(intern!(py, "value"))?;
@@ -143,6 +152,16 @@ impl ConsumeStep {
             Outlet::Turns(..) => match f[TASK] {
                 Some(V::Null) => Kept::NoTask,
                 Some(V::Fields(_)) => Kept::Task,
+                _ => return Ok(Step::Feed),
+            },
+            Outlet::Steps(_, _, redact) => match f[TASK] {
+                Some(V::Null) => Kept::NoTask,
+                // A turn whose steps the rule does not make goes the Python path, which
+                // makes them (or fails) the same way.
+                Some(V::Fields(_)) => match task_turn(py, &f, redact) {
+                    Ok(Some(fields)) => Kept::Steps(fields),
+                    _ => return Ok(Step::Feed),
+                },
                 _ => return Ok(Step::Feed),
             },
         };
@@ -181,6 +200,15 @@ impl ConsumeStep {
                 let result = tracker.result_of(py, &stream()?, sequence, placed)?;
                 let decoded = self.decode.bind(py).call1((bytes,))?;
                 let fields = (decoded, result, topic, partition, offset, PyTuple::empty(py), false).into_pyobject(py)?;
+                pending.append(tuple_new.bind(py).call1((turn_type.bind(py), fields))?)?;
+            }
+            Kept::Steps(fields) => {
+                let (Outlet::Steps(tuple_new, turn_type, _), Some(pending)) = (&self.outlet, pending) else {
+                    return Err(PyValueError::new_err("a handing step runs with a pending list"));
+                };
+                let mut fields = fields;
+                fields.extend([topic, partition.into_pyobject(py)?.into_any(), offset.into_pyobject(py)?.into_any()]);
+                let fields = PyTuple::new(py, fields)?;
                 pending.append(tuple_new.bind(py).call1((turn_type.bind(py), fields))?)?;
             }
         }
@@ -244,7 +272,7 @@ impl ConsumeStep {
         let is = match self.outlet {
             Outlet::Tally => TALLY,
             Outlet::Lines(_) => LINES,
-            Outlet::Turns(..) => TURNS,
+            Outlet::Turns(..) | Outlet::Steps(..) => TURNS,
         };
         if is == mode {
             Ok(())
@@ -268,11 +296,12 @@ fn taken(stop: PyResult<Stop>, taken: u64) -> PyResult<Stop> {
 impl ConsumeStep {
     /// `decode`: the service's decoder (a message the step hands back after placing it
     /// comes decoded); `shipped`: `TurnEventDeserializer.native_plans()`. The outlet:
-    /// tallies (neither of the others given); `line`, the log line's keys in order and
-    /// the fixed texts of some of them; `turn`, `(tuple.__new__, ConsumedTurn)`.
+    /// tallies (none of the others given); `line`, the log line's keys in order and
+    /// the fixed texts of some of them; `turn`, `(tuple.__new__, ConsumedTurn)`; `steps`,
+    /// `(tuple.__new__, TaskTurn, the surface policy's value, Redaction.text)`.
     #[new]
-    #[pyo3(signature = (decode, tracker, check, shipped, *, line=None, turn=None))]
-    #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (decode, tracker, check, shipped, *, line=None, turn=None, steps=None))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         decode: Py<PyAny>,
@@ -281,12 +310,14 @@ impl ConsumeStep {
         shipped: Vec<ShippedPlan>,
         line: Option<(Vec<String>, Vec<(String, String)>)>,
         turn: Option<(Py<PyAny>, Py<PyAny>)>,
+        steps: Option<(Py<PyAny>, Py<PyAny>, String, Py<PyAny>)>,
     ) -> PyResult<Self> {
-        let outlet = match (line, turn) {
-            (None, None) => Outlet::Tally,
-            (Some((keys, constants)), None) => Outlet::Lines(LineFormat::new(keys, constants)?),
-            (None, Some((tuple_new, turn_type))) => Outlet::Turns(tuple_new, turn_type),
-            (Some(_), Some(_)) => return Err(PyValueError::new_err("one outlet: line or turn")),
+        let outlet = match (line, turn, steps) {
+            (None, None, None) => Outlet::Tally,
+            (Some((keys, constants)), None, None) => Outlet::Lines(LineFormat::new(keys, constants)?),
+            (None, Some((tuple_new, turn_type)), None) => Outlet::Turns(tuple_new, turn_type),
+            (None, None, Some((tuple_new, turn_type, policy, text))) => Outlet::Steps(tuple_new, turn_type, Redact::new(&policy, text)?),
+            _ => return Err(PyValueError::new_err("one outlet: line, turn or steps")),
         };
         Ok(ConsumeStep {
             decode,
@@ -380,6 +411,35 @@ impl ConsumeStep {
                 format.render(&mut Vec::new(), &f, shipped.scan.version, &read).is_none()
             }
             Outlet::Turns(..) => !matches!(f[TASK], Some(V::Null | V::Fields(_))),
+            Outlet::Steps(_, _, redact) => match f[TASK] {
+                Some(V::Null) => false,
+                Some(V::Fields(_)) => !matches!(task_turn(py, &f, redact), Ok(Some(_))),
+                _ => true,
+            },
         })
     }
+}
+
+/// A scanned task turn as the feeder's `TaskTurn` (task id, family, step, end of task,
+/// session id, runtime, event id, sequence, steps) without where it was read; `None`
+/// where a field is not of the kind the decoded event would hold.
+fn task_turn<'py>(py: Python<'py>, f: &[Option<V<'_>>], redact: &Redact) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
+    let (Some(task @ V::Fields(_)), Some(V::Int(millis)), Some(runtime @ V::Fields(_)), Some(_)) = (&f[TASK], f[OCCURRED_AT].as_ref(), &f[RUNTIME], &f[SURFACE]) else {
+        return Ok(None);
+    };
+    if !matches!(f[TOOL_STEPS], Some(V::List(_) | V::Null)) {
+        return Ok(None);
+    }
+    let (Some(id @ V::Str(_)), Some(family @ V::Str(_)), Some(step @ V::Int(_)), Some(end @ V::Bool(_))) =
+        (task.field("task_id"), task.field("task_family"), task.field("step"), task.field("end_of_task"))
+    else {
+        return Ok(None);
+    };
+    let steps = turn_steps(py, f, *millis, pyo3::types::PyList::empty(py), redact)?;
+    let mut fields = [id, family, step, end, f[SESSION_ID].as_ref().unwrap_or(&V::Null), runtime, f[EVENT_ID].as_ref().unwrap_or(&V::Null), f[SEQUENCE].as_ref().unwrap_or(&V::Null)]
+        .into_iter()
+        .map(|v| to_py(py, v))
+        .collect::<PyResult<Vec<_>>>()?;
+    fields.push(steps.into_any());
+    Ok(Some(fields))
 }

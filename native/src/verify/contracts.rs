@@ -33,6 +33,7 @@ pub(crate) const PATH: usize = 6;
 pub(crate) const BREACHES: usize = 7;
 pub(crate) const VERDICTS: usize = 8;
 pub(crate) const ACTION: usize = 9;
+pub(crate) const SURFACE: usize = 19;
 pub(crate) const DOMAIN: usize = 20;
 pub(crate) const OCCURRED_AT: usize = 21;
 

@@ -14,9 +14,12 @@ use super::contracts::{slot, ACTION, EVENT_ID, OCCURRED_AT, PACK_ID, PATH, SEQUE
 use crate::decode::scan::V;
 
 /// The scanned slots the consumer step reads: verify's (`SLOTS`) and then these.
-pub(crate) const EXTRA: [&str; 2] = ["turn", "task"];
+/// The last two only the HTIR feeder's outlet reads (`htir_steps.rs`).
+pub(crate) const EXTRA: [&str; 4] = ["turn", "task", "tool_steps", "runtime"];
 pub(crate) const TURN: usize = SLOTS.len();
 pub(crate) const TASK: usize = SLOTS.len() + 1;
+pub(crate) const TOOL_STEPS: usize = SLOTS.len() + 2;
+pub(crate) const RUNTIME: usize = SLOTS.len() + 3;
 pub(crate) const ALL_SLOTS: usize = SLOTS.len() + EXTRA.len();
 
 /// A root field's slot among `ALL_SLOTS`.

@@ -26,6 +26,7 @@ mod admit;
 mod consume;
 mod contract_values;
 mod contracts;
+mod htir_steps;
 mod line;
 mod rule_input;
 mod scanned;
@@ -33,6 +34,7 @@ mod tally;
 
 pub(crate) use consume::ConsumeStep;
 pub(crate) use contracts::ContractCheck;
+pub(crate) use htir_steps::{htir_turn_steps, SURFACE_LIMIT};
 use contracts::*;
 use scanned::{is_not_a_turn, scan_message, track_fields, Interned, Plans, Shipped, ShippedPlan};
 

@@ -1,19 +1,24 @@
 """The HTIR feeder's native hand-over against the record-by-record path.
 
 ``TurnEventValidation.examine_batch`` with the feeder's sink (ordinary turns through
-``ConsumeStep``'s turn outlet: one with a task handed over as a ``ConsumedTurn`` decoded
-natively, one without counted only; every other message through ``examine``/``conclude``
-and ``take``) publishes the same traces, byte for byte and in the same order, as
-``hand_over`` record by record, over any batches of the native batch test's kinds (every
-shipped version, a learned schema, garbage, wrong keys, duplicates, gaps, chain breaks,
-breaches, recorded breaches, redriven headers, forgotten partitions), with the same
-``HandedBatch``, rejections, registry samples, held offsets, open traces and tracker
-state.
+``ConsumeStep``'s steps outlet: one with a task handed over as a ``TaskTurn``, its trace
+steps made natively from the scanned record under the feeder's surface policy, one
+without counted only; every other message through ``examine``/``conclude`` and ``take``)
+publishes the same traces, byte for byte and in the same order, and writes the same
+manifest lines, as ``hand_over`` record by record, under every surface policy, over any
+batches of the native batch test's kinds (every shipped version, a learned schema,
+garbage, wrong keys, duplicates, gaps, chain breaks, breaches, recorded breaches,
+redriven headers, forgotten partitions), with the same ``HandedBatch``, rejections,
+registry samples, held offsets, open traces and tracker state.
 """
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.unit.consumers.test_htir_feeder_refusals import SETTINGS, FakeProducer, Outcome, Sent
 from tests.unit.consumers.test_native_batch import (
@@ -25,6 +30,12 @@ from tests.unit.consumers.test_native_batch import (
 )
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime.handover import HandedBatch
+from turnaudit.htir import TaskTurn
+from turnaudit.redaction import DROPPED, Redaction, SurfacePolicy
+
+POLICIES = st.sampled_from(
+    [DROPPED, Redaction.keep(), Redaction(SurfacePolicy.HASH, b"a surface key")]
+)
 
 
 def stored(batch: list[Sent]) -> list[Outcome]:
@@ -36,12 +47,20 @@ class FeederService(ServiceUnderTest):
 
     sink: HtirFeederSink
 
-    def __init__(self, native: bool) -> None:
+    def __init__(
+        self, native: bool, redaction: Redaction = DROPPED, manifest: Path | None = None
+    ) -> None:
         self.producer = FakeProducer(outcome=stored)
+        self.manifest = manifest
         super().__init__(
             native,
             lambda registry: HtirFeederSink(
-                SETTINGS, registry=registry, idle_timeout=3600, producer=self.producer
+                SETTINGS,
+                registry=registry,
+                idle_timeout=3600,
+                producer=self.producer,
+                redaction=redaction,
+                manifest=manifest,
             ),
         )
 
@@ -53,18 +72,34 @@ class FeederService(ServiceUnderTest):
     def traces(self) -> list[tuple[bytes | None, bytes | None]]:
         return [(sent.key, sent.value) for batch in self.producer.batches for sent in batch]
 
+    def manifest_lines(self) -> list[str]:
+        assert self.manifest is not None
+        return self.manifest.read_text(encoding="utf-8").splitlines()
+
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches())
-def test_the_native_feeder_publishes_the_record_by_record_traces(
-    drawn: tuple[list[list[Message]], list[set[int]]],
+@given(batches(), POLICIES)
+def test_the_native_feeder_publishes_the_record_by_record_traces_and_manifest(
+    drawn: tuple[list[list[Message]], list[set[int]]], redaction: Redaction
 ) -> None:
     cut, forgotten = drawn
-    reference, native = FeederService(False), FeederService(True)
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = FeederService(False, redaction, Path(tmp) / "reference.jsonl")
+        native = FeederService(True, redaction, Path(tmp) / "native.jsonl")
+        check_batches(reference, native, cut, forgotten)
+
+
+def check_batches(
+    reference: FeederService,
+    native: FeederService,
+    cut: list[list[Message]],
+    forgotten: list[set[int]],
+) -> None:
     for records, forget in zip(cut, forgotten, strict=True):
         assert native.batch(records) == reference.batch(records)
         assert native.rejections == reference.rejections
         assert native.traces() == reference.traces()
+        assert native.manifest_lines() == reference.manifest_lines()
         assert native.sink.held_offsets() == reference.sink.held_offsets()
         assert native.sink.open_traces == reference.sink.open_traces
         for service in (reference, native):
@@ -74,13 +109,23 @@ def test_the_native_feeder_publishes_the_record_by_record_traces(
     assert tracker_state(native) == tracker_state(reference)
 
 
-def test_ordinary_turns_reach_the_feeder_without_take_those_with_a_task_decoded() -> None:
+def test_ordinary_turns_reach_the_feeder_without_take_those_with_a_task_as_their_steps() -> None:
     turns = chained_turns(7, 60, [3, 4, 5] * 20)
     records = [Message(v, k, 0, i) for i, (k, v) in enumerate(turns)]
     reference, native = FeederService(False), FeederService(True)
+    handed: list[object] = []
+    write_batch = native.sink.write_batch
+
+    def seen(batch: list[object]) -> None:
+        handed.extend(batch)
+        write_batch(batch)  # type: ignore[arg-type]  # the turns as handed
+
+    native.sink.write_batch = seen  # type: ignore[method-assign,assignment]  # watched
     assert native.batch(records) == HandedBatch(next_offsets={0: 60}, handed=60)
     assert reference.batch(records) == HandedBatch(next_offsets={0: 60}, handed=60)
     assert native.taken == []
+    assert handed
+    assert all(type(turn) is TaskTurn for turn in handed)
     with_task = [turn for turn in reference.taken if turn.event["task"] is not None]
     assert 0 < len(with_task) < 60  # both kinds were in the batch
     assert native.traces() == reference.traces()
