@@ -325,8 +325,9 @@ class HtirFeederSink(BatchingSink):
         self._producer.flush(ALONE_FLUSH_S)
 
     def _acknowledged(self, traces: list[HtirTrace]) -> None:
-        # Each published trace is counted by how it closed (one line per trace would cost
-        # the feeder as much as assembling it); a trace with a gap is logged.
+        # Each published trace is counted by how it closed, and said in one line per
+        # acknowledged batch (one line per trace would cost the feeder as much as
+        # assembling it); a trace with a gap is logged on its own.
         closed_by: dict[str, int] = {}
         for trace in traces:
             self._first_offsets.pop(trace.task_id, None)
@@ -346,6 +347,13 @@ class HtirFeederSink(BatchingSink):
                 self._manifest.write(json.dumps(trace.manifest_line()) + "\n")
         for label, count in closed_by.items():
             self._traces.labels(label).inc(count)
+        log.info(
+            "htir_traces_published",
+            traces=len(traces),
+            closed_by=closed_by,
+            first_task_id=traces[0].task_id,
+            last_task_id=traces[-1].task_id,
+        )
         if self._manifest is not None:
             self._manifest.flush()
         self.published += len(traces)

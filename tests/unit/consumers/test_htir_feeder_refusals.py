@@ -318,6 +318,10 @@ class TestDeliveryOutcomes:
             ("warning", True, True)
         ]
         assert sink.published == 1
+        published = [line for line in logs if line["event"] == "htir_traces_published"]
+        assert [(p["traces"], p["first_task_id"], p["last_task_id"]) for p in published] == [
+            (1, "task-0", "task-0")
+        ]
         assert sink.held_offsets() == {}
 
     def test_refused_as_too_large_every_time_is_said_once_and_held(self) -> None:

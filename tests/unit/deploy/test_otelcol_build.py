@@ -17,7 +17,7 @@ def test_make_test_builds_the_collector_into_an_ignored_folder() -> None:
     test_rule = re.search(r"^test:(.*)$", MAKEFILE, re.M)
     assert test_rule
     assert "otelcol" in test_rule.group(1).split()
-    assert "deploy/otelcol/bin/" in (PROJECT_ROOT / ".gitignore").read_text().split()
+    assert "deploy/otelcol/bin" in (PROJECT_ROOT / ".gitignore").read_text().split()
     git = shutil.which("git")
     assert git is not None, "git not found"
     tracked = subprocess.run(
