@@ -435,7 +435,8 @@ fn task_turn<'py>(py: Python<'py>, f: &[Option<V<'_>>], redact: &Redact) -> PyRe
     else {
         return Ok(None);
     };
-    let steps = turn_steps(py, f, *millis, pyo3::types::PyList::empty(py), redact)?;
+    let slots: [Option<&V<'_>>; ALL_SLOTS] = std::array::from_fn(|at| f.get(at).and_then(Option::as_ref));
+    let steps = turn_steps(py, &slots, *millis, pyo3::types::PyList::empty(py), redact)?;
     let mut fields = [id, family, step, end, f[SESSION_ID].as_ref().unwrap_or(&V::Null), runtime, f[EVENT_ID].as_ref().unwrap_or(&V::Null), f[SEQUENCE].as_ref().unwrap_or(&V::Null)]
         .into_iter()
         .map(|v| to_py(py, v))

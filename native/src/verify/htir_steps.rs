@@ -4,9 +4,10 @@
 //! one fixed order: the manifest writes the steps as they are), surfaces and tool I/O as
 //! the surface policy lets them through.
 //!
-//! Two sources give the rule the same record: a scanned message's slots (the consumer
-//! step's `STEPS` outlet, `consume.rs`) and a decoded event's dict (`turn_steps`, read
-//! into the same slots by `dict_slots`), so both paths build the steps the same way.
+//! Two sources give the rule the same record through `Rec`: a scanned message's slots
+//! (`&V`, the consumer step's `STEPS` outlet, `consume.rs`) and a decoded event's dict
+//! (`Bound<PyAny>`, `turn_steps`), read in place, only the fields the rule reads (no copy
+//! of the event), so both paths build the steps the same way.
 
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::intern;
@@ -41,24 +42,26 @@ impl Redact {
     }
 
     /// A tool's arguments or result as written, `None` to leave it out.
-    fn tool_io<'py>(&self, py: Python<'py>, value: &V<'_>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn tool_io<'py, R: Rec<'py>>(&self, py: Python<'py>, value: &R) -> PyResult<Option<Bound<'py, PyAny>>> {
         let written = match self {
             Redact::Drop => return Ok(None),
-            Redact::Keep => to_py(py, value)?,
-            Redact::Text(text) => text.bind(py).call1((to_py(py, value)?,))?,
+            Redact::Keep => value.value(py)?,
+            Redact::Text(text) => text.bind(py).call1((value.value(py)?,))?,
         };
         Ok((!written.is_none()).then_some(written))
     }
 
     /// The turn's surface as written: kept, its gist; hashed, the whole text (so it
     /// compares with the log sink's hash).
-    fn surface<'py>(&self, py: Python<'py>, value: &V<'_>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        match (self, value) {
-            (Redact::Keep, V::Str(s)) => {
-                let cut = s.char_indices().nth(SURFACE_LIMIT).map_or(*s, |(at, _)| &s[..at]);
-                Ok(Some(PyString::new(py, cut).into_any()))
-            }
-            (Redact::Keep, _) => Err(PyTypeError::new_err("a surface is a text")),
+    fn surface<'py, R: Rec<'py>>(&self, py: Python<'py>, value: &R) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self {
+            Redact::Keep => match value.text()? {
+                Some(s) => {
+                    let cut = s.char_indices().nth(SURFACE_LIMIT).map_or(s, |(at, _)| &s[..at]);
+                    Ok(Some(PyString::new(py, cut).into_any()))
+                }
+                None => Err(PyTypeError::new_err("a surface is a text")),
+            },
             _ => self.tool_io(py, value),
         }
     }
@@ -88,22 +91,93 @@ fn missing(name: &str) -> PyErr {
     PyKeyError::new_err(name.to_owned())
 }
 
-/// `record[name]`, as Python's subscript would fail on a missing key.
-fn at<'v, 'a>(record: &'v V<'a>, name: &str) -> PyResult<&'v V<'a>> {
-    record.field(name).ok_or_else(|| missing(name))
+/// What the rule reads of a record: a scanned value (`&V`) or a decoded event's value in
+/// place (`Bound<PyAny>`), so the one rule reads both.
+pub(crate) trait Rec<'py>: Sized {
+    /// `record[name]`, failing as Python's subscript would on a missing key.
+    fn at(&self, name: &str) -> PyResult<Self>;
+    /// The value as a step holds it (`to_py`'s kinds).
+    fn value(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>>;
+    fn is_null(&self) -> bool;
+    /// A list's items; `None`, no list.
+    fn items(&self) -> PyResult<Option<Vec<Self>>>;
+    /// A text's content; `None`, no text.
+    fn text(&self) -> PyResult<Option<&str>>;
 }
 
-fn slot<'v, 'a>(f: &'v [Option<V<'a>>], at: usize, name: &str) -> PyResult<&'v V<'a>> {
+impl<'py, 'v, 'a> Rec<'py> for &'v V<'a> {
+    fn at(&self, name: &str) -> PyResult<Self> {
+        (*self).field(name).ok_or_else(|| missing(name))
+    }
+    fn value(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, self)
+    }
+    fn is_null(&self) -> bool {
+        matches!(self, V::Null)
+    }
+    fn items(&self) -> PyResult<Option<Vec<Self>>> {
+        Ok(match self {
+            V::List(items) => Some(items.iter().collect()),
+            _ => None,
+        })
+    }
+    fn text(&self) -> PyResult<Option<&str>> {
+        Ok(match self {
+            V::Str(s) => Some(s),
+            _ => None,
+        })
+    }
+}
+
+/// A decoded value read in place. Where it is not what the rule looks for, it must still
+/// be of a kind the decoder gives (`Owned::of`'s check), as when the event was copied.
+impl<'py> Rec<'py> for Bound<'py, PyAny> {
+    fn at(&self, name: &str) -> PyResult<Self> {
+        match self.cast::<PyDict>() {
+            Ok(d) => d.get_item(name)?.ok_or_else(|| missing(name)),
+            Err(_) => Owned::of(self).and(Err(missing(name))),
+        }
+    }
+    fn value(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // An immutable scalar of its exact kind is its own value (an int one an i64 holds);
+        // the rest (containers, subclasses) made anew, as `to_py` makes a scanned one.
+        if self.is_none() || self.is_exact_instance_of::<PyString>() || self.is_exact_instance_of::<PyBool>() || self.is_exact_instance_of::<PyFloat>() {
+            return Ok(self.clone());
+        }
+        if self.is_exact_instance_of::<PyInt>() {
+            self.extract::<i64>()?;
+            return Ok(self.clone());
+        }
+        to_py(py, &Owned::of(self)?.view())
+    }
+    fn is_null(&self) -> bool {
+        self.is_none()
+    }
+    fn items(&self) -> PyResult<Option<Vec<Self>>> {
+        match self.cast::<PyList>() {
+            Ok(l) => Ok(Some(l.iter().collect())),
+            Err(_) => Owned::of(self).map(|_| None),
+        }
+    }
+    fn text(&self) -> PyResult<Option<&str>> {
+        match self.cast::<PyString>() {
+            Ok(s) => s.to_str().map(Some),
+            Err(_) => Owned::of(self).map(|_| None),
+        }
+    }
+}
+
+fn slot<'f, R>(f: &'f [Option<R>], at: usize, name: &str) -> PyResult<&'f R> {
     f[at].as_ref().ok_or_else(|| missing(name))
 }
 
 /// The steps of one turn, without indices (see the module comment): `f`, the turn's slots
 /// (`ALL_SLOTS`); `millis`, its occurred_at in epoch ms; `breaches`, its contract breaches
 /// (a fresh list, the turn step's own).
-pub(crate) fn turn_steps<'py>(py: Python<'py>, f: &[Option<V<'_>>], millis: i64, breaches: Bound<'py, PyList>, redact: &Redact) -> PyResult<Bound<'py, PyList>> {
+pub(crate) fn turn_steps<'py, R: Rec<'py>>(py: Python<'py>, f: &[Option<R>], millis: i64, breaches: Bound<'py, PyList>, redact: &Redact) -> PyResult<Bound<'py, PyList>> {
     let task = slot(f, TASK, "task")?;
-    let event_id = to_py(py, slot(f, EVENT_ID, "event_id")?)?;
-    let task_step = to_py(py, at(task, "step")?)?;
+    let event_id = slot(f, EVENT_ID, "event_id")?.value(py)?;
+    let task_step = task.at("step")?.value(py)?;
     let occurred = millis.into_pyobject(py)?.into_any();
     let steps = PyList::empty(py);
     let common = |kind: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyDict>> {
@@ -114,59 +188,55 @@ pub(crate) fn turn_steps<'py>(py: Python<'py>, f: &[Option<V<'_>>], millis: i64,
         step.set_item(intern!(py, "occurred_at"), &occurred)?;
         Ok(step)
     };
-    if let Some(V::List(tools)) = f[TOOL_STEPS].as_ref() {
+    if let Some(tools) = f[TOOL_STEPS].as_ref().map(Rec::items).transpose()?.flatten() {
         for t in tools {
             let tool = common(intern!(py, "tool"))?;
-            tool.set_item(intern!(py, "name"), to_py(py, at(t, "name")?)?)?;
-            if let Some(arguments) = redact.tool_io(py, at(t, "arguments")?)? {
+            tool.set_item(intern!(py, "name"), t.at("name")?.value(py)?)?;
+            if let Some(arguments) = redact.tool_io(py, &t.at("arguments")?)? {
                 tool.set_item(intern!(py, "arguments"), arguments)?;
             }
-            if let Some(result) = redact.tool_io(py, at(t, "result")?)? {
+            if let Some(result) = redact.tool_io(py, &t.at("result")?)? {
                 tool.set_item(intern!(py, "result"), result)?;
             }
-            tool.set_item(intern!(py, "ok"), to_py(py, at(t, "ok")?)?)?;
+            tool.set_item(intern!(py, "ok"), t.at("ok")?.value(py)?)?;
             steps.append(tool)?;
         }
     }
     let bundle = slot(f, VERDICTS, "verdicts")?;
-    let nested = |name: &str| -> PyResult<Option<&V<'_>>> {
-        Ok(match at(bundle, name)? {
-            V::Null => None,
-            v => Some(v),
-        })
+    let nested = |name: &str| -> PyResult<Option<R>> {
+        let v = bundle.at(name)?;
+        Ok((!v.is_null()).then_some(v))
     };
     let (identity, safety, ethics) = (nested("identity_score")?, nested("safety_verdict")?, nested("ethics_verdict")?);
-    let action = match slot(f, ACTION, "action_assessment")? {
-        V::Null => None,
-        v => Some(v),
-    };
+    let action = slot(f, ACTION, "action_assessment")?;
+    let action = (!action.is_null()).then_some(action);
     let turn = common(intern!(py, "turn"))?;
-    turn.set_item(intern!(py, "sequence"), to_py(py, slot(f, SEQUENCE, "sequence")?)?)?;
-    turn.set_item(intern!(py, "turn"), to_py(py, slot(f, TURN, "turn")?)?)?;
-    turn.set_item(intern!(py, "path"), to_py(py, slot(f, PATH, "path")?)?)?;
-    turn.set_item(intern!(py, "refusal_emitted"), to_py(py, at(bundle, "refusal_emitted")?)?)?;
-    turn.set_item(intern!(py, "hedge_injected"), to_py(py, at(bundle, "hedge_injected")?)?)?;
-    if let Some(identity) = identity {
-        turn.set_item(intern!(py, "identity_score"), to_py(py, at(identity, "score")?)?)?;
-        turn.set_item(intern!(py, "identity_threshold"), to_py(py, at(identity, "threshold")?)?)?;
+    turn.set_item(intern!(py, "sequence"), slot(f, SEQUENCE, "sequence")?.value(py)?)?;
+    turn.set_item(intern!(py, "turn"), slot(f, TURN, "turn")?.value(py)?)?;
+    turn.set_item(intern!(py, "path"), slot(f, PATH, "path")?.value(py)?)?;
+    turn.set_item(intern!(py, "refusal_emitted"), bundle.at("refusal_emitted")?.value(py)?)?;
+    turn.set_item(intern!(py, "hedge_injected"), bundle.at("hedge_injected")?.value(py)?)?;
+    if let Some(identity) = &identity {
+        turn.set_item(intern!(py, "identity_score"), identity.at("score")?.value(py)?)?;
+        turn.set_item(intern!(py, "identity_threshold"), identity.at("threshold")?.value(py)?)?;
     }
-    if let Some(safety) = safety {
-        turn.set_item(intern!(py, "safety_passed"), to_py(py, at(safety, "passed")?)?)?;
+    if let Some(safety) = &safety {
+        turn.set_item(intern!(py, "safety_passed"), safety.at("passed")?.value(py)?)?;
     }
-    if let Some(ethics) = ethics {
-        turn.set_item(intern!(py, "ethics_passed"), to_py(py, at(ethics, "passed")?)?)?;
+    if let Some(ethics) = &ethics {
+        turn.set_item(intern!(py, "ethics_passed"), ethics.at("passed")?.value(py)?)?;
     }
-    let ids = |verdict: Option<&V<'_>>, name: &str| -> PyResult<Bound<'py, PyList>> {
+    let ids = |verdict: Option<&R>, name: &str| -> PyResult<Bound<'py, PyList>> {
         match verdict {
             None => Ok(PyList::empty(py)),
-            Some(v) => match at(v, name)? {
-                V::List(items) => PyList::new(py, items.iter().map(|i| to_py(py, i)).collect::<PyResult<Vec<_>>>()?),
-                _ => Err(PyTypeError::new_err(format!("{name} is a list"))),
+            Some(v) => match v.at(name)?.items()? {
+                Some(items) => PyList::new(py, items.iter().map(|i| i.value(py)).collect::<PyResult<Vec<_>>>()?),
+                None => Err(PyTypeError::new_err(format!("{name} is a list"))),
             },
         }
     };
-    turn.set_item(intern!(py, "violated_boundary_ids"), ids(safety, "violated_boundary_ids")?)?;
-    turn.set_item(intern!(py, "violated_predicate_ids"), ids(ethics, "violated_predicate_ids")?)?;
+    turn.set_item(intern!(py, "violated_boundary_ids"), ids(safety.as_ref(), "violated_boundary_ids")?)?;
+    turn.set_item(intern!(py, "violated_predicate_ids"), ids(ethics.as_ref(), "violated_predicate_ids")?)?;
     if let Some(action) = action {
         let out = PyDict::new(py);
         // The keys interned: one dict per turn, the same five keys.
@@ -178,7 +248,7 @@ pub(crate) fn turn_steps<'py>(py: Python<'py>, f: &[Option<V<'_>>], millis: i64,
             intern!(py, "output_policy"),
         ];
         for key in keys {
-            out.set_item(key, to_py(py, at(action, key.to_str()?)?)?)?;
+            out.set_item(key, action.at(key.to_str()?)?.value(py)?)?;
         }
         turn.set_item(intern!(py, "action"), out)?;
     }
@@ -190,9 +260,9 @@ pub(crate) fn turn_steps<'py>(py: Python<'py>, f: &[Option<V<'_>>], millis: i64,
     Ok(steps)
 }
 
-/// A decoded event's value, owned: the dict path's record, which the rule reads through
-/// `view` as it reads a scanned one (exact kinds: a `str` subclass is its text, a `bool`
-/// is not an int).
+/// A decoded value, owned: what `Rec` checks a value the rule does not take as it is
+/// against, and makes anew through `view` (exact kinds: a `str` subclass is its text, a
+/// `bool` is not an int).
 pub(crate) enum Owned {
     Null,
     Bool(bool),
@@ -259,35 +329,19 @@ const READ: [(&str, usize, bool); 9] = [
     ("tool_steps", TOOL_STEPS, true),
 ];
 
-/// A decoded event's fields the rule reads (`READ`), owned, by slot.
-pub(crate) fn dict_fields(event: &Bound<'_, PyDict>) -> PyResult<Vec<(usize, Owned)>> {
-    let mut read = Vec::with_capacity(READ.len());
-    for (name, at, optional) in READ {
-        match event.get_item(name)? {
-            Some(v) => read.push((at, Owned::of(&v)?)),
-            None if optional => {}
-            None => return Err(missing(name)),
-        }
-    }
-    Ok(read)
-}
-
-/// `dict_fields` as the slots a scan fills (`tool_steps` left out when empty or null, as
-/// the rule's `if tools:` reads it).
-pub(crate) fn dict_slots(read: &[(usize, Owned)]) -> [Option<V<'_>>; ALL_SLOTS] {
-    let mut f: [Option<V<'_>>; ALL_SLOTS] = std::array::from_fn(|_| None);
-    for (at, value) in read {
-        f[*at] = Some(value.view());
-    }
-    f
-}
-
 /// `turnaudit.htir_steps.turn_steps` over a decoded event (a dict): `millis`, its
 /// occurred_at in epoch ms; `policy` and `text`, the surface policy's value and its
 /// `Redaction.text`.
 #[pyfunction]
 pub(crate) fn htir_turn_steps<'py>(py: Python<'py>, event: &Bound<'py, PyDict>, millis: i64, breaches: &Bound<'py, PyAny>, policy: &str, text: Py<PyAny>) -> PyResult<Bound<'py, PyList>> {
-    let read = dict_fields(event)?;
+    let mut f: [Option<Bound<'py, PyAny>>; ALL_SLOTS] = std::array::from_fn(|_| None);
+    for (name, at, optional) in READ {
+        match event.get_item(name)? {
+            Some(v) => f[at] = Some(v),
+            None if optional => {}
+            None => return Err(missing(name)),
+        }
+    }
     let breaches = PyList::new(py, breaches.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
-    turn_steps(py, &dict_slots(&read), millis, breaches, &Redact::new(policy, text)?)
+    turn_steps(py, &f, millis, breaches, &Redact::new(policy, text)?)
 }
