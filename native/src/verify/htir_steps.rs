@@ -91,11 +91,24 @@ fn missing(name: &str) -> PyErr {
     PyKeyError::new_err(name.to_owned())
 }
 
+/// A field's name, as text (a scanned record's) and interned (a dict's key: no Python
+/// string made per look-up).
+pub(crate) struct Key<'k, 'py> {
+    name: &'static str,
+    interned: &'k Bound<'py, PyString>,
+}
+
+macro_rules! key {
+    ($py:expr, $name:literal) => {
+        Key { name: $name, interned: intern!($py, $name) }
+    };
+}
+
 /// What the rule reads of a record: a scanned value (`&V`) or a decoded event's value in
 /// place (`Bound<PyAny>`), so the one rule reads both.
 pub(crate) trait Rec<'py>: Sized {
     /// `record[name]`, failing as Python's subscript would on a missing key.
-    fn at(&self, name: &str) -> PyResult<Self>;
+    fn at(&self, key: &Key<'_, 'py>) -> PyResult<Self>;
     /// The value as a step holds it (`to_py`'s kinds).
     fn value(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>>;
     fn is_null(&self) -> bool;
@@ -106,8 +119,8 @@ pub(crate) trait Rec<'py>: Sized {
 }
 
 impl<'py, 'v, 'a> Rec<'py> for &'v V<'a> {
-    fn at(&self, name: &str) -> PyResult<Self> {
-        (*self).field(name).ok_or_else(|| missing(name))
+    fn at(&self, key: &Key<'_, 'py>) -> PyResult<Self> {
+        (*self).field(key.name).ok_or_else(|| missing(key.name))
     }
     fn value(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, self)
@@ -132,10 +145,10 @@ impl<'py, 'v, 'a> Rec<'py> for &'v V<'a> {
 /// A decoded value read in place. Where it is not what the rule looks for, it must still
 /// be of a kind the decoder gives (`Owned::of`'s check), as when the event was copied.
 impl<'py> Rec<'py> for Bound<'py, PyAny> {
-    fn at(&self, name: &str) -> PyResult<Self> {
+    fn at(&self, key: &Key<'_, 'py>) -> PyResult<Self> {
         match self.cast::<PyDict>() {
-            Ok(d) => d.get_item(name)?.ok_or_else(|| missing(name)),
-            Err(_) => Owned::of(self).and(Err(missing(name))),
+            Ok(d) => d.get_item(key.interned)?.ok_or_else(|| missing(key.name)),
+            Err(_) => Owned::of(self).and(Err(missing(key.name))),
         }
     }
     fn value(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -177,7 +190,7 @@ fn slot<'f, R>(f: &'f [Option<R>], at: usize, name: &str) -> PyResult<&'f R> {
 pub(crate) fn turn_steps<'py, R: Rec<'py>>(py: Python<'py>, f: &[Option<R>], millis: i64, breaches: Bound<'py, PyList>, redact: &Redact) -> PyResult<Bound<'py, PyList>> {
     let task = slot(f, TASK, "task")?;
     let event_id = slot(f, EVENT_ID, "event_id")?.value(py)?;
-    let task_step = task.at("step")?.value(py)?;
+    let task_step = task.at(&key!(py, "step"))?.value(py)?;
     let occurred = millis.into_pyobject(py)?.into_any();
     let steps = PyList::empty(py);
     let common = |kind: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyDict>> {
@@ -191,64 +204,63 @@ pub(crate) fn turn_steps<'py, R: Rec<'py>>(py: Python<'py>, f: &[Option<R>], mil
     if let Some(tools) = f[TOOL_STEPS].as_ref().map(Rec::items).transpose()?.flatten() {
         for t in tools {
             let tool = common(intern!(py, "tool"))?;
-            tool.set_item(intern!(py, "name"), t.at("name")?.value(py)?)?;
-            if let Some(arguments) = redact.tool_io(py, &t.at("arguments")?)? {
+            tool.set_item(intern!(py, "name"), t.at(&key!(py, "name"))?.value(py)?)?;
+            if let Some(arguments) = redact.tool_io(py, &t.at(&key!(py, "arguments"))?)? {
                 tool.set_item(intern!(py, "arguments"), arguments)?;
             }
-            if let Some(result) = redact.tool_io(py, &t.at("result")?)? {
+            if let Some(result) = redact.tool_io(py, &t.at(&key!(py, "result"))?)? {
                 tool.set_item(intern!(py, "result"), result)?;
             }
-            tool.set_item(intern!(py, "ok"), t.at("ok")?.value(py)?)?;
+            tool.set_item(intern!(py, "ok"), t.at(&key!(py, "ok"))?.value(py)?)?;
             steps.append(tool)?;
         }
     }
     let bundle = slot(f, VERDICTS, "verdicts")?;
-    let nested = |name: &str| -> PyResult<Option<R>> {
-        let v = bundle.at(name)?;
+    let nested = |key: Key<'_, 'py>| -> PyResult<Option<R>> {
+        let v = bundle.at(&key)?;
         Ok((!v.is_null()).then_some(v))
     };
-    let (identity, safety, ethics) = (nested("identity_score")?, nested("safety_verdict")?, nested("ethics_verdict")?);
+    let (identity, safety, ethics) = (nested(key!(py, "identity_score"))?, nested(key!(py, "safety_verdict"))?, nested(key!(py, "ethics_verdict"))?);
     let action = slot(f, ACTION, "action_assessment")?;
     let action = (!action.is_null()).then_some(action);
     let turn = common(intern!(py, "turn"))?;
     turn.set_item(intern!(py, "sequence"), slot(f, SEQUENCE, "sequence")?.value(py)?)?;
     turn.set_item(intern!(py, "turn"), slot(f, TURN, "turn")?.value(py)?)?;
     turn.set_item(intern!(py, "path"), slot(f, PATH, "path")?.value(py)?)?;
-    turn.set_item(intern!(py, "refusal_emitted"), bundle.at("refusal_emitted")?.value(py)?)?;
-    turn.set_item(intern!(py, "hedge_injected"), bundle.at("hedge_injected")?.value(py)?)?;
+    turn.set_item(intern!(py, "refusal_emitted"), bundle.at(&key!(py, "refusal_emitted"))?.value(py)?)?;
+    turn.set_item(intern!(py, "hedge_injected"), bundle.at(&key!(py, "hedge_injected"))?.value(py)?)?;
     if let Some(identity) = &identity {
-        turn.set_item(intern!(py, "identity_score"), identity.at("score")?.value(py)?)?;
-        turn.set_item(intern!(py, "identity_threshold"), identity.at("threshold")?.value(py)?)?;
+        turn.set_item(intern!(py, "identity_score"), identity.at(&key!(py, "score"))?.value(py)?)?;
+        turn.set_item(intern!(py, "identity_threshold"), identity.at(&key!(py, "threshold"))?.value(py)?)?;
     }
     if let Some(safety) = &safety {
-        turn.set_item(intern!(py, "safety_passed"), safety.at("passed")?.value(py)?)?;
+        turn.set_item(intern!(py, "safety_passed"), safety.at(&key!(py, "passed"))?.value(py)?)?;
     }
     if let Some(ethics) = &ethics {
-        turn.set_item(intern!(py, "ethics_passed"), ethics.at("passed")?.value(py)?)?;
+        turn.set_item(intern!(py, "ethics_passed"), ethics.at(&key!(py, "passed"))?.value(py)?)?;
     }
-    let ids = |verdict: Option<&R>, name: &str| -> PyResult<Bound<'py, PyList>> {
+    let ids = |verdict: Option<&R>, key: Key<'_, 'py>| -> PyResult<Bound<'py, PyList>> {
         match verdict {
             None => Ok(PyList::empty(py)),
-            Some(v) => match v.at(name)?.items()? {
+            Some(v) => match v.at(&key)?.items()? {
                 Some(items) => PyList::new(py, items.iter().map(|i| i.value(py)).collect::<PyResult<Vec<_>>>()?),
-                None => Err(PyTypeError::new_err(format!("{name} is a list"))),
+                None => Err(PyTypeError::new_err(format!("{} is a list", key.name))),
             },
         }
     };
-    turn.set_item(intern!(py, "violated_boundary_ids"), ids(safety.as_ref(), "violated_boundary_ids")?)?;
-    turn.set_item(intern!(py, "violated_predicate_ids"), ids(ethics.as_ref(), "violated_predicate_ids")?)?;
+    turn.set_item(intern!(py, "violated_boundary_ids"), ids(safety.as_ref(), key!(py, "violated_boundary_ids"))?)?;
+    turn.set_item(intern!(py, "violated_predicate_ids"), ids(ethics.as_ref(), key!(py, "violated_predicate_ids"))?)?;
     if let Some(action) = action {
         let out = PyDict::new(py);
-        // The keys interned: one dict per turn, the same five keys.
         let keys = [
-            intern!(py, "execution_verdict"),
-            intern!(py, "action_risk_verdict"),
-            intern!(py, "risk_tier"),
-            intern!(py, "human_decision_required"),
-            intern!(py, "output_policy"),
+            key!(py, "execution_verdict"),
+            key!(py, "action_risk_verdict"),
+            key!(py, "risk_tier"),
+            key!(py, "human_decision_required"),
+            key!(py, "output_policy"),
         ];
         for key in keys {
-            out.set_item(key, action.at(key.to_str()?)?.value(py)?)?;
+            out.set_item(key.interned, action.at(&key)?.value(py)?)?;
         }
         turn.set_item(intern!(py, "action"), out)?;
     }
@@ -315,31 +327,30 @@ impl Owned {
     }
 }
 
-/// The fields the rule reads of a decoded event, by slot, and whether the event may lack
-/// one (`event.get("tool_steps")`).
-const READ: [(&str, usize, bool); 9] = [
-    ("event_id", EVENT_ID, false),
-    ("task", TASK, false),
-    ("sequence", SEQUENCE, false),
-    ("turn", TURN, false),
-    ("path", PATH, false),
-    ("verdicts", VERDICTS, false),
-    ("action_assessment", ACTION, false),
-    ("surface", SURFACE, false),
-    ("tool_steps", TOOL_STEPS, true),
-];
-
 /// `turnaudit.htir_steps.turn_steps` over a decoded event (a dict): `millis`, its
 /// occurred_at in epoch ms; `policy` and `text`, the surface policy's value and its
 /// `Redaction.text`.
 #[pyfunction]
 pub(crate) fn htir_turn_steps<'py>(py: Python<'py>, event: &Bound<'py, PyDict>, millis: i64, breaches: &Bound<'py, PyAny>, policy: &str, text: Py<PyAny>) -> PyResult<Bound<'py, PyList>> {
     let mut f: [Option<Bound<'py, PyAny>>; ALL_SLOTS] = std::array::from_fn(|_| None);
-    for (name, at, optional) in READ {
-        match event.get_item(name)? {
+    // The fields the rule reads, by slot, and whether the event may lack one
+    // (`event.get("tool_steps")`).
+    let read = [
+        (key!(py, "event_id"), EVENT_ID, false),
+        (key!(py, "task"), TASK, false),
+        (key!(py, "sequence"), SEQUENCE, false),
+        (key!(py, "turn"), TURN, false),
+        (key!(py, "path"), PATH, false),
+        (key!(py, "verdicts"), VERDICTS, false),
+        (key!(py, "action_assessment"), ACTION, false),
+        (key!(py, "surface"), SURFACE, false),
+        (key!(py, "tool_steps"), TOOL_STEPS, true),
+    ];
+    for (key, at, optional) in read {
+        match event.get_item(key.interned)? {
             Some(v) => f[at] = Some(v),
             None if optional => {}
-            None => return Err(missing(name)),
+            None => return Err(missing(key.name)),
         }
     }
     let breaches = PyList::new(py, breaches.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
