@@ -197,3 +197,58 @@ class TestStepsAndRecordsMatchTheReference:
             rebuilt = HtirTrace.from_avro(want)
             assert rebuilt.to_avro() == reference_avro(rebuilt)
         assert serialize.stats().fastavro_records == 0  # every record written natively
+
+
+class Text(str):
+    """A ``str`` subclass: what a caller's event may hold in place of a decoded text."""
+
+
+class Fields(dict[str, object]):
+    """A ``dict`` subclass."""
+
+
+class Items(list[object]):
+    """A ``list`` subclass."""
+
+
+def subclassed(value: object) -> object:
+    """``value`` with every text, dict and list made of a subclass (the rest as it is)."""
+    if isinstance(value, dict):
+        return Fields({k: subclassed(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return Items([subclassed(v) for v in value])
+    return Text(value) if isinstance(value, str) else value
+
+
+def exact_kinds(value: object) -> bool:
+    """Only the builtin kinds themselves, all the way down."""
+    if isinstance(value, dict):
+        return type(value) is dict and all(
+            type(k) is str and exact_kinds(v) for k, v in value.items()
+        )
+    if isinstance(value, list):
+        return type(value) is list and all(exact_kinds(v) for v in value)
+    return value is None or type(value) in (str, int, float, bool)
+
+
+class TestStepsReadTheEventInPlace:
+    @settings(max_examples=15, deadline=None)
+    @given(st.integers(0, 10_000), VERSIONS, POLICIES)
+    def test_steps_are_fresh_values_of_exact_kinds_whatever_kinds_the_event_holds(
+        self, seed: int, versions: tuple[int, ...], redaction: Redaction
+    ) -> None:
+        for event in decoded_events(seed, versions, 100):
+            if event.get("task") is None:
+                continue
+            want = reference_turn_steps(event, (), redaction)
+            mixed = cast(dict[str, Any], subclassed(event))
+            before = json.dumps(mixed, default=repr)
+            got = turn_steps(mixed, (), redaction)
+            assert got == want
+            assert exact_kinds(got)
+            # No step shares a container with the event: emptying them leaves it whole.
+            for step in cast(list[dict[str, object]], got):
+                for value in step.values():
+                    if isinstance(value, (list, dict)):
+                        value.clear()
+            assert json.dumps(mixed, default=repr) == before

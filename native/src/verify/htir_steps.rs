@@ -143,7 +143,7 @@ impl<'py, 'v, 'a> Rec<'py> for &'v V<'a> {
 }
 
 /// A decoded value read in place. Where it is not what the rule looks for, it must still
-/// be of a kind the decoder gives (`Owned::of`'s check), as when the event was copied.
+/// be of a kind the decoder gives (`Owned::of`'s check), as a scanned value is.
 impl<'py> Rec<'py> for Bound<'py, PyAny> {
     fn at(&self, key: &Key<'_, 'py>) -> PyResult<Self> {
         match self.cast::<PyDict>() {
