@@ -34,6 +34,7 @@ from tests.support.streams import (
     total,
     wait_for,
 )
+from turnaudit.consumers.runtime.redelivery import DELIVERED_OFFSET
 from turnaudit.evaluation import review_pack
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.reading import read_range
@@ -92,6 +93,20 @@ def worker_pids(port: int) -> dict[int, int | None]:
     return {w["worker"]: w["pid"] for w in body.get("worker_states", [])}
 
 
+def delivered_by(port: int, worker: int) -> bool:
+    """Whether ``worker`` has handed a batch of one of its partitions to its sink (the
+    service's delivered offset of that partition is past its start)."""
+    states = health(port)[1].get("worker_states", [])
+    mine = {
+        p for s in states if s.get("worker") == worker for p in s.get("assigned_partitions", [])
+    }
+    try:
+        samples = scrape(port)
+    except OSError:
+        return False
+    return any(total(samples, DELIVERED_OFFSET, partition=str(p)) > 0 for p in mine)
+
+
 def counted(port: int, **labels: str) -> int:
     try:
         return total(scrape(port), "turnaudit_turns_total", **labels)
@@ -137,6 +152,9 @@ def test_a_worker_killed_and_one_added_mid_stream_lose_nothing_and_flag_redelive
         assert wait_for(lambda: settled(port, 2), timeout=90)
         publisher.start()
         assert wait_for(lambda: counted(port) >= 1500)
+        # The victim has handed turns to its sink (their marks are on record): the kill
+        # leaves turns delivered and not committed, whoever of the two was faster.
+        assert wait_for(lambda: delivered_by(port, 0), timeout=30)
         victim = worker_pids(port)[0]
         assert victim is not None
         os.kill(victim, signal.SIGKILL)  # mid-stream, with consumed offsets not committed
