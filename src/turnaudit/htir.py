@@ -365,32 +365,30 @@ class TraceAssembler:
         offset: int,
         breaches: Sequence[str] = (),
     ) -> HtirTrace | None:
-        """Add a turn; returns the trace when this turn ended its task."""
+        """Add a turn; returns the trace when this turn ended its task (its steps made by
+        ``turn_steps``, then added as the native step's turns are)."""
         task = event.get("task")
         if task is None:
             return None
-        task_id = task["task_id"]
-        trace = self._open.get(task_id)
-        if trace is None and task["step"] != 0:
-            self.partial_turns_skipped += 1
-            return None
-        if trace is None:
-            trace = self._opened(
-                HtirTrace(
-                    task_id,
-                    task["task_family"],
-                    event["session_id"],
-                    topic,
-                    partition,
-                    event["runtime"],
-                    redaction=self.redaction,
-                )
+        return self.add_task_turn(
+            TaskTurn(
+                task["task_id"],
+                task["task_family"],
+                task["step"],
+                task["end_of_task"],
+                event["session_id"],
+                event["runtime"],
+                event["event_id"],
+                event["sequence"],
+                turn_steps(event, breaches, self.redaction),
+                topic,
+                partition,
+                offset,
             )
-        trace.add(event, offset, breaches, partition)
-        return self._added(trace, task_id, task["end_of_task"])
+        )
 
     def add_task_turn(self, turn: TaskTurn) -> HtirTrace | None:
-        """``add`` for a task turn made into its steps already (the feeder's native step)."""
+        """Add a task turn made into its steps already (the feeder's native step, or ``add``)."""
         task_id = turn.task_id
         trace = self._open.get(task_id)
         if trace is None and turn.task_step != 0:
