@@ -126,7 +126,11 @@ class HtirFeederSink(BatchingSink):
             if manifest
             else None
         )
-        self._first_offsets: dict[str, tuple[int, int]] = {}  # task id -> (partition, offset)
+        # Where each held trace's first turn was read (task id -> (partition, offset)), and
+        # the same by partition: the held offsets are a minimum per partition, taken in C
+        # over one partition's offsets (asked twice a batch over every held trace).
+        self._first_offsets: dict[str, tuple[int, int]] = {}
+        self._held: dict[int, dict[str, int]] = {}
         self.published = 0
         # Traces produced whose delivery report has not been served yet, and
         # the reports served (by ``poll``/``flush``) not yet settled.
@@ -182,6 +186,7 @@ class HtirFeederSink(BatchingSink):
     def write_batch(self, turns: Sequence[ConsumedTurn | TaskTurn]) -> None:
         closed: list[HtirTrace] = []
         assembler = self._assembler
+        first_offsets, held = self._first_offsets, self._held
         for turn in turns:
             if type(turn) is TaskTurn:  # the native step's: its steps made already
                 task_id = turn.task_id
@@ -202,9 +207,10 @@ class HtirFeederSink(BatchingSink):
                     offset=consumed.offset,
                     breaches=consumed.breaches,
                 )
-            if trace is not None or assembler.is_open(task_id):
+            if task_id not in first_offsets and (trace is not None or assembler.is_open(task_id)):
                 # Held until the trace is acknowledged on the traces topic.
-                self._first_offsets.setdefault(task_id, (turn.partition, turn.offset))
+                first_offsets[task_id] = (turn.partition, turn.offset)
+                held.setdefault(turn.partition, {})[task_id] = turn.offset
             if trace is not None:
                 closed.append(trace)
         closed.extend(assembler.expire())
@@ -217,10 +223,7 @@ class HtirFeederSink(BatchingSink):
 
     def held_offsets(self) -> dict[int, int]:
         """Per partition, the first offset a still-open trace needs re-read after a crash."""
-        held: dict[int, int] = {}
-        for partition, offset in self._first_offsets.values():
-            held[partition] = min(offset, held.get(partition, offset))
-        return held
+        return {partition: min(held.values()) for partition, held in self._held.items() if held}
 
     def partitions_revoked(self, partitions: set[int]) -> None:
         """Open traces of partitions now read by another feeder are dropped,
@@ -236,6 +239,8 @@ class HtirFeederSink(BatchingSink):
             for task_id, held in self._first_offsets.items()
             if held[0] not in partitions
         }
+        for partition in partitions:
+            self._held.pop(partition, None)
         self._open.set(self._assembler.open_traces)
         if dropped:
             log.info(
@@ -330,7 +335,9 @@ class HtirFeederSink(BatchingSink):
         # assembling it); a trace with a gap is logged on its own.
         closed_by: dict[str, int] = {}
         for trace in traces:
-            self._first_offsets.pop(trace.task_id, None)
+            first = self._first_offsets.pop(trace.task_id, None)
+            if first is not None:
+                del self._held[first[0]][trace.task_id]
             self._size_refusals.pop(trace.task_id, None)
             gap = trace.gap
             if gap is not None:

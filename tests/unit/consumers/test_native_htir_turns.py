@@ -89,6 +89,37 @@ def test_the_native_feeder_publishes_the_record_by_record_traces_and_manifest(
         check_batches(reference, native, cut, forgotten)
 
 
+def held_by_first_offsets(sink: HtirFeederSink) -> dict[int, int]:
+    """The held offsets as the feeder said them before it kept them by partition: per
+    partition, the least first offset of a trace held (open, or closed and not acknowledged)."""
+    held: dict[int, int] = {}
+    for partition, offset in sink._first_offsets.values():
+        held[partition] = min(offset, held.get(partition, offset))
+    return held
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches(), POLICIES, st.data())
+def test_the_held_offsets_are_each_partitions_least_first_offset_of_a_held_trace(
+    drawn: tuple[list[list[Message]], list[set[int]]], redaction: Redaction, data: st.DataObject
+) -> None:
+    # Traces stored or refused for a while (a transient failure, produced again) at random,
+    # partitions revoked between batches: the per-partition bookkeeping says what the
+    # minimum over every held trace says.
+    cut, forgotten = drawn
+    for native in (False, True):
+        service = FeederService(native, redaction)
+        service.producer.outcome = lambda batch: [
+            data.draw(st.sampled_from([Outcome.STORED, Outcome.TRANSIENT])) for _ in batch
+        ]
+        for records, forget in zip(cut, forgotten, strict=True):
+            service.batch(records)
+            assert service.sink.held_offsets() == held_by_first_offsets(service.sink)
+            service.validation.forget_partitions(forget)
+            service.sink.partitions_revoked(forget)
+            assert service.sink.held_offsets() == held_by_first_offsets(service.sink)
+
+
 def check_batches(
     reference: FeederService,
     native: FeederService,
