@@ -88,6 +88,7 @@ class TraceProducer(Protocol):
         key: bytes | None = None,
         *,
         on_delivery: DeliveryCallback | None = None,
+        serve_reports: bool = True,
     ) -> None: ...
     def poll(self, timeout: float = 0.0) -> int: ...
     def flush(self, timeout: float) -> int: ...
@@ -282,6 +283,7 @@ class HtirFeederSink(BatchingSink):
             self._serialize(trace.avro_record()),
             trace.task_id.encode(),
             on_delivery=report,
+            serve_reports=False,  # served once after a batch's traces (``_publish``)
         )
         self._unacked += 1
 

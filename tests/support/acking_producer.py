@@ -21,6 +21,7 @@ class AcknowledgingProducer:
         key: bytes | None = None,
         *,
         on_delivery: DeliveryCallback | None = None,
+        serve_reports: bool = True,
     ) -> None:
         if on_delivery is not None:
             self.reports.append(on_delivery)

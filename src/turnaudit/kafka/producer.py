@@ -245,6 +245,7 @@ class KafkaProducer:
         on_full: OnFull | None = None,
         from_callback: bool = False,
         partition: int | None = None,
+        serve_reports: bool = True,
     ) -> None:
         """Queue one message (``timestamp``: epoch ms, 0 = now; ``partition``: this one,
         else the partitioner's choice by key).
@@ -252,7 +253,9 @@ class KafkaProducer:
         ``on_delivery`` is called for this message's report, after it is
         counted. A full queue waits or raises ``QueueFullError`` (``on_full``,
         else the producer's); ``from_callback`` (called from a delivery
-        report) always raises. A refusal raises ``ProduceError``.
+        report) always raises. A refusal raises ``ProduceError``. ``serve_reports=False``:
+        the reports ready are left for the caller's next ``poll`` (one that produces many
+        messages and polls once after them).
         """
         client = self._client or self._opened()
         kwargs: _Keywords | None = None
@@ -274,7 +277,7 @@ class KafkaProducer:
             self._wait_for_room(client, topic, value, key, kwargs)
         except KafkaException as exc:
             raise ProduceError(exc.args[0]) from None
-        if not from_callback and (on_full or self.on_full) == "wait":
+        if serve_reports and not from_callback and (on_full or self.on_full) == "wait":
             client.poll(0)  # serve the reports that are ready
 
     def produce_batch(

@@ -110,6 +110,7 @@ class FakeProducer:
         key: bytes | None = None,
         *,
         on_delivery: DeliveryCallback | None = None,
+        serve_reports: bool = True,
     ) -> None:
         self.queue.append(Sent(topic, value, key, on_delivery))
 

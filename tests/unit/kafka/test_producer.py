@@ -101,6 +101,25 @@ def test_a_full_queue_waits_serving_reports_until_there_is_room() -> None:
     assert producer.queued() <= QUEUE
 
 
+@pytest.mark.parametrize("serve", [True, False])
+def test_a_produce_serves_the_ready_reports_unless_told_to_leave_them_for_the_next_poll(
+    serve: bool,
+) -> None:
+    # A message times out after 100 ms (librdkafka scans for timeouts once a second): its
+    # report is ready when the next message goes.
+    producer = KafkaProducer(nowhere(**{"message.timeout.ms": 100}), on_full="wait")
+    reports: list[DeliveryError | None] = []
+    producer.produce("t", b"times out", b"k", on_delivery=lambda err, _msg: reports.append(err))
+    time.sleep(1.3)
+    producer.produce("t", b"next", b"k", serve_reports=serve)
+    assert len(reports) == (1 if serve else 0)
+    producer.poll(0.5)
+    assert len(reports) == 1
+    assert reports[0] is not None  # timed out
+    producer.purge()
+    producer.flush(1)
+
+
 def test_a_per_call_wait_overrides_a_raising_producer() -> None:
     """One call's ``on_full="wait"`` waits for room where the producer's own setting
     raises; the message it queued is not lost, and the next call raises again."""
