@@ -187,36 +187,53 @@ class HtirFeederSink(BatchingSink):
     def write_batch(self, turns: Sequence[ConsumedTurn | TaskTurn]) -> None:
         closed: list[HtirTrace] = []
         assembler = self._assembler
-        first_offsets, held = self._first_offsets, self._held
+        run: list[TaskTurn] = []  # the native step's turns, their steps made: added a run at once
         for turn in turns:
-            if type(turn) is TaskTurn:  # the native step's: its steps made already
-                task_id = turn.task_id
-                trace = assembler.add_task_turn(turn)
-            else:
-                consumed = cast(ConsumedTurn, turn)
-                event = consumed.event
-                task = event["task"]
-                if task is None:
-                    continue
-                task_id = task["task_id"]
-                if self._open_sealed is not None:
-                    self._open_sealed(event)
-                trace = assembler.add(
-                    event,
-                    topic=consumed.topic,
-                    partition=consumed.partition,
-                    offset=consumed.offset,
-                    breaches=consumed.breaches,
-                )
-            if task_id not in first_offsets and (trace is not None or assembler.is_open(task_id)):
-                # Held until the trace is acknowledged on the traces topic.
-                first_offsets[task_id] = (turn.partition, turn.offset)
-                held.setdefault(turn.partition, {})[task_id] = turn.offset
+            if type(turn) is TaskTurn:
+                run.append(turn)
+                continue
+            consumed = cast(ConsumedTurn, turn)
+            event = consumed.event
+            task = event["task"]
+            if task is None:
+                continue
+            task_id = task["task_id"]
+            if self._open_sealed is not None:
+                self._open_sealed(event)
+            self._add(run, closed)
+            run = []
+            trace = assembler.add(
+                event,
+                topic=consumed.topic,
+                partition=consumed.partition,
+                offset=consumed.offset,
+                breaches=consumed.breaches,
+            )
+            if trace is not None or assembler.is_open(task_id):
+                self._hold(task_id, consumed.partition, consumed.offset)
             if trace is not None:
                 closed.append(trace)
+        self._add(run, closed)
         closed.extend(assembler.expire())
         self._skipped.set(assembler.partial_turns_skipped)
         self._publish(closed)
+
+    def _add(self, run: list[TaskTurn], closed: list[HtirTrace]) -> None:
+        """Add a run of task turns; each trace a turn joined is held (until acknowledged on
+        the traces topic) from the first turn of it seen."""
+        if not run:
+            return
+        traces, joined = self._assembler.add_task_turns(run)
+        closed += traces
+        first_offsets = self._first_offsets
+        for turn in joined:
+            if turn.task_id not in first_offsets:
+                self._hold(turn.task_id, turn.partition, turn.offset)
+
+    def _hold(self, task_id: str, partition: int, offset: int) -> None:
+        if task_id not in self._first_offsets:
+            self._first_offsets[task_id] = (partition, offset)
+            self._held.setdefault(partition, {})[task_id] = offset
 
     def tick(self) -> None:
         """Called by the runtime on every poll, so idle traces close on a quiet stream."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, cast
 
@@ -388,37 +388,39 @@ class TraceAssembler:
         )
 
     def add_task_turn(self, turn: TaskTurn) -> HtirTrace | None:
-        """Add a task turn made into its steps already (the feeder's native step, or ``add``)."""
-        task_id = turn.task_id
-        trace = self._open.get(task_id)
-        if trace is None and turn.task_step != 0:
-            self.partial_turns_skipped += 1
-            return None
-        if trace is None:
-            trace = self._opened(
-                HtirTrace(
+        """Add one task turn made into its steps (``add_task_turns``); the trace it closed."""
+        return next(iter(self.add_task_turns((turn,))[0]), None)
+
+    def add_task_turns(self, turns: Iterable[TaskTurn]) -> tuple[list[HtirTrace], list[TaskTurn]]:
+        """The one place a trace opens (task step 0), a turn is skipped (no open trace) or added
+        (its end of task closes the trace): returns the traces closed and the turns added."""
+        open_traces, clock, redaction = self._open, self._clock, self.redaction
+        closed: list[HtirTrace] = []
+        joined: list[TaskTurn] = []  # in order: the feeder holds offsets by them
+        for turn in turns:
+            task_id = turn.task_id
+            trace = open_traces.get(task_id)
+            if trace is None:
+                if turn.task_step != 0:
+                    self.partial_turns_skipped += 1
+                    continue
+                trace = open_traces[task_id] = HtirTrace(
                     task_id,
                     turn.task_family,
                     turn.session_id,
                     turn.topic,
                     turn.partition,
                     turn.runtime,
-                    redaction=self.redaction,
+                    redaction=redaction,
                 )
-            )
-        trace.add_steps(turn.event_id, turn.sequence, turn.steps, turn.offset, turn.partition)
-        return self._added(trace, task_id, turn.end_of_task)
-
-    def _opened(self, trace: HtirTrace) -> HtirTrace:
-        self._open[trace.task_id] = trace
-        return trace
-
-    def _added(self, trace: HtirTrace, task_id: str, end_of_task: bool) -> HtirTrace | None:
-        trace.last_seen = self._clock()
-        if end_of_task:
-            trace.closed_by = TraceClose.END_OF_TASK
-            return self._open.pop(task_id)
-        return None
+            trace.add_steps(turn.event_id, turn.sequence, turn.steps, turn.offset, turn.partition)
+            trace.last_seen = clock()
+            joined.append(turn)
+            if turn.end_of_task:
+                trace.closed_by = TraceClose.END_OF_TASK
+                del open_traces[task_id]
+                closed.append(trace)
+        return closed, joined
 
     def expire(self) -> list[HtirTrace]:
         """Close the traces that saw no turn for ``idle_timeout`` seconds."""
