@@ -80,7 +80,8 @@ def runs(draw: st.DrawFn) -> list[list[TaskTurn]]:
 
 def fresh(run: list[TaskTurn]) -> list[TaskTurn]:
     """The turns with steps of their own (``add_steps`` numbers them in place)."""
-    return [turn._replace(steps=[dict(s) for s in turn.steps]) for turn in run]  # type: ignore[misc]
+    # (the copies are dicts of the steps' keys, as the turns' own are)
+    return [turn._replace(steps=[dict(s) for s in turn.steps]) for turn in run]  # type: ignore[misc]  # copies
 
 
 @settings(max_examples=300, deadline=None)
