@@ -43,7 +43,7 @@ import json
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar, Protocol, cast
+from typing import IO, Any, ClassVar, NamedTuple, Protocol, cast
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -94,6 +94,20 @@ class TraceProducer(Protocol):
     def flush(self, timeout: float) -> int: ...
 
 
+class ProducedTrace(NamedTuple):
+    """A closed trace as the feeder keeps it until its delivery report: its record's bytes
+    and what its acknowledgement says. The trace itself (its steps, a dict each) is let go
+    once produced: kept for a round trip to the broker, it outlived the collector's young
+    generation and was traversed again by the older ones."""
+
+    task_id: str
+    value: bytes
+    closed_by: str
+    gap: str | None
+    missing_task_steps: tuple[int, ...]
+    manifest_line: str | None  # the JSON line, where the feeder writes a manifest
+
+
 class HtirFeederSink(BatchingSink):
     # Tracks its own progress (held offsets): no redelivery marks.
     marks_redeliveries: ClassVar[bool] = False
@@ -136,10 +150,10 @@ class HtirFeederSink(BatchingSink):
         # Traces produced whose delivery report has not been served yet, and
         # the reports served (by ``poll``/``flush``) not yet settled.
         self._unacked = 0
-        self._reports: list[tuple[HtirTrace, DeliveryError | None]] = []
+        self._reports: list[tuple[ProducedTrace, DeliveryError | None]] = []
         # Traces refused as too large, waiting to be produced again alone, and
         # how often each was refused so.
-        self._alone: deque[HtirTrace] = deque()
+        self._alone: deque[ProducedTrace] = deque()
         self._size_refusals: dict[str, int] = {}
         self._traces = Counter(
             "turnaudit_htir_traces_total", "HTIR traces published", ["closed_by"], registry=registry
@@ -281,7 +295,7 @@ class HtirFeederSink(BatchingSink):
 
     def _publish(self, traces: list[HtirTrace]) -> None:
         for trace in traces:
-            self._produce(trace)
+            self._produce(self._produced(trace))
         # A trace counts as published once acknowledged (its delivery report);
         # until then its turns' offsets stay held back (a slow broker delays
         # them, loses nothing). Reports are served here without waiting, so a
@@ -291,13 +305,24 @@ class HtirFeederSink(BatchingSink):
             self._settle(retry=True)
         self._open.set(self._assembler.open_traces)
 
-    def _produce(self, trace: HtirTrace) -> None:
+    def _produced(self, trace: HtirTrace) -> ProducedTrace:
+        gap = trace.gap
+        return ProducedTrace(
+            trace.task_id,
+            self._serialize(trace.avro_record()),
+            trace.closed_by.value if trace.closed_by else "unknown",
+            gap,
+            tuple(trace.missing_task_steps) if gap is not None else (),
+            None if self._manifest is None else json.dumps(trace.manifest_line()) + "\n",
+        )
+
+    def _produce(self, trace: ProducedTrace) -> None:
         def report(err: DeliveryError | None, _msg: DeliveredMessage) -> None:
             self._reports.append((trace, err))
 
         self._producer.produce(
             self._topic,
-            self._serialize(trace.avro_record()),
+            trace.value,
             trace.task_id.encode(),
             on_delivery=report,
             serve_reports=False,  # served once after a batch's traces (``_publish``)
@@ -341,14 +366,14 @@ class HtirFeederSink(BatchingSink):
         if self._alone:
             self._produce_alone(self._alone.popleft())
 
-    def _produce_alone(self, trace: HtirTrace) -> None:
+    def _produce_alone(self, trace: ProducedTrace) -> None:
         """Produce ``trace`` in a batch of its own: the queue drained before it,
         and its report served before anything else is produced (one per poll)."""
         self._producer.flush(ALONE_FLUSH_S)
         self._produce(trace)
         self._producer.flush(ALONE_FLUSH_S)
 
-    def _acknowledged(self, traces: list[HtirTrace]) -> None:
+    def _acknowledged(self, traces: list[ProducedTrace]) -> None:
         # Each published trace is counted by how it closed, and said in one line per
         # acknowledged batch (one line per trace would cost the feeder as much as
         # assembling it); a trace with a gap is logged on its own.
@@ -358,19 +383,18 @@ class HtirFeederSink(BatchingSink):
             if first is not None:
                 del self._held[first[0]][trace.task_id]
             self._size_refusals.pop(trace.task_id, None)
-            gap = trace.gap
-            if gap is not None:
+            if trace.gap is not None:
                 log.warning(
                     "htir_trace_gap",
                     task_id=trace.task_id,
-                    detail=gap,
-                    missing_task_steps=trace.missing_task_steps,
+                    detail=trace.gap,
+                    missing_task_steps=list(trace.missing_task_steps),
                 )
-            label = trace.closed_by.value if trace.closed_by else "unknown"
-            closed_by[label] = closed_by.get(label, 0) + 1
-            if self._manifest is not None and trace.task_id not in self._in_manifest:
+            closed_by[trace.closed_by] = closed_by.get(trace.closed_by, 0) + 1
+            line = trace.manifest_line
+            if self._manifest is not None and line and trace.task_id not in self._in_manifest:
                 self._in_manifest.add(trace.task_id)
-                self._manifest.write(json.dumps(trace.manifest_line()) + "\n")
+                self._manifest.write(line)
         for label, count in closed_by.items():
             self._traces.labels(label).inc(count)
         log.info(
