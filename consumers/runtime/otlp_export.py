@@ -16,15 +16,12 @@ import random
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 import requests
 
 from turnaudit.consumers.runtime.otel_settings import OtlpProtocol, OtlpSettings
 from turnaudit.errors import TurnAuditError
-
-if TYPE_CHECKING:
-    import grpc
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 MAX_ATTEMPTS = 6
@@ -60,7 +57,9 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-def retried(attempt: Attempt, timeout_s: float, where: str, sleep: Callable[[float], None] = time.sleep) -> None:
+def retried(
+    attempt: Attempt, timeout_s: float, where: str, sleep: Callable[[float], None] = time.sleep
+) -> None:
     """``attempt`` until it succeeds, fails for good, or the next wait would pass the
     deadline (the official exporters' loop)."""
     deadline = time.monotonic() + timeout_s
@@ -69,7 +68,11 @@ def retried(attempt: Attempt, timeout_s: float, where: str, sleep: Callable[[flo
         if outcome is None:
             return
         retryable, why, server_delay = outcome
-        delay = server_delay if server_delay is not None else 2**n * random.uniform(1 - _JITTER, 1 + _JITTER)
+        delay = (
+            server_delay
+            if server_delay is not None
+            else 2**n * random.uniform(1 - _JITTER, 1 + _JITTER)  # noqa: S311 - jitter, not a secret
+        )
         if not retryable or n + 1 == MAX_ATTEMPTS or delay > deadline - time.monotonic():
             raise OtlpExportError(f"OTLP export to {where} failed: {why}")
         sleep(delay)
@@ -114,9 +117,9 @@ class GrpcTransport:
     """OTLP/gRPC: ``LogsService/Export`` on one channel, the bytes passed through."""
 
     def __init__(self, endpoint: str, timeout_s: float, *, insecure: bool) -> None:
-        import grpc  # noqa: PLC0415 - grpc loads only when chosen
+        import grpc  # type: ignore[import-untyped]  # noqa: PLC0415 - grpcio ships no stubs; it loads only when chosen
 
-        self._grpc = grpc
+        self._grpc: Any = grpc
         self._where = endpoint
         self._target = urllib.parse.urlsplit(endpoint).netloc
         self._insecure = insecure
@@ -125,7 +128,7 @@ class GrpcTransport:
 
     def _connect(self) -> None:
         grpc = self._grpc
-        self._channel: grpc.Channel = (
+        self._channel = (
             grpc.insecure_channel(self._target)
             if self._insecure
             else grpc.secure_channel(self._target, grpc.ssl_channel_credentials())

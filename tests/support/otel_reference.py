@@ -260,9 +260,8 @@ def comparable(requests: Sequence[bytes | ExportLogsServiceRequest]) -> ExportLo
     per sink) and the SDK's own ``telemetry.sdk.*`` left out (no SDK writes the native
     requests: the one deliberate difference)."""
     out = ExportLogsServiceRequest()
-    for request in requests:
-        if isinstance(request, bytes):
-            request = ExportLogsServiceRequest.FromString(request)
+    for sent in requests:
+        request = ExportLogsServiceRequest.FromString(sent) if isinstance(sent, bytes) else sent
         for resource_logs in request.resource_logs:
             attributes = resource_logs.resource.attributes
             kept = sorted(

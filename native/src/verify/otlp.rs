@@ -86,7 +86,7 @@ fn text<'a, 'py, R: Rec<'py>>(v: &'a R, name: &str) -> PyResult<&'a str> {
 }
 
 /// A slot the rule reads; missing (a field the writer lacks, v3's model) reads as null.
-fn at<'f, R>(f: &'f [Option<R>], slot: usize) -> Option<&'f R> {
+fn at<R>(f: &[Option<R>], slot: usize) -> Option<&R> {
     f[slot].as_ref()
 }
 
@@ -144,9 +144,12 @@ fn put_attr(out: &mut Vec<u8>, k: &str, v: &Val<'_>) {
     }
 }
 
+/// A record's span: trace id, span id, flags.
+type Span = ([u8; 16], [u8; 8], u32);
+
 /// The runtime's span of v4's `trace_context`: (trace id, span id, flags); `None` when
 /// absent, malformed or all zero.
-fn span_parent<'py, R: Rec<'py> + Scalar>(py: Python<'py>, context: Option<&R>) -> PyResult<Option<([u8; 16], [u8; 8], u32)>> {
+fn span_parent<'py, R: Rec<'py> + Scalar>(py: Python<'py>, context: Option<&R>) -> PyResult<Option<Span>> {
     let Some(context) = context.filter(|c| !c.is_null()) else { return Ok(None) };
     let (trace, span) = (context.at(&key!(py, "trace_id"))?, context.at(&key!(py, "span_id"))?);
     let (Some(trace), Some(span)) = (hex_id::<16>(text(&trace, "trace_id")?), hex_id::<8>(text(&span, "span_id")?)) else {
@@ -279,7 +282,7 @@ pub(crate) fn turn_records<'py, R: Rec<'py> + Scalar>(py: Python<'py>, f: &[Opti
 }
 
 /// One `ScopeLogs.log_records` entry.
-fn write_record(out: &mut Vec<u8>, v: &Verdict<'_>, time_ns: u64, parent: Option<&([u8; 16], [u8; 8], u32)>, common: &[u8], observed_ns: u64) {
+fn write_record(out: &mut Vec<u8>, v: &Verdict<'_>, time_ns: u64, parent: Option<&Span>, common: &[u8], observed_ns: u64) {
     let mut own = Vec::with_capacity(160);
     put_attr(&mut own, "gen_ai.evaluation.name", &Val::Str(v.name));
     put_attr(&mut own, "gen_ai.evaluation.score.value", &Val::Double(v.score));

@@ -102,8 +102,7 @@ class Record:
     def __init__(self, record: LogRecord) -> None:
         self.proto = record
         self.attributes: dict[str, Any] = {
-            kv.key: getattr(kv.value, str(kv.value.WhichOneof("value")))
-            for kv in record.attributes
+            kv.key: getattr(kv.value, str(kv.value.WhichOneof("value"))) for kv in record.attributes
         }
         self.name = str(self.attributes[EVALUATION_NAME])
         self.timestamp_ns = record.time_unix_nano
@@ -112,7 +111,8 @@ class Record:
     def parent(self) -> tuple[str, str, int] | None:
         """(trace id, span id) in hex and the flags, or None: no span."""
         if not self.proto.trace_id:
-            assert not self.proto.span_id and not self.proto.flags
+            assert not self.proto.span_id
+            assert not self.proto.flags
             return None
         return self.proto.trace_id.hex(), self.proto.span_id.hex(), self.proto.flags
 
@@ -125,7 +125,8 @@ def evaluation_records(turn: ConsumedTurn) -> list[Record]:
     assert len(records) == count
     for record in records:
         assert record.event_name == EVENT_NAME
-        assert record.severity_text == "INFO" and record.severity_number == 9
+        assert record.severity_text == "INFO"
+        assert record.severity_number == 9  # INFO
         assert record.observed_time_unix_nano == 7
     return [Record(r) for r in records]
 
@@ -289,8 +290,6 @@ class TestMutatedTurns:
         assert str(safety.attributes[EXPLANATION]).startswith("violated boundaries: ")
 
 
-
-
 HEX = "0123456789abcdef"
 TEXTS = st.one_of(st.text(max_size=12), st.text(min_size=MAX_TEXT - 2, max_size=MAX_TEXT + 40))
 ENUM = st.sampled_from
@@ -299,6 +298,7 @@ ENUM = st.sampled_from
 @st.composite
 def trace_contexts(draw: st.DrawFn) -> dict[str, Any] | None:
     """Absent, well formed, or malformed: wrong lengths, upper case, all zero, any text."""
+
     def hex_id(digits: int) -> str:
         return draw(
             st.one_of(
@@ -387,7 +387,11 @@ class TestTheSdkPath:
     ) -> None:
         buffer = bytearray()
         count = sum(encode_records(turn, buffer, 1) for turn in turns)
-        attributes = [("service.name", SERVICE_NAME), ("service.instance.id", "i"), *resource.items()]
+        attributes = [
+            ("service.name", SERVICE_NAME),
+            ("service.instance.id", "i"),
+            *resource.items(),
+        ]
         requests = otlp_requests(buffer, list(dict(attributes).items()), SCOPE, most, 1 << 20)
         assert [n for _, n in requests] == [
             min(most, count - start) for start in range(0, count, most)
@@ -400,7 +404,8 @@ class TestTheSdkPath:
         buffer = bytearray()
         count = sum(encode_records(turn, buffer, 1) for turn in turns)
         requests = otlp_requests(buffer, [("service.name", SERVICE_NAME)], SCOPE, 512, 4000)
-        assert len(requests) > 1 and sum(n for _, n in requests) == count
+        assert len(requests) > 1
+        assert sum(n for _, n in requests) == count
         for request, n in requests:
             assert len(request) < 4000 + 1000 or n == 1  # a record past the bound goes alone
         assert comparable([r for r, _ in requests]) == comparable(
