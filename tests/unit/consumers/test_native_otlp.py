@@ -92,7 +92,7 @@ def test_the_native_records_are_the_record_by_record_and_the_sdk_paths_requests(
 @st.composite
 def mutated_chained(draw: st.DrawFn) -> list[Message]:
     """Chained turns of the scanned versions, each mutated (``mutate``), in one partition."""
-    count = draw(st.integers(1, 12))
+    count = draw(st.integers(1, 8))
     sim = TurnRuntimeSimulator(draw(st.integers(0, 100)), schema_versions=(5,))
     stamper = TurnStamper()
     out = []
@@ -107,7 +107,11 @@ def mutated_chained(draw: st.DrawFn) -> list[Message]:
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(mutated_chained())
 def test_any_verdicts_texts_model_and_trace_context_read_in_place_are_the_sdk_paths(
     records: list[Message],
