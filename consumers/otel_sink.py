@@ -7,7 +7,8 @@ turn by the native consumer step's ``otlp`` outlet, any other by ``take``.
 No OpenTelemetry SDK: ``flush`` wraps the records in ``ExportLogsServiceRequest``s
 (resource ``service.name`` ``SERVICE_NAME``, a ``service.instance.id`` of
 its own and the extra attributes given,
-scope ``SCOPE``, at most ``_EXPORT_BATCH`` records each) and sends them over
+scope ``SCOPE``, at most ``_EXPORT_BATCH`` records each) and sends them, a few
+at once, over
 OTLP/gRPC or OTLP/HTTP (``turnaudit.consumers.runtime.otlp_export``, settings
 ``turnaudit.consumers.runtime.otel_settings``). A record's observed time is
 the clock when it was made (once per call of the native step).
@@ -27,6 +28,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -49,6 +51,9 @@ EXPORT_FAILURES_TOTAL = "turnaudit_otel_export_failures_total"
 # bytes whatever the records hold (a record is a few hundred bytes, never split).
 _EXPORT_BATCH = 512
 _MAX_REQUEST_BYTES = 4 << 20
+# Requests of one flush in flight at once: the collector takes them in parallel while
+# this process waits (each is retried on its own; the flush fails if any fails).
+_SENDERS = 4
 
 
 class OtelSink(Sink):
@@ -69,6 +74,7 @@ class OtelSink(Sink):
         instance = {"service.name": SERVICE_NAME, "service.instance.id": str(uuid.uuid4())}
         self._resource = list({**instance, **(resource or {})}.items())
         self._clock = clock
+        self._senders = ThreadPoolExecutor(_SENDERS, thread_name_prefix="otlp-export")
         # The records taken since the last successful flush, encoded, one after the other.
         self._records = bytearray()
         self.records = Counter(
@@ -104,9 +110,16 @@ class OtelSink(Sink):
             self._records, self._resource, SCOPE, _EXPORT_BATCH, _MAX_REQUEST_BYTES
         )
         total = sum(count for _, count in requests)
+        send = self._transport.send
         try:
-            for request, _ in requests:
-                self._transport.send(request)
+            if len(requests) == 1:
+                send(requests[0][0])
+            else:
+                sent = [self._senders.submit(send, request) for request, _ in requests]
+                failed = [f.exception() for f in sent]  # each waited for, none left running
+                for exc in failed:
+                    if exc is not None:
+                        raise exc
         except Exception as exc:
             self.failures.inc()
             raise OtlpExportError(
@@ -118,4 +131,5 @@ class OtelSink(Sink):
         self._records.clear()  # exported: a failure above keeps them for the retry
 
     def close(self) -> None:
+        self._senders.shutdown()
         self._transport.close()

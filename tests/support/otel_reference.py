@@ -253,12 +253,15 @@ def sdk_request(
     return encode_logs(exporter.get_finished_logs())
 
 
-def comparable(requests: Sequence[bytes | ExportLogsServiceRequest]) -> ExportLogsServiceRequest:
+def comparable(
+    requests: Sequence[bytes | ExportLogsServiceRequest], *, in_order: bool = True
+) -> ExportLogsServiceRequest:
     """Requests as one, for comparing: their records in order under the first's resource
     and scope (each must have the same), observed times cleared (each path's own clock),
     the resource's attributes by name, ``service.instance.id``'s value cleared (a fresh id
     per sink) and the SDK's own ``telemetry.sdk.*`` left out (no SDK writes the native
-    requests: the one deliberate difference)."""
+    requests: the one deliberate difference). ``in_order=False``: the records in one
+    fixed order (requests sent in parallel arrive in any order)."""
     out = ExportLogsServiceRequest()
     for sent in requests:
         request = ExportLogsServiceRequest.FromString(sent) if isinstance(sent, bytes) else sent
@@ -285,4 +288,9 @@ def comparable(requests: Sequence[bytes | ExportLogsServiceRequest]) -> ExportLo
             assert len(resource_logs.scope_logs) == 1
             assert mine.scope_logs[0].scope == resource_logs.scope_logs[0].scope
             mine.scope_logs[0].log_records.extend(resource_logs.scope_logs[0].log_records)
+    if not in_order and out.resource_logs:
+        records = out.resource_logs[0].scope_logs[0].log_records
+        ordered = sorted(records, key=lambda r: r.SerializeToString(deterministic=True))
+        del records[:]
+        records.extend(ordered)
     return out

@@ -41,12 +41,14 @@ class FlakyTransport:
         self.sent: list[bytes] = []
         self.failures_left = failures
         self.raises = raises
+        self._lock = threading.Lock()  # the sink sends a flush's requests in parallel
 
     def send(self, request: bytes) -> None:
-        if self.failures_left > 0:
-            self.failures_left -= 1
-            raise self.raises("collector went away")
-        self.sent.append(request)
+        with self._lock:
+            if self.failures_left > 0:
+                self.failures_left -= 1
+                raise self.raises("collector went away")
+            self.sent.append(request)
 
     def close(self) -> None:
         return
@@ -116,7 +118,7 @@ class TestExport:
             deliver(sink, turns)
             sink.close()
         expected = sdk_request(turns, {"deployment.environment": "test"})
-        assert comparable(bodies) == comparable([expected])
+        assert comparable(bodies, in_order=False) == comparable([expected], in_order=False)
         count = len(expected.resource_logs[0].scope_logs[0].log_records)
         assert sample(registry, RECORDS_TOTAL) == count
 
@@ -126,7 +128,8 @@ class TestExport:
         turns = [consumed(e) for e in simulated(5, 1200)]
         deliver(sink, turns)
         assert len(transport.sent) > 8  # 512 records a request
-        assert comparable(transport.sent) == comparable([sdk_request(turns)])
+        unordered = comparable([sdk_request(turns)], in_order=False)
+        assert comparable(transport.sent, in_order=False) == unordered
         sink.close()
 
 
@@ -155,7 +158,8 @@ class TestFailedExports:
             except OtlpExportError:
                 assert attempts <= failures
         assert attempts > 1
-        assert sample(registry, EXPORT_FAILURES_TOTAL) == failures
+        # A flush's requests go in parallel: one failed flush may spend several failures.
+        assert 1 <= sample(registry, EXPORT_FAILURES_TOTAL) <= failures
         expected = set(exported_ids([sdk_request(turns).SerializeToString()]))
         assert set(exported_ids(flaky.sent)) == expected  # every record, at least once
         sent = len(flaky.sent)
