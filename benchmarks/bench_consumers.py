@@ -15,7 +15,9 @@
    as the CLI builds them (the OTel sink exporting over OTLP/gRPC, or
    ``--otel-protocol http``, to the project's collector, ``deploy/otelcol/``,
    started on free loopback ports for its row: ``make otelcol``; the bench
-   fails if it cannot start it). Printed: events/s, CPU us per event,
+   fails if it cannot start it); and that collector alone taking the same
+   turns' records, written beforehand, as the sink sends them (the most a sink
+   that waits for the collector's answer can reach). Printed: events/s, CPU us per event,
    and every ratio to bare, to quixstreams, to the ceiling and to raw consume
    taken within one round, as median (min-max) over rounds. Events are schema
    v3 (``--versions`` for others).
@@ -59,6 +61,7 @@ from confluent_kafka import Consumer
 from fastavro import schemaless_reader
 from prometheus_client import CollectorRegistry
 
+from turnaudit._native import otlp_turn_records
 from turnaudit.commands.simulate import publish_simulation
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import log_sink_service, service_logging
@@ -73,6 +76,7 @@ from turnaudit.consumers.runtime.settings import (
     ServiceSettings,
 )
 from turnaudit.consumers.runtime.timeline import BatchMark, BatchTimeline
+from turnaudit.events import occurred_millis
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalBrokerSettings, LocalKafkaBroker, free_port, free_ports
@@ -323,6 +327,7 @@ ROWS = (
     "verdict metrics",
     "htir feeder",
     "otel sink",
+    "otel collector alone",
 )
 RAW, BARE, QUIX, CEILING = ROWS[0], ROWS[1], ROWS[2], ROWS[3]
 OTELCOL = PROJECT / "deploy/otelcol/bin/otelcol-turnaudit"
@@ -373,6 +378,42 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
+def collector_alone(settings: KafkaSettings, end: dict[int, int], workdir: str) -> Measurement:
+    """The collector's own time for the same turns' records: every message read, decoded
+    and its records written beforehand (untimed), then sent as the OTel sink sends a
+    batch's (500 turns a flush, 512 records a request, a few at once). Its events/s is
+    what any sink that waits for the collector's answer can reach at most."""
+    decode = TurnEventDeserializer(shipped_catalog())
+    assigned_at: list[tuple[float, float]] = []
+    consumer = _bench_consumer(settings, "collector", assigned_at)
+    total = sum(end.values())
+    flushes: list[bytearray] = []
+    seen = 0
+    while seen < total:
+        for msg in consumer.consume(500, 0.05):
+            if msg.error() is None:
+                if seen % 500 == 0:
+                    flushes.append(bytearray())
+                decoded = decode(msg.value())
+                event = decoded.event
+                millis = occurred_millis(event["occurred_at"])
+                version = decoded.writer_version
+                otlp_turn_records(event, millis, version, False, False, 0, flushes[-1])
+                seen += 1
+    consumer.close()
+    protocol = OtlpProtocol(os.environ.get(OTEL_PROTOCOL, OtlpProtocol.GRPC.value))
+    with running_collector(Path(workdir)) as endpoints:
+        otlp = OtlpSettings(protocol, endpoints[protocol])
+        sink = OtelSink(otlp, CollectorRegistry())
+        started, cpu_at = time.perf_counter(), _cpu_seconds()
+        for records in flushes:
+            sink._records[:] = records  # as if taken: the flush alone is timed
+            sink.flush()
+        elapsed, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_at
+        sink.close()
+    return total / elapsed, 1e6 * cpu / total
+
+
 def otel_sink_rate(settings: KafkaSettings, end: dict[int, int], workdir: str) -> Measurement:
     """The OTel sink service exporting to a collector of its own; every record exported."""
     protocol = OtlpProtocol(os.environ.get(OTEL_PROTOCOL, OtlpProtocol.GRPC.value))
@@ -407,6 +448,8 @@ def measure_row(  # noqa: PLR0911 - one return per kind of row
         return ceiling_loop(settings, end)
     if row == "otel sink":
         return otel_sink_rate(settings, end, workdir)
+    if row == "otel collector alone":
+        return collector_alone(settings, end, workdir)
     with service_logging("WARNING"):
         if row == "runtime, no sink":
             service: ConsumerService = ConsumerService(
