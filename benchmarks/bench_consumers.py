@@ -17,7 +17,8 @@
    started on free loopback ports for its row: ``make otelcol``; the bench
    fails if it cannot start it); and that collector alone taking the same
    turns' records, written beforehand, as the sink sends them (the most a sink
-   that waits for the collector's answer can reach). Printed: events/s, CPU us per event,
+   that waits for the collector's answer can reach); and the sink dropping its
+   requests (its own cost). Printed: events/s, CPU us per event,
    and every ratio to bare, to quixstreams, to the ceiling and to raw consume
    taken within one round, as median (min-max) over rounds. Events are schema
    v3 (``--versions`` for others).
@@ -328,6 +329,7 @@ ROWS = (
     "htir feeder",
     "otel sink",
     "otel collector alone",
+    "otel sink, requests dropped",
 )
 RAW, BARE, QUIX, CEILING = ROWS[0], ROWS[1], ROWS[2], ROWS[3]
 OTELCOL = PROJECT / "deploy/otelcol/bin/otelcol-turnaudit"
@@ -414,15 +416,29 @@ def collector_alone(settings: KafkaSettings, end: dict[int, int], workdir: str) 
     return total / elapsed, 1e6 * cpu / total
 
 
-def otel_sink_rate(settings: KafkaSettings, end: dict[int, int], workdir: str) -> Measurement:
-    """The OTel sink service exporting to a collector of its own; every record exported."""
+class NoCollector:
+    """An OTLP transport that drops every request: the sink's own cost."""
+
+    def send(self, request: bytes) -> None:
+        return
+
+    def close(self) -> None:
+        return
+
+
+def otel_sink_rate(
+    settings: KafkaSettings, end: dict[int, int], workdir: str, *, collector: bool = True
+) -> Measurement:
+    """The OTel sink service exporting to a collector of its own (or, ``collector``
+    false, dropping its requests); every record exported."""
     protocol = OtlpProtocol(os.environ.get(OTEL_PROTOCOL, OtlpProtocol.GRPC.value))
     with running_collector(Path(workdir)) as endpoints:
         otlp = OtlpSettings(protocol, endpoints[protocol])
         registry = CollectorRegistry()
+        transport = None if collector else NoCollector()
         service = ConsumerService(
             service_settings(settings, ServiceName.OTEL_SINK, otlp=otlp),
-            OtelSink(otlp, registry),
+            OtelSink(otlp, registry, transport=transport),
             registry=registry,
             serve_http=False,
         )
@@ -450,6 +466,8 @@ def measure_row(  # noqa: PLR0911 - one return per kind of row
         return otel_sink_rate(settings, end, workdir)
     if row == "otel collector alone":
         return collector_alone(settings, end, workdir)
+    if row == "otel sink, requests dropped":
+        return otel_sink_rate(settings, end, workdir, collector=False)
     with service_logging("WARNING"):
         if row == "runtime, no sink":
             service: ConsumerService = ConsumerService(
