@@ -233,6 +233,7 @@ pub(crate) fn turn_records<'py, R: Rec<'py> + Scalar>(py: Python<'py>, f: &[Opti
             put_attr(common, "gen_ai.response.model", &Val::Str(cut(text(&response, "response_model")?, MAX_TEXT)));
         }
     }
+    // fixed64 nanoseconds: a time before 1970 or past 2554 (the SDK path failed on it) wraps.
     let time_ns = (read.millis as u64).wrapping_mul(1_000_000);
     let parent = span_parent(py, at(f, TRACE_CONTEXT))?;
 
