@@ -16,7 +16,7 @@
 //! `ScopeLogs`, the `opentelemetry-proto` messages) around runs of them: protobuf's
 //! repeated fields concatenate. The records themselves are written field by field with
 //! prost's wire primitives from the borrowed texts (no owned message per attribute); the
-//! crate's tests read them back with the generated `LogRecord`.
+//! Python tests read them back with `opentelemetry.proto` and hold them to the SDK's.
 
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
