@@ -11,8 +11,14 @@
    the native decoder: what no service can beat); a quixstreams
    ``Application`` peer doing the metrics job (turns/refused/hedged/stub per
    pack; ``pip install -e '.[bench]'``); the shared runtime with a sink that
-   keeps nothing; the log sink and the verdict metrics service as the CLI
-   builds them. Printed: events/s, CPU us per event,
+   keeps nothing; the log sink, the verdict metrics service and the OTel sink
+   as the CLI builds them (the OTel sink exporting over OTLP/gRPC, or
+   ``--otel-protocol http``, to the project's collector, ``deploy/otelcol/``,
+   started on free loopback ports for its row: ``make otelcol``; the bench
+   fails if it cannot start it); and that collector alone taking the same
+   turns' records, written beforehand, as the sink sends them (the most a sink
+   that waits for the collector's answer can reach); and the sink dropping its
+   requests (its own cost). Printed: events/s, CPU us per event,
    and every ratio to bare, to quixstreams, to the ceiling and to raw consume
    taken within one round, as median (min-max) over rounds. Events are schema
    v3 (``--versions`` for others).
@@ -34,10 +40,12 @@ temporary folder.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import multiprocessing
 import os
 import queue
+import socket
 import statistics
 import subprocess
 import sys
@@ -45,7 +53,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,11 +62,14 @@ from confluent_kafka import Consumer
 from fastavro import schemaless_reader
 from prometheus_client import CollectorRegistry
 
+from turnaudit._native import otlp_turn_records
 from turnaudit.commands.simulate import publish_simulation
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import log_sink_service, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink, verdict_metrics_service
+from turnaudit.consumers.otel_sink import RECORDS_TOTAL, OtelSink
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
+from turnaudit.consumers.runtime.otel_settings import OtlpProtocol, OtlpSettings
 from turnaudit.consumers.runtime.settings import (
     LogSinkSettings,
     MetricsSettings,
@@ -66,6 +77,7 @@ from turnaudit.consumers.runtime.settings import (
     ServiceSettings,
 )
 from turnaudit.consumers.runtime.timeline import BatchMark, BatchTimeline
+from turnaudit.events import occurred_millis
 from turnaudit.kafka.offsets import end_offsets
 from turnaudit.kafka.topics import ensure_topics
 from turnaudit.local_broker import LocalBrokerSettings, LocalKafkaBroker, free_port, free_ports
@@ -315,11 +327,129 @@ ROWS = (
     "log sink",
     "verdict metrics",
     "htir feeder",
+    "otel sink",
+    "otel collector alone",
+    "otel sink, requests dropped",
 )
 RAW, BARE, QUIX, CEILING = ROWS[0], ROWS[1], ROWS[2], ROWS[3]
+OTELCOL = PROJECT / "deploy/otelcol/bin/otelcol-turnaudit"
+OTELCOL_CONFIG = PROJECT / "deploy/otelcol/config.yaml"
+# The OTel sink's protocol (``--otel-protocol``), passed to each row's process.
+OTEL_PROTOCOL = "TURNAUDIT_BENCH_OTLP_PROTOCOL"
 
 
-def measure_row(
+@contextlib.contextmanager
+def running_collector(workdir: Path) -> Iterator[dict[OtlpProtocol, str]]:
+    """The project's collector (its own config: OTLP in, every record to a file and a
+    summary line) on two free loopback ports: its endpoints. Raises when it cannot start."""
+    if not OTELCOL.exists():
+        raise RuntimeError(f"{OTELCOL} not found: run `make otelcol` (needs the Go toolchain)")
+    grpc_port, http_port = free_ports(2)
+    name = f"otelcol-{uuid.uuid4().hex}"
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "OTELCOL_GRPC_ENDPOINT": f"127.0.0.1:{grpc_port}",
+        "OTELCOL_HTTP_ENDPOINT": f"127.0.0.1:{http_port}",
+        "OTELCOL_FILE": str(workdir / f"{name}.jsonl"),
+    }
+    with (workdir / f"{name}.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [str(OTELCOL), "--config", str(OTELCOL_CONFIG)], env=env, stdout=log, stderr=log
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not all(_listening(port) for port in (grpc_port, http_port)):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                text = (workdir / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"the collector did not start:\n{text}")
+            time.sleep(0.05)
+        yield {
+            OtlpProtocol.GRPC: f"http://127.0.0.1:{grpc_port}",
+            OtlpProtocol.HTTP: f"http://127.0.0.1:{http_port}",
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        for leftover in workdir.glob(f"{name}*"):
+            leftover.unlink()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.2)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def collector_alone(settings: KafkaSettings, end: dict[int, int], workdir: str) -> Measurement:
+    """The collector's own time for the same turns' records: every message read, decoded
+    and its records written beforehand (untimed), then sent as the OTel sink sends a
+    batch's (500 turns a flush, 512 records a request, a few at once). Its events/s is
+    what any sink that waits for the collector's answer can reach at most."""
+    decode = TurnEventDeserializer(shipped_catalog())
+    assigned_at: list[tuple[float, float]] = []
+    consumer = _bench_consumer(settings, "collector", assigned_at)
+    total = sum(end.values())
+    flushes: list[bytearray] = []
+    seen = 0
+    while seen < total:
+        for msg in consumer.consume(500, 0.05):
+            if msg.error() is None:
+                if seen % 500 == 0:
+                    flushes.append(bytearray())
+                decoded = decode(msg.value())
+                event = decoded.event
+                millis = occurred_millis(event["occurred_at"])
+                version = decoded.writer_version
+                otlp_turn_records(event, millis, version, False, False, 0, flushes[-1])
+                seen += 1
+    consumer.close()
+    protocol = OtlpProtocol(os.environ.get(OTEL_PROTOCOL, OtlpProtocol.GRPC.value))
+    with running_collector(Path(workdir)) as endpoints:
+        otlp = OtlpSettings(protocol, endpoints[protocol])
+        sink = OtelSink(otlp, CollectorRegistry())
+        started, cpu_at = time.perf_counter(), _cpu_seconds()
+        for records in flushes:
+            sink._records[:] = records  # as if taken: the flush alone is timed
+            sink.flush()
+        elapsed, cpu = time.perf_counter() - started, _cpu_seconds() - cpu_at
+        sink.close()
+    return total / elapsed, 1e6 * cpu / total
+
+
+class NoCollector:
+    """An OTLP transport that drops every request: the sink's own cost."""
+
+    def send(self, request: bytes) -> None:
+        return
+
+    def close(self) -> None:
+        return
+
+
+def otel_sink_rate(
+    settings: KafkaSettings, end: dict[int, int], workdir: str, *, collector: bool = True
+) -> Measurement:
+    """The OTel sink service exporting to a collector of its own (or, ``collector``
+    false, dropping its requests); every record exported."""
+    protocol = OtlpProtocol(os.environ.get(OTEL_PROTOCOL, OtlpProtocol.GRPC.value))
+    with running_collector(Path(workdir)) as endpoints:
+        otlp = OtlpSettings(protocol, endpoints[protocol])
+        registry = CollectorRegistry()
+        transport = None if collector else NoCollector()
+        service = ConsumerService(
+            service_settings(settings, ServiceName.OTEL_SINK, otlp=otlp),
+            OtelSink(otlp, registry, transport=transport),
+            registry=registry,
+            serve_http=False,
+        )
+        result = service_rate(service, end)
+        exported = registry.get_sample_value(RECORDS_TOTAL) or 0
+        if exported < 2 * sum(end.values()):  # refusal and hedge at least, every turn
+            raise RuntimeError(f"the OTel sink exported only {exported:.0f} records")
+    return result
+
+
+def measure_row(  # noqa: PLR0911 - one return per kind of row
     row: str, bootstrap: str, prefix: str, end: dict[int, int], workdir: str
 ) -> Measurement:
     """One row, in this (child) process."""
@@ -332,6 +462,12 @@ def measure_row(
         return quixstreams_peer(settings, end)
     if row == CEILING:
         return ceiling_loop(settings, end)
+    if row == "otel sink":
+        return otel_sink_rate(settings, end, workdir)
+    if row == "otel collector alone":
+        return collector_alone(settings, end, workdir)
+    if row == "otel sink, requests dropped":
+        return otel_sink_rate(settings, end, workdir, collector=False)
     with service_logging("WARNING"):
         if row == "runtime, no sink":
             service: ConsumerService = ConsumerService(
@@ -398,7 +534,13 @@ def spread(values: Sequence[float]) -> str:
 
 
 def throughput(
-    bootstrap: str, events: int, rounds: int, workdir: Path, versions: tuple[int, ...]
+    bootstrap: str,
+    events: int,
+    rounds: int,
+    workdir: Path,
+    versions: tuple[int, ...],
+    *,
+    only: Sequence[str] | None = None,
 ) -> None:
     settings = fresh_settings(bootstrap)
     args = argparse.Namespace(
@@ -424,6 +566,8 @@ def throughput(
     except ImportError:
         print("  quixstreams is not installed (pip install -e '.[bench]'): its row is left out")
         rows = tuple(r for r in ROWS if r != QUIX)
+    if only:
+        rows = tuple(r for r in rows if r in only or r in (CEILING, BARE, RAW))
     rates: dict[str, list[float]] = {row: [] for row in ROWS}
     cpu: dict[str, list[float]] = {row: [] for row in ROWS}
     vs_bare: dict[str, list[float]] = {row: [] for row in ROWS}
@@ -711,6 +855,18 @@ def main() -> None:
     parser.add_argument("--memory-minutes", type=float)
     parser.add_argument("--only", choices=("throughput", "latency", "memory"))
     parser.add_argument(
+        "--otel-protocol",
+        choices=[p.value for p in OtlpProtocol],
+        default=OtlpProtocol.GRPC.value,
+        help="the OTel sink row's OTLP protocol (default: grpc, the service's default)",
+    )
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        choices=ROWS,
+        help="only these throughput rows (the ceiling's always: the ratios are to it)",
+    )
+    parser.add_argument(
         "--versions",
         type=int,
         nargs="+",
@@ -718,6 +874,7 @@ def main() -> None:
         help="schema versions of the throughput messages (default: v3)",
     )
     args = parser.parse_args()
+    os.environ[OTEL_PROTOCOL] = args.otel_protocol  # the rows' processes inherit it
     events = args.events or (30_000 if args.quick else 100_000)
     latency_seconds = args.latency_seconds or (10.0 if args.quick else 30.0)
     memory_minutes = args.memory_minutes or (1.0 if args.quick else 10.0)
@@ -742,7 +899,8 @@ def main() -> None:
         print(f"broker {bootstrap}; {os.cpu_count()} CPUs")
         try:
             if args.only in (None, "throughput"):
-                throughput(bootstrap, events, args.rounds, workdir, tuple(args.versions))
+                versions = tuple(args.versions)
+                throughput(bootstrap, events, args.rounds, workdir, versions, only=args.rows)
             if args.only in (None, "latency"):
                 latency(
                     bootstrap,

@@ -10,7 +10,8 @@ loop's), the project's decoder, the stream tracker and the contract checks
 each alone (on records decoded beforehand), the validation (decode, contracts,
 stream tracking), and each service's whole batch path (``ConsumerService`` batch
 handling with its sink), with messages standing in for confluent-kafka's. The
-metrics service, the log sink and the HTIR feeder twice: as they run (their ordinary turns
+metrics service, the log sink, the HTIR feeder and the OTel sink (its requests
+dropped, no collector) twice: as they run (their ordinary turns
 by the native batch step, ``ConsumeStep``) and record by record (the sink behind one that
 only takes turns). The feeder produces its traces into a producer that acknowledges each
 at once (no broker).
@@ -38,9 +39,11 @@ from tests.support.acking_producer import AcknowledgingProducer
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.log_sink import LogSink, log_sink_service, service_logging
 from turnaudit.consumers.metrics import VerdictMetricsSink, verdict_metrics_service
+from turnaudit.consumers.otel_sink import OtelSink
 from turnaudit.consumers.runtime import ConsumedTurn, ConsumerService, Sink
 from turnaudit.consumers.runtime.consumer_metrics import ConsumerMetrics
 from turnaudit.consumers.runtime.gc_sizing import batch_sized_gc
+from turnaudit.consumers.runtime.otel_settings import OtlpSettings
 from turnaudit.consumers.runtime.settings import LogSinkSettings, ServiceName, ServiceSettings
 from turnaudit.consumers.runtime.validation import TurnEventValidation
 from turnaudit.contracts import check_event, check_key
@@ -132,7 +135,17 @@ class OneByOne(Sink):
         raise AssertionError("replaced in __init__")
 
 
-def _service(row: str, tmp: str) -> ConsumerService:
+class NoCollector:
+    """An OTLP transport that drops every request: the OTel sink's own cost."""
+
+    def send(self, request: bytes) -> None:
+        return
+
+    def close(self) -> None:
+        return
+
+
+def _service(row: str, tmp: str) -> ConsumerService:  # noqa: PLR0911 - one return per row
     registry = CollectorRegistry()
     one_by_one = row.endswith(", record by record")
     if row.startswith("verdict metrics, "):
@@ -147,6 +160,11 @@ def _service(row: str, tmp: str) -> ConsumerService:
         settings = _settings(tmp, ServiceName.HTIR_FEEDER)
         feeder = HtirFeederSink(settings.kafka, registry=registry, producer=AcknowledgingProducer())
         served: Sink = OneByOne(feeder) if one_by_one else feeder
+        return ConsumerService(settings, served, registry=registry, serve_http=False)
+    if row.startswith("otel sink"):
+        settings = _settings(tmp, ServiceName.OTEL_SINK)
+        otel = OtelSink(OtlpSettings(), registry, transport=NoCollector())
+        served = OneByOne(otel) if one_by_one else otel
         return ConsumerService(settings, served, registry=registry, serve_http=False)
     if row == "runtime, no sink":
         return ConsumerService(
@@ -237,6 +255,8 @@ ROWS = (
     "log sink",
     "htir feeder, record by record",
     "htir feeder",
+    "otel sink, record by record",
+    "otel sink",
 )
 
 

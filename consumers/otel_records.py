@@ -1,4 +1,5 @@
-"""A turn's verdicts as OpenTelemetry GenAI evaluation results, pure (no SDK, no I/O).
+"""A turn's verdicts as OpenTelemetry GenAI evaluation results: OTLP log records, written
+natively (native/src/verify/otlp.rs, the rule's one home; no SDK, no I/O).
 
 One ``EvaluationRecord`` per verdict the turn carries, each an event
 ``gen_ai.evaluation.result`` (OpenTelemetry GenAI semantic conventions):
@@ -23,17 +24,25 @@ Every string is cut to ``MAX_TEXT`` characters (an explanation to
 ``MAX_EXPLANATION``, naming at most ``MAX_IDS`` ids), so a record's size is
 bounded whatever the turn holds. The record is parented to the runtime's span
 (trace id and span id from v4's ``trace_context``) when the turn has a
-well-formed one.
+well-formed one; it is timed at the turn's ``occurred_at``, its body is
+``"<name>: <label>"``, its severity INFO and its event name ``EVENT_NAME``.
+
+The names below are the records' contract with their readers (dashboards, the
+tests); the native rule writes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Final
 
+from turnaudit._native import (
+    OTLP_MAX_EXPLANATION,
+    OTLP_MAX_IDS,
+    OTLP_MAX_TEXT,
+    otlp_turn_records,
+)
 from turnaudit.consumers.runtime import ConsumedTurn
-from turnaudit.events import TraceContext, occurred_millis
+from turnaudit.events import occurred_millis
 
 EVENT_NAME: Final = "gen_ai.evaluation.result"
 
@@ -70,161 +79,22 @@ SAFETY, ETHICS, REFUSAL, HEDGE, ACTION_RISK = (
 )
 EVALUATION_NAMES: Final = frozenset({SAFETY, ETHICS, REFUSAL, HEDGE, ACTION_RISK})
 
-MAX_TEXT: Final = 256  # characters of any string attribute (ids, names)
-MAX_EXPLANATION: Final = 512
-MAX_IDS: Final = 8  # violated ids named in one explanation; the rest counted
-
-_ACTION_SCORES: Final = {"SEAL": 1.0, "HOLD": 0.5, "VOID": 0.0}
-_HEX: Final = frozenset("0123456789abcdef")
-
-AttributeValue = str | bool | int | float
+MAX_TEXT: Final = OTLP_MAX_TEXT  # characters of any string attribute (ids, names)
+MAX_EXPLANATION: Final = OTLP_MAX_EXPLANATION
+MAX_IDS: Final = OTLP_MAX_IDS  # violated ids named in one explanation; the rest counted
 
 
-@dataclass(frozen=True, slots=True)
-class SpanParent:
-    """The runtime's span a record belongs to (W3C ids as integers)."""
-
-    trace_id: int
-    span_id: int
-    trace_flags: int
-
-
-@dataclass(frozen=True, slots=True)
-class EvaluationRecord:
-    """One ``gen_ai.evaluation.result`` log record, before the SDK sees it."""
-
-    attributes: Mapping[str, AttributeValue]
-    timestamp_ns: int  # the turn's occurred_at
-    parent: SpanParent | None  # None: the turn named no (well-formed) span
-    body: str  # "<name>: <label>", for readers that show bodies only
-
-    @property
-    def name(self) -> str:
-        return str(self.attributes[EVALUATION_NAME])
-
-
-def span_parent(trace_context: TraceContext | None) -> SpanParent | None:
-    """The span of v4's ``trace_context``; None when absent, malformed or all zero."""
-    if trace_context is None:
-        return None
-    trace_id, span_id = trace_context["trace_id"], trace_context["span_id"]
-    if not (_hex_id(trace_id, 32) and _hex_id(span_id, 16)):
-        return None
-    return SpanParent(int(trace_id, 16), int(span_id, 16), trace_context["trace_flags"] & 0xFF)
-
-
-def _hex_id(value: str, digits: int) -> bool:
-    return len(value) == digits and set(value) <= _HEX and value != "0" * digits
-
-
-def _text(value: str) -> str:
-    return value[:MAX_TEXT]
-
-
-def _named(what: str, ids: Sequence[str]) -> str:
-    shown = ", ".join(_text(i) for i in ids[:MAX_IDS])
-    more = f" and {len(ids) - MAX_IDS} more" if len(ids) > MAX_IDS else ""
-    return f"{what}: {shown}{more}"[:MAX_EXPLANATION]
-
-
-def turn_attributes(turn: ConsumedTurn) -> dict[str, AttributeValue]:
-    """What every record of the turn carries: the turn, its model, how it was read."""
+def encode_records(turn: ConsumedTurn, out: bytearray, observed_ns: int) -> int:
+    """The turn's records, encoded (each a ``ScopeLogs.log_records`` entry), onto the end
+    of ``out``; how many. ``observed_ns``: their observed time (epoch ns)."""
     event = turn.event
-    attributes: dict[str, AttributeValue] = {
-        PACK: _text(event["pack_id"]),
-        DOMAIN: _text(event["domain"]),
-        SESSION_ID: _text(event["session_id"]),
-        EVENT_ID: _text(event["event_id"]),
-        SCHEMA_VERSION: int(turn.decoded.writer_version),
-        REDELIVERED: bool(turn.sequence.redelivered),
-        REDRIVEN: bool(turn.redriven),
-    }
-    # v1/v2 records carry no stream identity (read with an empty producer id).
-    producer_id = event["producer_id"]
-    if producer_id:
-        attributes[PRODUCER_ID] = _text(producer_id)
-        attributes[SEQUENCE] = int(event["sequence"])
-    response_id = event["response_id"]
-    if response_id:
-        attributes[RESPONSE_ID] = _text(response_id)
-    model = event["model"]
-    if model is not None:
-        attributes[PROVIDER_NAME] = _text(model["provider"])
-        attributes[REQUEST_MODEL] = _text(model["request_model"])
-        response_model = model["response_model"]
-        if response_model:
-            attributes[RESPONSE_MODEL] = _text(response_model)
-    return attributes
-
-
-def evaluation_records(turn: ConsumedTurn) -> list[EvaluationRecord]:
-    """The turn's verdicts, one record each, in the order of the table above."""
-    event = turn.event
-    common = turn_attributes(turn)
-    # Epoch ms from the service decoders; a datetime from others (occurred_millis takes both).
-    timestamp_ns = occurred_millis(event["occurred_at"]) * 1_000_000
-    parent = span_parent(event["trace_context"])
-    bundle = event["verdicts"]
-    found: list[tuple[str, float, str, str | None, dict[str, AttributeValue]]] = []
-    safety = bundle["safety_verdict"]
-    if safety is not None:
-        passed = bool(safety["passed"])
-        found.append(
-            (
-                SAFETY,
-                float(passed),
-                "pass" if passed else "fail",
-                None
-                if passed or not safety["violated_boundary_ids"]
-                else _named("violated boundaries", safety["violated_boundary_ids"]),
-                {},
-            )
-        )
-    ethics = bundle["ethics_verdict"]
-    if ethics is not None:
-        passed = bool(ethics["passed"])
-        found.append(
-            (
-                ETHICS,
-                float(passed),
-                "pass" if passed else "fail",
-                None
-                if passed or not ethics["violated_predicate_ids"]
-                else _named("violated predicates", ethics["violated_predicate_ids"]),
-                {},
-            )
-        )
-    refused = bool(bundle["refusal_emitted"])
-    found.append((REFUSAL, float(refused), "refused" if refused else "not_refused", None, {}))
-    hedged = bool(bundle["hedge_injected"])
-    found.append((HEDGE, float(hedged), "hedged" if hedged else "not_hedged", None, {}))
-    action = event["action_assessment"]
-    if action is not None:
-        verdict = str(action["action_risk_verdict"])
-        tier, policy = str(action["risk_tier"]), str(action["output_policy"])
-        human = bool(action["human_decision_required"])
-        why = f"risk tier {tier}, output policy {policy}" + (
-            ", human decision required" if human else ""
-        )
-        found.append(
-            (
-                ACTION_RISK,
-                _ACTION_SCORES.get(verdict, 0.0),
-                _text(verdict.lower()),
-                _text(why),
-                {RISK_TIER: _text(tier), OUTPUT_POLICY: _text(policy), HUMAN_DECISION: human},
-            )
-        )
-    records = []
-    for name, value, label, explanation, own in found:
-        attributes: dict[str, AttributeValue] = {
-            EVALUATION_NAME: name,
-            SCORE_VALUE: value,
-            SCORE_LABEL: label,
-        }
-        if explanation is not None:
-            attributes[EXPLANATION] = explanation
-        attributes.update(own)
-        attributes.update(common)
-        records.append(EvaluationRecord(attributes, timestamp_ns, parent, f"{name}: {label}"))
-    return records
+    return otlp_turn_records(
+        event,
+        # Epoch ms from the service decoders; a datetime from others (occurred_millis takes both).
+        occurred_millis(event["occurred_at"]),
+        int(turn.decoded.writer_version),
+        bool(turn.sequence.redelivered),
+        bool(turn.redriven),
+        observed_ns,
+        out,
+    )

@@ -2,123 +2,58 @@
 
 What a record holds is ``turnaudit.consumers.otel_records`` (GenAI
 ``gen_ai.evaluation.result`` events, one per verdict, parented to the
-runtime's span); this module hands them to the OpenTelemetry SDK and the
-official OTLP exporter (gRPC or HTTP, ``turnaudit.consumers.runtime.otel_settings``).
+runtime's span), written natively (native/src/verify/otlp.rs): an ordinary
+turn by the native consumer step's ``otlp`` outlet, any other by ``take``.
+No OpenTelemetry SDK: ``flush`` wraps the records in ``ExportLogsServiceRequest``s
+(resource ``service.name`` ``SERVICE_NAME``, a ``service.instance.id`` of
+its own and the extra attributes given,
+scope ``SCOPE``, at most ``_EXPORT_BATCH`` records each) and sends them, a few
+at once, over
+OTLP/gRPC or OTLP/HTTP (``turnaudit.consumers.runtime.otlp_export``, settings
+``turnaudit.consumers.runtime.otel_settings``). A record's observed time is
+the clock when it was made (once per call of the native step).
 
 At-least-once, as every sink of the runtime: ``take`` maps a turn to its
-records and keeps them; ``flush`` emits them through a batch processor and
-force-flushes it, and returns only when every export of the flush succeeded.
-An export that failed (the collector away, a refusal; the exporter's own
-retries spent) makes ``flush`` raise: the records stay pending, the runtime
-does not store the batch's offsets and calls ``flush`` again, which emits them
-all again (the collector may get some twice, never none). A turn the runtime
-knows it handed over before is exported again with ``turnaudit.redelivered``
-true.
+records and keeps them; ``flush`` exports them and returns only when every
+export of the flush succeeded. An export that failed (the collector away, a
+refusal; the transport's own retries spent) makes ``flush`` raise: the records
+stay pending, the runtime does not store the batch's offsets and calls
+``flush`` again, which exports them all again (the collector may get some
+twice, never none). A turn the runtime knows it handed over before is
+exported again with ``turnaudit.redelivered`` true.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping, Sequence
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from opentelemetry import trace as trace_api
-from opentelemetry._logs import Logger, SeverityNumber
-from opentelemetry.context import Context
-from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
-from opentelemetry.sdk._logs.export import (
-    BatchLogRecordProcessor,
-    LogRecordExporter,
-    LogRecordExportResult,
-)
-from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, Counter
 
-from turnaudit.consumers.otel_records import EVENT_NAME, EvaluationRecord, evaluation_records
+from turnaudit._native import ConsumeStep, otlp_requests
+from turnaudit.consumers.otel_records import encode_records
 from turnaudit.consumers.runtime import ConsumedTurn, Sink
-from turnaudit.consumers.runtime.otel_settings import OtlpProtocol, OtlpSettings
-from turnaudit.errors import TurnAuditError
+from turnaudit.consumers.runtime.otel_settings import OtlpSettings
+from turnaudit.consumers.runtime.otlp_export import OtlpExportError, Transport, otlp_transport
+from turnaudit.consumers.runtime.sink import StepOutlet, StepRun, StepStop
+
+__all__ = ["EXPORT_FAILURES_TOTAL", "RECORDS_TOTAL", "OtelSink", "OtlpExportError"]
 
 SCOPE = "turnaudit.consumers.otel_sink"
 SERVICE_NAME = "turnaudit-otel-sink"
 RECORDS_TOTAL = "turnaudit_otel_records_total"
 EXPORT_FAILURES_TOTAL = "turnaudit_otel_export_failures_total"
 
-# Records per OTLP request, and how many the processor may hold: a flush emits
-# at most _CHUNK before it force-flushes, so the queue never drops one.
+# Records per OTLP request (the SDK path's export batch), and a bound on a request's
+# bytes whatever the records hold (a record is a few hundred bytes, never split).
 _EXPORT_BATCH = 512
-_CHUNK = 4 * _EXPORT_BATCH
-_QUEUE = 2 * _CHUNK
-# The processor's own timer: long, so records leave when flush says (or a
-# full export batch is queued), not on a clock of their own.
-_SCHEDULE_DELAY_MS = 60_000
-
-
-class OtlpExportError(TurnAuditError):
-    """An OTLP export of this flush failed: the batch is retried."""
-
-
-class CheckedExporter(LogRecordExporter):
-    """The exporter with its failures counted: the batch processor only logs them.
-
-    ``failed`` counts records whose export did not succeed, whether the exporter
-    said so or raised; ``flush`` compares it before and after.
-    """
-
-    def __init__(self, inner: LogRecordExporter) -> None:
-        self._inner = inner
-        self._lock = threading.Lock()
-        self.failed = 0
-        self.exported = 0
-
-    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
-        try:
-            result = self._inner.export(batch)
-        except Exception:
-            result = LogRecordExportResult.FAILURE
-        with self._lock:
-            if result is LogRecordExportResult.SUCCESS:
-                self.exported += len(batch)
-            else:
-                self.failed += len(batch)
-        return result
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()  # type: ignore[no-untyped-call]  # the SDK's base leaves it untyped
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-
-def otlp_exporter(settings: OtlpSettings) -> LogRecordExporter:
-    """The official OTLP log exporter for the settings' protocol."""
-    if settings.protocol is OtlpProtocol.GRPC:
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (  # noqa: PLC0415 - grpc loads only when chosen
-            OTLPLogExporter as GrpcExporter,
-        )
-
-        return GrpcExporter(
-            endpoint=settings.export_url, insecure=settings.insecure, timeout=settings.timeout_s
-        )
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import (  # noqa: PLC0415 - as above
-        OTLPLogExporter as HttpExporter,
-    )
-
-    return HttpExporter(endpoint=settings.export_url, timeout=settings.timeout_s)
-
-
-def parent_context(record: EvaluationRecord) -> Context | None:
-    """The runtime's span as the record's context (a non-recording span: it is
-    the runtime's, not ours)."""
-    parent = record.parent
-    if parent is None:
-        return None
-    span = trace_api.SpanContext(
-        parent.trace_id,
-        parent.span_id,
-        is_remote=True,
-        trace_flags=trace_api.TraceFlags(parent.trace_flags),
-    )
-    return trace_api.set_span_in_context(trace_api.NonRecordingSpan(span))
+_MAX_REQUEST_BYTES = 4 << 20
+# Requests of one flush in flight at once: the collector takes them in parallel while
+# this process waits (each is retried on its own; the flush fails if any fails).
+_SENDERS = 4
 
 
 class OtelSink(Sink):
@@ -129,25 +64,19 @@ class OtelSink(Sink):
         settings: OtlpSettings,
         registry: CollectorRegistry,
         *,
-        exporter: LogRecordExporter | None = None,
+        transport: Transport | None = None,
         resource: Mapping[str, str] | None = None,  # more resource attributes
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._settings = settings
-        self._exporter = CheckedExporter(exporter or otlp_exporter(settings))
-        self._provider = LoggerProvider(
-            resource=Resource.create({"service.name": SERVICE_NAME, **(resource or {})}),
-            shutdown_on_exit=False,  # close() shuts it down, after the last flush
-        )
-        self._provider.add_log_record_processor(
-            BatchLogRecordProcessor(
-                self._exporter,
-                schedule_delay_millis=_SCHEDULE_DELAY_MS,
-                max_export_batch_size=_EXPORT_BATCH,
-                max_queue_size=_QUEUE,
-            )
-        )
-        self._logger: Logger = self._provider.get_logger(SCOPE)
-        self._pending: list[EvaluationRecord] = []
+        self._transport = transport or otlp_transport(settings)
+        # service.instance.id: one per sink (a worker's), as the SDK gave it.
+        instance = {"service.name": SERVICE_NAME, "service.instance.id": str(uuid.uuid4())}
+        self._resource = list({**instance, **(resource or {})}.items())
+        self._clock = clock
+        self._senders = ThreadPoolExecutor(_SENDERS, thread_name_prefix="otlp-export")
+        # The records taken since the last successful flush, encoded, one after the other.
+        self._records = bytearray()
         self.records = Counter(
             RECORDS_TOTAL,
             "Evaluation log records exported over OTLP (again after a failed flush too).",
@@ -160,38 +89,47 @@ class OtelSink(Sink):
         )
 
     def take(self, turn: ConsumedTurn) -> None:
-        self._pending.extend(evaluation_records(turn))
+        encode_records(turn, self._records, self._clock())
+
+    def step_outlet(self) -> StepOutlet:
+        return {"otlp": True}
+
+    def step_runner(self, step: ConsumeStep) -> StepRun | None:
+        """The native step's records into the pending buffer (observed at the call's clock)."""
+        run_otlp, records, clock = step.run_otlp, self._records, self._clock
+
+        def run(batch: list[Any], index: int, next_offsets: dict[int, int]) -> StepStop:
+            return run_otlp(batch, index, records, clock(), next_offsets)
+
+        return run
 
     def flush(self) -> None:
-        pending = self._pending
-        if not pending:
+        if not self._records:
             return
-        failed_before = self._exporter.failed
-        timeout_ms = int(self._settings.timeout_s * 1000)
-        for start in range(0, len(pending), _CHUNK):
-            for record in pending[start : start + _CHUNK]:
-                self._emit(record)
-            flushed = self._provider.force_flush(timeout_ms)
-            if not flushed or self._exporter.failed != failed_before:
-                self.failures.inc()
-                raise OtlpExportError(
-                    f"OTLP export to {self._settings.export_url} "
-                    f"({self._settings.protocol.value}) failed: {len(pending)} records kept "
-                    "for the retry"
-                )
-        self.records.inc(len(pending))
-        self._pending = []  # exported: a failure above keeps them for the retry
-
-    def _emit(self, record: EvaluationRecord) -> None:
-        self._logger.emit(
-            timestamp=record.timestamp_ns,
-            context=parent_context(record),
-            severity_number=SeverityNumber.INFO,
-            severity_text="INFO",
-            body=record.body,
-            attributes=dict(record.attributes),
-            event_name=EVENT_NAME,
+        requests = otlp_requests(
+            self._records, self._resource, SCOPE, _EXPORT_BATCH, _MAX_REQUEST_BYTES
         )
+        total = sum(count for _, count in requests)
+        send = self._transport.send
+        try:
+            if len(requests) == 1:
+                send(requests[0][0])
+            else:
+                sent = [self._senders.submit(send, request) for request, _ in requests]
+                failed = [f.exception() for f in sent]  # each waited for, none left running
+                for exc in failed:
+                    if exc is not None:
+                        raise exc
+        except Exception as exc:
+            self.failures.inc()
+            raise OtlpExportError(
+                f"OTLP export to {self._settings.export_url} "
+                f"({self._settings.protocol.value}) failed: {total} records kept "
+                f"for the retry ({exc})"
+            ) from exc
+        self.records.inc(total)
+        self._records.clear()  # exported: a failure above keeps them for the retry
 
     def close(self) -> None:
-        self._provider.shutdown()
+        self._senders.shutdown()
+        self._transport.close()

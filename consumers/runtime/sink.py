@@ -165,9 +165,11 @@ class StepOutlet(TypedDict, total=False):
     ``line``, the log line's keys in order and the fixed texts of some; ``turn``,
     ``(tuple.__new__, ConsumedTurn)`` (turns with a task into the sink's pending list);
     ``steps``, ``(tuple.__new__, TaskTurn, surface policy, Redaction.text)`` (turns with
-    a task made into their HTIR steps, ``turnaudit.htir.TaskTurn``, into that list)."""
+    a task made into their HTIR steps, ``turnaudit.htir.TaskTurn``, into that list);
+    ``otlp``, true (each turn's OTLP log records into the OTel sink's buffer)."""
 
     line: tuple[Sequence[str], Sequence[tuple[str, str]]]
+    otlp: bool
     turn: tuple[Any, type[Any]]
     steps: tuple[Any, type[Any], str, Callable[[str], str | None]]
 

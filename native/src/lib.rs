@@ -51,6 +51,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<verify::ConsumeStep>()?;
     m.add_function(wrap_pyfunction!(verify::htir_turn_steps, m)?)?;
     m.add("SURFACE_LIMIT", verify::SURFACE_LIMIT)?;
+    m.add_function(wrap_pyfunction!(verify::otlp_turn_records, m)?)?;
+    m.add_function(wrap_pyfunction!(verify::otlp_requests, m)?)?;
+    m.add("OTLP_MAX_TEXT", verify::MAX_TEXT)?;
+    m.add("OTLP_MAX_EXPLANATION", verify::MAX_EXPLANATION)?;
+    m.add("OTLP_MAX_IDS", verify::MAX_IDS)?;
     m.add_function(wrap_pyfunction!(track::chain_hash_hex, m)?)?;
     m.add_function(wrap_pyfunction!(reserve::reserve_event_ids, m)?)?;
     m.add_function(wrap_pyfunction!(track::follow::start_partition, m)?)?;

@@ -1,6 +1,6 @@
 """Type stubs of `turnaudit._native`, the crate in native/: decoder, encoder, tracker, spill."""
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -23,6 +23,27 @@ def htir_turn_steps(
     policy: str,
     text: Callable[[str], str | None],
 ) -> list[dict[str, Any]]: ...
+
+OTLP_MAX_TEXT: int
+OTLP_MAX_EXPLANATION: int
+OTLP_MAX_IDS: int
+
+def otlp_turn_records(
+    event: Mapping[str, Any],
+    millis: int,
+    version: int,
+    redelivered: bool,
+    redriven: bool,
+    observed_ns: int,
+    out: bytearray,
+) -> int: ...
+def otlp_requests(
+    records: bytearray,
+    resource: Sequence[tuple[str, str]],
+    scope: str,
+    most_records: int,
+    most_bytes: int,
+) -> list[tuple[bytes, int]]: ...
 
 class DecodeError(ValueError): ...
 class TrailingBytesError(DecodeError): ...
@@ -192,6 +213,7 @@ class ConsumeStep:
         line: tuple[Sequence[str], Sequence[tuple[str, str]]] | None = None,
         turn: tuple[Any, type[Any]] | None = None,
         steps: tuple[Any, type[Any], str, Callable[[str], str | None]] | None = None,
+        otlp: bool = False,
     ) -> ConsumeStep: ...
     def run(
         self,
@@ -208,6 +230,14 @@ class ConsumeStep:
         start: int,
         rendered: bytearray,
         stamp: bytes,
+        next_offsets: dict[int, int],
+    ) -> tuple[int, int, Any, Any, int, int]: ...
+    def run_otlp(
+        self,
+        batch: list[Any],
+        start: int,
+        records: bytearray,
+        observed_ns: int,
         next_offsets: dict[int, int],
     ) -> tuple[int, int, Any, Any, int, int]: ...
     def run_turns(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from turnaudit import _native, chain, htir_steps
+from turnaudit.consumers import otel_records
 from turnaudit.serialization import framing
 
 PAIRS = {
@@ -22,6 +23,10 @@ PAIRS = {
     "CONFLUENT_HEADER": framing.CONFLUENT_HEADER_LEN,
     # Not a copy: the HTIR steps' surface cut is the crate's, which Python takes.
     "SURFACE_LIMIT": htir_steps.SURFACE_LIMIT,
+    # Nor these: the OTel records' cuts are the crate's (otlp.rs), which Python names.
+    "OTLP_MAX_TEXT": otel_records.MAX_TEXT,
+    "OTLP_MAX_EXPLANATION": otel_records.MAX_EXPLANATION,
+    "OTLP_MAX_IDS": otel_records.MAX_IDS,
 }
 
 

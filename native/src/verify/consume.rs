@@ -3,7 +3,8 @@
 //! own stream tracker, checked against contracts 1-4 (`ContractCheck`, the one rule) and
 //! the key, then given to the service's sink by the step's outlet, with no Python
 //! bytecode run per message: `TALLY`, tallied by the metrics service's labels; `LINES`,
-//! rendered as the log sink's canonical line (`line.rs`) into its batch's buffer;
+//! rendered as the log sink's canonical line (`line.rs`) into its batch's buffer; `OTLP`,
+//! as the OTel sink's encoded log records (`otlp.rs`) into its buffer;
 //! `TURNS`, for a batching sink (the HTIR feeder): a turn with a task handed over as a
 //! `ConsumedTurn` decoded natively or, by the `steps` outlet, as the feeder's `TaskTurn`
 //! (its trace steps made by `htir_steps.rs`, no event decoded), one without counted as
@@ -25,10 +26,11 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use super::contracts::{ContractCheck, BREACHES, EVENT_ID, OCCURRED_AT, SEQUENCE, SESSION_ID, SURFACE};
-use super::htir_steps::{to_py, turn_steps, Redact};
-use super::line::{all_slot, LineFormat, Read, ALL_SLOTS, RUNTIME, TASK, TOOL_STEPS};
-use super::scanned::{track_fields, Plans, Shipped, ShippedPlan};
+use super::contracts::{ContractCheck, BREACHES};
+use super::htir_steps::{task_turn, Redact};
+use super::line::{all_slot, LineFormat, Read, ALL_SLOTS, MODEL, RESPONSE_ID, RUNTIME, TASK, TOOL_STEPS, TRACE_CONTEXT};
+use super::otlp::{scanned_records as otlp_records, Read as OtlpRead};
+use super::scanned::{position, track_fields, Plans, Shipped, ShippedPlan};
 use super::tally::{labels, Labels, Tallies};
 use crate::constants::SINGLE_OBJECT_HEADER as HEADER;
 use crate::decode::scan::{scan, V};
@@ -50,6 +52,7 @@ enum Step {
 const TALLY: u8 = 0;
 const LINES: u8 = 1;
 const TURNS: u8 = 2;
+const OTLP: u8 = 3;
 
 /// How the step gives an ordinary turn to the sink (see the module comment).
 enum Outlet {
@@ -59,6 +62,7 @@ enum Outlet {
     Turns(Py<PyAny>, Py<PyAny>),
     /// `tuple.__new__`, `TaskTurn` and the surface policy: a task turn as its trace steps.
     Steps(Py<PyAny>, Py<PyAny>, Redact),
+    Otlp,
 }
 
 /// What the outlet read of a message before it was placed.
@@ -69,19 +73,6 @@ enum Kept<'a, 'py> {
     Task,
     /// A task turn's `TaskTurn` fields but where it was read.
     Steps(Vec<Bound<'py, PyAny>>),
-}
-
-/// A message's topic, partition and offset, when the step may take it: it has a topic
-/// and a position (librdkafka's error events have neither) and no headers (a redriven
-/// turn, or anything else a header may mean, is the Python path's to read).
-fn position<'py>(py: Python<'py>, msg: &Bound<'py, PyAny>) -> PyResult<Option<(Bound<'py, PyAny>, i64, i64)>> {
-    let topic = msg.call_method0(intern!(py, "topic"))?;
-    if topic.is_none() || !msg.call_method0(intern!(py, "headers"))?.is_none() {
-        return Ok(None);
-    }
-    let partition = msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?;
-    let offset = msg.call_method0(intern!(py, "offset"))?.extract::<Option<i64>>()?;
-    Ok(partition.zip(offset).map(|(p, o)| (topic, p, o)))
 }
 
 /// The consumer services' ordinary messages, validated and given to the sink natively
@@ -97,9 +88,13 @@ pub(crate) struct ConsumeStep {
     check: Py<ContractCheck>,
     outlet: Outlet,
     tallies: Tallies,
-    /// The lines rendered since the last hand-back, and the run's timestamp (JSON).
+    /// The lines (or OTLP records) made since the last hand-back, and the run's
+    /// timestamp (JSON; the records' observed time, `observed_ns`).
     lines: Vec<u8>,
     stamp: Vec<u8>,
+    observed_ns: u64,
+    /// The OTLP outlet's scratch: a turn's attributes every record carries.
+    common: Vec<u8>,
     /// (partition, next offset) of the messages taken, partitions in first-seen order.
     next_offsets: Vec<(i64, i64)>,
     taken: u64,
@@ -114,8 +109,8 @@ impl ConsumeStep {
         }
         let top = shipped.scan.names.top(&shipped.decoder.get().plan);
         // Only the steps outlet reads the tool steps and the runtime.
-        let steps = matches!(self.outlet, Outlet::Steps(..));
-        let slot = |n: &str| all_slot(n).filter(|s| steps || ![TOOL_STEPS, RUNTIME].contains(s));
+        let (steps, otlp) = (matches!(self.outlet, Outlet::Steps(..)), matches!(self.outlet, Outlet::Otlp));
+        let slot = |n: &str| all_slot(n).filter(|s| (steps || ![TOOL_STEPS, RUNTIME].contains(s)) && (otlp || ![TRACE_CONTEXT, RESPONSE_ID, MODEL].contains(s)));
         self.wanted.push((id, top.iter().map(|n| slot(n)).collect()));
         self.wanted.len() - 1
     }
@@ -145,6 +140,13 @@ impl ConsumeStep {
                 let Ok(topic) = topic.cast::<PyString>() else { return Ok(Step::Feed) };
                 let read = Read { topic: topic.to_str()?, partition, offset, stamp: &self.stamp };
                 if format.render(&mut self.lines, &f, version, &read).is_none() {
+                    return Ok(Step::Feed);
+                }
+                Kept::Line
+            }
+            Outlet::Otlp => {
+                let read = OtlpRead { millis: 0, version, redelivered: false, redriven: false, observed_ns: self.observed_ns };
+                if !otlp_records(py, &f, read, &mut self.lines, &mut self.common) {
                     return Ok(Step::Feed);
                 }
                 Kept::Line
@@ -272,6 +274,7 @@ impl ConsumeStep {
         let is = match self.outlet {
             Outlet::Tally => TALLY,
             Outlet::Lines(_) => LINES,
+            Outlet::Otlp => OTLP,
             Outlet::Turns(..) | Outlet::Steps(..) => TURNS,
         };
         if is == mode {
@@ -298,9 +301,9 @@ impl ConsumeStep {
     /// comes decoded); `shipped`: `TurnEventDeserializer.native_plans()`. The outlet:
     /// tallies (none of the others given); `line`, the log line's keys in order and
     /// the fixed texts of some of them; `turn`, `(tuple.__new__, ConsumedTurn)`; `steps`,
-    /// `(tuple.__new__, TaskTurn, the surface policy's value, Redaction.text)`.
+    /// `(tuple.__new__, TaskTurn, the surface policy's value, Redaction.text)`; `otlp`, true.
     #[new]
-    #[pyo3(signature = (decode, tracker, check, shipped, *, line=None, turn=None, steps=None))]
+    #[pyo3(signature = (decode, tracker, check, shipped, *, line=None, turn=None, steps=None, otlp=false))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -311,13 +314,15 @@ impl ConsumeStep {
         line: Option<(Vec<String>, Vec<(String, String)>)>,
         turn: Option<(Py<PyAny>, Py<PyAny>)>,
         steps: Option<(Py<PyAny>, Py<PyAny>, String, Py<PyAny>)>,
+        otlp: bool,
     ) -> PyResult<Self> {
-        let outlet = match (line, turn, steps) {
-            (None, None, None) => Outlet::Tally,
-            (Some((keys, constants)), None, None) => Outlet::Lines(LineFormat::new(keys, constants)?),
-            (None, Some((tuple_new, turn_type)), None) => Outlet::Turns(tuple_new, turn_type),
-            (None, None, Some((tuple_new, turn_type, policy, text))) => Outlet::Steps(tuple_new, turn_type, Redact::new(&policy, text)?),
-            _ => return Err(PyValueError::new_err("one outlet: line, turn or steps")),
+        let outlet = match (line, turn, steps, otlp) {
+            (None, None, None, false) => Outlet::Tally,
+            (Some((keys, constants)), None, None, false) => Outlet::Lines(LineFormat::new(keys, constants)?),
+            (None, Some((tuple_new, turn_type)), None, false) => Outlet::Turns(tuple_new, turn_type),
+            (None, None, Some((tuple_new, turn_type, policy, text)), false) => Outlet::Steps(tuple_new, turn_type, Redact::new(&policy, text)?),
+            (None, None, None, true) => Outlet::Otlp,
+            _ => return Err(PyValueError::new_err("one outlet: line, turn, steps or otlp")),
         };
         Ok(ConsumeStep {
             decode,
@@ -329,6 +334,8 @@ impl ConsumeStep {
             tallies: Tallies::new(),
             lines: Vec::new(),
             stamp: Vec::new(),
+            observed_ns: 0,
+            common: Vec::new(),
             next_offsets: Vec::new(),
             taken: 0,
         })
@@ -365,6 +372,17 @@ impl ConsumeStep {
         self.stamp.extend_from_slice(stamp);
         let stop = self.drive(py, batch, start, None);
         self.flush_lines(rendered)?;
+        let n = self.flush_offsets(next_offsets)?;
+        taken(stop, n)
+    }
+
+    /// `run` for the OTel sink: each ordinary turn's OTLP log records (observed at
+    /// `observed_ns`) onto the end of `records`; the count is of turns.
+    fn run_otlp(&mut self, py: Python<'_>, batch: &Bound<'_, PyList>, start: usize, records: &Bound<'_, PyByteArray>, observed_ns: u64, next_offsets: &Bound<'_, PyDict>) -> PyResult<Stop> {
+        self.outlet_is(OTLP)?;
+        self.observed_ns = observed_ns;
+        let stop = self.drive(py, batch, start, None);
+        self.flush_lines(records)?;
         let n = self.flush_offsets(next_offsets)?;
         taken(stop, n)
     }
@@ -410,6 +428,10 @@ impl ConsumeStep {
                 let read = Read { topic: topic.to_str()?, partition, offset, stamp: &self.stamp };
                 format.render(&mut Vec::new(), &f, shipped.scan.version, &read).is_none()
             }
+            Outlet::Otlp => {
+                let read = OtlpRead { millis: 0, version: shipped.scan.version, redelivered: false, redriven: false, observed_ns: 0 };
+                !otlp_records(py, &f, read, &mut Vec::new(), &mut self.common)
+            }
             Outlet::Turns(..) => !matches!(f[TASK], Some(V::Null | V::Fields(_))),
             Outlet::Steps(_, _, redact) => match f[TASK] {
                 Some(V::Null) => false,
@@ -418,29 +440,4 @@ impl ConsumeStep {
             },
         })
     }
-}
-
-/// A scanned task turn as the feeder's `TaskTurn` (task id, family, step, end of task,
-/// session id, runtime, event id, sequence, steps) without where it was read; `None`
-/// where a field is not of the kind the decoded event would hold.
-fn task_turn<'py>(py: Python<'py>, f: &[Option<V<'_>>], redact: &Redact) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
-    let (Some(task @ V::Fields(_)), Some(V::Int(millis)), Some(runtime @ V::Fields(_)), Some(_)) = (&f[TASK], f[OCCURRED_AT].as_ref(), &f[RUNTIME], &f[SURFACE]) else {
-        return Ok(None);
-    };
-    if !matches!(f[TOOL_STEPS], Some(V::List(_) | V::Null)) {
-        return Ok(None);
-    }
-    let (Some(id @ V::Str(_)), Some(family @ V::Str(_)), Some(step @ V::Int(_)), Some(end @ V::Bool(_))) =
-        (task.field("task_id"), task.field("task_family"), task.field("step"), task.field("end_of_task"))
-    else {
-        return Ok(None);
-    };
-    let slots: [Option<&V<'_>>; ALL_SLOTS] = std::array::from_fn(|at| f.get(at).and_then(Option::as_ref));
-    let steps = turn_steps(py, &slots, *millis, pyo3::types::PyList::empty(py), redact)?;
-    let mut fields = [id, family, step, end, f[SESSION_ID].as_ref().unwrap_or(&V::Null), runtime, f[EVENT_ID].as_ref().unwrap_or(&V::Null), f[SEQUENCE].as_ref().unwrap_or(&V::Null)]
-        .into_iter()
-        .map(|v| to_py(py, v))
-        .collect::<PyResult<Vec<_>>>()?;
-    fields.push(steps.into_any());
-    Ok(Some(fields))
 }

@@ -14,8 +14,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString};
 
-use super::contracts::{ACTION, EVENT_ID, PATH, SEQUENCE, SURFACE, VERDICTS};
-use super::line::{ALL_SLOTS, TASK, TOOL_STEPS, TURN};
+use super::contracts::{ACTION, EVENT_ID, OCCURRED_AT, PATH, SEQUENCE, SESSION_ID, SURFACE, VERDICTS};
+use super::line::{ALL_SLOTS, RUNTIME, TASK, TOOL_STEPS, TURN};
 use crate::decode::scan::V;
 
 /// How much of a surface a trace keeps under `keep` (surfaces are sensitive and long;
@@ -94,15 +94,16 @@ fn missing(name: &str) -> PyErr {
 /// A field's name, as text (a scanned record's) and interned (a dict's key: no Python
 /// string made per look-up).
 pub(crate) struct Key<'k, 'py> {
-    name: &'static str,
-    interned: &'k Bound<'py, PyString>,
+    pub(crate) name: &'static str,
+    pub(crate) interned: &'k Bound<'py, PyString>,
 }
 
 macro_rules! key {
     ($py:expr, $name:literal) => {
-        Key { name: $name, interned: intern!($py, $name) }
+        Key { name: $name, interned: pyo3::intern!($py, $name) }
     };
 }
+pub(crate) use key;
 
 /// What the rule reads of a record: a scanned value (`&V`) or a decoded event's value in
 /// place (`Bound<PyAny>`), so the one rule reads both.
@@ -355,4 +356,29 @@ pub(crate) fn htir_turn_steps<'py>(py: Python<'py>, event: &Bound<'py, PyDict>, 
     }
     let breaches = PyList::new(py, breaches.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
     turn_steps(py, &f, millis, breaches, &Redact::new(policy, text)?)
+}
+
+/// A scanned task turn as the feeder's `TaskTurn` (task id, family, step, end of task,
+/// session id, runtime, event id, sequence, steps) without where it was read; `None`
+/// where a field is not of the kind the decoded event would hold.
+pub(crate) fn task_turn<'py>(py: Python<'py>, f: &[Option<V<'_>>], redact: &Redact) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
+    let (Some(task @ V::Fields(_)), Some(V::Int(millis)), Some(runtime @ V::Fields(_)), Some(_)) = (&f[TASK], f[OCCURRED_AT].as_ref(), &f[RUNTIME], &f[SURFACE]) else {
+        return Ok(None);
+    };
+    if !matches!(f[TOOL_STEPS], Some(V::List(_) | V::Null)) {
+        return Ok(None);
+    }
+    let (Some(id @ V::Str(_)), Some(family @ V::Str(_)), Some(step @ V::Int(_)), Some(end @ V::Bool(_))) =
+        (task.field("task_id"), task.field("task_family"), task.field("step"), task.field("end_of_task"))
+    else {
+        return Ok(None);
+    };
+    let slots: [Option<&V<'_>>; ALL_SLOTS] = std::array::from_fn(|at| f.get(at).and_then(Option::as_ref));
+    let steps = turn_steps(py, &slots, *millis, pyo3::types::PyList::empty(py), redact)?;
+    let mut fields = [id, family, step, end, f[SESSION_ID].as_ref().unwrap_or(&V::Null), runtime, f[EVENT_ID].as_ref().unwrap_or(&V::Null), f[SEQUENCE].as_ref().unwrap_or(&V::Null)]
+        .into_iter()
+        .map(|v| to_py(py, v))
+        .collect::<PyResult<Vec<_>>>()?;
+    fields.push(steps.into_any());
+    Ok(Some(fields))
 }

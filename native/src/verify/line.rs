@@ -14,12 +14,16 @@ use super::contracts::{slot, ACTION, EVENT_ID, OCCURRED_AT, PACK_ID, PATH, SEQUE
 use crate::decode::scan::V;
 
 /// The scanned slots the consumer step reads: verify's (`SLOTS`) and then these.
-/// The last two only the HTIR feeder's outlet reads (`htir_steps.rs`).
-pub(crate) const EXTRA: [&str; 4] = ["turn", "task", "tool_steps", "runtime"];
+/// `tool_steps` and `runtime` only the HTIR feeder's outlet reads (`htir_steps.rs`), the
+/// last three only the OTel sink's (`otlp.rs`).
+pub(crate) const EXTRA: [&str; 7] = ["turn", "task", "tool_steps", "runtime", "trace_context", "response_id", "model"];
 pub(crate) const TURN: usize = SLOTS.len();
 pub(crate) const TASK: usize = SLOTS.len() + 1;
 pub(crate) const TOOL_STEPS: usize = SLOTS.len() + 2;
 pub(crate) const RUNTIME: usize = SLOTS.len() + 3;
+pub(crate) const TRACE_CONTEXT: usize = SLOTS.len() + 4;
+pub(crate) const RESPONSE_ID: usize = SLOTS.len() + 5;
+pub(crate) const MODEL: usize = SLOTS.len() + 6;
 pub(crate) const ALL_SLOTS: usize = SLOTS.len() + EXTRA.len();
 
 /// A root field's slot among `ALL_SLOTS`.

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
@@ -158,4 +159,17 @@ impl Interned {
         self.index.clear();
         self.texts.clear();
     }
+}
+
+/// A message's topic, partition and offset, when the step may take it: it has a topic
+/// and a position (librdkafka's error events have neither) and no headers (a redriven
+/// turn, or anything else a header may mean, is the Python path's to read).
+pub(crate) fn position<'py>(py: Python<'py>, msg: &Bound<'py, PyAny>) -> PyResult<Option<(Bound<'py, PyAny>, i64, i64)>> {
+    let topic = msg.call_method0(intern!(py, "topic"))?;
+    if topic.is_none() || !msg.call_method0(intern!(py, "headers"))?.is_none() {
+        return Ok(None);
+    }
+    let partition = msg.call_method0(intern!(py, "partition"))?.extract::<Option<i64>>()?;
+    let offset = msg.call_method0(intern!(py, "offset"))?.extract::<Option<i64>>()?;
+    Ok(partition.zip(offset).map(|(p, o)| (topic, p, o)))
 }

@@ -1,22 +1,30 @@
-"""A turn's verdicts as GenAI evaluation records: the pure mapping, over simulated turns
-of every schema version and over mutated ones (malformed trace contexts, oversized ids)."""
+"""A turn's verdicts as GenAI evaluation records, written natively (otlp.rs): over simulated
+turns of every schema version and over mutated ones (malformed trace contexts, oversized
+ids), and held to the SDK path (the rule as it was in Python, ``LoggerProvider``, the
+official ``encode_logs``) request for request over random turns read record by record
+(the decoded-event path; the scanned path: test_native_otlp.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ScopeLogs
 
+from tests.support.otel_reference import comparable, sdk_request
+from turnaudit._native import otlp_requests
 from turnaudit.consumers.otel_records import (
     ACTION_RISK,
     ETHICS,
     EVALUATION_NAME,
     EVALUATION_NAMES,
     EVENT_ID,
+    EVENT_NAME,
     EXPLANATION,
     HEDGE,
     MAX_EXPLANATION,
+    MAX_IDS,
     MAX_TEXT,
     PACK,
     PRODUCER_ID,
@@ -31,10 +39,9 @@ from turnaudit.consumers.otel_records import (
     SCORE_VALUE,
     SEQUENCE,
     SESSION_ID,
-    EvaluationRecord,
-    evaluation_records,
-    span_parent,
+    encode_records,
 )
+from turnaudit.consumers.otel_sink import SCOPE, SERVICE_NAME
 from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.identity import TrackResult, TurnOutcome
 from turnaudit.producers.simulator import TurnRuntimeSimulator
@@ -89,7 +96,42 @@ def surface_texts(event: dict[str, Any]) -> set[str]:
     return {t for t in texts if t}
 
 
-def check_bounded(record: EvaluationRecord) -> None:
+class Record:
+    """One native record, read back with the ``opentelemetry.proto`` classes."""
+
+    def __init__(self, record: LogRecord) -> None:
+        self.proto = record
+        self.attributes: dict[str, Any] = {
+            kv.key: getattr(kv.value, str(kv.value.WhichOneof("value"))) for kv in record.attributes
+        }
+        self.name = str(self.attributes[EVALUATION_NAME])
+        self.timestamp_ns = record.time_unix_nano
+
+    @property
+    def parent(self) -> tuple[str, str, int] | None:
+        """(trace id, span id) in hex and the flags, or None: no span."""
+        if not self.proto.trace_id:
+            assert not self.proto.span_id
+            assert not self.proto.flags
+            return None
+        return self.proto.trace_id.hex(), self.proto.span_id.hex(), self.proto.flags
+
+
+def evaluation_records(turn: ConsumedTurn) -> list[Record]:
+    """The turn's native records (the record-by-record path), parsed."""
+    out = bytearray()
+    count = encode_records(turn, out, 7)
+    records = ScopeLogs.FromString(bytes(out)).log_records
+    assert len(records) == count
+    for record in records:
+        assert record.event_name == EVENT_NAME
+        assert record.severity_text == "INFO"
+        assert record.severity_number == 9  # INFO
+        assert record.observed_time_unix_nano == 7
+    return [Record(r) for r in records]
+
+
+def check_bounded(record: Record) -> None:
     attributes = record.attributes
     assert len(attributes) <= MAX_ATTRIBUTES
     for key, value in attributes.items():
@@ -99,6 +141,7 @@ def check_bounded(record: EvaluationRecord) -> None:
     assert type(attributes[SCORE_VALUE]) is float
     assert 0.0 <= float(attributes[SCORE_VALUE]) <= 1.0
     assert attributes[EVALUATION_NAME] in EVALUATION_NAMES
+    assert record.proto.body.string_value == f"{record.name}: {attributes[SCORE_LABEL]}"
 
 
 class TestSimulatedTurns:
@@ -138,10 +181,11 @@ class TestSimulatedTurns:
                 if context is None:
                     assert record.parent is None
                 else:  # carried exactly, as the runtime wrote them
-                    assert record.parent is not None
-                    assert f"{record.parent.trace_id:032x}" == context["trace_id"]
-                    assert f"{record.parent.span_id:016x}" == context["span_id"]
-                    assert record.parent.trace_flags == context["trace_flags"]
+                    assert record.parent == (
+                        context["trace_id"],
+                        context["span_id"],
+                        context["trace_flags"],
+                    )
                 model = event.get("model")
                 if model is not None:
                     assert attributes[PROVIDER_NAME] == model["provider"]
@@ -214,12 +258,7 @@ class TestMutatedTurns:
         )
         for record in records:
             if well_formed:
-                assert record.parent is not None
-                assert (record.parent.trace_id, record.parent.span_id) == (
-                    int(trace_id, 16),
-                    int(span_id, 16),
-                )
-                assert record.parent.trace_flags == flags & 0xFF
+                assert record.parent == (trace_id, span_id, flags & 0xFF)
             else:
                 assert record.parent is None
 
@@ -251,8 +290,129 @@ class TestMutatedTurns:
         assert str(safety.attributes[EXPLANATION]).startswith("violated boundaries: ")
 
 
-def test_span_parent_of_nothing_is_nothing() -> None:
-    assert span_parent(None) is None
-    assert span_parent({"trace_id": "0" * 32, "span_id": "1" * 16, "trace_flags": 1}) is None
-    assert span_parent({"trace_id": "1" * 32, "span_id": "0" * 16, "trace_flags": 1}) is None
-    assert span_parent({"trace_id": "A" * 32, "span_id": "1" * 16, "trace_flags": 1}) is None
+HEX = "0123456789abcdef"
+TEXTS = st.one_of(st.text(max_size=12), st.text(min_size=MAX_TEXT - 2, max_size=MAX_TEXT + 40))
+ENUM = st.sampled_from
+
+
+@st.composite
+def trace_contexts(draw: st.DrawFn) -> dict[str, Any] | None:
+    """Absent, well formed (as often as not), or malformed: a wrong length, upper case,
+    all zero, any text; any flags."""
+
+    def hex_id(digits: int, good: bool) -> str:
+        if good:
+            return draw(
+                st.text(HEX, min_size=digits, max_size=digits).filter(lambda t: t.strip("0"))
+            )
+        return draw(
+            st.one_of(
+                st.just("0" * digits),
+                st.text(HEX + "ABCDEFxyz", min_size=digits - 1, max_size=digits + 1),
+                st.text(max_size=digits + 2),
+            )
+        )
+
+    kind = draw(st.sampled_from(["absent", "good", "good", "bad trace", "bad span"]))
+    if kind == "absent":
+        return None
+    return {
+        "trace_id": hex_id(32, kind != "bad trace"),
+        "span_id": hex_id(16, kind != "bad span"),
+        "trace_flags": draw(st.one_of(st.integers(0, 255), st.integers(-(2**31), 2**31 - 1))),
+    }
+
+
+@st.composite
+def verdict(draw: st.DrawFn, ids: str) -> dict[str, Any] | None:
+    if draw(st.booleans()):
+        return None
+    many = st.lists(TEXTS, max_size=MAX_IDS + 4)
+    return {"passed": draw(st.booleans()), ids: draw(many)}
+
+
+def mutate(draw: st.DrawFn, event: dict[str, Any]) -> None:
+    """Any verdicts, ids, texts, model and trace context on a simulated turn."""
+    bundle = event["verdicts"]
+    for name, ids in (
+        ("safety_verdict", "violated_boundary_ids"),
+        ("ethics_verdict", "violated_predicate_ids"),
+    ):
+        bundle[name] = draw(verdict(ids))
+        if name in event:  # v1 and v3 also carry them at the top
+            event[name] = bundle[name]
+    bundle["refusal_emitted"], bundle["hedge_injected"] = draw(st.booleans()), draw(st.booleans())
+    event.update(pack_id=draw(TEXTS), session_id=draw(TEXTS), domain=draw(TEXTS))
+    event["producer_id"] = draw(st.one_of(st.just(""), TEXTS))
+    if draw(st.booleans()):
+        event["action_assessment"] = None
+    elif event.get("action_assessment") is not None:
+        event["action_assessment"].update(
+            action_risk_verdict=draw(ENUM(["SEAL", "HOLD", "VOID"])),
+            risk_tier=draw(ENUM(["UNKNOWN", "LOW", "MEDIUM", "HIGH", "RED", "CRITICAL"])),
+            output_policy=draw(ENUM(["DOMAIN_SEAL", "DOMAIN_HOLD", "DOMAIN_VOID"])),
+            human_decision_required=draw(st.booleans()),
+        )
+    event["trace_context"] = draw(trace_contexts())
+    event["response_id"] = draw(st.one_of(st.none(), TEXTS))
+    event["model"] = draw(
+        st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {
+                    "provider": TEXTS,
+                    "request_model": TEXTS,
+                    "response_model": st.one_of(st.none(), TEXTS),
+                }
+            ),
+        )
+    )
+
+
+@st.composite
+def mutated_turns(draw: st.DrawFn) -> ConsumedTurn:
+    """A simulated turn of any version, mutated, placed new or redelivered, live or
+    redriven."""
+    version = draw(st.sampled_from(VERSIONS))
+    event = simulated(draw(st.integers(0, 10_000)), 1, (version,))[0]
+    mutate(draw, event)
+    outcome = draw(st.sampled_from([TurnOutcome.NEW, TurnOutcome.REDELIVERY]))
+    return consumed(event, outcome, redriven=draw(st.booleans()))
+
+
+class TestTheSdkPath:
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.data_too_large])
+    @given(
+        turns=st.lists(mutated_turns(), min_size=1, max_size=8),
+        most=st.integers(1, 40),
+        resource=st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=2),
+    )
+    def test_the_native_requests_are_what_the_sdk_path_sends_for_the_same_turns(
+        self, turns: list[ConsumedTurn], most: int, resource: dict[str, str]
+    ) -> None:
+        buffer = bytearray()
+        count = sum(encode_records(turn, buffer, 1) for turn in turns)
+        attributes = [
+            ("service.name", SERVICE_NAME),
+            ("service.instance.id", "i"),
+            *resource.items(),
+        ]
+        requests = otlp_requests(buffer, list(dict(attributes).items()), SCOPE, most, 1 << 20)
+        assert [n for _, n in requests] == [
+            min(most, count - start) for start in range(0, count, most)
+        ]  # split at record boundaries, `most` each
+        expected = sdk_request(turns, resource)
+        assert comparable([r for r, _ in requests]) == comparable([expected])
+
+    def test_a_request_holds_whole_records_up_to_its_byte_bound(self) -> None:
+        turns = [consumed(e) for e in simulated(2, 40)]
+        buffer = bytearray()
+        count = sum(encode_records(turn, buffer, 1) for turn in turns)
+        requests = otlp_requests(buffer, [("service.name", SERVICE_NAME)], SCOPE, 512, 4000)
+        assert len(requests) > 1
+        assert sum(n for _, n in requests) == count
+        for request, n in requests:
+            assert len(request) < 4000 + 1000 or n == 1  # a record past the bound goes alone
+        assert comparable([r for r, _ in requests]) == comparable(
+            [otlp_requests(buffer, [("service.name", SERVICE_NAME)], SCOPE, 512, 1 << 30)[0][0]]
+        )

@@ -1,63 +1,68 @@
-"""The OpenTelemetry sink against the SDK: records as exported, failed exports as
-failed flushes (injected at the exporter, and a real OTLP exporter with no collector),
-nothing dropped on a retry or a large batch; the OTLP settings."""
+"""The OpenTelemetry sink: records as exported (to a real OTLP/HTTP endpoint in process,
+and to a transport), failed exports as failed flushes (injected at the transport, by
+refusing status codes, and no collector at all), retried within the export's time as
+the official exporter retries, nothing dropped on a retry or a large batch; the OTLP
+settings."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import http.server
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk._logs import ReadableLogRecord
-from opentelemetry.sdk._logs.export import (
-    InMemoryLogRecordExporter,
-    LogRecordExporter,
-    LogRecordExportResult,
-)
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from prometheus_client import CollectorRegistry
 
+from tests.support.otel_reference import comparable, sdk_request
 from tests.support.sinks import deliver
 from tests.unit.consumers.test_otel_records import consumed, simulated
-from turnaudit.consumers.otel_records import EVENT_ID, EVENT_NAME, evaluation_records
-from turnaudit.consumers.otel_sink import EXPORT_FAILURES_TOTAL, OtelSink, OtlpExportError
+from turnaudit.consumers.otel_records import EVALUATION_NAME, EVENT_ID
+from turnaudit.consumers.otel_sink import (
+    EXPORT_FAILURES_TOTAL,
+    RECORDS_TOTAL,
+    OtelSink,
+    OtlpExportError,
+)
 from turnaudit.consumers.runtime.otel_settings import LOGS_PATH, OtlpProtocol, OtlpSettings
+from turnaudit.consumers.runtime.otlp_export import HttpTransport, retried
 from turnaudit.errors import ConfigurationError
 from turnaudit.local_broker import free_port
 
 
-class FlakyExporter(LogRecordExporter):
-    """Fails its first ``failures`` exports (by result, or by raising), then stores."""
+class FlakyTransport:
+    """Fails its first ``failures`` sends, then keeps what it is sent."""
 
-    def __init__(self, failures: int, *, raises: bool) -> None:
-        self.stored = InMemoryLogRecordExporter()
+    def __init__(self, failures: int, *, raises: type[Exception] = OtlpExportError) -> None:
+        self.sent: list[bytes] = []
         self.failures_left = failures
         self.raises = raises
+        self._lock = threading.Lock()  # the sink sends a flush's requests in parallel
 
-    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
-        if self.failures_left > 0:
-            self.failures_left -= 1
-            if self.raises:
-                raise ConnectionError("collector went away")
-            return LogRecordExportResult.FAILURE
-        return self.stored.export(batch)
+    def send(self, request: bytes) -> None:
+        with self._lock:
+            if self.failures_left > 0:
+                self.failures_left -= 1
+                raise self.raises("collector went away")
+            self.sent.append(request)
 
-    def shutdown(self) -> None:
-        self.stored.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return True
+    def close(self) -> None:
+        return
 
 
-def exported_ids(exporter: InMemoryLogRecordExporter) -> list[tuple[str, str]]:
-    return [
-        (
-            str(r.log_record.attributes[EVENT_ID]),  # type: ignore[index]  # the SDK types attributes as optional
-            str(r.log_record.attributes["gen_ai.evaluation.name"]),
-        )  # type: ignore[index]  # the SDK types attributes as optional
-        for r in exporter.get_finished_logs()
-    ]
+def exported_ids(sent: list[bytes]) -> list[tuple[str, str]]:
+    ids = []
+    for body in sent:
+        for resource_logs in ExportLogsServiceRequest.FromString(body).resource_logs:
+            for scope_logs in resource_logs.scope_logs:
+                for record in scope_logs.log_records:
+                    attributes = {a.key: a.value.string_value for a in record.attributes}
+                    ids.append((attributes[EVENT_ID], attributes[EVALUATION_NAME]))
+    return ids
 
 
 def sample(registry: CollectorRegistry, name: str) -> float:
@@ -65,54 +70,82 @@ def sample(registry: CollectorRegistry, name: str) -> float:
     return 0.0 if value is None else value
 
 
-class TestExport:
-    def test_every_record_exported_as_an_evaluation_event_under_the_runtime_span(self) -> None:
-        memory = InMemoryLogRecordExporter()
-        sink = OtelSink(OtlpSettings(), CollectorRegistry(), exporter=memory)
-        turns = [consumed(e) for e in simulated(11, 60)]
-        deliver(sink, turns)
-        expected = [r for t in turns for r in evaluation_records(t)]
-        logs = memory.get_finished_logs()
-        assert len(logs) == len(expected)
-        by_key = {(str(r.attributes[EVENT_ID]), r.name): r for r in expected}
-        for log in logs:
-            record = log.log_record
-            assert record.event_name == EVENT_NAME
-            attributes = dict(record.attributes or {})
-            mapped = by_key[(str(attributes[EVENT_ID]), str(attributes["gen_ai.evaluation.name"]))]
-            assert attributes == dict(mapped.attributes)
-            assert record.timestamp == mapped.timestamp_ns
-            if mapped.parent is None:
-                assert not record.trace_id
-            else:
-                assert record.trace_id == mapped.parent.trace_id
-                assert record.span_id == mapped.parent.span_id
-                assert int(record.trace_flags or 0) == mapped.parent.trace_flags
-        assert log.resource.attributes["service.name"] == "turnaudit-otel-sink"
-        sink.close()
+class Collector(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP logs endpoint: answers each POST with the next status of ``script``
+    (200 once it is spent) and keeps the bodies it answered 200."""
 
-    def test_a_batch_larger_than_the_processor_queue_loses_nothing(self) -> None:
-        memory = InMemoryLogRecordExporter()
-        sink = OtelSink(OtlpSettings(), CollectorRegistry(), exporter=memory)
+    script: list[int]
+    bodies: list[bytes]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        assert self.headers["Content-Type"] == "application/x-protobuf"
+        assert self.path == LOGS_PATH
+        status = self.script.pop(0) if self.script else 200
+        if status == 200:
+            self.bodies.append(body)
+        self.send_response(status)
+        if status == 429:
+            self.send_header("Retry-After", "0")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@contextmanager
+def collector(script: list[int]) -> Iterator[tuple[OtlpSettings, list[bytes]]]:
+    bodies: list[bytes] = []
+    handler = type("Handler", (Collector,), {"script": list(script), "bodies": bodies})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = server.server_address[1]
+        yield OtlpSettings(OtlpProtocol.HTTP, f"http://127.0.0.1:{port}", timeout_s=5), bodies
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class TestExport:
+    def test_every_record_reaches_an_otlp_http_endpoint_as_the_sdk_would_send_it(self) -> None:
+        turns = [consumed(e) for e in simulated(11, 60)]
+        with collector([]) as (endpoint, bodies):
+            registry = CollectorRegistry()
+            sink = OtelSink(endpoint, registry, resource={"deployment.environment": "test"})
+            deliver(sink, turns)
+            sink.close()
+        expected = sdk_request(turns, {"deployment.environment": "test"})
+        assert comparable(bodies, in_order=False) == comparable([expected], in_order=False)
+        count = len(expected.resource_logs[0].scope_logs[0].log_records)
+        assert sample(registry, RECORDS_TOTAL) == count
+
+    def test_a_large_batch_goes_in_bounded_requests_and_loses_nothing(self) -> None:
+        transport = FlakyTransport(0)
+        sink = OtelSink(OtlpSettings(), CollectorRegistry(), transport=transport)
         turns = [consumed(e) for e in simulated(5, 1200)]
         deliver(sink, turns)
-        expected = sorted(
-            (str(r.attributes[EVENT_ID]), r.name) for t in turns for r in evaluation_records(t)
-        )
-        assert len(expected) > 4096  # above the queue: emitted in chunks
-        assert sorted(exported_ids(memory)) == expected
+        assert len(transport.sent) > 8  # 512 records a request
+        unordered = comparable([sdk_request(turns)], in_order=False)
+        assert comparable(transport.sent, in_order=False) == unordered
         sink.close()
 
 
 class TestFailedExports:
     @settings(max_examples=25, deadline=None)
-    @given(failures=st.integers(1, 4), raises=st.booleans(), count=st.integers(1, 150))
+    @given(
+        failures=st.integers(1, 4),
+        raises=st.sampled_from([OtlpExportError, ConnectionError]),
+        count=st.integers(1, 150),
+    )
     def test_a_failed_export_fails_the_flush_and_the_retry_exports_everything(
-        self, failures: int, raises: bool, count: int
+        self, failures: int, raises: type[Exception], count: int
     ) -> None:
-        flaky = FlakyExporter(failures, raises=raises)
+        flaky = FlakyTransport(failures, raises=raises)
         registry = CollectorRegistry()
-        sink = OtelSink(OtlpSettings(), registry, exporter=flaky)
+        sink = OtelSink(OtlpSettings(), registry, transport=flaky)
         turns = [consumed(e) for e in simulated(count, count)]
         for turn in turns:
             sink.take(turn)
@@ -125,13 +158,13 @@ class TestFailedExports:
             except OtlpExportError:
                 assert attempts <= failures
         assert attempts > 1
-        assert sample(registry, EXPORT_FAILURES_TOTAL) >= 1
-        expected = {
-            (str(r.attributes[EVENT_ID]), r.name) for t in turns for r in evaluation_records(t)
-        }
-        assert set(exported_ids(flaky.stored)) == expected  # every record, at least once
+        # A flush's requests go in parallel: one failed flush may spend several failures.
+        assert 1 <= sample(registry, EXPORT_FAILURES_TOTAL) <= failures
+        expected = set(exported_ids([sdk_request(turns).SerializeToString()]))
+        assert set(exported_ids(flaky.sent)) == expected  # every record, at least once
+        sent = len(flaky.sent)
         sink.flush()  # nothing pending: nothing sent again
-        assert set(exported_ids(flaky.stored)) == expected
+        assert len(flaky.sent) == sent
         sink.close()
 
     @pytest.mark.parametrize("protocol", list(OtlpProtocol))
@@ -148,6 +181,34 @@ class TestFailedExports:
                 sink.flush()
         assert sample(registry, EXPORT_FAILURES_TOTAL) == 2
         sink.close()
+
+    @pytest.mark.parametrize(
+        ("script", "exported"),
+        [([503, 429, 502, 504], True), ([400], False), ([500], False), ([503] * 6, False)],
+    )
+    def test_http_retries_what_the_official_exporter_retries(
+        self, script: list[int], exported: bool
+    ) -> None:
+        with collector(script) as (endpoint, bodies):
+            transport = HttpTransport(endpoint.export_url, timeout_s=60)
+            waits: list[float] = []
+            request = b""  # an empty request is a valid one
+            try:
+                retried(lambda left: transport._attempt(request, left), 60, "c", waits.append)
+            except OtlpExportError:
+                assert not exported
+            else:
+                assert exported
+            assert len(bodies) == int(exported)
+            # 429 says Retry-After: 0; the others wait 2**n seconds, +/-20%.
+            for n, (status, wait) in enumerate(zip(script, waits, strict=False)):
+                assert wait == 0 if status == 429 else 0.8 * 2**n <= wait <= 1.2 * 2**n
+
+    def test_a_wait_past_the_export_time_fails_at_once(self) -> None:
+        waits: list[float] = []
+        with pytest.raises(OtlpExportError, match="gone"):
+            retried(lambda left: (True, "gone", None), 0.5, "c", waits.append)
+        assert waits == []
 
 
 class TestSettings:
