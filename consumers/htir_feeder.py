@@ -40,6 +40,7 @@ turns are opened first with the surface keyring (``opener``,
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,7 +54,8 @@ from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
 from turnaudit.consumers.runtime.sink import StepOutlet, StepRun, StepStop
 from turnaudit.files import open_private
-from turnaudit.htir import HtirTrace, TaskTurn, TraceAssembler
+from turnaudit.htir import EncodedTrace, TaskTurn, decoded_trace, trace_store
+from turnaudit.htir_steps import task_turn
 from turnaudit.kafka.producer import (
     DeliveredMessage,
     DeliveryCallback,
@@ -64,8 +66,6 @@ from turnaudit.kafka.producer import (
 )
 from turnaudit.redaction import DROPPED, Redaction
 from turnaudit.sealing.opening import TurnOpener
-from turnaudit.serialization.schemas import shipped_catalog
-from turnaudit.serialization.wire import SingleObjectSerializer
 from turnaudit.settings import KafkaSettings
 
 log = structlog.get_logger("turnaudit.htir_feeder")
@@ -95,17 +95,13 @@ class TraceProducer(Protocol):
 
 
 class ProducedTrace(NamedTuple):
-    """A closed trace as the feeder keeps it until its delivery report: its record's bytes
-    and what its acknowledgement says. The trace itself (its steps, a dict each) is let go
-    once produced: kept for a round trip to the broker, it outlived the collector's young
-    generation and was traversed again by the older ones."""
+    """A closed trace as the feeder keeps it until its delivery report: the store's record
+    of it (its bytes, what its acknowledgement says, where its first turn was read) and the
+    serial its offset is held by."""
 
-    task_id: str
-    value: bytes
-    closed_by: str
-    gap: str | None
-    missing_task_steps: tuple[int, ...]
+    trace: EncodedTrace
     manifest_line: str | None  # the JSON line, where the feeder writes a manifest
+    serial: int
 
 
 class HtirFeederSink(BatchingSink):
@@ -128,9 +124,11 @@ class HtirFeederSink(BatchingSink):
         self._open_sealed = opener  # sealed turns opened before the policy (turn_opener)
         self._redaction = redaction
         self._topic = kafka.topics.htir_traces
-        self._serialize = SingleObjectSerializer(shipped_catalog("htir_trace").latest)
         self._producer: TraceProducer = producer or KafkaProducer.reliable(kafka)
-        self._assembler = TraceAssembler(idle_timeout, redaction=redaction)
+        # The traces being assembled (native: their records are written there as they close).
+        self._store = trace_store()
+        self._idle_timeout = idle_timeout
+        self._clock = time.monotonic
         # A trace republished after a restart is written to the manifest once;
         # a line torn by a kill is cut, and its trace written again whole.
         if manifest:
@@ -141,11 +139,10 @@ class HtirFeederSink(BatchingSink):
             if manifest
             else None
         )
-        # Where each held trace's first turn was read (task id -> (partition, offset)), and
-        # the same by partition: the held offsets are a minimum per partition, taken in C
-        # over one partition's offsets (asked twice a batch over every held trace).
-        self._first_offsets: dict[str, tuple[int, int]] = {}
-        self._held: dict[int, dict[str, int]] = {}
+        # Where each closed trace not yet acknowledged read its first turn, by partition and
+        # serial (the store holds its open traces' own): a minimum per partition, taken in C.
+        self._held: dict[int, dict[int, int]] = {}
+        self._serial = 0
         self.published = 0
         # Traces produced whose delivery report has not been served yet, and
         # the reports served (by ``poll``/``flush``) not yet settled.
@@ -170,7 +167,7 @@ class HtirFeederSink(BatchingSink):
 
     @property
     def open_traces(self) -> int:
-        return self._assembler.open_traces
+        return int(self._store.open_traces)
 
     def step_outlet(self) -> StepOutlet:
         # An ordinary turn with a task comes made into its trace steps (a ``TaskTurn``),
@@ -199,81 +196,60 @@ class HtirFeederSink(BatchingSink):
             self._pending, self._handed_natively = [], 0  # written: a failure keeps them
 
     def write_batch(self, turns: Sequence[ConsumedTurn | TaskTurn]) -> None:
-        closed: list[HtirTrace] = []
-        assembler = self._assembler
-        run: list[TaskTurn] = []  # the native step's turns, their steps made: added a run at once
+        run: list[TaskTurn] = []  # the native step's turns, their steps made, and the others
         for turn in turns:
             if type(turn) is TaskTurn:
                 run.append(turn)
                 continue
             consumed = cast(ConsumedTurn, turn)
             event = consumed.event
-            task = event["task"]
-            if task is None:
+            if event["task"] is None:
                 continue
-            task_id = task["task_id"]
             if self._open_sealed is not None:
                 self._open_sealed(event)
-            self._add(run, closed)
-            run = []
-            trace = assembler.add(
+            made = task_turn(
                 event,
-                topic=consumed.topic,
-                partition=consumed.partition,
-                offset=consumed.offset,
-                breaches=consumed.breaches,
+                consumed.topic,
+                consumed.partition,
+                consumed.offset,
+                contract_breaches=consumed.breaches,
+                redaction=self._redaction,
             )
-            if trace is not None or assembler.is_open(task_id):
-                self._hold(task_id, consumed.partition, consumed.offset)
-            if trace is not None:
-                closed.append(trace)
-        self._add(run, closed)
-        closed.extend(assembler.expire())
-        self._skipped.set(assembler.partial_turns_skipped)
+            if made is not None:
+                run.append(made)
+        store, now = self._store, self._clock()
+        closed: list[EncodedTrace] = store.add_task_turns(run, now) if run else []
+        closed += store.expire(now - self._idle_timeout)
+        self._skipped.set(store.partial_turns_skipped)
         self._publish(closed)
-
-    def _add(self, run: list[TaskTurn], closed: list[HtirTrace]) -> None:
-        """Add a run of task turns; each trace a turn joined is held (until acknowledged on
-        the traces topic) from the first turn of it seen."""
-        if not run:
-            return
-        traces, joined = self._assembler.add_task_turns(run)
-        closed += traces
-        first_offsets = self._first_offsets
-        for turn in joined:
-            if turn.task_id not in first_offsets:
-                self._hold(turn.task_id, turn.partition, turn.offset)
-
-    def _hold(self, task_id: str, partition: int, offset: int) -> None:
-        if task_id not in self._first_offsets:
-            self._first_offsets[task_id] = (partition, offset)
-            self._held.setdefault(partition, {})[task_id] = offset
 
     def tick(self) -> None:
         """Called by the runtime on every poll, so idle traces close on a quiet stream."""
-        self._publish(self._assembler.expire())
+        self._publish(self._store.expire(self._clock() - self._idle_timeout))
 
     def held_offsets(self) -> dict[int, int]:
-        """Per partition, the first offset a still-open trace needs re-read after a crash."""
-        return {partition: min(held.values()) for partition, held in self._held.items() if held}
+        """Per partition, the first offset a trace still open, or closed and not yet
+        acknowledged, needs re-read after a crash."""
+        held: dict[int, int] = self._store.held_offsets()
+        for partition, closed in self._held.items():
+            if closed:
+                first = min(closed.values())
+                if first < held.get(partition, first + 1):
+                    held[partition] = first
+        return held
 
     def partitions_revoked(self, partitions: set[int]) -> None:
         """Open traces of partitions now read by another feeder are dropped,
         not published: their turns' offsets were held back, so the new owner
         re-reads them from step 0 and publishes the whole trace (an idle close
         here would publish a trace missing the steps it reads)."""
-        dropped = self._assembler.forget_partitions(partitions)
+        dropped = self._store.forget_partitions(sorted(partitions))
         # Offsets held for those partitions go too, a closed trace's not yet
         # acknowledged included: held on, they would pull the partition's
         # committed offset back if it came back to this feeder.
-        self._first_offsets = {
-            task_id: held
-            for task_id, held in self._first_offsets.items()
-            if held[0] not in partitions
-        }
         for partition in partitions:
             self._held.pop(partition, None)
-        self._open.set(self._assembler.open_traces)
+        self._open.set(self._store.open_traces)
         if dropped:
             log.info(
                 "htir_open_traces_handed_over", partitions=sorted(partitions), open=len(dropped)
@@ -282,8 +258,8 @@ class HtirFeederSink(BatchingSink):
     def close(self) -> None:
         # Open traces are not published on shutdown: their offsets were held
         # back, so the next feeder rebuilds them whole.
-        if self._assembler.open_traces:
-            log.info("htir_open_traces_left_for_restart", open=self._assembler.open_traces)
+        if self._store.open_traces:
+            log.info("htir_open_traces_left_for_restart", open=self._store.open_traces)
         self._producer.flush(30)
         self._settle(retry=False)  # a trace not stored keeps its offsets held
         # The traces waiting to go alone go now, each report settled (bounded:
@@ -293,7 +269,7 @@ class HtirFeederSink(BatchingSink):
         if self._manifest is not None:
             self._manifest.close()
 
-    def _publish(self, traces: list[HtirTrace]) -> None:
+    def _publish(self, traces: list[EncodedTrace]) -> None:
         for trace in traces:
             self._produce(self._produced(trace))
         # A trace counts as published once acknowledged (its delivery report);
@@ -303,18 +279,17 @@ class HtirFeederSink(BatchingSink):
         if self._unacked or self._alone:
             self._producer.poll(0)
             self._settle(retry=True)
-        self._open.set(self._assembler.open_traces)
+        self._open.set(self._store.open_traces)
 
-    def _produced(self, trace: HtirTrace) -> ProducedTrace:
-        gap = trace.gap
-        return ProducedTrace(
-            trace.task_id,
-            self._serialize(trace.avro_record()),
-            trace.closed_by.value if trace.closed_by else "unknown",
-            gap,
-            tuple(trace.missing_task_steps) if gap is not None else (),
-            None if self._manifest is None else json.dumps(trace.manifest_line()) + "\n",
-        )
+    def _produced(self, trace: EncodedTrace) -> ProducedTrace:
+        """``trace`` held (its first turn's offset) until acknowledged, by a serial of its
+        own: a task's trace closed again (re-read after a restart) is held apart."""
+        self._serial += 1
+        self._held.setdefault(trace.partition, {})[self._serial] = trace.first_offset
+        line = None
+        if self._manifest is not None:
+            line = json.dumps(decoded_trace(trace).manifest_line()) + "\n"
+        return ProducedTrace(trace, line, self._serial)
 
     def _produce(self, trace: ProducedTrace) -> None:
         def report(err: DeliveryError | None, _msg: DeliveredMessage) -> None:
@@ -322,8 +297,8 @@ class HtirFeederSink(BatchingSink):
 
         self._producer.produce(
             self._topic,
-            trace.value,
-            trace.task_id.encode(),
+            trace.trace.value,
+            trace.trace.task_id.encode(),
             on_delivery=report,
             serve_reports=False,  # served once after a batch's traces (``_publish``)
         )
@@ -339,7 +314,7 @@ class HtirFeederSink(BatchingSink):
         for trace, err in reports:
             if err is None:
                 continue
-            task_id = trace.task_id
+            task_id = trace.trace.task_id
             refusals = self._size_refusals.get(task_id, 0)
             if is_size_error(err) and refusals < SIZE_RETRIES:
                 # Maybe its batch's size, not its own: it goes again alone.
@@ -378,10 +353,11 @@ class HtirFeederSink(BatchingSink):
         # acknowledged batch (one line per trace would cost the feeder as much as
         # assembling it); a trace with a gap is logged on its own.
         closed_by: dict[str, int] = {}
-        for trace in traces:
-            first = self._first_offsets.pop(trace.task_id, None)
-            if first is not None:
-                del self._held[first[0]][trace.task_id]
+        for produced in traces:
+            trace = produced.trace
+            held = self._held.get(trace.partition)  # gone if the partition was revoked
+            if held is not None:
+                held.pop(produced.serial, None)
             self._size_refusals.pop(trace.task_id, None)
             if trace.gap is not None:
                 log.warning(
@@ -391,7 +367,7 @@ class HtirFeederSink(BatchingSink):
                     missing_task_steps=list(trace.missing_task_steps),
                 )
             closed_by[trace.closed_by] = closed_by.get(trace.closed_by, 0) + 1
-            line = trace.manifest_line
+            line = produced.manifest_line
             if self._manifest is not None and line and trace.task_id not in self._in_manifest:
                 self._in_manifest.add(trace.task_id)
                 self._manifest.write(line)
@@ -401,8 +377,8 @@ class HtirFeederSink(BatchingSink):
             "htir_traces_published",
             traces=len(traces),
             closed_by=closed_by,
-            first_task_id=traces[0].task_id,
-            last_task_id=traces[-1].task_id,
+            first_task_id=traces[0].trace.task_id,
+            last_task_id=traces[-1].trace.task_id,
         )
         if self._manifest is not None:
             self._manifest.flush()

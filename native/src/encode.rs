@@ -339,5 +339,48 @@ impl Encoder {
     }
 }
 
+
+/// One record type of a writer schema (the items of an array field of its root), written
+/// from a dict as `Encoder` writes it, without a header: for a writer that frames the
+/// enclosing record itself (the HTIR trace store writes its steps as they join a trace).
+pub(crate) struct ItemWriter {
+    plan: Plan,
+}
+
+impl ItemWriter {
+    /// The items of the root record's array field `field`.
+    pub(crate) fn new(py: Python<'_>, schema: &Bound<'_, PyAny>, field: &str) -> PyResult<Self> {
+        let (nodes, root) = compile_schema(py, schema)?;
+        let Node::Record(fields) = &nodes[root] else {
+            return Err(unsupported("a root that is not a record"));
+        };
+        let mut item = None;
+        for f in fields {
+            if f.name.bind(py).to_str()? == field {
+                if let Node::Array(of) = nodes[f.node] {
+                    item = Some(of);
+                }
+            }
+        }
+        let item = item.ok_or_else(|| unsupported("no array field of that name"))?;
+        let mut plan = Plan::new(py, nodes, root)?;
+        plan.root = item;
+        Ok(ItemWriter { plan })
+    }
+
+    /// `record`'s Avro binary body appended to `out`, or why it is left to fastavro (`out`
+    /// then holds part of it: the caller cuts it back).
+    pub(crate) fn write(&self, py: Python<'_>, record: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> Result<(), &'static str> {
+        match unsafe { self.plan.value(self.plan.root, record.as_ptr(), out) } {
+            Ok(()) => Ok(()),
+            Err(Fall::Because(why)) => Err(why),
+            Err(Fall::Python(why)) => {
+                let _ = PyErr::take(py);
+                Err(why)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

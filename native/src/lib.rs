@@ -9,6 +9,7 @@
 //! - `spill`: verify's forgotten event ids on disk as sorted runs; `run_store`: that
 //!   store's Python methods (above `track`: it takes a tracker's remembered ids);
 //! - `verify`: verify's per-message step and contracts 1-4 on a scanned record;
+//! - `htir`: the HTIR feeder's traces, assembled and written as their records;
 //! - `ffi`: every raw CPython call; `constants`: the bytes both languages share;
 //!   `bloom`: the Bloom filter the tracker and the spill share.
 //!
@@ -30,6 +31,7 @@ mod decode;
 mod encode;
 mod ffi;
 mod hashing;
+mod htir;
 mod reserve;
 mod run_store;
 mod spill;
@@ -49,6 +51,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<verify::ContractCheck>()?;
     m.add_class::<verify::VerifyStep>()?;
     m.add_class::<verify::ConsumeStep>()?;
+    m.add_class::<htir::TraceStore>()?;
+    m.add_function(wrap_pyfunction!(htir::trace_gap, m)?)?;
     m.add_function(wrap_pyfunction!(verify::htir_turn_steps, m)?)?;
     m.add("SURFACE_LIMIT", verify::SURFACE_LIMIT)?;
     m.add_function(wrap_pyfunction!(verify::otlp_turn_records, m)?)?;

@@ -24,23 +24,33 @@ rule-based auditor reads none of them; a model auditor reads them, so it needs
 from __future__ import annotations
 
 import enum
+import functools
+import io
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, cast
 
+import fastavro
+
+from turnaudit._native import TraceStore, trace_gap
 from turnaudit.htir_steps import (
     STEP_FIELDS,
     SURFACE_LIMIT,
     HtirStep,
     StepAction,
     TaskTurn,
+    task_turn,
     turn_steps,
 )
 from turnaudit.redaction import DROPPED, Redaction
+from turnaudit.serialization.framing import SINGLE_OBJECT_HEADER_LEN, single_object_header
+from turnaudit.serialization.schemas import shipped_catalog
 
 __all__ = [  # the steps' shapes live in htir_steps; readers of traces find them here too
     "SURFACE_LIMIT",
+    "EncodedTrace",
     "HtirStep",
     "HtirTrace",
     "PartitionRanges",
@@ -51,6 +61,8 @@ __all__ = [  # the steps' shapes live in htir_steps; readers of traces find them
     "TraceClose",
     "TraceSourceJson",
     "TurnOffsetJson",
+    "decoded_trace",
+    "trace_store",
     "turn_steps",
 ]
 
@@ -108,43 +120,6 @@ class HtirTrace:
     # empty for a trace decoded from a v1 record (only first/last offsets then).
     turn_offsets: list[tuple[int, int]] = field(default_factory=list)
     closed_by: TraceClose | None = None
-    last_seen: float = 0.0
-    # What the steps hold of surfaces and tool I/O (applied as each turn is added).
-    redaction: Redaction = field(default=DROPPED, compare=False, repr=False)
-
-    def add(
-        self,
-        event: Mapping[str, Any],
-        offset: int,
-        breaches: Sequence[str],
-        partition: int | None = None,
-    ) -> None:
-        if event["event_id"] in self.event_ids:
-            return  # an at-least-once redelivery: the step is already in the trace
-        steps = turn_steps(event, breaches, self.redaction)
-        self.add_steps(event["event_id"], event["sequence"], steps, offset, partition)
-
-    def add_steps(
-        self,
-        event_id: str,
-        sequence: int,
-        steps: list[HtirStep],
-        offset: int,
-        partition: int | None = None,
-    ) -> None:
-        """Add a turn made into its steps already (``turn_steps``, or the feeder's native
-        step); a turn already in the trace is not added again."""
-        if event_id in self.event_ids:
-            return  # an at-least-once redelivery: the step is already in the trace
-        index = len(self.steps)
-        for step in steps:
-            step["index"] = index
-            index += 1
-        self.steps += steps
-        self.offsets.append(offset)
-        self.turn_offsets.append((self.partition if partition is None else partition, offset))
-        self.sequences.append(sequence)
-        self.event_ids.append(event_id)
 
     def _turn_order(self) -> list[int]:
         """The task steps of the trace's turns, in the order they joined it."""
@@ -153,21 +128,15 @@ class HtirTrace:
     @property
     def missing_task_steps(self) -> list[int]:
         """Task steps absent below the last one seen: turns the trace lacks in its middle."""
-        return _missing(self._turn_order())
+        missing, _ = trace_gap(self._turn_order())
+        return missing
 
     @property
     def gap(self) -> str | None:
-        """Why the trace is not the task's turns in order, or None when it is."""
-        order = self._turn_order()
-        missing = _missing(order)
-        if missing:
-            return (
-                f"task step(s) {missing} missing from the trace (turns not in the "
-                "stream range, refused or lost); steps not renumbered over the gap"
-            )
-        if order != sorted(order):
-            return f"turns out of task order: task steps {order}"
-        return None
+        """Why the trace is not the task's turns in order, or None when it is (the rule is
+        the trace store's, ``native/src/htir/record.rs``)."""
+        _, why = trace_gap(self._turn_order())
+        return why
 
     @property
     def source(self) -> TraceSourceJson:
@@ -261,11 +230,15 @@ class HtirTrace:
             closed_by=TraceClose(record["closed_by"]),
         )
         trace.steps = [_from_avro_step(s) for s in record["steps"]]
-        trace.offsets = [source["first_offset"], source["last_offset"]]
         trace.sequences = [source["first_sequence"], source["last_sequence"]]
         trace.event_ids = list(source["event_ids"])
         trace.turn_offsets = [
             (int(t["partition"]), int(t["offset"])) for t in record.get("turn_offsets") or ()
+        ]
+        # Every turn's offset where the record has them (v2), else the first and last.
+        trace.offsets = [o for _, o in trace.turn_offsets] or [
+            source["first_offset"],
+            source["last_offset"],
         ]
         return trace
 
@@ -311,24 +284,70 @@ _TURN_ONLY_LISTS = ("violated_boundary_ids", "violated_predicate_ids", "contract
 _AVRO_STEP_BLANK: dict[str, object] = dict.fromkeys(STEP_FIELDS)
 
 
-def _missing(order: list[int]) -> list[int]:
-    """Task steps absent below the last one in ``order``."""
-    return sorted(set(range(max(order) + 1)) - set(order)) if order else []
-
-
 def _from_avro_step(step: Mapping[str, Any]) -> HtirStep:
-    out = {k: v for k, v in step.items() if v is not None}
+    # The flat step's key order (the manifest writes it): its index last, as numbered.
+    out = {k: v for k, v in step.items() if v is not None and k != "index"}
+    out["index"] = step["index"]
     if out["kind"] == "tool":  # Avro gave the turn-only lists their defaults
         for name in _TURN_ONLY_LISTS:
             out.pop(name, None)
     return cast(HtirStep, out)
 
 
-class TraceAssembler:
-    """Collects task turns into traces; closes one on end-of-task or when idle.
+class EncodedTrace(NamedTuple):
+    """A closed trace as the trace store writes it: its record (``schemas/htir_trace.v2.avsc``,
+    single-object framed) and what the feeder's acknowledgement and hold read of it."""
 
-    A trace starts at the task's step 0, so it is never published in part. Its
-    steps hold surfaces and tool I/O as ``redaction`` says (dropped by default).
+    task_id: str
+    value: bytes
+    closed_by: str
+    gap: str | None
+    missing_task_steps: tuple[int, ...]
+    partition: int  # where its first turn was read: what a restart reads again for it
+    first_offset: int
+
+
+def trace_store() -> TraceStore:
+    """The native trace store over the shipped trace schema: the one place traces are
+    assembled (``native/src/htir``), for the feeder and for ``TraceAssembler``."""
+    writer = shipped_catalog("htir_trace").latest
+    raw = json.loads(writer.schema_json)
+    (steps,) = (f["type"]["items"] for f in raw["fields"] if f["name"] == "steps")
+    parsed_step = fastavro.parse_schema(steps)
+
+    def fastavro_step(step: HtirStep) -> bytes:
+        # A step the native encoder does not write as surely as fastavro (its bytes are
+        # fastavro's either way).
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed_step, step)
+        return out.getvalue()
+
+    return TraceStore(
+        raw, single_object_header(writer.fingerprint), fastavro_step, tuple.__new__, EncodedTrace
+    )
+
+
+def decoded_trace(trace: EncodedTrace | bytes) -> HtirTrace:
+    """The trace a record of the store holds, as readers of traces take it."""
+    value = trace.value if isinstance(trace, EncodedTrace) else trace
+    record = fastavro.schemaless_reader(
+        io.BytesIO(value[SINGLE_OBJECT_HEADER_LEN:]), _trace_schema(), None
+    )
+    return HtirTrace.from_avro(cast(Mapping[str, Any], record))
+
+
+@functools.cache
+def _trace_schema() -> Any:
+    return shipped_catalog("htir_trace").latest.parsed
+
+
+class TraceAssembler:
+    """Collects task turns into traces; closes one on end-of-task or when idle: the trace
+    store (``trace_store``) with a clock and the step rule, its closed traces decoded.
+
+    A trace starts at the task's step 0, so it is never published in part. Its steps hold
+    surfaces and tool I/O as ``redaction`` says (dropped by default). The feeder uses the
+    store itself (it publishes the records as written); replays and tests read traces.
     """
 
     def __init__(
@@ -340,21 +359,24 @@ class TraceAssembler:
         self.idle_timeout = idle_timeout
         self._clock = clock
         self.redaction = redaction
-        self._open: dict[str, HtirTrace] = {}
-        # Turns of tasks first seen after their step 0: their trace was already
-        # published (before a restart re-read them, or closed when idle).
-        self.partial_turns_skipped = 0
+        self._store = trace_store()
 
     @property
     def open_traces(self) -> int:
-        return len(self._open)
+        return int(self._store.open_traces)
+
+    @property
+    def partial_turns_skipped(self) -> int:
+        """Turns of tasks first seen after their step 0: their trace was already
+        published (before a restart re-read them, or closed when idle)."""
+        return int(self._store.partial_turns_skipped)
 
     def is_open(self, task_id: str) -> bool:
-        return task_id in self._open
+        return bool(self._store.is_open(task_id))
 
-    def open_trace_list(self) -> list[HtirTrace]:
-        """The traces still open, in the order they opened."""
-        return list(self._open.values())
+    def open_task_ids(self) -> list[str]:
+        """The task ids of the traces still open, in the order they opened."""
+        return list(self._store.open_task_ids())
 
     def add(
         self,
@@ -365,86 +387,30 @@ class TraceAssembler:
         offset: int,
         breaches: Sequence[str] = (),
     ) -> HtirTrace | None:
-        """Add a turn; returns the trace when this turn ended its task (its steps made by
-        ``turn_steps``, then added as the native step's turns are)."""
-        task = event.get("task")
-        if task is None:
-            return None
-        return self.add_task_turn(
-            TaskTurn(
-                task["task_id"],
-                task["task_family"],
-                task["step"],
-                task["end_of_task"],
-                event["session_id"],
-                event["runtime"],
-                event["event_id"],
-                event["sequence"],
-                turn_steps(event, breaches, self.redaction),
-                topic,
-                partition,
-                offset,
-            )
+        """Add a turn; returns the trace when this turn ended its task."""
+        turn = task_turn(
+            event, topic, partition, offset, contract_breaches=breaches, redaction=self.redaction
         )
+        return None if turn is None else self.add_task_turn(turn)
 
     def add_task_turn(self, turn: TaskTurn) -> HtirTrace | None:
-        """Add one task turn made into its steps (``add_task_turns``); the trace it closed."""
-        return next(iter(self.add_task_turns((turn,))[0]), None)
+        """Add one task turn made into its steps; the trace it closed."""
+        return next(iter(self.add_task_turns((turn,))), None)
 
-    def add_task_turns(self, turns: Iterable[TaskTurn]) -> tuple[list[HtirTrace], list[TaskTurn]]:
-        """The one place a trace opens (task step 0), a turn is skipped (no open trace) or added
-        (its end of task closes the trace): returns the traces closed and the turns added."""
-        open_traces, clock, redaction = self._open, self._clock, self.redaction
-        closed: list[HtirTrace] = []
-        joined: list[TaskTurn] = []  # in order: the feeder holds offsets by them
-        for turn in turns:
-            task_id = turn.task_id
-            trace = open_traces.get(task_id)
-            if trace is None:
-                if turn.task_step != 0:
-                    self.partial_turns_skipped += 1
-                    continue
-                trace = open_traces[task_id] = HtirTrace(
-                    task_id,
-                    turn.task_family,
-                    turn.session_id,
-                    turn.topic,
-                    turn.partition,
-                    turn.runtime,
-                    redaction=redaction,
-                )
-            trace.add_steps(turn.event_id, turn.sequence, turn.steps, turn.offset, turn.partition)
-            trace.last_seen = clock()
-            joined.append(turn)
-            if turn.end_of_task:
-                trace.closed_by = TraceClose.END_OF_TASK
-                del open_traces[task_id]
-                closed.append(trace)
-        return closed, joined
+    def add_task_turns(self, turns: Iterable[TaskTurn]) -> list[HtirTrace]:
+        """Add a run of task turns: the traces their ends of task closed, in order."""
+        return [decoded_trace(t) for t in self._store.add_task_turns(turns, self._clock())]
 
     def expire(self) -> list[HtirTrace]:
         """Close the traces that saw no turn for ``idle_timeout`` seconds."""
         cutoff = self._clock() - self.idle_timeout
-        idle = [tid for tid, t in self._open.items() if t.last_seen <= cutoff]
-        closed = []
-        for task_id in idle:
-            trace = self._open.pop(task_id)
-            trace.closed_by = TraceClose.IDLE_TIMEOUT
-            closed.append(trace)
-        return closed
+        return [decoded_trace(t) for t in self._store.expire(cutoff)]
 
     def forget_partitions(self, partitions: set[int]) -> list[str]:
         """Drop the open traces of sessions on ``partitions`` (now another
         reader's, who rebuilds them from step 0); returns their task ids."""
-        gone = [tid for tid, t in self._open.items() if t.partition in partitions]
-        for task_id in gone:
-            del self._open[task_id]
-        return gone
+        return list(self._store.forget_partitions(sorted(partitions)))
 
     def close_all(self, closed_by: TraceClose = TraceClose.SHUTDOWN) -> list[HtirTrace]:
         """Close every open trace, in the order they opened."""
-        closed = list(self._open.values())
-        for trace in closed:
-            trace.closed_by = closed_by
-        self._open.clear()
-        return closed
+        return [decoded_trace(t) for t in self._store.close_all(closed_by.value)]

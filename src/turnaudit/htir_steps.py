@@ -119,3 +119,33 @@ def turn_steps(
         redaction.text,
     )
     return cast(list[HtirStep], steps)
+
+
+def task_turn(
+    event: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    contract_breaches: Sequence[str] = (),
+    redaction: Redaction = DROPPED,
+) -> TaskTurn | None:
+    """A decoded turn with a task as the trace store takes it (``TaskTurn``), its steps made
+    by ``turn_steps``; ``None`` for a turn without a task."""
+    task = event.get("task")
+    if task is None:
+        return None
+    return TaskTurn(
+        task["task_id"],
+        task["task_family"],
+        task["step"],
+        task["end_of_task"],
+        event["session_id"],
+        event["runtime"],
+        event["event_id"],
+        event["sequence"],
+        turn_steps(event, contract_breaches, redaction),
+        topic,
+        partition,
+        offset,
+    )

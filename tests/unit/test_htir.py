@@ -264,13 +264,16 @@ def test_forgetting_partitions_drops_their_open_traces_and_nothing_else(
     assembler = TraceAssembler(idle_timeout=60)
     closed: list[HtirTrace] = []
     closed_kept_only: list[HtirTrace] = []
+    task_partition: dict[str, int] = {}  # where each task's turns are read
     for offset, event in enumerate(events[:cut]):
         where = {"topic": "t", "partition": partition(event), "offset": offset}
+        if event["task"] is not None:
+            task_partition[event["task"]["task_id"]] = partition(event)
         if (trace := assembler.add(event, **where)) is not None:
             closed.append(trace)
         if where["partition"] not in revoked and (trace := kept_only.add(event, **where)):
             closed_kept_only.append(trace)
-    open_before = {t.task_id: t.partition for t in assembler.open_trace_list()}
+    open_before = {tid: task_partition[tid] for tid in assembler.open_task_ids()}
     dropped = assembler.forget_partitions(revoked)
     assert sorted(dropped) == sorted(tid for tid, p in open_before.items() if p in revoked)
     assert all(not assembler.is_open(tid) for tid in dropped)

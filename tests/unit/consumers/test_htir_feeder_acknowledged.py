@@ -1,7 +1,8 @@
 """What the HTIR feeder says of a trace once it is acknowledged (its manifest line, its gap
 warning, its count by how it closed) and the bytes it stored are the closed trace's own, as
-an assembler of the same turns closes it: the feeder keeps only those (``ProducedTrace``)
-from its produce to its delivery report, through transient failures produced again.
+the Python assembly the trace store replaced (the oracle, ``tests/support/htir_reference.py``)
+closes it: the feeder keeps only those (``ProducedTrace``) from its produce to its delivery
+report, through transient failures produced again.
 
 Over random tasks (one to five turns, turns missing from the middle, tasks on several
 partitions), batch cuts and delivery outcomes (stored, or failed and produced again).
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from tests.support.htir_reference import ReferenceAssembler
 from tests.unit.consumers.test_htir_feeder_refusals import (
     SETTINGS,
     TURNS,
@@ -29,7 +31,6 @@ from tests.unit.consumers.test_htir_feeder_refusals import (
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
-from turnaudit.htir import TraceAssembler
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 
@@ -64,7 +65,7 @@ def task_turns(draw: st.DrawFn) -> list[ConsumedTurn]:
 def test_what_the_feeder_says_of_an_acknowledged_trace_is_the_closed_traces_own(
     turns: list[ConsumedTurn], cuts: list[int], data: st.DataObject
 ) -> None:
-    reference = TraceAssembler(3600)
+    reference = ReferenceAssembler(3600, clock=lambda: 0.0)
     closed = [
         trace
         for turn in turns

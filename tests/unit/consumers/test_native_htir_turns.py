@@ -90,10 +90,12 @@ def test_the_native_feeder_publishes_the_record_by_record_traces_and_manifest(
 
 
 def held_by_first_offsets(sink: HtirFeederSink) -> dict[int, int]:
-    """The held offsets as the feeder said them before it kept them by partition: per
-    partition, the least first offset of a trace held (open, or closed and not acknowledged)."""
+    """The held offsets as a minimum over every held trace: per partition, the least first
+    offset of a trace open (the store's) or closed and not yet acknowledged (the feeder's)."""
     held: dict[int, int] = {}
-    for partition, offset in sink._first_offsets.values():
+    reads = [(p, o) for _, p, o in sink._store.first_reads()]
+    reads += [(p, o) for p, closed in sink._held.items() for o in closed.values()]
+    for partition, offset in reads:
         held[partition] = min(offset, held.get(partition, offset))
     return held
 
