@@ -44,7 +44,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar, NamedTuple, Protocol, cast
+from typing import IO, Any, ClassVar, NamedTuple, Protocol
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -54,7 +54,7 @@ from turnaudit.consumers.runtime import BatchingSink, ConsumedTurn
 from turnaudit.consumers.runtime.line_files import cut_torn_tail
 from turnaudit.consumers.runtime.sink import StepOutlet, StepRun, StepStop
 from turnaudit.files import open_private
-from turnaudit.htir import EncodedTrace, TaskTurn, decoded_trace, trace_store
+from turnaudit.htir import EncodedTrace, decoded_trace, trace_store
 from turnaudit.htir_steps import task_turn
 from turnaudit.kafka.producer import (
     DeliveredMessage,
@@ -120,7 +120,8 @@ class HtirFeederSink(BatchingSink):
         opener: TurnOpener | None = None,
     ) -> None:
         super().__init__()
-        self._handed_natively = 0  # turns without a task the native step handed since flush
+        # Traces closed since the last flush (by the native step or ``take``), to publish.
+        self._closed: list[EncodedTrace] = []
         self._open_sealed = opener  # sealed turns opened before the policy (turn_opener)
         self._redaction = redaction
         self._topic = kafka.topics.htir_traces
@@ -170,58 +171,67 @@ class HtirFeederSink(BatchingSink):
         return int(self._store.open_traces)
 
     def step_outlet(self) -> StepOutlet:
-        # An ordinary turn with a task comes made into its trace steps (a ``TaskTurn``),
-        # or, where sealed turns are opened first, as the validation would build it; one
-        # without a task is only counted: ``write_batch`` keeps nothing of it.
+        # An ordinary turn with a task is added to its trace in the store by the native
+        # step, or, where sealed turns are opened first, comes as the validation would
+        # build it; one without a task is only counted.
         if self._open_sealed is not None:
             return {"turn": (tuple.__new__, ConsumedTurn)}
         redaction = self._redaction
-        return {"steps": (tuple.__new__, TaskTurn, redaction.policy.value, redaction.text)}
+        return {"traces": (self._store, redaction.policy.value, redaction.text)}
 
     def step_runner(self, step: ConsumeStep) -> StepRun:
-        run_turns = step.run_turns
+        # Sealed: the turns into the pending batch; else the closed traces into ``_closed``,
+        # the run's turns seen at its start.
+        run_turns, clock = step.run_turns, self._clock
+        sealed = self._open_sealed is not None
+        into = self._pending if sealed else self._closed
 
         def run(batch: list[Any], index: int, next_offsets: dict[int, int]) -> StepStop:
-            stop = run_turns(batch, index, self._pending, next_offsets)
-            self._handed_natively += stop[5]
-            return stop
+            return run_turns(batch, index, into, next_offsets, 0.0 if sealed else clock())
 
         return run
 
-    def flush(self) -> None:
-        # A batch whose turns (without a task) the native step handed over ends as one
-        # of pending turns does: in ``write_batch`` (idle traces expire there too).
-        if self._pending or self._handed_natively:
-            self.write_batch(self._pending)
-            self._pending, self._handed_natively = [], 0  # written: a failure keeps them
+    def take(self, turn: ConsumedTurn) -> None:
+        # Added at once, as the native step adds the turns around it (the order a task's
+        # turns join its trace is the order they were read); sealed turns wait for the
+        # batch's end, with the native step's, to be opened first.
+        if self._open_sealed is not None:
+            self._pending.append(turn)
+        else:
+            self._add(turn)
 
-    def write_batch(self, turns: Sequence[ConsumedTurn | TaskTurn]) -> None:
-        run: list[TaskTurn] = []  # the native step's turns, their steps made, and the others
+    def flush(self) -> None:
+        # Every batch that handed turns over (natively or to ``take``) ends here: the
+        # closed traces are published, idle ones close too.
+        self.write_batch(self._pending)
+        self._pending.clear()  # written: a failure keeps them
+
+    def write_batch(self, turns: Sequence[ConsumedTurn]) -> None:
         for turn in turns:
-            if type(turn) is TaskTurn:
-                run.append(turn)
-                continue
-            consumed = cast(ConsumedTurn, turn)
-            event = consumed.event
-            if event["task"] is None:
-                continue
-            if self._open_sealed is not None:
-                self._open_sealed(event)
-            made = task_turn(
-                event,
-                consumed.topic,
-                consumed.partition,
-                consumed.offset,
-                contract_breaches=consumed.breaches,
-                redaction=self._redaction,
-            )
-            if made is not None:
-                run.append(made)
-        store, now = self._store, self._clock()
-        closed: list[EncodedTrace] = store.add_task_turns(run, now) if run else []
-        closed += store.expire(now - self._idle_timeout)
+            self._add(turn)
+        store = self._store
+        self._closed += store.expire(self._clock() - self._idle_timeout)
         self._skipped.set(store.partial_turns_skipped)
-        self._publish(closed)
+        self._publish(self._closed)
+        self._closed.clear()  # produced: a failure above publishes them again
+
+    def _add(self, consumed: ConsumedTurn) -> None:
+        """A turn the Python path took (or, sealed, every one) added to its trace."""
+        event = consumed.event
+        if event["task"] is None:
+            return
+        if self._open_sealed is not None:
+            self._open_sealed(event)
+        made = task_turn(
+            event,
+            consumed.topic,
+            consumed.partition,
+            consumed.offset,
+            contract_breaches=consumed.breaches,
+            redaction=self._redaction,
+        )
+        if made is not None:
+            self._closed += self._store.add_task_turns((made,), self._clock())
 
     def tick(self) -> None:
         """Called by the runtime on every poll, so idle traces close on a quiet stream."""

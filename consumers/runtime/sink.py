@@ -164,20 +164,20 @@ class StepOutlet(TypedDict, total=False):
     """How the native step gives a sink its ordinary turns (``ConsumeStep``'s outlet):
     ``line``, the log line's keys in order and the fixed texts of some; ``turn``,
     ``(tuple.__new__, ConsumedTurn)`` (turns with a task into the sink's pending list);
-    ``steps``, ``(tuple.__new__, TaskTurn, surface policy, Redaction.text)`` (turns with
-    a task made into their HTIR steps, ``turnaudit.htir.TaskTurn``, into that list);
+    ``traces``, ``(TraceStore, surface policy, Redaction.text)`` (turns with a task made
+    into their HTIR steps and added to their traces in the feeder's store);
     ``otlp``, true (each turn's OTLP log records into the OTel sink's buffer)."""
 
     line: tuple[Sequence[str], Sequence[tuple[str, str]]]
     otlp: bool
     turn: tuple[Any, type[Any]]
-    steps: tuple[Any, type[Any], str, Callable[[str], str | None]]
+    traces: tuple[Any, str, Callable[[str], str | None]]
 
 
 @runtime_checkable
 class SteppingSink(Protocol):
     """A sink whose ordinary turns the native step gives it its own way instead of
-    ``take`` (the log sink's rendered lines, the HTIR feeder's pending turns):
+    ``take`` (the log sink's rendered lines, the HTIR feeder's traces):
     ``step_outlet`` says how, once, when the step is made; ``step_runner``, per batch,
     runs the step into the sink, or is None when this batch goes record by record (a
     setting of the moment the native output does not cover). Every other turn still

@@ -235,7 +235,7 @@ class ConsumeStep:
         *,
         line: tuple[Sequence[str], Sequence[tuple[str, str]]] | None = None,
         turn: tuple[Any, type[Any]] | None = None,
-        steps: tuple[Any, type[Any], str, Callable[[str], str | None]] | None = None,
+        traces: tuple[TraceStore, str, Callable[[str], str | None]] | None = None,
         otlp: bool = False,
     ) -> ConsumeStep: ...
     def run(
@@ -264,7 +264,12 @@ class ConsumeStep:
         next_offsets: dict[int, int],
     ) -> tuple[int, int, Any, Any, int, int]: ...
     def run_turns(
-        self, batch: list[Any], start: int, pending: list[Any], next_offsets: dict[int, int]
+        self,
+        batch: list[Any],
+        start: int,
+        pending: list[Any],
+        next_offsets: dict[int, int],
+        now: float = 0.0,
     ) -> tuple[int, int, Any, Any, int, int]: ...
     def scanned_versions(self) -> list[int]: ...
 

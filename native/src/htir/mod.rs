@@ -42,6 +42,25 @@ const TOPIC: usize = 9;
 const PARTITION: usize = 10;
 const OFFSET: usize = 11;
 
+/// One task turn as the store takes it: from a `TaskTurn` (`add_task_turns`) or straight
+/// from a scanned message (the consumer step's `traces` outlet, `verify::consume`).
+pub(crate) struct TurnIn<'a, 'py> {
+    pub(crate) task_id: &'a str,
+    pub(crate) task_family: &'a str,
+    pub(crate) task_step: i64,
+    pub(crate) end_of_task: bool,
+    pub(crate) session_id: &'a str,
+    pub(crate) runtime_name: &'a str,
+    pub(crate) runtime_version: &'a str,
+    pub(crate) event_id: &'a str,
+    pub(crate) sequence: i64,
+    /// Its steps as the step rule made them (dicts, without indices).
+    pub(crate) steps: Bound<'py, PyList>,
+    pub(crate) topic: &'a str,
+    pub(crate) partition: i64,
+    pub(crate) offset: i64,
+}
+
 #[pyclass(module = "turnaudit._native")]
 pub(crate) struct TraceStore {
     steps: ItemWriter,
@@ -95,19 +114,14 @@ impl TraceStore {
 
     /// One turn's steps written into `trace` (numbered on from its last), or nothing for a
     /// turn already in it (an at-least-once redelivery).
-    fn join(&self, py: Python<'_>, trace: &mut OpenTrace, turn: &Bound<'_, PyTuple>) -> PyResult<()> {
-        let event_id: String = turn.get_item(EVENT_ID)?.extract()?;
-        if trace.event_ids.contains(&event_id) {
+    fn join(&self, py: Python<'_>, trace: &mut OpenTrace, turn: &TurnIn<'_, '_>) -> PyResult<()> {
+        if trace.event_ids.iter().any(|id| id == turn.event_id) {
             return Ok(());
         }
-        let sequence: i64 = turn.get_item(SEQUENCE)?.extract()?;
-        let read: (i64, i64) = (turn.get_item(PARTITION)?.extract()?, turn.get_item(OFFSET)?.extract()?);
-        let steps = turn.get_item(STEPS)?;
-        let steps = steps.cast::<PyList>()?;
         let (index_key, kind_key, task_step_key) = (intern!(py, "index"), intern!(py, "kind"), intern!(py, "task_step"));
         let (at, order_at) = (trace.steps.len(), trace.turn_order.len());
         let mut index = trace.step_count;
-        let written = steps.iter().try_for_each(|step| -> PyResult<()> {
+        let written = turn.steps.iter().try_for_each(|step| -> PyResult<()> {
             let step = step.cast::<PyDict>()?;
             step.set_item(index_key, index)?; // numbered in place, as the turn's own steps
             let start = trace.steps.len();
@@ -131,10 +145,53 @@ impl TraceStore {
             return Err(error);
         }
         trace.step_count = index;
-        trace.sequences.push(sequence);
-        trace.turn_offsets.push(read);
-        trace.event_ids.push(event_id);
+        trace.sequences.push(turn.sequence);
+        trace.turn_offsets.push((turn.partition, turn.offset));
+        trace.event_ids.push(turn.event_id.to_owned());
         Ok(())
+    }
+
+    /// Add one task turn seen at `now`: the trace its end of task closed, if it did.
+    pub(crate) fn add_turn<'py>(&mut self, py: Python<'py>, turn: &TurnIn<'_, 'py>, now: f64) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let mut trace = match self.open.remove(turn.task_id) {
+            Some(trace) => trace,
+            None => {
+                if turn.task_step != 0 {
+                    self.partial_turns_skipped += 1;
+                    return Ok(None);
+                }
+                self.opened += 1;
+                OpenTrace {
+                    serial: self.opened,
+                    task_family: turn.task_family.to_owned(),
+                    session_id: turn.session_id.to_owned(),
+                    topic: turn.topic.to_owned(),
+                    partition: turn.partition,
+                    runtime_name: turn.runtime_name.to_owned(),
+                    runtime_version: turn.runtime_version.to_owned(),
+                    steps: Vec::new(),
+                    step_count: 0,
+                    turn_order: Vec::new(),
+                    sequences: Vec::new(),
+                    event_ids: Vec::new(),
+                    turn_offsets: Vec::new(),
+                    last_seen: now,
+                }
+            }
+        };
+        let existed = !trace.event_ids.is_empty();
+        if let Err(error) = self.join(py, &mut trace, turn) {
+            if existed {
+                self.open.insert(turn.task_id.to_owned(), trace);
+            }
+            return Err(error);
+        }
+        trace.last_seen = now;
+        if turn.end_of_task {
+            return Ok(Some(self.closed(py, turn.task_id, &trace, 0)?));
+        }
+        self.open.insert(turn.task_id.to_owned(), trace);
+        Ok(None)
     }
 }
 
@@ -170,46 +227,28 @@ impl TraceStore {
         for turn in turns.try_iter()? {
             let turn = turn?;
             let turn = turn.cast::<PyTuple>()?;
-            let task_id: String = turn.get_item(TASK_ID)?.extract()?;
-            let mut trace = match self.open.remove(&task_id) {
-                Some(trace) => trace,
-                None => {
-                    if turn.get_item(TASK_STEP)?.extract::<i64>()? != 0 {
-                        self.partial_turns_skipped += 1;
-                        continue;
-                    }
-                    let runtime = turn.get_item(RUNTIME)?;
-                    self.opened += 1;
-                    OpenTrace {
-                        serial: self.opened,
-                        task_family: turn.get_item(TASK_FAMILY)?.extract()?,
-                        session_id: turn.get_item(SESSION_ID)?.extract()?,
-                        topic: turn.get_item(TOPIC)?.extract()?,
-                        partition: turn.get_item(PARTITION)?.extract()?,
-                        runtime_name: runtime_text(&runtime, "name")?,
-                        runtime_version: runtime_text(&runtime, "version")?,
-                        steps: Vec::new(),
-                        step_count: 0,
-                        turn_order: Vec::new(),
-                        sequences: Vec::new(),
-                        event_ids: Vec::new(),
-                        turn_offsets: Vec::new(),
-                        last_seen: now,
-                    }
-                }
+            let text = |at: usize| -> PyResult<String> { turn.get_item(at)?.extract() };
+            let runtime = turn.get_item(RUNTIME)?;
+            let (task_id, task_family, session_id, event_id, topic) = (text(TASK_ID)?, text(TASK_FAMILY)?, text(SESSION_ID)?, text(EVENT_ID)?, text(TOPIC)?);
+            let (runtime_name, runtime_version) = (runtime_text(&runtime, "name")?, runtime_text(&runtime, "version")?);
+            let steps = turn.get_item(STEPS)?;
+            let turn_in = TurnIn {
+                task_id: &task_id,
+                task_family: &task_family,
+                task_step: turn.get_item(TASK_STEP)?.extract()?,
+                end_of_task: turn.get_item(END_OF_TASK)?.is_truthy()?,
+                session_id: &session_id,
+                runtime_name: &runtime_name,
+                runtime_version: &runtime_version,
+                event_id: &event_id,
+                sequence: turn.get_item(SEQUENCE)?.extract()?,
+                steps: steps.cast::<PyList>()?.clone(),
+                topic: &topic,
+                partition: turn.get_item(PARTITION)?.extract()?,
+                offset: turn.get_item(OFFSET)?.extract()?,
             };
-            let existed = !trace.event_ids.is_empty();
-            if let Err(error) = self.join(py, &mut trace, turn) {
-                if existed {
-                    self.open.insert(task_id, trace);
-                }
-                return Err(error);
-            }
-            trace.last_seen = now;
-            if turn.get_item(END_OF_TASK)?.is_truthy()? {
-                closed.append(self.closed(py, &task_id, &trace, 0)?)?;
-            } else {
-                self.open.insert(task_id, trace);
+            if let Some(trace) = self.add_turn(py, &turn_in, now)? {
+                closed.append(trace)?;
             }
         }
         Ok(closed)

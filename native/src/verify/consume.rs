@@ -6,9 +6,9 @@
 //! rendered as the log sink's canonical line (`line.rs`) into its batch's buffer; `OTLP`,
 //! as the OTel sink's encoded log records (`otlp.rs`) into its buffer;
 //! `TURNS`, for a batching sink (the HTIR feeder): a turn with a task handed over as a
-//! `ConsumedTurn` decoded natively or, by the `steps` outlet, as the feeder's `TaskTurn`
-//! (its trace steps made by `htir_steps.rs`, no event decoded), one without counted as
-//! handed only (the feeder keeps nothing of it). An ordinary message: single-object framing of a scanned schema, no
+//! `ConsumedTurn` decoded natively or, by the traces outlet, added to its trace in the
+//! feeder's store (`crate::htir`; its steps made by `htir_steps.rs`, no event decoded), one
+//! without counted as handed only. An ordinary message: single-object framing of a scanned schema, no
 //! headers (so not redriven), the fields the outlet reads of the kinds it reads, a new
 //! turn at its stream's next position (no gap, no chain break), its key the session id,
 //! no breach found or recorded.
@@ -34,6 +34,7 @@ use super::scanned::{position, track_fields, Plans, Shipped, ShippedPlan};
 use super::tally::{labels, Labels, Tallies};
 use crate::constants::SINGLE_OBJECT_HEADER as HEADER;
 use crate::decode::scan::{scan, V};
+use crate::htir::{TraceStore, TurnIn};
 use crate::track::{chain_digest, NativeStreamTracker, Placed, Prev, NEW};
 
 const DONE: u8 = 0;
@@ -58,10 +59,9 @@ const OTLP: u8 = 3;
 enum Outlet {
     Tally,
     Lines(LineFormat),
-    /// `tuple.__new__` and `ConsumedTurn`: a turn built as the validation builds it.
-    Turns(Py<PyAny>, Py<PyAny>),
-    /// `tuple.__new__`, `TaskTurn` and the surface policy: a task turn as its trace steps.
-    Steps(Py<PyAny>, Py<PyAny>, Redact),
+    Turns(Py<PyAny>, Py<PyAny>), // `tuple.__new__` and `ConsumedTurn`
+    /// The HTIR trace store and the surface policy: a task turn's steps added to its trace.
+    Traces(Py<TraceStore>, Redact),
     Otlp,
 }
 
@@ -71,8 +71,8 @@ enum Kept<'a, 'py> {
     Line,
     NoTask,
     Task,
-    /// A task turn's `TaskTurn` fields but where it was read.
-    Steps(Vec<Bound<'py, PyAny>>),
+    /// A task turn as the trace store takes it, but where it was read.
+    Trace(TurnIn<'a, 'py>),
 }
 
 /// The consumer services' ordinary messages, validated and given to the sink natively
@@ -93,6 +93,8 @@ pub(crate) struct ConsumeStep {
     lines: Vec<u8>,
     stamp: Vec<u8>,
     observed_ns: u64,
+    /// The traces outlet's clock: when the run's turns were seen (`TraceStore`'s `now`).
+    now: f64,
     /// The OTLP outlet's scratch: a turn's attributes every record carries.
     common: Vec<u8>,
     /// (partition, next offset) of the messages taken, partitions in first-seen order.
@@ -109,7 +111,7 @@ impl ConsumeStep {
         }
         let top = shipped.scan.names.top(&shipped.decoder.get().plan);
         // Only the steps outlet reads the tool steps and the runtime.
-        let (steps, otlp) = (matches!(self.outlet, Outlet::Steps(..)), matches!(self.outlet, Outlet::Otlp));
+        let (steps, otlp) = (matches!(self.outlet, Outlet::Traces(..)), matches!(self.outlet, Outlet::Otlp));
         let slot = |n: &str| all_slot(n).filter(|s| (steps || ![TOOL_STEPS, RUNTIME].contains(s)) && (otlp || ![TRACE_CONTEXT, RESPONSE_ID, MODEL].contains(s)));
         self.wanted.push((id, top.iter().map(|n| slot(n)).collect()));
         self.wanted.len() - 1
@@ -156,12 +158,12 @@ impl ConsumeStep {
                 Some(V::Fields(_)) => Kept::Task,
                 _ => return Ok(Step::Feed),
             },
-            Outlet::Steps(_, _, redact) => match f[TASK] {
+            Outlet::Traces(_, redact) => match f[TASK] {
                 Some(V::Null) => Kept::NoTask,
                 // A turn whose steps the rule does not make goes the Python path, which
                 // makes them (or fails) the same way.
-                Some(V::Fields(_)) => match task_turn(py, &f, redact) {
-                    Ok(Some(fields)) => Kept::Steps(fields),
+                Some(V::Fields(_)) => match (task_turn(py, &f, redact), topic.cast::<PyString>()) {
+                    (Ok(Some(turn)), Ok(_)) => Kept::Trace(turn),
                     _ => return Ok(Step::Feed),
                 },
                 _ => return Ok(Step::Feed),
@@ -204,14 +206,14 @@ impl ConsumeStep {
                 let fields = (decoded, result, topic, partition, offset, PyTuple::empty(py), false).into_pyobject(py)?;
                 pending.append(tuple_new.bind(py).call1((turn_type.bind(py), fields))?)?;
             }
-            Kept::Steps(fields) => {
-                let (Outlet::Steps(tuple_new, turn_type, _), Some(pending)) = (&self.outlet, pending) else {
+            Kept::Trace(mut turn) => {
+                let (Outlet::Traces(store, _), Some(closed)) = (&self.outlet, pending) else {
                     return Err(PyValueError::new_err("a handing step runs with a pending list"));
                 };
-                let mut fields = fields;
-                fields.extend([topic, partition.into_pyobject(py)?.into_any(), offset.into_pyobject(py)?.into_any()]);
-                let fields = PyTuple::new(py, fields)?;
-                pending.append(tuple_new.bind(py).call1((turn_type.bind(py), fields))?)?;
+                (turn.topic, turn.partition, turn.offset) = (topic.cast::<PyString>()?.to_str()?, partition, offset);
+                if let Some(trace) = store.bind(py).try_borrow_mut()?.add_turn(py, &turn, self.now)? {
+                    closed.append(trace)?;
+                }
             }
         }
         match self.next_offsets.iter_mut().find(|(p, _)| *p == partition) {
@@ -275,7 +277,7 @@ impl ConsumeStep {
             Outlet::Tally => TALLY,
             Outlet::Lines(_) => LINES,
             Outlet::Otlp => OTLP,
-            Outlet::Turns(..) | Outlet::Steps(..) => TURNS,
+            Outlet::Turns(..) | Outlet::Traces(..) => TURNS,
         };
         if is == mode {
             Ok(())
@@ -301,9 +303,10 @@ impl ConsumeStep {
     /// comes decoded); `shipped`: `TurnEventDeserializer.native_plans()`. The outlet:
     /// tallies (none of the others given); `line`, the log line's keys in order and
     /// the fixed texts of some of them; `turn`, `(tuple.__new__, ConsumedTurn)`; `steps`,
-    /// `(tuple.__new__, TaskTurn, the surface policy's value, Redaction.text)`; `otlp`, true.
+    /// `traces`, `(the feeder's TraceStore, the surface policy's value, Redaction.text)`;
+    /// `otlp`, true.
     #[new]
-    #[pyo3(signature = (decode, tracker, check, shipped, *, line=None, turn=None, steps=None, otlp=false))]
+    #[pyo3(signature = (decode, tracker, check, shipped, *, line=None, turn=None, traces=None, otlp=false))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -313,16 +316,16 @@ impl ConsumeStep {
         shipped: Vec<ShippedPlan>,
         line: Option<(Vec<String>, Vec<(String, String)>)>,
         turn: Option<(Py<PyAny>, Py<PyAny>)>,
-        steps: Option<(Py<PyAny>, Py<PyAny>, String, Py<PyAny>)>,
+        traces: Option<(Py<TraceStore>, String, Py<PyAny>)>,
         otlp: bool,
     ) -> PyResult<Self> {
-        let outlet = match (line, turn, steps, otlp) {
+        let outlet = match (line, turn, traces, otlp) {
             (None, None, None, false) => Outlet::Tally,
             (Some((keys, constants)), None, None, false) => Outlet::Lines(LineFormat::new(keys, constants)?),
             (None, Some((tuple_new, turn_type)), None, false) => Outlet::Turns(tuple_new, turn_type),
-            (None, None, Some((tuple_new, turn_type, policy, text)), false) => Outlet::Steps(tuple_new, turn_type, Redact::new(&policy, text)?),
+            (None, None, Some((store, policy, text)), false) => Outlet::Traces(store, Redact::new(&policy, text)?),
             (None, None, None, true) => Outlet::Otlp,
-            _ => return Err(PyValueError::new_err("one outlet: line, turn, steps or otlp")),
+            _ => return Err(PyValueError::new_err("one outlet: line, turn, traces or otlp")),
         };
         Ok(ConsumeStep {
             decode,
@@ -335,6 +338,7 @@ impl ConsumeStep {
             lines: Vec::new(),
             stamp: Vec::new(),
             observed_ns: 0,
+            now: 0.0,
             common: Vec::new(),
             next_offsets: Vec::new(),
             taken: 0,
@@ -387,10 +391,13 @@ impl ConsumeStep {
         taken(stop, n)
     }
 
-    /// `run` for a batching sink: each ordinary turn with a task appended to `pending`
-    /// as a `ConsumedTurn`; the count is of every ordinary turn (handed over).
-    fn run_turns(&mut self, py: Python<'_>, batch: &Bound<'_, PyList>, start: usize, pending: &Bound<'_, PyList>, next_offsets: &Bound<'_, PyDict>) -> PyResult<Stop> {
+    /// `run` for a batching sink: each ordinary turn with a task appended to `pending` as a
+    /// `ConsumedTurn`, or (traces outlet) added to its trace in the store, seen at `now`, the
+    /// traces closed (`EncodedTrace`s) appended to `pending`; the count is of every ordinary turn.
+    #[pyo3(signature = (batch, start, pending, next_offsets, now=0.0))]
+    fn run_turns(&mut self, py: Python<'_>, batch: &Bound<'_, PyList>, start: usize, pending: &Bound<'_, PyList>, next_offsets: &Bound<'_, PyDict>, now: f64) -> PyResult<Stop> {
         self.outlet_is(TURNS)?;
+        self.now = now;
         let stop = self.drive(py, batch, start, Some(pending));
         let n = self.flush_offsets(next_offsets)?;
         taken(stop, n)
@@ -433,9 +440,9 @@ impl ConsumeStep {
                 !otlp_records(py, &f, read, &mut Vec::new(), &mut self.common)
             }
             Outlet::Turns(..) => !matches!(f[TASK], Some(V::Null | V::Fields(_))),
-            Outlet::Steps(_, _, redact) => match f[TASK] {
+            Outlet::Traces(_, redact) => match f[TASK] {
                 Some(V::Null) => false,
-                Some(V::Fields(_)) => !matches!(task_turn(py, &f, redact), Ok(Some(_))),
+                Some(V::Fields(_)) => !matches!(task_turn(py, &f, redact), Ok(Some(_))) || topic.cast::<PyString>().is_err(),
                 _ => true,
             },
         })

@@ -17,6 +17,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString};
 use super::contracts::{ACTION, EVENT_ID, OCCURRED_AT, PATH, SEQUENCE, SESSION_ID, SURFACE, VERDICTS};
 use super::line::{ALL_SLOTS, RUNTIME, TASK, TOOL_STEPS, TURN};
 use crate::decode::scan::V;
+use crate::htir::TurnIn;
 
 /// How much of a surface a trace keeps under `keep` (surfaces are sensitive and long;
 /// the auditors need the gist).
@@ -358,27 +359,34 @@ pub(crate) fn htir_turn_steps<'py>(py: Python<'py>, event: &Bound<'py, PyDict>, 
     turn_steps(py, &f, millis, breaches, &Redact::new(policy, text)?)
 }
 
-/// A scanned task turn as the feeder's `TaskTurn` (task id, family, step, end of task,
-/// session id, runtime, event id, sequence, steps) without where it was read; `None`
-/// where a field is not of the kind the decoded event would hold.
-pub(crate) fn task_turn<'py>(py: Python<'py>, f: &[Option<V<'_>>], redact: &Redact) -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
+/// A scanned task turn as the trace store takes it (`TurnIn`), its steps made, but where
+/// it was read (the caller's); `None` where a field is not of the kind the decoded event
+/// would hold (the Python path then makes it, or fails, the same way).
+pub(crate) fn task_turn<'a, 'py>(py: Python<'py>, f: &'a [Option<V<'a>>], redact: &Redact) -> PyResult<Option<TurnIn<'a, 'py>>> {
     let (Some(task @ V::Fields(_)), Some(V::Int(millis)), Some(runtime @ V::Fields(_)), Some(_)) = (&f[TASK], f[OCCURRED_AT].as_ref(), &f[RUNTIME], &f[SURFACE]) else {
         return Ok(None);
     };
     if !matches!(f[TOOL_STEPS], Some(V::List(_) | V::Null)) {
         return Ok(None);
     }
-    let (Some(id @ V::Str(_)), Some(family @ V::Str(_)), Some(step @ V::Int(_)), Some(end @ V::Bool(_))) =
+    let (Some(V::Str(task_id)), Some(V::Str(task_family)), Some(V::Int(task_step)), Some(V::Bool(end_of_task))) =
         (task.field("task_id"), task.field("task_family"), task.field("step"), task.field("end_of_task"))
     else {
         return Ok(None);
     };
+    let (Some(V::Str(session_id)), Some(V::Str(event_id)), Some(V::Int(sequence))) = (&f[SESSION_ID], &f[EVENT_ID], &f[SEQUENCE]) else {
+        return Ok(None);
+    };
+    // `runtime.get(name, "")`, as the Python path reads it: a name that is no text is its.
+    let text = |name: &str| match runtime.field(name) {
+        None => Some(""),
+        Some(V::Str(s)) => Some(*s),
+        Some(_) => None,
+    };
+    let (Some(runtime_name), Some(runtime_version)) = (text("name"), text("version")) else {
+        return Ok(None);
+    };
     let slots: [Option<&V<'_>>; ALL_SLOTS] = std::array::from_fn(|at| f.get(at).and_then(Option::as_ref));
-    let steps = turn_steps(py, &slots, *millis, pyo3::types::PyList::empty(py), redact)?;
-    let mut fields = [id, family, step, end, f[SESSION_ID].as_ref().unwrap_or(&V::Null), runtime, f[EVENT_ID].as_ref().unwrap_or(&V::Null), f[SEQUENCE].as_ref().unwrap_or(&V::Null)]
-        .into_iter()
-        .map(|v| to_py(py, v))
-        .collect::<PyResult<Vec<_>>>()?;
-    fields.push(steps.into_any());
-    Ok(Some(fields))
+    let steps = turn_steps(py, &slots, *millis, PyList::empty(py), redact)?;
+    Ok(Some(TurnIn { task_id, task_family, task_step: *task_step, end_of_task: *end_of_task, session_id, runtime_name, runtime_version, event_id, sequence: *sequence, steps, topic: "", partition: 0, offset: 0 }))
 }

@@ -1,9 +1,9 @@
 """The HTIR feeder's native hand-over against the record-by-record path.
 
 ``TurnEventValidation.examine_batch`` with the feeder's sink (ordinary turns through
-``ConsumeStep``'s steps outlet: one with a task handed over as a ``TaskTurn``, its trace
-steps made natively from the scanned record under the feeder's surface policy, one
-without counted only; every other message through ``examine``/``conclude`` and ``take``)
+``ConsumeStep``'s traces outlet: one with a task made into its trace steps natively from
+the scanned record under the feeder's surface policy and added to its trace in the store,
+one without counted only; every other message through ``examine``/``conclude`` and ``take``)
 publishes the same traces, byte for byte and in the same order, and writes the same
 manifest lines, as ``hand_over`` record by record, under every surface policy, over any
 batches of the native batch test's kinds (every shipped version, a learned schema,
@@ -30,7 +30,6 @@ from tests.unit.consumers.test_native_batch import (
 )
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime.handover import HandedBatch
-from turnaudit.htir import TaskTurn
 from turnaudit.redaction import DROPPED, Redaction, SurfacePolicy
 
 POLICIES = st.sampled_from(
@@ -142,7 +141,7 @@ def check_batches(
     assert tracker_state(native) == tracker_state(reference)
 
 
-def test_ordinary_turns_reach_the_feeder_without_take_those_with_a_task_as_their_steps() -> None:
+def test_ordinary_turns_reach_the_feeders_traces_without_take_or_a_python_turn() -> None:
     turns = chained_turns(7, 60, [3, 4, 5] * 20)
     records = [Message(v, k, 0, i) for i, (k, v) in enumerate(turns)]
     reference, native = FeederService(False), FeederService(True)
@@ -157,10 +156,11 @@ def test_ordinary_turns_reach_the_feeder_without_take_those_with_a_task_as_their
     assert native.batch(records) == HandedBatch(next_offsets={0: 60}, handed=60)
     assert reference.batch(records) == HandedBatch(next_offsets={0: 60}, handed=60)
     assert native.taken == []
-    assert handed
-    assert all(type(turn) is TaskTurn for turn in handed)
+    assert handed == []  # the native step added the task turns to the store itself
     with_task = [turn for turn in reference.taken if turn.event["task"] is not None]
     assert 0 < len(with_task) < 60  # both kinds were in the batch
     assert native.traces() == reference.traces()
     assert native.traces()  # a trace closed
+    assert native.sink._store.first_reads() == reference.sink._store.first_reads()
+    assert native.sink._store.first_reads()  # and one is still open
     assert native.sink.held_offsets() == reference.sink.held_offsets()
