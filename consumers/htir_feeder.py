@@ -120,8 +120,10 @@ class HtirFeederSink(BatchingSink):
         opener: TurnOpener | None = None,
     ) -> None:
         super().__init__()
-        # Traces closed since the last flush (by the native step or ``take``), to publish.
+        # Traces closed since the last flush (by the native step or ``take``), to publish,
+        # and those held and not yet handed to the producer.
         self._closed: list[EncodedTrace] = []
+        self._waiting: list[ProducedTrace] = []
         self._open_sealed = opener  # sealed turns opened before the policy (turn_opener)
         self._redaction = redaction
         self._topic = kafka.topics.htir_traces
@@ -212,8 +214,7 @@ class HtirFeederSink(BatchingSink):
         store = self._store
         self._closed += store.expire(self._clock() - self._idle_timeout)
         self._skipped.set(store.partial_turns_skipped)
-        self._publish(self._closed)
-        self._closed.clear()  # produced: a failure above publishes them again
+        self._publish()
 
     def _add(self, consumed: ConsumedTurn) -> None:
         """A turn the Python path took (or, sealed, every one) added to its trace."""
@@ -235,7 +236,8 @@ class HtirFeederSink(BatchingSink):
 
     def tick(self) -> None:
         """Called by the runtime on every poll, so idle traces close on a quiet stream."""
-        self._publish(self._store.expire(self._clock() - self._idle_timeout))
+        self._closed += self._store.expire(self._clock() - self._idle_timeout)
+        self._publish()
 
     def held_offsets(self) -> dict[int, int]:
         """Per partition, the first offset a trace still open, or closed and not yet
@@ -279,9 +281,18 @@ class HtirFeederSink(BatchingSink):
         if self._manifest is not None:
             self._manifest.close()
 
-    def _publish(self, traces: list[EncodedTrace]) -> None:
-        for trace in traces:
-            self._produce(self._produced(trace))
+    def _publish(self) -> None:
+        # Each closed trace held once (``_produced``), then produced; one the producer
+        # refused to take (a full queue raised) is produced again on the next publish.
+        self._waiting += map(self._produced, self._closed)
+        self._closed.clear()
+        produced = 0
+        try:
+            for trace in self._waiting:
+                self._produce(trace)
+                produced += 1
+        finally:
+            del self._waiting[:produced]
         # A trace counts as published once acknowledged (its delivery report);
         # until then its turns' offsets stay held back (a slow broker delays
         # them, loses nothing). Reports are served here without waiting, so a

@@ -13,6 +13,8 @@ from __future__ import annotations
 import itertools
 import json
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -31,6 +33,9 @@ from tests.unit.consumers.test_htir_feeder_refusals import (
 from turnaudit.consumers.htir_feeder import HtirFeederSink
 from turnaudit.consumers.runtime import ConsumedTurn
 from turnaudit.contracts import SequenceCheck, SequenceOutcome
+from turnaudit.htir import TaskTurn
+from turnaudit.htir_steps import task_turn
+from turnaudit.kafka.producer import DeliveryCallback
 from turnaudit.serialization.schemas import shipped_catalog
 from turnaudit.serialization.wire import SingleObjectSerializer
 
@@ -119,3 +124,67 @@ def test_what_the_feeder_says_of_an_acknowledged_trace_is_the_closed_traces_own(
     assert registry.get_sample_value(
         "turnaudit_htir_traces_total", {"closed_by": "END_OF_TASK"}
     ) == float(len(closed))
+
+
+@dataclass
+class RefusingProducer(FakeProducer):
+    """A producer whose queue is full now and then: ``produce`` raises ``BufferError`` (as
+    librdkafka's does) on the calls ``refuse`` picks, and queues nothing for them."""
+
+    refuse: Callable[[], bool] = lambda: False
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        on_delivery: DeliveryCallback | None = None,
+        serve_reports: bool = True,
+    ) -> None:
+        if self.refuse():
+            raise BufferError("Local: Queue full")
+        super().produce(topic, value, key, on_delivery=on_delivery, serve_reports=serve_reports)
+
+
+@settings(max_examples=60, deadline=None)
+@given(task_turns(), st.lists(st.integers(0, 30), max_size=3), st.data())
+def test_a_producer_that_refuses_to_queue_loses_no_trace_and_holds_no_offset_for_ever(
+    turns: list[ConsumedTurn], cuts: list[int], data: st.DataObject
+) -> None:
+    """A flush the producer refused (its queue full) raises, and the runtime flushes again:
+    every closed trace is stored in the end, and once all are acknowledged no offset is
+    held (a trace held twice, or held and never produced, would hold one for ever)."""
+    closed = ReferenceAssembler(3600, clock=lambda: 0.0).add_task_turns(
+        t for turn in turns if (t := reference_turn(turn)) is not None
+    )
+    producer = RefusingProducer(
+        outcome=lambda batch: [Outcome.STORED] * len(batch),
+        refuse=lambda: data.draw(st.booleans()) and data.draw(st.booleans()),
+    )
+    sink = HtirFeederSink(
+        SETTINGS, registry=CollectorRegistry(), idle_timeout=3600, producer=producer
+    )
+    bounds = sorted({0, len(turns), *(min(c, len(turns)) for c in cuts)})
+    for start, end in itertools.pairwise(bounds):
+        for turn in turns[start:end]:
+            sink.take(turn)
+        for _ in range(200):  # the runtime calls flush again until it returns
+            try:
+                sink.flush()
+                break
+            except BufferError:
+                continue
+    producer.refuse = lambda: False
+    for _ in range(50):
+        if sink.published == len(closed):
+            break
+        sink.tick()
+    assert sorted(producer.stored) == sorted(t.task_id.encode() for t in closed)
+    assert sink.published >= len(closed)
+    assert sink.open_traces == 0
+    assert sink.held_offsets() == {}
+
+
+def reference_turn(turn: ConsumedTurn) -> TaskTurn | None:
+    return task_turn(turn.event, turn.topic, turn.partition, turn.offset)
