@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from turnaudit.htir import HtirTrace, TaskTurn, TraceClose, turn_steps
+from turnaudit.htir import HtirTrace, TaskTurn, TraceClose
+from turnaudit.htir_steps import task_turn
 from turnaudit.redaction import DROPPED, Redaction
 
 
@@ -69,23 +70,12 @@ class ReferenceAssembler:
         offset: int,
         breaches: Sequence[str] = (),
     ) -> HtirTrace | None:
-        task = event.get("task")
-        if task is None:
-            return None
-        turn = TaskTurn(
-            task["task_id"],
-            task["task_family"],
-            task["step"],
-            task["end_of_task"],
-            event["session_id"],
-            event["runtime"],
-            event["event_id"],
-            event["sequence"],
-            turn_steps(event, breaches, self.redaction),
-            topic,
-            partition,
-            offset,
+        # The turn made into its steps as the product makes it: the assembly is the oracle.
+        turn = task_turn(
+            event, topic, partition, offset, contract_breaches=breaches, redaction=self.redaction
         )
+        if turn is None:
+            return None
         return next(iter(self.add_task_turns((turn,))), None)
 
     def add_task_turns(self, turns: Iterable[TaskTurn]) -> list[HtirTrace]:
