@@ -48,9 +48,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafkaBrok
 
 
 def leader_and_replicas(broker: LocalKafkaBroker, topic: str) -> tuple[int, list[int]]:
+    """Partition 0's leader and replicas, once the metadata a node answers with has them (a
+    topic just created may be named by a node before its partitions are)."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers, "log_level": 0})
-    partition = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
-    return partition.leader, list(partition.replicas)
+    deadline = time.monotonic() + 30
+    while True:
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        if 0 in partitions and partitions[0].leader >= 0:
+            return partitions[0].leader, list(partitions[0].replicas)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{topic} has no partition 0 with a leader after 30 s")
+        time.sleep(0.2)
 
 
 def lines(path: Path) -> int:
