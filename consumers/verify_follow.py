@@ -8,9 +8,10 @@ dead-letters (the other services do); its sink writes, at every flush, the
 proof of what changed to the compacted ``<prefix>verify-state`` topic and
 returns only once it is durable, so the offsets the runtime then stores never
 pass the checkpoint (at-least-once, and they agree). A partition taken over
-(at start, or after a rebalance) is loaded from its checkpoint first; messages
-below its proved offset are skipped (counted ``reread``), so a restart resumes
-where the proof stopped.
+(at start, or after a rebalance) is loaded from its checkpoint when assigned (a
+partition never checkpointed, at its first message); messages below its proved
+offset are skipped (counted ``reread``), so a restart resumes where the proof
+stopped, and one that reads no new turn still sweeps and retires.
 
 With a keyring (``--keyring FILE``) it also judges each stream's trust against the
 signed checkpoints (``turnaudit.verify.follow_trust``): a thread of its own reads
@@ -27,6 +28,7 @@ Metrics (every label value from a closed set): ``turnaudit_verify_*``.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,7 +51,7 @@ from turnaudit.serialization.wire import DecodedTurnEvent, Framing, TurnEventDes
 from turnaudit.settings import KafkaSettings
 from turnaudit.verify.follow import FollowState
 from turnaudit.verify.follow_batch import follow_batch
-from turnaudit.verify.follow_records import Outcome, StateRecord
+from turnaudit.verify.follow_records import Outcome, StateRecord, partition_key
 
 log = structlog.get_logger("turnaudit.verify.follow")
 
@@ -214,18 +216,30 @@ class VerifyFollowSink(Sink):
 
     # -- taking a partition over ---------------------------------------------------------
     def partitions_assigned(self, partitions: set[int]) -> None:
-        """With a keyring, each partition's trust is taken over at once (its streams are
-        judged as checkpoints arrive, whether or not a turn of it comes)."""
-        if self._trust is None:
-            return
-        for p in sorted(partitions):
+        """Each partition's checkpoint is read at once. A checkpointed partition is loaded
+        now, whether or not a turn of it comes again: its open gaps are swept, its streams
+        that ended whole retired, its losses judged. One never checkpointed waits for its
+        first message (where reading begins says how its proof began). With a keyring, its
+        trust is taken over at once too (judged as checkpoints arrive)."""
+        for p in sorted(partitions - set(self._state.partitions)):  # held: memory is newer
             records = list(read_state(self._kafka, [p]))
-            self._assigned_records[p] = records
-            self._trust.take_partition(p, records)
+            if self._trust is not None:
+                self._trust.take_partition(p, records)
+            proof = dict(records).get(partition_key(p))
+            if proof is not None:
+                self.load(p, json.loads(proof)["offset"], records)
+            else:
+                self._assigned_records[p] = records
 
-    def load(self, partition: int, first_offset: int) -> None:
+    def load(
+        self,
+        partition: int,
+        first_offset: int,
+        records: list[tuple[bytes, bytes | None]] | None = None,
+    ) -> None:
         """The partition's checkpoint, read back before its first message is checked."""
-        records = self._assigned_records.pop(partition, None)
+        if records is None:
+            records = self._assigned_records.pop(partition, None)
         if records is None:
             records = list(read_state(self._kafka, [partition]))
         low = watermarks(self._kafka, self._kafka.topics.turn_events).low.get(partition, 0)

@@ -227,6 +227,13 @@ def committed_offsets(settings: KafkaSettings, group: str) -> dict[int, int]:
         consumer.close()
 
 
+def answering(port: int) -> bool:
+    try:
+        return http_get(port, "/metrics")[0] == 200
+    except OSError:  # not listening yet
+        return False
+
+
 def proved_turns(port: int) -> float:
     """Turns the follower proved so far (0 before its /metrics answers)."""
     try:
@@ -263,3 +270,34 @@ def test_offsets_never_pass_the_checkpoint_so_a_kill_between_checkpoints_loses_n
     reread = sum(durable.values()) - sum(committed.get(p, 0) for p in durable)
     assert after["turnaudit_verify_reread_messages_total{}"] == reread
     assert after["turnaudit_verify_lost_turns_total{cause=gap}"] == 0
+
+
+def test_a_restart_that_reads_no_new_turn_still_takes_its_partitions_over_and_sweeps_their_gaps(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A follower restarted where every offset is committed reads no message of its
+    partitions, yet holds them from their checkpoints at once: a gap a killed run opened
+    (its turn removed) is declared lost once past the grace, with no turn arriving."""
+    settings = fresh_topics(kafka_bootstrap)
+    port = free_port()
+    publish(settings, tmp_path / "a", seed=34, events=100)
+    tampered_streams(settings)  # the "removed" session opens a gap
+    group = default_group_id(settings.topics.prefix, ServiceName.VERIFY_FOLLOW)
+    high = watermarks(settings, settings.topics.turn_events).high
+    log = tmp_path / "follow.log"
+    with follower(settings, port, log, "--grace", "600", checkpoint_s=0.2) as proc:
+        assert wait_for(lambda: caught_up(settings), timeout=90)
+        assert wait_for(
+            lambda: committed_offsets(settings, group) == {p: h for p, h in high.items() if h},
+            timeout=30,
+        )
+        first = scrape(port)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert first["turnaudit_verify_lost_turns_total{cause=gap}"] == 0  # within its grace
+    with follower(settings, port, log, checkpoint_s=0.2):  # --grace 2
+        assert wait_for(lambda: answering(port), timeout=90)
+        assert wait_for(lambda: checkpoint_totals(settings)["lost"] == 1, timeout=60)
+        after = scrape(port)
+    assert after["turnaudit_verify_lost_turns_total{cause=gap}"] == 1
+    assert after["turnaudit_verify_turns_proved_total{}"] == 0  # no message read

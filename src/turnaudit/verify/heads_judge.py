@@ -229,12 +229,15 @@ class HeadsJudge:
             self._taken_over(producer)
             if self._engine.proved_offset(partition) is None:
                 return  # another member's
-            if self.marks.judged(partition, at):
-                return  # judged already (a pass reads it again)
             if note.status == "ended" and last is not None and note.head.sequence <= last:
-                self._ends.pop(stream, None)  # reached its head: nothing to count
+                # Reached its head: nothing to count. Judged before too when a run was
+                # killed between the mark and the tombstone: the stream, still held, is
+                # retired all the same (a retired one has no last position: not here).
+                self._ends.pop(stream, None)
                 self.marks.retire_later(stream, partition, at)
                 return
+            if self.marks.judged(partition, at):
+                return  # judged already (a pass reads it again)
             self._ends[stream] = waiting
             self.marks.wait(stream, partition, at)
             self._push(waiting, None)
