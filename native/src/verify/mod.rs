@@ -29,6 +29,7 @@ mod contracts;
 mod htir_steps;
 mod line;
 mod otlp;
+mod otlp_envelope;
 mod rule_input;
 mod scanned;
 mod tally;
@@ -36,7 +37,8 @@ mod tally;
 pub(crate) use consume::ConsumeStep;
 pub(crate) use contracts::ContractCheck;
 pub(crate) use htir_steps::{htir_turn_steps, SURFACE_LIMIT};
-pub(crate) use otlp::{otlp_requests, otlp_turn_records, MAX_EXPLANATION, MAX_IDS, MAX_TEXT};
+pub(crate) use otlp::{otlp_turn_records, MAX_EXPLANATION, MAX_IDS, MAX_TEXT};
+pub(crate) use otlp_envelope::otlp_requests;
 use contracts::*;
 use scanned::{is_not_a_turn, scan_message, track_fields, Interned, Plans, Shipped, ShippedPlan};
 

@@ -12,19 +12,16 @@
 //!
 //! Each record is written as one `ScopeLogs.log_records` entry (field 2, length-delimited
 //! `LogRecord`), so a sink's buffer of them is the inside of a `ScopeLogs` and
-//! `otlp_requests` writes the envelope (`ExportLogsServiceRequest` / `ResourceLogs` /
+//! `otlp_envelope.rs` writes the envelope (`ExportLogsServiceRequest` / `ResourceLogs` /
 //! `ScopeLogs`, the `opentelemetry-proto` messages) around runs of them: protobuf's
 //! repeated fields concatenate. The records themselves are written field by field with
 //! prost's wire primitives from the borrowed texts (no owned message per attribute); the
 //! Python tests read them back with `opentelemetry.proto` and hold them to the SDK's.
 
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
-use prost::Message;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict};
+use pyo3::types::{PyByteArray, PyDict};
 
 use super::contracts::{ACTION, DOMAIN, EVENT_ID, OCCURRED_AT, PACK_ID, PRODUCER_ID, SEQUENCE, SESSION_ID, VERDICTS};
 use super::htir_steps::{key, Key, Rec};
@@ -37,7 +34,7 @@ pub(crate) const MAX_IDS: usize = 8;
 const EVENT_NAME: &str = "gen_ai.evaluation.result";
 const SEVERITY_INFO: u64 = 9; // SeverityNumber.INFO
 /// `ScopeLogs.log_records`: the tag each record of a buffer starts with.
-const LOG_RECORDS: u32 = 2;
+pub(super) const LOG_RECORDS: u32 = 2;
 
 /// How a turn was read, which its records carry, and when the records were made.
 pub(crate) struct Read {
@@ -102,7 +99,7 @@ enum Val<'a> {
     Double(f64),
 }
 
-fn put_len(out: &mut Vec<u8>, tag: u32, len: usize) {
+pub(super) fn put_len(out: &mut Vec<u8>, tag: u32, len: usize) {
     encode_key(tag, WireType::LengthDelimited, out);
     encode_varint(len as u64, out);
 }
@@ -237,7 +234,9 @@ pub(crate) fn turn_records<'py, R: Rec<'py> + Scalar>(py: Python<'py>, f: &[Opti
     let time_ns = (read.millis as u64).wrapping_mul(1_000_000);
     let parent = span_parent(py, at(f, TRACE_CONTEXT))?;
 
-    let write = |out: &mut Vec<u8>, v: Verdict<'_>| write_record(out, &v, time_ns, parent.as_ref(), common, read.observed_ns);
+    // The scratch past the turn's attributes takes each record's own (no buffer a record).
+    let turn_len = common.len();
+    let mut write = |out: &mut Vec<u8>, v: Verdict<'_>| write_record(out, &v, time_ns, parent.as_ref(), common, turn_len, read.observed_ns);
     let bundle = need(f, VERDICTS, "verdicts")?;
     let mut n = 0;
     let verdicts = [("safety", key!(py, "safety_verdict"), key!(py, "violated_boundary_ids"), "violated boundaries"), ("ethics", key!(py, "ethics_verdict"), key!(py, "violated_predicate_ids"), "violated predicates")];
@@ -282,20 +281,23 @@ pub(crate) fn turn_records<'py, R: Rec<'py> + Scalar>(py: Python<'py>, f: &[Opti
     Ok(n)
 }
 
-/// One `ScopeLogs.log_records` entry.
-fn write_record(out: &mut Vec<u8>, v: &Verdict<'_>, time_ns: u64, parent: Option<&Span>, common: &[u8], observed_ns: u64) {
-    let mut own = Vec::with_capacity(160);
-    put_attr(&mut own, "gen_ai.evaluation.name", &Val::Str(v.name));
-    put_attr(&mut own, "gen_ai.evaluation.score.value", &Val::Double(v.score));
-    put_attr(&mut own, "gen_ai.evaluation.score.label", &Val::Str(v.label));
+/// One `ScopeLogs.log_records` entry. `scratch`: the turn's attributes (`turn_len` bytes),
+/// then room for the record's own.
+fn write_record(out: &mut Vec<u8>, v: &Verdict<'_>, time_ns: u64, parent: Option<&Span>, scratch: &mut Vec<u8>, turn_len: usize, observed_ns: u64) {
+    scratch.truncate(turn_len);
+    let own = scratch;
+    put_attr(own, "gen_ai.evaluation.name", &Val::Str(v.name));
+    put_attr(own, "gen_ai.evaluation.score.value", &Val::Double(v.score));
+    put_attr(own, "gen_ai.evaluation.score.label", &Val::Str(v.label));
     if let Some(explanation) = &v.explanation {
-        put_attr(&mut own, "gen_ai.evaluation.explanation", &Val::Str(explanation));
+        put_attr(own, "gen_ai.evaluation.explanation", &Val::Str(explanation));
     }
     if let Some((tier, policy, human)) = v.action {
-        put_attr(&mut own, "turnaudit.action.risk_tier", &Val::Str(tier));
-        put_attr(&mut own, "turnaudit.action.output_policy", &Val::Str(policy));
-        put_attr(&mut own, "turnaudit.action.human_decision_required", &Val::Bool(human));
+        put_attr(own, "turnaudit.action.risk_tier", &Val::Str(tier));
+        put_attr(own, "turnaudit.action.output_policy", &Val::Str(policy));
+        put_attr(own, "turnaudit.action.human_decision_required", &Val::Bool(human));
     }
+    let (common, own) = own.split_at(turn_len);
     let body = v.name.len() + 2 + v.label.len();
     let body_any = 1 + encoded_len_varint(body as u64) + body;
     let mut len = 9 + 2 + len_of_str(1, "INFO") + 1 + encoded_len_varint(body_any as u64) + body_any;
@@ -316,7 +318,7 @@ fn write_record(out: &mut Vec<u8>, v: &Verdict<'_>, time_ns: u64, parent: Option
     out.extend_from_slice(b": ");
     out.extend_from_slice(v.label.as_bytes());
     // Repeated fields concatenate: the verdict's own attributes, then the turn's.
-    out.extend_from_slice(&own);
+    out.extend_from_slice(own);
     out.extend_from_slice(common);
     if let Some((trace, span, flags)) = parent {
         if *flags != 0 {
@@ -337,10 +339,10 @@ fn write_record(out: &mut Vec<u8>, v: &Verdict<'_>, time_ns: u64, parent: Option
 /// An ordinary scanned turn's OTLP records onto `out` (as the record-by-record path
 /// writes them: new, not redriven); false, and `out` as it was, where the rule cannot
 /// read it as the decoded event would be read (the Python path then takes it).
-pub(crate) fn scanned_records(py: Python<'_>, f: &[Option<V<'_>>], mut read: Read, out: &mut Vec<u8>, common: &mut Vec<u8>) -> bool {
+pub(crate) fn scanned_records(py: Python<'_>, f: &[Option<V<'_>>; ALL_SLOTS], mut read: Read, out: &mut Vec<u8>, common: &mut Vec<u8>) -> bool {
     let Some(V::Int(millis)) = f[OCCURRED_AT] else { return false };
     read.millis = millis;
-    let slots: Vec<Option<&V<'_>>> = f.iter().map(Option::as_ref).collect();
+    let slots: [Option<&V<'_>>; ALL_SLOTS] = std::array::from_fn(|i| f[i].as_ref());
     let mark = out.len();
     let done = turn_records(py, &slots, &read, out, common).is_ok();
     if !done {
@@ -386,64 +388,4 @@ pub(crate) fn append(out: &Bound<'_, PyByteArray>, bytes: &[u8]) -> PyResult<()>
     // written; it was just resized to hold `bytes` after its `old` bytes.
     unsafe { out.as_bytes_mut()[old..].copy_from_slice(bytes) };
     Ok(())
-}
-
-/// The end of each record of a buffer of them (see the module comment).
-fn record_ends(records: &[u8]) -> PyResult<Vec<usize>> {
-    let mut ends = Vec::new();
-    let mut at = 0;
-    let bad = || PyValueError::new_err("not a buffer of OTLP log records");
-    while at < records.len() {
-        if records[at] != (LOG_RECORDS << 3 | 2) as u8 {
-            return Err(bad());
-        }
-        let mut rest = &records[at + 1..];
-        let before = rest.len();
-        let len = prost::encoding::decode_varint(&mut rest).map_err(|_| bad())? as usize;
-        at += 1 + before - rest.len() + len;
-        if at > records.len() {
-            return Err(bad());
-        }
-        ends.push(at);
-    }
-    Ok(ends)
-}
-
-/// The buffer's records as `ExportLogsServiceRequest`s of at most `most_records` records
-/// and about `most_bytes` bytes each (a record never split), each with how many records
-/// it holds. `resource`: the resource's attributes, in order; `scope`: the scope's name.
-#[pyfunction]
-pub(crate) fn otlp_requests<'py>(py: Python<'py>, records: &Bound<'py, PyByteArray>, resource: Vec<(String, String)>, scope: String, most_records: usize, most_bytes: usize) -> PyResult<Vec<(Bound<'py, PyBytes>, usize)>> {
-    let resource = Resource {
-        attributes: resource.into_iter().map(|(key, v)| KeyValue { key, value: Some(AnyValue { value: Some(any_value::Value::StringValue(v)) }), ..Default::default() }).collect(),
-        ..Default::default()
-    };
-    let scope = InstrumentationScope { name: scope, ..Default::default() };
-    let (resource, scope) = (resource.encode_to_vec(), scope.encode_to_vec());
-    let mut out = Vec::new();
-    let (mut start, mut count) = (0, 0);
-    // SAFETY: the GIL is held and no Python code runs while the buffer is read.
-    let records = unsafe { records.as_bytes() };
-    let ends = record_ends(records)?;
-    for (i, end) in ends.iter().enumerate() {
-        count += 1;
-        let last = i + 1 == ends.len();
-        if !(last || count == most_records.max(1) || ends[i + 1] - start > most_bytes) {
-            continue;
-        }
-        let inner = &records[start..*end];
-        let scope_logs = 1 + encoded_len_varint(scope.len() as u64) + scope.len() + inner.len();
-        let resource_logs = 1 + encoded_len_varint(resource.len() as u64) + resource.len() + 1 + encoded_len_varint(scope_logs as u64) + scope_logs;
-        let mut request = Vec::with_capacity(resource_logs + 8);
-        put_len(&mut request, 1, resource_logs); // ExportLogsServiceRequest.resource_logs
-        put_len(&mut request, 1, resource.len()); // ResourceLogs.resource
-        request.extend_from_slice(&resource);
-        put_len(&mut request, 2, scope_logs); // ResourceLogs.scope_logs
-        put_len(&mut request, 1, scope.len()); // ScopeLogs.scope
-        request.extend_from_slice(&scope);
-        request.extend_from_slice(inner);
-        out.push((PyBytes::new(py, &request), count));
-        (start, count) = (*end, 0);
-    }
-    Ok(out)
 }
