@@ -36,6 +36,7 @@ from prometheus_client import CollectorRegistry, Counter
 from turnaudit._native import ConsumeStep, otlp_requests
 from turnaudit.consumers.otel_records import encode_records
 from turnaudit.consumers.runtime import ConsumedTurn, Sink
+from turnaudit.consumers.runtime.heap import keep_large_buffers
 from turnaudit.consumers.runtime.otel_settings import OtlpSettings
 from turnaudit.consumers.runtime.otlp_export import OtlpExportError, Transport, otlp_transport
 from turnaudit.consumers.runtime.sink import StepOutlet, StepRun, StepStop
@@ -69,6 +70,8 @@ class OtelSink(Sink):
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._settings = settings
+        # A flush's records and requests (megabytes) reused, not mapped afresh each flush.
+        keep_large_buffers()
         self._transport = transport or otlp_transport(settings)
         # service.instance.id: one per sink (a worker's), as the SDK gave it.
         instance = {"service.name": SERVICE_NAME, "service.instance.id": str(uuid.uuid4())}
