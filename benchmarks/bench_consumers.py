@@ -430,22 +430,32 @@ def otel_sink_rate(
     settings: KafkaSettings, end: dict[int, int], workdir: str, *, collector: bool = True
 ) -> Measurement:
     """The OTel sink service exporting to a collector of its own (or, ``collector``
-    false, dropping its requests); every record exported."""
+    false, dropping its requests, no collector running beside it to share the cores);
+    every record exported."""
+    if not collector:
+        return otel_sink_service_rate(settings, end, OtlpSettings(), NoCollector())
     protocol = OtlpProtocol(os.environ.get(OTEL_PROTOCOL, OtlpProtocol.GRPC.value))
     with running_collector(Path(workdir)) as endpoints:
-        otlp = OtlpSettings(protocol, endpoints[protocol])
-        registry = CollectorRegistry()
-        transport = None if collector else NoCollector()
-        service = ConsumerService(
-            service_settings(settings, ServiceName.OTEL_SINK, otlp=otlp),
-            OtelSink(otlp, registry, transport=transport),
-            registry=registry,
-            serve_http=False,
-        )
-        result = service_rate(service, end)
-        exported = registry.get_sample_value(RECORDS_TOTAL) or 0
-        if exported < 2 * sum(end.values()):  # refusal and hedge at least, every turn
-            raise RuntimeError(f"the OTel sink exported only {exported:.0f} records")
+        return otel_sink_service_rate(settings, end, OtlpSettings(protocol, endpoints[protocol]))
+
+
+def otel_sink_service_rate(
+    settings: KafkaSettings,
+    end: dict[int, int],
+    otlp: OtlpSettings,
+    transport: NoCollector | None = None,
+) -> Measurement:
+    registry = CollectorRegistry()
+    service = ConsumerService(
+        service_settings(settings, ServiceName.OTEL_SINK, otlp=otlp),
+        OtelSink(otlp, registry, transport=transport),
+        registry=registry,
+        serve_http=False,
+    )
+    result = service_rate(service, end)
+    exported = registry.get_sample_value(RECORDS_TOTAL) or 0
+    if exported < 2 * sum(end.values()):  # refusal and hedge at least, every turn
+        raise RuntimeError(f"the OTel sink exported only {exported:.0f} records")
     return result
 
 
