@@ -6,7 +6,9 @@ One judge per turn partition this member reads, taken over with the partition fr
 partition's trust records and dropped when it is revoked: each worker of the group reads
 every checkpoint but keeps the heads of its own partitions' streams only. A judge taken
 over behind the reader (its trust records were written at an earlier checkpoint offset)
-sends the reader back to its offset; each judge takes a checkpoint once.
+sends the reader back to its offset, and a batch in flight then is taken by no judge (read
+again): each judge reads each producer's chain on from where it stopped, never from the
+middle of a batch, and takes a checkpoint once.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ log = structlog.get_logger("turnaudit.verify.follow")
 
 # A judge for turn partition P (its scope), judging the streams ``owns`` places there.
 JudgeFactory = Callable[[int], FollowTrust]
+# A record of the checkpoints topic: partition, offset, value, (timestamp type, timestamp).
+CheckpointRecord = tuple[int, int, bytes | None, tuple[int, int]]
 
 
 class TrustFeed:
@@ -182,19 +186,35 @@ class TrustFeed:
                 log.warning("verify_checkpoints_unreadable", topic=self._topic, error=repr(exc))
                 self._stop.wait(2.0)
 
-    def _starts(self, partitions: Iterable[int], low: Mapping[int, int]) -> dict[int, int]:
-        """Where the reader starts in each checkpoints partition: the least offset a
-        judge has read to (under the lock)."""
-        return {
-            p: min(judge.reader_offsets.get(p, low.get(p, 0)) for judge in self.judges.values())
-            for p in partitions
-        }
+    def begin(self, low: Mapping[int, int]) -> dict[int, int] | None:
+        """Where a reading of the checkpoints partitions (``low``: each one's log start)
+        begins: the least offset a judge has read to; None while no judge is held. A
+        judge taken over after this reading began sends the reader back (``take_batch``)."""
+        with self._lock:
+            self._behind = False
+            if not self.judges:
+                return None
+            return {
+                p: min(j.reader_offsets.get(p, start) for j in self.judges.values())
+                for p, start in low.items()
+            }
+
+    def take_batch(self, records: Iterable[CheckpointRecord]) -> bool:
+        """Records a reading consumed, in order, each judge taking those past its offset;
+        False, with none taken, when a judge was taken over since the reading began: that
+        judge must read its producers' chains from where it stopped, not from the middle
+        of this batch (it would find each chain broken), so the reading begins again."""
+        with self._lock:
+            if self._behind:
+                return False
+            for partition, offset, value, stamp in records:
+                self._take(partition, offset, value, stamp)
+            self._export()
+            return True
 
     def _read(self) -> None:
         marks = watermarks(self._kafka, self._topic)
-        with self._lock:
-            self._behind = False
-            starts = self._starts(marks.high, marks.low) if self.judges else None
+        starts = self.begin({p: marks.low.get(p, 0) for p in marks.high})
         if starts is None:  # no partition of the turn topic is this member's yet
             self._stop.wait(0.5)
             return
@@ -204,17 +224,11 @@ class TrustFeed:
             checked = 0.0
             while not self._stop.is_set():
                 records = consumer.consume(500, 0.5)
-                with self._lock:
-                    for record in records:
-                        self._take(
-                            record.partition() or 0,
-                            record.offset() or 0,
-                            record.value(),
-                            record.timestamp(),
-                        )
-                    self._export()
-                    if self._behind:
-                        return  # a judge taken over behind the reader: start again there
+                batch = [
+                    (r.partition() or 0, r.offset() or 0, r.value(), r.timestamp()) for r in records
+                ]
+                if not self.take_batch(batch):
+                    return  # a judge taken over behind the reader: start again there
                 if not records and self._clock() - checked >= self._idle_check_s:
                     checked = self._clock()
                     self._caught_up(checked)

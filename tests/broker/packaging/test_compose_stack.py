@@ -135,6 +135,33 @@ def counts() -> dict[str, int]:
     return got
 
 
+def why_not_signed(
+    stack: str, verify: dict[tuple[str, tuple[tuple[str, str], ...]], float], streams: float
+) -> str:
+    """What a failed trust wait shows: the gauges, the checkpoints the follower read, and
+    the follower's and the simulator's own lines (the per-stream findings left out)."""
+    trust = {dict(k[1])["trust"]: v for k, v in verify.items() if k[0].endswith("_trust")}
+    read = {
+        dict(k[1]).get("result", k[0]): v for k, v in verify.items() if "signed_checkpoints" in k[0]
+    }
+    follower = [
+        line
+        for line in podman("logs", f"{stack}_verify-follow_1", check=False).stderr.splitlines()
+        if "verify_forgery" not in line
+    ]
+    simulator = podman("logs", f"{stack}_simulator_1", check=False)
+    return "\n".join(
+        [
+            f"trust {trust} of {streams} open streams; checkpoints read {read}",
+            "follower:",
+            *follower[-40:],
+            "simulator:",
+            *(simulator.stdout + simulator.stderr).splitlines()[-40:],
+            podman("ps", "-a").stdout,
+        ]
+    )
+
+
 def test_every_service_counts_every_turn_and_prometheus_scrapes_them_all(stack: str) -> None:
     deadline = time.monotonic() + 240
     seen: dict[str, int] = {}
@@ -150,9 +177,7 @@ def test_every_service_counts_every_turn_and_prometheus_scrapes_them_all(stack: 
     assert streams > 0
     deadline = time.monotonic() + 60
     while total(verify, "turnaudit_verify_stream_trust", trust="signed") != streams:
-        trust = {dict(k[1])["trust"]: v for k, v in verify.items() if k[0].endswith("_trust")}
-        logs = podman("logs", f"{stack}_verify-follow_1", check=False).stderr[-3000:]
-        assert time.monotonic() < deadline, (trust, streams, logs)
+        assert time.monotonic() < deadline, why_not_signed(stack, verify, streams)
         time.sleep(2)
         verify = scrape(DEFAULT_HTTP_PORTS[ServiceName.VERIFY_FOLLOW])
     for trust in ("forged", "unsigned", "truncated"):
