@@ -19,12 +19,12 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-// The crate's own allocations (streams, keys, decoded values) through mimalloc: verify
-// evicts and frees streams by the million, and glibc's malloc spent a sixth of a job's
-// time sorting freed chunks (malloc_consolidate) under that churn.
+// The crate's own allocations (streams, keys, decoded values) through mimalloc, with room
+// touched up front when asked (allocator.rs).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;
 
+mod allocator;
 mod bloom;
 mod constants;
 mod decode;
