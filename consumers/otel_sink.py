@@ -6,9 +6,10 @@ runtime's span), written natively (native/src/verify/otlp.rs): an ordinary
 turn by the native consumer step's ``otlp`` outlet, any other by ``take``.
 No OpenTelemetry SDK: ``flush`` wraps the records in ``ExportLogsServiceRequest``s
 (resource ``service.name`` ``SERVICE_NAME``, a ``service.instance.id`` of
-its own and the extra attributes given,
-scope ``SCOPE``, at most ``_EXPORT_BATCH`` records each) and sends them, a few
-at once, over
+its own and the extra attributes given, scope ``SCOPE``; the flush's records
+split evenly into ``_IN_FLIGHT`` requests, at most ``_EXPORT_BATCH`` records
+and ``_MAX_REQUEST_BYTES`` each) and sends them at once (the last from the
+flushing thread itself), over
 OTLP/gRPC or OTLP/HTTP (``turnaudit.consumers.runtime.otlp_export``, settings
 ``turnaudit.consumers.runtime.otel_settings``). A record's observed time is
 the clock when it was made (once per call of the native step).
@@ -48,13 +49,15 @@ SERVICE_NAME = "turnaudit-otel-sink"
 RECORDS_TOTAL = "turnaudit_otel_records_total"
 EXPORT_FAILURES_TOTAL = "turnaudit_otel_export_failures_total"
 
-# Records per OTLP request (the SDK path's export batch), and a bound on a request's
-# bytes whatever the records hold (a record is a few hundred bytes, never split).
-_EXPORT_BATCH = 512
-_MAX_REQUEST_BYTES = 4 << 20
 # Requests of one flush in flight at once: the collector takes them in parallel while
-# this process waits (each is retried on its own; the flush fails if any fails).
-_SENDERS = 4
+# this process waits (each is retried on its own; the flush fails if any fails). A
+# flush's records are split evenly into that many, so they go in one round trip.
+_IN_FLIGHT = 4
+# Bounds on one request: records (a 500-turn batch's ~3,000 records are 4 requests of
+# ~750), and bytes whatever the records hold (a record is a few hundred bytes, never
+# split), under the 4 MiB a collector's gRPC receiver takes by default.
+_EXPORT_BATCH = 2048
+_MAX_REQUEST_BYTES = 3 << 20
 
 
 class OtelSink(Sink):
@@ -77,7 +80,8 @@ class OtelSink(Sink):
         instance = {"service.name": SERVICE_NAME, "service.instance.id": str(uuid.uuid4())}
         self._resource = list({**instance, **(resource or {})}.items())
         self._clock = clock
-        self._senders = ThreadPoolExecutor(_SENDERS, thread_name_prefix="otlp-export")
+        # The flushing thread sends one request itself: a thread fewer to wake per flush.
+        self._senders = ThreadPoolExecutor(_IN_FLIGHT - 1, thread_name_prefix="otlp-export")
         # The records taken since the last successful flush, encoded, one after the other.
         self._records = bytearray()
         self.records = Counter(
@@ -110,19 +114,11 @@ class OtelSink(Sink):
         if not self._records:
             return
         requests = otlp_requests(
-            self._records, self._resource, SCOPE, _EXPORT_BATCH, _MAX_REQUEST_BYTES
+            self._records, self._resource, SCOPE, _EXPORT_BATCH, _MAX_REQUEST_BYTES, _IN_FLIGHT
         )
         total = sum(count for _, count in requests)
-        send = self._transport.send
         try:
-            if len(requests) == 1:
-                send(requests[0][0])
-            else:
-                sent = [self._senders.submit(send, request) for request, _ in requests]
-                failed = [f.exception() for f in sent]  # each waited for, none left running
-                for exc in failed:
-                    if exc is not None:
-                        raise exc
+            self._send_all([request for request, _ in requests])
         except Exception as exc:
             self.failures.inc()
             raise OtlpExportError(
@@ -132,6 +128,19 @@ class OtelSink(Sink):
             ) from exc
         self.records.inc(total)
         self._records.clear()  # exported: a failure above keeps them for the retry
+
+    def _send_all(self, requests: list[bytes]) -> None:
+        """Every request sent, the last from this thread, the rest by the senders at once;
+        each waited for (none left running), the first failure raised."""
+        send = self._transport.send
+        sent = [self._senders.submit(send, request) for request in requests[:-1]]
+        try:
+            send(requests[-1])
+        finally:
+            failed = [f.exception() for f in sent]
+        for exc in failed:
+            if exc is not None:
+                raise exc
 
     def close(self) -> None:
         self._senders.shutdown()

@@ -66,6 +66,7 @@ def otlp_requests(
     scope: str,
     most_records: int,
     most_bytes: int,
+    parts: int = 1,
 ) -> list[tuple[bytes, int]]: ...
 
 class DecodeError(ValueError): ...

@@ -36,9 +36,12 @@ fn record_ends(records: &[u8]) -> PyResult<Vec<usize>> {
 
 /// The buffer's records as `ExportLogsServiceRequest`s of at most `most_records` records
 /// and about `most_bytes` bytes each (a record never split), each with how many records
-/// it holds. `resource`: the resource's attributes, in order; `scope`: the scope's name.
+/// it holds; split evenly into `parts` requests where those bounds allow (a sink sending
+/// that many at once). `resource`: the resource's attributes, in order; `scope`: the
+/// scope's name.
 #[pyfunction]
-pub(crate) fn otlp_requests<'py>(py: Python<'py>, records: &Bound<'py, PyByteArray>, resource: Vec<(String, String)>, scope: String, most_records: usize, most_bytes: usize) -> PyResult<Vec<(Bound<'py, PyBytes>, usize)>> {
+#[pyo3(signature = (records, resource, scope, most_records, most_bytes, parts = 1))]
+pub(crate) fn otlp_requests<'py>(py: Python<'py>, records: &Bound<'py, PyByteArray>, resource: Vec<(String, String)>, scope: String, most_records: usize, most_bytes: usize, parts: usize) -> PyResult<Vec<(Bound<'py, PyBytes>, usize)>> {
     let resource = Resource {
         attributes: resource.into_iter().map(|(key, v)| KeyValue { key, value: Some(AnyValue { value: Some(any_value::Value::StringValue(v)) }), ..Default::default() }).collect(),
         ..Default::default()
@@ -50,10 +53,11 @@ pub(crate) fn otlp_requests<'py>(py: Python<'py>, records: &Bound<'py, PyByteArr
     // SAFETY: the GIL is held and no Python code runs while the buffer is read.
     let records = unsafe { records.as_bytes() };
     let ends = record_ends(records)?;
+    let per = most_records.min(ends.len().div_ceil(parts.max(1))).max(1);
     for (i, end) in ends.iter().enumerate() {
         count += 1;
         let last = i + 1 == ends.len();
-        if !(last || count == most_records.max(1) || ends[i + 1] - start > most_bytes) {
+        if !(last || count == per || ends[i + 1] - start > most_bytes) {
             continue;
         }
         let inner = &records[start..*end];

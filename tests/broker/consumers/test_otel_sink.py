@@ -198,7 +198,7 @@ def workers_hold_partitions(port: int, workers: int) -> bool:
     return len(states) == workers and all(s.get("assigned_partitions") for s in states)
 
 
-TURNS = 8000
+TURNS = 4000
 
 
 def test_a_killed_worker_over_grpc_loses_no_turn_and_its_reread_turns_are_flagged(
@@ -216,10 +216,12 @@ def test_a_killed_worker_over_grpc_loses_no_turn_and_its_reread_turns_are_flagge
             TURNAUDIT_KAFKA_OPTIONS=json.dumps({"auto.commit.interval.ms": "60000"}),
         )
         port = int(env["TURNAUDIT_HTTP_PORT"])
-        # Enough turns that the kill, once 500 are exported, lands mid-stream: with 3,000 a
-        # fast machine exported them all between two polls of the collector.
+        # Paced (5 s of turns), so the kill, once 500 are exported, lands mid-stream on any
+        # machine: unpaced, a fast one exported all 8,000 before the kill.
         publisher = threading.Thread(
-            target=publish_simulated, args=(kafka_settings, TURNS, tmp_path / "spool")
+            target=publish_simulated,
+            args=(kafka_settings, TURNS, tmp_path / "spool"),
+            kwargs={"rate": TURNS // 5},
         )
         argv = ["--log-level", "INFO", "sink", "otel", "--workers", "2"]
         with turnaudit_process(argv, env, tmp_path / "workers.log") as service:

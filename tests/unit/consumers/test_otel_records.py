@@ -385,10 +385,11 @@ class TestTheSdkPath:
     @given(
         turns=st.lists(mutated_turns(), min_size=1, max_size=8),
         most=st.integers(1, 40),
+        parts=st.integers(1, 6),
         resource=st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=8), max_size=2),
     )
     def test_the_native_requests_are_what_the_sdk_path_sends_for_the_same_turns(
-        self, turns: list[ConsumedTurn], most: int, resource: dict[str, str]
+        self, turns: list[ConsumedTurn], most: int, parts: int, resource: dict[str, str]
     ) -> None:
         buffer = bytearray()
         count = sum(encode_records(turn, buffer, 1) for turn in turns)
@@ -397,10 +398,14 @@ class TestTheSdkPath:
             ("service.instance.id", "i"),
             *resource.items(),
         ]
-        requests = otlp_requests(buffer, list(dict(attributes).items()), SCOPE, most, 1 << 20)
+        requests = otlp_requests(
+            buffer, list(dict(attributes).items()), SCOPE, most, 1 << 20, parts
+        )
+        each = min(most, -(-count // parts))  # `parts` even requests, at most `most` each
         assert [n for _, n in requests] == [
-            min(most, count - start) for start in range(0, count, most)
-        ]  # split at record boundaries, `most` each
+            min(each, count - start) for start in range(0, count, each)
+        ]  # split at record boundaries
+        assert len(requests) <= parts or each == most
         expected = sdk_request(turns, resource)
         assert comparable([r for r, _ in requests]) == comparable([expected])
 

@@ -23,6 +23,8 @@ from tests.support.sinks import deliver
 from tests.unit.consumers.test_otel_records import consumed, simulated
 from turnaudit.consumers.otel_records import EVALUATION_NAME, EVENT_ID
 from turnaudit.consumers.otel_sink import (
+    _EXPORT_BATCH,
+    _IN_FLIGHT,
     EXPORT_FAILURES_TOTAL,
     RECORDS_TOTAL,
     OtelSink,
@@ -52,6 +54,14 @@ class FlakyTransport:
 
     def close(self) -> None:
         return
+
+
+def records_in(request: bytes) -> int:
+    return sum(
+        len(scope_logs.log_records)
+        for resource_logs in ExportLogsServiceRequest.FromString(request).resource_logs
+        for scope_logs in resource_logs.scope_logs
+    )
 
 
 def exported_ids(sent: list[bytes]) -> list[tuple[str, str]]:
@@ -122,12 +132,20 @@ class TestExport:
         count = len(expected.resource_logs[0].scope_logs[0].log_records)
         assert sample(registry, RECORDS_TOTAL) == count
 
-    def test_a_large_batch_goes_in_bounded_requests_and_loses_nothing(self) -> None:
+    @pytest.mark.parametrize("count", [1, 40, 1200, 2500])
+    def test_a_batch_goes_in_one_round_of_bounded_requests_and_loses_nothing(
+        self, count: int
+    ) -> None:
         transport = FlakyTransport(0)
         sink = OtelSink(OtlpSettings(), CollectorRegistry(), transport=transport)
-        turns = [consumed(e) for e in simulated(5, 1200)]
+        turns = [consumed(e) for e in simulated(5, count)]
         deliver(sink, turns)
-        assert len(transport.sent) > 8  # 512 records a request
+        records = [records_in(request) for request in transport.sent]
+        assert max(records) <= _EXPORT_BATCH
+        # As few requests as the bound allows, and at most one each for those in flight.
+        assert len(records) == max(min(_IN_FLIGHT, sum(records)), -(-sum(records) // _EXPORT_BATCH))
+        largest_first = sorted(records, reverse=True)  # sent in parallel: in any order
+        assert len(set(largest_first[:-1])) <= 1  # even, but for the last one
         unordered = comparable([sdk_request(turns)], in_order=False)
         assert comparable(transport.sent, in_order=False) == unordered
         sink.close()
