@@ -73,6 +73,14 @@ def _tables(tracker: StreamTracker) -> tuple[object, ...]:
     )
 
 
+def _in_a_fresh_process(script: str, bound: int) -> str:
+    """What ``script`` prints, run with the bound in a fresh interpreter."""
+    ran = subprocess.run(
+        [sys.executable, "-c", script, str(bound)], capture_output=True, text=True, check=True
+    )
+    return ran.stdout
+
+
 _RESIDENT_AFTER_RESERVE = """
 import os, sys
 from turnaudit._native import reserve_event_ids
@@ -94,13 +102,7 @@ def test_a_reserved_tracker_has_its_room_resident_before_its_first_message() -> 
     # and the arrival order, at least 80 bytes an id, are in memory once reserved, not
     # faulted in page by page by the first messages that land in them.
     bound = 300_000
-    ran = subprocess.run(
-        [sys.executable, "-c", _RESIDENT_AFTER_RESERVE, str(bound)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert int(ran.stdout) >= 80 * bound
+    assert int(_in_a_fresh_process(_RESIDENT_AFTER_RESERVE, bound)) >= 80 * bound
 
 
 _HUGE_PAGE_ADVICE = """
@@ -134,12 +136,6 @@ def test_only_the_reserved_room_is_asked_for_huge_pages() -> None:
     # as the heap grows stalls the batch that touches it); the room reserved at the start
     # asks for them (its random lookups keep a huge page's reach in the TLB).
     bound = 300_000
-    ran = subprocess.run(
-        [sys.executable, "-c", _HUGE_PAGE_ADVICE, str(bound)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    before, after = (int(n) for n in ran.stdout.split())
+    before, after = (int(n) for n in _in_a_fresh_process(_HUGE_PAGE_ADVICE, bound).split())
     assert before == 0
     assert after >= 60 * bound  # the id table and the arrival order, in whole 2 MiB
