@@ -15,7 +15,8 @@
 //! stalling the batch that took it 10-20 ms, several times in a service's first minutes.
 //! A touched block is asked for huge pages (`MADV_HUGEPAGE`) before it is written: its
 //! faults are all taken at the start, and the id table's random lookups keep a huge
-//! page's reach in the TLB (3 % of a turn's time, measured, against small pages).
+//! page's reach in the TLB (with huge pages off for the whole process, a turn took 3 %
+//! longer, measured).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
